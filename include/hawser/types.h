@@ -1,0 +1,72 @@
+// hawser — request, status and descriptor types of the public API.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "hawser/status.h"
+
+namespace hawser {
+
+using SegmentID = uint64_t;  // returned by openSegment; 0 is never valid
+using BatchID = uint64_t;    // returned by allocateBatchID; 0 is never valid
+
+inline constexpr SegmentID kInvalidSegment = 0;
+inline constexpr BatchID kInvalidBatch = 0;
+
+enum class OpCode : uint8_t {
+  kRead = 0,   // target segment -> local memory
+  kWrite = 1,  // local memory -> target segment
+};
+
+// One request: move `length` bytes between local registered memory at
+// `source` and the target segment at `target_offset` (memory segments: the
+// remote virtual address; file segments: the logical offset).
+struct TransferRequest {
+  OpCode opcode = OpCode::kRead;
+  void* source = nullptr;
+  SegmentID target_id = kInvalidSegment;
+  uint64_t target_offset = 0;
+  size_t length = 0;
+};
+
+enum class TransferState : uint8_t {
+  kWaiting = 0,    // accepted, nothing posted yet
+  kPending = 1,    // in flight
+  kCompleted = 2,  // every byte moved
+  kFailed = 3,
+  kTimeout = 4,
+  kCanceled = 5,
+  kInvalid = 6,
+};
+
+std::string_view stateName(TransferState s);
+// True for COMPLETED and every failure state.
+inline bool isTerminal(TransferState s) { return s >= TransferState::kCompleted; }
+
+struct TransferStatus {
+  TransferState s = TransferState::kWaiting;
+  size_t transferred_bytes = 0;  // bytes of completed slices only
+  Status error;                  // why, when s is a failure state
+};
+
+// One region for registerLocalMemoryBatch.
+struct BufferEntry {
+  void* addr = nullptr;
+  size_t length = 0;
+  std::string location = "cpu:0";  // "cpu:N", "cuda:N", "*" (detect)
+  bool remote_accessible = true;
+};
+
+// One backing file of a file segment. The segment's logical space is its
+// files concatenated in order.
+struct FileDesc {
+  std::string file_path;                              // default path
+  uint64_t length = 0;                                // bytes of this file in the segment
+  std::map<std::string, std::string> local_path_map;  // server name -> path on that host
+};
+
+}  // namespace hawser

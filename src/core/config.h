@@ -1,0 +1,39 @@
+// Tunables. Each has a key ("tcp.connections"), an environment override
+// (HAWSER_TCP_CONNECTIONS: upper-case, '.' -> '_', HAWSER_ prefix) and a
+// documented default given at the point of use. Explicit set() wins over env.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace hawser {
+
+class Config {
+ public:
+  // Reads HAWSER_* from the environment.
+  static Config fromEnv();
+
+  void set(std::string_view key, std::string value);
+  std::optional<std::string> raw(std::string_view key) const;
+
+  std::string getString(std::string_view key, std::string_view def) const;
+  int64_t getInt(std::string_view key, int64_t def) const;
+  // Accepts K/M/G (binary) suffixes: "64K", "1M".
+  uint64_t getSize(std::string_view key, uint64_t def) const;
+  bool getBool(std::string_view key, bool def) const;
+
+  static std::string envName(std::string_view key);
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, std::string, std::less<>> values_;
+};
+
+// Parses "4096", "64K", "1M", "2G" (binary units). nullopt on junk/overflow.
+std::optional<uint64_t> parseSize(std::string_view text);
+
+}  // namespace hawser

@@ -1,0 +1,71 @@
+// This engine's registered memory: non-overlapping regions keyed by start
+// address. Lookups for the data path take a shared lock; a target serving a
+// peer pins the region so unregister waits for the I/O to finish.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "hawser/status.h"
+
+namespace hawser {
+
+struct Region {
+  uint64_t addr = 0;
+  uint64_t length = 0;
+  std::string location;
+  bool remote_accessible = true;
+  std::shared_ptr<std::atomic<int>> pins = std::make_shared<std::atomic<int>>(0);
+};
+
+class MemoryRegistry {
+ public:
+  // Pin held while a peer's request reads/writes a region.
+  class Pin {
+   public:
+    Pin() = default;
+    explicit Pin(std::shared_ptr<std::atomic<int>> c, MemoryRegistry* r) : count_(std::move(c)), reg_(r) {}
+    Pin(Pin&& o) noexcept : count_(std::move(o.count_)), reg_(o.reg_) {}
+    Pin& operator=(Pin&& o) noexcept;
+    ~Pin() { release(); }
+    void release();
+    explicit operator bool() const { return count_ != nullptr; }
+
+   private:
+    std::shared_ptr<std::atomic<int>> count_;
+    MemoryRegistry* reg_ = nullptr;
+  };
+
+  // Checks (zero length, overlap with existing or within `more`) without inserting.
+  Status checkInsert(uint64_t addr, uint64_t length) const;
+  Status insert(const Region& r);
+  // Removes the region starting exactly at addr; waits until unpinned.
+  Status erase(uint64_t addr, Region* removed = nullptr);
+  std::optional<Region> find(uint64_t addr) const;  // region starting exactly at addr
+
+  // kNotRegistered unless [addr, addr+len) lies inside one region.
+  Status checkLocal(uint64_t addr, uint64_t len) const;
+  // kOutOfRange unless inside one remote_accessible region; pins it on success.
+  Status pinRemote(uint64_t addr, uint64_t len, Pin& pin);
+
+  std::vector<Region> snapshot() const;
+  uint64_t version() const { return version_.load(); }
+
+ private:
+  friend class Pin;
+  void unpinned();
+  mutable std::shared_mutex mu_;
+  std::map<uint64_t, Region> regions_;
+  std::atomic<uint64_t> version_{0};
+  std::mutex wait_mu_;
+  std::condition_variable wait_cv_;
+};
+
+}  // namespace hawser

@@ -1,0 +1,111 @@
+// The control-plane listener and client.
+//
+// One TCP listener per engine (the segment's "host:port"). Every connection
+// starts with a Hello frame naming its kind:
+//   kControl  — request/response calls: [Frame(type=method, id)] + body,
+//               answered by [Frame(type=method|kReplyBit, id, status)] + body.
+//   other     — handed to the stream handler registered for that kind (the
+//               tcp transport's data connections), which owns the socket.
+// Frames carry a magic, a version, a type and a bounded length; a malformed
+// or oversized frame closes that connection only.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hawser/status.h"
+#include "rpc/socket.h"
+
+namespace hawser::rpc {
+
+inline constexpr uint32_t kMagic = 0x52535748;  // "HWSR" little-endian
+inline constexpr uint16_t kVersion = 1;
+inline constexpr uint32_t kMaxControlBody = 16u << 20;
+
+#pragma pack(push, 1)
+struct Frame {
+  uint32_t magic = kMagic;
+  uint16_t version = kVersion;
+  uint16_t type = 0;     // method id / message type
+  uint32_t length = 0;   // body bytes that follow
+  int32_t status = 0;    // hawser::Code in replies
+  uint64_t id = 0;       // request id
+};
+#pragma pack(pop)
+static_assert(sizeof(Frame) == 24);
+
+// Connection kinds (first frame's type on a new connection, body = optional
+// auth token).
+enum ConnKind : uint16_t {
+  kConnControl = 1,
+  kConnTcpData = 2,
+};
+
+// Control methods.
+enum Method : uint16_t {
+  kPing = 1,
+  kGetSegment = 2,       // body: "" -> descriptor JSON text
+  kRdmaHandshake = 3,    // body: transport-defined
+  kReplyBit = 0x8000,
+};
+
+// Reads one frame header and checks magic/version/length <= max_body.
+Status readFrame(int fd, Frame& f, uint32_t max_body);
+
+class Server {
+ public:
+  using CallHandler = std::function<Status(const std::string& request, std::string& reply)>;
+  // Owns the connected socket; runs on that connection's own thread.
+  using StreamHandler = std::function<void(net::Fd fd)>;
+
+  Server() = default;
+  ~Server();
+
+  Status start(const std::string& host, uint16_t port);
+  void stop();
+  uint16_t port() const { return port_; }
+  const std::string& host() const { return host_; }
+
+  // Register before start() or at any time; handlers must be thread-safe.
+  void onCall(uint16_t method, CallHandler h);
+  void onStream(uint16_t kind, StreamHandler h);
+
+  uint64_t refusedFrames() const { return refused_.load(); }
+
+ private:
+  void acceptLoop();
+  void serve(net::Fd fd);
+  void serveControl(int fd);
+
+  std::string host_;
+  uint16_t port_ = 0;
+  net::Fd listen_fd_;
+  std::atomic<bool> stopping_{false};
+  std::thread accept_thread_;
+  std::mutex mu_;
+  std::map<uint16_t, CallHandler> calls_;
+  std::map<uint16_t, StreamHandler> streams_;
+  std::vector<std::thread> conn_threads_;
+  std::vector<int> conn_fds_;  // open connections, shut down on stop()
+  std::atomic<uint64_t> refused_{0};
+};
+
+// One control call on a fresh connection (control calls are rare: descriptor
+// fetches and handshakes). kUnavailable/kTimeout on network trouble; the
+// peer's error Status when it refused.
+Status call(const std::string& host, uint16_t port, uint16_t method, const std::string& request,
+            std::string& reply, std::chrono::milliseconds timeout = std::chrono::seconds(5));
+
+// Opens a connection of `kind` (sends the Hello); used by stream transports.
+Status openStream(const std::string& host, uint16_t port, uint16_t kind,
+                  std::chrono::milliseconds timeout, net::Fd& out);
+
+}  // namespace hawser::rpc

@@ -1,0 +1,51 @@
+// Thin, checked wrappers over BSD sockets used by the rpc layer and the tcp
+// transport. All functions return Status; none throws.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "hawser/status.h"
+
+namespace hawser::net {
+
+// Owns a file descriptor.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(o.release()) {}
+  Fd& operator=(Fd&& o) noexcept;
+  ~Fd() { reset(); }
+  int get() const { return fd_; }
+  int release() { int f = fd_; fd_ = -1; return f; }
+  void reset(int fd = -1);
+  explicit operator bool() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+// Non-blocking connect with a timeout; returns a blocking socket with
+// TCP_NODELAY set. kUnavailable (refused/unreachable) or kTimeout.
+Status connectTo(const std::string& host, uint16_t port, std::chrono::milliseconds timeout, Fd& out);
+// Listening socket on host:port (port 0 = any); `bound` gets the real port.
+Status listenOn(const std::string& host, uint16_t port, int backlog, Fd& out, uint16_t& bound);
+
+// Blocking full send/recv. kUnavailable on EOF/reset, kTimeout on SO_*TIMEO expiry.
+Status sendAll(int fd, const void* data, size_t len);
+Status sendAllv(int fd, struct iovec* iov, int iovcnt);  // modifies iov
+Status recvAll(int fd, void* data, size_t len);
+// Drop `len` incoming bytes.
+Status discard(int fd, size_t len);
+
+void setNoDelay(int fd);
+void setTimeouts(int fd, std::chrono::milliseconds timeout);  // SO_RCVTIMEO/SO_SNDTIMEO; 0 = none
+void setBufferSizes(int fd, int bytes);  // SO_SNDBUF/SO_RCVBUF; 0 = leave
+// Splits "host:port". kInvalidArgument naming the text when malformed.
+Status splitHostPort(const std::string& text, std::string& host, uint16_t& port);
+
+}  // namespace hawser::net
