@@ -14,6 +14,17 @@ namespace hawser {
 
 class Config {
  public:
+  Config() = default;
+  Config(const Config& o) : values_(o.copy()) {}
+  Config& operator=(const Config& o) {
+    if (this != &o) {
+      auto v = o.copy();
+      std::lock_guard lk(mu_);
+      values_ = std::move(v);
+    }
+    return *this;
+  }
+
   // Reads HAWSER_* from the environment.
   static Config fromEnv();
 
@@ -29,6 +40,10 @@ class Config {
   static std::string envName(std::string_view key);
 
  private:
+  std::map<std::string, std::string, std::less<>> copy() const {
+    std::lock_guard lk(mu_);
+    return values_;
+  }
   mutable std::mutex mu_;
   std::map<std::string, std::string, std::less<>> values_;
 };

@@ -3,6 +3,7 @@
 // peer pins the region so unregister waits for the I/O to finish.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -51,7 +52,7 @@ class MemoryRegistry {
   std::optional<Region> find(uint64_t addr) const;  // region starting exactly at addr
 
   // kNotRegistered unless [addr, addr+len) lies inside one region.
-  Status checkLocal(uint64_t addr, uint64_t len) const;
+  Status checkLocal(uint64_t addr, uint64_t len, std::string* location = nullptr) const;
   // kOutOfRange unless inside one remote_accessible region; pins it on success.
   Status pinRemote(uint64_t addr, uint64_t len, Pin& pin);
 

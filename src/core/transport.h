@@ -136,6 +136,8 @@ class Transport {
 
   // Can this transport serve a request to `seg` from local memory at `location`?
   virtual bool canServe(const SegmentDesc& seg, const std::string& local_location) const = 0;
+  // The engine closed its last handle to `seg` (drop cached files, endpoints).
+  virtual void closeSegment(const SegmentDesc& /*seg*/) {}
 
   virtual Status allocateSubBatch(size_t task_capacity, std::unique_ptr<SubBatch>& out) = 0;
   // Validate, cut slices (setSliceCount on each task), keep them pending.

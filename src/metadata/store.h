@@ -35,6 +35,13 @@ class MetadataStore {
   // Has the named segment changed since `generation`? (cheap check; default: unknown=true)
   virtual bool mayHaveChanged(const std::string& /*name*/, uint64_t /*generation*/) { return true; }
 
+  // The name peers use to open this engine's memory: p2p -> "host:port";
+  // named stores -> the server name.
+  virtual std::string localSegmentName(const std::string& server_name, const std::string& host,
+                                       uint16_t port) const {
+    return server_name;
+  }
+
   virtual Status putFileSegment(const SegmentDesc& desc) = 0;
   virtual Status removeSegment(const std::string& name) = 0;
   virtual Status listSegments(std::vector<SegmentDesc>& out) = 0;

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -57,6 +58,12 @@ enum Method : uint16_t {
   kReplyBit = 0x8000,
 };
 
+// Optional shared secret: when set (engine: config "auth.token",
+// HAWSER_AUTH_TOKEN), every connection's Hello must carry it, and outgoing
+// connections send it. Process-wide.
+void setAuthToken(const std::string& token);
+const std::string& authToken();
+
 // Reads one frame header and checks magic/version/length <= max_body.
 Status readFrame(int fd, Frame& f, uint32_t max_body);
 
@@ -93,7 +100,8 @@ class Server {
   std::mutex mu_;
   std::map<uint16_t, CallHandler> calls_;
   std::map<uint16_t, StreamHandler> streams_;
-  std::vector<std::thread> conn_threads_;
+  std::condition_variable conn_cv_;
+  size_t conn_threads_ = 0;    // live connection threads (detached)
   std::vector<int> conn_fds_;  // open connections, shut down on stop()
   std::atomic<uint64_t> refused_{0};
 };

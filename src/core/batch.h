@@ -1,0 +1,51 @@
+// An engine-level batch: up to `capacity` tasks, split into one SubBatch per
+// transport involved.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "core/transport.h"
+
+namespace hawser {
+
+class Batch {
+ public:
+  Batch(BatchID id, size_t capacity, size_t slice_capacity)
+      : id_(id), capacity_(capacity), slice_capacity_(slice_capacity), tasks_(new Task[capacity]) {
+    for (size_t i = 0; i < capacity; ++i) tasks_[i].batch_ = this;
+  }
+
+  BatchID id() const { return id_; }
+  size_t capacity() const { return capacity_; }
+  size_t sliceCapacity() const { return slice_capacity_; }
+  size_t taskCount() const { return task_count_.load(std::memory_order_acquire); }
+  Task& task(size_t i) { return tasks_[i]; }
+
+  // Called by Task when its last slice ends.
+  void taskFinished();
+  // Tasks submitted and not yet terminal.
+  size_t unfinished() const { return unfinished_.load(); }
+
+  TransferStatus aggregate() const;
+
+ private:
+  friend class EngineImpl;
+  const BatchID id_;
+  const size_t capacity_;
+  const size_t slice_capacity_;
+  std::unique_ptr<Task[]> tasks_;
+  std::atomic<size_t> task_count_{0};
+  size_t slices_used_ = 0;  // under submit_mu_
+  std::map<Transport*, std::unique_ptr<SubBatch>> subs_;  // under submit_mu_
+  std::mutex submit_mu_;
+  std::mutex done_mu_;
+  std::condition_variable done_cv_;
+  std::atomic<size_t> unfinished_{0};
+};
+
+}  // namespace hawser

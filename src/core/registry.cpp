@@ -1,0 +1,122 @@
+#include "core/registry.h"
+
+#include <fmt/format.h>
+
+namespace hawser {
+
+MemoryRegistry::Pin& MemoryRegistry::Pin::operator=(Pin&& o) noexcept {
+  if (this != &o) {
+    release();
+    count_ = std::move(o.count_);
+    reg_ = o.reg_;
+  }
+  return *this;
+}
+
+void MemoryRegistry::Pin::release() {
+  if (!count_) return;
+  if (count_->fetch_sub(1) == 1 && reg_) reg_->unpinned();
+  count_.reset();
+}
+
+void MemoryRegistry::unpinned() {
+  std::lock_guard lk(wait_mu_);
+  wait_cv_.notify_all();
+}
+
+static bool overlaps(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen) {
+  return a < b + blen && b < a + alen;
+}
+
+Status MemoryRegistry::checkInsert(uint64_t addr, uint64_t length) const {
+  if (length == 0) return {Code::kInvalidArgument, fmt::format("length is 0 for address {:#x}", addr)};
+  if (addr == 0) return {Code::kInvalidArgument, "addr is null"};
+  if (addr + length < addr) return {Code::kInvalidArgument, fmt::format("range {:#x}+{} wraps around", addr, length)};
+  std::shared_lock lk(mu_);
+  auto it = regions_.upper_bound(addr);
+  if (it != regions_.end() && overlaps(addr, length, it->first, it->second.length))
+    return {Code::kAddressOverlapped, fmt::format("[{:#x}, +{}) overlaps registered region [{:#x}, +{})", addr,
+                                                  length, it->first, it->second.length)};
+  if (it != regions_.begin()) {
+    --it;
+    if (overlaps(addr, length, it->first, it->second.length))
+      return {Code::kAddressOverlapped, fmt::format("[{:#x}, +{}) overlaps registered region [{:#x}, +{})", addr,
+                                                    length, it->first, it->second.length)};
+  }
+  return Status::OK();
+}
+
+Status MemoryRegistry::insert(const Region& r) {
+  Status s = checkInsert(r.addr, r.length);
+  if (!s.ok()) return s;
+  std::unique_lock lk(mu_);
+  regions_.emplace(r.addr, r);
+  version_.fetch_add(1);
+  return Status::OK();
+}
+
+Status MemoryRegistry::erase(uint64_t addr, Region* removed) {
+  std::shared_ptr<std::atomic<int>> pins;
+  {
+    std::unique_lock lk(mu_);
+    auto it = regions_.find(addr);
+    if (it == regions_.end())
+      return {Code::kNotRegistered, fmt::format("addr {:#x} is not the start of a registered region", addr)};
+    if (removed) *removed = it->second;
+    pins = it->second.pins;
+    regions_.erase(it);
+    version_.fetch_add(1);
+  }
+  // New pins can no longer be taken; wait for the ones in flight.
+  std::unique_lock lk(wait_mu_);
+  wait_cv_.wait(lk, [&] { return pins->load() == 0; });
+  return Status::OK();
+}
+
+std::optional<Region> MemoryRegistry::find(uint64_t addr) const {
+  std::shared_lock lk(mu_);
+  auto it = regions_.find(addr);
+  if (it == regions_.end()) return std::nullopt;
+  return it->second;
+}
+
+Status MemoryRegistry::checkLocal(uint64_t addr, uint64_t len, std::string* location) const {
+  std::shared_lock lk(mu_);
+  auto it = regions_.upper_bound(addr);
+  if (it != regions_.begin()) {
+    --it;
+    const Region& r = it->second;
+    if (addr >= r.addr && len <= r.length && addr - r.addr <= r.length - len) {
+      if (location) *location = r.location;
+      return Status::OK();
+    }
+  }
+  return {Code::kNotRegistered,
+          fmt::format("local range [{:#x}, +{}) is not inside one registered region", addr, len)};
+}
+
+Status MemoryRegistry::pinRemote(uint64_t addr, uint64_t len, Pin& pin) {
+  std::shared_lock lk(mu_);
+  auto it = regions_.upper_bound(addr);
+  if (it != regions_.begin()) {
+    --it;
+    const Region& r = it->second;
+    if (addr >= r.addr && len <= r.length && addr - r.addr <= r.length - len && r.remote_accessible) {
+      r.pins->fetch_add(1);
+      pin = Pin(r.pins, this);
+      return Status::OK();
+    }
+  }
+  return {Code::kOutOfRange,
+          fmt::format("range [{:#x}, +{}) is not inside one remote-accessible registered region", addr, len)};
+}
+
+std::vector<Region> MemoryRegistry::snapshot() const {
+  std::shared_lock lk(mu_);
+  std::vector<Region> out;
+  out.reserve(regions_.size());
+  for (auto& [a, r] : regions_) out.push_back(r);
+  return out;
+}
+
+}  // namespace hawser

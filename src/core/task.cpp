@@ -1,0 +1,104 @@
+#include "core/batch.h"
+#include "core/transport.h"
+
+namespace hawser {
+
+int failureRank(TransferState s) {
+  switch (s) {
+    case TransferState::kFailed: return 4;
+    case TransferState::kTimeout: return 3;
+    case TransferState::kCanceled: return 2;
+    case TransferState::kInvalid: return 1;
+    default: return 0;
+  }
+}
+
+static TransferState stateOfRank(int rank) {
+  switch (rank) {
+    case 4: return TransferState::kFailed;
+    case 3: return TransferState::kTimeout;
+    case 2: return TransferState::kCanceled;
+    case 1: return TransferState::kInvalid;
+    default: return TransferState::kCompleted;
+  }
+}
+
+void Task::completeSlice(TransferState state, uint64_t bytes, const Status& error) {
+  if (state == TransferState::kCompleted) {
+    bytes_done_.fetch_add(bytes, std::memory_order_relaxed);
+  } else {
+    int rank = failureRank(state);
+    if (rank == 0) rank = 4;  // a non-terminal state reported as an end is a failure
+    std::lock_guard lk(error_mu_);
+    if (rank > worst_rank_.load()) {
+      worst_rank_.store(rank);
+      error_ = error.ok() ? Status(Code::kInternal, "slice failed without a reason") : error;
+    }
+  }
+  uint32_t done = slices_done_.fetch_add(1, std::memory_order_acq_rel) + 1;
+  if (done == slices_total_) batch_->taskFinished();
+}
+
+bool Task::terminal() const {
+  return submitted_.load(std::memory_order_acquire) &&
+         slices_done_.load(std::memory_order_acquire) >= slices_total_;
+}
+
+TransferStatus Task::status() const {
+  TransferStatus st;
+  if (!submitted_.load(std::memory_order_acquire)) {
+    st.s = TransferState::kWaiting;
+    return st;
+  }
+  uint32_t done = slices_done_.load(std::memory_order_acquire);
+  st.transferred_bytes = bytes_done_.load(std::memory_order_relaxed);
+  if (done < slices_total_) {
+    st.s = TransferState::kPending;
+    return st;
+  }
+  int rank = worst_rank_.load();
+  st.s = stateOfRank(rank);
+  if (rank != 0) {
+    std::lock_guard lk(error_mu_);
+    st.error = error_;
+  } else if (st.transferred_bytes != request_.length) {
+    // Every slice reported success but bytes are missing: never report that
+    // as COMPLETED.
+    st.s = TransferState::kFailed;
+    st.error = Status(Code::kInternal, "slices completed but transferred_bytes != length");
+  }
+  return st;
+}
+
+void Batch::taskFinished() {
+  std::lock_guard lk(done_mu_);
+  if (unfinished_.fetch_sub(1) == 1) done_cv_.notify_all();
+}
+
+TransferStatus Batch::aggregate() const {
+  TransferStatus out;
+  size_t n = taskCount();
+  if (n == 0) {
+    out.s = TransferState::kWaiting;
+    return out;
+  }
+  bool pending = false;
+  int worst = 0;
+  for (size_t i = 0; i < n; ++i) {
+    TransferStatus t = tasks_[i].status();
+    out.transferred_bytes += t.transferred_bytes;
+    if (!isTerminal(t.s)) {
+      pending = true;
+      continue;
+    }
+    int r = failureRank(t.s);
+    if (r > worst) {
+      worst = r;
+      out.error = t.error;
+    }
+  }
+  out.s = pending ? TransferState::kPending : stateOfRank(worst);
+  return out;
+}
+
+}  // namespace hawser

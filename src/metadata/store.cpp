@@ -1,0 +1,29 @@
+#include "metadata/store.h"
+
+#include <fmt/format.h>
+
+#include "metadata/p2p_store.h"
+#if HAWSER_HAVE_ETCD
+#include "metadata/etcd_store.h"
+#endif
+
+namespace hawser {
+
+Status makeMetadataStore(const std::string& uri, Config& config, rpc::Server* rpc,
+                         std::unique_ptr<MetadataStore>& out) {
+  if (uri.empty() || uri == "p2p" || uri == "P2PHANDSHAKE") {
+    out = std::make_unique<P2pStore>(config, rpc);
+    return Status::OK();
+  }
+  if (uri.rfind("etcd://", 0) == 0) {
+#if HAWSER_HAVE_ETCD
+    return makeEtcdStore(uri, config, out);
+#else
+    return {Code::kNotSupported, fmt::format("metadata_uri '{}': this build has no etcd support", uri)};
+#endif
+  }
+  return {Code::kInvalidArgument,
+          fmt::format("metadata_uri '{}' is not supported: use \"p2p\" or \"etcd://host:port[,host:port]\"", uri)};
+}
+
+}  // namespace hawser

@@ -1,0 +1,220 @@
+#include "rpc/socket.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fmt/format.h>
+
+namespace hawser::net {
+
+Fd& Fd::operator=(Fd&& o) noexcept {
+  if (this != &o) reset(o.release());
+  return *this;
+}
+
+void Fd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+void setNoDelay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+void setTimeouts(int fd, std::chrono::milliseconds timeout) {
+  timeval tv{};
+  tv.tv_sec = timeout.count() / 1000;
+  tv.tv_usec = (timeout.count() % 1000) * 1000;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+void setBufferSizes(int fd, int bytes) {
+  if (bytes <= 0) return;
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+}
+
+Status splitHostPort(const std::string& text, std::string& host, uint16_t& port) {
+  auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
+    return {Code::kInvalidArgument, fmt::format("'{}' is not HOST:PORT", text)};
+  std::string h = text.substr(0, colon);
+  if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  unsigned long p = 0;
+  for (char c : text.substr(colon + 1)) {
+    if (c < '0' || c > '9') return {Code::kInvalidArgument, fmt::format("'{}': port is not a number", text)};
+    p = p * 10 + static_cast<unsigned long>(c - '0');
+    if (p > 65535) return {Code::kInvalidArgument, fmt::format("'{}': port is over 65535", text)};
+  }
+  host = h;
+  port = static_cast<uint16_t>(p);
+  return Status::OK();
+}
+
+static Status resolve(const std::string& host, uint16_t port, bool passive, addrinfo** out) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  if (passive) hints.ai_flags = AI_PASSIVE;
+  std::string svc = std::to_string(port);
+  int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), svc.c_str(), &hints, out);
+  if (rc != 0) return {Code::kUnavailable, fmt::format("cannot resolve host '{}': {}", host, gai_strerror(rc))};
+  return Status::OK();
+}
+
+Status connectTo(const std::string& host, uint16_t port, std::chrono::milliseconds timeout, Fd& out) {
+  addrinfo* ai = nullptr;
+  Status s = resolve(host, port, false, &ai);
+  if (!s.ok()) return s;
+  Status last{Code::kUnavailable, fmt::format("cannot connect to {}:{}", host, port)};
+  for (addrinfo* p = ai; p; p = p->ai_next) {
+    Fd fd(::socket(p->ai_family, p->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, p->ai_protocol));
+    if (!fd) {
+      last = {Code::kUnavailable, fmt::format("socket(): {}", std::strerror(errno))};
+      continue;
+    }
+    int rc = ::connect(fd.get(), p->ai_addr, p->ai_addrlen);
+    if (rc != 0 && errno != EINPROGRESS) {
+      last = {Code::kUnavailable, fmt::format("connect to {}:{}: {}", host, port, std::strerror(errno))};
+      continue;
+    }
+    if (rc != 0) {
+      pollfd pfd{fd.get(), POLLOUT, 0};
+      int pr;
+      do {
+        pr = ::poll(&pfd, 1, static_cast<int>(timeout.count()));
+      } while (pr < 0 && errno == EINTR);
+      if (pr == 0) {
+        last = {Code::kTimeout, fmt::format("connect to {}:{} timed out after {} ms", host, port, timeout.count())};
+        continue;
+      }
+      int err = 0;
+      socklen_t len = sizeof(err);
+      ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) {
+        last = {Code::kUnavailable, fmt::format("connect to {}:{}: {}", host, port, std::strerror(err))};
+        continue;
+      }
+    }
+    int fl = ::fcntl(fd.get(), F_GETFL);
+    ::fcntl(fd.get(), F_SETFL, fl & ~O_NONBLOCK);
+    setNoDelay(fd.get());
+    ::freeaddrinfo(ai);
+    out = std::move(fd);
+    return Status::OK();
+  }
+  ::freeaddrinfo(ai);
+  return last;
+}
+
+Status listenOn(const std::string& host, uint16_t port, int backlog, Fd& out, uint16_t& bound) {
+  addrinfo* ai = nullptr;
+  Status s = resolve(host, port, true, &ai);
+  if (!s.ok()) return s;
+  Status last{Code::kUnavailable, fmt::format("cannot listen on {}:{}", host, port)};
+  for (addrinfo* p = ai; p; p = p->ai_next) {
+    Fd fd(::socket(p->ai_family, p->ai_socktype | SOCK_CLOEXEC, p->ai_protocol));
+    if (!fd) continue;
+    int one = 1;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd.get(), p->ai_addr, p->ai_addrlen) != 0) {
+      last = {Code::kUnavailable, fmt::format("bind {}:{}: {}", host, port, std::strerror(errno))};
+      continue;
+    }
+    if (::listen(fd.get(), backlog) != 0) {
+      last = {Code::kUnavailable, fmt::format("listen {}:{}: {}", host, port, std::strerror(errno))};
+      continue;
+    }
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len);
+    bound = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                           : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+    ::freeaddrinfo(ai);
+    out = std::move(fd);
+    return Status::OK();
+  }
+  ::freeaddrinfo(ai);
+  return last;
+}
+
+static Status ioError(const char* what, int err) {
+  if (err == EAGAIN || err == EWOULDBLOCK) return {Code::kTimeout, fmt::format("{} timed out", what)};
+  return {Code::kUnavailable, fmt::format("{}: {}", what, std::strerror(err))};
+}
+
+Status sendAll(int fd, const void* data, size_t len) {
+  const char* p = static_cast<const char*>(data);
+  while (len > 0) {
+    ssize_t n = ::send(fd, p, len, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ioError("send", errno);
+    }
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+  return Status::OK();
+}
+
+Status sendAllv(int fd, struct iovec* iov, int iovcnt) {
+  while (iovcnt > 0) {
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(iovcnt);
+    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ioError("send", errno);
+    }
+    size_t left = static_cast<size_t>(n);
+    while (iovcnt > 0 && left >= iov->iov_len) {
+      left -= iov->iov_len;
+      ++iov;
+      --iovcnt;
+    }
+    if (iovcnt > 0) {
+      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+  return Status::OK();
+}
+
+Status recvAll(int fd, void* data, size_t len) {
+  char* p = static_cast<char*>(data);
+  while (len > 0) {
+    ssize_t n = ::recv(fd, p, len, MSG_WAITALL);
+    if (n == 0) return {Code::kUnavailable, "connection closed by peer"};
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ioError("recv", errno);
+    }
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+  return Status::OK();
+}
+
+Status discard(int fd, size_t len) {
+  char buf[65536];
+  while (len > 0) {
+    size_t n = len < sizeof(buf) ? len : sizeof(buf);
+    Status s = recvAll(fd, buf, n);
+    if (!s.ok()) return s;
+    len -= n;
+  }
+  return Status::OK();
+}
+
+}  // namespace hawser::net
