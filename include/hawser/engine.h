@@ -55,6 +55,9 @@ class TransferEngine {
   // ("file:///abs/path" or a registered file segment name).
   Status openSegment(const std::string& name, SegmentID& out);
   Status closeSegment(SegmentID id);
+  // The buffers of an open segment (refreshed from metadata), e.g. to learn
+  // the remote addresses to target.
+  Status segmentBuffers(SegmentID id, std::vector<SegmentBuffer>& out);
 
   // Publishes a named file segment made of `files` (concatenated in order).
   Status registerFileSegment(const std::string& name, const std::vector<FileDesc>& files);

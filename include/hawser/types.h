@@ -69,4 +69,13 @@ struct FileDesc {
   std::map<std::string, std::string> local_path_map;  // server name -> path on that host
 };
 
+// One buffer of an open segment as seen by a peer: for memory segments the
+// remote virtual address range, for file segments one backing file's range
+// in the logical space.
+struct SegmentBuffer {
+  uint64_t addr = 0;
+  uint64_t length = 0;
+  std::string location;  // "cpu:0", "cuda:1", or the file path for file segments
+};
+
 }  // namespace hawser

@@ -122,6 +122,29 @@ void EngineImpl::shutdown() {
   initialized_ = false;
 }
 
+Status EngineImpl::installTransport(std::unique_ptr<Transport> t) {
+  Status s = checkInit();
+  if (!s.ok()) return s;
+  TransportContext ctx;
+  ctx.config = &config_;
+  ctx.registry = &registry_;
+  ctx.rpc = &rpc_;
+  ctx.server_name = server_name_;
+  ctx.host = host_;
+  ctx.rpc_port = rpc_.port();
+  ctx.host_id = host_id_;
+  s = t->install(ctx);
+  if (!s.ok()) return s;
+  std::lock_guard lk(reg_mu_);
+  for (auto& r : registry_.snapshot()) {
+    nlohmann::json a = nlohmann::json::object();
+    s = t->registerMemory(reinterpret_cast<void*>(r.addr), r.length, r.location, r.remote_accessible, a);
+    if (!s.ok()) return s;
+  }
+  transports_.insert(transports_.begin(), std::move(t));
+  return Status::OK();
+}
+
 SegmentDesc EngineImpl::localDescriptor() const {
   SegmentDesc d;
   d.kind = SegmentDesc::Kind::kMemory;
@@ -316,6 +339,25 @@ Status EngineImpl::closeSegment(SegmentID id) {
     segments_.erase(it);
   }
   for (auto& t : transports_) t->closeSegment(*closed);
+  return Status::OK();
+}
+
+Status EngineImpl::segmentBuffers(SegmentID id, std::vector<SegmentBuffer>& out) {
+  Status s = checkInit();
+  if (!s.ok()) return s;
+  auto d = refreshSegment(id);
+  if (!d) d = segmentDesc(id);
+  if (!d) return {Code::kSegmentNotFound, fmt::format("segment id {} is not open", id)};
+  out.clear();
+  if (d->kind == SegmentDesc::Kind::kFile) {
+    uint64_t off = 0;
+    for (auto& f : d->files) {
+      out.push_back(SegmentBuffer{off, f.length, f.file_path});
+      off += f.length;
+    }
+  } else {
+    for (auto& b : d->buffers) out.push_back(SegmentBuffer{b.addr, b.length, b.location});
+  }
   return Status::OK();
 }
 
@@ -628,6 +670,9 @@ Status TransferEngine::unregisterLocalMemoryBatch(const std::vector<void*>& addr
 }
 Status TransferEngine::openSegment(const std::string& name, SegmentID& out) { return impl_->openSegment(name, out); }
 Status TransferEngine::closeSegment(SegmentID id) { return impl_->closeSegment(id); }
+Status TransferEngine::segmentBuffers(SegmentID id, std::vector<SegmentBuffer>& out) {
+  return impl_->segmentBuffers(id, out);
+}
 Status TransferEngine::registerFileSegment(const std::string& name, const std::vector<FileDesc>& files) {
   return impl_->registerFileSegment(name, files);
 }

@@ -34,6 +34,7 @@ class EngineImpl {
 
   Status openSegment(const std::string& name, SegmentID& out);
   Status closeSegment(SegmentID id);
+  Status segmentBuffers(SegmentID id, std::vector<SegmentBuffer>& out);
   Status registerFileSegment(const std::string& name, const std::vector<FileDesc>& files);
   Status unregisterFileSegment(const std::string& name);
 
@@ -44,6 +45,9 @@ class EngineImpl {
   Status wait(BatchID id, std::chrono::milliseconds timeout);
   Status cancel(BatchID id);
   Status freeBatch(BatchID id);
+
+  // Installs an extra transport, most preferred (tests and embedders).
+  Status installTransport(std::unique_ptr<Transport> t);
 
   SegmentDesc localDescriptor() const;
   std::vector<std::string> transportNames() const;

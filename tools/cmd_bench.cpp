@@ -1,0 +1,336 @@
+// `hawser bench`: an initiator driving READ or WRITE batches against a
+// segment (a `hawser serve` target, or a file segment), with verification,
+// live progress and a summary (text, or one JSON object on the last line).
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "core/config.h"
+#include "hawser/engine.h"
+#include "tools/commands.h"
+#include "tools/pattern.h"
+
+namespace hawser::tools {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchOpts {
+  std::string target;
+  std::string op = "read";
+  std::string block_size = "1M";
+  size_t batch_size = 32;
+  size_t threads = 2;
+  double seconds = 0;
+  std::string total;
+  bool json = false;
+  bool no_verify = false;
+  std::string metadata = "p2p";
+  std::string name;
+  std::string host = "127.0.0.1";
+  std::string target_offset = "0";
+};
+
+void fail(const std::string& what, const Status& s) { fmt::print(stderr, "hawser bench: {}: {}\n", what, s.toString()); }
+
+// Moves [local, local+len) <-> target [off, off+len) in chunks of `block`
+// with one batch per chunk group, for preparation and verification.
+Status bulk(TransferEngine& e, SegmentID seg, OpCode op, char* local, uint64_t off, uint64_t len, uint64_t block,
+            size_t batch) {
+  uint64_t done = 0;
+  while (done < len) {
+    std::vector<TransferRequest> reqs;
+    while (done < len && reqs.size() < batch) {
+      uint64_t n = std::min(block, len - done);
+      reqs.push_back(TransferRequest{op, local + done, seg, off + done, n});
+      done += n;
+    }
+    BatchID b;
+    Status s = e.allocateBatchID(reqs.size(), b);
+    if (!s.ok()) return s;
+    s = e.submitTransfer(b, reqs);
+    if (s.ok()) s = e.waitTransfer(b, std::chrono::seconds(120));
+    TransferStatus st;
+    if (s.ok()) s = e.getBatchTransferStatus(b, st);
+    if (s.ok() && st.s != TransferState::kCompleted)
+      s = Status(st.error.ok() ? Code::kIoError : st.error.code(),
+                 fmt::format("batch ended {}: {}", stateName(st.s), st.error.message()));
+    (void)e.freeBatchID(b);
+    if (!s.ok()) return s;
+  }
+  return Status::OK();
+}
+
+double pct(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  size_t k = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(k), v.end());
+  return v[k];
+}
+
+int runBench(const BenchOpts& o) {
+  auto block = parseSize(o.block_size);
+  if (!block || *block == 0) {
+    fmt::print(stderr, "hawser bench: --block-size '{}' is not a size\n", o.block_size);
+    return 2;
+  }
+  auto base_off = parseSize(o.target_offset);
+  if (!base_off) {
+    fmt::print(stderr, "hawser bench: --target-offset '{}' is not a size\n", o.target_offset);
+    return 2;
+  }
+  if (o.op != "read" && o.op != "write") {
+    fmt::print(stderr, "hawser bench: --op must be read or write, got '{}'\n", o.op);
+    return 2;
+  }
+  if (o.batch_size == 0 || o.threads == 0) {
+    fmt::print(stderr, "hawser bench: --batch-size and --threads must be >= 1\n");
+    return 2;
+  }
+  uint64_t total_bytes = 0;
+  if (!o.total.empty()) {
+    auto t = parseSize(o.total);
+    if (!t || *t == 0) {
+      fmt::print(stderr, "hawser bench: --total '{}' is not a size\n", o.total);
+      return 2;
+    }
+    total_bytes = *t;
+  }
+  double seconds = o.seconds > 0 ? o.seconds : (total_bytes ? 0 : 5.0);
+  const OpCode op = o.op == "read" ? OpCode::kRead : OpCode::kWrite;
+
+  TransferEngine engine;
+  Status s = engine.init(o.metadata, o.name.empty() ? o.host : o.name, o.host, 0);
+  if (!s.ok()) return fail("init", s), 1;
+  SegmentID seg;
+  s = engine.openSegment(o.target, seg);
+  if (!s.ok()) return fail(fmt::format("open segment '{}'", o.target), s), 1;
+  std::vector<SegmentBuffer> bufs;
+  s = engine.segmentBuffers(seg, bufs);
+  if (!s.ok()) return fail("segment buffers", s), 1;
+  if (bufs.empty()) {
+    fmt::print(stderr, "hawser bench: segment '{}' exposes no buffers\n", o.target);
+    return 1;
+  }
+  // Target space: memory -> its first buffer; file -> the whole logical space.
+  bool is_file = o.target.rfind("file://", 0) == 0 || bufs[0].location.rfind("cpu", 0) != 0 &&
+                                                          bufs[0].location.rfind("cuda", 0) != 0;
+  uint64_t tbase = is_file ? 0 : bufs[0].addr;
+  uint64_t tlen = is_file ? bufs.back().addr + bufs.back().length : bufs[0].length;
+  if (*base_off >= tlen) {
+    fmt::print(stderr, "hawser bench: --target-offset {} is past the segment's {} bytes\n", *base_off, tlen);
+    return 2;
+  }
+  tbase += *base_off;
+  tlen -= *base_off;
+  const uint64_t slots_per_target = tlen / *block;
+  if (slots_per_target == 0) {
+    fmt::print(stderr, "hawser bench: block size {} is larger than the target's {} bytes\n", *block, tlen);
+    return 2;
+  }
+  const size_t nslots = o.threads * o.batch_size;
+  const uint64_t local_len = nslots * *block;
+  void* lmem = ::mmap(nullptr, local_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (lmem == MAP_FAILED) {
+    fmt::print(stderr, "hawser bench: cannot allocate {} bytes of local memory\n", local_len);
+    return 1;
+  }
+  char* local = static_cast<char*>(lmem);
+  s = engine.registerLocalMemory(local, local_len, "cpu:0", false);
+  if (!s.ok()) return fail("register local memory", s), 1;
+  auto targetOf = [&](size_t slot) { return (slot % slots_per_target) * *block; };  // relative to tbase
+  const size_t used_slots = std::min<uint64_t>(nslots, slots_per_target);
+
+  const bool verify = !o.no_verify;
+  std::random_device rd;
+  const uint64_t seed_read = (static_cast<uint64_t>(rd()) << 32) | rd();
+  const uint64_t seed_write = seed_read ^ 0x5a5a5a5a5a5a5a5aULL;
+  // Prepare: the target's used blocks hold pattern(seed_read); for writes the
+  // local slots hold pattern(seed_write) of their target offsets.
+  if (verify) {
+    for (size_t k = 0; k < used_slots; ++k) fillPattern(local + k * *block, *block, seed_read, targetOf(k));
+    for (size_t k = 0; k < used_slots; ++k) {
+      s = bulk(engine, seg, OpCode::kWrite, local + k * *block, tbase + targetOf(k), *block, *block, 1);
+      if (!s.ok()) return fail("prepare target pattern", s), 1;
+    }
+  }
+  if (op == OpCode::kWrite)
+    for (size_t k = 0; k < nslots; ++k) fillPattern(local + k * *block, *block, seed_write, targetOf(k));
+  else
+    std::memset(local, 0, local_len);
+
+  std::atomic<uint64_t> bytes_done{0}, ops_done{0}, budget{0};
+  std::atomic<bool> stop{false};
+  std::atomic<int> errors{0};
+  std::mutex err_mu;
+  Status first_error;
+  std::mutex lat_mu;
+  std::vector<double> lat_us;
+  const uint64_t batch_bytes = o.batch_size * *block;
+  auto t0 = Clock::now();
+  std::vector<std::thread> workers;
+  for (size_t t = 0; t < o.threads; ++t) {
+    workers.emplace_back([&, t] {
+      std::vector<TransferRequest> reqs(o.batch_size);
+      for (size_t i = 0; i < o.batch_size; ++i) {
+        size_t k = t * o.batch_size + i;
+        reqs[i] = TransferRequest{op, local + k * *block, seg, tbase + targetOf(k), *block};
+      }
+      std::vector<double> mine;
+      while (!stop.load(std::memory_order_relaxed)) {
+        if (total_bytes && budget.fetch_add(batch_bytes) >= total_bytes) break;
+        auto b0 = Clock::now();
+        BatchID b;
+        Status st = engine.allocateBatchID(o.batch_size, b);
+        if (st.ok()) st = engine.submitTransfer(b, reqs);
+        if (st.ok()) st = engine.waitTransfer(b, std::chrono::seconds(60));
+        TransferStatus agg;
+        if (st.ok()) st = engine.getBatchTransferStatus(b, agg);
+        if (st.ok() && agg.s != TransferState::kCompleted)
+          st = Status(agg.error.ok() ? Code::kIoError : agg.error.code(),
+                      fmt::format("batch ended {}: {}", stateName(agg.s), agg.error.message()));
+        if (b) (void)engine.freeBatchID(b);
+        if (!st.ok()) {
+          std::lock_guard lk(err_mu);
+          if (first_error.ok()) first_error = st;
+          errors++;
+          stop = true;
+          break;
+        }
+        mine.push_back(std::chrono::duration<double, std::micro>(Clock::now() - b0).count());
+        bytes_done += batch_bytes;
+        ops_done += o.batch_size;
+      }
+      std::lock_guard lk(lat_mu);
+      lat_us.insert(lat_us.end(), mine.begin(), mine.end());
+    });
+  }
+  const bool tty = ::isatty(2);
+  auto last = t0;
+  uint64_t last_bytes = 0;
+  while (true) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto now = Clock::now();
+    double el = std::chrono::duration<double>(now - t0).count();
+    if (seconds > 0 && el >= seconds) stop = true;
+    if (total_bytes && bytes_done.load() >= total_bytes) stop = true;
+    bool all_done = stop.load();
+    if (tty && (now - last >= std::chrono::milliseconds(500) || all_done)) {
+      uint64_t b = bytes_done.load();
+      double inst = (b - last_bytes) / std::chrono::duration<double>(now - last).count() / 1e9;
+      fmt::print(stderr, "\r[{:6.1f}s] {:8.2f} GB/s now, {:10.3f} GB moved, {} ops   ", el, inst, b / 1e9,
+                 ops_done.load());
+      last = now;
+      last_bytes = b;
+    }
+    if (all_done || errors) break;
+  }
+  for (auto& w : workers) w.join();
+  double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (tty) fmt::print(stderr, "\n");
+  if (errors) {
+    fail("transfer", first_error);
+    return 1;
+  }
+
+  // Verify.
+  bool verified = false;
+  std::string verify_error;
+  if (verify) {
+    verified = true;
+    if (op == OpCode::kRead) {
+      for (size_t k = 0; k < nslots && verified; ++k) {
+        int64_t bad = checkPattern(local + k * *block, *block, seed_read, targetOf(k));
+        if (bad >= 0) {
+          verified = false;
+          verify_error = fmt::format("read data mismatch at slot {} byte {} (target offset {})", k, bad,
+                                     targetOf(k) + static_cast<uint64_t>(bad));
+        }
+      }
+    } else {
+      std::memset(local, 0, local_len);
+      for (size_t k = 0; k < used_slots && verified; ++k) {
+        s = bulk(engine, seg, OpCode::kRead, local + k * *block, tbase + targetOf(k), *block, *block, 1);
+        if (!s.ok()) {
+          verified = false;
+          verify_error = "read-back failed: " + s.toString();
+          break;
+        }
+        int64_t bad = checkPattern(local + k * *block, *block, seed_write, targetOf(k));
+        if (bad >= 0) {
+          verified = false;
+          verify_error = fmt::format("written data mismatch at target offset {}", targetOf(k) + static_cast<uint64_t>(bad));
+        }
+      }
+    }
+  }
+  uint64_t bytes = bytes_done.load();
+  uint64_t ops = ops_done.load();
+  double gbps = bytes / elapsed / 1e9;
+  double p50 = pct(lat_us, 0.50), p99 = pct(lat_us, 0.99);
+  auto names = engine.transports();
+  if (!o.json) {
+    fmt::print("op {}  block {}  batch {}  threads {}  target {}\n", o.op, *block, o.batch_size, o.threads, o.target);
+    fmt::print("moved {:.3f} GB in {:.2f} s: {:.3f} GB/s, {:.0f} ops/s, batch latency p50 {:.0f} us p99 {:.0f} us\n",
+               bytes / 1e9, elapsed, gbps, ops / elapsed, p50, p99);
+    fmt::print("verified: {}{}\n", verify ? (verified ? "yes" : "NO") : "skipped (--no-verify)",
+               verify_error.empty() ? "" : " — " + verify_error);
+  } else {
+    if (!verify_error.empty()) fmt::print(stderr, "hawser bench: {}\n", verify_error);
+    nlohmann::json j;
+    j["op"] = o.op;
+    j["bytes"] = bytes;
+    j["seconds"] = elapsed;
+    j["gbps"] = gbps;
+    j["ops_per_s"] = ops / elapsed;
+    j["p50_us"] = p50;
+    j["p99_us"] = p99;
+    j["verified"] = verified;
+    j["block_size"] = *block;
+    j["batch_size"] = o.batch_size;
+    j["threads"] = o.threads;
+    j["target"] = o.target;
+    j["transports"] = names;
+    fmt::print("{}\n", j.dump());
+  }
+  (void)engine.unregisterLocalMemory(local);
+  ::munmap(lmem, local_len);
+  return verify && !verified ? 3 : 0;
+}
+
+}  // namespace
+
+void addBench(CLI::App& app, Commands& cmds) {
+  auto o = std::make_shared<BenchOpts>();
+  auto* sub = app.add_subcommand("bench", "Drive READ/WRITE batches against a segment and report throughput");
+  sub->add_option("--target", o->target, "segment: HOST:PORT (p2p), a name (etcd), file:///path or a file segment")
+      ->required();
+  sub->add_option("--op", o->op, "read or write")->capture_default_str();
+  sub->add_option("--block-size", o->block_size, "bytes per request (K/M/G)")->capture_default_str();
+  sub->add_option("--batch-size", o->batch_size, "requests per batch")->capture_default_str();
+  sub->add_option("--threads", o->threads, "initiator threads, one batch in flight each")->capture_default_str();
+  auto* secs = sub->add_option("--seconds", o->seconds, "run this long (default 5 when --total is not given)");
+  auto* tot = sub->add_option("--total", o->total, "move this many bytes (K/M/G), then stop");
+  secs->excludes(tot);
+  sub->add_flag("--json", o->json, "print the summary as one JSON object on the last line");
+  sub->add_flag("--no-verify", o->no_verify, "skip the data check");
+  sub->add_option("--metadata", o->metadata, "metadata: p2p or etcd://host:port[,host:port]")->capture_default_str();
+  sub->add_option("--name", o->name, "this engine's server name");
+  sub->add_option("--host", o->host, "local address to listen on / advertise")->capture_default_str();
+  sub->add_option("--target-offset", o->target_offset, "start of the target range inside the segment")
+      ->capture_default_str();
+  sub->callback([o, &cmds] { cmds.run = [o] { return runBench(*o); }; });
+}
+
+}  // namespace hawser::tools

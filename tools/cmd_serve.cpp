@@ -1,0 +1,90 @@
+// `hawser serve`: a target exposing registered memory.
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fmt/format.h>
+#include <thread>
+
+#include "core/config.h"
+#include "hawser/engine.h"
+#include "tools/commands.h"
+
+namespace hawser::tools {
+
+namespace {
+std::atomic<bool> g_stop{false};
+void onSignal(int) { g_stop = true; }
+
+struct ServeOpts {
+  std::string listen = "127.0.0.1:0";
+  std::string memory = "1G";
+  std::string metadata = "p2p";
+  std::string name;
+};
+
+int runServe(const ServeOpts& o) {
+  auto size = parseSize(o.memory);
+  if (!size || *size == 0) {
+    fmt::print(stderr, "hawser serve: --memory '{}' is not a size (use e.g. 512M, 1G)\n", o.memory);
+    return 2;
+  }
+  std::string host;
+  uint16_t port = 0;
+  auto colon = o.listen.rfind(':');
+  if (colon == std::string::npos) {
+    fmt::print(stderr, "hawser serve: --listen '{}' is not HOST:PORT\n", o.listen);
+    return 2;
+  }
+  host = o.listen.substr(0, colon);
+  try {
+    int p = std::stoi(o.listen.substr(colon + 1));
+    if (p < 0 || p > 65535) throw std::out_of_range("port");
+    port = static_cast<uint16_t>(p);
+  } catch (...) {
+    fmt::print(stderr, "hawser serve: --listen '{}': port is not a number in 0..65535\n", o.listen);
+    return 2;
+  }
+  void* mem = ::mmap(nullptr, *size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (mem == MAP_FAILED) {
+    fmt::print(stderr, "hawser serve: cannot allocate {} bytes: {}\n", *size, std::strerror(errno));
+    return 1;
+  }
+  TransferEngine engine;
+  Status s = engine.init(o.metadata, o.name.empty() ? host : o.name, host, port);
+  if (!s.ok()) {
+    fmt::print(stderr, "hawser serve: init: {}\n", s.toString());
+    return 1;
+  }
+  s = engine.registerLocalMemory(mem, *size, "cpu:0", true);
+  if (!s.ok()) {
+    fmt::print(stderr, "hawser serve: register {} bytes: {}\n", *size, s.toString());
+    return 1;
+  }
+  ::signal(SIGINT, onSignal);
+  ::signal(SIGTERM, onSignal);
+  fmt::print("segment: {}\n", engine.segmentName());
+  fmt::print("memory: {:#x} {} bytes\n", reinterpret_cast<uint64_t>(mem), *size);
+  fmt::print("transports: {}\n", fmt::join(engine.transports(), ","));
+  fmt::print("ready\n");
+  std::fflush(stdout);
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  (void)engine.unregisterLocalMemory(mem);
+  ::munmap(mem, *size);
+  return 0;
+}
+}  // namespace
+
+void addServe(CLI::App& app, Commands& cmds) {
+  auto o = std::make_shared<ServeOpts>();
+  auto* sub = app.add_subcommand("serve", "Expose registered memory as a segment until interrupted");
+  sub->add_option("--listen", o->listen, "HOST:PORT to listen on (port 0 = any free)")->capture_default_str();
+  sub->add_option("--memory", o->memory, "bytes of memory to expose (K/M/G suffixes)")->capture_default_str();
+  sub->add_option("--metadata", o->metadata, "metadata: p2p or etcd://host:port[,host:port]")->capture_default_str();
+  sub->add_option("--name", o->name, "server name (with etcd: the segment name)");
+  sub->callback([o, &cmds] { cmds.run = [o] { return runServe(*o); }; });
+}
+
+}  // namespace hawser::tools
