@@ -1,0 +1,163 @@
+// A small etcd v3 client over etcd's HTTP/JSON gateway (grpc-gateway), built
+// on libcurl. Every call is a POST of a JSON body to /v3/<service>/<method>;
+// keys and values travel base64-encoded, int64 fields come back as strings.
+//
+// Endpoints: a list of "host:port"; a call goes to the endpoint that last
+// answered and fails over to the next one when it cannot be reached. A call
+// is retried (bounded rounds, exponential backoff) while its deadline allows.
+// Thread-safe: curl handles come from a pool, one per concurrent call.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hawser/status.h"
+
+namespace hawser::etcd {
+
+struct Endpoint {
+  std::string host;
+  uint16_t port = 0;
+  std::string text() const;  // "host:port" ("[v6]:port" for IPv6 literals)
+};
+
+// Parses "etcd://host:port[,host:port...]" strictly: kInvalidArgument naming
+// the URI and the part at fault for anything else (no scheme, empty list,
+// empty host, missing/zero/non-numeric port, paths, spaces, duplicates).
+Status parseUri(const std::string& uri, std::vector<Endpoint>& out);
+
+std::string base64Encode(std::string_view in);
+// False on characters outside the alphabet or bad padding.
+bool base64Decode(std::string_view in, std::string& out);
+
+// The end of the key range holding every key that starts with `prefix`.
+std::string prefixRangeEnd(const std::string& prefix);
+
+struct KeyValue {
+  std::string key;
+  std::string value;
+  int64_t create_revision = 0;
+  int64_t mod_revision = 0;
+  int64_t version = 0;
+  int64_t lease = 0;
+};
+
+// One watch event (type PUT or DELETE).
+struct WatchEvent {
+  bool is_delete = false;
+  KeyValue kv;  // for DELETE: key and mod_revision (the deletion's revision)
+};
+
+struct Options {
+  // Deadline of one foreground call, retries included.
+  std::chrono::milliseconds timeout{3000};
+  // Per attempt, to establish the TCP connection to one endpoint.
+  std::chrono::milliseconds connect_timeout{1000};
+  // Extra rounds over all endpoints after the first one fails.
+  int retries = 2;
+  // First backoff between rounds (doubles each round).
+  std::chrono::milliseconds backoff{100};
+};
+
+// Per-call overrides.
+struct CallOptions {
+  // false: retry only when the request surely was not sent (txn, grant).
+  bool idempotent = true;
+  // Gets the gRPC status code of a refusal (5 = not found), 0 otherwise.
+  int* grpc_code = nullptr;
+  // 0: Options::timeout.
+  std::chrono::milliseconds timeout{0};
+  // -1: Options::retries.
+  int retries = -1;
+};
+
+class Client {
+ public:
+  Client(std::vector<Endpoint> endpoints, Options options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const Options& options() const { return options_; }
+  const std::vector<Endpoint>& endpoints() const { return endpoints_; }
+  // "a:1,b:2" — for error messages.
+  std::string endpointsText() const;
+
+  using CallOptions = etcd::CallOptions;
+
+  // POSTs `body` to /v3/<path> ("kv/range"). On success `reply` holds the
+  // parsed JSON. Errors: kUnavailable (no endpoint reachable, no leader),
+  // kTimeout (deadline passed), kMetadataError (etcd refused the request or
+  // answered something that is not JSON).
+  Status call(std::string_view path, const nlohmann::json& body, nlohmann::json& reply);
+  Status call(std::string_view path, const nlohmann::json& body, nlohmann::json& reply, const CallOptions& co);
+
+  // Asks every endpoint in turn for its status until one answers; kUnavailable
+  // naming every endpoint and why when none does.
+  Status probe();
+
+  // Single key. `out` empty when the key does not exist. `revision` gets the
+  // store revision of the answer.
+  Status get(const std::string& key, std::optional<KeyValue>& out, int64_t* revision = nullptr);
+  // Every key starting with `prefix`, sorted by key.
+  Status getPrefix(const std::string& prefix, std::vector<KeyValue>& out, int64_t* revision = nullptr,
+                   bool keys_only = false, const CallOptions& co = CallOptions());
+  Status put(const std::string& key, const std::string& value, int64_t lease = 0, const CallOptions& co = CallOptions());
+  // Puts iff the key's mod_revision equals `expect_mod_revision` (0: iff the
+  // key does not exist). On a lost race `succeeded` is false and `current`
+  // holds the key as it is now (empty if absent).
+  Status putIf(const std::string& key, const std::string& value, int64_t expect_mod_revision,
+               int64_t lease, bool& succeeded, std::optional<KeyValue>& current);
+  // Deletes iff mod_revision matches (0 = any). `deleted` = keys removed.
+  Status removeIf(const std::string& key, int64_t expect_mod_revision, int64_t& deleted);
+
+  Status leaseGrant(int64_t ttl_s, int64_t& id, int64_t& granted_ttl_s, const CallOptions& co = CallOptions());
+  // `ttl_s` <= 0 means the lease is gone (expired, revoked, or unknown to a
+  // freshly started etcd).
+  Status leaseKeepAlive(int64_t id, int64_t& ttl_s, const CallOptions& co = CallOptions());
+  // An unknown lease counts as revoked (Ok).
+  Status leaseRevoke(int64_t id, const CallOptions& co = CallOptions());
+
+  // Runs one watch stream on keys starting with `prefix`, from
+  // `start_revision`, calling `on_events` for each batch of events and
+  // `on_created` once the stream is established. Returns when `stop` becomes
+  // true (Ok), when the stream breaks (kUnavailable), or when etcd cancels the
+  // watch (kMetadataError; `compacted` set if history was compacted past
+  // start_revision).
+  Status watch(const std::string& prefix, int64_t start_revision, const std::atomic<bool>& stop,
+               const std::function<void()>& on_created,
+               const std::function<void(int64_t revision, const std::vector<WatchEvent>&)>& on_events,
+               bool& compacted);
+
+ private:
+  struct Handle;
+  Handle* acquire();
+  void release(Handle* h);
+  // One POST to one endpoint. transient=true when another endpoint or a retry may help.
+  Status postOnce(Handle* h, const Endpoint& ep, const std::string& url_path, const std::string& body,
+                  std::chrono::milliseconds timeout, nlohmann::json& reply, bool& transient,
+                  bool& maybe_sent, int* grpc_code);
+
+  std::vector<Endpoint> endpoints_;
+  Options options_;
+  std::atomic<size_t> preferred_{0};
+  std::mutex pool_mu_;
+  std::vector<Handle*> pool_;
+};
+
+// Reads an int64 field that the gateway sends as a string (or a number);
+// `def` when absent or malformed.
+int64_t jsonInt(const nlohmann::json& j, const char* field, int64_t def = 0);
+// Parses one "kv" object of a reply (base64 decoded).
+bool parseKv(const nlohmann::json& j, KeyValue& out);
+
+}  // namespace hawser::etcd

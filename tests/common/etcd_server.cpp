@@ -1,0 +1,217 @@
+#include "common/etcd_server.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+#include "metadata/etcd_client.h"
+
+namespace hawser::test {
+
+namespace fs = std::filesystem;
+
+uint16_t freeLoopbackPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  uint16_t port = 0;
+  socklen_t len = sizeof(a);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
+std::string EtcdServer::binary() {
+  if (const char* env = std::getenv("HAWSER_ETCD_BIN"); env && *env) {
+    return ::access(env, X_OK) == 0 ? std::string(env) : std::string();
+  }
+  const char* path = std::getenv("PATH");
+  std::string p = path ? path : "/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= p.size()) {
+    size_t end = p.find(':', start);
+    if (end == std::string::npos) end = p.size();
+    std::string dir = p.substr(start, end - start);
+    if (!dir.empty()) {
+      std::string cand = dir + "/etcd";
+      if (::access(cand.c_str(), X_OK) == 0) return cand;
+    }
+    start = end + 1;
+  }
+  return std::string();
+}
+
+std::string EtcdServer::missingReason() {
+  return "etcd binary not found (install it with `apt-get install etcd-server`, or set HAWSER_ETCD_BIN)";
+}
+
+EtcdServer::~EtcdServer() {
+  if (pid_ > 0) kill9();
+  if (!dir_.empty()) {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+}
+
+std::string EtcdServer::uri() const { return "etcd://" + endpoint(); }
+std::string EtcdServer::endpoint() const { return "127.0.0.1:" + std::to_string(client_port_); }
+
+bool EtcdServer::start() {
+  std::string bin = binary();
+  if (bin.empty()) {
+    error_ = missingReason();
+    return false;
+  }
+  std::string base = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+  std::string tmpl = base + "/hawser-etcd-XXXXXX";
+  std::vector<char> b(tmpl.begin(), tmpl.end());
+  b.push_back('\0');
+  if (::mkdtemp(b.data()) == nullptr) {
+    error_ = "mkdtemp under " + base + " failed";
+    return false;
+  }
+  dir_ = b.data();
+  // Ports can be taken between probing and etcd binding them: try a few pairs.
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    client_port_ = freeLoopbackPort();
+    peer_port_ = freeLoopbackPort();
+    if (client_port_ == 0 || peer_port_ == 0 || client_port_ == peer_port_) continue;
+    if (launch() && waitReady(20000)) return true;
+    kill9();
+    std::error_code ec;
+    fs::remove_all(dir_ + "/data", ec);
+  }
+  if (error_.empty()) error_ = "etcd did not start";
+  error_ += "; log: " + logTail();
+  return false;
+}
+
+bool EtcdServer::launch() {
+  const std::string bin = binary();
+  const std::string client = "http://" + endpoint();
+  const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
+  std::vector<std::string> args = {bin,
+                                   "--name", "t0",
+                                   "--data-dir", dir_ + "/data",
+                                   "--listen-client-urls", client,
+                                   "--advertise-client-urls", client,
+                                   "--listen-peer-urls", peer,
+                                   "--initial-advertise-peer-urls", peer,
+                                   "--initial-cluster", "t0=" + peer,
+                                   "--initial-cluster-state", "new",
+                                   "--logger", "zap",
+                                   "--log-level", "warn"};
+  const std::string log = dir_ + "/etcd.log";
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    error_ = "fork failed";
+    return false;
+  }
+  if (pid == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) ::dup2(devnull, 0);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  pid_ = pid;
+  return true;
+}
+
+bool EtcdServer::waitReady(int timeout_ms) {
+  etcd::Options o;
+  o.timeout = std::chrono::milliseconds(500);
+  o.connect_timeout = std::chrono::milliseconds(200);
+  o.retries = 0;
+  etcd::Client client({etcd::Endpoint{"127.0.0.1", client_port_}}, o);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int st = 0;
+    if (::waitpid(pid_, &st, WNOHANG) == pid_) {
+      pid_ = -1;
+      error_ = "etcd exited during startup";
+      return false;
+    }
+    // A linearizable read succeeds only once a leader is elected.
+    std::optional<etcd::KeyValue> kv;
+    if (client.get("hawser-test-ready", kv).ok()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  error_ = "etcd did not answer within " + std::to_string(timeout_ms) + " ms";
+  return false;
+}
+
+void EtcdServer::stop() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGTERM);
+  for (int i = 0; i < 500; ++i) {
+    int st = 0;
+    if (::waitpid(pid_, &st, WNOHANG) == pid_) {
+      pid_ = -1;
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill9();
+}
+
+void EtcdServer::kill9() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  int st = 0;
+  ::waitpid(pid_, &st, 0);
+  pid_ = -1;
+}
+
+bool EtcdServer::restart(bool wipe) {
+  if (pid_ > 0) stop();
+  if (wipe) {
+    std::error_code ec;
+    fs::remove_all(dir_ + "/data", ec);
+  }
+  error_.clear();
+  // The ports were ours a moment ago; SO_REUSEADDR in etcd lets it rebind.
+  if (launch() && waitReady(20000)) return true;
+  error_ += "; log: " + logTail();
+  return false;
+}
+
+std::string EtcdServer::logTail() const {
+  std::ifstream in(dir_ + "/etcd.log");
+  std::deque<std::string> lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    lines.push_back(line);
+    if (lines.size() > 8) lines.pop_front();
+  }
+  std::string out;
+  for (auto& l : lines) out += l + "\n";
+  return out;
+}
+
+}  // namespace hawser::test
