@@ -1,0 +1,28 @@
+// Two in-process engines: `target` exposes `target_mem`, `init` holds
+// `local_mem`, and `seg` is the target opened from the initiator. With a
+// FakeTransport installed in both (default) the data path is memcpy.
+#pragma once
+
+#include <memory>
+
+#include "common/fake_transport.h"
+#include "common/util.h"
+#include "core/engine_impl.h"
+#include "hawser/engine.h"
+
+namespace hawser::test {
+
+struct EnginePair {
+  explicit EnginePair(size_t target_bytes = 1 << 20, size_t local_bytes = 1 << 20, bool fake = true,
+                      size_t fake_slice = 4096);
+  TransferEngine target, init;
+  Buffer target_mem, local_mem;
+  FakeTransport* fake_target = nullptr;
+  FakeTransport* fake_init = nullptr;
+  SegmentID seg = kInvalidSegment;
+  uint64_t remote(size_t off = 0) const { return reinterpret_cast<uint64_t>(target_mem.p) + off; }
+  char* local(size_t off = 0) { return local_mem.p + off; }
+  Status setup_status;
+};
+
+}  // namespace hawser::test

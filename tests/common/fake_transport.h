@@ -1,0 +1,60 @@
+// A test transport for engine-level tests: serves memory segments of engines
+// in the same process with memcpy on a worker thread. Slices can be held
+// (gate) or made to end in a chosen state, to pin the engine's bookkeeping.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "core/transport.h"
+
+namespace hawser::test {
+
+class FakeTransport : public Transport {
+ public:
+  struct Slice {
+    Task* task;
+    uint64_t local, remote, len;
+    uint32_t index;  // slice index within its task
+  };
+  // Decides how a slice ends: return kCompleted to copy, anything else to fail it.
+  using Verdict = std::function<TransferState(const Slice&)>;
+
+  explicit FakeTransport(size_t slice_size = 4096) : slice_size_(slice_size) {}
+  ~FakeTransport() override { shutdown(); }
+
+  const char* name() const override { return "fake"; }
+  TransportCaps caps() const override { return {.memory_segments = true}; }
+  Status install(const TransportContext&) override;
+  void shutdown() override;
+  bool canServe(const SegmentDesc& seg, const std::string&) const override;
+  Status allocateSubBatch(size_t, std::unique_ptr<SubBatch>& out) override;
+  Status prepare(SubBatch& sb, std::span<Task* const> tasks, size_t& slices) override;
+  void submit(SubBatch& sb) override;
+  void discard(SubBatch& sb) override;
+  void cancel(SubBatch& sb) override;
+  bool idle(SubBatch& sb) override;
+  void freeSubBatch(std::unique_ptr<SubBatch> sb) override;
+
+  void setVerdict(Verdict v);
+  void hold(bool on);  // while on, slices wait in the queue
+  uint64_t slicesExecuted() const { return executed_.load(); }
+  uint64_t subBatchesFreed() const { return freed_.load(); }
+
+ private:
+  struct Sub;
+  void loop();
+  size_t slice_size_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<Sub*, Slice>> queue_;
+  bool hold_ = false, stop_ = false;
+  Verdict verdict_;
+  std::thread worker_;
+  std::atomic<uint64_t> executed_{0}, freed_{0};
+};
+
+}  // namespace hawser::test

@@ -1,0 +1,258 @@
+// The engine's API contract: one exact error code per bad input, checked
+// before any byte moves; all-or-nothing registration and submission.
+#include <gtest/gtest.h>
+
+#include "common/engine_pair.h"
+
+using namespace hawser;
+using namespace hawser::test;
+
+class EngineApi : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(p.setup_status.ok()) << p.setup_status.toString(); }
+  EnginePair p;
+};
+
+TEST(EngineInit, calls_before_init_are_refused) {
+  TransferEngine e;
+  char buf[64];
+  EXPECT_EQ(e.registerLocalMemory(buf, sizeof(buf)).code(), Code::kInvalidArgument);
+  BatchID b;
+  EXPECT_EQ(e.allocateBatchID(4, b).code(), Code::kInvalidArgument);
+}
+
+TEST(EngineInit, bad_metadata_uri_is_invalid_argument) {
+  TransferEngine e;
+  Status s = e.init("zookeeper://x:1", "n", "127.0.0.1", 0);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("zookeeper://x:1"), std::string::npos);
+}
+
+TEST(EngineInit, rpc_port_zero_picks_a_free_port_readable_afterwards) {
+  TransferEngine e;
+  ASSERT_TRUE(e.init("p2p", "n", "127.0.0.1", 0).ok());
+  EXPECT_NE(e.rpcPort(), 0);
+  EXPECT_EQ(e.segmentName(), "127.0.0.1:" + std::to_string(e.rpcPort()));
+  EXPECT_EQ(e.init("p2p", "n", "127.0.0.1", 0).code(), Code::kInvalidArgument);  // twice
+}
+
+TEST(EngineInit, port_in_use_is_unavailable) {
+  TransferEngine a, b;
+  ASSERT_TRUE(a.init("p2p", "a", "127.0.0.1", 0).ok());
+  EXPECT_EQ(b.init("p2p", "b", "127.0.0.1", a.rpcPort()).code(), Code::kUnavailable);
+}
+
+TEST_F(EngineApi, zero_length_registration_is_invalid_argument) {
+  Buffer b(4096);
+  EXPECT_EQ(p.init.registerLocalMemory(b.p, 0).code(), Code::kInvalidArgument);
+  EXPECT_EQ(p.init.registerLocalMemory(nullptr, 10).code(), Code::kInvalidArgument);
+}
+
+TEST_F(EngineApi, overlapping_registration_is_address_overlapped) {
+  EXPECT_EQ(p.init.registerLocalMemory(p.local(100), 10).code(), Code::kAddressOverlapped);
+  EXPECT_EQ(p.init.registerLocalMemory(p.local() - 10, 11).code(), Code::kAddressOverlapped);
+  EXPECT_EQ(p.init.registerLocalMemory(p.local(), p.local_mem.n).code(), Code::kAddressOverlapped);
+  // Adjacent is fine.
+  Buffer b(8192);
+  EXPECT_TRUE(p.init.registerLocalMemory(b.p, 4096).ok());
+  EXPECT_TRUE(p.init.registerLocalMemory(b.p + 4096, 4096).ok());
+}
+
+TEST_F(EngineApi, batch_registration_is_all_or_nothing) {
+  Buffer b(3 * 4096);
+  // Third entry overlaps the first: nothing may stay registered.
+  Status s = p.init.registerLocalMemoryBatch(
+      {{b.p, 4096, "cpu:0", true}, {b.p + 4096, 4096, "cpu:0", true}, {b.p + 100, 10, "cpu:0", true}});
+  EXPECT_EQ(s.code(), Code::kAddressOverlapped);
+  EXPECT_NE(s.message().find("buffers[2]"), std::string::npos) << s.message();
+  EXPECT_EQ(p.init.unregisterLocalMemory(b.p).code(), Code::kNotRegistered);
+  s = p.init.registerLocalMemoryBatch({{b.p, 4096, "cpu:0", true}, {b.p + 4096, 0, "cpu:0", true}});
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_EQ(p.init.unregisterLocalMemory(b.p).code(), Code::kNotRegistered);
+  ASSERT_TRUE(p.init.registerLocalMemoryBatch({{b.p, 4096, "cpu:0", true}, {b.p + 8192, 4096, "cpu:0", true}}).ok());
+  EXPECT_TRUE(p.init.unregisterLocalMemoryBatch({b.p, b.p + 8192}).ok());
+}
+
+TEST_F(EngineApi, unregister_of_unknown_address_is_not_registered) {
+  char x;
+  EXPECT_EQ(p.init.unregisterLocalMemory(&x).code(), Code::kNotRegistered);
+  EXPECT_EQ(p.init.unregisterLocalMemory(p.local(1)).code(), Code::kNotRegistered);  // not the start
+}
+
+TEST_F(EngineApi, unregistered_local_buffer_is_not_registered) {
+  Buffer other(4096);
+  Status s;
+  runBatch(p.init, p.seg, {{OpCode::kRead, other.p, p.seg, p.remote(), 4096}}, 1000, &s);
+  EXPECT_EQ(s.code(), Code::kNotRegistered);
+  // Starts inside, ends outside the local region.
+  runBatch(p.init, p.seg, {{OpCode::kRead, p.local(p.local_mem.n - 10), p.seg, p.remote(), 20}}, 1000, &s);
+  EXPECT_EQ(s.code(), Code::kNotRegistered);
+}
+
+TEST_F(EngineApi, remote_range_outside_any_buffer_is_out_of_range) {
+  Status s;
+  runBatch(p.init, p.seg, {{OpCode::kRead, p.local(), p.seg, p.remote(p.target_mem.n - 10), 20}}, 1000, &s);
+  EXPECT_EQ(s.code(), Code::kOutOfRange);
+  runBatch(p.init, p.seg, {{OpCode::kWrite, p.local(), p.seg, 0x10, 20}}, 1000, &s);
+  EXPECT_EQ(s.code(), Code::kOutOfRange);
+  runBatch(p.init, p.seg, {{OpCode::kWrite, p.local(), p.seg, UINT64_MAX - 4, 20}}, 1000, &s);
+  EXPECT_EQ(s.code(), Code::kOutOfRange);
+}
+
+TEST_F(EngineApi, memory_registered_by_the_target_later_becomes_reachable) {
+  Buffer more(8192);
+  uint64_t addr = reinterpret_cast<uint64_t>(more.p);
+  Status s;
+  runBatch(p.init, p.seg, {{OpCode::kRead, p.local(), p.seg, addr, 100}}, 1000, &s);
+  EXPECT_EQ(s.code(), Code::kOutOfRange);
+  ASSERT_TRUE(p.target.registerLocalMemory(more.p, more.n).ok());
+  fillPattern(more.p, 100, 7);
+  auto st = runBatch(p.init, p.seg, {{OpCode::kRead, p.local(), p.seg, addr, 100}}, 5000, &s);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(st[0].s, TransferState::kCompleted);
+  EXPECT_EQ(checkPattern(p.local(), 100, 7), -1);
+  ASSERT_TRUE(p.target.unregisterLocalMemory(more.p).ok());
+}
+
+TEST_F(EngineApi, unknown_segment_is_segment_not_found) {
+  Status s;
+  runBatch(p.init, p.seg, {{OpCode::kRead, p.local(), 4242, p.remote(), 20}}, 1000, &s);
+  EXPECT_EQ(s.code(), Code::kSegmentNotFound);
+  SegmentID id;
+  // Nobody listens there (port 1 is never ours).
+  EXPECT_EQ(p.init.openSegment("127.0.0.1:1", id).code(), Code::kSegmentNotFound);
+  EXPECT_EQ(p.init.openSegment("no-such-segment", id).code(), Code::kSegmentNotFound);
+  EXPECT_EQ(p.init.openSegment("", id).code(), Code::kInvalidArgument);
+  EXPECT_EQ(p.init.closeSegment(4242).code(), Code::kSegmentNotFound);
+}
+
+TEST_F(EngineApi, forged_batch_id_is_invalid_batch) {
+  TransferStatus st;
+  EXPECT_EQ(p.init.submitTransfer(0xdeadbeef, {{OpCode::kRead, p.local(), p.seg, p.remote(), 1}}).code(),
+            Code::kInvalidBatch);
+  EXPECT_EQ(p.init.getTransferStatus(0xdeadbeef, 0, st).code(), Code::kInvalidBatch);
+  EXPECT_EQ(p.init.getBatchTransferStatus(0, st).code(), Code::kInvalidBatch);
+  EXPECT_EQ(p.init.waitTransfer(77777, std::chrono::milliseconds(1)).code(), Code::kInvalidBatch);
+  EXPECT_EQ(p.init.freeBatchID(reinterpret_cast<BatchID>(&st)).code(), Code::kInvalidBatch);
+}
+
+TEST_F(EngineApi, double_free_is_invalid_batch) {
+  BatchID b;
+  ASSERT_TRUE(p.init.allocateBatchID(2, b).ok());
+  EXPECT_TRUE(p.init.freeBatchID(b).ok());
+  EXPECT_EQ(p.init.freeBatchID(b).code(), Code::kInvalidBatch);
+  TransferStatus st;
+  EXPECT_EQ(p.init.getTransferStatus(b, 0, st).code(), Code::kInvalidBatch);  // stale
+}
+
+TEST_F(EngineApi, task_capacity_exceeded_leaves_the_batch_as_it_was) {
+  BatchID b;
+  ASSERT_TRUE(p.init.allocateBatchID(2, b).ok());
+  std::vector<TransferRequest> three(3, TransferRequest{OpCode::kRead, p.local(), p.seg, p.remote(), 16});
+  EXPECT_EQ(p.init.submitTransfer(b, three).code(), Code::kCapacityExceeded);
+  TransferStatus st;
+  EXPECT_EQ(p.init.getTransferStatus(b, 0, st).code(), Code::kInvalidArgument);  // no task exists
+  ASSERT_TRUE(p.init.submitTransfer(b, {three[0], three[1]}).ok());
+  EXPECT_EQ(p.init.submitTransfer(b, {three[2]}).code(), Code::kCapacityExceeded);
+  ASSERT_TRUE(p.init.waitTransfer(b, std::chrono::seconds(5)).ok());
+  EXPECT_TRUE(p.init.freeBatchID(b).ok());
+  EXPECT_EQ(p.init.allocateBatchID(0, b).code(), Code::kInvalidArgument);
+}
+
+TEST(EngineCapacity, slice_capacity_exceeded_is_capacity_exceeded) {
+  ::setenv("HAWSER_BATCH_SLICES_PER_TASK", "4", 1);
+  EnginePair p(1 << 20, 1 << 20, true, 4096);
+  ::unsetenv("HAWSER_BATCH_SLICES_PER_TASK");
+  ASSERT_TRUE(p.setup_status.ok());
+  BatchID b;
+  ASSERT_TRUE(p.init.allocateBatchID(1, b).ok());  // 1 task, 4 slices
+  Status s = p.init.submitTransfer(b, {{OpCode::kRead, p.local(), p.seg, p.remote(), 5 * 4096}});
+  EXPECT_EQ(s.code(), Code::kCapacityExceeded);
+  EXPECT_NE(s.message().find("slices"), std::string::npos) << s.message();
+  EXPECT_EQ(p.fake_init->slicesExecuted(), 0u);
+  ASSERT_TRUE(p.init.submitTransfer(b, {{OpCode::kRead, p.local(), p.seg, p.remote(), 4 * 4096}}).ok());
+  ASSERT_TRUE(p.init.waitTransfer(b, std::chrono::seconds(5)).ok());
+  EXPECT_TRUE(p.init.freeBatchID(b).ok());
+}
+
+TEST_F(EngineApi, rejected_submission_moves_no_byte) {
+  fillPattern(p.local(), 8192, 1);
+  std::memset(p.target_mem.p, 0, 8192);
+  BatchID b;
+  ASSERT_TRUE(p.init.allocateBatchID(2, b).ok());
+  // First request valid, second bad: nothing may be written.
+  Status s = p.init.submitTransfer(b, {{OpCode::kWrite, p.local(), p.seg, p.remote(), 4096},
+                                       {OpCode::kWrite, p.local(4096), p.seg, p.remote(p.target_mem.n), 4096}});
+  EXPECT_EQ(s.code(), Code::kOutOfRange);
+  EXPECT_NE(s.message().find("requests[1]"), std::string::npos) << s.message();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(p.fake_init->slicesExecuted(), 0u);
+  EXPECT_EQ(checksum(p.target_mem.p, 4096), checksum(std::string(4096, '\0').data(), 4096));
+  EXPECT_TRUE(p.init.freeBatchID(b).ok());
+}
+
+TEST_F(EngineApi, zero_length_and_null_requests_are_invalid_argument) {
+  Status s;
+  runBatch(p.init, p.seg, {{OpCode::kRead, p.local(), p.seg, p.remote(), 0}}, 1000, &s);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  runBatch(p.init, p.seg, {{OpCode::kRead, nullptr, p.seg, p.remote(), 10}}, 1000, &s);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  runBatch(p.init, p.seg, {{static_cast<OpCode>(9), p.local(), p.seg, p.remote(), 10}}, 1000, &s);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+}
+
+TEST_F(EngineApi, free_with_unfinished_work_is_batch_busy) {
+  p.fake_init->hold(true);
+  BatchID b;
+  ASSERT_TRUE(p.init.allocateBatchID(1, b).ok());
+  ASSERT_TRUE(p.init.submitTransfer(b, {{OpCode::kRead, p.local(), p.seg, p.remote(), 4096}}).ok());
+  EXPECT_EQ(p.init.freeBatchID(b).code(), Code::kBatchBusy);
+  p.fake_init->hold(false);
+  ASSERT_TRUE(p.init.waitTransfer(b, std::chrono::seconds(5)).ok());
+  EXPECT_TRUE(p.init.freeBatchID(b).ok());
+}
+
+TEST_F(EngineApi, second_submit_never_resends_earlier_slices) {
+  BatchID b;
+  ASSERT_TRUE(p.init.allocateBatchID(4, b).ok());
+  ASSERT_TRUE(p.init.submitTransfer(b, {{OpCode::kRead, p.local(), p.seg, p.remote(), 3 * 4096}}).ok());
+  ASSERT_TRUE(p.init.waitTransfer(b, std::chrono::seconds(5)).ok());
+  EXPECT_EQ(p.fake_init->slicesExecuted(), 3u);
+  ASSERT_TRUE(p.init.submitTransfer(b, {{OpCode::kRead, p.local(), p.seg, p.remote(), 2 * 4096}}).ok());
+  ASSERT_TRUE(p.init.waitTransfer(b, std::chrono::seconds(5)).ok());
+  EXPECT_EQ(p.fake_init->slicesExecuted(), 5u);
+  TransferStatus st;
+  ASSERT_TRUE(p.init.getTransferStatus(b, 1, st).ok());  // task ids continue
+  EXPECT_EQ(st.s, TransferState::kCompleted);
+  EXPECT_EQ(st.transferred_bytes, 2u * 4096);
+  EXPECT_TRUE(p.init.freeBatchID(b).ok());
+}
+
+TEST_F(EngineApi, cancel_turns_queued_work_canceled) {
+  p.fake_init->hold(true);
+  BatchID b;
+  ASSERT_TRUE(p.init.allocateBatchID(1, b).ok());
+  ASSERT_TRUE(p.init.submitTransfer(b, {{OpCode::kRead, p.local(), p.seg, p.remote(), 4096}}).ok());
+  ASSERT_TRUE(p.init.cancelTransfer(b).ok());
+  ASSERT_TRUE(p.init.waitTransfer(b, std::chrono::seconds(5)).ok());
+  TransferStatus st;
+  ASSERT_TRUE(p.init.getTransferStatus(b, 0, st).ok());
+  EXPECT_EQ(st.s, TransferState::kCanceled);
+  EXPECT_EQ(st.transferred_bytes, 0u);
+  p.fake_init->hold(false);
+  EXPECT_TRUE(p.init.freeBatchID(b).ok());
+}
+
+TEST_F(EngineApi, read_and_write_move_verified_bytes_at_unaligned_addresses) {
+  for (size_t len : {1ul, 7ul, 4095ul, 4097ul, 65536ul + 3}) {
+    fillPattern(p.target_mem.p + 13, len, len);
+    auto st = runBatch(p.init, p.seg, {{OpCode::kRead, p.local(5), p.seg, p.remote(13), len}});
+    ASSERT_EQ(st[0].s, TransferState::kCompleted) << len;
+    EXPECT_EQ(st[0].transferred_bytes, len);
+    EXPECT_EQ(checkPattern(p.local(5), len, len), -1) << len;
+    fillPattern(p.local(3), len, len + 1);
+    st = runBatch(p.init, p.seg, {{OpCode::kWrite, p.local(3), p.seg, p.remote(101), len}});
+    ASSERT_EQ(st[0].s, TransferState::kCompleted) << len;
+    EXPECT_EQ(checkPattern(p.target_mem.p + 101, len, len + 1), -1) << len;
+  }
+}
