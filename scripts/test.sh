@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Every test: install what is missing, build Release and ASan+UBSan, run
+# ctest on both, then the Python tests (when the binding is built).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+start=$(date +%s)
+jobs=${HAWSER_TEST_JOBS:-2}
+bash scripts/build.sh release
+echo "== ctest (Release) =="
+ctest --test-dir build -j "$jobs" --output-on-failure --timeout 300
+bash scripts/build.sh asan
+echo "== ctest (ASan + UBSan) =="
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan -j "$jobs" --output-on-failure --timeout 600
+if [ -d python ] && ls python/tests/test_*.py >/dev/null 2>&1; then
+  echo "== pytest =="
+  set +e
+  PYTHONPATH="$PWD/build/python" python3 -m pytest -q python/tests
+  rc=$?
+  set -e
+  # pytest exits 5 when it collected no test: that is a failure here.
+  [ $rc -eq 0 ] || { echo "pytest failed (exit $rc)"; exit 1; }
+fi
+echo "all tests passed in $(( $(date +%s) - start )) s"
