@@ -338,7 +338,8 @@ Status Client::call(std::string_view path, const nlohmann::json& body, nlohmann:
   const std::string url_path = "/v3/" + std::string(path);
   const std::string text = body.dump();
   const auto deadline = Clock::now() + timeout;
-  std::string failures;
+  std::vector<std::pair<std::string, std::string>> failures;  // endpoint -> last error, in order
+  int attempts = 0;
   Code last = Code::kUnavailable;
   bool all_timeouts = true;
   const size_t n = endpoints_.size();
@@ -366,8 +367,11 @@ Status Client::call(std::string_view path, const nlohmann::json& body, nlohmann:
         return st;
       }
       HLOG_DEBUG("etcd {} failed: {}", url_path, st.message());
-      if (!failures.empty()) failures += "; ";
-      failures += st.message();
+      ++attempts;
+      const std::string ep = endpoints_[idx].text();
+      auto f = std::find_if(failures.begin(), failures.end(), [&](const auto& p) { return p.first == ep; });
+      if (f == failures.end()) failures.emplace_back(ep, st.message());
+      else f->second = st.message();
       last = st.code();
       if (st.code() != Code::kTimeout) all_timeouts = false;
       if (!idempotent && maybe_sent) {
@@ -389,8 +393,11 @@ Status Client::call(std::string_view path, const nlohmann::json& body, nlohmann:
   std::string what = code == Code::kTimeout ? "did not answer within " + std::to_string(timeout.count()) +
                                                   " ms (etcd.timeout_ms)"
                                             : "unreachable";
-  return Status(code, "etcd at " + endpointsText() + " " + what + " for " + url_path + ": " +
-                          (failures.empty() ? std::string("deadline passed before any attempt") : failures));
+  std::string detail;
+  for (const auto& [ep, msg] : failures) detail += (detail.empty() ? "" : "; ") + msg;
+  if (detail.empty()) detail = "deadline passed before any attempt";
+  return Status(code, "etcd at " + endpointsText() + " " + what + " for " + url_path + " (" +
+                          std::to_string(attempts) + " attempts): " + detail);
 }
 
 Status Client::probe() {
