@@ -1,0 +1,506 @@
+// io_uring engine.
+//
+// One owner thread holds the ring: it takes queued ops, fills SQEs (at most
+// io_depth ops in the kernel at once), submits them with one
+// io_uring_submit_and_wait call and reaps completions in batches. Other
+// threads only append to a queue and, when the owner sleeps, wake it through
+// an eventfd that the ring itself polls. Completions therefore run in the
+// owner thread (task work included), and no SQ lock is shared with callers.
+//
+// Fixed buffers: a sparse table; each region is registered in chunks of at
+// most 1 GiB (the kernel's per-buffer limit). A registration refused by the
+// kernel (RLIMIT_MEMLOCK, non-anonymous memory) only means that region uses
+// plain reads/writes. Fixed files: a sparse table too, -1 on failure.
+#include "transport/file/io_engine.h"
+
+#if HAWSER_HAVE_URING
+
+#include <liburing.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/log.h"
+#include "transport/file/file_transport.h"
+
+namespace hawser::file {
+namespace {
+
+constexpr uint64_t kWakeTag = ~0ULL;
+constexpr uint64_t kCancelTag = ~0ULL - 1;
+constexpr uint64_t kMaxFixedChunk = 1ULL << 30;  // io_uring: at most 1 GiB per registered buffer
+
+struct Queued {
+  IoOp op;
+  int buf_index = -1;  // fixed buffer holding [buf, buf+len), or -1
+};
+
+class UringEngine final : public IoEngine {
+ public:
+  explicit UringEngine(const EngineOptions& o) : opts_(o) {}
+  ~UringEngine() override;
+
+  Status init();
+  const char* name() const override { return "uring"; }
+  Status start(CompletionSink sink) override;
+  size_t stop(std::chrono::milliseconds timeout) override;
+  int addFile(int fd) override;
+  void removeFile(int token) override;
+  void addMemory(void* addr, size_t len) override;
+  void removeMemory(void* addr, size_t len) override;
+  void submit(std::span<const IoOp> ops) override;
+  void cancel(std::span<const uint64_t> cookies) override;
+  EngineStats stats() const override;
+
+ private:
+  struct Chunk {
+    uint64_t len = 0;
+    int index = -1;
+  };
+
+  void run();
+  void wake();
+  io_uring_sqe* getSqe();
+  void prep(const Queued& q, io_uring_sqe* sqe);
+  void reap(std::vector<IoCompletion>& done);
+  int lookupBuffer(const void* buf, uint64_t len) const;
+
+  EngineOptions opts_;
+  io_uring ring_{};
+  bool ring_ok_ = false;
+  int efd_ = -1;
+  CompletionSink sink_;
+  std::thread thread_;
+
+  // Shared with submitters.
+  std::mutex mu_;
+  std::vector<Queued> queue_;
+  std::vector<uint64_t> cancel_q_;
+  bool stop_req_ = false;
+  std::atomic<bool> need_wake_{false};
+  std::atomic<size_t> outstanding_{0};  // accepted by submit(), not yet delivered
+
+  // Owner thread only.
+  std::deque<Queued> backlog_;
+  std::unordered_set<uint64_t> inflight_;
+  bool wake_armed_ = false;
+
+  // Exit handshake.
+  std::mutex done_mu_;
+  std::condition_variable done_cv_;
+  bool exited_ = false;
+
+  // Registration (any thread).
+  std::mutex reg_mu_;
+  mutable std::shared_mutex buf_mu_;
+  std::map<uint64_t, Chunk> chunks_;  // start address -> chunk
+  std::vector<int> free_bufs_;
+  std::vector<int> free_files_;
+  bool fixed_buffers_ = false;
+  bool fixed_files_ = false;
+  bool warned_buffers_ = false;
+
+  std::atomic<uint64_t> st_submitted_{0}, st_calls_{0}, st_fixed_buf_{0}, st_fixed_file_{0}, st_cancels_{0},
+      st_reg_bytes_{0};
+};
+
+UringEngine::~UringEngine() {
+  // The owner of an engine calls stop() first and leaks the engine when I/O
+  // did not finish; here the thread must be gone before the ring is torn down.
+  while (thread_.joinable() && stop(std::chrono::seconds(60)) != 0) {
+  }
+  if (ring_ok_) io_uring_queue_exit(&ring_);
+  if (efd_ >= 0) ::close(efd_);
+}
+
+Status UringEngine::init() {
+  unsigned entries = 8;
+  while (entries < opts_.io_depth * 2 + 8) entries <<= 1;
+  io_uring_params p{};
+  p.flags = IORING_SETUP_CQSIZE;
+  p.cq_entries = entries * 4;
+  if (opts_.sqpoll) {
+    p.flags |= IORING_SETUP_SQPOLL;
+    p.sq_thread_idle = opts_.sqpoll_idle_ms;
+  } else {
+    p.flags |= IORING_SETUP_COOP_TASKRUN;  // no IPI: the owner thread runs task work when it waits
+  }
+  int r = io_uring_queue_init_params(entries, &ring_, &p);
+  if (r == -EINVAL && (p.flags & IORING_SETUP_COOP_TASKRUN)) {  // kernel < 5.19
+    io_uring_params q{};
+    q.flags = IORING_SETUP_CQSIZE;
+    q.cq_entries = entries * 4;
+    r = io_uring_queue_init_params(entries, &ring_, &q);
+  }
+  if (r < 0)
+    return {Code::kNotSupported, fmt::format("io_uring_queue_init({} entries): {}", entries, std::strerror(-r))};
+  ring_ok_ = true;
+  efd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (efd_ < 0) return {Code::kNotSupported, fmt::format("eventfd: {}", std::strerror(errno))};
+
+  if (opts_.fixed_buffers && opts_.max_fixed_buffers > 0) {
+    r = io_uring_register_buffers_sparse(&ring_, opts_.max_fixed_buffers);
+    if (r == 0) {
+      fixed_buffers_ = true;
+      for (int i = static_cast<int>(opts_.max_fixed_buffers) - 1; i >= 0; --i) free_bufs_.push_back(i);
+    } else {
+      HLOG_INFO("file/uring: no registered buffers ({}); using plain reads/writes", std::strerror(-r));
+    }
+  }
+  if (opts_.fixed_files && opts_.max_fixed_files > 0) {
+    r = io_uring_register_files_sparse(&ring_, opts_.max_fixed_files);
+    if (r == 0) {
+      fixed_files_ = true;
+      for (int i = static_cast<int>(opts_.max_fixed_files) - 1; i >= 0; --i) free_files_.push_back(i);
+    } else {
+      HLOG_INFO("file/uring: no registered files ({}); using plain fds", std::strerror(-r));
+    }
+  }
+  return Status::OK();
+}
+
+Status UringEngine::start(CompletionSink sink) {
+  sink_ = std::move(sink);
+  thread_ = std::thread([this] { run(); });
+  return Status::OK();
+}
+
+size_t UringEngine::stop(std::chrono::milliseconds timeout) {
+  if (!thread_.joinable()) return outstanding_.load();
+  {
+    std::lock_guard lk(mu_);
+    stop_req_ = true;
+  }
+  wake();
+  std::unique_lock lk(done_mu_);
+  if (!done_cv_.wait_for(lk, timeout, [&] { return exited_; })) {
+    size_t left = outstanding_.load();
+    HLOG_ERROR("file/uring: {} I/O(s) did not finish within {} ms of shutdown; the ring, its thread and the "
+               "memory those I/Os reference are quarantined (never freed)",
+               left, timeout.count());
+    return left ? left : 1;
+  }
+  lk.unlock();
+  thread_.join();
+  return 0;
+}
+
+void UringEngine::wake() {
+  uint64_t one = 1;
+  ssize_t n = ::write(efd_, &one, sizeof(one));
+  (void)n;  // EAGAIN: the counter is already non-zero, the owner will wake anyway
+}
+
+int UringEngine::addFile(int fd) {
+  if (!fixed_files_) return -1;
+  std::lock_guard lk(reg_mu_);
+  if (free_files_.empty()) return -1;
+  int slot = free_files_.back();
+  int r = io_uring_register_files_update(&ring_, static_cast<unsigned>(slot), &fd, 1);
+  if (r != 1) {
+    HLOG_DEBUG("file/uring: register fd {} as fixed file: {}", fd, r < 0 ? std::strerror(-r) : "not updated");
+    return -1;
+  }
+  free_files_.pop_back();
+  return slot;
+}
+
+void UringEngine::removeFile(int token) {
+  if (token < 0) return;
+  std::lock_guard lk(reg_mu_);
+  int none = -1;
+  int r = io_uring_register_files_update(&ring_, static_cast<unsigned>(token), &none, 1);
+  if (r != 1) HLOG_WARN("file/uring: unregister fixed file slot {}: {}", token, r < 0 ? std::strerror(-r) : "?");
+  free_files_.push_back(token);
+}
+
+void UringEngine::addMemory(void* addr, size_t len) {
+  if (!fixed_buffers_ || len == 0) return;
+  std::lock_guard lk(reg_mu_);
+  auto base = reinterpret_cast<uint64_t>(addr);
+  for (uint64_t off = 0; off < len; off += kMaxFixedChunk) {
+    uint64_t n = std::min<uint64_t>(kMaxFixedChunk, len - off);
+    if (free_bufs_.empty()) {
+      HLOG_DEBUG("file/uring: registered buffer table full; [{:#x}, +{}) uses plain I/O", base + off, n);
+      return;
+    }
+    int slot = free_bufs_.back();
+    iovec iov{reinterpret_cast<void*>(base + off), n};
+    __u64 tag = 0;
+    int r = io_uring_register_buffers_update_tag(&ring_, static_cast<unsigned>(slot), &iov, &tag, 1);
+    if (r != 1) {
+      // ENOMEM: RLIMIT_MEMLOCK; EFAULT/EOPNOTSUPP: memory the kernel cannot pin this way.
+      if (!warned_buffers_) {
+        HLOG_INFO("file/uring: cannot register [{:#x}, +{}) as a fixed buffer ({}); plain I/O for it", base + off, n,
+                  r < 0 ? std::strerror(-r) : "not updated");
+        warned_buffers_ = true;
+      }
+      continue;
+    }
+    free_bufs_.pop_back();
+    std::unique_lock bl(buf_mu_);
+    chunks_[base + off] = Chunk{n, slot};
+    st_reg_bytes_ += n;
+  }
+}
+
+void UringEngine::removeMemory(void* addr, size_t len) {
+  if (!fixed_buffers_) return;
+  std::lock_guard lk(reg_mu_);
+  auto base = reinterpret_cast<uint64_t>(addr);
+  std::vector<std::pair<uint64_t, Chunk>> gone;
+  {
+    std::unique_lock bl(buf_mu_);
+    auto it = chunks_.lower_bound(base);
+    while (it != chunks_.end() && it->first < base + len) {
+      gone.push_back(*it);
+      it = chunks_.erase(it);
+    }
+  }
+  for (auto& [start, c] : gone) {
+    iovec iov{nullptr, 0};
+    __u64 tag = 0;
+    int r = io_uring_register_buffers_update_tag(&ring_, static_cast<unsigned>(c.index), &iov, &tag, 1);
+    if (r != 1) HLOG_WARN("file/uring: unregister buffer slot {}: {}", c.index, r < 0 ? std::strerror(-r) : "?");
+    free_bufs_.push_back(c.index);
+    st_reg_bytes_ -= c.len;
+  }
+}
+
+int UringEngine::lookupBuffer(const void* buf, uint64_t len) const {
+  if (!fixed_buffers_) return -1;
+  auto a = reinterpret_cast<uint64_t>(buf);
+  std::shared_lock bl(buf_mu_);
+  auto it = chunks_.upper_bound(a);
+  if (it == chunks_.begin()) return -1;
+  --it;
+  if (a >= it->first && a + len <= it->first + it->second.len) return it->second.index;
+  return -1;
+}
+
+void UringEngine::submit(std::span<const IoOp> ops) {
+  if (ops.empty()) return;
+  std::vector<Queued> qs;
+  qs.reserve(ops.size());
+  for (const auto& op : ops) qs.push_back(Queued{op, lookupBuffer(op.buf, op.len)});
+  outstanding_ += ops.size();
+  {
+    std::lock_guard lk(mu_);
+    for (auto& q : qs) queue_.push_back(q);
+  }
+  if (need_wake_.exchange(false)) wake();
+}
+
+void UringEngine::cancel(std::span<const uint64_t> cookies) {
+  if (cookies.empty()) return;
+  {
+    std::lock_guard lk(mu_);
+    cancel_q_.insert(cancel_q_.end(), cookies.begin(), cookies.end());
+  }
+  if (need_wake_.exchange(false)) wake();
+}
+
+io_uring_sqe* UringEngine::getSqe() {
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+  if (!sqe) {
+    io_uring_submit(&ring_);
+    st_calls_++;
+    sqe = io_uring_get_sqe(&ring_);
+  }
+  return sqe;
+}
+
+void UringEngine::prep(const Queued& q, io_uring_sqe* sqe) {
+  const IoOp& op = q.op;
+  int fd = op.file_token >= 0 ? op.file_token : op.fd;
+  auto len = static_cast<unsigned>(op.len);
+  if (q.buf_index >= 0) {
+    if (op.write)
+      io_uring_prep_write_fixed(sqe, fd, op.buf, len, op.offset, q.buf_index);
+    else
+      io_uring_prep_read_fixed(sqe, fd, op.buf, len, op.offset, q.buf_index);
+    st_fixed_buf_++;
+    detail::counters().fixed_buffer_ops++;
+  } else if (op.write) {
+    io_uring_prep_write(sqe, fd, op.buf, len, op.offset);
+  } else {
+    io_uring_prep_read(sqe, fd, op.buf, len, op.offset);
+  }
+  if (op.file_token >= 0) {
+    sqe->flags |= IOSQE_FIXED_FILE;
+    st_fixed_file_++;
+    detail::counters().fixed_file_ops++;
+  }
+  io_uring_sqe_set_data64(sqe, op.cookie);
+}
+
+void UringEngine::reap(std::vector<IoCompletion>& done) {
+  io_uring_cqe* cqes[64];
+  for (;;) {
+    unsigned n = io_uring_peek_batch_cqe(&ring_, cqes, 64);
+    if (n == 0) break;
+    for (unsigned i = 0; i < n; ++i) {
+      uint64_t ud = io_uring_cqe_get_data64(cqes[i]);
+      if (ud == kWakeTag) {
+        wake_armed_ = false;
+        uint64_t v;
+        ssize_t r = ::read(efd_, &v, sizeof(v));
+        (void)r;
+      } else if (ud == kCancelTag) {
+        // Result of a cancel request: 0, -ENOENT (already done) or -EALREADY
+        // (running; it completes on its own). The op's own CQE says the rest.
+      } else {
+        inflight_.erase(ud);
+        done.push_back(IoCompletion{ud, cqes[i]->res});
+      }
+    }
+    io_uring_cq_advance(&ring_, n);
+  }
+}
+
+void UringEngine::run() {
+  std::vector<Queued> incoming;
+  std::vector<uint64_t> cancels;
+  std::vector<IoCompletion> done;
+  bool stopping = false;
+  std::unordered_set<uint64_t> cancel_sent;
+  for (;;) {
+    {
+      std::lock_guard lk(mu_);
+      incoming.swap(queue_);
+      cancels.swap(cancel_q_);
+      stopping = stop_req_;
+    }
+    for (auto& q : incoming) backlog_.push_back(q);
+    incoming.clear();
+
+    // Cancels: an op still in our backlog never reaches the kernel.
+    if (stopping) {
+      for (uint64_t c : inflight_) cancels.push_back(c);
+      for (auto& q : backlog_) cancels.push_back(q.op.cookie);
+    }
+    for (uint64_t c : cancels) {
+      bool found = false;
+      for (auto it = backlog_.begin(); it != backlog_.end(); ++it) {
+        if (it->op.cookie == c) {
+          done.push_back(IoCompletion{c, -ECANCELED});
+          backlog_.erase(it);
+          found = true;
+          break;
+        }
+      }
+      if (found || !inflight_.count(c) || cancel_sent.count(c)) continue;
+      io_uring_sqe* sqe = getSqe();
+      if (!sqe) continue;
+      io_uring_prep_cancel64(sqe, c, 0);
+      io_uring_sqe_set_data64(sqe, kCancelTag);
+      cancel_sent.insert(c);
+      st_cancels_++;
+    }
+    cancels.clear();
+
+    // Fill the ring up to the queue depth.
+    while (!backlog_.empty() && inflight_.size() < opts_.io_depth) {
+      io_uring_sqe* sqe = getSqe();
+      if (!sqe) break;
+      prep(backlog_.front(), sqe);
+      inflight_.insert(backlog_.front().op.cookie);
+      backlog_.pop_front();
+      st_submitted_++;
+    }
+    if (!wake_armed_) {
+      io_uring_sqe* sqe = getSqe();
+      if (sqe) {
+        io_uring_prep_poll_add(sqe, efd_, POLLIN);
+        io_uring_sqe_set_data64(sqe, kWakeTag);
+        wake_armed_ = true;
+      }
+    }
+
+    if (!done.empty()) {
+      outstanding_ -= done.size();
+      sink_(done);
+      done.clear();
+      continue;  // the sink may have queued more work
+    }
+    if (stopping && inflight_.empty() && backlog_.empty()) break;
+
+    unsigned wait_nr = 1;
+    need_wake_.store(true);
+    {
+      std::lock_guard lk(mu_);
+      if (!queue_.empty() || !cancel_q_.empty() || stop_req_ != stopping) {
+        wait_nr = 0;
+        need_wake_.store(false);
+      }
+    }
+    int r = io_uring_submit_and_wait(&ring_, wait_nr);
+    st_calls_++;
+    need_wake_.store(false);
+    if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY && r != -ETIME)
+      HLOG_WARN("file/uring: io_uring_submit_and_wait: {}", std::strerror(-r));
+    reap(done);
+    for (auto& c : done) cancel_sent.erase(c.cookie);
+    if (!done.empty()) {
+      outstanding_ -= done.size();
+      sink_(done);
+      done.clear();
+    }
+  }
+  {
+    std::lock_guard lk(done_mu_);
+    exited_ = true;
+  }
+  done_cv_.notify_all();
+}
+
+EngineStats UringEngine::stats() const {
+  EngineStats s;
+  s.submitted = st_submitted_;
+  s.submit_calls = st_calls_;
+  s.fixed_buffer_ops = st_fixed_buf_;
+  s.fixed_file_ops = st_fixed_file_;
+  s.cancels = st_cancels_;
+  s.registered_bytes = st_reg_bytes_;
+  return s;
+}
+
+}  // namespace
+
+bool uringCompiledIn() { return true; }
+
+Status makeUringEngine(const EngineOptions& opts, std::unique_ptr<IoEngine>& out) {
+  auto e = std::make_unique<UringEngine>(opts);
+  Status s = e->init();
+  if (!s.ok()) return s;
+  out = std::move(e);
+  return Status::OK();
+}
+
+}  // namespace hawser::file
+
+#else  // !HAWSER_HAVE_URING
+
+namespace hawser::file {
+bool uringCompiledIn() { return false; }
+Status makeUringEngine(const EngineOptions&, std::unique_ptr<IoEngine>&) {
+  return {Code::kNotSupported, "this build has no io_uring engine (HAWSER_WITH_URING=OFF or liburing missing)"};
+}
+}  // namespace hawser::file
+
+#endif
