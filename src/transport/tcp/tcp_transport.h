@@ -1,0 +1,109 @@
+// The tcp transport: memory segments of any peer reachable over TCP.
+//
+// Initiator: per peer, tcp.connections persistent data connections to the
+// peer's rpc listener (kind rpc::kConnTcpData), opened lazily on the first
+// submit (and again after a failure) by short-lived connector threads with a
+// connect timeout. tcp.io_threads epoll threads own the sockets (edge-
+// triggered, non-blocking): they batch many requests into one sendmsg
+// (header + payload straight from the user's buffer), pipeline up to
+// tcp.inflight slices per connection, and receive read data straight into the
+// user's buffer. A connection that sees EOF/RST, a malformed response or no
+// progress for tcp.timeout_ms is closed and every slice on it FAILS.
+//
+// Target: the rpc listener hands each data connection to a handler that
+// serves it on that connection's thread: requests are checked against the
+// registry (pinRemote: inside one remote-accessible region) and served by
+// recv() into / sendmsg() out of the registered memory itself; anything else
+// gets an error response and is counted; a malformed or oversized frame
+// closes that connection only.
+//
+// Wire format: tcp_wire.h. Tunables and figures: docs/tcp.md.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/transport.h"
+
+namespace hawser {
+
+namespace tcp {
+class IoThread;
+struct InitiatorCounters;
+struct Peer;
+struct TargetState;
+}  // namespace tcp
+
+struct TcpSettings {
+  uint32_t connections = 2;           // tcp.connections
+  uint64_t slice_size = 1ull << 20;   // tcp.slice_size
+  uint32_t timeout_ms = 5000;         // tcp.timeout_ms
+  uint32_t connect_timeout_ms = 3000; // tcp.connect_timeout_ms
+  uint32_t io_threads = 1;            // tcp.io_threads
+  uint32_t inflight = 64;             // tcp.inflight (slices per connection)
+  uint32_t sock_buf = 0;              // tcp.sock_buf (0 = kernel autotuning)
+  uint64_t max_frame = 64ull << 20;   // tcp.max_frame (target's payload bound)
+};
+
+struct TcpStats {
+  // Target side.
+  uint64_t refused_requests = 0;  // out-of-range / not remote-accessible requests
+  uint64_t malformed_frames = 0;  // connections closed for a bad frame
+  uint64_t served_reads = 0;
+  uint64_t served_writes = 0;
+  uint64_t served_bytes = 0;
+  uint64_t data_connections = 0;  // data connections accepted (total)
+  // Initiator side.
+  uint64_t connects = 0;          // data connections opened
+  uint64_t connect_failures = 0;
+  uint64_t connection_failures = 0;  // established connections lost (EOF/RST/timeout/protocol)
+  uint64_t slices_completed = 0;
+  uint64_t slices_failed = 0;
+};
+
+class TcpTransport final : public Transport {
+ public:
+  TcpTransport();
+  ~TcpTransport() override;
+
+  const char* name() const override { return "tcp"; }
+  TransportCaps caps() const override;
+  Status install(const TransportContext& ctx) override;
+  void shutdown() override;
+  void describe(nlohmann::json& attrs) const override;
+  bool canServe(const SegmentDesc& seg, const std::string& local_location) const override;
+
+  Status allocateSubBatch(size_t task_capacity, std::unique_ptr<SubBatch>& out) override;
+  Status prepare(SubBatch& sb, std::span<Task* const> tasks, size_t& slices) override;
+  void submit(SubBatch& sb) override;
+  void discard(SubBatch& sb) override;
+  void cancel(SubBatch& sb) override;
+  bool idle(SubBatch& sb) override;
+  void freeSubBatch(std::unique_ptr<SubBatch> sb) override;
+
+  const TcpSettings& settings() const { return settings_; }
+  TcpStats stats() const;
+
+  // Reads and validates every tcp.* key of `config`.
+  static Status loadSettings(const Config& config, TcpSettings& out);
+
+ private:
+  tcp::Peer* peerFor(const SegmentDesc& seg);
+
+  TcpSettings settings_;
+  bool installed_ = false;
+  std::atomic<bool> stopping_{false};
+  std::shared_ptr<tcp::TargetState> target_;
+  std::unique_ptr<tcp::InitiatorCounters> counters_;
+  std::vector<std::unique_ptr<tcp::IoThread>> io_;
+  std::mutex peers_mu_;
+  std::unordered_map<std::string, std::unique_ptr<tcp::Peer>> peers_;
+  uint32_t next_conn_ = 0;  // under peers_mu_: spreads connections over io threads
+};
+
+}  // namespace hawser

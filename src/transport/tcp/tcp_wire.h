@@ -1,0 +1,62 @@
+// Wire format of the tcp transport's data connections.
+//
+// A data connection is an rpc-listener connection of kind rpc::kConnTcpData
+// (Hello frame first, see rpc/rpc.h); after the Hello, both directions carry
+// messages of one fixed 32-byte header, optionally followed by `length`
+// bytes:
+//
+//   initiator -> target   READ_REQ   (length 0)          read `size` bytes at `addr`
+//                         WRITE_REQ  (length == size)    payload to store at `addr`
+//   target -> initiator   READ_RESP  status 0: `length` == size bytes of data
+//                                    status !=0: `length` bytes of reason text
+//                         WRITE_RESP status 0: length 0 (the bytes are in memory)
+//                                    status !=0: `length` bytes of reason text
+//
+// The target answers the requests of one connection in order, one response
+// per request, echoing `id`. All fields are little-endian.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "hawser/status.h"
+
+namespace hawser::tcp {
+
+inline constexpr uint32_t kWireMagic = 0x44545748;  // "HWTD" little-endian
+inline constexpr uint16_t kWireVersion = 1;
+inline constexpr uint32_t kHeaderSize = 32;
+// Longest reason text in an error response.
+inline constexpr uint32_t kMaxReason = 1024;
+// Hard upper bound of tcp.max_frame (payload bytes of one message).
+inline constexpr uint64_t kMaxFrameLimit = 1ull << 30;
+
+enum MsgType : uint8_t {
+  kReadReq = 1,
+  kWriteReq = 2,
+  kReadResp = 3,
+  kWriteResp = 4,
+};
+
+#pragma pack(push, 1)
+struct WireHeader {
+  uint32_t magic = kWireMagic;
+  uint16_t version = kWireVersion;
+  uint8_t type = 0;    // MsgType
+  uint8_t status = 0;  // hawser::Code in responses, 0 in requests
+  uint32_t length = 0; // bytes that follow this header
+  uint32_t size = 0;   // bytes addressed at `addr` (requests; echoed in OK responses)
+  uint64_t id = 0;     // request id, echoed in the response
+  uint64_t addr = 0;   // target virtual address (requests), 0 in responses
+};
+#pragma pack(pop)
+static_assert(sizeof(WireHeader) == kHeaderSize);
+
+// Target side: is `h` a well-formed request whose payload fits `max_frame`?
+// The message names the offending field; the connection must be closed.
+Status checkRequest(const WireHeader& h, uint64_t max_frame);
+
+// Human-readable name of a message type ("READ_REQ", ...).
+const char* typeName(uint8_t type);
+
+}  // namespace hawser::tcp
