@@ -5,12 +5,14 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <fmt/format.h>
 #include <thread>
 
 #include "core/config.h"
 #include "hawser/engine.h"
 #include "tools/commands.h"
+#include "tools/pattern.h"
 
 namespace hawser::tools {
 
@@ -23,6 +25,7 @@ struct ServeOpts {
   std::string memory = "1G";
   std::string metadata = "p2p";
   std::string name;
+  int64_t fill_seed = -1;
 };
 
 int runServe(const ServeOpts& o) {
@@ -52,6 +55,7 @@ int runServe(const ServeOpts& o) {
     fmt::print(stderr, "hawser serve: cannot allocate {} bytes: {}\n", *size, std::strerror(errno));
     return 1;
   }
+  if (o.fill_seed >= 0) fillPattern(mem, *size, static_cast<uint64_t>(o.fill_seed), 0);
   TransferEngine engine;
   Status s = engine.init(o.metadata, o.name.empty() ? host : o.name, host, port);
   if (!s.ok()) {
@@ -84,6 +88,7 @@ void addServe(CLI::App& app, Commands& cmds) {
   sub->add_option("--memory", o->memory, "bytes of memory to expose (K/M/G suffixes)")->capture_default_str();
   sub->add_option("--metadata", o->metadata, "metadata: p2p or etcd://host:port[,host:port]")->capture_default_str();
   sub->add_option("--name", o->name, "server name (with etcd: the segment name)");
+  sub->add_option("--fill-seed", o->fill_seed, "fill the memory with the verification pattern of this seed");
   sub->callback([o, &cmds] { cmds.run = [o] { return runServe(*o); }; });
 }
 

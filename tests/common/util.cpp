@@ -74,7 +74,24 @@ Child::~Child() {
   if (!out_path.empty()) ::unlink(out_path.c_str());
 }
 
-bool Child::start(const std::vector<std::string>& args) {
+bool Child::start(const std::vector<std::string>& args, const std::vector<std::string>& env) {
+  std::vector<std::string> argv{hawserBin()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return exec(argv, env);
+}
+
+int sh(const std::string& cmd, std::string* out) {
+  FILE* f = ::popen(cmd.c_str(), "r");
+  if (!f) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0)
+    if (out) out->append(buf, n);
+  int st = ::pclose(f);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+bool Child::exec(const std::vector<std::string>& args, const std::vector<std::string>& env) {
   char tmpl[] = "/tmp/hawser-child-XXXXXX";
   int fd = ::mkstemp(tmpl);
   if (fd < 0) return false;
@@ -83,13 +100,12 @@ bool Child::start(const std::vector<std::string>& args) {
   if (pid < 0) return false;
   if (pid == 0) {
     ::dup2(fd, 1);
+    for (auto& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
     std::vector<char*> argv;
-    std::string bin = hawserBin();
-    argv.push_back(bin.data());
     std::vector<std::string> copy = args;
     for (auto& a : copy) argv.push_back(a.data());
     argv.push_back(nullptr);
-    ::execv(bin.c_str(), argv.data());
+    ::execvp(copy[0].c_str(), argv.data());
     _exit(127);
   }
   ::close(fd);

@@ -45,7 +45,9 @@ struct Child {
   ~Child();
   Child(Child&&) = delete;
   // Starts the process; stdout is captured to a file.
-  bool start(const std::vector<std::string>& args);
+  bool start(const std::vector<std::string>& args, const std::vector<std::string>& env = {});
+  // Starts any program: argv[0] is the path.
+  bool exec(const std::vector<std::string>& argv, const std::vector<std::string>& env = {});
   // Waits until stdout contains `needle` (returns that line) or timeout.
   std::string waitFor(const std::string& needle, int timeout_ms = 10000);
   void kill(int sig = 9);
@@ -53,6 +55,9 @@ struct Child {
   pid_t pid = -1;
   std::string out_path;
 };
+
+// Runs a shell command; returns its exit status and (optionally) stdout.
+int sh(const std::string& cmd, std::string* out = nullptr);
 
 // Waits for a batch and returns per-task statuses.
 std::vector<TransferStatus> runBatch(TransferEngine& e, SegmentID seg, const std::vector<TransferRequest>& reqs,

@@ -1,0 +1,174 @@
+// The suite every memory transport must pass (integrity, bad input, peer
+// failure), against a `hawser serve` child process. Include this header in
+// one test file per transport and instantiate it:
+//
+//   #include "common/transport_suite.h"
+//   using hawser::test::TransportSuite;
+//   INSTANTIATE_TEST_SUITE_P(Tcp, TransportSuite,
+//       ::testing::Values(hawser::test::SuiteParam{"tcp", {}}), hawser::test::suiteName);
+//
+// SuiteParam.env is set in this process before the engine starts and passed
+// to the child; `skip` (optional) returns a reason to skip on this machine.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <functional>
+#include <thread>
+
+#include "common/util.h"
+#include "hawser/engine.h"
+#include "tools/pattern.h"
+
+namespace hawser::test {
+
+struct SuiteParam {
+  std::string transport;
+  std::vector<std::string> env;          // "KEY=VALUE"
+  std::function<std::string()> skip;     // non-empty reason = skip
+};
+
+inline std::string suiteName(const ::testing::TestParamInfo<SuiteParam>& i) { return i.param.transport; }
+
+class TransportSuite : public ::testing::TestWithParam<SuiteParam> {
+ protected:
+  static constexpr uint64_t kSeed = 424242;
+  static constexpr size_t kTargetBytes = 300u << 20;
+
+  void SetUp() override {
+    const auto& p = GetParam();
+    if (p.skip) {
+      std::string why = p.skip();
+      if (!why.empty()) GTEST_SKIP() << why;
+    }
+    env_ = p.env;
+    env_.push_back("HAWSER_TRANSPORT=" + p.transport);
+    for (auto& kv : env_) ::putenv(const_cast<char*>(kv.c_str()));
+    ASSERT_TRUE(child_.start({"serve", "--listen", "127.0.0.1:0", "--memory", std::to_string(kTargetBytes),
+                              "--fill-seed", std::to_string(kSeed)},
+                             env_));
+    std::string seg = child_.waitFor("segment: ", 20000);
+    ASSERT_FALSE(seg.empty()) << "hawser serve did not start";
+    ASSERT_FALSE(child_.waitFor("ready", 20000).empty());
+    segment_ = seg.substr(9);
+    Status s = engine_.init("p2p", "client", "127.0.0.1", 0);
+    ASSERT_TRUE(s.ok()) << s.toString();
+    ASSERT_TRUE(engine_.openSegment(segment_, seg_).ok());
+    std::vector<SegmentBuffer> bufs;
+    ASSERT_TRUE(engine_.segmentBuffers(seg_, bufs).ok());
+    ASSERT_EQ(bufs.size(), 1u);
+    base_ = bufs[0].addr;
+  }
+
+  void TearDown() override {
+    for (auto& kv : env_) ::unsetenv(kv.substr(0, kv.find('=')).c_str());
+  }
+
+  Child child_;
+  std::vector<std::string> env_;
+  TransferEngine engine_;
+  std::string segment_;
+  SegmentID seg_ = kInvalidSegment;
+  uint64_t base_ = 0;
+};
+
+TEST_P(TransportSuite, reads_match_the_targets_bytes_from_1_byte_to_256_MiB) {
+  Buffer local((256u << 20) + 4096);
+  ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  for (size_t len : {1ul, 3ul, 4095ul, 65536ul, 65537ul, 1ul << 20, (4ul << 20) + 11, 256ul << 20}) {
+    uint64_t off = (len * 7 + 13) % (kTargetBytes - len);  // unaligned remote offsets
+    size_t loff = len % 4096 ? 7 : 0;                       // and unaligned local addresses
+    auto st = runBatch(engine_, seg_, {{OpCode::kRead, local.p + loff, seg_, base_ + off, len}}, 120000);
+    ASSERT_EQ(st.size(), 1u);
+    ASSERT_EQ(st[0].s, TransferState::kCompleted) << "len " << len << ": " << st[0].error.toString();
+    EXPECT_EQ(st[0].transferred_bytes, len);
+    EXPECT_EQ(tools::checkPattern(local.p + loff, len, kSeed, off), -1) << "len " << len;
+  }
+}
+
+TEST_P(TransportSuite, writes_then_reads_back_byte_for_byte) {
+  Buffer src((64u << 20) + 64), dst((64u << 20) + 64);
+  ASSERT_TRUE(engine_.registerLocalMemory(src.p, src.n, "cpu:0", false).ok());
+  ASSERT_TRUE(engine_.registerLocalMemory(dst.p, dst.n, "cpu:0", false).ok());
+  uint64_t seed = 99;
+  for (size_t len : {1ul, 100ul, 65535ul, 1ul << 20, 64ul << 20}) {
+    uint64_t off = 4096 * 3 + 5;
+    fillPattern(src.p + 3, len, ++seed);
+    std::memset(dst.p, 0, dst.n);
+    auto st = runBatch(engine_, seg_, {{OpCode::kWrite, src.p + 3, seg_, base_ + off, len}}, 60000);
+    ASSERT_EQ(st[0].s, TransferState::kCompleted) << len << ": " << st[0].error.toString();
+    st = runBatch(engine_, seg_, {{OpCode::kRead, dst.p + 1, seg_, base_ + off, len}}, 60000);
+    ASSERT_EQ(st[0].s, TransferState::kCompleted) << len << ": " << st[0].error.toString();
+    EXPECT_EQ(checkPattern(dst.p + 1, len, seed), -1) << len;
+  }
+}
+
+TEST_P(TransportSuite, many_tasks_in_one_batch_each_land_in_place) {
+  const size_t n = 64, len = 100000;
+  Buffer src(n * len), dst(n * len);
+  ASSERT_TRUE(engine_.registerLocalMemory(src.p, src.n, "cpu:0", false).ok());
+  ASSERT_TRUE(engine_.registerLocalMemory(dst.p, dst.n, "cpu:0", false).ok());
+  fillPattern(src.p, src.n, 5);
+  std::vector<TransferRequest> w, r;
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t off = (n - 1 - i) * len + 1;  // reversed placement
+    w.push_back({OpCode::kWrite, src.p + i * len, seg_, base_ + off, len});
+    r.push_back({OpCode::kRead, dst.p + i * len, seg_, base_ + off, len});
+  }
+  for (auto& st : runBatch(engine_, seg_, w, 60000)) ASSERT_EQ(st.s, TransferState::kCompleted);
+  for (auto& st : runBatch(engine_, seg_, r, 60000)) ASSERT_EQ(st.s, TransferState::kCompleted);
+  EXPECT_EQ(checksum(src.p, src.n), checksum(dst.p, dst.n));
+}
+
+TEST_P(TransportSuite, remote_range_outside_the_targets_memory_is_refused_at_submit) {
+  Buffer local(8192);
+  ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  Status s;
+  runBatch(engine_, seg_, {{OpCode::kRead, local.p, seg_, base_ + kTargetBytes - 100, 200}}, 1000, &s);
+  EXPECT_EQ(s.code(), Code::kOutOfRange);
+  runBatch(engine_, seg_, {{OpCode::kWrite, local.p, seg_, base_ - 4096, 200}}, 1000, &s);
+  EXPECT_EQ(s.code(), Code::kOutOfRange);
+}
+
+TEST_P(TransportSuite, peer_killed_mid_batch_fails_the_tasks_and_nothing_hangs) {
+  const size_t len = 64u << 20;
+  Buffer local(len);
+  ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  std::vector<TransferRequest> reqs;
+  for (int i = 0; i < 32; ++i) reqs.push_back({OpCode::kRead, local.p + (i % 4) * (16u << 20), seg_,
+                                                base_ + (i % 4) * (16u << 20), 16u << 20});
+  BatchID b;
+  ASSERT_TRUE(engine_.allocateBatchID(reqs.size() * 8, b).ok());
+  auto t0 = std::chrono::steady_clock::now();
+  // Keep the batch busy, then kill the target with SIGKILL.
+  for (int round = 0; round < 8; ++round) ASSERT_TRUE(engine_.submitTransfer(b, reqs).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  child_.kill(SIGKILL);
+  child_.wait();
+  Status w = engine_.waitTransfer(b, std::chrono::seconds(30));
+  ASSERT_TRUE(w.ok()) << "tasks still unfinished 30 s after the peer died: " << w.toString();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+  TransferStatus agg;
+  ASSERT_TRUE(engine_.getBatchTransferStatus(b, agg).ok());
+  EXPECT_EQ(agg.s, TransferState::kFailed) << "expected some task to fail after SIGKILL";
+  size_t failed = 0;
+  for (size_t i = 0; i < reqs.size() * 8; ++i) {
+    TransferStatus st;
+    ASSERT_TRUE(engine_.getTransferStatus(b, i, st).ok());
+    ASSERT_TRUE(isTerminal(st.s));
+    if (st.s == TransferState::kFailed) {
+      ++failed;
+      EXPECT_LT(st.transferred_bytes, reqs[i % reqs.size()].length);
+      EXPECT_FALSE(st.error.ok());
+    }
+  }
+  EXPECT_GT(failed, 0u);
+  EXPECT_TRUE(engine_.freeBatchID(b).ok());
+  // A fresh batch to the dead peer fails too (at submit or in flight), promptly.
+  auto st = runBatch(engine_, seg_, {{OpCode::kRead, local.p, seg_, base_, 4096}}, 20000);
+  if (!st.empty()) EXPECT_EQ(st[0].s, TransferState::kFailed);
+}
+
+}  // namespace hawser::test

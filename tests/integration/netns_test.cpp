@@ -1,0 +1,72 @@
+// Two "hosts" on one machine: network namespaces joined by a veth pair, a
+// `hawser serve` in one and a `hawser bench` in the other, moving verified
+// data over the engine. Skipped (with the reason) where the machine does not
+// allow `ip netns`.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "common/util.h"
+
+using namespace hawser::test;
+
+namespace {
+
+class NetnsHosts : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
+    if (sh("command -v ip >/dev/null 2>&1") != 0) GTEST_SKIP() << "iproute2 (ip) is not installed";
+    tag_ = std::to_string(::getpid() % 100000);
+    a_ = "hwa" + tag_;
+    b_ = "hwb" + tag_;
+    // A /30 of our own, unique per test process.
+    int n = static_cast<int>(::getpid() % 250) + 1;
+    ip_a_ = "10.213." + std::to_string(n) + ".1";
+    ip_b_ = "10.213." + std::to_string(n) + ".2";
+    std::string err;
+    std::string cmd = "set -e; ip netns add " + a_ + "; ip netns add " + b_ + "; ip link add va" + tag_ +
+                      " type veth peer name vb" + tag_ + "; ip link set va" + tag_ + " netns " + a_ +
+                      "; ip link set vb" + tag_ + " netns " + b_ + "; ip -n " + a_ + " addr add " + ip_a_ +
+                      "/30 dev va" + tag_ + "; ip -n " + b_ + " addr add " + ip_b_ + "/30 dev vb" + tag_ +
+                      "; ip -n " + a_ + " link set va" + tag_ + " up; ip -n " + b_ + " link set vb" + tag_ +
+                      " up; ip -n " + a_ + " link set lo up; ip -n " + b_ + " link set lo up 2>&1";
+    if (sh(cmd, &err) != 0) {
+      cleanup();
+      GTEST_SKIP() << "this machine does not allow ip netns/veth: " << err;
+    }
+    made_ = true;
+  }
+  void TearDown() override { cleanup(); }
+  void cleanup() {
+    sh("ip netns del " + a_ + " 2>/dev/null; ip netns del " + b_ + " 2>/dev/null");
+  }
+  std::string tag_, a_, b_, ip_a_, ip_b_;
+  bool made_ = false;
+};
+
+TEST_F(NetnsHosts, serve_on_one_host_and_bench_on_another_move_verified_data) {
+  Child serve;
+  ASSERT_TRUE(serve.exec({"ip", "netns", "exec", a_, hawserBin(), "serve", "--listen", ip_a_ + ":0", "--memory",
+                          "64M"}));
+  std::string seg = serve.waitFor("segment: ", 20000);
+  ASSERT_FALSE(seg.empty()) << "serve did not start in namespace " << a_;
+  ASSERT_FALSE(serve.waitFor("ready", 20000).empty());
+  seg = seg.substr(9);
+  ASSERT_EQ(seg.rfind(ip_a_ + ":", 0), 0u) << seg;
+  for (const char* op : {"write", "read"}) {
+    std::string out;
+    int rc = sh("ip netns exec " + b_ + " " + hawserBin() + " bench --target " + seg + " --host " + ip_b_ +
+                    " --op " + op + " --block-size 256K --batch-size 8 --threads 2 --total 128M --json 2>&1",
+                &out);
+    ASSERT_EQ(rc, 0) << out;
+    auto last = out.substr(out.rfind('{'));
+    auto j = nlohmann::json::parse(last, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << out;
+    EXPECT_EQ(j["op"], op);
+    EXPECT_EQ(j["verified"], true) << out;
+    EXPECT_GE(j["bytes"].get<uint64_t>(), 128u << 20);
+  }
+}
+
+}  // namespace
