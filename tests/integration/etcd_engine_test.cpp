@@ -1,0 +1,273 @@
+// Engines (in-process and `hawser serve` children) using etcd metadata: they
+// find each other by name and move verified data; a SIGKILLed engine's
+// segment vanishes with its lease; etcd restarts are survived without
+// restarting the engines; bad URIs and unreachable endpoints fail init with
+// exact codes.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "common/etcd_server.h"
+#include "common/util.h"
+#include "core/config.h"
+#include "hawser/engine.h"
+#include "metadata/etcd_store.h"
+
+namespace hawser {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Buffer;
+using test::EtcdServer;
+
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = 15s) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return pred();
+}
+
+bool hasTransport(TransferEngine& e, const std::string& name) {
+  for (auto& t : e.transports())
+    if (t == name) return true;
+  return false;
+}
+
+// Reads `len` bytes from seg at `remote` into `local` (all one task).
+Status move(TransferEngine& e, OpCode op, void* local, SegmentID seg, uint64_t remote, size_t len) {
+  Status submit;
+  auto st = test::runBatch(e, seg, {TransferRequest{op, local, seg, remote, len}}, 20000, &submit);
+  if (!submit.ok()) return submit;
+  if (st.size() != 1) return Status(Code::kInternal, "no status");
+  if (st[0].s != TransferState::kCompleted)
+    return Status(Code::kIoError, std::string("task ended ") + std::string(stateName(st[0].s)) + ": " +
+                                      st[0].error.toString());
+  return Status::OK();
+}
+
+class EtcdEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!EtcdServer::available()) GTEST_SKIP() << EtcdServer::missingReason();
+    // Short lease and quick outage handling for every engine of this process
+    // (and the `hawser` children, which inherit the environment).
+    ::setenv("HAWSER_ETCD_LEASE_TTL_S", "2", 1);
+    ::setenv("HAWSER_ETCD_TIMEOUT_MS", "1000", 1);
+    ::setenv("HAWSER_ETCD_CONNECT_TIMEOUT_MS", "300", 1);
+    ::setenv("HAWSER_ETCD_RETRIES", "1", 1);
+    ::setenv("HAWSER_ETCD_BACKOFF_MAX_MS", "300", 1);
+    ASSERT_TRUE(etcd_.start()) << etcd_.error();
+  }
+  // A reader of the metadata, independent of the engines.
+  std::unique_ptr<EtcdStore> admin() {
+    Config c = Config::fromEnv();
+    std::unique_ptr<EtcdStore> s;
+    Status st = makeEtcdStoreTyped(etcd_.uri(), c, s);
+    EXPECT_TRUE(st.ok()) << st.toString();
+    return s;
+  }
+  EtcdServer etcd_;
+};
+
+TEST_F(EtcdEngineTest, TwoEnginesFindEachOtherByNameAndMoveVerifiedData) {
+  TransferEngine a, b;
+  ASSERT_TRUE(a.init(etcd_.uri(), "node-a").ok());
+  ASSERT_TRUE(b.init(etcd_.uri(), "node-b").ok());
+  EXPECT_EQ(b.segmentName(), "node-b");
+  if (!hasTransport(a, "tcp")) GTEST_SKIP() << "tcp transport not in this build yet";
+  constexpr size_t kLen = 256 << 10;
+  Buffer bm(kLen), am(kLen);
+  test::fillPattern(bm.p, kLen, 7);
+  ASSERT_TRUE(b.registerLocalMemory(bm.p, kLen).ok());
+  ASSERT_TRUE(a.registerLocalMemory(am.p, kLen).ok());
+
+  SegmentID seg = kInvalidSegment;
+  Status s = a.openSegment("node-b", seg);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  const uint64_t remote = reinterpret_cast<uint64_t>(bm.p);
+  ASSERT_TRUE((s = move(a, OpCode::kRead, am.p, seg, remote, kLen)).ok()) << s.toString();
+  EXPECT_EQ(test::checkPattern(am.p, kLen, 7), -1);
+
+  test::fillPattern(am.p, kLen, 11);
+  ASSERT_TRUE((s = move(a, OpCode::kWrite, am.p, seg, remote, kLen)).ok()) << s.toString();
+  EXPECT_EQ(test::checkPattern(bm.p, kLen, 11), -1);
+
+  // The descriptor in etcd is B's, with its data-path address.
+  SegmentDesc d;
+  ASSERT_TRUE(admin()->getSegment("node-b", d).ok());
+  EXPECT_EQ(d.rpc_port, b.rpcPort());
+  EXPECT_EQ(d.buffers.size(), 1u);
+}
+
+TEST_F(EtcdEngineTest, MemoryRegisteredAfterOpenIsFoundThroughTheRepublishedDescriptor) {
+  TransferEngine a, b;
+  ASSERT_TRUE(a.init(etcd_.uri(), "node-a").ok());
+  ASSERT_TRUE(b.init(etcd_.uri(), "node-b").ok());
+  if (!hasTransport(a, "tcp")) GTEST_SKIP() << "tcp transport not in this build yet";
+  constexpr size_t kLen = 64 << 10;
+  Buffer first(kLen), later(kLen), am(kLen);
+  ASSERT_TRUE(b.registerLocalMemory(first.p, kLen).ok());
+  ASSERT_TRUE(a.registerLocalMemory(am.p, kLen).ok());
+  SegmentID seg = kInvalidSegment;
+  ASSERT_TRUE(a.openSegment("node-b", seg).ok());
+  test::fillPattern(later.p, kLen, 3);
+  ASSERT_TRUE(b.registerLocalMemory(later.p, kLen).ok());
+  Status s = move(a, OpCode::kRead, am.p, seg, reinterpret_cast<uint64_t>(later.p), kLen);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(test::checkPattern(am.p, kLen, 3), -1);
+}
+
+TEST_F(EtcdEngineTest, CleanShutdownRemovesTheSegmentAtOnce) {
+  auto reader = admin();
+  {
+    TransferEngine b;
+    ASSERT_TRUE(b.init(etcd_.uri(), "node-b").ok());
+    SegmentDesc d;
+    ASSERT_TRUE(reader->getSegment("node-b", d).ok());
+  }
+  SegmentDesc d;
+  EXPECT_EQ(reader->getSegment("node-b", d).code(), Code::kSegmentNotFound);
+}
+
+TEST_F(EtcdEngineTest, KilledServeProcessSegmentVanishesWithinTheLeaseTtl) {
+  test::Child serve;
+  ASSERT_TRUE(serve.start({"serve", "--name", "node-k", "--metadata", etcd_.uri(), "--memory", "1M"}));
+  ASSERT_NE(serve.waitFor("ready", 20000), "") << "hawser serve did not become ready";
+  auto reader = admin();
+  SegmentDesc d;
+  ASSERT_TRUE(reader->getSegment("node-k", d).ok());
+  EXPECT_EQ(d.pid, serve.pid);
+  // Keys outlive the TTL while the process lives (keepalive works).
+  std::this_thread::sleep_for(2500ms);
+  ASSERT_TRUE(reader->getSegment("node-k", d).ok());
+
+  serve.kill(SIGKILL);
+  serve.wait();
+  // Gone once the 2 s lease expires (etcd expires leases on its own clock; allow slack).
+  EXPECT_TRUE(eventually([&] { return reader->getSegment("node-k", d).code() == Code::kSegmentNotFound; }, 15s));
+}
+
+TEST_F(EtcdEngineTest, ServeAndBenchFindEachOtherThroughEtcd) {
+  test::Child serve;
+  ASSERT_TRUE(serve.start({"serve", "--name", "node-a", "--metadata", etcd_.uri(), "--memory", "4M"}));
+  ASSERT_NE(serve.waitFor("ready", 20000), "");
+  if (serve.waitFor("tcp", 100).empty()) GTEST_SKIP() << "tcp transport not in this build yet";
+  test::Child bench;
+  ASSERT_TRUE(bench.start({"bench", "--target", "node-a", "--metadata", etcd_.uri(), "--name", "bencher", "--total",
+                           "4M", "--block-size", "256K", "--threads", "1", "--json"}));
+  int rc = bench.wait();
+  std::ifstream in(bench.out_path);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  ASSERT_EQ(rc, 0) << last;
+  auto j = nlohmann::json::parse(last, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << last;
+  EXPECT_EQ(j.value("verified", false), true) << last;
+  EXPECT_EQ(j.value("target", std::string()), "node-a");
+}
+
+TEST_F(EtcdEngineTest, EnginesRecoverWhenEtcdRestartsMidRun) {
+  TransferEngine a, b;
+  ASSERT_TRUE(a.init(etcd_.uri(), "node-a").ok());
+  ASSERT_TRUE(b.init(etcd_.uri(), "node-b").ok());
+  if (!hasTransport(a, "tcp")) GTEST_SKIP() << "tcp transport not in this build yet";
+  constexpr size_t kLen = 64 << 10;
+  Buffer bm(kLen), am(kLen);
+  test::fillPattern(bm.p, kLen, 21);
+  ASSERT_TRUE(b.registerLocalMemory(bm.p, kLen).ok());
+  ASSERT_TRUE(a.registerLocalMemory(am.p, kLen).ok());
+  SegmentID seg = kInvalidSegment;
+  ASSERT_TRUE(a.openSegment("node-b", seg).ok());
+  const uint64_t remote = reinterpret_cast<uint64_t>(bm.p);
+
+  // etcd goes away (and comes back empty, as after losing its data).
+  etcd_.kill9();
+  // The cached descriptor keeps serving transfers.
+  Status s = move(a, OpCode::kRead, am.p, seg, remote, kLen);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(test::checkPattern(am.p, kLen, 21), -1);
+  // A segment not seen before cannot be found, and the error says why.
+  SegmentID other = kInvalidSegment;
+  s = a.openSegment("node-c", other);
+  EXPECT_TRUE(s.code() == Code::kUnavailable || s.code() == Code::kTimeout) << s.toString();
+  EXPECT_NE(s.message().find(etcd_.endpoint()), std::string::npos) << s.message();
+  // Registration still works locally while metadata is down.
+  Buffer extra(kLen);
+  EXPECT_TRUE(b.registerLocalMemory(extra.p, kLen).ok());
+
+  ASSERT_TRUE(etcd_.restart(/*wipe=*/true)) << etcd_.error();
+  // Both engines re-publish under fresh leases, without a restart.
+  auto reader = admin();
+  SegmentDesc d;
+  EXPECT_TRUE(eventually([&] { return reader->getSegment("node-a", d).ok(); }));
+  EXPECT_TRUE(eventually([&] { return reader->getSegment("node-b", d).ok() && d.buffers.size() == 2; }));
+  // A newcomer finds B through the new etcd and moves data.
+  TransferEngine c;
+  ASSERT_TRUE(c.init(etcd_.uri(), "node-c").ok());
+  Buffer cm(kLen);
+  ASSERT_TRUE(c.registerLocalMemory(cm.p, kLen).ok());
+  SegmentID cseg = kInvalidSegment;
+  ASSERT_TRUE(c.openSegment("node-b", cseg).ok());
+  ASSERT_TRUE((s = move(c, OpCode::kRead, cm.p, cseg, remote, kLen)).ok()) << s.toString();
+  EXPECT_EQ(test::checkPattern(cm.p, kLen, 21), -1);
+  // And the old engines still move data.
+  ASSERT_TRUE((s = move(a, OpCode::kRead, am.p, seg, remote, kLen)).ok()) << s.toString();
+}
+
+TEST_F(EtcdEngineTest, DuplicateLiveNameIsRefusedAtInit) {
+  TransferEngine a, a2;
+  ASSERT_TRUE(a.init(etcd_.uri(), "node-a").ok());
+  Status s = a2.init(etcd_.uri(), "node-a");
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.toString();
+  EXPECT_NE(s.message().find("node-a"), std::string::npos);
+}
+
+// ---- init errors (no etcd needed) -------------------------------------------
+
+TEST(EtcdEngineInit, MalformedEtcdUriIsInvalidArgumentNamingIt) {
+  for (const char* uri : {"etcd://", "etcd://host", "etcd://h:99999", "etcd://h:1,,h:2"}) {
+    TransferEngine e;
+    Status s = e.init(uri, "node-a");
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << uri << ": " << s.toString();
+    EXPECT_NE(s.message().find(uri), std::string::npos) << s.message();
+  }
+}
+
+TEST(EtcdEngineInit, UnreachableEtcdIsUnavailableNamingTheEndpoints) {
+  ::setenv("HAWSER_ETCD_TIMEOUT_MS", "1000", 1);
+  ::setenv("HAWSER_ETCD_RETRIES", "1", 1);
+  uint16_t p1 = test::freeLoopbackPort(), p2 = test::freeLoopbackPort();
+  const std::string e1 = "127.0.0.1:" + std::to_string(p1), e2 = "127.0.0.1:" + std::to_string(p2);
+  TransferEngine e;
+  Status s = e.init("etcd://" + e1 + "," + e2, "node-a");
+  EXPECT_EQ(s.code(), Code::kUnavailable) << s.toString();
+  EXPECT_NE(s.message().find(e1), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find(e2), std::string::npos) << s.message();
+  // The engine is not half-initialised: calls say so.
+  SegmentID seg;
+  EXPECT_EQ(e.openSegment("x", seg).code(), Code::kInvalidArgument);
+}
+
+TEST(EtcdEngineInit, BadLocalServerNameIsInvalidArgument) {
+  if (!EtcdServer::available()) GTEST_SKIP() << EtcdServer::missingReason();
+  EtcdServer etcd;
+  ASSERT_TRUE(etcd.start()) << etcd.error();
+  TransferEngine e;
+  Status s = e.init(etcd.uri(), "bad/name");
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.toString();
+  EXPECT_NE(s.message().find("bad/name"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace hawser
