@@ -225,12 +225,11 @@ void TargetState::serve(net::Fd fd) {
       if (ps.ok()) {
         r.length = h.size;
         r.size = h.size;
+        served_reads.fetch_add(1, std::memory_order_relaxed);
+        served_bytes.fetch_add(h.size, std::memory_order_relaxed);
         iovec iov[2] = {{&r, sizeof(r)}, {reinterpret_cast<void*>(h.addr), h.size}};
         s = ch.sendExact(iov, 2);
         pin.release();
-        if (!s.ok()) break;
-        served_reads.fetch_add(1, std::memory_order_relaxed);
-        served_bytes.fetch_add(h.size, std::memory_order_relaxed);
       } else {
         s = ch.sendError(r, ps);
       }

@@ -1,0 +1,531 @@
+// What only the tcp transport can show: slicing over several pipelined
+// connections, the target's range checks (refused, counted, never served),
+// malformed/oversized frames closing one connection only, silent and killed
+// peers failing in-flight tasks, cancel of queued slices, lazy reconnect.
+//
+// A "parts target" is an rpc listener + registry + TcpTransport assembled in
+// the test (answering kGetSegment itself), so the test can read the
+// transport's counters and publish a descriptor of its choosing. Raw clients
+// open kConnTcpData streams to it and speak the wire format by hand.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/util.h"
+#include "core/config.h"
+#include "core/engine_impl.h"
+#include "core/registry.h"
+#include "metadata/descriptor.h"
+#include "rpc/rpc.h"
+#include "transport/tcp/tcp_transport.h"
+#include "transport/tcp/tcp_wire.h"
+
+namespace hawser {
+namespace {
+
+using Settings = std::map<std::string, std::string>;
+using tcp::WireHeader;
+
+uint64_t addrOf(const void* p) { return reinterpret_cast<uint64_t>(p); }
+
+// Target assembled from parts. `mem` is remote-accessible; `priv` is
+// registered but not remote-accessible; `extra` buffers are published in the
+// descriptor without being registered (a stale descriptor).
+struct PartsTarget {
+  explicit PartsTarget(size_t bytes, const Settings& settings = {}) : mem(bytes), priv(1 << 16) {
+    for (auto& [k, v] : settings) cfg.set(k, v);
+    Region r;
+    r.addr = addrOf(mem.p);
+    r.length = mem.n;
+    r.location = "cpu:0";
+    status = reg.insert(r);
+    Region p;
+    p.addr = addrOf(priv.p);
+    p.length = priv.n;
+    p.location = "cpu:0";
+    p.remote_accessible = false;
+    if (status.ok()) status = reg.insert(p);
+    srv.onCall(rpc::kGetSegment, [this](const std::string&, std::string& reply) {
+      reply = encodeSegmentText(desc());
+      return Status::OK();
+    });
+    if (status.ok()) status = srv.start("127.0.0.1", 0);
+    TransportContext ctx;
+    ctx.config = &cfg;
+    ctx.registry = &reg;
+    ctx.rpc = &srv;
+    ctx.server_name = "parts";
+    ctx.host = "127.0.0.1";
+    ctx.rpc_port = srv.port();
+    if (status.ok()) status = tcp.install(ctx);
+  }
+  ~PartsTarget() {
+    srv.stop();
+    tcp.shutdown();
+  }
+
+  SegmentDesc desc() const {
+    SegmentDesc d;
+    d.kind = SegmentDesc::Kind::kMemory;
+    d.name = name();
+    d.host = "127.0.0.1";
+    d.rpc_port = srv.port();
+    d.server_name = "parts";
+    nlohmann::json a;
+    tcp.describe(a);
+    d.transports["tcp"] = a;
+    std::vector<BufferDesc> bufs;
+    BufferDesc b;
+    b.addr = addrOf(mem.p);
+    b.length = mem.n;
+    bufs.push_back(b);
+    for (auto [addr, len] : extra) {
+      BufferDesc e;
+      e.addr = addr;
+      e.length = len;
+      bufs.push_back(e);
+    }
+    std::sort(bufs.begin(), bufs.end(), [](auto& x, auto& y) { return x.addr < y.addr; });
+    d.buffers = bufs;
+    return d;
+  }
+  std::string name() const { return "127.0.0.1:" + std::to_string(srv.port()); }
+  uint64_t remote(size_t off = 0) const { return addrOf(mem.p) + off; }
+
+  Config cfg;
+  MemoryRegistry reg;
+  rpc::Server srv;
+  TcpTransport tcp;
+  test::Buffer mem, priv;
+  std::vector<std::pair<uint64_t, uint64_t>> extra;
+  Status status;
+};
+
+// An initiator engine that uses only tcp, with `settings` applied.
+struct Initiator {
+  explicit Initiator(size_t bytes, const Settings& settings = {}) : mem(bytes) {
+    engine.impl()->config().set("transport", "tcp");
+    for (auto& [k, v] : settings) engine.impl()->config().set(k, v);
+    status = engine.init("p2p", "initiator", "127.0.0.1", 0);
+    if (status.ok()) status = engine.registerLocalMemory(mem.p, mem.n, "cpu:0", false);
+  }
+  Status open(const std::string& name) { return engine.openSegment(name, seg); }
+  std::vector<TransferStatus> run(const std::vector<TransferRequest>& reqs, int timeout_ms = 30000) {
+    return test::runBatch(engine, seg, reqs, timeout_ms);
+  }
+  TransferEngine engine;
+  test::Buffer mem;
+  SegmentID seg = kInvalidSegment;
+  Status status;
+};
+
+// A raw kConnTcpData client.
+struct RawClient {
+  explicit RawClient(uint16_t port) {
+    status = rpc::openStream("127.0.0.1", port, rpc::kConnTcpData, std::chrono::seconds(5), fd);
+    if (status.ok()) net::setTimeouts(fd.get(), std::chrono::seconds(20));
+  }
+  Status send(const WireHeader& h, const void* payload = nullptr, size_t len = 0) {
+    iovec iov[2] = {{const_cast<WireHeader*>(&h), sizeof(h)}, {const_cast<void*>(payload), len}};
+    return net::sendAllv(fd.get(), iov, len ? 2 : 1);
+  }
+  Status recvHeader(WireHeader& h) { return net::recvAll(fd.get(), &h, sizeof(h)); }
+  std::string recvText(size_t n) {
+    std::string s(n, '\0');
+    if (n && !net::recvAll(fd.get(), s.data(), n).ok()) return "<recv failed>";
+    return s;
+  }
+  // True when the peer closed the connection (EOF or reset), not a timeout.
+  bool closedByPeer() {
+    char b;
+    ssize_t n = ::recv(fd.get(), &b, 1, 0);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+  }
+  net::Fd fd;
+  Status status;
+};
+
+WireHeader request(uint8_t type, uint64_t addr, uint32_t size, uint64_t id) {
+  WireHeader h;
+  h.type = type;
+  h.addr = addr;
+  h.size = size;
+  h.length = type == tcp::kWriteReq ? size : 0;
+  h.id = id;
+  return h;
+}
+
+// ---- data path -----------------------------------------------------------------
+
+TEST(TcpTransport, SlicedWritesAndReadsOverFourConnectionsMoveEveryByte) {
+  PartsTarget t(16 << 20);
+  ASSERT_TRUE(t.status.ok()) << t.status.toString();
+  Initiator in(32 << 20, {{"tcp.connections", "4"}, {"tcp.slice_size", "64K"}, {"tcp.inflight", "4"}});
+  ASSERT_TRUE(in.status.ok()) << in.status.toString();
+  ASSERT_TRUE(in.open(t.name()).ok());
+
+  // Odd sizes and offsets: sub-slice, exactly one slice, one byte over, many slices.
+  struct Piece {
+    size_t off, len;
+  };
+  const std::vector<Piece> pieces = {{0, 1}, {4095, 4095}, {65536, 65536}, {200000, 65537}, {1 << 20, (3 << 20) + 7}};
+  size_t slices = 0;
+  for (auto& p : pieces) slices += (p.len + 65535) / 65536;
+  char* src = in.mem.p;
+  char* dst = in.mem.p + (16 << 20);
+  test::fillPattern(src, 16 << 20, 11);
+  std::vector<TransferRequest> w, r;
+  for (auto& p : pieces) {
+    w.push_back({OpCode::kWrite, src + p.off, in.seg, t.remote(p.off), p.len});
+    r.push_back({OpCode::kRead, dst + p.off, in.seg, t.remote(p.off), p.len});
+  }
+  for (auto& st : in.run(w)) ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
+  for (auto& p : pieces) EXPECT_EQ(test::checkPattern(t.mem.p + p.off, p.len, 11, p.off), -1) << p.off;
+  auto rs = in.run(r);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    ASSERT_EQ(rs[i].s, TransferState::kCompleted) << rs[i].error.toString();
+    EXPECT_EQ(rs[i].transferred_bytes, pieces[i].len);
+    EXPECT_EQ(test::checkPattern(dst + pieces[i].off, pieces[i].len, 11, pieces[i].off), -1) << pieces[i].off;
+  }
+  TcpStats st = t.tcp.stats();
+  EXPECT_EQ(st.served_writes, slices);
+  EXPECT_EQ(st.served_reads, slices);
+  EXPECT_EQ(st.data_connections, 4u);  // every connection carried slices
+  EXPECT_EQ(st.refused_requests, 0u);
+}
+
+TEST(TcpTransport, ManySmallTasksInOneBatchArePipelinedAndAllComplete) {
+  PartsTarget t(4 << 20);
+  ASSERT_TRUE(t.status.ok());
+  Initiator in(4 << 20, {{"tcp.connections", "2"}});
+  ASSERT_TRUE(in.status.ok());
+  ASSERT_TRUE(in.open(t.name()).ok());
+  test::fillPattern(t.mem.p, t.mem.n, 5);
+  std::vector<TransferRequest> r;
+  for (size_t i = 0; i < 1024; ++i) r.push_back({OpCode::kRead, in.mem.p + i * 4096, in.seg, t.remote(i * 4096), 4096});
+  for (auto& st : in.run(r)) ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
+  EXPECT_EQ(test::checkPattern(in.mem.p, 4 << 20, 5), -1);
+}
+
+TEST(TcpTransport, TargetMaxFrameBoundsTheInitiatorsSlices) {
+  PartsTarget t(4 << 20, {{"tcp.max_frame", "64K"}, {"tcp.slice_size", "64K"}});
+  ASSERT_TRUE(t.status.ok()) << t.status.toString();
+  Initiator in(4 << 20, {{"tcp.slice_size", "1M"}});
+  ASSERT_TRUE(in.status.ok());
+  ASSERT_TRUE(in.open(t.name()).ok());
+  test::fillPattern(in.mem.p, 1 << 20, 3);
+  auto st = in.run({{OpCode::kWrite, in.mem.p, in.seg, t.remote(), 1 << 20}});
+  ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+  EXPECT_EQ(t.tcp.stats().served_writes, 16u);  // 1 MiB in 64 KiB slices, none oversized
+  EXPECT_EQ(t.tcp.stats().malformed_frames, 0u);
+  EXPECT_EQ(test::checkPattern(t.mem.p, 1 << 20, 3), -1);
+}
+
+// ---- the target's range check ------------------------------------------------------
+
+TEST(TcpTransport, RangeTheTargetNoLongerExposesIsRefusedCountedAndNeverServed) {
+  PartsTarget t(1 << 20);
+  ASSERT_TRUE(t.status.ok());
+  // The descriptor advertises `priv` (registered, not remote-accessible), as a
+  // stale or forged descriptor would: the engine's own check passes, the
+  // target's must not.
+  t.extra.push_back({addrOf(t.priv.p), t.priv.n});
+  std::memset(t.priv.p, 0x5a, t.priv.n);
+  Initiator in(1 << 20);
+  ASSERT_TRUE(in.status.ok());
+  ASSERT_TRUE(in.open(t.name()).ok());
+  std::memset(in.mem.p, 0xee, 8192);
+
+  auto w = in.run({{OpCode::kWrite, in.mem.p, in.seg, addrOf(t.priv.p), 8192}});
+  ASSERT_EQ(w[0].s, TransferState::kFailed);
+  EXPECT_EQ(w[0].error.code(), Code::kOutOfRange) << w[0].error.toString();
+  EXPECT_NE(w[0].error.message().find("remote-accessible"), std::string::npos) << w[0].error.message();
+  EXPECT_EQ(w[0].transferred_bytes, 0u);
+  for (size_t i = 0; i < t.priv.n; ++i) ASSERT_EQ(static_cast<unsigned char>(t.priv.p[i]), 0x5a) << i;
+
+  auto r = in.run({{OpCode::kRead, in.mem.p + 8192, in.seg, addrOf(t.priv.p), 4096}});
+  ASSERT_EQ(r[0].s, TransferState::kFailed);
+  EXPECT_EQ(r[0].error.code(), Code::kOutOfRange) << r[0].error.toString();
+  EXPECT_EQ(t.tcp.stats().refused_requests, 2u);
+  EXPECT_EQ(t.tcp.stats().served_writes + t.tcp.stats().served_reads, 0u);
+
+  // The connection stays usable after refusals.
+  test::fillPattern(in.mem.p, 4096, 9);
+  auto ok = in.run({{OpCode::kWrite, in.mem.p, in.seg, t.remote(), 4096}});
+  ASSERT_EQ(ok[0].s, TransferState::kCompleted) << ok[0].error.toString();
+  EXPECT_EQ(test::checkPattern(t.mem.p, 4096, 9), -1);
+  EXPECT_EQ(t.tcp.stats().data_connections, TcpSettings{}.connections);
+}
+
+TEST(TcpTransport, RawReadOutsideRegisteredMemoryGetsErrorReplyAndConnectionStaysOpen) {
+  PartsTarget t(1 << 20);
+  ASSERT_TRUE(t.status.ok());
+  test::fillPattern(t.mem.p, 4096, 21);
+  RawClient c(t.srv.port());
+  ASSERT_TRUE(c.status.ok()) << c.status.toString();
+
+  ASSERT_TRUE(c.send(request(tcp::kReadReq, t.remote(t.mem.n - 100), 4096, 1)).ok());  // runs past the end
+  WireHeader h;
+  ASSERT_TRUE(c.recvHeader(h).ok());
+  EXPECT_EQ(h.magic, tcp::kWireMagic);
+  EXPECT_EQ(h.type, tcp::kReadResp);
+  EXPECT_EQ(h.id, 1u);
+  EXPECT_EQ(h.status, static_cast<uint8_t>(Code::kOutOfRange));
+  ASSERT_GT(h.length, 0u);
+  ASSERT_LE(h.length, tcp::kMaxReason);
+  std::string reason = c.recvText(h.length);
+  EXPECT_NE(reason.find("not inside"), std::string::npos) << reason;
+
+  ASSERT_TRUE(c.send(request(tcp::kReadReq, t.remote(), 4096, 2)).ok());
+  ASSERT_TRUE(c.recvHeader(h).ok());
+  EXPECT_EQ(h.status, 0);
+  EXPECT_EQ(h.id, 2u);
+  ASSERT_EQ(h.length, 4096u);
+  std::string data = c.recvText(4096);
+  EXPECT_EQ(test::checkPattern(data.data(), 4096, 21), -1);
+  EXPECT_EQ(t.tcp.stats().refused_requests, 1u);
+  EXPECT_EQ(t.tcp.stats().served_reads, 1u);
+}
+
+TEST(TcpTransport, RawRefusedWritePayloadIsDrainedAndNeverStored) {
+  PartsTarget t(1 << 20);
+  ASSERT_TRUE(t.status.ok());
+  std::memset(t.priv.p, 0x11, t.priv.n);
+  RawClient c(t.srv.port());
+  ASSERT_TRUE(c.status.ok());
+  // Payload bytes that would parse as a valid request if not drained.
+  std::vector<WireHeader> payload(2048, request(tcp::kReadReq, t.remote(), 16, 99));
+  ASSERT_TRUE(c.send(request(tcp::kWriteReq, addrOf(t.priv.p), 65536, 1), payload.data(), 65536).ok());
+  WireHeader h;
+  ASSERT_TRUE(c.recvHeader(h).ok());
+  EXPECT_EQ(h.type, tcp::kWriteResp);
+  EXPECT_EQ(h.id, 1u);
+  EXPECT_EQ(h.status, static_cast<uint8_t>(Code::kOutOfRange));
+  c.recvText(h.length);
+  for (size_t i = 0; i < t.priv.n; ++i) ASSERT_EQ(t.priv.p[i], 0x11) << i;
+
+  // The next request is parsed where it starts.
+  std::vector<char> good(8192, 0x42);
+  ASSERT_TRUE(c.send(request(tcp::kWriteReq, t.remote(100), 8192, 2), good.data(), good.size()).ok());
+  ASSERT_TRUE(c.recvHeader(h).ok());
+  EXPECT_EQ(h.id, 2u);
+  EXPECT_EQ(h.status, 0);
+  EXPECT_EQ(h.length, 0u);
+  EXPECT_EQ(std::memcmp(t.mem.p + 100, good.data(), good.size()), 0);
+  EXPECT_EQ(t.tcp.stats().refused_requests, 1u);
+  EXPECT_EQ(t.tcp.stats().served_writes, 1u);
+}
+
+// ---- malformed frames ------------------------------------------------------------------
+
+TEST(TcpTransport, MalformedFrameClosesOnlyThatConnection) {
+  PartsTarget t(1 << 20);
+  ASSERT_TRUE(t.status.ok());
+  test::fillPattern(t.mem.p, 8192, 4);
+  RawClient good(t.srv.port()), bad(t.srv.port());
+  ASSERT_TRUE(good.status.ok() && bad.status.ok());
+  Initiator in(1 << 20);
+  ASSERT_TRUE(in.status.ok());
+  ASSERT_TRUE(in.open(t.name()).ok());
+  auto warm = in.run({{OpCode::kRead, in.mem.p, in.seg, t.remote(), 4096}});
+  ASSERT_EQ(warm[0].s, TransferState::kCompleted);
+
+  char garbage[32];
+  std::memset(garbage, 0xa5, sizeof(garbage));
+  ASSERT_TRUE(net::sendAll(bad.fd.get(), garbage, sizeof(garbage)).ok());
+  EXPECT_TRUE(bad.closedByPeer());
+  EXPECT_EQ(t.tcp.stats().malformed_frames, 1u);
+
+  // Another raw connection and the engine's pooled connections keep working.
+  ASSERT_TRUE(good.send(request(tcp::kReadReq, t.remote(), 8192, 1)).ok());
+  WireHeader h;
+  ASSERT_TRUE(good.recvHeader(h).ok());
+  ASSERT_EQ(h.status, 0);
+  EXPECT_EQ(test::checkPattern(good.recvText(8192).data(), 8192, 4), -1);
+  auto again = in.run({{OpCode::kRead, in.mem.p, in.seg, t.remote(), 8192}});
+  ASSERT_EQ(again[0].s, TransferState::kCompleted) << again[0].error.toString();
+  EXPECT_EQ(test::checkPattern(in.mem.p, 8192, 4), -1);
+  EXPECT_EQ(t.tcp.stats().malformed_frames, 1u);
+}
+
+TEST(TcpTransport, OversizedFrameClosesTheConnectionWithoutReadingThePayload) {
+  PartsTarget t(1 << 20, {{"tcp.max_frame", "1M"}, {"tcp.slice_size", "1M"}});
+  ASSERT_TRUE(t.status.ok()) << t.status.toString();
+  RawClient big(t.srv.port()), other(t.srv.port());
+  ASSERT_TRUE(big.status.ok() && other.status.ok());
+  ASSERT_TRUE(big.send(request(tcp::kWriteReq, t.remote(), (1 << 20) + 1, 1)).ok());
+  EXPECT_TRUE(big.closedByPeer());
+  EXPECT_EQ(t.tcp.stats().malformed_frames, 1u);
+  EXPECT_EQ(t.tcp.stats().served_writes, 0u);
+
+  std::vector<char> data(4096, 0x33);
+  ASSERT_TRUE(other.send(request(tcp::kWriteReq, t.remote(), 4096, 1), data.data(), data.size()).ok());
+  WireHeader h;
+  ASSERT_TRUE(other.recvHeader(h).ok());
+  EXPECT_EQ(h.status, 0);
+  EXPECT_EQ(std::memcmp(t.mem.p, data.data(), data.size()), 0);
+}
+
+// ---- peers that stop answering or die -------------------------------------------------------
+
+// A listener that hands out a descriptor (with `mem_addr` as its one buffer)
+// and accepts data connections but never answers on them.
+struct SilentPeer {
+  SilentPeer() {
+    srv.onCall(rpc::kGetSegment, [this](const std::string&, std::string& reply) {
+      SegmentDesc d;
+      d.kind = SegmentDesc::Kind::kMemory;
+      d.host = "127.0.0.1";
+      d.rpc_port = srv.port();
+      d.transports["tcp"] = nlohmann::json::object();
+      BufferDesc b;
+      b.addr = 0x10000000;
+      b.length = 64 << 20;
+      d.buffers.push_back(b);
+      reply = encodeSegmentText(d);
+      return Status::OK();
+    });
+    srv.onStream(rpc::kConnTcpData, [this](net::Fd fd) {
+      WireHeader h;
+      // Read request headers (never payload: only reads are sent here) and
+      // never answer; ends when the listener stops.
+      while (net::recvAll(fd.get(), &h, sizeof(h)).ok()) headers.fetch_add(1);
+    });
+    status = srv.start("127.0.0.1", 0);
+  }
+  ~SilentPeer() { srv.stop(); }
+  std::string name() const { return "127.0.0.1:" + std::to_string(srv.port()); }
+  rpc::Server srv;
+  std::atomic<int> headers{0};
+  Status status;
+};
+
+TEST(TcpTransport, SilentPeerFailsInFlightTasksWithTimeout) {
+  SilentPeer p;
+  ASSERT_TRUE(p.status.ok());
+  Initiator in(1 << 20, {{"tcp.timeout_ms", "300"}});
+  ASSERT_TRUE(in.status.ok());
+  ASSERT_TRUE(in.open(p.name()).ok());
+  auto st = in.run({{OpCode::kRead, in.mem.p, in.seg, 0x10000000, 65536},
+                    {OpCode::kRead, in.mem.p + 65536, in.seg, 0x10000000, 4 << 10}},
+                   60000);
+  ASSERT_EQ(st.size(), 2u);
+  for (auto& s : st) {
+    EXPECT_EQ(s.s, TransferState::kFailed);
+    EXPECT_EQ(s.error.code(), Code::kTimeout) << s.error.toString();
+  }
+}
+
+TEST(TcpTransport, CancelEndsQueuedSlicesAndTheBatchFreesOnceTheSentOneEnds) {
+  SilentPeer p;
+  ASSERT_TRUE(p.status.ok());
+  Initiator in(1 << 20, {{"tcp.timeout_ms", "2000"}, {"tcp.connections", "1"}, {"tcp.inflight", "1"}});
+  ASSERT_TRUE(in.status.ok());
+  ASSERT_TRUE(in.open(p.name()).ok());
+  BatchID b;
+  ASSERT_TRUE(in.engine.allocateBatchID(4, b).ok());
+  std::vector<TransferRequest> reqs;
+  for (int i = 0; i < 4; ++i) reqs.push_back({OpCode::kRead, in.mem.p + i * 4096, in.seg, 0x10000000, 4096});
+  ASSERT_TRUE(in.engine.submitTransfer(b, reqs).ok());
+  // With one connection and one slice in flight, task 0 is on the wire and
+  // tasks 1..3 wait in the queue.
+  for (int i = 0; i < 2000 && p.headers.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(p.headers.load(), 1);
+  ASSERT_TRUE(in.engine.cancelTransfer(b).ok());
+  for (size_t i = 1; i < 4; ++i) {
+    TransferStatus st;
+    ASSERT_TRUE(in.engine.getTransferStatus(b, i, st).ok());
+    EXPECT_EQ(st.s, TransferState::kCanceled) << i;
+  }
+  ASSERT_TRUE(in.engine.waitTransfer(b, std::chrono::seconds(60)).ok());
+  TransferStatus st0;
+  ASSERT_TRUE(in.engine.getTransferStatus(b, 0, st0).ok());
+  EXPECT_EQ(st0.s, TransferState::kFailed);
+  EXPECT_EQ(st0.error.code(), Code::kTimeout) << st0.error.toString();
+  EXPECT_TRUE(in.engine.freeBatchID(b).ok());
+  EXPECT_EQ(p.headers.load(), 1);  // canceled slices were never sent
+}
+
+TEST(TcpTransport, UnreachablePeerFailsTasksWithUnavailable) {
+  SilentPeer p;  // only for the descriptor
+  ASSERT_TRUE(p.status.ok());
+  Initiator in(1 << 20);
+  ASSERT_TRUE(in.status.ok());
+  ASSERT_TRUE(in.open(p.name()).ok());
+  p.srv.stop();  // the segment's rpc port now refuses connections
+  auto st = in.run({{OpCode::kWrite, in.mem.p, in.seg, 0x10000000, 4096}}, 60000);
+  EXPECT_EQ(st[0].s, TransferState::kFailed);
+  EXPECT_EQ(st[0].error.code(), Code::kUnavailable) << st[0].error.toString();
+}
+
+uint16_t portOf(const std::string& segment_line) {
+  auto colon = segment_line.rfind(':');
+  return colon == std::string::npos ? 0 : static_cast<uint16_t>(std::stoi(segment_line.substr(colon + 1)));
+}
+
+TEST(TcpTransport, KilledPeerFailsInFlightTasksAtOnceAndTheNextSubmitReconnects) {
+  test::Child serve;
+  ASSERT_TRUE(serve.start({"serve", "--listen", "127.0.0.1:0", "--memory", "64M"}));
+  std::string line = serve.waitFor("segment:");
+  ASSERT_FALSE(line.empty()) << "hawser serve did not start";
+  ASSERT_FALSE(serve.waitFor("ready").empty());
+  const uint16_t port = portOf(line);
+  const std::string name = "127.0.0.1:" + std::to_string(port);
+  // A timeout far beyond the test's patience: only the socket error can end the tasks.
+  Initiator in(32 << 20, {{"tcp.timeout_ms", "600000"}});
+  ASSERT_TRUE(in.status.ok());
+  ASSERT_TRUE(in.open(name).ok());
+  std::vector<SegmentBuffer> bufs;
+  ASSERT_TRUE(in.engine.segmentBuffers(in.seg, bufs).ok());
+  ASSERT_FALSE(bufs.empty());
+  const uint64_t base = bufs[0].addr;
+  auto warm = in.run({{OpCode::kWrite, in.mem.p, in.seg, base, 4 << 20}});
+  ASSERT_EQ(warm[0].s, TransferState::kCompleted) << warm[0].error.toString();
+
+  serve.kill(SIGSTOP);  // nothing completes from here on
+  BatchID b;
+  ASSERT_TRUE(in.engine.allocateBatchID(2, b).ok());
+  ASSERT_TRUE(in.engine
+                  .submitTransfer(b, {{OpCode::kWrite, in.mem.p, in.seg, base, 16 << 20},
+                                      {OpCode::kRead, in.mem.p + (16 << 20), in.seg, base, 8 << 20}})
+                  .ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  serve.kill(SIGKILL);
+  serve.wait();
+  ASSERT_TRUE(in.engine.waitTransfer(b, std::chrono::seconds(60)).ok());
+  for (size_t i = 0; i < 2; ++i) {
+    TransferStatus st;
+    ASSERT_TRUE(in.engine.getTransferStatus(b, i, st).ok());
+    EXPECT_EQ(st.s, TransferState::kFailed) << i;
+    EXPECT_EQ(st.error.code(), Code::kUnavailable) << st.error.toString();
+  }
+  ASSERT_TRUE(in.engine.freeBatchID(b).ok());
+
+  // A new target on the same port: the next submit opens new connections.
+  test::Child again;
+  ASSERT_TRUE(again.start({"serve", "--listen", name, "--memory", "64M"}));
+  ASSERT_FALSE(again.waitFor("ready").empty()) << "second hawser serve did not start";
+  ASSERT_TRUE(in.engine.closeSegment(in.seg).ok());
+  ASSERT_TRUE(in.open(name).ok());
+  ASSERT_TRUE(in.engine.segmentBuffers(in.seg, bufs).ok());
+  test::fillPattern(in.mem.p, 1 << 20, 77);
+  auto w = in.run({{OpCode::kWrite, in.mem.p, in.seg, bufs[0].addr, 1 << 20}});
+  ASSERT_EQ(w[0].s, TransferState::kCompleted) << w[0].error.toString();
+  auto r = in.run({{OpCode::kRead, in.mem.p + (1 << 20), in.seg, bufs[0].addr, 1 << 20}});
+  ASSERT_EQ(r[0].s, TransferState::kCompleted) << r[0].error.toString();
+  EXPECT_EQ(test::checkPattern(in.mem.p + (1 << 20), 1 << 20, 77), -1);
+}
+
+}  // namespace
+}  // namespace hawser

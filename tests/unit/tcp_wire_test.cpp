@@ -1,0 +1,188 @@
+// The tcp transport's wire checks, settings and transport selection.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+
+#include "core/config.h"
+#include "metadata/descriptor.h"
+#include "transport/tcp/tcp_transport.h"
+#include "transport/tcp/tcp_wire.h"
+
+namespace hawser {
+namespace {
+
+using tcp::WireHeader;
+
+WireHeader readReq(uint32_t size) {
+  WireHeader h;
+  h.type = tcp::kReadReq;
+  h.size = size;
+  h.addr = 0x1000;
+  h.id = 7;
+  return h;
+}
+
+WireHeader writeReq(uint32_t size) {
+  WireHeader h = readReq(size);
+  h.type = tcp::kWriteReq;
+  h.length = size;
+  return h;
+}
+
+TEST(TcpWire, HeaderIs32BytesWithFieldsAtFixedOffsets) {
+  EXPECT_EQ(sizeof(WireHeader), 32u);
+  EXPECT_EQ(offsetof(WireHeader, magic), 0u);
+  EXPECT_EQ(offsetof(WireHeader, version), 4u);
+  EXPECT_EQ(offsetof(WireHeader, type), 6u);
+  EXPECT_EQ(offsetof(WireHeader, status), 7u);
+  EXPECT_EQ(offsetof(WireHeader, length), 8u);
+  EXPECT_EQ(offsetof(WireHeader, size), 12u);
+  EXPECT_EQ(offsetof(WireHeader, id), 16u);
+  EXPECT_EQ(offsetof(WireHeader, addr), 24u);
+}
+
+TEST(TcpWire, WellFormedRequestsAreAccepted) {
+  EXPECT_TRUE(tcp::checkRequest(readReq(4096), 1 << 20).ok());
+  EXPECT_TRUE(tcp::checkRequest(writeReq(1 << 20), 1 << 20).ok());
+}
+
+TEST(TcpWire, BadMagicIsRejectedNamingTheValue) {
+  WireHeader h = readReq(16);
+  h.magic = 0xdeadbeef;
+  Status s = tcp::checkRequest(h, 1 << 20);
+  EXPECT_EQ(s.code(), Code::kRemoteError);
+  EXPECT_NE(s.message().find("0xdeadbeef"), std::string::npos) << s.message();
+}
+
+TEST(TcpWire, UnknownVersionIsRejected) {
+  WireHeader h = readReq(16);
+  h.version = 2;
+  EXPECT_EQ(tcp::checkRequest(h, 1 << 20).code(), Code::kRemoteError);
+}
+
+TEST(TcpWire, ResponseTypeOrUnknownTypeInARequestIsRejected) {
+  for (uint8_t t : {uint8_t{0}, uint8_t{tcp::kReadResp}, uint8_t{tcp::kWriteResp}, uint8_t{99}}) {
+    WireHeader h = readReq(16);
+    h.type = t;
+    EXPECT_EQ(tcp::checkRequest(h, 1 << 20).code(), Code::kRemoteError) << int(t);
+  }
+}
+
+TEST(TcpWire, ZeroSizeIsRejected) { EXPECT_EQ(tcp::checkRequest(readReq(0), 1 << 20).code(), Code::kRemoteError); }
+
+TEST(TcpWire, SizeOverMaxFrameIsRejectedNamingBoth) {
+  Status s = tcp::checkRequest(writeReq((1 << 20) + 1), 1 << 20);
+  EXPECT_EQ(s.code(), Code::kRemoteError);
+  EXPECT_NE(s.message().find("1048577"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("1048576"), std::string::npos) << s.message();
+  EXPECT_EQ(tcp::checkRequest(readReq((1 << 20) + 1), 1 << 20).code(), Code::kRemoteError);
+}
+
+TEST(TcpWire, ReadRequestCarryingPayloadIsRejected) {
+  WireHeader h = readReq(16);
+  h.length = 16;
+  EXPECT_EQ(tcp::checkRequest(h, 1 << 20).code(), Code::kRemoteError);
+}
+
+TEST(TcpWire, WriteRequestWhoseLengthDiffersFromSizeIsRejected) {
+  WireHeader h = writeReq(16);
+  h.length = 8;
+  EXPECT_EQ(tcp::checkRequest(h, 1 << 20).code(), Code::kRemoteError);
+}
+
+TEST(TcpWire, RequestWithNonZeroStatusIsRejected) {
+  WireHeader h = readReq(16);
+  h.status = 4;
+  EXPECT_EQ(tcp::checkRequest(h, 1 << 20).code(), Code::kRemoteError);
+}
+
+TEST(TcpSettings, DefaultsWhenNothingIsSet) {
+  Config c;
+  TcpSettings s;
+  ASSERT_TRUE(TcpTransport::loadSettings(c, s).ok());
+  TcpSettings d;
+  EXPECT_EQ(s.connections, d.connections);
+  EXPECT_EQ(s.slice_size, d.slice_size);
+  EXPECT_EQ(s.timeout_ms, d.timeout_ms);
+  EXPECT_EQ(s.max_frame, d.max_frame);
+}
+
+TEST(TcpSettings, ExplicitValuesWithSizeSuffixesAreRead) {
+  Config c;
+  c.set("tcp.connections", "3");
+  c.set("tcp.slice_size", "256K");
+  c.set("tcp.timeout_ms", "750");
+  c.set("tcp.sock_buf", "4M");
+  TcpSettings s;
+  ASSERT_TRUE(TcpTransport::loadSettings(c, s).ok());
+  EXPECT_EQ(s.connections, 3u);
+  EXPECT_EQ(s.slice_size, 256u << 10);
+  EXPECT_EQ(s.timeout_ms, 750u);
+  EXPECT_EQ(s.sock_buf, 4u << 20);
+}
+
+TEST(TcpSettings, JunkValueIsInvalidArgumentNamingKeyAndValue) {
+  Config c;
+  c.set("tcp.connections", "lots");
+  TcpSettings s;
+  Status st = TcpTransport::loadSettings(c, s);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("tcp.connections"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("HAWSER_TCP_CONNECTIONS"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("lots"), std::string::npos) << st.message();
+}
+
+TEST(TcpSettings, OutOfRangeValueIsInvalidArgument) {
+  Config c;
+  c.set("tcp.connections", "0");
+  TcpSettings s;
+  EXPECT_EQ(TcpTransport::loadSettings(c, s).code(), Code::kInvalidArgument);
+  Config d;
+  d.set("tcp.timeout_ms", "1");
+  EXPECT_EQ(TcpTransport::loadSettings(d, s).code(), Code::kInvalidArgument);
+}
+
+TEST(TcpSettings, SliceLargerThanMaxFrameIsInvalidArgument) {
+  Config c;
+  c.set("tcp.slice_size", "8M");
+  c.set("tcp.max_frame", "4M");
+  TcpSettings s;
+  Status st = TcpTransport::loadSettings(c, s);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("tcp.slice_size"), std::string::npos) << st.message();
+}
+
+SegmentDesc memorySegment(bool advertises_tcp) {
+  SegmentDesc d;
+  d.kind = SegmentDesc::Kind::kMemory;
+  d.host = "127.0.0.1";
+  d.rpc_port = 5000;
+  if (advertises_tcp) d.transports["tcp"] = nlohmann::json::object();
+  return d;
+}
+
+TEST(TcpCanServe, HostMemoryToSegmentAdvertisingTcp) {
+  TcpTransport t;
+  EXPECT_TRUE(t.canServe(memorySegment(true), "cpu:0"));
+  EXPECT_TRUE(t.canServe(memorySegment(true), "cpu:1"));
+}
+
+TEST(TcpCanServe, NotGpuMemory) {
+  TcpTransport t;
+  EXPECT_FALSE(t.canServe(memorySegment(true), "cuda:0"));
+}
+
+TEST(TcpCanServe, NotASegmentWithoutTcp) {
+  TcpTransport t;
+  EXPECT_FALSE(t.canServe(memorySegment(false), "cpu:0"));
+}
+
+TEST(TcpCanServe, NotFileSegments) {
+  TcpTransport t;
+  SegmentDesc d = memorySegment(true);
+  d.kind = SegmentDesc::Kind::kFile;
+  EXPECT_FALSE(t.canServe(d, "cpu:0"));
+}
+
+}  // namespace
+}  // namespace hawser
