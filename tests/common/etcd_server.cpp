@@ -17,7 +17,9 @@
 #include <thread>
 #include <vector>
 
+#if HAWSER_HAVE_ETCD
 #include "metadata/etcd_client.h"
+#endif
 
 namespace hawser::test {
 
@@ -40,6 +42,9 @@ uint16_t freeLoopbackPort() {
 }
 
 std::string EtcdServer::binary() {
+#if !HAWSER_HAVE_ETCD
+  return std::string();  // no client to talk to it
+#endif
   if (const char* env = std::getenv("HAWSER_ETCD_BIN"); env && *env) {
     return ::access(env, X_OK) == 0 ? std::string(env) : std::string();
   }
@@ -60,7 +65,11 @@ std::string EtcdServer::binary() {
 }
 
 std::string EtcdServer::missingReason() {
+#if !HAWSER_HAVE_ETCD
+  return "this build has no etcd support (configured with HAWSER_WITH_ETCD=OFF)";
+#else
   return "etcd binary not found (install it with `apt-get install etcd-server`, or set HAWSER_ETCD_BIN)";
+#endif
 }
 
 EtcdServer::~EtcdServer() {
@@ -144,6 +153,11 @@ bool EtcdServer::launch() {
 }
 
 bool EtcdServer::waitReady(int timeout_ms) {
+#if !HAWSER_HAVE_ETCD
+  (void)timeout_ms;
+  error_ = "this build has no etcd client (HAWSER_WITH_ETCD=OFF)";
+  return false;
+#else
   etcd::Options o;
   o.timeout = std::chrono::milliseconds(500);
   o.connect_timeout = std::chrono::milliseconds(200);
@@ -164,6 +178,7 @@ bool EtcdServer::waitReady(int timeout_ms) {
   }
   error_ = "etcd did not answer within " + std::to_string(timeout_ms) + " ms";
   return false;
+#endif
 }
 
 void EtcdServer::stop() {

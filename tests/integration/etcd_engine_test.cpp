@@ -20,6 +20,7 @@
 #include "hawser/engine.h"
 #include "metadata/etcd_store.h"
 
+#if HAWSER_HAVE_ETCD
 namespace hawser {
 namespace {
 
@@ -271,3 +272,7 @@ TEST(EtcdEngineInit, BadLocalServerNameIsInvalidArgument) {
 
 }  // namespace
 }  // namespace hawser
+
+#else
+TEST(Etcd, NotBuilt) { GTEST_SKIP() << "built without etcd support (HAWSER_WITH_ETCD=OFF)"; }
+#endif

@@ -17,6 +17,7 @@
 #include "rpc/rpc.h"
 #include "rpc/socket.h"
 
+#if HAWSER_HAVE_ETCD
 namespace hawser {
 namespace {
 
@@ -438,3 +439,7 @@ TEST_F(EtcdStoreTest, FreshEtcdGetsTheSegmentsRepublishedWithoutRestartingTheEng
 
 }  // namespace
 }  // namespace hawser
+
+#else
+TEST(Etcd, NotBuilt) { GTEST_SKIP() << "built without etcd support (HAWSER_WITH_ETCD=OFF)"; }
+#endif
