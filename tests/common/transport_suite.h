@@ -30,6 +30,8 @@ struct SuiteParam {
   std::function<std::string()> skip;     // non-empty reason = skip
 };
 
+inline void PrintTo(const SuiteParam& p, std::ostream* os) { *os << p.transport; }
+
 inline std::string suiteName(const ::testing::TestParamInfo<SuiteParam>& i) { return i.param.transport; }
 
 class TransportSuite : public ::testing::TestWithParam<SuiteParam> {
