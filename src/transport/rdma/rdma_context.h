@@ -1,0 +1,71 @@
+// One RDMA NIC in use: its device context, protection domain, completion
+// queue and completion channel. MRs live in the transport's region map (one
+// lookup yields every NIC's lkey); endpoints own their QPs.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "hawser/status.h"
+#include "transport/rdma/rdma_nic.h"
+#include "transport/rdma/verbs_api.h"
+
+namespace hawser::rdma {
+
+class Endpoint;
+
+class RdmaContext {
+ public:
+  RdmaContext(const VerbsApi* v, int index, NicInfo info, ibv_context* ctx);
+  ~RdmaContext();
+  RdmaContext(const RdmaContext&) = delete;
+
+  // PD, completion channel, CQ of `cq_entries` (capped by the device).
+  Status init(uint32_t cq_entries);
+
+  const VerbsApi& verbs() const { return *v_; }
+  const NicInfo& info() const { return info_; }
+  int index() const { return index_; }
+  ibv_context* ctx() const { return ctx_; }
+  ibv_pd* pd() const { return pd_; }
+  ibv_cq* cq() const { return cq_; }
+  ibv_comp_channel* channel() const { return channel_; }
+  int64_t cqCapacity() const { return cq_cap_; }
+
+  // False after a fatal async event or while the port is down.
+  bool usable() const { return !fatal_.load() && !port_down_.load(); }
+  void markFatal() { fatal_.store(true); }
+  void setPortDown(bool down) { port_down_.store(down); }
+
+  // Work requests posted on this NIC whose completion is not yet polled;
+  // kept below the CQ size so the CQ never overruns.
+  std::atomic<int64_t> outstanding{0};
+
+  // Endpoints that could not post because the CQ was full; re-kicked by the
+  // worker after it polls completions of this NIC.
+  void addStarved(const std::shared_ptr<Endpoint>& ep);
+  std::vector<std::shared_ptr<Endpoint>> takeStarved();
+
+  // Unacknowledged CQ events (acked before the CQ is destroyed).
+  void ackEvents(unsigned n);
+
+ private:
+  const VerbsApi* v_;
+  int index_;
+  NicInfo info_;
+  ibv_context* ctx_;
+  ibv_pd* pd_ = nullptr;
+  ibv_comp_channel* channel_ = nullptr;
+  ibv_cq* cq_ = nullptr;
+  int64_t cq_cap_ = 0;
+  std::atomic<bool> fatal_{false};
+  std::atomic<bool> port_down_{false};
+  std::mutex starved_mu_;
+  std::vector<std::shared_ptr<Endpoint>> starved_;
+};
+
+}  // namespace hawser::rdma

@@ -1,0 +1,374 @@
+#include "transport/rdma/rdma_endpoint.h"
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "core/log.h"
+#include "transport/rdma/rdma_stats.h"
+
+namespace hawser::rdma {
+
+namespace {
+constexpr size_t kPostBatch = 32;
+}
+
+// ---------------------------------------------------------------- QP bring-up
+
+Status createQp(RdmaContext& ctx, uint32_t max_wr, ibv_qp*& out) {
+  ibv_qp_init_attr ia{};
+  ia.send_cq = ctx.cq();
+  ia.recv_cq = ctx.cq();
+  ia.qp_type = IBV_QPT_RC;
+  ia.sq_sig_all = 0;
+  ia.cap.max_send_wr = max_wr;
+  ia.cap.max_recv_wr = 1;  // one-sided only: nothing is ever received
+  ia.cap.max_send_sge = 1;
+  ia.cap.max_recv_sge = 1;
+  ia.cap.max_inline_data = 0;
+  out = ctx.verbs().create_qp(ctx.pd(), &ia);
+  if (!out)
+    return Status(Code::kIoError,
+                  fmt::format("rdma {}: ibv_create_qp(max_send_wr={}): {}", ctx.info().name, max_wr,
+                              std::strerror(errno)));
+  return Status::OK();
+}
+
+Status qpToInit(const VerbsApi& v, ibv_qp* qp, const NicInfo& nic) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.pkey_index = 0;
+  a.port_num = nic.port;
+  a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+  int rc = v.modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  if (rc != 0)
+    return Status(Code::kIoError,
+                  fmt::format("rdma {}: QP {} RESET->INIT: {}", nic.name, qp->qp_num, std::strerror(rc)));
+  return Status::OK();
+}
+
+Status qpToRtr(const VerbsApi& v, ibv_qp* qp, const NicInfo& nic, const RtrParams& p) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = p.mtu;
+  a.dest_qp_num = p.remote_qpn;
+  a.rq_psn = p.remote_psn;
+  // Responder resources for incoming RDMA READs.
+  a.max_dest_rd_atomic = static_cast<uint8_t>(std::clamp(nic.dev_attr.max_qp_rd_atom, 1, 16));
+  a.min_rnr_timer = p.min_rnr_timer;
+  a.ah_attr.port_num = nic.port;
+  a.ah_attr.sl = p.service_level;
+  a.ah_attr.src_path_bits = 0;
+  if (!nic.ib()) {
+    // RoCE: every packet carries a GRH addressed by GIDs.
+    a.ah_attr.is_global = 1;
+    a.ah_attr.grh.dgid = p.remote_gid;
+    a.ah_attr.grh.sgid_index = static_cast<uint8_t>(nic.gid_index);
+    a.ah_attr.grh.hop_limit = p.hop_limit;
+    a.ah_attr.grh.traffic_class = p.traffic_class;
+    a.ah_attr.grh.flow_label = 0;
+  } else {
+    a.ah_attr.is_global = 0;
+    a.ah_attr.dlid = p.remote_lid;
+  }
+  int rc = v.modify_qp(qp, &a,
+                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  if (rc != 0)
+    return Status(Code::kIoError, fmt::format("rdma {}: QP {} INIT->RTR (remote QPN {}, mtu {}): {}", nic.name,
+                                              qp->qp_num, p.remote_qpn, mtuBytes(p.mtu), std::strerror(rc)));
+  return Status::OK();
+}
+
+Status qpToRts(const VerbsApi& v, ibv_qp* qp, const NicInfo& nic, uint32_t psn, uint8_t timeout, uint8_t retry_cnt,
+               uint8_t rnr_retry) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = timeout;
+  a.retry_cnt = retry_cnt;
+  a.rnr_retry = rnr_retry;
+  a.sq_psn = psn;
+  // Outstanding RDMA READs this QP may issue.
+  a.max_rd_atomic = static_cast<uint8_t>(std::clamp(nic.dev_attr.max_qp_rd_atom, 1, 16));
+  int rc = v.modify_qp(qp, &a,
+                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                           IBV_QP_MAX_QP_RD_ATOMIC);
+  if (rc != 0)
+    return Status(Code::kIoError,
+                  fmt::format("rdma {}: QP {} RTR->RTS: {}", nic.name, qp->qp_num, std::strerror(rc)));
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------- Endpoint
+
+Endpoint::Endpoint(EndpointHost* host, RdmaContext* ctx, std::shared_ptr<const Peer> peer, int peer_nic,
+                   std::string id)
+    : host_(host), ctx_(ctx), peer_(std::move(peer)), peer_nic_(peer_nic), id_(std::move(id)) {}
+
+Endpoint::~Endpoint() {
+  std::lock_guard<std::mutex> lock(mu_);
+  destroyQpsLocked();
+}
+
+void Endpoint::destroyQpsLocked() {
+  for (Qp& q : qps_) {
+    if (!q.qp) continue;
+    int rc = ctx_->verbs().destroy_qp(q.qp);
+    if (rc != 0) HLOG_WARN("rdma endpoint {}: ibv_destroy_qp: {}", id_, std::strerror(rc));
+  }
+  qps_.clear();
+}
+
+Endpoint::State Endpoint::state() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_;
+}
+
+uint32_t Endpoint::outstanding() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return outstanding_;
+}
+
+bool Endpoint::idle() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return outstanding_ == 0 && waiting_.empty() && state_ != State::kConnecting;
+}
+
+void Endpoint::postLocked(std::vector<std::pair<Slice*, Status>>& failed, std::vector<Slice*>& canceled,
+                          bool& starved) {
+  const uint32_t max_wr = host_->maxWrPerQp();
+  std::array<ibv_send_wr, kPostBatch> wrs;
+  std::array<ibv_sge, kPostBatch> sges;
+  std::array<Slice*, kPostBatch> batch;
+  while (state_ == State::kConnected && !waiting_.empty()) {
+    // A QP with room, round-robin.
+    size_t qi = qps_.size();
+    for (size_t k = 0; k < qps_.size(); ++k) {
+      size_t i = (rr_ + k) % qps_.size();
+      if (qps_[i].outstanding < max_wr) {
+        qi = i;
+        break;
+      }
+    }
+    if (qi == qps_.size()) return;  // every QP full: completions will post more
+    int64_t cq_room = ctx_->cqCapacity() - ctx_->outstanding.load();
+    if (cq_room <= 0) {
+      starved = true;
+      return;
+    }
+    rr_ = qi + 1;
+    Qp& q = qps_[qi];
+    size_t room = std::min<size_t>({kPostBatch, max_wr - q.outstanding, static_cast<size_t>(cq_room)});
+    size_t n = 0;
+    while (n < room && !waiting_.empty()) {
+      Slice* s = waiting_.front();
+      waiting_.pop_front();
+      if (host_->sliceCanceledFlag(s)) {
+        canceled.push_back(s);
+        continue;
+      }
+      s->qp_index = static_cast<uint32_t>(qi);
+      ibv_sge& g = sges[n];
+      g.addr = s->local_addr;
+      g.length = s->length;
+      g.lkey = s->lkey;
+      ibv_send_wr& w = wrs[n];
+      std::memset(&w, 0, sizeof(w));
+      w.wr_id = reinterpret_cast<uint64_t>(s);
+      w.sg_list = &g;
+      w.num_sge = 1;
+      w.opcode = s->is_read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
+      w.send_flags = IBV_SEND_SIGNALED;
+      w.wr.rdma.remote_addr = s->remote_addr;
+      w.wr.rdma.rkey = s->rkey;
+      if (n > 0) wrs[n - 1].next = &w;
+      batch[n] = s;
+      ++n;
+    }
+    if (n == 0) continue;
+    ibv_send_wr* bad = nullptr;
+    int rc = ibv_post_send(q.qp, &wrs[0], &bad);
+    size_t posted = n;
+    if (rc != 0) {
+      posted = 0;
+      while (posted < n && &wrs[posted] != bad) ++posted;
+      Status why(Code::kIoError, fmt::format("ibv_post_send on {} QP {}: {}", ctx_->info().name, q.qp->qp_num,
+                                             std::strerror(rc)));
+      for (size_t i = posted; i < n; ++i) failed.emplace_back(batch[i], why);
+      HLOG_WARN("rdma endpoint {}: {}; draining", id_, why.message());
+      state_ = State::kDraining;
+    }
+    q.outstanding += static_cast<uint32_t>(posted);
+    outstanding_ += static_cast<uint32_t>(posted);
+    ctx_->outstanding.fetch_add(static_cast<int64_t>(posted));
+    if (ctx_->index() < Stats::kMaxNics) stats().wrs_posted[ctx_->index()] += posted;
+  }
+}
+
+void Endpoint::submit(std::vector<Slice*>& slices) {
+  std::vector<std::pair<Slice*, Status>> failed;
+  std::vector<Slice*> canceled;
+  bool starved = false, need_connect = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ == State::kClosed) {
+      Status why(Code::kUnavailable, "rdma transport is shutting down");
+      for (Slice* s : slices) failed.emplace_back(s, why);
+    } else {
+      for (Slice* s : slices) {
+        s->ep = this;
+        waiting_.push_back(s);
+      }
+      if (state_ == State::kIdle) {
+        state_ = State::kConnecting;
+        need_connect = true;
+      } else if (state_ == State::kConnected) {
+        postLocked(failed, canceled, starved);
+      }
+      if (state_ == State::kDraining && outstanding_ == 0) {
+        destroyQpsLocked();
+        state_ = State::kConnecting;
+        need_connect = true;
+      }
+    }
+  }
+  slices.clear();
+  if (starved) ctx_->addStarved(shared_from_this());
+  if (need_connect) host_->connectAsync(shared_from_this());
+  for (Slice* s : canceled) host_->sliceCanceled(s);
+  for (auto& [s, why] : failed) host_->sliceFailed(s, why, -1);
+}
+
+void Endpoint::kick() {
+  std::vector<std::pair<Slice*, Status>> failed;
+  std::vector<Slice*> canceled;
+  bool starved = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    postLocked(failed, canceled, starved);
+  }
+  if (starved) ctx_->addStarved(shared_from_this());
+  for (Slice* s : canceled) host_->sliceCanceled(s);
+  for (auto& [s, why] : failed) host_->sliceFailed(s, why, -1);
+}
+
+void Endpoint::complete(Slice* s, const ibv_wc& wc) {
+  std::vector<std::pair<Slice*, Status>> failed;
+  std::vector<Slice*> canceled;
+  bool starved = false, need_connect = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (s->qp_index < qps_.size() && qps_[s->qp_index].outstanding > 0) qps_[s->qp_index].outstanding--;
+    if (outstanding_ > 0) outstanding_--;
+    ctx_->outstanding.fetch_sub(1);
+    if (wc.status != IBV_WC_SUCCESS && state_ == State::kConnected) {
+      // The QP is in the error state now: stop posting, let the rest flush,
+      // then re-establish.
+      HLOG_WARN("rdma endpoint {}: completion {} on QP {}; re-establishing", id_,
+                wcStatusName(wc.status), wc.qp_num);
+      state_ = State::kDraining;
+    }
+    if (state_ == State::kConnected) {
+      postLocked(failed, canceled, starved);
+    } else if (state_ == State::kDraining && outstanding_ == 0) {
+      destroyQpsLocked();
+      if (!waiting_.empty()) {
+        state_ = State::kConnecting;
+        need_connect = true;
+      } else {
+        state_ = State::kIdle;
+      }
+    } else if (state_ == State::kClosed && outstanding_ == 0) {
+      destroyQpsLocked();
+    }
+  }
+  if (starved) ctx_->addStarved(shared_from_this());
+  if (need_connect) host_->connectAsync(shared_from_this());
+  if (wc.status == IBV_WC_SUCCESS) {
+    host_->sliceDone(s);
+  } else {
+    const char* text = ctx_->verbs().wc_status_str ? ctx_->verbs().wc_status_str(wc.status) : "";
+    Status why(Code::kIoError, fmt::format("{} ({}, vendor_err {:#x}) on {} -> {}@{}", wcStatusName(wc.status), text,
+                                           wc.vendor_err, ctx_->info().name, peer_->nics[peer_nic_].name,
+                                           peer_->segment));
+    host_->sliceFailed(s, why, wc.status);
+  }
+  for (Slice* c : canceled) host_->sliceCanceled(c);
+  for (auto& [f, why] : failed) host_->sliceFailed(f, why, -1);
+}
+
+void Endpoint::connect() {
+  std::vector<ibv_qp*> qps;
+  Status st = host_->establish(*this, qps);
+  std::vector<std::pair<Slice*, Status>> failed;
+  std::vector<Slice*> canceled;
+  bool starved = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (st.ok() && state_ == State::kConnecting) {
+      qps_.clear();
+      for (ibv_qp* q : qps) qps_.push_back(Qp{q, 0});
+      state_ = State::kConnected;
+      rr_ = 0;
+      postLocked(failed, canceled, starved);
+    } else {
+      for (ibv_qp* q : qps) ctx_->verbs().destroy_qp(q);
+      if (st.ok()) st = Status(Code::kUnavailable, "rdma transport is shutting down");
+      if (state_ != State::kClosed) state_ = State::kIdle;
+      for (Slice* s : waiting_) failed.emplace_back(s, st);
+      waiting_.clear();
+    }
+  }
+  if (starved) ctx_->addStarved(shared_from_this());
+  for (Slice* s : canceled) host_->sliceCanceled(s);
+  for (auto& [s, why] : failed) host_->sliceFailed(s, why, -1);
+}
+
+void Endpoint::purgeCanceled() {
+  std::vector<Slice*> canceled;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (host_->sliceCanceledFlag(*it)) {
+        canceled.push_back(*it);
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (Slice* s : canceled) host_->sliceCanceled(s);
+}
+
+void Endpoint::close() {
+  std::vector<Slice*> waiting;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    state_ = State::kClosed;
+    waiting.assign(waiting_.begin(), waiting_.end());
+    waiting_.clear();
+    // Flush what the NIC still holds: every posted WR completes (FLUSH_ERR).
+    for (Qp& q : qps_) {
+      if (!q.qp) continue;
+      ibv_qp_attr a{};
+      a.qp_state = IBV_QPS_ERR;
+      ctx_->verbs().modify_qp(q.qp, &a, IBV_QP_STATE);
+    }
+    if (outstanding_ == 0) destroyQpsLocked();
+  }
+  Status why(Code::kUnavailable, "rdma transport is shutting down");
+  for (Slice* s : waiting) host_->sliceFailed(s, why, -1);
+}
+
+bool Endpoint::destroyIfIdle() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (outstanding_ != 0 || !waiting_.empty() || state_ == State::kConnecting) return false;
+  destroyQpsLocked();
+  if (state_ != State::kClosed) state_ = State::kIdle;
+  return true;
+}
+
+}  // namespace hawser::rdma

@@ -1,0 +1,184 @@
+// Endpoints: the RC QPs from one local NIC to one NIC of one peer engine,
+// and the slices (one RDMA READ/WRITE work request each) that travel on them.
+//
+// An endpoint is created lazily by the first slice routed to its NIC pair.
+// That slice (and every one queued meanwhile) waits while one connector
+// thread creates `qps_per_peer` QPs, exchanges QPN/PSN/GID/LID/MTU with the
+// peer over its rpc listener and moves the QPs INIT -> RTR -> RTS; concurrent
+// first use thus makes exactly one endpoint and one handshake. Slices are
+// posted round-robin over the QPs, at most `max_wr` outstanding per QP and
+// never more than the NIC's CQ holds. A failed completion puts the endpoint
+// into draining: nothing more is posted, the QPs' remaining work flushes,
+// and once nothing is outstanding the QPs are destroyed; queued slices then
+// trigger a fresh handshake.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "hawser/status.h"
+#include "hawser/types.h"
+#include "transport/rdma/rdma_context.h"
+
+namespace hawser {
+class Task;
+}
+
+namespace hawser::rdma {
+
+// One NIC of a peer, as published in its descriptor's transports.rdma.nics.
+struct PeerNic {
+  std::string name;
+  ibv_gid gid{};
+  uint16_t lid = 0;
+  bool ib = false;
+  int numa = -1;
+  int mtu = 4096;
+  bool up = true;
+};
+
+struct Peer {
+  std::string key;       // segment name + "#" + instance
+  std::string segment;   // "host:port"
+  std::string host;
+  uint16_t port = 0;
+  std::string instance;  // the peer transport's install nonce
+  std::vector<PeerNic> nics;
+};
+
+class Endpoint;
+class RdmaSubBatch;
+
+// Per task: what every slice of it needs.
+struct TaskCtx {
+  Task* task = nullptr;
+  std::shared_ptr<const Peer> peer;
+  std::vector<uint32_t> lkeys;  // local region, per local NIC (0 = not registered there)
+  std::vector<uint32_t> rkeys;  // remote buffer, per peer NIC (0 = unusable)
+  int local_numa = -1;
+  int remote_numa = -1;
+  uint64_t salt = 0;  // spreads tasks over NICs
+};
+
+struct Slice {
+  TaskCtx* tc = nullptr;
+  RdmaSubBatch* sb = nullptr;
+  uint64_t local_addr = 0;
+  uint64_t remote_addr = 0;
+  uint32_t length = 0;
+  uint32_t index = 0;  // within the task
+  bool is_read = false;
+  // Routing of the current attempt.
+  uint32_t attempts = 0;
+  int l0 = -1, p0 = -1;  // first-choice NIC pair
+  int local_nic = -1, peer_nic = -1;
+  uint32_t lkey = 0, rkey = 0;
+  Endpoint* ep = nullptr;
+  uint32_t qp_index = 0;
+  // Errors seen so far (the first non-flush one is reported).
+  Status first_error;
+  bool first_is_flush = false;
+  Status last_error;
+};
+
+// What an endpoint needs from the transport.
+class EndpointHost {
+ public:
+  virtual ~EndpointHost() = default;
+  // Creates and connects the QPs of `ep` (blocking: runs on a connector
+  // thread). On success `qps` are in RTS.
+  virtual Status establish(Endpoint& ep, std::vector<ibv_qp*>& qps) = 0;
+  virtual void connectAsync(std::shared_ptr<Endpoint> ep) = 0;
+  virtual void sliceDone(Slice* s) = 0;
+  // A slice failed on this endpoint: retry elsewhere or finish it FAILED.
+  // `wc_status` is the verbs completion status, or -1 when the failure was
+  // not a completion (post or handshake error).
+  virtual void sliceFailed(Slice* s, const Status& why, int wc_status) = 0;
+  virtual void sliceCanceled(Slice* s) = 0;
+  virtual bool sliceCanceledFlag(const Slice* s) const = 0;
+  virtual uint32_t maxWrPerQp() const = 0;
+};
+
+class Endpoint : public std::enable_shared_from_this<Endpoint> {
+ public:
+  enum class State { kIdle, kConnecting, kConnected, kDraining, kClosed };
+
+  Endpoint(EndpointHost* host, RdmaContext* ctx, std::shared_ptr<const Peer> peer, int peer_nic, std::string id);
+  ~Endpoint();
+
+  RdmaContext& context() const { return *ctx_; }
+  const Peer& peer() const { return *peer_; }
+  int peerNic() const { return peer_nic_; }
+  const std::string& id() const { return id_; }
+
+  // Queues slices and posts what fits; starts the handshake on first use.
+  void submit(std::vector<Slice*>& slices);
+  // Completion of a slice posted here (worker thread).
+  void complete(Slice* s, const ibv_wc& wc);
+  // Connector thread body.
+  void connect();
+  // Posts what waits, if connected (after the CQ had no room).
+  void kick();
+  // Removes waiting slices of canceled sub-batches and finishes them.
+  void purgeCanceled();
+  // Shutdown: fail what waits, flush what is posted (QPs to ERR).
+  void close();
+  // Outstanding (posted, not completed) work requests.
+  uint32_t outstanding();
+  bool idle();
+  State state();
+  // Destroys the QPs if nothing is outstanding (shutdown / closeSegment).
+  bool destroyIfIdle();
+
+ private:
+  struct Qp {
+    ibv_qp* qp = nullptr;
+    uint32_t outstanding = 0;
+  };
+  // Locked helpers.
+  void postLocked(std::vector<std::pair<Slice*, Status>>& failed, std::vector<Slice*>& canceled, bool& starved);
+  void destroyQpsLocked();
+
+  EndpointHost* host_;
+  RdmaContext* ctx_;
+  std::shared_ptr<const Peer> peer_;
+  int peer_nic_;
+  std::string id_;
+
+  std::mutex mu_;
+  State state_ = State::kIdle;
+  std::vector<Qp> qps_;
+  std::deque<Slice*> waiting_;
+  size_t rr_ = 0;
+  uint32_t outstanding_ = 0;
+};
+
+// Moves a fresh QP RESET -> INIT (port, pkey 0, remote read/write access).
+Status qpToInit(const VerbsApi& v, ibv_qp* qp, const NicInfo& nic);
+// INIT -> RTR towards (remote QPN, PSN, GID/LID) with `mtu`.
+struct RtrParams {
+  uint32_t remote_qpn = 0;
+  uint32_t remote_psn = 0;
+  ibv_gid remote_gid{};
+  uint16_t remote_lid = 0;
+  ibv_mtu mtu = IBV_MTU_1024;
+  uint8_t min_rnr_timer = 12;
+  uint8_t traffic_class = 0;
+  uint8_t service_level = 0;
+  uint8_t hop_limit = 64;
+};
+Status qpToRtr(const VerbsApi& v, ibv_qp* qp, const NicInfo& nic, const RtrParams& p);
+// RTR -> RTS with the local PSN and the timeout/retry attributes.
+Status qpToRts(const VerbsApi& v, ibv_qp* qp, const NicInfo& nic, uint32_t psn, uint8_t timeout, uint8_t retry_cnt,
+               uint8_t rnr_retry);
+// An RC QP on `ctx` (send and recv CQ = the NIC's CQ).
+Status createQp(RdmaContext& ctx, uint32_t max_wr, ibv_qp*& out);
+
+}  // namespace hawser::rdma

@@ -1,0 +1,78 @@
+// Tunables of the rdma transport and per-NIC inspection (port, link layer,
+// GID choice, NUMA node), shared by the transport and probeNics().
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hawser/status.h"
+#include "transport/rdma/rdma_probe.h"
+#include "transport/rdma/verbs_api.h"
+
+namespace hawser {
+class Config;
+}
+
+namespace hawser::rdma {
+
+// Every key is documented with its default in docs/rdma.md.
+struct Tunables {
+  std::string verbs_lib = "libibverbs.so.1";  // rdma.verbs_lib
+  std::vector<std::string> devices;           // rdma.devices ("" = all)
+  int gid_index = -1;                         // rdma.gid_index (-1 = auto)
+  uint32_t qps_per_peer = 2;                  // rdma.qps_per_peer
+  uint32_t max_wr = 256;                      // rdma.max_wr: outstanding WRs per QP
+  uint64_t slice_size = 64 << 10;             // rdma.slice_size
+  uint32_t retry_limit = 8;                   // rdma.retry_limit
+  uint32_t workers = 0;                       // rdma.workers (0 = min(NICs, 4))
+  uint32_t cq_entries = 16384;                // rdma.cq_entries (per NIC)
+  int mtu = 4096;                             // rdma.mtu: upper bound on path MTU
+  uint8_t timeout = 14;                       // rdma.qp_timeout (4.096 us * 2^x)
+  uint8_t retry_cnt = 7;                      // rdma.qp_retry_cnt
+  uint8_t rnr_retry = 7;                      // rdma.qp_rnr_retry (7 = infinite)
+  uint8_t min_rnr_timer = 12;                 // rdma.qp_min_rnr_timer (12 = 0.64 ms)
+  uint8_t traffic_class = 0;                  // rdma.traffic_class (RoCE GRH)
+  uint8_t service_level = 0;                  // rdma.service_level
+  uint8_t hop_limit = 64;                     // rdma.hop_limit (RoCE v2 GRH)
+  uint64_t pretouch_threshold = 4ull << 30;   // rdma.pretouch_threshold
+  uint32_t pretouch_threads = 8;              // rdma.pretouch_threads
+  bool relaxed_ordering = true;               // rdma.relaxed_ordering
+  uint32_t connect_timeout_ms = 5000;         // rdma.connect_timeout_ms
+  uint32_t poll_spin_us = 50;                 // rdma.poll_spin_us
+
+  // kInvalidArgument naming the key and the value at fault.
+  Status load(const Config& c);
+};
+
+struct NicInfo {
+  std::string name;
+  std::string ibdev_path;
+  int numa = -1;
+  uint8_t port = 0;
+  uint8_t link_layer = IBV_LINK_LAYER_UNSPECIFIED;
+  int gid_index = -1;
+  ibv_gid gid{};
+  std::string gid_type;
+  uint16_t lid = 0;
+  ibv_mtu active_mtu = IBV_MTU_1024;
+  ibv_device_attr dev_attr{};
+
+  bool ib() const { return link_layer != IBV_LINK_LAYER_ETHERNET; }
+};
+
+// Opens `dev` and decides whether it can be used (an ACTIVE port; a LID on
+// InfiniBand; a usable GID on RoCE). On success `ctx` is the open context
+// (the caller owns it) and `info` is filled; on failure the context is
+// closed and the Status says why. `report` is filled either way.
+Status inspectNic(const VerbsApi& v, ibv_device* dev, const Tunables& t, ibv_context*& ctx, NicInfo& info,
+                  NicReport& report);
+
+std::string gidToString(const ibv_gid& g);          // "fe80:0000:...", 8 groups
+bool gidFromString(const std::string& s, ibv_gid& g);  // accepts gidToString's output
+int mtuBytes(ibv_mtu m);
+ibv_mtu mtuFromBytes(int bytes);  // largest enum <= bytes (min 256)
+
+}  // namespace hawser::rdma

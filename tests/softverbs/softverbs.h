@@ -1,0 +1,41 @@
+// hawser software verbs provider (tests only).
+//
+// libhawser_softverbs.so exports the libibverbs entry points the rdma
+// transport calls (ibv_get_device_list, ibv_open_device, ibv_reg_mr,
+// ibv_create_qp, ibv_modify_qp, ...) and fills each context's ops table for
+// the header-inline ones (ibv_post_send, ibv_poll_cq, ibv_req_notify_cq), so
+// the transport runs over it unchanged when HAWSER_RDMA_VERBS_LIB names it.
+//
+// Model: every process on the host that opens a soft device shares one
+// registry (a file mapped MAP_SHARED in HAWSER_SOFTVERBS_DIR) holding the
+// devices, the QPs (number, owner pid, state, connected peer) and the MRs
+// (key, owner pid, PD, range, access). Each opened context runs one "NIC"
+// thread that executes posted RDMA READ/WRITE work requests in order per QP:
+// it checks the local lkey, the remote QP and the rkey exactly as an RC
+// responder does, then moves the bytes with process_vm_readv/writev into the
+// target process — whose CPU takes no part — and posts the completion.
+//
+// Environment:
+//   HAWSER_SOFTVERBS_DEVICES  comma-separated devices, each name[:opt...]:
+//                             numa=N, mtu=256..4096, ib (InfiniBand link
+//                             layer: LID addressing), v1 (RoCE v1 GIDs only),
+//                             down (port DOWN). Default: "sv0".
+//   HAWSER_SOFTVERBS_DIR      registry + fake sysfs directory
+//                             (default /tmp/hawser-softverbs).
+//
+// Fault injection (any process sharing the registry; affects all of them):
+//   int hawser_softverbs_control(const char* command), 0 or an errno:
+//     "down <dev>"   the NIC disappears: its contexts get
+//                    IBV_EVENT_DEVICE_FATAL, their QPs go to ERR (posted WRs
+//                    flush with IBV_WC_WR_FLUSH_ERR), requesters targeting it
+//                    get IBV_WC_RETRY_EXC_ERR, it leaves the device list.
+//     "up <dev>"     lists it again (contexts already dead stay dead).
+//     "fail <dev> <n> <status>"  the next n WRs executed by <dev> as requester
+//                    complete with <status> (IBV_WC_* name or number) and
+//                    move their QP to ERR, as a real error completion does.
+//     "clear <dev>"  cancels pending "fail" counts.
+#pragma once
+
+extern "C" {
+typedef int (*hawser_softverbs_control_fn)(const char* command);
+}
