@@ -1,0 +1,296 @@
+// I/O that is still running: the file transport must never let go of memory
+// an I/O references, must cancel the siblings of a failed slice, must
+// quarantine what does not stop, and must not hang when a file shrinks under
+// a running batch.
+//
+// To hold an I/O in the kernel deterministically, the destination memory is
+// managed by userfaultfd: the kernel thread doing the read blocks on the
+// missing page until the test fills it.
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <set>
+#include <thread>
+
+#include "common/util.h"
+#include "hawser/engine.h"
+#include "transport/file/file_transport.h"
+
+using namespace hawser;
+using namespace hawser::test;
+
+namespace {
+
+constexpr uint64_t KiB = 1024, MiB = 1024 * KiB;
+constexpr size_t kPage = 4096;
+
+// Anonymous memory whose pages stay missing until fill(): whoever touches one
+// blocks in the kernel.
+struct Uffd {
+  ~Uffd() {
+    if (base) ::munmap(base, len);
+    if (fd >= 0) ::close(fd);
+  }
+  // false: userfaultfd is not available to this process.
+  bool open(size_t pages) {
+    fd = static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK));
+    if (fd < 0) return false;
+    uffdio_api api{};
+    api.api = UFFD_API;
+    if (::ioctl(fd, UFFDIO_API, &api) != 0) return false;
+    len = pages * kPage;
+    void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return false;
+    base = static_cast<char*>(p);
+    uffdio_register reg{};
+    reg.range.start = reinterpret_cast<uint64_t>(base);
+    reg.range.len = len;
+    reg.mode = UFFDIO_REGISTER_MODE_MISSING;
+    return ::ioctl(fd, UFFDIO_REGISTER, &reg) == 0;
+  }
+  // Maps page `i` (zeros), waking any thread blocked on it.
+  bool fill(size_t i) {
+    static char zeros[kPage];
+    uffdio_copy c{};
+    c.dst = reinterpret_cast<uint64_t>(base + i * kPage);
+    c.src = reinterpret_cast<uint64_t>(zeros);
+    c.len = kPage;
+    return ::ioctl(fd, UFFDIO_COPY, &c) == 0 || errno == EEXIST;
+  }
+  // Waits until some thread has faulted on page `i`.
+  bool waitFault(size_t i, int ms = 20000) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (!faulted.count(i)) {
+      int left = static_cast<int>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count());
+      if (left <= 0) return false;
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, left) <= 0) continue;
+      uffd_msg m{};
+      while (::read(fd, &m, sizeof(m)) == sizeof(m))
+        if (m.event == UFFD_EVENT_PAGEFAULT)
+          faulted.insert((m.arg.pagefault.address - reinterpret_cast<uint64_t>(base)) / kPage);
+    }
+    return true;
+  }
+  int fd = -1;
+  char* base = nullptr;
+  size_t len = 0;
+  std::set<size_t> faulted;
+};
+
+bool writeFile(const std::string& path, uint64_t size, uint64_t seed) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return false;
+  std::vector<char> buf(size);
+  fillPattern(buf.data(), size, seed, 0);
+  bool ok = ::pwrite(fd, buf.data(), size, 0) == static_cast<ssize_t>(size);
+  ::close(fd);
+  return ok;
+}
+
+const char* kEnvKeys[] = {"HAWSER_FILE_ENGINE",         "HAWSER_FILE_MAX_IO_SIZE",   "HAWSER_FILE_IO_DEPTH",
+                          "HAWSER_FILE_DIRECT",         "HAWSER_FILE_FIXED_BUFFERS", "HAWSER_FILE_CANCEL_GRACE_MS",
+                          "HAWSER_FILE_POSIX_THREADS"};
+
+class FileInflight : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    for (const char* k : kEnvKeys) ::unsetenv(k);
+    ::setenv("HAWSER_FILE_ENGINE", GetParam().c_str(), 1);
+    // userfaultfd memory must not be pinned at registration (it would block).
+    ::setenv("HAWSER_FILE_FIXED_BUFFERS", "0", 1);
+    ::setenv("HAWSER_FILE_CANCEL_GRACE_MS", "200", 1);
+    if (!uffd.open(16)) GTEST_SKIP() << "userfaultfd is not available here: " << std::strerror(errno);
+    ASSERT_FALSE(dir.path.empty());
+  }
+  void start() {
+    engine = std::make_unique<TransferEngine>();
+    Status s = engine->init("p2p", "node-a", "127.0.0.1", 0);
+    ASSERT_TRUE(s.ok()) << s.toString();
+    auto names = engine->transports();
+    if (std::find(names.begin(), names.end(), "file") == names.end()) GTEST_SKIP() << "no file transport here";
+    s = engine->registerLocalMemory(uffd.base, uffd.len, "cpu:0", false);
+    ASSERT_TRUE(s.ok()) << s.toString();
+    s = engine->registerLocalMemory(plain.p, plain.n, "cpu:0", false);
+    ASSERT_TRUE(s.ok()) << s.toString();
+  }
+  void TearDown() override {
+    // Release whatever may still block before the engine goes away.
+    if (uffd.base)
+      for (size_t i = 0; i < uffd.len / kPage; ++i) uffd.fill(i);
+    engine.reset();
+    for (const char* k : kEnvKeys) ::unsetenv(k);
+  }
+  // freeBatchID until it stops answering BatchBusy (bounded).
+  Status freeWhenIdle(BatchID b) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    Status s;
+    while ((s = engine->freeBatchID(b)).code() == Code::kBatchBusy && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return s;
+  }
+
+  Uffd uffd;
+  Buffer plain{4 * MiB};
+  TempDir dir;
+  std::unique_ptr<TransferEngine> engine;
+};
+
+std::string paramName(const ::testing::TestParamInfo<std::string>& i) { return i.param; }
+
+}  // namespace
+
+TEST_P(FileInflight, free_batch_is_busy_while_an_io_references_its_memory) {
+  start();
+  const std::string path = dir.path + "/f";
+  ASSERT_TRUE(writeFile(path, 64 * KiB, 3));
+  SegmentID seg;
+  ASSERT_TRUE(engine->openSegment("file://" + path, seg).ok());
+  BatchID b;
+  ASSERT_TRUE(engine->allocateBatchID(1, b).ok());
+  ASSERT_TRUE(engine->submitTransfer(b, {TransferRequest{OpCode::kRead, uffd.base, seg, 0, kPage}}).ok());
+  ASSERT_TRUE(uffd.waitFault(0));  // the read is inside the kernel, blocked on our page
+  TransferStatus st;
+  ASSERT_TRUE(engine->getTransferStatus(b, 0, st).ok());
+  EXPECT_EQ(st.s, TransferState::kPending);
+  EXPECT_EQ(engine->freeBatchID(b).code(), Code::kBatchBusy);
+  ASSERT_TRUE(uffd.fill(0));
+  ASSERT_TRUE(engine->waitTransfer(b, std::chrono::seconds(20)).ok());
+  ASSERT_TRUE(engine->getTransferStatus(b, 0, st).ok());
+  EXPECT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
+  EXPECT_EQ(checkPattern(uffd.base, kPage, 3, 0), -1);
+  EXPECT_TRUE(engine->freeBatchID(b).ok());
+}
+
+TEST_P(FileInflight, cancel_of_an_io_that_cannot_stop_quarantines_its_memory_until_it_ends) {
+  start();
+  const std::string path = dir.path + "/f";
+  ASSERT_TRUE(writeFile(path, 64 * KiB, 4));
+  SegmentID seg;
+  ASSERT_TRUE(engine->openSegment("file://" + path, seg).ok());
+  BatchID b;
+  ASSERT_TRUE(engine->allocateBatchID(1, b).ok());
+  ASSERT_TRUE(engine->submitTransfer(b, {TransferRequest{OpCode::kRead, uffd.base, seg, 0, kPage}}).ok());
+  ASSERT_TRUE(uffd.waitFault(0));
+  const auto before = file::globalStats();
+  ASSERT_TRUE(engine->cancelTransfer(b).ok());
+  // The kernel cannot abandon a read blocked in a page fault: after the grace
+  // period the task is reported CANCELED, and its memory stays quarantined.
+  ASSERT_TRUE(engine->waitTransfer(b, std::chrono::seconds(20)).ok());
+  TransferStatus st;
+  ASSERT_TRUE(engine->getTransferStatus(b, 0, st).ok());
+  EXPECT_EQ(st.s, TransferState::kCanceled);
+  EXPECT_EQ(st.transferred_bytes, 0u);
+  EXPECT_EQ(file::globalStats().quarantined, before.quarantined + 1);
+  EXPECT_EQ(engine->freeBatchID(b).code(), Code::kBatchBusy);
+  // Once the I/O ends, the quarantine is lifted and the batch can go.
+  ASSERT_TRUE(uffd.fill(0));
+  EXPECT_TRUE(freeWhenIdle(b).ok());
+  EXPECT_EQ(file::globalStats().quarantine_released, before.quarantine_released + 1);
+}
+
+// A file shrinks under a running batch (page-cache path, so the truncation
+// does not wait for the blocked read): the slices past the new end fail,
+// the rest of the task's queued slices are cancelled, the task ends FAILED
+// with exactly the bytes that were read, and nothing hangs.
+TEST_P(FileInflight, file_truncated_while_a_batch_runs_fails_the_task_with_the_bytes_done) {
+  ::setenv("HAWSER_FILE_DIRECT", "0", 1);
+  ::setenv("HAWSER_FILE_MAX_IO_SIZE", "64K", 1);
+  ::setenv("HAWSER_FILE_IO_DEPTH", "1", 1);
+  ::setenv("HAWSER_FILE_POSIX_THREADS", "1", 1);
+  start();
+  const std::string path = dir.path + "/t";
+  ASSERT_TRUE(writeFile(path, 4 * MiB, 5));
+  SegmentID seg;
+  ASSERT_TRUE(engine->openSegment("file://" + path, seg).ok());
+  // Task 0 reads into the userfaultfd page and holds the only I/O lane; task
+  // 1 (64 slices of 64 KiB) waits behind it while the file shrinks to 1 MiB.
+  BatchID b;
+  ASSERT_TRUE(engine->allocateBatchID(2, b).ok());
+  ASSERT_TRUE(engine
+                  ->submitTransfer(b, {TransferRequest{OpCode::kRead, uffd.base, seg, 0, kPage},
+                                       TransferRequest{OpCode::kRead, plain.p, seg, 0, 4 * MiB}})
+                  .ok());
+  ASSERT_TRUE(uffd.waitFault(0));  // the only I/O lane is held; task 1 has not started
+  ASSERT_EQ(::truncate(path.c_str(), MiB), 0);
+  ASSERT_TRUE(uffd.fill(0));
+  ASSERT_TRUE(engine->waitTransfer(b, std::chrono::seconds(30)).ok());
+  TransferStatus t0, t1;
+  ASSERT_TRUE(engine->getTransferStatus(b, 0, t0).ok());
+  ASSERT_TRUE(engine->getTransferStatus(b, 1, t1).ok());
+  EXPECT_EQ(t0.s, TransferState::kCompleted) << t0.error.toString();
+  EXPECT_EQ(t1.s, TransferState::kFailed);
+  EXPECT_EQ(t1.transferred_bytes, MiB);  // the 16 slices before the new end of file
+  EXPECT_EQ(t1.error.code(), Code::kIoError);
+  EXPECT_NE(t1.error.message().find("short read"), std::string::npos) << t1.error.message();
+  EXPECT_EQ(checkPattern(plain.p, MiB, 5, 0), -1);
+  EXPECT_TRUE(engine->freeBatchID(b).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, FileInflight, ::testing::Values("uring", "posix"), paramName);
+
+// A slice fails while a sibling of the same task is stuck in the kernel: the
+// sibling is asked to cancel, cannot stop, is quarantined; the task reports
+// FAILED (the worst state wins) with the bytes of the slice that completed,
+// and the batch stays busy until the stuck I/O ends. (POSIX engine with two
+// workers: the io_uring engine would block its submitting thread on the
+// userfaultfd page, which serialises the slices.)
+TEST(FileInflightPosix, failed_slice_cancels_its_siblings_and_quarantines_what_does_not_stop) {
+  for (const char* k : kEnvKeys) ::unsetenv(k);
+  ::setenv("HAWSER_FILE_ENGINE", "posix", 1);
+  ::setenv("HAWSER_FILE_POSIX_THREADS", "2", 1);
+  ::setenv("HAWSER_FILE_MAX_IO_SIZE", "4K", 1);
+  ::setenv("HAWSER_FILE_FIXED_BUFFERS", "0", 1);
+  ::setenv("HAWSER_FILE_CANCEL_GRACE_MS", "200", 1);
+  Uffd uffd;
+  if (!uffd.open(4)) GTEST_SKIP() << "userfaultfd is not available here: " << std::strerror(errno);
+  ASSERT_TRUE(uffd.fill(2));  // page 2 is present: the third slice never blocks
+  TempDir dir;
+  const std::string x = dir.path + "/x", y = dir.path + "/y";
+  ASSERT_TRUE(writeFile(x, 2 * kPage, 6));
+  ASSERT_TRUE(writeFile(y, kPage, 7));
+  TransferEngine e;
+  ASSERT_TRUE(e.init("p2p", "node-a", "127.0.0.1", 0).ok());
+  ASSERT_TRUE(e.registerLocalMemory(uffd.base, uffd.len, "cpu:0", false).ok());
+  ASSERT_TRUE(e.registerFileSegment("xy", {FileDesc{x, 2 * kPage, {}}, FileDesc{y, kPage, {}}}).ok());
+  SegmentID seg;
+  ASSERT_TRUE(e.openSegment("xy", seg).ok());
+  // One task, three slices: x[0,4K) -> page 0, x[4K,8K) -> page 1, y[0,4K) -> page 2.
+  BatchID b;
+  ASSERT_TRUE(e.allocateBatchID(1, b).ok());
+  ASSERT_TRUE(e.submitTransfer(b, {TransferRequest{OpCode::kRead, uffd.base, seg, 0, 3 * kPage}}).ok());
+  ASSERT_TRUE(uffd.waitFault(0));  // both workers are now stuck: slice 0 ...
+  ASSERT_TRUE(uffd.waitFault(1));  // ... and slice 1; slice 2 waits in the queue
+  ASSERT_EQ(::truncate(y.c_str(), 0), 0);  // slice 2 will read nothing
+  const auto before = file::globalStats();
+  ASSERT_TRUE(uffd.fill(1));  // slice 1 completes; its worker runs slice 2, which fails
+  ASSERT_TRUE(e.waitTransfer(b, std::chrono::seconds(20)).ok());
+  TransferStatus st;
+  ASSERT_TRUE(e.getTransferStatus(b, 0, st).ok());
+  EXPECT_EQ(st.s, TransferState::kFailed);
+  EXPECT_EQ(st.transferred_bytes, kPage);  // slice 1 only
+  EXPECT_NE(st.error.message().find(y), std::string::npos) << st.error.message();
+  auto mid = file::globalStats();
+  EXPECT_EQ(mid.cancel_requests, before.cancel_requests + 1);
+  EXPECT_EQ(mid.quarantined, before.quarantined + 1);
+  EXPECT_EQ(e.freeBatchID(b).code(), Code::kBatchBusy);
+  ASSERT_TRUE(uffd.fill(0));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  Status s;
+  while ((s = e.freeBatchID(b)).code() == Code::kBatchBusy && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(file::globalStats().quarantine_released, before.quarantine_released + 1);
+  for (const char* k : kEnvKeys) ::unsetenv(k);
+}
