@@ -477,6 +477,11 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs) 
     auto desc = segmentDesc(r.target_id);
     if (!desc)
       return bad(i, {Code::kSegmentNotFound, fmt::format("target_id {} is not an open segment", r.target_id)});
+    // A store that tracks changes (etcd watch) flags a stale cached descriptor
+    // (owner restarted or re-registered); refresh it, keep the old one if that fails.
+    if (desc->name.rfind("file://", 0) != 0 && store_->mayHaveChanged(desc->name, desc->generation)) {
+      if (auto fresh = refreshSegment(r.target_id)) desc = fresh;
+    }
     const uint64_t src = reinterpret_cast<uint64_t>(r.source);
     if (src + r.length < src) return bad(i, {Code::kInvalidArgument, "source + length wraps around"});
     std::string loc;

@@ -409,7 +409,7 @@ bool EtcdStore::mayHaveChanged(const std::string& name, uint64_t generation) {
   if (!synced_.load()) return false;  // etcd unreachable: keep serving what we have
   auto it = latest_.find(f->second.rel);
   if (it == latest_.end()) return false;  // nothing newer seen yet
-  return !it->second.present || it->second.revision != f->second.mod_revision;
+  return it->second.revision != f->second.mod_revision;
 }
 
 // ---- lookups ----------------------------------------------------------------
@@ -460,6 +460,16 @@ Status EtcdStore::getEntry(const std::string& name, Entry& out) {
 Status EtcdStore::getSegment(const std::string& name, SegmentDesc& out) {
   Entry e;
   Status st = getEntry(name, e);
+  if (st.code() == Code::kSegmentNotFound) {
+    // A cached copy of a deleted segment is as fresh as it gets until the key
+    // comes back: stop flagging it (callers would re-fetch on every use).
+    std::lock_guard<std::mutex> lk(state_mu_);
+    auto f = fetched_.find(name);
+    if (f != fetched_.end()) {
+      auto it = latest_.find(f->second.rel);
+      if (it != latest_.end() && !it->second.present) f->second.mod_revision = it->second.revision;
+    }
+  }
   if (!st.ok()) return st;
   if (!e.decode.ok()) return Status(Code::kMetadataError, "etcd key '" + e.key + "': " + e.decode.message());
   {

@@ -17,6 +17,7 @@
 #include "common/etcd_server.h"
 #include "common/util.h"
 #include "core/config.h"
+#include "core/engine_impl.h"
 #include "hawser/engine.h"
 #include "metadata/etcd_store.h"
 
@@ -126,6 +127,45 @@ TEST_F(EtcdEngineTest, MemoryRegisteredAfterOpenIsFoundThroughTheRepublishedDesc
   Status s = move(a, OpCode::kRead, am.p, seg, reinterpret_cast<uint64_t>(later.p), kLen);
   ASSERT_TRUE(s.ok()) << s.toString();
   EXPECT_EQ(test::checkPattern(am.p, kLen, 3), -1);
+}
+
+TEST_F(EtcdEngineTest, CachedDescriptorFollowsAPeerRestartedUnderTheSameName) {
+  TransferEngine a;
+  ASSERT_TRUE(a.init(etcd_.uri(), "node-a").ok());
+  if (!hasTransport(a, "tcp")) GTEST_SKIP() << "tcp transport not in this build yet";
+  constexpr size_t kLen = 64 << 10;
+  Buffer bm(kLen), am(kLen);
+  ASSERT_TRUE(a.registerLocalMemory(am.p, kLen).ok());
+  const uint64_t remote = reinterpret_cast<uint64_t>(bm.p);
+  SegmentID seg = kInvalidSegment;
+  uint64_t old_port = 0, gen = 0;
+  {
+    TransferEngine b1;
+    ASSERT_TRUE(b1.init(etcd_.uri(), "node-b").ok());
+    old_port = b1.rpcPort();
+    test::fillPattern(bm.p, kLen, 1);
+    ASSERT_TRUE(b1.registerLocalMemory(bm.p, kLen).ok());
+    ASSERT_TRUE(a.openSegment("node-b", seg).ok());
+    ASSERT_TRUE(move(a, OpCode::kRead, am.p, seg, remote, kLen).ok());
+    EXPECT_EQ(test::checkPattern(am.p, kLen, 1), -1);
+    SegmentDesc d;
+    ASSERT_TRUE(admin()->getSegment("node-b", d).ok());
+    gen = d.generation;
+    // Unchanged while b1 lives.
+    ASSERT_TRUE(eventually([&] { return !a.impl()->store()->mayHaveChanged("node-b", gen); }));
+  }
+  // A new process under the same name, on another port, with the same range.
+  TransferEngine b2;
+  ASSERT_TRUE(b2.init(etcd_.uri(), "node-b").ok());
+  ASSERT_NE(b2.rpcPort(), old_port);
+  test::fillPattern(bm.p, kLen, 2);
+  ASSERT_TRUE(b2.registerLocalMemory(bm.p, kLen).ok());
+  // A's watch sees the key change; the next submit re-fetches the descriptor.
+  auto* store = a.impl()->store();
+  ASSERT_TRUE(eventually([&] { return store->mayHaveChanged("node-b", gen); }));
+  Status s = move(a, OpCode::kRead, am.p, seg, remote, kLen);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(test::checkPattern(am.p, kLen, 2), -1);
 }
 
 TEST_F(EtcdEngineTest, CleanShutdownRemovesTheSegmentAtOnce) {
