@@ -70,15 +70,74 @@ Status P2pStore::start(const std::string& local_name, std::function<SegmentDesc(
     if (!s.ok()) return s;
   }
   if (rpc_) {
-    rpc_->onCall(rpc::kGetSegment, [this](const std::string&, std::string& reply) {
+    rpc_->onCall(rpc::kGetSegment, [this](const std::string& requester, std::string& reply) {
+      if (!local_) return Status(Code::kSegmentNotFound, "this engine exposes no memory segment");
       reply = encodeSegmentText(local_());
+      std::string h;
+      uint16_t p = 0;
+      if (!requester.empty() && requester != local_name_ && net::splitHostPort(requester, h, p).ok()) {
+        std::lock_guard lk(sub_mu_);
+        subscribers_.insert(requester);
+      }
       return Status::OK();
     });
+    rpc_->onCall(rpc::kSegmentChanged, [this](const std::string& owner, std::string&) {
+      std::lock_guard lk(sub_mu_);
+      changed_.insert(owner);
+      return Status::OK();
+    });
+    notifier_ = std::thread([this] { notifier(); });
   }
   return Status::OK();
 }
 
-void P2pStore::stop() {}
+void P2pStore::stop() {
+  {
+    std::lock_guard lk(sub_mu_);
+    stopping_ = true;
+  }
+  sub_cv_.notify_all();
+  if (notifier_.joinable()) notifier_.join();
+}
+
+Status P2pStore::publishLocal() {
+  {
+    std::lock_guard lk(sub_mu_);
+    if (subscribers_.empty()) return Status::OK();
+    dirty_ = true;
+  }
+  sub_cv_.notify_all();
+  return Status::OK();
+}
+
+void P2pStore::notifier() {
+  std::unique_lock lk(sub_mu_);
+  while (true) {
+    sub_cv_.wait(lk, [&] { return stopping_ || dirty_; });
+    if (stopping_) return;
+    dirty_ = false;
+    std::set<std::string> subs = subscribers_;
+    lk.unlock();
+    std::vector<std::string> gone;
+    for (auto& peer : subs) {
+      std::string host, reply;
+      uint16_t port = 0;
+      if (!net::splitHostPort(peer, host, port).ok()) continue;
+      Status s = rpc::call(host, port, rpc::kSegmentChanged, local_name_, reply, std::chrono::milliseconds(1000));
+      if (!s.ok()) {
+        HLOG_DEBUG("p2p: change notice to {} failed ({}); dropping it", peer, s.toString());
+        gone.push_back(peer);
+      }
+    }
+    lk.lock();
+    for (auto& g : gone) subscribers_.erase(g);
+  }
+}
+
+bool P2pStore::mayHaveChanged(const std::string& name, uint64_t) {
+  std::lock_guard lk(sub_mu_);
+  return changed_.erase(name) > 0;
+}
 
 std::string P2pStore::localSegmentName(const std::string&, const std::string& host, uint16_t port) const {
   return fmt::format("{}:{}", host, port);
@@ -103,7 +162,7 @@ Status P2pStore::getSegment(const std::string& name, SegmentDesc& out) {
     return {Code::kSegmentNotFound,
             fmt::format("segment '{}' not found: not a registered file segment, and not HOST:PORT of a peer (p2p metadata)", name)};
   std::string reply;
-  Status s = rpc::call(host, port, rpc::kGetSegment, "", reply,
+  Status s = rpc::call(host, port, rpc::kGetSegment, local_name_, reply,
                        std::chrono::milliseconds(config_.getInt("rpc.timeout_ms", 5000)));
   if (!s.ok()) {
     if (s.code() == Code::kUnavailable || s.code() == Code::kTimeout)

@@ -3,13 +3,19 @@
 // Memory segments are named "host:port"; a descriptor is fetched from that
 // peer's rpc listener (method kGetSegment), which builds it from the owner's
 // registry on demand — registration costs nothing per call.
+// Peers that fetched a descriptor are told when it changes (registration
+// or unregistration): the owner sends kSegmentChanged from a background
+// thread, and the peer's next submit to that segment re-fetches it.
 // File segments live in-process; with config "file_segments" (env
 // HAWSER_FILE_SEGMENTS) naming a JSON file {"version":"1.0","segments":[...]}
 // they are loaded from it at start and saved back on change.
 #pragma once
 
 #include <map>
+#include <condition_variable>
 #include <mutex>
+#include <set>
+#include <thread>
 
 #include "metadata/store.h"
 
@@ -21,8 +27,9 @@ class P2pStore : public MetadataStore {
 
   Status start(const std::string& local_name, std::function<SegmentDesc()> local) override;
   void stop() override;
-  Status publishLocal() override { return Status::OK(); }
+  Status publishLocal() override;
   Status getSegment(const std::string& name, SegmentDesc& out) override;
+  bool mayHaveChanged(const std::string& name, uint64_t generation) override;
   std::string localSegmentName(const std::string& server_name, const std::string& host,
                                uint16_t port) const override;
   Status putFileSegment(const SegmentDesc& desc) override;
@@ -39,6 +46,15 @@ class P2pStore : public MetadataStore {
   std::string file_path_;
   std::mutex mu_;
   std::map<std::string, SegmentDesc> files_;
+
+  // Change notices.
+  void notifier();
+  std::mutex sub_mu_;
+  std::condition_variable sub_cv_;
+  std::set<std::string> subscribers_;  // peers ("host:port") that fetched our descriptor
+  std::set<std::string> changed_;      // segments whose owner said they changed
+  bool dirty_ = false, stopping_ = false;
+  std::thread notifier_;
 };
 
 // Reads / writes the p2p file-segment JSON file (shared with `hawser segment`).

@@ -53,8 +53,9 @@ enum ConnKind : uint16_t {
 // Control methods.
 enum Method : uint16_t {
   kPing = 1,
-  kGetSegment = 2,       // body: "" -> descriptor JSON text
+  kGetSegment = 2,       // body: requester's segment name ("" = anonymous) -> descriptor JSON
   kRdmaHandshake = 3,    // body: transport-defined
+  kSegmentChanged = 4,   // body: the owner's segment name (p2p change notice)
   kReplyBit = 0x8000,
 };
 

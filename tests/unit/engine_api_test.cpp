@@ -112,6 +112,14 @@ TEST_F(EngineApi, memory_registered_by_the_target_later_becomes_reachable) {
   EXPECT_EQ(st[0].s, TransferState::kCompleted);
   EXPECT_EQ(checkPattern(p.local(), 100, 7), -1);
   ASSERT_TRUE(p.target.unregisterLocalMemory(more.p).ok());
+  // The owner tells the peer its descriptor changed; the next submit to the
+  // unregistered range is refused before any byte moves.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  do {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    runBatch(p.init, p.seg, {{OpCode::kRead, p.local(), p.seg, addr, 100}}, 1000, &s);
+  } while (s.ok() && std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(s.code(), Code::kOutOfRange);
 }
 
 TEST_F(EngineApi, unknown_segment_is_segment_not_found) {
