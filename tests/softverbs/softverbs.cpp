@@ -44,7 +44,7 @@
 namespace {
 
 constexpr uint64_t kMagic = 0x3147455242565348ull;  // "HSVBREG1"
-constexpr uint32_t kRegVersion = 2;
+constexpr uint32_t kRegVersion = 3;
 constexpr uint32_t kMaxDevs = 32;
 constexpr uint32_t kMaxQps = 4096;   // qpn = gen << 12 | slot
 constexpr uint32_t kMaxMrs = 16384;  // key = slot << 8 | gen
@@ -63,6 +63,8 @@ struct DevRec {
   uint32_t down;
   int32_t fail_count;
   int32_t fail_status;
+  int32_t badkey_count;  // next WRs present a corrupted rkey
+  int32_t pad;
 };
 struct QpRec {
   uint32_t used, gen;
@@ -560,6 +562,10 @@ void execute(SvContext* sc, SvQp* qp, Wr& wr) {
       r->devs[me_dev].fail_count--;
       status = r->devs[me_dev].fail_status;
     } else {
+      if (r->devs[me_dev].badkey_count > 0) {
+        r->devs[me_dev].badkey_count--;
+        wr.rkey ^= 0x80000000u;  // names no MR anywhere
+      }
       // Local SGEs: lkey of this device, this process, this QP's PD.
       if (!wr.inl.empty()) {
         local.push_back(iovec{wr.inl.data(), wr.inl.size()});
@@ -1424,6 +1430,19 @@ SV_EXPORT int hawser_softverbs_control(const char* command) {
     d.down = 0;
   } else if (tok[0] == "clear" && tok.size() == 2) {
     d.fail_count = 0;
+    d.badkey_count = 0;
+  } else if (tok[0] == "badkey" && tok.size() == 3) {
+    int n = std::atoi(tok[2].c_str());
+    if (n <= 0) return EINVAL;
+    d.badkey_count = n;
+  } else if (tok[0] == "revoke" && tok.size() == 3) {
+    char* end = nullptr;
+    unsigned long key = std::strtoul(tok[2].c_str(), &end, 0);
+    uint32_t mslot = static_cast<uint32_t>(key >> 8);
+    if (!end || *end || mslot >= kMaxMrs) return EINVAL;
+    MrRec& m = r->mrs[mslot];
+    if (!m.used || m.key != key || m.dev != slot) return ENOENT;
+    m.used = 0;  // the owner's ibv_dereg_mr later finds it gone and only frees its handle
   } else if (tok[0] == "fail" && tok.size() == 4) {
     int status = parseStatus(tok[3]);
     int n = std::atoi(tok[2].c_str());

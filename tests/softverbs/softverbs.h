@@ -33,7 +33,12 @@
 //     "fail <dev> <n> <status>"  the next n WRs executed by <dev> as requester
 //                    complete with <status> (IBV_WC_* name or number) and
 //                    move their QP to ERR, as a real error completion does.
-//     "clear <dev>"  cancels pending "fail" counts.
+//     "badkey <dev> <n>"  the next n WRs executed by <dev> as requester
+//                    present a corrupted rkey (a requester with a wrong key).
+//     "revoke <dev> <key>"  the MR with this key disappears from <dev> while
+//                    its owner and its peers still hold the keys (the MR
+//                    was deregistered under them).
+//     "clear <dev>"  cancels pending "fail"/"badkey" counts.
 #pragma once
 
 extern "C" {

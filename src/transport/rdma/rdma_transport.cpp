@@ -451,6 +451,15 @@ Status RdmaTransport::registerMemory(void* addr, size_t length, const std::strin
   for (auto& t : threads) t.join();
   if (dmabuf_fd >= 0) ::close(dmabuf_fd);
   for (size_t i = 0; i < ctxs_.size(); ++i) {
+    if (errs[i] == EIO || errs[i] == ENODEV) {
+      // The NIC died under us (fatal event not yet seen): leave it out.
+      HLOG_WARN("rdma: {} refused [{:#x}, +{}) ({}); NIC marked unusable", ctxs_[i]->info().name, a, length,
+                std::strerror(errs[i]));
+      ctxs_[i]->markFatal();
+      errs[i] = 0;
+    }
+  }
+  for (size_t i = 0; i < ctxs_.size(); ++i) {
     if (errs[i] == 0) continue;
     for (ibv_mr* mr : r.mrs)
       if (mr) v_->dereg_mr(mr);
@@ -1158,11 +1167,7 @@ void RdmaTransport::workerLoop(std::vector<RdmaContext*> ctxs) {
       }
       if (fds[2 * i + 1].revents & POLLIN) handleAsync(c);
     }
-    if (fds.back().revents & POLLIN) {
-      uint64_t v;
-      ssize_t r = read(wake_fd_, &v, sizeof(v));
-      (void)r;
-    }
+    // wake_fd_ is only written at shutdown and left readable for every worker.
   }
 }
 

@@ -1,0 +1,342 @@
+// The rdma transport between processes, over the software verbs provider:
+// the target is a child process (this binary re-executed in the
+// RdmaChild.serve role) that registers seeded memory and then only answers
+// checksum/registration commands on a pipe; its CPU takes no part in the
+// RDMA READs and WRITEs.
+#include <gtest/gtest.h>
+
+#if HAWSER_TEST_RDMA
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <sstream>
+#include <thread>
+
+#include "common/util.h"
+#include "core/engine_impl.h"
+#include "hawser/engine.h"
+#include "softverbs/soft_env.h"
+#include "transport/rdma/rdma_stats.h"
+
+using namespace hawser;
+using hawser::test::Buffer;
+using hawser::test::SoftVerbsEnv;
+
+namespace {
+
+// ---------------------------------------------------------------- child role
+// Runs only inside the child (HAWSER_RDMA_CHILD_CMD_FD set).
+TEST(RdmaChild, serve) {
+  const char* cmd_env = ::getenv("HAWSER_RDMA_CHILD_CMD_FD");
+  if (!cmd_env) GTEST_SKIP() << "child role of the rdma multi-process tests";
+  int cmd_fd = std::atoi(cmd_env);
+  int out_fd = std::atoi(::getenv("HAWSER_RDMA_CHILD_OUT_FD"));
+  size_t bytes = std::strtoull(::getenv("HAWSER_RDMA_CHILD_BYTES"), nullptr, 10);
+  uint64_t seed = std::strtoull(::getenv("HAWSER_RDMA_CHILD_SEED"), nullptr, 10);
+  auto say = [&](const std::string& line) {
+    std::string l = line + "\n";
+    ASSERT_EQ(::write(out_fd, l.data(), l.size()), static_cast<ssize_t>(l.size()));
+  };
+  TransferEngine e;
+  e.impl()->config().set("transport", "rdma");
+  ASSERT_TRUE(e.init("p2p", "child", "127.0.0.1", 0).ok());
+  Buffer mem(bytes);
+  test::fillPattern(mem.p, bytes, seed);
+  ASSERT_TRUE(e.registerLocalMemory(mem.p, bytes, "cpu:0", true).ok());
+  say("segment " + e.segmentName() + " " + std::to_string(reinterpret_cast<uint64_t>(mem.p)));
+  std::string buf;
+  char c;
+  while (::read(cmd_fd, &c, 1) == 1) {
+    if (c != '\n') {
+      buf += c;
+      continue;
+    }
+    std::istringstream in(buf);
+    buf.clear();
+    std::string op;
+    in >> op;
+    if (op == "sum") {
+      uint64_t off = 0, len = 0;
+      in >> off >> len;
+      say(std::to_string(test::checksum(mem.p + off, len)));
+    } else if (op == "check") {
+      uint64_t s = 0, off = 0, len = 0;
+      in >> s >> off >> len;
+      int64_t bad = test::checkPattern(mem.p + off, len, s);
+      say(bad < 0 ? "ok" : "bad " + std::to_string(bad));
+    } else if (op == "unreg") {
+      say(e.unregisterLocalMemory(mem.p).ok() ? "ok" : "error");
+    } else if (op == "revoke") {
+      // Deregister the region's MRs on every NIC behind the engine's back:
+      // peers keep (now dead) keys, as when an MR vanishes under them.
+      SegmentDesc d = e.impl()->localDescriptor();
+      const auto& nics = d.transports.at("rdma").at("nics");
+      const auto& rk = d.buffers.at(0).attrs.at("rdma").at("rkey");
+      bool ok = true;
+      for (size_t i = 0; i < nics.size(); ++i)
+        ok &= SoftVerbsEnv::control("revoke " + nics[i].at("name").get<std::string>() + " " +
+                                    std::to_string(rk[i].get<uint32_t>())) == 0;
+      say(ok ? "ok" : "error");
+    } else if (op == "exit") {
+      say("bye");
+      break;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- parent side
+class ChildTarget {
+ public:
+  ~ChildTarget() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (cmd_ >= 0) ::close(cmd_);
+    if (out_ >= 0) ::close(out_);
+  }
+
+  // Starts the child with `bytes` of memory seeded with `seed`.
+  bool start(size_t bytes, uint64_t seed) {
+    int to_child[2], from_child[2];
+    if (::pipe(to_child) != 0 || ::pipe(from_child) != 0) return false;
+    std::string exe = "/proc/self/exe";
+    pid_ = ::fork();
+    if (pid_ < 0) return false;
+    if (pid_ == 0) {
+      ::close(to_child[1]);
+      ::close(from_child[0]);
+      ::setenv("HAWSER_RDMA_CHILD_CMD_FD", std::to_string(to_child[0]).c_str(), 1);
+      ::setenv("HAWSER_RDMA_CHILD_OUT_FD", std::to_string(from_child[1]).c_str(), 1);
+      ::setenv("HAWSER_RDMA_CHILD_BYTES", std::to_string(bytes).c_str(), 1);
+      ::setenv("HAWSER_RDMA_CHILD_SEED", std::to_string(seed).c_str(), 1);
+      int devnull = ::open("/dev/null", O_WRONLY);
+      if (devnull >= 0) ::dup2(devnull, 1);  // gtest chatter of the child
+      ::execl(exe.c_str(), exe.c_str(), "--gtest_filter=RdmaChild.serve", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(to_child[0]);
+    ::close(from_child[1]);
+    cmd_ = to_child[1];
+    out_ = from_child[0];
+    std::string line = readLine(30000);
+    std::istringstream in(line);
+    std::string tag;
+    in >> tag >> segment_ >> base_;
+    return tag == "segment" && !segment_.empty() && base_ != 0;
+  }
+
+  std::string request(const std::string& cmd, int timeout_ms = 30000) {
+    std::string l = cmd + "\n";
+    if (::write(cmd_, l.data(), l.size()) != static_cast<ssize_t>(l.size())) return "";
+    return readLine(timeout_ms);
+  }
+
+  void kill() {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+  const std::string& segment() const { return segment_; }
+  uint64_t base() const { return base_; }
+
+ private:
+  std::string readLine(int timeout_ms) {
+    std::string line;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{out_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      char c;
+      if (::read(out_, &c, 1) != 1) break;
+      if (c == '\n') return line;
+      line += c;
+    }
+    return "";
+  }
+
+  pid_t pid_ = -1;
+  int cmd_ = -1, out_ = -1;
+  std::string segment_;
+  uint64_t base_ = 0;
+};
+
+class RdmaMultiProcess : public ::testing::Test {
+ protected:
+  void start(const std::string& devices, size_t bytes, uint64_t seed,
+             std::vector<std::pair<std::string, std::string>> cfg = {}) {
+    env_ = std::make_unique<SoftVerbsEnv>(devices);
+    for (auto& [k, v] : cfg) env_->set(Config::envName(k), v);
+    rdma::stats().reset();
+    ASSERT_TRUE(child_.start(bytes, seed)) << "child target did not start";
+    engine_.impl()->config().set("transport", "rdma");
+    Status s = engine_.init("p2p", "parent", "127.0.0.1", 0);
+    ASSERT_TRUE(s.ok()) << s.toString();
+    ASSERT_TRUE(engine_.openSegment(child_.segment(), seg_).ok());
+  }
+  void TearDown() override {
+    engine_.impl()->shutdown();
+    env_.reset();
+  }
+
+  std::unique_ptr<SoftVerbsEnv> env_;
+  ChildTarget child_;
+  TransferEngine engine_;
+  SegmentID seg_ = kInvalidSegment;
+};
+
+TEST_F(RdmaMultiProcess, checksummed_transfers_over_two_nics) {
+  const size_t bytes = 64u << 20;
+  start("sv0,sv1", bytes, 9);
+  Buffer local(bytes);
+  ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  std::vector<TransferRequest> reqs;
+  for (size_t i = 0; i < 16; ++i)
+    reqs.push_back({OpCode::kRead, local.p + i * (4u << 20), seg_, child_.base() + i * (4u << 20), 4u << 20});
+  for (auto& st : test::runBatch(engine_, seg_, reqs, 60000))
+    ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
+  EXPECT_EQ(std::to_string(test::checksum(local.p, bytes)), child_.request("sum 0 " + std::to_string(bytes)));
+  EXPECT_EQ(test::checkPattern(local.p, bytes, 9), -1);
+  // Writes at an unaligned offset, verified by the child itself.
+  const size_t wlen = 32u << 20, woff = (1u << 20) + 3;
+  test::fillPattern(local.p, wlen, 21);
+  auto st = test::runBatch(engine_, seg_, {{OpCode::kWrite, local.p, seg_, child_.base() + woff, wlen}}, 60000);
+  ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+  EXPECT_EQ(child_.request("check 21 " + std::to_string(woff) + " " + std::to_string(wlen)), "ok");
+  EXPECT_GT(rdma::stats().wrs_posted[0].load(), 0u);
+  EXPECT_GT(rdma::stats().wrs_posted[1].load(), 0u);
+  EXPECT_GE(rdma::stats().handshakes_sent.load(), 2u);  // one endpoint per NIC pair used
+}
+
+TEST_F(RdmaMultiProcess, wrong_rkey_is_a_remote_access_error_on_every_nic) {
+  start("sv0,sv1", 1 << 20, 3, {{"rdma.retry_limit", "3"}});
+  Buffer local(1 << 20);
+  ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  // Every work request of this host presents a corrupted rkey.
+  ASSERT_EQ(SoftVerbsEnv::control("badkey sv0 1000000"), 0);
+  ASSERT_EQ(SoftVerbsEnv::control("badkey sv1 1000000"), 0);
+  auto st = test::runBatch(engine_, seg_, {{OpCode::kRead, local.p, seg_, child_.base(), 65536}});
+  ASSERT_EQ(st[0].s, TransferState::kFailed);
+  EXPECT_EQ(st[0].error.code(), Code::kIoError);
+  EXPECT_NE(st[0].error.message().find("IBV_WC_REM_ACCESS_ERR"), std::string::npos) << st[0].error.toString();
+  EXPECT_NE(st[0].error.message().find("4 attempt(s)"), std::string::npos) << st[0].error.toString();
+  EXPECT_EQ(st[0].transferred_bytes, 0u);
+  ASSERT_EQ(SoftVerbsEnv::control("clear sv0"), 0);
+  ASSERT_EQ(SoftVerbsEnv::control("clear sv1"), 0);
+  // The responder QPs went to ERR with the NAKs; fresh endpoints serve again.
+  st = test::runBatch(engine_, seg_, {{OpCode::kRead, local.p, seg_, child_.base(), 65536}});
+  ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+  EXPECT_EQ(test::checkPattern(local.p, 65536, 3), -1);
+}
+
+TEST_F(RdmaMultiProcess, deregistered_region_is_a_remote_access_error) {
+  start("sv0,sv1", 1 << 20, 4, {{"rdma.retry_limit", "3"}});
+  Buffer local(1 << 20);
+  ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  auto st = test::runBatch(engine_, seg_, {{OpCode::kWrite, local.p, seg_, child_.base(), 4096}});
+  ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+  ASSERT_EQ(child_.request("revoke"), "ok");  // its MRs are gone on both NICs
+  st = test::runBatch(engine_, seg_, {{OpCode::kWrite, local.p, seg_, child_.base(), 4096}});
+  ASSERT_EQ(st[0].s, TransferState::kFailed);
+  EXPECT_NE(st[0].error.message().find("IBV_WC_REM_ACCESS_ERR"), std::string::npos) << st[0].error.toString();
+}
+
+TEST_F(RdmaMultiProcess, unregistered_region_is_never_written) {
+  start("sv0,sv1", 1 << 20, 8, {{"rdma.retry_limit", "3"}});
+  Buffer local(1 << 20);
+  ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  auto st = test::runBatch(engine_, seg_, {{OpCode::kRead, local.p, seg_, child_.base(), 4096}});
+  ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+  ASSERT_EQ(child_.request("unreg"), "ok");
+  // Refused at submit once the change notice arrived, or by the NIC before.
+  test::fillPattern(local.p, 4096, 99);
+  Status s;
+  st = test::runBatch(engine_, seg_, {{OpCode::kWrite, local.p, seg_, child_.base(), 4096}}, 30000, &s);
+  if (s.ok()) {
+    ASSERT_EQ(st[0].s, TransferState::kFailed);
+    EXPECT_NE(st[0].error.message().find("IBV_WC_REM_ACCESS_ERR"), std::string::npos) << st[0].error.toString();
+  } else {
+    EXPECT_EQ(s.code(), Code::kOutOfRange) << s.toString();
+  }
+  EXPECT_EQ(child_.request("check 8 0 4096"), "ok");  // untouched
+  ASSERT_TRUE(engine_.closeSegment(seg_).ok());
+  ASSERT_TRUE(engine_.openSegment(child_.segment(), seg_).ok());
+  test::runBatch(engine_, seg_, {{OpCode::kWrite, local.p, seg_, child_.base(), 4096}}, 5000, &s);
+  EXPECT_EQ(s.code(), Code::kOutOfRange) << s.toString();
+}
+
+TEST_F(RdmaMultiProcess, peer_killed_fails_the_tasks_with_the_verbs_status) {
+  start("sv0,sv1", 16 << 20, 5, {{"rdma.retry_limit", "3"}});
+  Buffer local(16 << 20);
+  ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  auto st = test::runBatch(engine_, seg_, {{OpCode::kRead, local.p, seg_, child_.base(), 16 << 20}});
+  ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+  // Kill the target while a batch is in flight: everything ends, nothing hangs.
+  BatchID b;
+  ASSERT_TRUE(engine_.allocateBatchID(64, b).ok());
+  std::vector<TransferRequest> reqs;
+  for (int i = 0; i < 64; ++i)
+    reqs.push_back({OpCode::kRead, local.p + (i % 16) * (1 << 20), seg_, child_.base() + (i % 16) * (1 << 20),
+                    1 << 20});
+  ASSERT_TRUE(engine_.submitTransfer(b, reqs).ok());
+  child_.kill();
+  ASSERT_TRUE(engine_.waitTransfer(b, std::chrono::seconds(60)).ok());
+  TransferStatus agg;
+  ASSERT_TRUE(engine_.getBatchTransferStatus(b, agg).ok());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    TransferStatus t;
+    ASSERT_TRUE(engine_.getTransferStatus(b, i, t).ok());
+    EXPECT_TRUE(t.s == TransferState::kCompleted || t.s == TransferState::kFailed) << stateName(t.s);
+  }
+  EXPECT_TRUE(engine_.freeBatchID(b).ok());
+  // Connected QPs towards the dead process: the requester's retries run out.
+  st = test::runBatch(engine_, seg_, {{OpCode::kRead, local.p, seg_, child_.base(), 1 << 20}}, 60000);
+  ASSERT_EQ(st[0].s, TransferState::kFailed);
+  const std::string& msg = st[0].error.message();
+  EXPECT_TRUE(msg.find("IBV_WC_RETRY_EXC_ERR") != std::string::npos || msg.find("handshake") != std::string::npos)
+      << msg;
+  EXPECT_LT(st[0].transferred_bytes, 1u << 20);
+}
+
+TEST_F(RdmaMultiProcess, nic_that_disappears_is_replaced_by_the_second_nic) {
+  const size_t bytes = 16u << 20;
+  start("sv0,sv1", bytes, 6, {{"rdma.retry_limit", "2"}});
+  Buffer local(bytes);
+  ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  auto st = test::runBatch(engine_, seg_, {{OpCode::kRead, local.p, seg_, child_.base(), bytes}});
+  ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+  ASSERT_EQ(SoftVerbsEnv::control("down sv0"), 0);  // gone for both processes
+  std::memset(local.p, 0, bytes);
+  st = test::runBatch(engine_, seg_, {{OpCode::kRead, local.p, seg_, child_.base(), bytes}}, 60000);
+  ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+  EXPECT_EQ(std::to_string(test::checksum(local.p, bytes)), child_.request("sum 0 " + std::to_string(bytes)));
+  test::fillPattern(local.p, bytes, 44);
+  st = test::runBatch(engine_, seg_, {{OpCode::kWrite, local.p, seg_, child_.base(), bytes}}, 60000);
+  ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+  EXPECT_EQ(child_.request("check 44 0 " + std::to_string(bytes)), "ok");
+}
+
+TEST_F(RdmaMultiProcess, injected_error_completions_retry_onto_the_second_nic) {
+  const size_t bytes = 8u << 20;
+  start("sv0,sv1", bytes, 7, {{"rdma.retry_limit", "2"}});
+  Buffer local(bytes);
+  ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  ASSERT_EQ(SoftVerbsEnv::control("fail sv0 5 IBV_WC_RETRY_EXC_ERR"), 0);
+  auto st = test::runBatch(engine_, seg_, {{OpCode::kRead, local.p, seg_, child_.base(), bytes}}, 60000);
+  ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+  EXPECT_EQ(test::checkPattern(local.p, bytes, 7), -1);
+  EXPECT_GE(rdma::stats().slice_retries.load(), 1u);
+}
+
+}  // namespace
+
+#else
+TEST(RdmaMultiProcess, skipped) { GTEST_SKIP() << "rdma transport not built (no infiniband/verbs.h)"; }
+#endif

@@ -1,0 +1,19 @@
+// The shared transport suite (integrity, bad input, peer failure) over the
+// rdma transport, both engines running it over the software verbs provider
+// with two NICs.
+#include "common/transport_suite.h"
+
+using hawser::test::SuiteParam;
+using hawser::test::TransportSuite;
+
+#if HAWSER_TEST_RDMA
+INSTANTIATE_TEST_SUITE_P(Rdma, TransportSuite,
+                         ::testing::Values(SuiteParam{"rdma",
+                                                      {std::string("HAWSER_RDMA_VERBS_LIB=") + HAWSER_SOFTVERBS_LIB,
+                                                       "HAWSER_SOFTVERBS_DEVICES=sv0,sv1",
+                                                       "HAWSER_SOFTVERBS_DIR=/tmp/hawser-softverbs-suite"},
+                                                      {}}),
+                         hawser::test::suiteName);
+#else
+TEST(RdmaSuite, skipped) { GTEST_SKIP() << "rdma transport not built (no infiniband/verbs.h)"; }
+#endif
