@@ -103,8 +103,11 @@ void Server::serve(net::Fd fd) {
   net::setTimeouts(raw, std::chrono::seconds(10));
   Frame hello;
   Status s = readFrame(raw, hello, kMaxHelloBody);
-  std::string token(hello.length, '\0');
-  if (s.ok() && hello.length) s = net::recvAll(raw, token.data(), token.size());
+  std::string token;  // sized only once the frame (and its bound) checked out
+  if (s.ok() && hello.length) {
+    token.resize(hello.length);
+    s = net::recvAll(raw, token.data(), token.size());
+  }
   const std::string& want = authToken();
   if (s.ok() && !want.empty() && token != want) s = Status(Code::kPermissionDenied, "bad auth token");
   StreamHandler stream;
