@@ -162,7 +162,10 @@ void EtcdStore::stop() {
   if (keepalive_thread_.joinable()) keepalive_thread_.join();
   if (watch_thread_.joinable()) watch_thread_.join();
   int64_t lease = lease_.exchange(0);
-  if (lease != 0) {
+  if (lease != 0 && outage_.load()) {
+    HLOG_WARN("etcd: unreachable at shutdown; segment '{}' vanishes when lease {:x} expires (<= {} s)", local_name_,
+              lease, options_.lease_ttl_s);
+  } else if (lease != 0) {
     etcd::Client::CallOptions co;
     co.timeout = std::min(options_.client.timeout, kRevokeTimeout);
     co.retries = 0;
@@ -176,6 +179,13 @@ void EtcdStore::stop() {
 
 Status EtcdStore::publishLocal() {
   if (!started_.load()) return Status::OK();  // start() publishes the first version
+  if (outage_.load()) {
+    // Known outage: do not block the registering thread for etcd.timeout_ms;
+    // the keepalive thread publishes the current descriptor once etcd is back.
+    requestRepublish();
+    return Status(Code::kUnavailable, "etcd at " + client_.endpointsText() + " is unreachable; segment '" +
+                                          local_name_ + "' is re-published when it is back");
+  }
   Status st = publish(/*claim=*/false);
   if (!st.ok()) requestRepublish();  // the keepalive thread retries with backoff
   return st;
@@ -268,6 +278,7 @@ void EtcdStore::keepaliveLoop() {
       HLOG_DEBUG("etcd: {} failed again: {}", what, st.message());
     }
     outage = true;
+    outage_.store(true);
     wait = backoff;
     backoff = std::min(backoff * 2, options_.backoff_max);
   };
@@ -317,6 +328,7 @@ void EtcdStore::keepaliveLoop() {
     }
     if (outage) HLOG_INFO("etcd: reachable again at {}", client_.endpointsText());
     outage = false;
+    outage_.store(false);
     backoff = kFirstBackoff;
     wait = std::chrono::duration_cast<milliseconds>(next_keepalive - Clock::now());
     if (wait.count() < 0) wait = milliseconds(0);

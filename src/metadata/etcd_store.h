@@ -136,6 +136,7 @@ class EtcdStore : public MetadataStore {
   std::atomic<int64_t> lease_{0};
   std::atomic<bool> need_publish_{false};
   std::atomic<bool> wake_{false};  // wakes the keepalive thread early (a publish request)
+  std::atomic<bool> outage_{false};  // the keepalive thread cannot reach etcd
   std::atomic<uint64_t> republished_{0};
   std::mutex publish_mu_;
 
