@@ -138,6 +138,8 @@ class ChildTarget {
     return readLine(timeout_ms);
   }
 
+  void signal(int sig) { ::kill(pid_, sig); }
+
   void kill() {
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
@@ -303,6 +305,35 @@ TEST_F(RdmaMultiProcess, peer_killed_fails_the_tasks_with_the_verbs_status) {
   EXPECT_TRUE(msg.find("IBV_WC_RETRY_EXC_ERR") != std::string::npos || msg.find("handshake") != std::string::npos)
       << msg;
   EXPECT_LT(st[0].transferred_bytes, 1u << 20);
+}
+
+TEST_F(RdmaMultiProcess, cancel_while_the_handshake_hangs_cancels_the_queued_slices) {
+  start("sv0", 4 << 20, 10, {{"rdma.connect_timeout_ms", "3000"}});
+  Buffer local(4 << 20);
+  ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  // The target is stopped before any endpoint exists: the handshake hangs and
+  // every slice waits, unposted, on the connecting endpoint.
+  child_.signal(SIGSTOP);
+  BatchID b;
+  ASSERT_TRUE(engine_.allocateBatchID(4, b).ok());
+  std::vector<TransferRequest> reqs;
+  for (int i = 0; i < 4; ++i)
+    reqs.push_back({OpCode::kRead, local.p + i * (1 << 20), seg_, child_.base() + i * (1 << 20), 1 << 20});
+  ASSERT_TRUE(engine_.submitTransfer(b, reqs).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(engine_.cancelTransfer(b).ok());
+  ASSERT_TRUE(engine_.waitTransfer(b, std::chrono::seconds(2)).ok()) << "queued slices were not canceled";
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    TransferStatus t;
+    ASSERT_TRUE(engine_.getTransferStatus(b, i, t).ok());
+    EXPECT_EQ(t.s, TransferState::kCanceled);
+    EXPECT_EQ(t.transferred_bytes, 0u);
+  }
+  EXPECT_TRUE(engine_.freeBatchID(b).ok());  // nothing references the memory
+  child_.signal(SIGCONT);
+  auto st = test::runBatch(engine_, seg_, {{OpCode::kRead, local.p, seg_, child_.base(), 4 << 20}}, 60000);
+  ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+  EXPECT_EQ(test::checkPattern(local.p, 4 << 20, 10), -1);
 }
 
 TEST_F(RdmaMultiProcess, nic_that_disappears_is_replaced_by_the_second_nic) {

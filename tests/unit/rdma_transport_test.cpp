@@ -327,6 +327,22 @@ TEST_F(RdmaTransportTest, nic_that_disappears_leaves_the_transfers_to_the_other_
   EXPECT_EQ(test::checkPattern(more.p, 1 << 20, 5), -1);
 }
 
+TEST_F(RdmaTransportTest, small_cq_bounds_outstanding_work_and_everything_completes) {
+  SoftVerbsEnv env("sv0");
+  // 16 CQ entries for 2 QPs x 64 WRs: posting must wait for CQ room (a CQ
+  // overrun would lose completions and hang or fail the batch).
+  RdmaPair p(8 << 20, 8 << 20,
+             {{"rdma.cq_entries", "16"}, {"rdma.max_wr", "64"}, {"rdma.slice_size", "16K"}});
+  ASSERT_TRUE(p.status.ok()) << p.status.toString();
+  std::vector<TransferRequest> reqs;
+  for (int i = 0; i < 8; ++i)
+    reqs.push_back({OpCode::kRead, p.lmem.p + i * (1 << 20), p.seg, p.base + i * (1 << 20), 1 << 20});
+  for (auto& st : test::runBatch(p.init, p.seg, reqs, 60000))
+    ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
+  EXPECT_EQ(test::checkPattern(p.lmem.p, 8 << 20, 5), -1);
+  EXPECT_EQ(rdma::stats().wrs_posted[0].load(), 512u);
+}
+
 TEST_F(RdmaTransportTest, large_region_is_pretouched_and_keeps_its_contents) {
   SoftVerbsEnv env("sv0,sv1");
   RdmaPair p(16 << 20, 16 << 20, {{"rdma.pretouch_threshold", "1M"}, {"rdma.pretouch_threads", "2"}});

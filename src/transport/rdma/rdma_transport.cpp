@@ -594,24 +594,17 @@ std::shared_ptr<Endpoint> RdmaTransport::endpointFor(const std::shared_ptr<const
 }
 
 void RdmaTransport::closeSegment(const SegmentDesc& seg) {
-  std::lock_guard<std::mutex> lock(ep_mu_);
-  const std::string prefix = seg.name + "#";
-  for (auto it = endpoints_.begin(); it != endpoints_.end();) {
-    if (std::get<0>(it->first).rfind(prefix, 0) == 0 && it->second->destroyIfIdle()) {
-      it = endpoints_.erase(it);
-    } else {
-      ++it;
-    }
+  // Idle endpoints to this peer give their QPs back. The Endpoint objects
+  // stay (slices in flight point at them; a later use reconnects); they are
+  // freed with the transport.
+  std::vector<std::shared_ptr<Endpoint>> eps;
+  {
+    std::lock_guard<std::mutex> lock(ep_mu_);
+    const std::string prefix = seg.name + "#";
+    for (auto& [k, ep] : endpoints_)
+      if (std::get<0>(k).rfind(prefix, 0) == 0) eps.push_back(ep);
   }
-  for (auto it = peers_.begin(); it != peers_.end();) {
-    bool used = false;
-    for (auto& [k, ep] : endpoints_) used |= std::get<0>(k) == it->first;
-    if (it->first.rfind(prefix, 0) == 0 && !used) {
-      it = peers_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  for (auto& ep : eps) ep->destroyIfIdle();
 }
 
 // ============================================================== batches
@@ -894,7 +887,14 @@ void RdmaTransport::sliceFailed(Slice* s, const Status& why, int wc_status) {
 // ============================================================== connections
 
 void RdmaTransport::connectAsync(std::shared_ptr<Endpoint> ep) {
-  std::lock_guard<std::mutex> lock(conn_mu_);
+  std::unique_lock<std::mutex> lock(conn_mu_);
+  if (stopping_.load()) {
+    // No new threads once shutdown collected them: establish() refuses at
+    // once and the endpoint fails what waits.
+    lock.unlock();
+    ep->connect();
+    return;
+  }
   for (auto it = connectors_.begin(); it != connectors_.end();) {
     if ((*it)->done.load()) {
       (*it)->thread.join();
