@@ -16,6 +16,7 @@
 // per request, echoing `id`. All fields are little-endian.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -38,8 +39,8 @@ enum MsgType : uint8_t {
   kWriteResp = 4,
 };
 
-#pragma pack(push, 1)
-struct WireHeader {
+// Every field is naturally aligned: no packing needed, no padding present.
+struct alignas(8) WireHeader {
   uint32_t magic = kWireMagic;
   uint16_t version = kWireVersion;
   uint8_t type = 0;    // MsgType
@@ -49,8 +50,8 @@ struct WireHeader {
   uint64_t id = 0;     // request id, echoed in the response
   uint64_t addr = 0;   // target virtual address (requests), 0 in responses
 };
-#pragma pack(pop)
 static_assert(sizeof(WireHeader) == kHeaderSize);
+static_assert(offsetof(WireHeader, length) == 8 && offsetof(WireHeader, id) == 16 && offsetof(WireHeader, addr) == 24);
 
 // Target side: is `h` a well-formed request whose payload fits `max_frame`?
 // The message names the offending field; the connection must be closed.
