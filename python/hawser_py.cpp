@@ -1,0 +1,1091 @@
+// hawser Python binding: module `hawser`, class `TransferEngine`.
+//
+// Method names, argument order and keyword names follow Mooncake's Python
+// binding (mooncake.engine.TransferEngine), so existing callers port with an
+// import change. Int results keep Mooncake's convention (0 = ok, negative =
+// error); the negative value is the hawser Code (-1 invalid_argument,
+// -5 segment_not_found, ...). Where Mooncake is wrong, this binding is not:
+// - sync calls release the GIL and block in waitTransfer (no busy-poll);
+// - a call that runs past its timeout cancels its batch, waits for every task
+//   to end, then frees it; a batch whose I/O still references memory is kept
+//   and freed later (never leaked, never freed under in-flight I/O);
+// - every failure's "code_name: message" is kept per thread (last_error()),
+//   and TransferEngine(raise_on_error=True) raises hawser.Error instead of
+//   returning the negative code;
+// - segments are opened once and cached per name.
+// Documentation: docs/python.md.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <charconv>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fmt/format.h>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "core/engine_impl.h"
+#include "hawser/engine.h"
+
+namespace py = pybind11;
+
+namespace hawser {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Millis = std::chrono::milliseconds;
+
+// ---- errors ------------------------------------------------------------------
+
+// The last failure of a call made from this thread (any engine).
+thread_local Status t_last_error;
+
+// Thrown with the GIL held when raise_on_error is set; becomes hawser.Error.
+struct Failure {
+  Status status;
+};
+
+PyObject* g_error_type = nullptr;  // hawser.Error, owned by the module for the process lifetime
+
+int negative(const Status& s) { return -static_cast<int>(s.code()); }
+
+Status context(const Status& s, const std::string& where) {
+  if (s.ok()) return s;
+  return {s.code(), where + ": " + s.message()};
+}
+
+void raiseError(const Status& s) {
+  auto type = py::reinterpret_borrow<py::object>(g_error_type);
+  py::object e = type(py::str(s.toString()));
+  e.attr("code") = static_cast<int>(s.code());
+  e.attr("code_name") = py::str(std::string(codeName(s.code())));
+  e.attr("message") = py::str(s.message());
+  PyErr_SetObject(g_error_type, e.ptr());
+}
+
+// ---- argument parsing --------------------------------------------------------
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// "host", "host:port", "[v6]", "[v6]:port"; a bare IPv6 address has no port.
+Status splitHostPort(const std::string& in, std::string& host, uint16_t& port) {
+  host = in;
+  port = 0;
+  std::string port_text;
+  if (!in.empty() && in.front() == '[') {
+    auto close = in.find(']');
+    if (close == std::string::npos)
+      return {Code::kInvalidArgument, fmt::format("local_hostname '{}': '[' without a closing ']'", in)};
+    host = in.substr(1, close - 1);
+    if (close + 1 == in.size()) return Status::OK();
+    if (in[close + 1] != ':')
+      return {Code::kInvalidArgument, fmt::format("local_hostname '{}': expected ':' after ']'", in)};
+    port_text = in.substr(close + 2);
+  } else {
+    auto colon = in.find(':');
+    if (colon == std::string::npos || in.find(':', colon + 1) != std::string::npos) return Status::OK();
+    host = in.substr(0, colon);
+    port_text = in.substr(colon + 1);
+  }
+  unsigned value = 0;
+  auto [p, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), value);
+  if (port_text.empty() || ec != std::errc() || p != port_text.data() + port_text.size() || value > 65535)
+    return {Code::kInvalidArgument,
+            fmt::format("local_hostname '{}': port '{}' is not a number in 0..65535", in, port_text)};
+  port = static_cast<uint16_t>(value);
+  return Status::OK();
+}
+
+// Mooncake: "P2PHANDSHAKE" = no store; a string without "://" is an etcd address.
+std::string metadataUri(const std::string& server) {
+  if (server.empty() || server == "p2p" || server == "P2PHANDSHAKE") return "p2p";
+  if (server.find("://") != std::string::npos) return server;
+  return "etcd://" + server;
+}
+
+// An integer knob from Config (env HAWSER_<KEY>), validated.
+Status intKnob(const Config& c, const char* key, int64_t def, int64_t lo, int64_t hi, int64_t& out) {
+  out = def;
+  auto v = c.raw(key);
+  if (!v) return Status::OK();
+  int64_t x = 0;
+  auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), x);
+  if (v->empty() || ec != std::errc() || p != v->data() + v->size() || x < lo || x > hi)
+    return {Code::kInvalidArgument, fmt::format("{} (env {}) = '{}' is not an integer in {}..{}", key,
+                                                Config::envName(key), *v, lo, hi)};
+  out = x;
+  return Status::OK();
+}
+
+std::string hex(uint64_t v) { return fmt::format("{:#x}", v); }
+
+// A C-contiguous read-only view of any buffer-protocol object.
+class BufferView {
+ public:
+  explicit BufferView(py::handle obj) {
+    if (PyObject_GetBuffer(obj.ptr(), &view_, PyBUF_SIMPLE) != 0) throw py::error_already_set();
+  }
+  ~BufferView() { PyBuffer_Release(&view_); }
+  BufferView(const BufferView&) = delete;
+  BufferView& operator=(const BufferView&) = delete;
+  const void* data() const { return view_.buf; }
+  size_t size() const { return static_cast<size_t>(view_.len); }
+
+ private:
+  Py_buffer view_{};
+};
+
+// ---- the engine ------------------------------------------------------------------
+
+class PyEngine {
+ public:
+  explicit PyEngine(bool raise_on_error) : raise_(raise_on_error) {}
+  ~PyEngine() { shutdown(); }
+  PyEngine(const PyEngine&) = delete;
+  PyEngine& operator=(const PyEngine&) = delete;
+
+  // -- results (GIL held) --
+  int ret(const Status& s) const {
+    if (s.ok()) return 0;
+    t_last_error = s;
+    if (raise_) throw Failure{s};
+    return negative(s);
+  }
+  void fail(const Status& s) const {
+    t_last_error = s;
+    if (raise_) throw Failure{s};
+  }
+
+  // -- setup --
+  int initialize(const std::string& local_hostname, const std::string& metadata_server, const std::string& protocol,
+                 const std::string& device_name) {
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = init(local_hostname, metadataUri(metadata_server), protocol, device_name);
+    }
+    return ret(s);
+  }
+
+  int initializeExt(const std::string& local_hostname, const std::string& metadata_server,
+                    const std::string& protocol, const std::string& device_name, const std::string& metadata_type) {
+    std::string uri = metadata_server;
+    if (metadata_server == "P2PHANDSHAKE" || metadata_server == "p2p" || metadata_server.empty())
+      uri = "p2p";
+    else if (metadata_server.find("://") == std::string::npos)
+      uri = (metadata_type.empty() ? std::string("etcd") : metadata_type) + "://" + metadata_server;
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = init(local_hostname, uri, protocol, device_name);
+    }
+    return ret(s);
+  }
+
+  int rpcPort() const {
+    auto* e = live();
+    return e ? e->rpcPort() : 0;
+  }
+  std::string segmentName() const {
+    auto* e = live();
+    return e ? e->segmentName() : std::string();
+  }
+  std::vector<std::string> transports() const {
+    auto* e = live();
+    return e ? e->transports() : std::vector<std::string>{};
+  }
+
+  // -- registration --
+  int registerMemory(uint64_t addr, uint64_t capacity, const std::string& location, bool remote_accessible) {
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      TransferEngine* e = nullptr;
+      s = engine(e);
+      if (s.ok())
+        s = e->registerLocalMemory(reinterpret_cast<void*>(addr), capacity, location, remote_accessible);
+    }
+    return ret(context(s, "register_memory"));
+  }
+
+  int unregisterMemory(uint64_t addr) { return batchUnregister({addr}, "unregister_memory"); }
+
+  int batchRegisterMemory(const std::vector<uint64_t>& addrs, const std::vector<uint64_t>& capacities,
+                          const std::string& location) {
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      TransferEngine* e = nullptr;
+      s = engine(e);
+      if (s.ok() && addrs.size() != capacities.size())
+        s = {Code::kInvalidArgument, fmt::format("buffer_addresses has {} entries, capacities {}", addrs.size(),
+                                                 capacities.size())};
+      if (s.ok()) {
+        std::vector<BufferEntry> entries(addrs.size());
+        for (size_t i = 0; i < addrs.size(); ++i)
+          entries[i] = BufferEntry{reinterpret_cast<void*>(addrs[i]), capacities[i], location, true};
+        s = e->registerLocalMemoryBatch(entries);
+      }
+    }
+    return ret(context(s, "batch_register_memory"));
+  }
+
+  int batchUnregisterMemory(const std::vector<uint64_t>& addrs) {
+    return batchUnregister(addrs, "batch_unregister_memory");
+  }
+
+  // -- transfers --
+  int transferSync(const std::string& target, uint64_t buffer, uint64_t peer, uint64_t length, OpCode op,
+                   const char* what, const std::string& hint) {
+    return batchSync(target, {buffer}, {peer}, {length}, op, what, hint);
+  }
+
+  int batchSync(const std::string& target, const std::vector<uint64_t>& buffers,
+                const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
+                const char* what, const std::string& hint) {
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      reap();
+      Submitted sub;
+      s = submit(what, target, buffers, peers, lengths, op, hint, sub);
+      if (s.ok()) s = finish(sub);
+    }
+    return ret(s);
+  }
+
+  // Positive batch id, or the negative code.
+  int64_t batchAsync(const std::string& target, const std::vector<uint64_t>& buffers,
+                     const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
+                     const char* what, const std::string& hint) {
+    Status s;
+    Submitted sub;
+    {
+      py::gil_scoped_release nogil;
+      reap();
+      s = submit(what, target, buffers, peers, lengths, op, hint, sub);
+      if (s.ok()) {
+        std::lock_guard lk(batch_mu_);
+        async_[sub.id] = sub;
+      }
+    }
+    if (!s.ok()) return ret(s);
+    return static_cast<int64_t>(sub.id);
+  }
+
+  // Blocks until each batch ends (or its timeout passes: canceled), frees it,
+  // and returns 0 or the negative code per batch.
+  std::vector<int> batchStatus(const std::vector<int64_t>& ids) {
+    std::vector<int> out(ids.size(), 0);
+    Status last;
+    {
+      py::gil_scoped_release nogil;
+      for (size_t i = 0; i < ids.size(); ++i) {
+        Submitted sub;
+        Status s = take(ids[i], "get_batch_transfer_status", sub);
+        if (s.ok()) s = finish(sub);
+        if (!s.ok()) {
+          out[i] = negative(s);
+          last = s;
+        }
+      }
+    }
+    if (!last.ok()) fail(last);
+    return out;
+  }
+
+  // 1 = completed (batch freed), 0 = still running, -1 = failed (batch freed;
+  // last_error() says why). Past its timeout a batch is canceled and fails.
+  int checkStatus(int64_t id) {
+    Status s;
+    int result = -1;
+    {
+      py::gil_scoped_release nogil;
+      Submitted sub;
+      s = peek(id, "transfer_check_status", sub);
+      if (s.ok()) {
+        TransferEngine* e = engine_.get();
+        (void)e->waitTransfer(sub.id, Millis(0));  // drives polling transports
+        TransferStatus st;
+        s = e->getBatchTransferStatus(sub.id, st);
+        if (s.ok() && !isTerminal(st.s) && Clock::now() < sub.deadline) {
+          result = 0;
+        } else if (s.ok()) {
+          s = take(id, "transfer_check_status", sub);
+          if (s.ok()) s = finish(sub);
+          result = s.ok() ? 1 : -1;
+        }
+      }
+    }
+    if (result == -1) fail(s);
+    return result;
+  }
+
+  // -- managed buffers --
+  uint64_t allocateManaged(uint64_t length) {
+    Status s;
+    uint64_t addr = 0;
+    {
+      py::gil_scoped_release nogil;
+      s = allocate(length, addr);
+    }
+    if (!s.ok()) {
+      fail(context(s, "allocate_managed_buffer"));
+      return 0;
+    }
+    return addr;
+  }
+
+  int freeManaged(uint64_t addr, uint64_t length) {
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = release(addr, length);
+    }
+    return ret(context(s, "free_managed_buffer"));
+  }
+
+  int writeBytes(uint64_t addr, py::object data, uint64_t length) {
+    BufferView view(data);
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = checkLocal(addr, length);
+      if (s.ok() && length > view.size())
+        s = {Code::kInvalidArgument, fmt::format("length {} exceeds the {} bytes of data", length, view.size())};
+      if (s.ok() && length > 0) std::memcpy(reinterpret_cast<void*>(addr), view.data(), length);
+    }
+    return ret(context(s, "write_bytes_to_buffer"));
+  }
+
+  // Raises hawser.Error on failure (there is no int to return).
+  py::bytes readBytes(uint64_t addr, uint64_t length) {
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = checkLocal(addr, length);
+    }
+    if (!s.ok()) {
+      s = context(s, "read_bytes_from_buffer");
+      t_last_error = s;
+      throw Failure{s};
+    }
+    PyObject* b = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(length));
+    if (!b) throw py::error_already_set();
+    {
+      py::gil_scoped_release nogil;
+      if (length > 0) std::memcpy(PyBytes_AS_STRING(b), reinterpret_cast<const void*>(addr), length);
+    }
+    return py::reinterpret_steal<py::bytes>(b);
+  }
+
+  // -- segments --
+  uint64_t firstBufferAddress(const std::string& name) {
+    std::vector<SegmentBuffer> bufs;
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = buffersOf(name, bufs);
+      if (s.ok() && bufs.empty())
+        s = {Code::kOutOfRange, fmt::format("segment '{}' has no registered buffers", name)};
+    }
+    if (!s.ok()) {
+      fail(context(s, "get_first_buffer_address"));
+      return 0;
+    }
+    return bufs.front().addr;
+  }
+
+  std::vector<std::tuple<uint64_t, uint64_t, std::string>> segmentBuffers(const std::string& name) {
+    std::vector<SegmentBuffer> bufs;
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = buffersOf(name, bufs);
+    }
+    std::vector<std::tuple<uint64_t, uint64_t, std::string>> out;
+    if (!s.ok()) {
+      fail(context(s, "get_segment_buffers"));
+      return out;
+    }
+    for (auto& b : bufs) out.emplace_back(b.addr, b.length, b.location);
+    return out;
+  }
+
+  size_t unreclaimed() {
+    py::gil_scoped_release nogil;
+    reap();
+    std::lock_guard lk(batch_mu_);
+    return unreclaimed_.size();
+  }
+
+ private:
+  struct Submitted {
+    BatchID id = 0;
+    size_t tasks = 0;
+    uint64_t bytes = 0;
+    Clock::time_point deadline;
+    std::string what;    // the call that submitted it
+    std::string target;  // segment name
+  };
+  struct Pool {
+    uint64_t base = 0;
+    uint64_t size = 0;
+    std::map<uint64_t, uint64_t> free_blocks;  // addr -> length, coalesced
+  };
+  struct Alloc {
+    Pool* pool = nullptr;  // nullptr: a dedicated mapping of `reserved` bytes
+    uint64_t length = 0;
+    uint64_t reserved = 0;
+  };
+  static constexpr uint64_t kAlign = 64;
+
+  TransferEngine* live() const { return inited_.load(std::memory_order_acquire) ? engine_.get() : nullptr; }
+
+  Status engine(TransferEngine*& e) const {
+    e = live();
+    if (!e) return {Code::kInvalidArgument, "engine is not initialized: call initialize() first"};
+    return Status::OK();
+  }
+
+  Status init(const std::string& local_hostname, const std::string& uri, const std::string& protocol,
+              const std::string& device_name) {
+    std::lock_guard lk(init_mu_);
+    if (live())
+      return {Code::kInvalidArgument,
+              fmt::format("initialize: already initialized (segment '{}')", engine_->segmentName())};
+    std::string host;
+    uint16_t port = 0;
+    Status s = splitHostPort(local_hostname, host, port);
+    if (!s.ok()) return context(s, "initialize");
+    auto e = std::make_unique<TransferEngine>();
+    Config& cfg = e->impl()->config();
+    // HAWSER_TRANSPORT / HAWSER_RDMA_DEVICES set by the operator win over
+    // the arguments (a caller that hard-codes "rdma" can be redirected).
+    std::string proto = lower(protocol);
+    if (!proto.empty() && proto != "auto") {
+      if (proto != "tcp" && proto != "rdma")
+        return {Code::kNotSupported,
+                fmt::format("initialize: protocol '{}' is not supported: use \"tcp\", \"rdma\" or \"auto\" "
+                            "(transport chosen per request)",
+                            protocol)};
+      if (!cfg.raw("transport")) cfg.set("transport", proto);
+    }
+    if (!device_name.empty() && !cfg.raw("rdma.devices")) cfg.set("rdma.devices", device_name);
+
+    int64_t timeout_ms = 30000;
+    if (!cfg.raw("python.sync_timeout_ms")) {
+      // Mooncake's knob (seconds) is honoured when ours is not set.
+      if (const char* mc = std::getenv("MC_TRANSFER_TIMEOUT")) {
+        Config tmp;
+        tmp.set("mc_transfer_timeout", mc);
+        int64_t sec = 0;
+        s = intKnob(tmp, "mc_transfer_timeout", 30, 1, 86400, sec);
+        if (!s.ok())
+          return {Code::kInvalidArgument,
+                  fmt::format("initialize: MC_TRANSFER_TIMEOUT = '{}' is not a number of seconds in 1..86400", mc)};
+        timeout_ms = sec * 1000;
+      }
+    }
+    if (!(s = intKnob(cfg, "python.sync_timeout_ms", timeout_ms, 1, 86400000, sync_timeout_ms_)).ok() ||
+        !(s = intKnob(cfg, "python.sync_timeout_ns_per_byte", 1, 0, 1000000, ns_per_byte_)).ok() ||
+        !(s = intKnob(cfg, "python.cancel_wait_ms", 5000, 0, 3600000, cancel_wait_ms_)).ok())
+      return context(s, "initialize");
+    auto pool = cfg.raw("python.managed_pool_size");
+    pool_size_ = 64ull << 20;
+    if (pool) {
+      auto v = parseSize(*pool);
+      if (!v || *v < (1ull << 20) || *v > (1ull << 40))
+        return {Code::kInvalidArgument,
+                fmt::format("initialize: python.managed_pool_size (env HAWSER_PYTHON_MANAGED_POOL_SIZE) = '{}' "
+                            "is not a size in 1M..1T",
+                            *pool)};
+      pool_size_ = *v;
+    }
+    const long page = ::sysconf(_SC_PAGESIZE);
+    page_ = page > 0 ? static_cast<uint64_t>(page) : 4096;
+    pool_size_ = (pool_size_ + page_ - 1) / page_ * page_;
+
+    s = e->init(uri, local_hostname, host, port);
+    if (!s.ok()) return context(s, "initialize");
+    engine_ = std::move(e);
+    inited_.store(true, std::memory_order_release);
+    return Status::OK();
+  }
+
+  void shutdown() {
+    std::unique_ptr<TransferEngine> e;
+    {
+      std::lock_guard lk(init_mu_);
+      inited_.store(false, std::memory_order_release);
+      e = std::move(engine_);
+    }
+    e.reset();  // stops serving; waits (bounded) for in-flight work
+    std::lock_guard lk(pool_mu_);
+    for (auto& [addr, a] : allocs_)
+      if (!a.pool) ::munmap(reinterpret_cast<void*>(addr), a.reserved);
+    allocs_.clear();
+    for (auto& p : pools_) ::munmap(reinterpret_cast<void*>(p->base), p->size);
+    pools_.clear();
+  }
+
+  int batchUnregister(const std::vector<uint64_t>& addrs, const char* what) {
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      TransferEngine* e = nullptr;
+      s = engine(e);
+      if (s.ok()) {
+        std::lock_guard lk(pool_mu_);
+        for (size_t i = 0; i < addrs.size() && s.ok(); ++i) {
+          bool managed = allocs_.count(addrs[i]) > 0;
+          for (auto& p : pools_) managed |= p->base == addrs[i];
+          if (managed)
+            s = {Code::kInvalidArgument,
+                 fmt::format("addrs[{}] = {} is managed by allocate_managed_buffer; use free_managed_buffer", i,
+                             hex(addrs[i]))};
+        }
+      }
+      if (s.ok()) {
+        std::vector<void*> v(addrs.size());
+        for (size_t i = 0; i < addrs.size(); ++i) v[i] = reinterpret_cast<void*>(addrs[i]);
+        s = e->unregisterLocalMemoryBatch(v);
+      }
+    }
+    return ret(context(s, what));
+  }
+
+  // The segment id for `name`, opened on first use and cached.
+  Status segment(TransferEngine* e, const std::string& name, SegmentID& out) {
+    {
+      std::lock_guard lk(seg_mu_);
+      auto it = segments_.find(name);
+      if (it != segments_.end()) {
+        out = it->second;
+        return Status::OK();
+      }
+    }
+    SegmentID id = kInvalidSegment;
+    Status s = e->openSegment(name, id);  // its message names the segment
+    if (!s.ok()) return s;
+    std::lock_guard lk(seg_mu_);
+    auto [it, inserted] = segments_.emplace(name, id);
+    if (!inserted) (void)e->closeSegment(id);  // another thread opened it meanwhile: drop our reference
+    out = it->second;
+    return Status::OK();
+  }
+
+  Status buffersOf(const std::string& name, std::vector<SegmentBuffer>& out) {
+    TransferEngine* e = nullptr;
+    Status s = engine(e);
+    if (!s.ok()) return s;
+    SegmentID id = kInvalidSegment;
+    s = segment(e, name, id);
+    if (!s.ok()) return s;
+    return e->segmentBuffers(id, out);
+  }
+
+  Status submit(const char* what, const std::string& target, const std::vector<uint64_t>& buffers,
+                const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
+                const std::string& hint, Submitted& out) {
+    const std::string where = fmt::format("{} to '{}'", what, target);
+    TransferEngine* e = nullptr;
+    Status s = engine(e);
+    if (!s.ok()) return context(s, what);
+    if (!hint.empty())
+      return {Code::kNotSupported,
+              fmt::format("{}: transport_hint '{}' is not supported: hawser picks the transport per request "
+                          "(force one with initialize(protocol=...) or HAWSER_TRANSPORT)",
+                          where, hint)};
+    if (buffers.size() != peers.size() || buffers.size() != lengths.size())
+      return {Code::kInvalidArgument,
+              fmt::format("{}: buffers ({}), peer_buffer_addresses ({}) and lengths ({}) differ in length", where,
+                          buffers.size(), peers.size(), lengths.size())};
+    if (buffers.empty()) return {Code::kInvalidArgument, fmt::format("{}: buffers is empty", where)};
+    SegmentID seg = kInvalidSegment;
+    s = segment(e, target, seg);
+    if (!s.ok()) return context(s, what);
+    std::vector<TransferRequest> reqs(buffers.size());
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      reqs[i] = TransferRequest{op, reinterpret_cast<void*>(buffers[i]), seg, peers[i], lengths[i]};
+      bytes = bytes + lengths[i] < bytes ? UINT64_MAX : bytes + lengths[i];
+    }
+    BatchID b = kInvalidBatch;
+    s = e->allocateBatchID(reqs.size(), b);
+    if (!s.ok()) return context(s, where);
+    s = e->submitTransfer(b, reqs);
+    if (!s.ok()) {
+      (void)e->freeBatchID(b);  // nothing was accepted: the batch is empty
+      return context(s, where);
+    }
+    out.id = b;
+    out.tasks = reqs.size();
+    out.bytes = bytes;
+    out.what = what;
+    out.target = target;
+    // Timeout: python.sync_timeout_ms + bytes * python.sync_timeout_ns_per_byte.
+    double ns = static_cast<double>(bytes) * static_cast<double>(ns_per_byte_);
+    double total_ms = static_cast<double>(sync_timeout_ms_) + ns / 1e6;
+    total_ms = std::min(total_ms, 1e12);
+    out.deadline = Clock::now() + Millis(static_cast<int64_t>(total_ms));
+    return Status::OK();
+  }
+
+  // Waits for the batch until its deadline (cancels it past that, then waits
+  // up to cancel_wait_ms for every task to end), frees it, and says how it ended.
+  Status finish(const Submitted& sub) {
+    TransferEngine* e = engine_.get();
+    const std::string where = fmt::format("{} to '{}'", sub.what, sub.target);
+    auto now = Clock::now();
+    Millis left = sub.deadline > now ? std::chrono::ceil<Millis>(sub.deadline - now) : Millis(0);
+    Status w = e->waitTransfer(sub.id, left);
+    bool timed_out = false;
+    if (w.code() == Code::kTimeout) {
+      timed_out = true;
+      (void)e->cancelTransfer(sub.id);
+      w = e->waitTransfer(sub.id, Millis(cancel_wait_ms_));
+    }
+    if (!w.ok() && w.code() != Code::kTimeout) return context(w, where);
+    TransferStatus agg;
+    Status s = e->getBatchTransferStatus(sub.id, agg);
+    if (!s.ok()) return context(s, where);
+    Status result = outcome(e, sub, agg, timed_out, where);
+    freeOrKeep(sub.id);
+    return result;
+  }
+
+  Status outcome(TransferEngine* e, const Submitted& sub, const TransferStatus& agg, bool timed_out,
+                 const std::string& where) {
+    if (agg.s == TransferState::kCompleted) return Status::OK();  // every byte moved (even if late)
+    const uint64_t limit_ms =
+        static_cast<uint64_t>(sync_timeout_ms_) + sub.bytes * static_cast<uint64_t>(ns_per_byte_) / 1000000;
+    if (!isTerminal(agg.s))
+      return {Code::kTimeout,
+              fmt::format("{}: not finished after {} ms (python.sync_timeout_ms + bytes * "
+                          "python.sync_timeout_ns_per_byte); canceled, but I/O still runs after a further {} ms: "
+                          "the batch is kept and freed once it ends",
+                          where, limit_ms, cancel_wait_ms_)};
+    size_t failed = 0, first = sub.tasks;
+    TransferStatus first_st;
+    for (size_t i = 0; i < sub.tasks; ++i) {
+      TransferStatus st;
+      if (!e->getTransferStatus(sub.id, i, st).ok() || st.s == TransferState::kCompleted) continue;
+      ++failed;
+      if (first == sub.tasks) {
+        first = i;
+        first_st = st;
+      }
+    }
+    Code code = agg.error.ok() ? Code::kIoError : agg.error.code();
+    if (agg.s == TransferState::kTimeout || timed_out) code = Code::kTimeout;
+    std::string msg =
+        fmt::format("{}: {} of {} task(s) did not complete (batch {})", where, failed, sub.tasks, stateName(agg.s));
+    if (first < sub.tasks)
+      msg += fmt::format("; first is requests[{}] {}{}", first, stateName(first_st.s),
+                         first_st.error.ok() ? std::string() : ": " + first_st.error.toString());
+    else if (!agg.error.ok())
+      msg += ": " + agg.error.toString();
+    if (timed_out)
+      msg += fmt::format(" [not finished after {} ms (python.sync_timeout_ms + bytes * "
+                         "python.sync_timeout_ns_per_byte), so canceled]",
+                         limit_ms);
+    return {code, msg};
+  }
+
+  // Frees a batch whose tasks all ended; one whose I/O still references
+  // memory is kept and freed by a later call (reap).
+  void freeOrKeep(BatchID id) {
+    Status s = engine_->freeBatchID(id);
+    if (s.code() == Code::kBatchBusy) {
+      std::lock_guard lk(batch_mu_);
+      unreclaimed_.push_back(id);
+    }
+  }
+
+  void reap() {
+    TransferEngine* e = live();
+    if (!e) return;
+    std::lock_guard lk(batch_mu_);
+    std::erase_if(unreclaimed_, [&](BatchID id) {
+      Status s = e->freeBatchID(id);
+      return s.ok() || s.code() == Code::kInvalidBatch;
+    });
+  }
+
+  // Finds an async batch without taking it.
+  Status peek(int64_t id, const char* what, Submitted& out) {
+    TransferEngine* e = nullptr;
+    Status s = engine(e);
+    if (!s.ok()) return context(s, what);
+    if (id <= 0)
+      return {Code::kInvalidBatch,
+              fmt::format("{}: batch id {} is not a batch (a negative id is the error code of a failed submit)", what,
+                          id)};
+    std::lock_guard lk(batch_mu_);
+    auto it = async_.find(static_cast<BatchID>(id));
+    if (it == async_.end())
+      return {Code::kInvalidBatch,
+              fmt::format("{}: batch id {} was not returned by a batch_transfer_async_* / transfer_submit_* call "
+                          "of this engine, or its outcome was already collected",
+                          what, id)};
+    out = it->second;
+    return Status::OK();
+  }
+
+  // Takes an async batch: this caller now owns finishing and freeing it.
+  Status take(int64_t id, const char* what, Submitted& out) {
+    Status s = peek(id, what, out);
+    if (!s.ok()) return s;
+    std::lock_guard lk(batch_mu_);
+    if (async_.erase(static_cast<BatchID>(id)) == 0)
+      return {Code::kInvalidBatch, fmt::format("{}: batch id {}: its outcome was already collected", what, id)};
+    return Status::OK();
+  }
+
+  Status checkLocal(uint64_t addr, uint64_t length) {
+    TransferEngine* e = nullptr;
+    Status s = engine(e);
+    if (!s.ok()) return s;
+    if (length == 0) return Status::OK();
+    if (addr + length < addr)
+      return {Code::kInvalidArgument, fmt::format("addr {} + length {} wraps around", hex(addr), length)};
+    return e->impl()->registry().checkLocal(addr, length);
+  }
+
+  Status allocate(uint64_t length, uint64_t& out) {
+    TransferEngine* e = nullptr;
+    Status s = engine(e);
+    if (!s.ok()) return s;
+    if (length == 0) return {Code::kInvalidArgument, "length is 0"};
+    if (length > (1ull << 48)) return {Code::kInvalidArgument, fmt::format("length {} is too large", length)};
+    const uint64_t reserve = (length + kAlign - 1) / kAlign * kAlign;
+    std::lock_guard lk(pool_mu_);
+    for (auto& p : pools_)
+      if (takeBlock(*p, reserve, out)) {
+        allocs_[out] = Alloc{p.get(), length, reserve};
+        return Status::OK();
+      }
+    const bool dedicated = reserve > pool_size_;
+    const uint64_t map_len = dedicated ? (reserve + page_ - 1) / page_ * page_ : pool_size_;
+    void* mem = ::mmap(nullptr, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED)
+      return {Code::kInvalidArgument, fmt::format("length {}: cannot map {} bytes: {}", length, map_len,
+                                                  std::strerror(errno))};
+    s = e->registerLocalMemory(mem, map_len, "*", true);
+    if (!s.ok()) {
+      ::munmap(mem, map_len);
+      return s;
+    }
+    const auto base = reinterpret_cast<uint64_t>(mem);
+    if (dedicated) {
+      allocs_[base] = Alloc{nullptr, length, map_len};
+      out = base;
+      return Status::OK();
+    }
+    auto p = std::make_unique<Pool>();
+    p->base = base;
+    p->size = map_len;
+    p->free_blocks[base] = map_len;
+    (void)takeBlock(*p, reserve, out);
+    allocs_[out] = Alloc{p.get(), length, reserve};
+    pools_.push_back(std::move(p));
+    return Status::OK();
+  }
+
+  static bool takeBlock(Pool& p, uint64_t size, uint64_t& out) {
+    for (auto it = p.free_blocks.begin(); it != p.free_blocks.end(); ++it) {
+      if (it->second < size) continue;
+      out = it->first;
+      uint64_t rest = it->second - size;
+      p.free_blocks.erase(it);
+      if (rest > 0) p.free_blocks[out + size] = rest;
+      return true;
+    }
+    return false;
+  }
+
+  Status release(uint64_t addr, uint64_t length) {
+    TransferEngine* e = nullptr;
+    Status s = engine(e);
+    if (!s.ok()) return s;
+    std::lock_guard lk(pool_mu_);
+    auto it = allocs_.find(addr);
+    if (it == allocs_.end())
+      return {Code::kInvalidArgument,
+              fmt::format("addr {} is not a live managed buffer (not from allocate_managed_buffer, or already freed)",
+                          hex(addr))};
+    if (it->second.length != length)
+      return {Code::kInvalidArgument, fmt::format("length {} does not match the {} bytes allocated at {}", length,
+                                                  it->second.length, hex(addr))};
+    Alloc a = it->second;
+    if (!a.pool) {
+      s = e->unregisterLocalMemory(reinterpret_cast<void*>(addr));
+      if (!s.ok()) return s;
+      ::munmap(reinterpret_cast<void*>(addr), a.reserved);
+      allocs_.erase(it);
+      return Status::OK();
+    }
+    allocs_.erase(it);
+    auto& fb = a.pool->free_blocks;
+    uint64_t start = addr, size = a.reserved;
+    auto next = fb.lower_bound(start);
+    if (next != fb.end() && start + size == next->first) {
+      size += next->second;
+      next = fb.erase(next);
+    }
+    if (next != fb.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == start) {
+        start = prev->first;
+        size += prev->second;
+        fb.erase(prev);
+      }
+    }
+    fb[start] = size;
+    return Status::OK();
+  }
+
+  const bool raise_;
+  std::mutex init_mu_;
+  std::unique_ptr<TransferEngine> engine_;
+  std::atomic<bool> inited_{false};
+  int64_t sync_timeout_ms_ = 30000;
+  int64_t ns_per_byte_ = 1;
+  int64_t cancel_wait_ms_ = 5000;
+  uint64_t pool_size_ = 64ull << 20;
+  uint64_t page_ = 4096;
+
+  std::mutex seg_mu_;
+  std::unordered_map<std::string, SegmentID> segments_;
+
+  std::mutex batch_mu_;
+  std::unordered_map<BatchID, Submitted> async_;
+  std::vector<BatchID> unreclaimed_;
+
+  std::mutex pool_mu_;
+  std::vector<std::unique_ptr<Pool>> pools_;
+  std::unordered_map<uint64_t, Alloc> allocs_;
+};
+
+int codeNumber(int n) { return n < 0 ? -n : n; }
+
+}  // namespace
+}  // namespace hawser
+
+PYBIND11_MODULE(hawser, m) {
+  using hawser::Code;
+  using hawser::OpCode;
+  using hawser::PyEngine;
+  m.doc() =
+      "hawser transfer engine. TransferEngine follows Mooncake's Python API "
+      "(mooncake.engine.TransferEngine); see docs/python.md.";
+#ifdef HAWSER_PY_VERSION
+  m.attr("__version__") = HAWSER_PY_VERSION;
+#endif
+
+  // hawser.Error(RuntimeError): .code (positive hawser code; methods return
+  // its negation), .code_name, .message.
+  hawser::g_error_type = PyErr_NewExceptionWithDoc(
+      "hawser.Error",
+      "A failed hawser call. Attributes: code (int, the hawser code; int-returning methods return -code), "
+      "code_name (str, e.g. 'segment_not_found'), message (str).",
+      PyExc_RuntimeError, nullptr);
+  if (!hawser::g_error_type) throw py::error_already_set();
+  {
+    auto type = py::reinterpret_borrow<py::object>(hawser::g_error_type);
+    type.attr("code") = 0;
+    type.attr("code_name") = "ok";
+    type.attr("message") = "";
+  }
+  m.add_object("Error", py::handle(hawser::g_error_type));
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const hawser::Failure& f) {
+      hawser::raiseError(f.status);
+    }
+  });
+
+  py::dict codes;
+  for (int c = 0; c <= static_cast<int>(Code::kInternal); ++c)
+    codes[py::str(std::string(hawser::codeName(static_cast<Code>(c))))] = c;
+  m.attr("codes") = codes;
+  m.def(
+      "code_name",
+      [](int n) {
+        int c = hawser::codeNumber(n);
+        if (c > static_cast<int>(Code::kInternal)) return fmt::format("unknown({})", n);
+        return std::string(hawser::codeName(static_cast<Code>(c)));
+      },
+      py::arg("code"), "Name of a hawser code; accepts the negative value a method returned.");
+  m.def(
+      "last_error", [] { return hawser::t_last_error.ok() ? std::string() : hawser::t_last_error.toString(); },
+      "'code_name: message' of the last failed call made from this thread ('' if none).");
+  m.def(
+      "last_error_code", [] { return std::string(hawser::codeName(hawser::t_last_error.code())); },
+      "Code name of the last failed call made from this thread ('ok' if none).");
+
+  auto opcode = py::module_::import("enum").attr("IntEnum")(
+      "TransferOpcode", py::make_tuple(py::make_tuple("Read", 0), py::make_tuple("Write", 1)));
+  opcode.attr("__module__") = "hawser";
+  m.attr("TransferOpcode") = opcode;
+
+  auto toOp = [](int op, OpCode& out) {
+    if (op == 0 || op == 1) {
+      out = op == 0 ? OpCode::kRead : OpCode::kWrite;
+      return true;
+    }
+    return false;
+  };
+  auto badOp = [](PyEngine& e, const char* what, int op) {
+    return e.ret({Code::kInvalidArgument,
+                  fmt::format("{}: opcode {} is neither TransferOpcode.Read (0) nor TransferOpcode.Write (1)", what, op)});
+  };
+  auto noNotify = [](PyEngine& e, const char* what) {
+    return e.ret({Code::kNotSupported, fmt::format("{}: notify is not supported by hawser", what)});
+  };
+
+  using Addrs = std::vector<uint64_t>;
+  py::class_<PyEngine> cls(m, "TransferEngine");
+  cls.attr("TransferOpcode") = opcode;
+  cls.def(py::init<bool>(), py::arg("raise_on_error") = false,
+          "raise_on_error=True: failures raise hawser.Error instead of returning a negative code.")
+      .def("initialize", &PyEngine::initialize, py::arg("local_hostname"), py::arg("metadata_server"),
+           py::arg("protocol"), py::arg("device_name"),
+           "local_hostname: 'host' or 'host:port'; metadata_server: 'P2PHANDSHAKE'/'p2p' or 'etcd://h:p' "
+           "(no scheme = etcd); protocol: 'tcp', 'rdma' (forced) or ''/'auto'; device_name: RDMA NICs "
+           "('mlx5_0,mlx5_1') or ''. Returns 0 or a negative code.")
+      .def("initialize_ext", &PyEngine::initializeExt, py::arg("local_hostname"), py::arg("metadata_server"),
+           py::arg("protocol"), py::arg("device_name"), py::arg("metadata_type"))
+      .def("get_rpc_port", &PyEngine::rpcPort)
+      .def("get_segment_name", &PyEngine::segmentName, "The name peers pass as target_hostname ('host:port' in p2p).")
+      .def("transports", &PyEngine::transports, "Installed transports, in preference order.")
+      .def("register_memory", &PyEngine::registerMemory, py::arg("buffer_addr"), py::arg("capacity"),
+           py::arg("location") = "cpu:0", py::arg("remote_accessible") = true)
+      .def("unregister_memory", &PyEngine::unregisterMemory, py::arg("buffer_addr"))
+      .def("batch_register_memory", &PyEngine::batchRegisterMemory, py::arg("buffer_addresses"),
+           py::arg("capacities"), py::arg("location") = "*")
+      .def("batch_unregister_memory", &PyEngine::batchUnregisterMemory, py::arg("buffer_addresses"))
+      .def(
+          "transfer_sync_write",
+          [](PyEngine& e, const std::string& t, uint64_t b, uint64_t p, uint64_t l, const std::string& h) {
+            return e.transferSync(t, b, p, l, OpCode::kWrite, "transfer_sync_write", h);
+          },
+          py::arg("target_hostname"), py::arg("buffer"), py::arg("peer_buffer_address"), py::arg("length"),
+          py::arg("transport_hint") = "")
+      .def(
+          "transfer_sync_read",
+          [](PyEngine& e, const std::string& t, uint64_t b, uint64_t p, uint64_t l, const std::string& h) {
+            return e.transferSync(t, b, p, l, OpCode::kRead, "transfer_sync_read", h);
+          },
+          py::arg("target_hostname"), py::arg("buffer"), py::arg("peer_buffer_address"), py::arg("length"),
+          py::arg("transport_hint") = "")
+      .def(
+          "transfer_sync",
+          [toOp, badOp, noNotify](PyEngine& e, const std::string& t, uint64_t b, uint64_t p, uint64_t l, int op,
+                                  py::object notify, const std::string& h) {
+            OpCode o;
+            if (!toOp(op, o)) return badOp(e, "transfer_sync", op);
+            if (!notify.is_none()) return noNotify(e, "transfer_sync");
+            return e.transferSync(t, b, p, l, o, "transfer_sync", h);
+          },
+          py::arg("target_hostname"), py::arg("buffer"), py::arg("peer_buffer_address"), py::arg("length"),
+          py::arg("opcode"), py::arg("notify") = py::none(), py::arg("transport_hint") = "")
+      .def(
+          "batch_transfer_sync_write",
+          [](PyEngine& e, const std::string& t, const Addrs& b, const Addrs& p, const Addrs& l, const std::string& h) {
+            return e.batchSync(t, b, p, l, OpCode::kWrite, "batch_transfer_sync_write", h);
+          },
+          py::arg("target_hostname"), py::arg("buffers"), py::arg("peer_buffer_addresses"), py::arg("lengths"),
+          py::arg("transport_hint") = "")
+      .def(
+          "batch_transfer_sync_read",
+          [](PyEngine& e, const std::string& t, const Addrs& b, const Addrs& p, const Addrs& l, const std::string& h) {
+            return e.batchSync(t, b, p, l, OpCode::kRead, "batch_transfer_sync_read", h);
+          },
+          py::arg("target_hostname"), py::arg("buffers"), py::arg("peer_buffer_addresses"), py::arg("lengths"),
+          py::arg("transport_hint") = "")
+      .def(
+          "batch_transfer_sync",
+          [toOp, badOp, noNotify](PyEngine& e, const std::string& t, const Addrs& b, const Addrs& p, const Addrs& l,
+                                  int op, py::object notify, const std::string& h) {
+            OpCode o;
+            if (!toOp(op, o)) return badOp(e, "batch_transfer_sync", op);
+            if (!notify.is_none()) return noNotify(e, "batch_transfer_sync");
+            return e.batchSync(t, b, p, l, o, "batch_transfer_sync", h);
+          },
+          py::arg("target_hostname"), py::arg("buffers"), py::arg("peer_buffer_addresses"), py::arg("lengths"),
+          py::arg("opcode"), py::arg("notify") = py::none(), py::arg("transport_hint") = "")
+      .def(
+          "batch_transfer_async_write",
+          [](PyEngine& e, const std::string& t, const Addrs& b, const Addrs& p, const Addrs& l, const std::string& h) {
+            return e.batchAsync(t, b, p, l, OpCode::kWrite, "batch_transfer_async_write", h);
+          },
+          py::arg("target_hostname"), py::arg("buffers"), py::arg("peer_buffer_addresses"), py::arg("lengths"),
+          py::arg("transport_hint") = "")
+      .def(
+          "batch_transfer_async_read",
+          [](PyEngine& e, const std::string& t, const Addrs& b, const Addrs& p, const Addrs& l, const std::string& h) {
+            return e.batchAsync(t, b, p, l, OpCode::kRead, "batch_transfer_async_read", h);
+          },
+          py::arg("target_hostname"), py::arg("buffers"), py::arg("peer_buffer_addresses"), py::arg("lengths"),
+          py::arg("transport_hint") = "")
+      .def(
+          "batch_transfer_async",
+          [toOp, badOp](PyEngine& e, const std::string& t, const Addrs& b, const Addrs& p, const Addrs& l, int op,
+                        const std::string& h) -> int64_t {
+            OpCode o;
+            if (!toOp(op, o)) return badOp(e, "batch_transfer_async", op);
+            return e.batchAsync(t, b, p, l, o, "batch_transfer_async", h);
+          },
+          py::arg("target_hostname"), py::arg("buffers"), py::arg("peer_buffer_addresses"), py::arg("lengths"),
+          py::arg("opcode"), py::arg("transport_hint") = "")
+      .def(
+          "transfer_submit_write",
+          [](PyEngine& e, const std::string& t, uint64_t b, uint64_t p, uint64_t l, const std::string& h) {
+            return e.batchAsync(t, {b}, {p}, {l}, OpCode::kWrite, "transfer_submit_write", h);
+          },
+          py::arg("target_hostname"), py::arg("buffer"), py::arg("peer_buffer_address"), py::arg("length"),
+          py::arg("transport_hint") = "")
+      .def(
+          "transfer_submit_read",
+          [](PyEngine& e, const std::string& t, uint64_t b, uint64_t p, uint64_t l, const std::string& h) {
+            return e.batchAsync(t, {b}, {p}, {l}, OpCode::kRead, "transfer_submit_read", h);
+          },
+          py::arg("target_hostname"), py::arg("buffer"), py::arg("peer_buffer_address"), py::arg("length"),
+          py::arg("transport_hint") = "")
+      .def("get_batch_transfer_status", &PyEngine::batchStatus, py::arg("batch_ids"),
+           "Waits for each batch, frees it; a list with 0 or the negative code per batch.")
+      .def("transfer_check_status", &PyEngine::checkStatus, py::arg("batch_id"),
+           "1 completed (freed), 0 running, -1 failed (freed; last_error() says why).")
+      .def("allocate_managed_buffer", &PyEngine::allocateManaged, py::arg("length"),
+           "Registered memory from the engine's pool; returns its address or 0 (last_error() says why).")
+      .def("free_managed_buffer", &PyEngine::freeManaged, py::arg("buffer_addr"), py::arg("length"))
+      .def("write_bytes_to_buffer", &PyEngine::writeBytes, py::arg("buffer_addr"), py::arg("data"),
+           py::arg("length"))
+      .def("read_bytes_from_buffer", &PyEngine::readBytes, py::arg("buffer_addr"), py::arg("length"),
+           "Raises hawser.Error if the range is not inside registered memory.")
+      .def("get_first_buffer_address", &PyEngine::firstBufferAddress, py::arg("segment_name"),
+           "Lowest buffer address of a segment, or 0 (last_error() says why).")
+      .def("get_segment_buffers", &PyEngine::segmentBuffers, py::arg("segment_name"),
+           "[(addr, length, location), ...] of a segment.")
+      .def("unreclaimed_batches", &PyEngine::unreclaimed,
+           "Batches canceled after a timeout whose I/O had not ended yet (freed as soon as it does).")
+      .def_static("last_error", [] { return hawser::t_last_error.ok() ? std::string() : hawser::t_last_error.toString(); })
+      .def_static("last_error_code", [] { return std::string(hawser::codeName(hawser::t_last_error.code())); });
+}
