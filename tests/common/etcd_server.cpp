@@ -184,6 +184,7 @@ bool EtcdServer::waitReady(int timeout_ms) {
 void EtcdServer::stop() {
   if (pid_ <= 0) return;
   ::kill(pid_, SIGTERM);
+  ::kill(pid_, SIGCONT);
   for (int i = 0; i < 500; ++i) {
     int st = 0;
     if (::waitpid(pid_, &st, WNOHANG) == pid_) {
@@ -198,9 +199,18 @@ void EtcdServer::stop() {
 void EtcdServer::kill9() {
   if (pid_ <= 0) return;
   ::kill(pid_, SIGKILL);
+  ::kill(pid_, SIGCONT);  // a stopped process dies only once continued
   int st = 0;
   ::waitpid(pid_, &st, 0);
   pid_ = -1;
+}
+
+void EtcdServer::pause() {
+  if (pid_ > 0) ::kill(pid_, SIGSTOP);
+}
+
+void EtcdServer::resume() {
+  if (pid_ > 0) ::kill(pid_, SIGCONT);
 }
 
 bool EtcdServer::restart(bool wipe) {

@@ -33,6 +33,9 @@ class EtcdServer {
   void stop();
   // SIGKILL, no cleanup by etcd.
   void kill9();
+  // SIGSTOP / SIGCONT: a hung etcd whose connections stay open.
+  void pause();
+  void resume();
   // Starts again on the same ports; `wipe` empties the data dir first (a
   // "new" etcd that knows no keys and no leases).
   bool restart(bool wipe = false);

@@ -266,6 +266,38 @@ TEST_F(EtcdEngineTest, EnginesRecoverWhenEtcdRestartsMidRun) {
   ASSERT_TRUE((s = move(a, OpCode::kRead, am.p, seg, remote, kLen)).ok()) << s.toString();
 }
 
+TEST_F(EtcdEngineTest, EnginesRideOutAHungEtcd) {
+  TransferEngine a, b;
+  ASSERT_TRUE(a.init(etcd_.uri(), "node-a").ok());
+  ASSERT_TRUE(b.init(etcd_.uri(), "node-b").ok());
+  if (!hasTransport(a, "tcp")) GTEST_SKIP() << "tcp transport not in this build yet";
+  constexpr size_t kLen = 64 << 10;
+  Buffer bm(kLen), am(kLen);
+  test::fillPattern(bm.p, kLen, 31);
+  ASSERT_TRUE(b.registerLocalMemory(bm.p, kLen).ok());
+  ASSERT_TRUE(a.registerLocalMemory(am.p, kLen).ok());
+  SegmentID seg = kInvalidSegment;
+  ASSERT_TRUE(a.openSegment("node-b", seg).ok());
+  const uint64_t remote = reinterpret_cast<uint64_t>(bm.p);
+
+  etcd_.pause();  // connections stay open, nothing answers
+  Status s = move(a, OpCode::kRead, am.p, seg, remote, kLen);
+  EXPECT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(test::checkPattern(am.p, kLen, 31), -1);
+  SegmentID other = kInvalidSegment;
+  s = a.openSegment("node-c", other);
+  EXPECT_EQ(s.code(), Code::kTimeout) << s.toString();
+  EXPECT_NE(s.message().find("etcd.timeout_ms"), std::string::npos) << s.message();
+  etcd_.resume();
+
+  // Whether or not etcd expired the leases meanwhile, both segments are back.
+  auto reader = admin();
+  SegmentDesc d;
+  EXPECT_TRUE(eventually([&] { return reader->getSegment("node-a", d).ok(); }));
+  EXPECT_TRUE(eventually([&] { return reader->getSegment("node-b", d).ok(); }));
+  ASSERT_TRUE((s = move(a, OpCode::kRead, am.p, seg, remote, kLen)).ok()) << s.toString();
+}
+
 TEST_F(EtcdEngineTest, DuplicateLiveNameIsRefusedAtInit) {
   TransferEngine a, a2;
   ASSERT_TRUE(a.init(etcd_.uri(), "node-a").ok());
