@@ -477,13 +477,17 @@ class PyEngine {
     // HAWSER_TRANSPORT / HAWSER_RDMA_DEVICES set by the operator win over
     // the arguments (a caller that hard-codes "rdma" can be redirected).
     std::string proto = lower(protocol);
+    bool forced_by_arg = false;
     if (!proto.empty() && proto != "auto") {
       if (proto != "tcp" && proto != "rdma")
         return {Code::kNotSupported,
                 fmt::format("initialize: protocol '{}' is not supported: use \"tcp\", \"rdma\" or \"auto\" "
                             "(transport chosen per request)",
                             protocol)};
-      if (!cfg.raw("transport")) cfg.set("transport", proto);
+      if (!cfg.raw("transport")) {
+        cfg.set("transport", proto);
+        forced_by_arg = true;
+      }
     }
     if (!device_name.empty() && !cfg.raw("rdma.devices")) cfg.set("rdma.devices", device_name);
 
@@ -521,6 +525,10 @@ class PyEngine {
     pool_size_ = (pool_size_ + page_ - 1) / page_ * page_;
 
     s = e->init(uri, local_hostname, host, port);
+    if (s.code() == Code::kNoTransport && forced_by_arg)
+      return {s.code(), fmt::format("initialize: protocol '{}': no '{}' transport can run here; pass \"tcp\" or "
+                                    "\"auto\" (or set HAWSER_TRANSPORT, which wins over the argument)",
+                                    protocol, proto)};
     if (!s.ok()) return context(s, "initialize");
     engine_ = std::move(e);
     inited_.store(true, std::memory_order_release);

@@ -1,0 +1,485 @@
+"""hawser.TransferEngine with Mooncake's method names: two engines in one
+process moving bytes over TCP, each bad input's exact code, the Pythonic
+layer (hawser.Error, last_error)."""
+import ctypes
+import socket
+import threading
+import time
+
+import pytest
+
+from conftest import REGION, Region, new_engine, pattern, require_hawser
+
+
+def neg(hw, name):
+    return -hw.codes[name]
+
+
+# ---- initialize ----------------------------------------------------------------
+
+
+def test_p2p_segment_name_is_host_and_rpc_port(hw):
+    e = new_engine()
+    assert e.get_rpc_port() > 0
+    assert e.get_segment_name() == f"127.0.0.1:{e.get_rpc_port()}"
+    assert "tcp" in e.transports()
+
+
+def test_initialize_host_port_listens_on_that_port(hw):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    e = hw.TransferEngine()
+    assert e.initialize(f"127.0.0.1:{port}", "p2p", "tcp", "") == 0, hw.last_error()
+    assert e.get_rpc_port() == port
+    assert e.get_segment_name() == f"127.0.0.1:{port}"
+
+
+def test_initialize_twice_is_invalid_argument(hw):
+    e = new_engine()
+    assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == neg(hw, "invalid_argument")
+    assert "already initialized" in hw.last_error()
+
+
+def test_initialize_bad_port_is_invalid_argument(hw):
+    e = hw.TransferEngine()
+    assert e.initialize("127.0.0.1:99999", "P2PHANDSHAKE", "tcp", "") == neg(hw, "invalid_argument")
+    assert hw.last_error_code() == "invalid_argument"
+    assert "99999" in hw.last_error()
+    # The engine can still be initialized after a failed attempt.
+    assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0, hw.last_error()
+
+
+def test_initialize_unknown_protocol_is_not_supported(hw):
+    e = hw.TransferEngine()
+    assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "nvlink", "") == neg(hw, "not_supported")
+    assert "nvlink" in hw.last_error()
+
+
+def test_initialize_unsupported_metadata_scheme_is_invalid_argument(hw):
+    e = hw.TransferEngine()
+    assert e.initialize("127.0.0.1", "redis://127.0.0.1:6379", "tcp", "") == neg(hw, "invalid_argument")
+    assert "redis://" in hw.last_error()
+
+
+def test_protocol_rdma_is_forced_or_refused_with_no_transport(hw):
+    e = hw.TransferEngine()
+    rc = e.initialize("127.0.0.1", "P2PHANDSHAKE", "rdma", "")
+    if rc == 0:
+        assert "rdma" in e.transports()
+    else:
+        assert rc == neg(hw, "no_transport"), hw.last_error()
+        assert "rdma" in hw.last_error()
+
+
+def test_env_transport_overrides_protocol_argument(hw, monkeypatch):
+    monkeypatch.setenv("HAWSER_TRANSPORT", "tcp")
+    a = hw.TransferEngine()
+    assert a.initialize("127.0.0.1", "P2PHANDSHAKE", "rdma", "") == 0, hw.last_error()
+    b = new_engine()
+    ra, rb = Region(4096, pattern(4096, 1)), Region(4096)
+    assert a.register_memory(ra.addr, 4096) == 0
+    assert b.register_memory(rb.addr, 4096) == 0
+    assert a.transfer_sync_write(b.get_segment_name(), ra.addr, rb.addr, 4096) == 0, hw.last_error()
+    assert rb.read() == ra.read()
+
+
+def test_bad_knob_value_fails_initialize_naming_the_env(hw, monkeypatch):
+    monkeypatch.setenv("HAWSER_PYTHON_SYNC_TIMEOUT_MS", "soon")
+    e = hw.TransferEngine()
+    assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == neg(hw, "invalid_argument")
+    assert "HAWSER_PYTHON_SYNC_TIMEOUT_MS" in hw.last_error()
+
+
+def test_calls_before_initialize_are_invalid_argument(hw):
+    e = hw.TransferEngine()
+    r = Region(64)
+    assert e.register_memory(r.addr, 64) == neg(hw, "invalid_argument")
+    assert "initialize" in hw.last_error()
+    assert e.transfer_sync_read("127.0.0.1:1", r.addr, 0, 64) == neg(hw, "invalid_argument")
+    assert e.allocate_managed_buffer(64) == 0
+    assert e.get_rpc_port() == 0
+    assert e.get_segment_name() == ""
+
+
+# ---- registration ----------------------------------------------------------------
+
+
+def test_register_rejects_zero_overlap_and_unknown(hw):
+    e = new_engine()
+    r = Region(8192)
+    assert e.register_memory(r.addr, 0) == neg(hw, "invalid_argument")
+    assert e.register_memory(r.addr, 8192) == 0
+    assert e.register_memory(r.addr + 4096, 100) == neg(hw, "address_overlapped")
+    assert e.unregister_memory(r.addr + 1) == neg(hw, "not_registered")
+    assert e.unregister_memory(r.addr) == 0
+    assert e.unregister_memory(r.addr) == neg(hw, "not_registered")
+
+
+def test_batch_register_is_all_or_nothing(hw):
+    e = new_engine()
+    r = Region(3 * 4096)
+    addrs = [r.addr, r.addr + 4096, r.addr + 8192]
+    assert e.batch_register_memory(addrs, [4096, 4096]) == neg(hw, "invalid_argument")
+    # The third entry overlaps the second: nothing is registered.
+    assert e.batch_register_memory(addrs, [4096, 8192, 4096]) == neg(hw, "address_overlapped")
+    assert e.register_memory(r.addr, 4096) == 0  # proves the first entry was not kept
+    assert e.unregister_memory(r.addr) == 0
+    assert e.batch_register_memory(addrs, [4096, 4096, 4096], "cpu:0") == 0
+    assert e.batch_unregister_memory(addrs) == 0
+    assert e.batch_unregister_memory(addrs) == neg(hw, "not_registered")
+
+
+# ---- data ----------------------------------------------------------------------
+
+
+def test_sync_write_then_read_moves_bytes(pair, hw):
+    a, ra, b, rb = pair
+    data = pattern(REGION, 7)
+    ra.write(0, data)
+    seg = b.get_segment_name()
+    assert a.transfer_sync_write(seg, ra.addr, rb.addr, REGION) == 0, hw.last_error()
+    assert rb.read() == data
+    ctypes.memset(ra.addr, 0, REGION)
+    assert a.transfer_sync_read(seg, ra.addr + 100, rb.addr + 5000, 70000) == 0, hw.last_error()
+    assert ra.read(100, 70000) == data[5000:75000]
+    assert ra.read(0, 100) == bytes(100)
+
+
+def test_transfer_sync_with_opcode(pair, hw):
+    a, ra, b, rb = pair
+    ra.write(0, b"opcode-write")
+    seg = b.get_segment_name()
+    assert a.transfer_sync(seg, ra.addr, rb.addr + 64, 12, hw.TransferOpcode.Write) == 0, hw.last_error()
+    assert rb.read(64, 12) == b"opcode-write"
+    assert a.transfer_sync(seg, ra.addr + 512, rb.addr + 64, 12, a.TransferOpcode.Read) == 0, hw.last_error()
+    assert ra.read(512, 12) == b"opcode-write"
+    assert a.transfer_sync(seg, ra.addr, rb.addr, 12, 7) == neg(hw, "invalid_argument")
+    assert a.transfer_sync(seg, ra.addr, rb.addr, 12, 1, notify=object()) == neg(hw, "not_supported")
+
+
+def test_batch_sync_write_and_read(pair, hw):
+    a, ra, b, rb = pair
+    data = pattern(REGION, 3)
+    ra.write(0, data)
+    seg = b.get_segment_name()
+    srcs = [ra.addr, ra.addr + 4096, ra.addr + 300000]
+    dsts = [rb.addr + 900000, rb.addr + 17, rb.addr + 400000]
+    lens = [4096, 250000, 1]
+    assert a.batch_transfer_sync_write(seg, srcs, dsts, lens) == 0, hw.last_error()
+    assert rb.read(900000, 4096) == data[0:4096]
+    assert rb.read(17, 250000) == data[4096:254096]
+    assert rb.read(400000, 1) == data[300000:300001]
+    ctypes.memset(ra.addr, 0, REGION)
+    assert a.batch_transfer_sync_read(seg, srcs, dsts, lens) == 0, hw.last_error()
+    assert ra.read(0, 4096) == data[0:4096]
+    assert ra.read(4096, 250000) == data[4096:254096]
+    assert ra.read(300000, 1) == data[300000:300001]
+
+
+def test_async_batches_and_get_batch_transfer_status(pair, hw):
+    a, ra, b, rb = pair
+    data = pattern(65536, 11)
+    ra.write(0, data)
+    seg = b.get_segment_name()
+    w = a.batch_transfer_async_write(seg, [ra.addr, ra.addr + 32768], [rb.addr, rb.addr + 65536], [32768, 32768])
+    assert w > 0, hw.last_error()
+    assert a.get_batch_transfer_status([w]) == [0]
+    assert rb.read(0, 32768) == data[:32768]
+    assert rb.read(65536, 32768) == data[32768:]
+    r1 = a.batch_transfer_async_read(seg, [ra.addr + 200000], [rb.addr], [32768])
+    r2 = a.batch_transfer_async_read(seg, [ra.addr + 300000], [rb.addr + 65536], [32768])
+    assert r1 > 0 and r2 > 0 and r1 != r2
+    assert a.get_batch_transfer_status([r1, r2]) == [0, 0]
+    assert ra.read(200000, 32768) == data[:32768]
+    assert ra.read(300000, 32768) == data[32768:]
+    # Collected batches are gone; ids never issued are refused.
+    assert a.get_batch_transfer_status([r1, -5, 987654]) == [neg(hw, "invalid_batch")] * 3
+    assert hw.last_error_code() == "invalid_batch"
+
+
+def test_batch_transfer_async_with_opcode(pair, hw):
+    a, ra, b, rb = pair
+    ra.write(0, b"x" * 100)
+    bid = a.batch_transfer_async(b.get_segment_name(), [ra.addr], [rb.addr + 8], [100], hw.TransferOpcode.Write)
+    assert bid > 0, hw.last_error()
+    assert a.get_batch_transfer_status([bid]) == [0]
+    assert rb.read(8, 100) == b"x" * 100
+
+
+def _poll(a, bid):
+    for _ in range(30000):  # bounded: at most ~30 s
+        rc = a.transfer_check_status(bid)
+        if rc != 0:
+            return rc
+        time.sleep(0.001)
+    pytest.fail(f"batch {bid} still running")
+
+
+def test_transfer_submit_and_check_status(pair, hw):
+    a, ra, b, rb = pair
+    data = pattern(100000, 5)
+    ra.write(0, data)
+    seg = b.get_segment_name()
+    bid = a.transfer_submit_write(seg, ra.addr, rb.addr + 1000, 100000)
+    assert bid > 0, hw.last_error()
+    assert _poll(a, bid) == 1
+    assert rb.read(1000, 100000) == data
+    # Its outcome was collected: the id is no longer known.
+    assert a.transfer_check_status(bid) == -1
+    assert hw.last_error_code() == "invalid_batch"
+    rid = a.transfer_submit_read(seg, ra.addr + 500000, rb.addr + 1000, 100000)
+    assert rid > 0, hw.last_error()
+    assert _poll(a, rid) == 1
+    assert ra.read(500000, 100000) == data
+
+
+def test_check_status_reports_a_failed_transfer_then_forgets_it(pair, hw):
+    a, ra, b, rb = pair
+    seg = b.get_segment_name()
+    # Accepted at submit (the remote range is registered), refused by the
+    # target at I/O time once it is unregistered there.
+    assert b.unregister_memory(rb.addr) == 0
+    bid = a.transfer_submit_write(seg, ra.addr, rb.addr, 4096)
+    if bid < 0:  # the engine refreshed the descriptor at submit and refused it
+        assert bid == neg(hw, "out_of_range"), hw.last_error()
+        return
+    assert _poll(a, bid) == -1
+    assert hw.last_error_code() != "ok"
+    assert "transfer_submit_write" in hw.last_error()
+    assert a.transfer_check_status(bid) == -1
+    assert hw.last_error_code() == "invalid_batch"
+
+
+# ---- bad input: exact codes -------------------------------------------------------------
+
+
+def test_zero_length_is_invalid_argument(pair, hw):
+    a, ra, b, rb = pair
+    assert a.transfer_sync_write(b.get_segment_name(), ra.addr, rb.addr, 0) == neg(hw, "invalid_argument")
+    assert "length is 0" in hw.last_error()
+    assert a.batch_transfer_sync_read(b.get_segment_name(), [ra.addr, ra.addr], [rb.addr, rb.addr],
+                                      [8, 0]) == neg(hw, "invalid_argument")
+    assert "requests[1]" in hw.last_error()
+
+
+def test_unregistered_local_buffer_is_not_registered(pair, hw):
+    a, ra, b, rb = pair
+    other = Region(4096)
+    assert a.transfer_sync_write(b.get_segment_name(), other.addr, rb.addr, 4096) == neg(hw, "not_registered")
+    # Runs past the end of the registered region.
+    assert a.transfer_sync_read(b.get_segment_name(), ra.addr + REGION - 10, rb.addr, 20) == neg(hw, "not_registered")
+
+
+def test_unknown_segment_is_segment_not_found(pair, hw):
+    a, ra, b, rb = pair
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens once closed
+    assert a.transfer_sync_write(dead, ra.addr, rb.addr, 16) == neg(hw, "segment_not_found")
+    assert dead in hw.last_error()
+    assert a.get_first_buffer_address(dead) == 0
+    assert hw.last_error_code() == "segment_not_found"
+    assert a.batch_transfer_async_read(dead, [ra.addr], [rb.addr], [16]) == neg(hw, "segment_not_found")
+
+
+def test_peer_address_out_of_range(pair, hw):
+    a, ra, b, rb = pair
+    seg = b.get_segment_name()
+    assert a.transfer_sync_write(seg, ra.addr, rb.addr + REGION - 10, 100) == neg(hw, "out_of_range")
+    assert a.transfer_sync_read(seg, ra.addr, 0x1000, 100) == neg(hw, "out_of_range")
+    assert "0x1000" in hw.last_error()
+    assert a.transfer_submit_write(seg, ra.addr, rb.addr + REGION, 1) == neg(hw, "out_of_range")
+
+
+def test_batch_list_mismatch_and_empty_are_invalid_argument(pair, hw):
+    a, ra, b, rb = pair
+    seg = b.get_segment_name()
+    assert a.batch_transfer_sync_write(seg, [ra.addr, ra.addr], [rb.addr], [8, 8]) == neg(hw, "invalid_argument")
+    assert "differ" in hw.last_error()
+    assert a.batch_transfer_sync_write(seg, [], [], []) == neg(hw, "invalid_argument")
+    assert a.batch_transfer_async_write(seg, [], [], []) == neg(hw, "invalid_argument")
+
+
+def test_transport_hint_is_not_supported(pair, hw):
+    a, ra, b, rb = pair
+    rc = a.transfer_sync_write(b.get_segment_name(), ra.addr, rb.addr, 8, transport_hint="rdma")
+    assert rc == neg(hw, "not_supported")
+    assert a.transfer_sync_write(b.get_segment_name(), ra.addr, rb.addr, 8, transport_hint="") == 0
+
+
+def test_rejected_submit_leaves_nothing_behind(pair, hw):
+    a, ra, b, rb = pair
+    seg = b.get_segment_name()
+    for _ in range(50):
+        assert a.transfer_sync_write(seg, ra.addr, 0x1000, 8) == neg(hw, "out_of_range")
+    assert a.unreclaimed_batches() == 0
+    assert a.transfer_sync_write(seg, ra.addr, rb.addr, 8) == 0
+
+
+# ---- managed buffers -------------------------------------------------------------------
+
+
+def test_managed_buffers_move_bytes_between_engines(hw):
+    a, b = new_engine(), new_engine()
+    src = a.allocate_managed_buffer(5000)
+    dst = b.allocate_managed_buffer(5000)
+    assert src and dst, hw.last_error()
+    data = pattern(5000, 9)
+    assert a.write_bytes_to_buffer(src, data, 5000) == 0
+    assert b.get_first_buffer_address(b.get_segment_name()) == dst  # pool start = first allocation
+    assert a.transfer_sync_write(b.get_segment_name(), src, dst, 5000) == 0, hw.last_error()
+    assert b.read_bytes_from_buffer(dst, 5000) == data
+    assert a.free_managed_buffer(src, 5000) == 0
+    assert b.free_managed_buffer(dst, 5000) == 0
+
+
+def test_managed_free_checks_address_and_length(hw):
+    e = new_engine()
+    p = e.allocate_managed_buffer(100)
+    assert p != 0
+    assert e.free_managed_buffer(p, 99) == neg(hw, "invalid_argument")
+    assert "100" in hw.last_error()
+    assert e.free_managed_buffer(p + 64, 100) == neg(hw, "invalid_argument")
+    assert e.free_managed_buffer(p, 100) == 0
+    assert e.free_managed_buffer(p, 100) == neg(hw, "invalid_argument")
+    assert "already freed" in hw.last_error()
+    assert e.allocate_managed_buffer(0) == 0
+    assert hw.last_error_code() == "invalid_argument"
+
+
+def test_managed_pool_reuses_and_coalesces_freed_space(hw):
+    e = new_engine()
+    x = e.allocate_managed_buffer(1000)
+    y = e.allocate_managed_buffer(1000)
+    z = e.allocate_managed_buffer(1000)
+    assert x and y and z
+    assert len({x, y, z}) == 3
+    assert e.free_managed_buffer(y, 1000) == 0
+    assert e.free_managed_buffer(x, 1000) == 0
+    # x and y were adjacent: freed, they form one block that fits 2000 bytes.
+    assert e.allocate_managed_buffer(2000) == x
+    assert e.unregister_memory(x) == neg(hw, "invalid_argument")  # owned by the allocator
+    assert "free_managed_buffer" in hw.last_error()
+
+
+def test_managed_buffer_larger_than_pool_gets_its_own_mapping(hw, monkeypatch):
+    monkeypatch.setenv("HAWSER_PYTHON_MANAGED_POOL_SIZE", "1M")
+    a, b = new_engine(), new_engine()
+    n = 3 << 20
+    big = a.allocate_managed_buffer(n)
+    small = a.allocate_managed_buffer(10)
+    assert big and small, hw.last_error()
+    dst = Region(n)
+    assert b.register_memory(dst.addr, n) == 0
+    data = pattern(n, 4)
+    assert a.write_bytes_to_buffer(big, data, n) == 0
+    assert a.transfer_sync_write(b.get_segment_name(), big, dst.addr, n) == 0, hw.last_error()
+    assert dst.read() == data
+    assert a.free_managed_buffer(big, n) == 0
+    assert a.transfer_sync_write(b.get_segment_name(), big, dst.addr, 8) == neg(hw, "not_registered")
+
+
+def test_bytes_copies_check_registration(hw):
+    e = new_engine()
+    r = Region(256)
+    assert e.write_bytes_to_buffer(r.addr, b"abc", 3) == neg(hw, "not_registered")
+    assert e.register_memory(r.addr, 256) == 0
+    assert e.write_bytes_to_buffer(r.addr, b"abc", 4) == neg(hw, "invalid_argument")
+    assert e.write_bytes_to_buffer(r.addr + 250, b"abcdefgh", 8) == neg(hw, "not_registered")
+    assert e.write_bytes_to_buffer(r.addr + 10, bytearray(b"hello"), 5) == 0
+    assert e.write_bytes_to_buffer(r.addr + 20, memoryview(b"xyz"), 2) == 0
+    assert r.read(10, 12) == b"hello\0\0\0\0\0xy"
+    assert e.read_bytes_from_buffer(r.addr + 10, 5) == b"hello"
+    assert e.read_bytes_from_buffer(r.addr, 0) == b""
+    with pytest.raises(hw.Error) as ei:
+        e.read_bytes_from_buffer(r.addr + 200, 100)
+    assert ei.value.code_name == "not_registered"
+
+
+# ---- segments ---------------------------------------------------------------------------
+
+
+def test_first_buffer_address_and_segment_buffers(pair, hw):
+    a, ra, b, rb = pair
+    seg = b.get_segment_name()
+    assert a.get_first_buffer_address(seg) == rb.addr
+    extra = Region(8192)
+    assert b.register_memory(extra.addr, 8192) == 0
+    bufs = a.get_segment_buffers(seg)
+    assert sorted((addr, n) for addr, n, _ in bufs) == sorted([(rb.addr, REGION), (extra.addr, 8192)])
+    assert a.get_first_buffer_address(seg) == min(rb.addr, extra.addr)
+    # A buffer registered after the segment was first opened is reachable.
+    extra.write(0, b"late")
+    assert a.transfer_sync_read(seg, ra.addr, extra.addr, 4) == 0, hw.last_error()
+    assert ra.read(0, 4) == b"late"
+
+
+# ---- the Pythonic layer ---------------------------------------------------------------------
+
+
+def test_raise_on_error_raises_hawser_error_with_code(hw):
+    a = new_engine(raise_on_error=True)
+    b = new_engine()
+    ra, rb = Region(4096), Region(4096)
+    a.register_memory(ra.addr, 4096)
+    b.register_memory(rb.addr, 4096)
+    with pytest.raises(hw.Error) as ei:
+        a.transfer_sync_write(b.get_segment_name(), ra.addr, rb.addr + 4000, 200)
+    e = ei.value
+    assert isinstance(e, RuntimeError)
+    assert e.code == hw.codes["out_of_range"] and e.code_name == "out_of_range"
+    assert "not inside one registered buffer" in e.message
+    assert str(e) == hw.last_error()
+    with pytest.raises(hw.Error) as ei:
+        a.get_batch_transfer_status([42])
+    assert ei.value.code_name == "invalid_batch"
+    with pytest.raises(hw.Error) as ei:
+        a.allocate_managed_buffer(0)
+    assert ei.value.code_name == "invalid_argument"
+    assert a.transfer_sync_write(b.get_segment_name(), ra.addr, rb.addr, 200) == 0
+
+
+def test_last_error_is_per_thread(pair, hw):
+    a, ra, b, rb = pair
+    assert a.transfer_sync_write(b.get_segment_name(), ra.addr, rb.addr, 0) == neg(hw, "invalid_argument")
+    seen = {}
+
+    def other():
+        seen["before"] = hw.last_error()
+        a.transfer_sync_write(b.get_segment_name(), ra.addr, 0x1000, 8)
+        seen["after"] = a.last_error_code()
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert seen == {"before": "", "after": "out_of_range"}
+    assert hw.last_error_code() == "invalid_argument"
+    assert a.last_error() == hw.last_error()
+
+
+def test_code_names(hw):
+    assert hw.code_name(-5) == "segment_not_found"
+    assert hw.code_name(4) == "out_of_range"
+    assert hw.code_name(-99).startswith("unknown")
+    assert hw.codes["ok"] == 0 and hw.codes["timeout"] == 15
+
+
+def test_concurrent_sync_transfers_from_threads(pair, hw):
+    a, ra, b, rb = pair
+    seg = b.get_segment_name()
+    data = pattern(REGION, 21)
+    ra.write(0, data)
+    n, chunk = 8, REGION // 8
+    results = [None] * n
+
+    def worker(i):
+        results[i] = a.transfer_sync_write(seg, ra.addr + i * chunk, rb.addr + i * chunk, chunk)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [0] * n
+    assert rb.read() == data

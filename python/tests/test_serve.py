@@ -1,0 +1,195 @@
+"""The binding against a `hawser serve` child process: bytes moved and
+verified, and what a sync call does when the peer stops answering (timeout,
+cancel, the batch freed only once its I/O ended, the GIL released while it
+waits)."""
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import Region, hawser_bin, new_engine, pattern, require_hawser
+
+SERVE_MEMORY = 8 << 20
+
+
+class Serve:
+    def __init__(self):
+        exe = hawser_bin()
+        if exe is None:
+            pytest.skip("the hawser CLI (build/bin/hawser) is not built next to the module; set HAWSER_BIN")
+        self.proc = subprocess.Popen(
+            [exe, "serve", "--listen", "127.0.0.1:0", "--memory", str(SERVE_MEMORY)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.segment = None
+        self.addr = None
+        lines = []
+        for line in self.proc.stdout:  # ends at EOF if the child dies
+            lines.append(line)
+            m = re.match(r"segment: (\S+)", line)
+            if m:
+                self.segment = m.group(1)
+            m = re.match(r"memory: (0x[0-9a-f]+) (\d+) bytes", line)
+            if m:
+                self.addr = int(m.group(1), 16)
+            if line.strip() == "ready":
+                break
+        if self.segment is None or self.addr is None:
+            self.close()
+            pytest.fail(f"hawser serve did not start: {''.join(lines)} {self.proc.stderr.read()}")
+        self.stopped = False
+
+    def stop(self):
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        self.stopped = True
+
+    def resume(self):
+        os.kill(self.proc.pid, signal.SIGCONT)
+        self.stopped = False
+
+    def close(self):
+        if self.proc.poll() is None:
+            if getattr(self, "stopped", False):
+                self.resume()
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+
+
+@pytest.fixture
+def serve(hw):
+    s = Serve()
+    yield s
+    s.close()
+
+
+def test_write_and_read_back_through_serve_child(serve, hw):
+    e = new_engine()
+    n = 3 << 20
+    r = Region(2 * n)
+    assert e.register_memory(r.addr, 2 * n) == 0
+    data = pattern(n, 13)
+    r.write(0, data)
+    assert e.get_first_buffer_address(serve.segment) == serve.addr
+    assert e.transfer_sync_write(serve.segment, r.addr, serve.addr + 12345, n) == 0, hw.last_error()
+    assert e.transfer_sync_read(serve.segment, r.addr + n, serve.addr + 12345, n) == 0, hw.last_error()
+    assert r.read(n, n) == data
+    bid = e.batch_transfer_async_read(serve.segment, [r.addr, r.addr + 100], [serve.addr + 12345, serve.addr],
+                                      [100, 50])
+    assert bid > 0, hw.last_error()
+    assert e.get_batch_transfer_status([bid]) == [0]
+    assert r.read(0, 100) == data[:100]
+    assert e.transfer_sync_read(serve.segment, r.addr, serve.addr + SERVE_MEMORY - 8, 16) == -hw.codes["out_of_range"]
+
+
+def _engine_with_region(hw, size):
+    e = new_engine()
+    r = Region(size, pattern(size, 2))
+    assert e.register_memory(r.addr, size) == 0
+    return e, r
+
+
+def test_sync_timeout_cancels_and_frees_the_batch(serve, hw, monkeypatch):
+    # The peer stops answering: after python.sync_timeout_ms the call cancels
+    # its batch; the slice already on the wire fails when tcp.timeout_ms
+    # passes, well inside python.cancel_wait_ms, so the batch is freed.
+    monkeypatch.setenv("HAWSER_PYTHON_SYNC_TIMEOUT_MS", "300")
+    monkeypatch.setenv("HAWSER_PYTHON_SYNC_TIMEOUT_NS_PER_BYTE", "0")
+    monkeypatch.setenv("HAWSER_PYTHON_CANCEL_WAIT_MS", "60000")
+    monkeypatch.setenv("HAWSER_TCP_TIMEOUT_MS", "1000")
+    e, r = _engine_with_region(hw, 65536)
+    assert e.transfer_sync_write(serve.segment, r.addr, serve.addr, 4096) == 0, hw.last_error()  # connected
+    serve.stop()
+    rc = e.transfer_sync_write(serve.segment, r.addr, serve.addr, 65536)
+    assert rc == -hw.codes["timeout"], hw.last_error()
+    msg = hw.last_error()
+    assert "canceled" in msg and "300 ms" in msg
+    assert e.unreclaimed_batches() == 0
+    serve.resume()
+    assert e.transfer_sync_write(serve.segment, r.addr, serve.addr, 4096) == 0, hw.last_error()
+
+
+def test_timed_out_batch_still_in_flight_is_kept_then_freed(serve, hw, monkeypatch):
+    # cancel_wait 0 and a long tcp.timeout_ms: when the call returns, the
+    # slice on the wire still references local memory, so the batch cannot be
+    # freed yet; it is freed by a later call once the resumed peer answers.
+    monkeypatch.setenv("HAWSER_PYTHON_SYNC_TIMEOUT_MS", "200")
+    monkeypatch.setenv("HAWSER_PYTHON_SYNC_TIMEOUT_NS_PER_BYTE", "0")
+    monkeypatch.setenv("HAWSER_PYTHON_CANCEL_WAIT_MS", "0")
+    monkeypatch.setenv("HAWSER_TCP_TIMEOUT_MS", "600000")
+    e, r = _engine_with_region(hw, 65536)
+    assert e.transfer_sync_write(serve.segment, r.addr, serve.addr, 4096) == 0, hw.last_error()
+    serve.stop()
+    assert e.transfer_sync_write(serve.segment, r.addr, serve.addr + 8192, 65536) == -hw.codes["timeout"]
+    assert "kept" in hw.last_error()
+    assert e.unreclaimed_batches() == 1
+    serve.resume()
+    for _ in range(3000):  # bounded: ~30 s
+        if e.unreclaimed_batches() == 0:
+            break
+        time.sleep(0.01)
+    assert e.unreclaimed_batches() == 0
+    # The write was on the wire before the cancel: it landed once resumed.
+    got = Region(65536)
+    assert e.register_memory(got.addr, 65536) == 0
+    assert e.transfer_sync_read(serve.segment, got.addr, serve.addr + 8192, 65536) == 0, hw.last_error()
+    assert got.read() == r.read()
+
+
+def test_async_batch_past_its_timeout_fails_in_check_status(serve, hw, monkeypatch):
+    monkeypatch.setenv("HAWSER_PYTHON_SYNC_TIMEOUT_MS", "200")
+    monkeypatch.setenv("HAWSER_PYTHON_SYNC_TIMEOUT_NS_PER_BYTE", "0")
+    monkeypatch.setenv("HAWSER_PYTHON_CANCEL_WAIT_MS", "60000")
+    monkeypatch.setenv("HAWSER_TCP_TIMEOUT_MS", "1000")
+    e, r = _engine_with_region(hw, 65536)
+    assert e.transfer_sync_write(serve.segment, r.addr, serve.addr, 4096) == 0, hw.last_error()
+    serve.stop()
+    bid = e.transfer_submit_write(serve.segment, r.addr, serve.addr, 65536)
+    assert bid > 0, hw.last_error()
+    rc = 0
+    for _ in range(30000):  # bounded: ~30 s
+        rc = e.transfer_check_status(bid)
+        if rc != 0:
+            break
+        time.sleep(0.001)
+    assert rc == -1
+    assert hw.last_error_code() == "timeout"
+    assert e.unreclaimed_batches() == 0
+    serve.resume()
+
+
+def test_sync_call_releases_the_gil_while_waiting(serve, hw, monkeypatch):
+    monkeypatch.setenv("HAWSER_PYTHON_SYNC_TIMEOUT_MS", "20000")
+    monkeypatch.setenv("HAWSER_PYTHON_SYNC_TIMEOUT_NS_PER_BYTE", "0")
+    monkeypatch.setenv("HAWSER_TCP_TIMEOUT_MS", "600000")
+    e, r = _engine_with_region(hw, 65536)
+    assert e.transfer_sync_write(serve.segment, r.addr, serve.addr, 4096) == 0, hw.last_error()
+    serve.stop()
+    state = {"entered": threading.Event(), "returned": False, "rc": None}
+
+    def blocked():
+        state["entered"].set()
+        state["rc"] = e.transfer_sync_write(serve.segment, r.addr, serve.addr, 65536)
+        state["returned"] = True
+
+    t = threading.Thread(target=blocked)
+    t.start()
+    assert state["entered"].wait(30)
+    # Python code keeps running in this thread while the other one waits
+    # inside the call (it cannot return before the peer resumes or 20 s pass).
+    spins = sum(1 for _ in range(200000))
+    time.sleep(0.2)
+    assert spins == 200000
+    assert not state["returned"]
+    serve.resume()
+    t.join(60)
+    assert state["returned"]
+    assert state["rc"] == 0, hw.last_error()
