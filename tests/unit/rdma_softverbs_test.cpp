@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <thread>
 
 #include "common/util.h"
@@ -140,7 +141,7 @@ class SoftVerbs : public ::testing::Test {
 
   std::unique_ptr<SoftVerbsEnv> env_;
   const VerbsApi* v_ = nullptr;
-  std::vector<Nic> nics_;
+  std::deque<Nic> nics_;  // references stay valid as NICs are added
 };
 
 TEST_F(SoftVerbs, device_list_follows_the_configured_devices) {
