@@ -483,3 +483,22 @@ def test_concurrent_sync_transfers_from_threads(pair, hw):
         t.join()
     assert results == [0] * n
     assert rb.read() == data
+
+
+def test_file_segment_through_the_same_calls(hw, tmp_path):
+    # protocol "tcp" forces the memory transport only: file segments still
+    # go to the file transport.
+    path = tmp_path / "seg.bin"
+    content = pattern(1 << 20, 8)
+    path.write_bytes(content)
+    e = new_engine("tcp")
+    r = Region(1 << 20)
+    assert e.register_memory(r.addr, 1 << 20) == 0
+    seg = f"file://{path}"
+    assert e.transfer_sync_read(seg, r.addr, 4096, 8192) == 0, hw.last_error()
+    assert r.read(0, 8192) == content[4096:4096 + 8192]
+    r.write(0, b"written-by-python")
+    assert e.transfer_sync_write(seg, r.addr, 100, 17) == 0, hw.last_error()
+    assert path.read_bytes()[100:117] == b"written-by-python"
+    assert e.transfer_sync_read(seg, r.addr, (1 << 20) - 10, 8192) == -hw.codes["out_of_range"]
+    assert e.get_segment_buffers(seg) == [(0, 1 << 20, str(path))]
