@@ -82,13 +82,13 @@ class EtcdEngineTest : public ::testing::Test {
 };
 
 TEST_F(EtcdEngineTest, TwoEnginesFindEachOtherByNameAndMoveVerifiedData) {
+  constexpr size_t kLen = 256 << 10;
+  Buffer bm(kLen), am(kLen);
   TransferEngine a, b;
   ASSERT_TRUE(a.init(etcd_.uri(), "node-a").ok());
   ASSERT_TRUE(b.init(etcd_.uri(), "node-b").ok());
   EXPECT_EQ(b.segmentName(), "node-b");
   if (!hasTransport(a, "tcp")) GTEST_SKIP() << "tcp transport not in this build yet";
-  constexpr size_t kLen = 256 << 10;
-  Buffer bm(kLen), am(kLen);
   test::fillPattern(bm.p, kLen, 7);
   ASSERT_TRUE(b.registerLocalMemory(bm.p, kLen).ok());
   ASSERT_TRUE(a.registerLocalMemory(am.p, kLen).ok());
@@ -112,12 +112,12 @@ TEST_F(EtcdEngineTest, TwoEnginesFindEachOtherByNameAndMoveVerifiedData) {
 }
 
 TEST_F(EtcdEngineTest, MemoryRegisteredAfterOpenIsFoundThroughTheRepublishedDescriptor) {
+  constexpr size_t kLen = 64 << 10;
+  Buffer first(kLen), later(kLen), am(kLen);
   TransferEngine a, b;
   ASSERT_TRUE(a.init(etcd_.uri(), "node-a").ok());
   ASSERT_TRUE(b.init(etcd_.uri(), "node-b").ok());
   if (!hasTransport(a, "tcp")) GTEST_SKIP() << "tcp transport not in this build yet";
-  constexpr size_t kLen = 64 << 10;
-  Buffer first(kLen), later(kLen), am(kLen);
   ASSERT_TRUE(b.registerLocalMemory(first.p, kLen).ok());
   ASSERT_TRUE(a.registerLocalMemory(am.p, kLen).ok());
   SegmentID seg = kInvalidSegment;
@@ -130,11 +130,11 @@ TEST_F(EtcdEngineTest, MemoryRegisteredAfterOpenIsFoundThroughTheRepublishedDesc
 }
 
 TEST_F(EtcdEngineTest, CachedDescriptorFollowsAPeerRestartedUnderTheSameName) {
+  constexpr size_t kLen = 64 << 10;
+  Buffer bm(kLen), am(kLen);
   TransferEngine a;
   ASSERT_TRUE(a.init(etcd_.uri(), "node-a").ok());
   if (!hasTransport(a, "tcp")) GTEST_SKIP() << "tcp transport not in this build yet";
-  constexpr size_t kLen = 64 << 10;
-  Buffer bm(kLen), am(kLen);
   ASSERT_TRUE(a.registerLocalMemory(am.p, kLen).ok());
   const uint64_t remote = reinterpret_cast<uint64_t>(bm.p);
   SegmentID seg = kInvalidSegment;
@@ -219,12 +219,12 @@ TEST_F(EtcdEngineTest, ServeAndBenchFindEachOtherThroughEtcd) {
 }
 
 TEST_F(EtcdEngineTest, EnginesRecoverWhenEtcdRestartsMidRun) {
+  constexpr size_t kLen = 64 << 10;
+  Buffer bm(kLen), am(kLen), extra(kLen), cm(kLen);
   TransferEngine a, b;
   ASSERT_TRUE(a.init(etcd_.uri(), "node-a").ok());
   ASSERT_TRUE(b.init(etcd_.uri(), "node-b").ok());
   if (!hasTransport(a, "tcp")) GTEST_SKIP() << "tcp transport not in this build yet";
-  constexpr size_t kLen = 64 << 10;
-  Buffer bm(kLen), am(kLen);
   test::fillPattern(bm.p, kLen, 21);
   ASSERT_TRUE(b.registerLocalMemory(bm.p, kLen).ok());
   ASSERT_TRUE(a.registerLocalMemory(am.p, kLen).ok());
@@ -244,7 +244,6 @@ TEST_F(EtcdEngineTest, EnginesRecoverWhenEtcdRestartsMidRun) {
   EXPECT_TRUE(s.code() == Code::kUnavailable || s.code() == Code::kTimeout) << s.toString();
   EXPECT_NE(s.message().find(etcd_.endpoint()), std::string::npos) << s.message();
   // Registration still works locally while metadata is down.
-  Buffer extra(kLen);
   EXPECT_TRUE(b.registerLocalMemory(extra.p, kLen).ok());
 
   ASSERT_TRUE(etcd_.restart(/*wipe=*/true)) << etcd_.error();
@@ -256,7 +255,6 @@ TEST_F(EtcdEngineTest, EnginesRecoverWhenEtcdRestartsMidRun) {
   // A newcomer finds B through the new etcd and moves data.
   TransferEngine c;
   ASSERT_TRUE(c.init(etcd_.uri(), "node-c").ok());
-  Buffer cm(kLen);
   ASSERT_TRUE(c.registerLocalMemory(cm.p, kLen).ok());
   SegmentID cseg = kInvalidSegment;
   ASSERT_TRUE(c.openSegment("node-b", cseg).ok());
@@ -267,12 +265,12 @@ TEST_F(EtcdEngineTest, EnginesRecoverWhenEtcdRestartsMidRun) {
 }
 
 TEST_F(EtcdEngineTest, EnginesRideOutAHungEtcd) {
+  constexpr size_t kLen = 64 << 10;
+  Buffer bm(kLen), am(kLen);
   TransferEngine a, b;
   ASSERT_TRUE(a.init(etcd_.uri(), "node-a").ok());
   ASSERT_TRUE(b.init(etcd_.uri(), "node-b").ok());
   if (!hasTransport(a, "tcp")) GTEST_SKIP() << "tcp transport not in this build yet";
-  constexpr size_t kLen = 64 << 10;
-  Buffer bm(kLen), am(kLen);
   test::fillPattern(bm.p, kLen, 31);
   ASSERT_TRUE(b.registerLocalMemory(bm.p, kLen).ok());
   ASSERT_TRUE(a.registerLocalMemory(am.p, kLen).ok());

@@ -125,6 +125,7 @@ TEST_F(SegmentToolTest, RegisterMapListShowRemoveEndToEndWithEngines) {
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(r.json()["descriptor"]["files"][1]["local_path_map"]["node-b"], dir_ + "/b/p1");
 
+  Buffer abuf(kA + kB), bbuf(kA + kB);  // outlive the engines that register them
   TransferEngine a, b;
   ASSERT_TRUE(a.init(etcd_.uri(), "node-a").ok());
   ASSERT_TRUE(b.init(etcd_.uri(), "node-b").ok());
@@ -150,7 +151,6 @@ TEST_F(SegmentToolTest, RegisterMapListShowRemoveEndToEndWithEngines) {
   if (!hasTransport(a, "file")) {
     GTEST_SKIP() << "file transport not in this build: the engine reads of the file segment are skipped";
   }
-  Buffer abuf(kA + kB), bbuf(kA + kB);
   ASSERT_TRUE(a.registerLocalMemory(abuf.p, abuf.n).ok());
   ASSERT_TRUE(b.registerLocalMemory(bbuf.p, bbuf.n).ok());
   Status s = readAll(a, "ckpt", abuf.p, kA + kB);
@@ -238,11 +238,11 @@ TEST_F(SegmentToolTest, P2pFileSegmentsJsonIsWhatAP2pEngineLoads) {
   EXPECT_EQ(r.json()["segments"].size(), 1u) << r.out;
 
   ::setenv("HAWSER_FILE_SEGMENTS", json.c_str(), 1);
+  Buffer buf(kA + kB);
   TransferEngine e;
   ASSERT_TRUE(e.init("p2p", "node-a").ok());
   ::unsetenv("HAWSER_FILE_SEGMENTS");
   if (!hasTransport(e, "file")) GTEST_SKIP() << "file transport not in this build";
-  Buffer buf(kA + kB);
   ASSERT_TRUE(e.registerLocalMemory(buf.p, buf.n).ok());
   Status s = readAll(e, "ckpt", buf.p, kA + kB);
   ASSERT_TRUE(s.ok()) << s.toString();
