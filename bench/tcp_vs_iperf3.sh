@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # hawser tcp transport vs iperf3 on loopback, in one run.
 #
-# Starts `hawser serve` in the background, then for every block size runs
-# iperf3 (server + client, -P = the engine's TCP data connections) and
-# `hawser bench` read and write, and prints GB/s (10^9 bytes/s) and the ratio
-# of each to the iperf3 figure measured next to it (the machine's load moves
-# both alike).
+# Starts `hawser serve` in the background, then for every block size runs,
+# REPEAT times in turn, iperf3 (server + client, -P = the engine's TCP data
+# connections) and `hawser bench` read and write; prints the median GB/s
+# (10^9 bytes/s) of each and the ratio to the iperf3 median measured in the
+# same rounds (interleaving makes a busy machine's load hit both alike).
 #
 # Usage: bench/tcp_vs_iperf3.sh            (from the repository root)
 # Environment (all optional):
@@ -15,7 +15,8 @@
 #   BLOCKS        block sizes                  (default "64K 1M 4M")
 #   BATCH         requests per batch           (default 32)
 #   THREADS       bench threads                (default 2)
-#   DURATION      seconds per case             (default 5)
+#   DURATION      seconds per run              (default 3)
+#   REPEAT        rounds per block size        (default 3)
 #   HAWSER_TCP_CONNECTIONS  data connections per peer (default 2, the engine's default);
 #                 every HAWSER_TCP_* tunable reaches both engines.
 set -euo pipefail
@@ -37,7 +38,8 @@ MEMORY=${MEMORY:-1G}
 BLOCKS=${BLOCKS:-"64K 1M 4M"}
 BATCH=${BATCH:-32}
 THREADS=${THREADS:-2}
-DURATION=${DURATION:-5}
+DURATION=${DURATION:-3}
+REPEAT=${REPEAT:-3}
 STREAMS=${HAWSER_TCP_CONNECTIONS:-2}
 
 work=$(mktemp -d /tmp/hawser-tcp-bench-XXXXXX)
@@ -84,20 +86,32 @@ if not d.get("verified", False): sys.exit("bench data not verified: %s" % d)
 print("%.3f %.0f %.0f" % (d["gbps"], d["p50_us"], d["p99_us"]))'
 }
 
-echo "hawser $("$HAWSER" --version 2>/dev/null || echo "($HAWSER)")"
-echo "host: $(nproc) cores, $(uname -r); iperf3 $(iperf3 --version | head -1 | awk '{print $2}')"
+median() { python3 -c 'import statistics,sys; print("%.3f" % statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
+
+echo "hawser: $HAWSER"
+echo "host: $(nproc) cores, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg); iperf3 $(iperf3 --version | head -1 | awk '{print $2}')"
 echo "case: loopback, serve --memory $MEMORY, bench --batch-size $BATCH --threads $THREADS --seconds $DURATION;" \
-     "iperf3 -P $STREAMS -t $DURATION"
+     "iperf3 -P $STREAMS -t $DURATION; median of $REPEAT interleaved rounds"
 env | grep '^HAWSER_TCP_' | sed 's/^/env: /' || true
 echo
-printf '%-6s %-6s %10s %10s %8s %9s %9s\n' block op hawser iperf3 ratio p50_us p99_us
+printf '%-6s %-6s %10s %10s %8s %9s %9s   %s\n' block op hawser iperf3 ratio p50_us p99_us "runs (GB/s)"
 for block in $BLOCKS; do
-  base=$(run_iperf)
+  ip=(); rd=(); wr=(); rdl=(); wrl=()
+  for _ in $(seq "$REPEAT"); do
+    ip+=("$(run_iperf)")
+    read -r g p50 p99 < <(run_bench read "$block"); rd+=("$g"); rdl+=("$p50 $p99")
+    read -r g p50 p99 < <(run_bench write "$block"); wr+=("$g"); wrl+=("$p50 $p99")
+  done
+  base=$(median "${ip[@]}")
   for op in read write; do
-    read -r gbps p50 p99 < <(run_bench "$op" "$block")
-    ratio=$(python3 -c "print('%.2f' % ($gbps / $base))")
-    printf '%-6s %-6s %10s %10s %8s %9s %9s\n' "$block" "$op" "$gbps" "$base" "$ratio" "$p50" "$p99"
+    if [[ $op == read ]]; then runs=("${rd[@]}"); lat=("${rdl[@]}"); else runs=("${wr[@]}"); lat=("${wrl[@]}"); fi
+    g=$(median "${runs[@]}")
+    p50=$(median $(for l in "${lat[@]}"; do echo "${l% *}"; done))
+    p99=$(median $(for l in "${lat[@]}"; do echo "${l#* }"; done))
+    ratio=$(python3 -c "print('%.2f' % ($g / $base))")
+    printf '%-6s %-6s %10s %10s %8s %9.0f %9.0f   %s | iperf3 %s\n' "$block" "$op" "$g" "$base" "$ratio" "$p50" "$p99" \
+      "${runs[*]}" "${ip[*]}"
   done
 done
 echo
-echo "GB/s = 10^9 bytes/s; iperf3 measured right before each block size's two cases."
+echo "GB/s = 10^9 bytes/s. ratio = hawser median / iperf3 median of the same rounds."

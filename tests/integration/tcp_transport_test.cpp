@@ -7,6 +7,7 @@
 // the test (answering kGetSegment itself), so the test can read the
 // transport's counters and publish a descriptor of its choosing. Raw clients
 // open kConnTcpData streams to it and speak the wire format by hand.
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -16,6 +17,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -149,7 +152,10 @@ struct RawClient {
   // True when the peer closed the connection (EOF or reset), not a timeout.
   bool closedByPeer() {
     char b;
-    ssize_t n = ::recv(fd.get(), &b, 1, 0);
+    ssize_t n;
+    do {
+      n = ::recv(fd.get(), &b, 1, 0);
+    } while (n < 0 && errno == EINTR);
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
   }
   net::Fd fd;
@@ -230,6 +236,36 @@ TEST(TcpTransport, TargetMaxFrameBoundsTheInitiatorsSlices) {
   EXPECT_EQ(t.tcp.stats().served_writes, 16u);  // 1 MiB in 64 KiB slices, none oversized
   EXPECT_EQ(t.tcp.stats().malformed_frames, 0u);
   EXPECT_EQ(test::checkPattern(t.mem.p, 1 << 20, 3), -1);
+}
+
+// Polls `cond` for up to 20 s (a bound on waiting, not a timing assertion).
+template <class F>
+bool eventually(F cond) {
+  for (int i = 0; i < 2000; ++i) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return cond();
+}
+
+TEST(TcpTransport, ClosingTheSegmentReleasesIdleDataConnectionsAndReopeningReconnects) {
+  PartsTarget t(1 << 20);
+  ASSERT_TRUE(t.status.ok());
+  Initiator in(1 << 20, {{"tcp.connections", "2"}});
+  ASSERT_TRUE(in.status.ok());
+  ASSERT_TRUE(in.open(t.name()).ok());
+  auto st = in.run({{OpCode::kRead, in.mem.p, in.seg, t.remote(), 4096}, {OpCode::kRead, in.mem.p, in.seg, t.remote(), 4096}});
+  for (auto& s : st) ASSERT_EQ(s.s, TransferState::kCompleted);
+  EXPECT_TRUE(eventually([&] { return t.tcp.stats().open_data_connections == 2; }));
+  ASSERT_TRUE(in.engine.closeSegment(in.seg).ok());
+  EXPECT_TRUE(eventually([&] { return t.tcp.stats().open_data_connections == 0; }));
+
+  ASSERT_TRUE(in.open(t.name()).ok());
+  test::fillPattern(t.mem.p, 8192, 8);
+  auto again = in.run({{OpCode::kRead, in.mem.p, in.seg, t.remote(), 8192}});
+  ASSERT_EQ(again[0].s, TransferState::kCompleted) << again[0].error.toString();
+  EXPECT_EQ(test::checkPattern(in.mem.p, 8192, 8), -1);
+  EXPECT_EQ(t.tcp.stats().data_connections, 3u);  // two before, one new
 }
 
 // ---- the target's range check ------------------------------------------------------
@@ -469,6 +505,25 @@ TEST(TcpTransport, UnreachablePeerFailsTasksWithUnavailable) {
   EXPECT_EQ(st[0].error.code(), Code::kUnavailable) << st[0].error.toString();
 }
 
+// True when every thread of `pid` is in the stopped state.
+bool allThreadsStopped(pid_t pid) {
+  DIR* d = ::opendir(("/proc/" + std::to_string(pid) + "/task").c_str());
+  if (!d) return false;
+  bool all = true, any = false;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + e->d_name + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto paren = stat.rfind(')');
+    if (paren == std::string::npos || paren + 2 >= stat.size()) continue;
+    char st = stat[paren + 2];
+    any = true;
+    all = all && (st == 'T' || st == 't');
+  }
+  ::closedir(d);
+  return any && all;
+}
+
 uint16_t portOf(const std::string& segment_line) {
   auto colon = segment_line.rfind(':');
   return colon == std::string::npos ? 0 : static_cast<uint16_t>(std::stoi(segment_line.substr(colon + 1)));
@@ -493,7 +548,8 @@ TEST(TcpTransport, KilledPeerFailsInFlightTasksAtOnceAndTheNextSubmitReconnects)
   auto warm = in.run({{OpCode::kWrite, in.mem.p, in.seg, base, 4 << 20}});
   ASSERT_EQ(warm[0].s, TransferState::kCompleted) << warm[0].error.toString();
 
-  serve.kill(SIGSTOP);  // nothing completes from here on
+  serve.kill(SIGSTOP);  // nothing completes from here on, once every thread has stopped
+  ASSERT_TRUE(eventually([&] { return allThreadsStopped(serve.pid); })) << "hawser serve did not stop";
   BatchID b;
   ASSERT_TRUE(in.engine.allocateBatchID(2, b).ok());
   ASSERT_TRUE(in.engine

@@ -100,6 +100,7 @@ struct Conn {
   IoThread* io = nullptr;
   uint32_t io_index = 0;
   uint32_t index = 0;
+  std::atomic<bool> close_idle{false};  // closeSegment(): close once nothing is outstanding
 
   ConnState state = ConnState::kDisconnected;
   int fd = -1;
@@ -148,6 +149,8 @@ class IoThread {
   void post(Slice* first, Slice* last);
   // Drop canceled slices from the unsent queues soon.
   void requestPurge();
+  // Close connections flagged close_idle that have nothing outstanding.
+  void requestCloseIdle();
 
  private:
   struct ConnectResult {
@@ -161,6 +164,7 @@ class IoThread {
   void drainInbox();
   void drainConnectResults();
   void purge();
+  void closeIdle();
   void startConnect(Conn* c);
   void doSend(Conn* c);
   void doRecv(Conn* c);
@@ -208,6 +212,7 @@ struct TargetState {
   std::atomic<uint64_t> served_writes{0};
   std::atomic<uint64_t> served_bytes{0};
   std::atomic<uint64_t> connections{0};
+  std::atomic<uint64_t> open_connections{0};
 
   void serve(net::Fd fd);
   void stop();

@@ -85,6 +85,11 @@ void IoThread::requestPurge() {
   wake();
 }
 
+void IoThread::requestCloseIdle() {
+  events_.store(true);
+  wake();
+}
+
 // ---- the loop ------------------------------------------------------------------
 
 void IoThread::run() {
@@ -94,6 +99,7 @@ void IoThread::run() {
     if (events_.exchange(false)) {
       drainConnectResults();
       if (purge_epoch_.load() != purge_seen_) purge();
+      closeIdle();
     }
     int wait_ms = checkTimeouts();
 
@@ -163,6 +169,7 @@ void IoThread::drainInbox() {
       conns_.push_back(c);
     }
     c->unsent.push(s);
+    c->close_idle.store(false, std::memory_order_relaxed);
     if (!c->touched) {
       c->touched = true;
       touched_.push_back(c);
@@ -251,6 +258,16 @@ void IoThread::purge() {
       else keep.push(s);
     }
     c->unsent = keep;
+  }
+}
+
+void IoThread::closeIdle() {
+  for (Conn* c : conns_) {
+    if (!c->close_idle.load(std::memory_order_relaxed)) continue;
+    if (!c->inflight.empty() || !c->unsent.empty() || c->state == ConnState::kConnecting) continue;
+    c->close_idle.store(false, std::memory_order_relaxed);
+    if (c->state == ConnState::kConnected)
+      failConn(c, Status(Code::kUnavailable, "segment closed; idle connection released"));
   }
 }
 

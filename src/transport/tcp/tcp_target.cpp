@@ -174,6 +174,7 @@ void TargetState::serve(net::Fd fd) {
     fds_.push_back(raw);
   }
   connections.fetch_add(1, std::memory_order_relaxed);
+  open_connections.fetch_add(1, std::memory_order_relaxed);
   net::setBufferSizes(raw, static_cast<int>(sock_buf));
   net::setNoDelay(raw);
   // Poll interval for the blocking calls: lets the thread notice stop() and
@@ -238,6 +239,7 @@ void TargetState::serve(net::Fd fd) {
   }
   if (s.code() == Code::kTimeout) HLOG_WARN("tcp target: closing data connection from {}: {}", who, s.message());
   else HLOG_DEBUG("tcp target: data connection from {} ends: {}", who, s.toString());
+  open_connections.fetch_sub(1, std::memory_order_relaxed);
   std::lock_guard lk(mu_);
   fds_.erase(std::remove(fds_.begin(), fds_.end(), raw), fds_.end());
   // fd closes here, after it left fds_ (stop() never shuts down a reused number).

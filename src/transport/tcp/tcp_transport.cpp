@@ -143,6 +143,7 @@ TcpStats TcpTransport::stats() const {
     s.served_writes = target_->served_writes.load();
     s.served_bytes = target_->served_bytes.load();
     s.data_connections = target_->connections.load();
+    s.open_data_connections = target_->open_connections.load();
   }
   if (counters_) {
     s.connects = counters_->connects.load();
@@ -152,6 +153,16 @@ TcpStats TcpTransport::stats() const {
     s.slices_failed = counters_->slices_failed.load();
   }
   return s;
+}
+
+void TcpTransport::closeSegment(const SegmentDesc& seg) {
+  if (!installed_ || seg.kind != SegmentDesc::Kind::kMemory) return;
+  std::string key = fmt::format("{}:{}", seg.host, seg.rpc_port);
+  std::lock_guard lk(peers_mu_);
+  auto it = peers_.find(key);
+  if (it == peers_.end()) return;
+  for (auto& c : it->second->conns) c->close_idle.store(true, std::memory_order_relaxed);
+  for (auto& io : io_) io->requestCloseIdle();
 }
 
 tcp::Peer* TcpTransport::peerFor(const SegmentDesc& seg) {
@@ -325,7 +336,7 @@ void TcpTransport::cancel(SubBatch& base) {
         if (arr[i].state.compare_exchange_strong(expect, tcp::kSliceCanceled, std::memory_order_acq_rel)) {
           any = true;
           arr[i].task->completeSlice(TransferState::kCanceled, 0,
-                                     Status(Code::kUnavailable, "canceled before it was sent"));
+                                     Status(Code::kUnavailable, "canceled by cancelTransfer before it was sent"));
         }
       }
     }

@@ -58,6 +58,7 @@ struct TcpStats {
   uint64_t served_writes = 0;
   uint64_t served_bytes = 0;
   uint64_t data_connections = 0;  // data connections accepted (total)
+  uint64_t open_data_connections = 0;  // being served now
   // Initiator side.
   uint64_t connects = 0;          // data connections opened
   uint64_t connect_failures = 0;
@@ -77,6 +78,8 @@ class TcpTransport final : public Transport {
   void shutdown() override;
   void describe(nlohmann::json& attrs) const override;
   bool canServe(const SegmentDesc& seg, const std::string& local_location) const override;
+  // Releases the peer's data connections once nothing is outstanding on them.
+  void closeSegment(const SegmentDesc& seg) override;
 
   Status allocateSubBatch(size_t task_capacity, std::unique_ptr<SubBatch>& out) override;
   Status prepare(SubBatch& sb, std::span<Task* const> tasks, size_t& slices) override;
