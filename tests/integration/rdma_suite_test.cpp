@@ -1,6 +1,7 @@
 // The shared transport suite (integrity, bad input, peer failure) over the
 // rdma transport, both engines running it over the software verbs provider
-// with two NICs.
+// with two NICs. The provider's registry (one host's NICs) lives in the
+// build directory and is shared by the concurrently running suite tests.
 #include "common/transport_suite.h"
 
 using hawser::test::SuiteParam;
@@ -11,7 +12,7 @@ INSTANTIATE_TEST_SUITE_P(Rdma, TransportSuite,
                          ::testing::Values(SuiteParam{"rdma",
                                                       {std::string("HAWSER_RDMA_VERBS_LIB=") + HAWSER_SOFTVERBS_LIB,
                                                        "HAWSER_SOFTVERBS_DEVICES=sv0,sv1",
-                                                       "HAWSER_SOFTVERBS_DIR=/tmp/hawser-softverbs-suite"},
+                                                       std::string("HAWSER_SOFTVERBS_DIR=") + HAWSER_BUILD_DIR + "/softverbs-suite"},
                                                       {}}),
                          hawser::test::suiteName);
 #else

@@ -16,6 +16,11 @@
 #include "core/engine_impl.h"
 #include "hawser/engine.h"
 #include "softverbs/soft_env.h"
+#include "core/registry.h"
+#include "core/transport.h"
+#include "metadata/descriptor.h"
+#include "rpc/rpc.h"
+#include "transport/all.h"
 #include "transport/rdma/rdma_probe.h"
 #include "transport/rdma/rdma_stats.h"
 
@@ -181,6 +186,56 @@ TEST_F(RdmaTransportTest, registration_publishes_lkey_and_rkey_for_every_nic) {
   EXPECT_TRUE(e.impl()->localDescriptor().buffers.empty());
   // The same range registers again (every NIC let go of it).
   ASSERT_TRUE(e.registerLocalMemory(b.p, b.n, "cpu:0", true).ok());
+}
+
+TEST_F(RdmaTransportTest, transport_claims_only_what_it_can_serve) {
+  SoftVerbsEnv env("sv0,sv1");
+  Config cfg;
+  MemoryRegistry reg;
+  rpc::Server server;
+  ASSERT_TRUE(server.start("127.0.0.1", 0).ok());
+  TransportContext ctx;
+  ctx.config = &cfg;
+  ctx.registry = &reg;
+  ctx.rpc = &server;
+  ctx.host = "127.0.0.1";
+  ctx.rpc_port = server.port();
+  std::unique_ptr<Transport> t = makeRdmaTransport();
+  ASSERT_TRUE(t->install(ctx).ok());
+  nlohmann::json attrs;
+  t->describe(attrs);
+  ASSERT_EQ(attrs.at("nics").size(), 2u);
+  EXPECT_FALSE(attrs.at("instance").get<std::string>().empty());
+
+  SegmentDesc seg;
+  seg.kind = SegmentDesc::Kind::kMemory;
+  seg.name = "127.0.0.1:1";
+  EXPECT_FALSE(t->canServe(seg, "cpu:0"));  // publishes no rdma
+  seg.transports["rdma"] = attrs;
+  EXPECT_TRUE(t->canServe(seg, "cpu:0"));
+  EXPECT_TRUE(t->canServe(seg, "cpu:1"));
+  EXPECT_FALSE(t->canServe(seg, "cuda:0"));  // no GPU memory registered through rdma
+  SegmentDesc ib = seg;
+  for (auto& n : ib.transports["rdma"]["nics"]) n["link_layer"] = "ib";
+  EXPECT_FALSE(t->canServe(ib, "cpu:0"));  // RoCE NICs cannot reach an IB fabric
+  SegmentDesc bad = seg;
+  for (auto& n : bad.transports["rdma"]["nics"]) n["link_layer"] = 5;
+  EXPECT_FALSE(t->canServe(bad, "cpu:0"));  // malformed: refused, no throw
+  SegmentDesc file;
+  file.kind = SegmentDesc::Kind::kFile;
+  file.transports["rdma"] = attrs;
+  EXPECT_FALSE(t->canServe(file, "cpu:0"));
+
+  Buffer b(64 << 10);
+  nlohmann::json a;
+  ASSERT_TRUE(t->registerMemory(b.p, b.n, "cpu:0", false, a).ok());
+  EXPECT_EQ(a.at("lkey").size(), 2u);
+  EXPECT_FALSE(a.contains("rkey"));  // local-only memory: no remote key at all
+  EXPECT_EQ(t->registerMemory(b.p + 4096, 4096, "cpu:0", true, a).code(), Code::kAddressOverlapped);
+  EXPECT_EQ(t->unregisterMemory(b.p + 4096, 4096).code(), Code::kNotRegistered);
+  EXPECT_TRUE(t->unregisterMemory(b.p, b.n).ok());
+  t->shutdown();
+  server.stop();
 }
 
 TEST_F(RdmaTransportTest, transfers_between_two_engines_are_byte_exact) {

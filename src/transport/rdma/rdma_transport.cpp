@@ -524,13 +524,17 @@ bool RdmaTransport::canServe(const SegmentDesc& seg, const std::string& local_lo
   auto nics = it->find("nics");
   if (nics == it->end() || !nics->is_array() || nics->empty()) return false;
   // Some pair must share a link layer (IB and RoCE do not talk).
-  for (auto& c : ctxs_) {
-    if (!c->usable()) continue;
-    for (auto& n : *nics) {
-      if (!n.is_object()) continue;
-      bool ib = n.value("link_layer", std::string()) == "ib";
-      if (ib == c->info().ib() && n.value("up", true)) return true;
+  try {
+    for (auto& c : ctxs_) {
+      if (!c->usable()) continue;
+      for (auto& n : *nics) {
+        if (!n.is_object()) continue;
+        bool ib = n.value("link_layer", std::string()) == "ib";
+        if (ib == c->info().ib() && n.value("up", true)) return true;
+      }
     }
+  } catch (const std::exception&) {
+    return false;  // a malformed peer descriptor: not for rdma
   }
   return false;
 }
