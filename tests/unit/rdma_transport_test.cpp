@@ -382,12 +382,14 @@ TEST_F(RdmaTransportTest, nic_that_disappears_leaves_the_transfers_to_the_other_
   EXPECT_EQ(test::checkPattern(more.p, 1 << 20, 5), -1);
 }
 
-TEST_F(RdmaTransportTest, small_cq_bounds_outstanding_work_and_everything_completes) {
+TEST_F(RdmaTransportTest, outstanding_work_stays_within_qp_depth_and_cq_size) {
   SoftVerbsEnv env("sv0");
-  // 16 CQ entries for 2 QPs x 64 WRs: posting must wait for CQ room (a CQ
-  // overrun would lose completions and hang or fail the batch).
+  // 512 slices in flight at once against QPs of 4 WRs and a CQ of 16
+  // entries: posting must wait for room. Going past the SQ depth would fail
+  // posts (ENOMEM -> retries), a CQ overrun would lose completions.
   RdmaPair p(8 << 20, 8 << 20,
-             {{"rdma.cq_entries", "16"}, {"rdma.max_wr", "64"}, {"rdma.slice_size", "16K"}});
+             {{"rdma.cq_entries", "16"}, {"rdma.max_wr", "4"}, {"rdma.qps_per_peer", "3"},
+              {"rdma.slice_size", "16K"}});
   ASSERT_TRUE(p.status.ok()) << p.status.toString();
   std::vector<TransferRequest> reqs;
   for (int i = 0; i < 8; ++i)
@@ -396,6 +398,7 @@ TEST_F(RdmaTransportTest, small_cq_bounds_outstanding_work_and_everything_comple
     ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
   EXPECT_EQ(test::checkPattern(p.lmem.p, 8 << 20, 5), -1);
   EXPECT_EQ(rdma::stats().wrs_posted[0].load(), 512u);
+  EXPECT_EQ(rdma::stats().slice_retries.load(), 0u);  // no post was refused, no completion lost
 }
 
 TEST_F(RdmaTransportTest, large_region_is_pretouched_and_keeps_its_contents) {
