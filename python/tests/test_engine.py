@@ -91,6 +91,19 @@ def test_bad_knob_value_fails_initialize_naming_the_env(hw, monkeypatch):
     assert "HAWSER_PYTHON_SYNC_TIMEOUT_MS" in hw.last_error()
 
 
+def test_initialize_ext_and_mooncake_timeout_env(hw, monkeypatch):
+    e = hw.TransferEngine()
+    assert e.initialize_ext("127.0.0.1", "P2PHANDSHAKE", "tcp", "", "etcd") == 0, hw.last_error()
+    assert e.get_rpc_port() > 0
+    monkeypatch.setenv("MC_TRANSFER_TIMEOUT", "abc")
+    f = hw.TransferEngine()
+    assert f.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == neg(hw, "invalid_argument")
+    assert "MC_TRANSFER_TIMEOUT" in hw.last_error()
+    # Ours wins when both are set.
+    monkeypatch.setenv("HAWSER_PYTHON_SYNC_TIMEOUT_MS", "1000")
+    assert f.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0, hw.last_error()
+
+
 def test_calls_before_initialize_are_invalid_argument(hw):
     e = hw.TransferEngine()
     r = Region(64)
