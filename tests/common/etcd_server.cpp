@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -14,6 +15,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -25,20 +27,37 @@ namespace hawser::test {
 
 namespace fs = std::filesystem;
 
-uint16_t freeLoopbackPort() {
+namespace {
+
+bool bindable(uint16_t port, uint16_t& bound) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
+  if (fd < 0) return false;
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  uint16_t port = 0;
+  a.sin_port = htons(port);
   socklen_t len = sizeof(a);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
+  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+            ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  if (ok) bound = ntohs(a.sin_port);
   ::close(fd);
-  return port;
+  return ok;
+}
+
+}  // namespace
+
+uint16_t freeLoopbackPort() {
+  // Below the kernel's ephemeral range (32768+ by default), so that outgoing
+  // connections of other processes do not take a port while a test has its
+  // etcd stopped for a restart.
+  static std::mt19937 rng(static_cast<unsigned>(::getpid()) * 7919u +
+                          static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  std::uniform_int_distribution<int> pick(20000, 32000);
+  uint16_t bound = 0;
+  for (int i = 0; i < 64; ++i) {
+    if (bindable(static_cast<uint16_t>(pick(rng)), bound)) return bound;
+  }
+  return bindable(0, bound) ? bound : 0;
 }
 
 std::string EtcdServer::binary() {
@@ -135,6 +154,9 @@ bool EtcdServer::launch() {
     return false;
   }
   if (pid == 0) {
+    // etcd dies with the test process, even when that one crashes.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() == 1) _exit(127);
     int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
       ::dup2(fd, 1);
