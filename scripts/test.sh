@@ -16,7 +16,9 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:ha
 if [ -d python ] && ls python/tests/test_*.py >/dev/null 2>&1; then
   echo "== pytest =="
   set +e
-  PYTHONPATH="$PWD/build/python" python3 -m pytest -q python/tests
+  py=/usr/bin/python3
+  [ -x "$py" ] || py=python3
+  PYTHONPATH="$PWD/build/python" "$py" -m pytest -q python/tests
   rc=$?
   set -e
   # pytest exits 5 when it collected no test: that is a failure here.
