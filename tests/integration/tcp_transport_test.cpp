@@ -363,6 +363,35 @@ TEST(TcpTransport, RawRefusedWritePayloadIsDrainedAndNeverStored) {
   EXPECT_EQ(t.tcp.stats().served_writes, 1u);
 }
 
+TEST(TcpTransport, RawRequestWhoseRangeWrapsAroundIsRefused) {
+  PartsTarget t(1 << 20);
+  ASSERT_TRUE(t.status.ok());
+  RawClient c(t.srv.port());
+  ASSERT_TRUE(c.status.ok());
+  ASSERT_TRUE(c.send(request(tcp::kReadReq, ~uint64_t{0} - 4095, 8192, 5)).ok());
+  WireHeader h;
+  ASSERT_TRUE(c.recvHeader(h).ok());
+  EXPECT_EQ(h.id, 5u);
+  EXPECT_EQ(h.status, static_cast<uint8_t>(Code::kOutOfRange));
+  c.recvText(h.length);
+  EXPECT_EQ(t.tcp.stats().refused_requests, 1u);
+}
+
+TEST(TcpTransport, WriterStalledMidPayloadIsDroppedAndUnregisterDoesNotWaitForever) {
+  PartsTarget t(1 << 20, {{"tcp.timeout_ms", "300"}});
+  ASSERT_TRUE(t.status.ok());
+  RawClient c(t.srv.port());
+  ASSERT_TRUE(c.status.ok());
+  std::vector<char> half(32768, 0x77);
+  // Announce 64 KiB, send half, then go quiet: the target holds a pin on
+  // the region while it waits for the rest.
+  ASSERT_TRUE(c.send(request(tcp::kWriteReq, t.remote(), 65536, 1), half.data(), half.size()).ok());
+  EXPECT_TRUE(c.closedByPeer());  // after tcp.timeout_ms without progress
+  // The pin is gone: unregistering the region returns.
+  EXPECT_TRUE(t.reg.erase(t.remote()).ok());
+  EXPECT_EQ(t.tcp.stats().served_writes, 0u);
+}
+
 // ---- malformed frames ------------------------------------------------------------------
 
 TEST(TcpTransport, MalformedFrameClosesOnlyThatConnection) {
