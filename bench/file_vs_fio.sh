@@ -13,7 +13,7 @@
 # backing files (hawser segment register) against fio on the same N files
 # (fio --filename=a:b:...), the region spread evenly over the files.
 #
-#   bench/file_vs_fio.sh [--file PATH] [--bs 1M] [--qd 32] [--threads 4]
+#   bench/file_vs_fio.sh [--file PATH] [--bs 1M] [--qd 32] [--threads 8]
 #                        [--seconds 5] [--repeat 3] [--files 1]
 #                        [--hawser BIN] [--fio BIN] [--json]
 # Exit: 0 ok; 1 a run failed; 2 bad usage; 77 fio or hawser missing.
@@ -22,7 +22,7 @@ set -euo pipefail
 FILE=/var/tmp/hawser-bench/data
 BS=1M
 QD=32
-THREADS=4
+THREADS=8
 SECONDS_PER_RUN=5
 REPEAT=3
 NFILES=1

@@ -444,7 +444,10 @@ Status FileTransport::install(const TransportContext& ctx) {
       if (!s.ok()) return s;
     }
   }
-  pool_.configure(max_io_ + 2 * kPage, bounce_buffers_, uring_.get());
+  // Bounce buffers are not registered with io_uring: they are taken under the
+  // transport lock, and a registration is a round trip to the ring's thread,
+  // which may itself be waiting for that lock.
+  pool_.configure(max_io_ + 2 * kPage, bounce_buffers_, nullptr);
   watchdog_ = std::thread([this] { watchdog(); });
   installed_ = true;
   HLOG_INFO("file: engine={} io_depth={} max_io_size={} direct={} bounce_buffers={}",

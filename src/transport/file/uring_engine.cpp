@@ -1,11 +1,14 @@
 // io_uring engine.
 //
-// One owner thread holds the ring: it takes queued ops, fills SQEs (at most
-// io_depth ops in the kernel at once), submits them with one
+// One owner thread creates and holds the ring: it takes queued ops, fills
+// SQEs (at most io_depth ops in the kernel at once), submits them with one
 // io_uring_submit_and_wait call and reaps completions in batches. Other
 // threads only append to a queue and, when the owner sleeps, wake it through
-// an eventfd that the ring itself polls. Completions therefore run in the
-// owner thread (task work included), and no SQ lock is shared with callers.
+// an eventfd that the ring itself polls. Being the only thread that enters or
+// registers with the ring, the owner sets it up SINGLE_ISSUER + DEFER_TASKRUN
+// (completion work runs only when it waits; falls back to COOP_TASKRUN, then
+// to no flags, on older kernels). Registrations asked for by other threads
+// are commands the owner runs; the caller waits for them.
 //
 // Fixed buffers: a sparse table; each region is registered in chunks of at
 // most 1 GiB (the kernel's per-buffer limit). A registration refused by the
@@ -26,6 +29,8 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <shared_mutex>
@@ -48,6 +53,12 @@ constexpr uint64_t kMaxFixedChunk = 1ULL << 30;  // io_uring: at most 1 GiB per 
 struct Queued {
   IoOp op;
   int buf_index = -1;  // fixed buffer holding [buf, buf+len), or -1
+};
+
+// A registration the owner thread performs for another thread.
+struct Command {
+  std::function<void()> fn;
+  std::promise<void>* done = nullptr;  // null: nobody waits
 };
 
 class UringEngine final : public IoEngine {
@@ -73,8 +84,13 @@ class UringEngine final : public IoEngine {
     int index = -1;
   };
 
+  void main(std::promise<Status>* ready);
+  Status setup();
   void run();
   void wake();
+  // Runs fn on the owner thread (directly when called there) and waits,
+  // unless `wait` is false. False when the owner has exited.
+  bool onOwner(std::function<void()> fn, bool wait = true);
   io_uring_sqe* getSqe();
   void prep(const Queued& q, io_uring_sqe* sqe);
   void reap(std::vector<IoCompletion>& done);
@@ -83,15 +99,19 @@ class UringEngine final : public IoEngine {
   EngineOptions opts_;
   io_uring ring_{};
   bool ring_ok_ = false;
+  unsigned ring_flags_ = 0;
   int efd_ = -1;
   CompletionSink sink_;
   std::thread thread_;
+  std::thread::id owner_id_;
 
   // Shared with submitters.
   std::mutex mu_;
   std::vector<Queued> queue_;
   std::vector<uint64_t> cancel_q_;
+  std::vector<Command> cmd_q_;
   bool stop_req_ = false;
+  bool exited_ = false;  // the owner thread left its loop (under mu_)
   std::atomic<bool> need_wake_{false};
   std::atomic<size_t> outstanding_{0};  // accepted by submit(), not yet delivered
 
@@ -103,9 +123,9 @@ class UringEngine final : public IoEngine {
   // Exit handshake.
   std::mutex done_mu_;
   std::condition_variable done_cv_;
-  bool exited_ = false;
+  bool done_ = false;
 
-  // Registration (any thread).
+  // Registration bookkeeping (slots under reg_mu_, chunk map under buf_mu_).
   std::mutex reg_mu_;
   mutable std::shared_mutex buf_mu_;
   std::map<uint64_t, Chunk> chunks_;  // start address -> chunk
@@ -128,30 +148,45 @@ UringEngine::~UringEngine() {
   if (efd_ >= 0) ::close(efd_);
 }
 
+// The ring belongs to the owner thread: it is created there.
 Status UringEngine::init() {
+  efd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (efd_ < 0) return {Code::kNotSupported, fmt::format("eventfd: {}", std::strerror(errno))};
+  std::promise<Status> ready;
+  auto fut = ready.get_future();
+  thread_ = std::thread([this, &ready] { main(&ready); });
+  Status s = fut.get();
+  if (!s.ok()) thread_.join();
+  return s;
+}
+
+Status UringEngine::setup() {
   unsigned entries = 8;
   while (entries < opts_.io_depth * 2 + 8) entries <<= 1;
-  io_uring_params p{};
-  p.flags = IORING_SETUP_CQSIZE;
-  p.cq_entries = entries * 4;
+  const unsigned base = IORING_SETUP_CQSIZE;
+  // Most preferred first; the kernel answers EINVAL for flags it lacks.
+  std::vector<unsigned> tries;
   if (opts_.sqpoll) {
-    p.flags |= IORING_SETUP_SQPOLL;
-    p.sq_thread_idle = opts_.sqpoll_idle_ms;
+    tries = {base | IORING_SETUP_SQPOLL, IORING_SETUP_SQPOLL};
   } else {
-    p.flags |= IORING_SETUP_COOP_TASKRUN;  // no IPI: the owner thread runs task work when it waits
+    tries = {base | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN, base | IORING_SETUP_COOP_TASKRUN, base,
+             0};
   }
-  int r = io_uring_queue_init_params(entries, &ring_, &p);
-  if (r == -EINVAL && (p.flags & IORING_SETUP_COOP_TASKRUN)) {  // kernel < 5.19
-    io_uring_params q{};
-    q.flags = IORING_SETUP_CQSIZE;
-    q.cq_entries = entries * 4;
-    r = io_uring_queue_init_params(entries, &ring_, &q);
+  int r = -EINVAL;
+  for (unsigned flags : tries) {
+    io_uring_params p{};
+    p.flags = flags;
+    p.cq_entries = entries * 4;
+    if (flags & IORING_SETUP_SQPOLL) p.sq_thread_idle = opts_.sqpoll_idle_ms;
+    r = io_uring_queue_init_params(entries, &ring_, &p);
+    if (r != -EINVAL) {
+      ring_flags_ = flags;
+      break;
+    }
   }
   if (r < 0)
     return {Code::kNotSupported, fmt::format("io_uring_queue_init({} entries): {}", entries, std::strerror(-r))};
   ring_ok_ = true;
-  efd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (efd_ < 0) return {Code::kNotSupported, fmt::format("eventfd: {}", std::strerror(errno))};
 
   if (opts_.fixed_buffers && opts_.max_fixed_buffers > 0) {
     r = io_uring_register_buffers_sparse(&ring_, opts_.max_fixed_buffers);
@@ -171,24 +206,37 @@ Status UringEngine::init() {
       HLOG_INFO("file/uring: no registered files ({}); using plain fds", std::strerror(-r));
     }
   }
+  HLOG_DEBUG("file/uring: ring of {} entries, flags {:#x}", entries, ring_flags_);
   return Status::OK();
 }
 
+void UringEngine::main(std::promise<Status>* ready) {
+  owner_id_ = std::this_thread::get_id();
+  Status s = setup();
+  bool ok = s.ok();
+  ready->set_value(std::move(s));  // `ready` dies with init()'s frame: not touched again
+  if (!ok) return;
+  // Runs before start(): registrations may come first. No op (and so no
+  // completion, which needs the sink) can arrive before start().
+  run();
+}
+
 Status UringEngine::start(CompletionSink sink) {
+  // The owner reads sink_ only after taking ops from the queue under mu_.
+  std::lock_guard lk(mu_);
   sink_ = std::move(sink);
-  thread_ = std::thread([this] { run(); });
   return Status::OK();
 }
 
 size_t UringEngine::stop(std::chrono::milliseconds timeout) {
-  if (!thread_.joinable()) return outstanding_.load();
+  if (!thread_.joinable()) return 0;
   {
     std::lock_guard lk(mu_);
     stop_req_ = true;
   }
   wake();
   std::unique_lock lk(done_mu_);
-  if (!done_cv_.wait_for(lk, timeout, [&] { return exited_; })) {
+  if (!done_cv_.wait_for(lk, timeout, [&] { return done_; })) {
     size_t left = outstanding_.load();
     HLOG_ERROR("file/uring: {} I/O(s) did not finish within {} ms of shutdown; the ring, its thread and the "
                "memory those I/Os reference are quarantined (never freed)",
@@ -206,43 +254,83 @@ void UringEngine::wake() {
   (void)n;  // EAGAIN: the counter is already non-zero, the owner will wake anyway
 }
 
+bool UringEngine::onOwner(std::function<void()> fn, bool wait) {
+  if (std::this_thread::get_id() == owner_id_) {
+    fn();
+    return true;
+  }
+  std::promise<void> done;
+  auto fut = done.get_future();
+  {
+    std::lock_guard lk(mu_);
+    if (exited_) return false;
+    cmd_q_.push_back(Command{std::move(fn), wait ? &done : nullptr});
+  }
+  if (need_wake_.exchange(false)) wake();
+  if (wait) fut.wait();
+  return true;
+}
+
 int UringEngine::addFile(int fd) {
   if (!fixed_files_) return -1;
-  std::lock_guard lk(reg_mu_);
-  if (free_files_.empty()) return -1;
-  int slot = free_files_.back();
-  int r = io_uring_register_files_update(&ring_, static_cast<unsigned>(slot), &fd, 1);
+  int slot;
+  {
+    std::lock_guard lk(reg_mu_);
+    if (free_files_.empty()) return -1;
+    slot = free_files_.back();
+    free_files_.pop_back();
+  }
+  int r = -ECANCELED;
+  // Synchronous: the caller may close fd as soon as removeFile() returns.
+  onOwner([&] { r = io_uring_register_files_update(&ring_, static_cast<unsigned>(slot), &fd, 1); });
   if (r != 1) {
     HLOG_DEBUG("file/uring: register fd {} as fixed file: {}", fd, r < 0 ? std::strerror(-r) : "not updated");
+    std::lock_guard lk(reg_mu_);
+    free_files_.push_back(slot);
     return -1;
   }
-  free_files_.pop_back();
   return slot;
 }
 
 void UringEngine::removeFile(int token) {
   if (token < 0) return;
-  std::lock_guard lk(reg_mu_);
-  int none = -1;
-  int r = io_uring_register_files_update(&ring_, static_cast<unsigned>(token), &none, 1);
-  if (r != 1) HLOG_WARN("file/uring: unregister fixed file slot {}: {}", token, r < 0 ? std::strerror(-r) : "?");
-  free_files_.push_back(token);
+  // The table holds its own reference to the file, so the caller may close
+  // its fd at once; the slot is reused only after the owner cleared it.
+  auto clear = [this, token] {
+    int none = -1;
+    int r = io_uring_register_files_update(&ring_, static_cast<unsigned>(token), &none, 1);
+    if (r != 1) HLOG_WARN("file/uring: unregister fixed file slot {}: {}", token, r < 0 ? std::strerror(-r) : "?");
+    std::lock_guard lk(reg_mu_);
+    free_files_.push_back(token);
+  };
+  if (!onOwner(clear, false)) {  // the owner is gone: so is any use of the table
+    std::lock_guard lk(reg_mu_);
+    free_files_.push_back(token);
+  }
 }
 
 void UringEngine::addMemory(void* addr, size_t len) {
   if (!fixed_buffers_ || len == 0) return;
-  std::lock_guard lk(reg_mu_);
   auto base = reinterpret_cast<uint64_t>(addr);
   for (uint64_t off = 0; off < len; off += kMaxFixedChunk) {
-    uint64_t n = std::min<uint64_t>(kMaxFixedChunk, len - off);
-    if (free_bufs_.empty()) {
-      HLOG_DEBUG("file/uring: registered buffer table full; [{:#x}, +{}) uses plain I/O", base + off, n);
-      return;
+    const uint64_t n = std::min<uint64_t>(kMaxFixedChunk, len - off);
+    int slot;
+    {
+      std::lock_guard lk(reg_mu_);
+      if (free_bufs_.empty()) {
+        HLOG_DEBUG("file/uring: registered buffer table full; [{:#x}, +{}) uses plain I/O", base + off, n);
+        return;
+      }
+      slot = free_bufs_.back();
+      free_bufs_.pop_back();
     }
-    int slot = free_bufs_.back();
-    iovec iov{reinterpret_cast<void*>(base + off), n};
-    __u64 tag = 0;
-    int r = io_uring_register_buffers_update_tag(&ring_, static_cast<unsigned>(slot), &iov, &tag, 1);
+    int r = -ECANCELED;
+    onOwner([&] {
+      iovec iov{reinterpret_cast<void*>(base + off), n};
+      __u64 tag = 0;
+      r = io_uring_register_buffers_update_tag(&ring_, static_cast<unsigned>(slot), &iov, &tag, 1);
+    });
+    std::lock_guard lk(reg_mu_);
     if (r != 1) {
       // ENOMEM: RLIMIT_MEMLOCK; EFAULT/EOPNOTSUPP: memory the kernel cannot pin this way.
       if (!warned_buffers_) {
@@ -250,9 +338,9 @@ void UringEngine::addMemory(void* addr, size_t len) {
                   r < 0 ? std::strerror(-r) : "not updated");
         warned_buffers_ = true;
       }
+      free_bufs_.push_back(slot);
       continue;
     }
-    free_bufs_.pop_back();
     std::unique_lock bl(buf_mu_);
     chunks_[base + off] = Chunk{n, slot};
     st_reg_bytes_ += n;
@@ -261,25 +349,31 @@ void UringEngine::addMemory(void* addr, size_t len) {
 
 void UringEngine::removeMemory(void* addr, size_t len) {
   if (!fixed_buffers_) return;
-  std::lock_guard lk(reg_mu_);
   auto base = reinterpret_cast<uint64_t>(addr);
   std::vector<std::pair<uint64_t, Chunk>> gone;
   {
+    // From now on no new op uses these chunks.
     std::unique_lock bl(buf_mu_);
     auto it = chunks_.lower_bound(base);
     while (it != chunks_.end() && it->first < base + len) {
       gone.push_back(*it);
+      st_reg_bytes_ -= it->second.len;
       it = chunks_.erase(it);
     }
   }
-  for (auto& [start, c] : gone) {
-    iovec iov{nullptr, 0};
-    __u64 tag = 0;
-    int r = io_uring_register_buffers_update_tag(&ring_, static_cast<unsigned>(c.index), &iov, &tag, 1);
-    if (r != 1) HLOG_WARN("file/uring: unregister buffer slot {}: {}", c.index, r < 0 ? std::strerror(-r) : "?");
-    free_bufs_.push_back(c.index);
-    st_reg_bytes_ -= c.len;
-  }
+  if (gone.empty()) return;
+  // Synchronous: the caller may free and remap the memory right after.
+  bool ran = onOwner([&] {
+    for (auto& [start, c] : gone) {
+      iovec iov{nullptr, 0};
+      __u64 tag = 0;
+      int r = io_uring_register_buffers_update_tag(&ring_, static_cast<unsigned>(c.index), &iov, &tag, 1);
+      if (r != 1) HLOG_WARN("file/uring: unregister buffer slot {}: {}", c.index, r < 0 ? std::strerror(-r) : "?");
+    }
+  });
+  (void)ran;
+  std::lock_guard lk(reg_mu_);
+  for (auto& [start, c] : gone) free_bufs_.push_back(c.index);
 }
 
 int UringEngine::lookupBuffer(const void* buf, uint64_t len) const {
@@ -376,6 +470,7 @@ void UringEngine::reap(std::vector<IoCompletion>& done) {
 void UringEngine::run() {
   std::vector<Queued> incoming;
   std::vector<uint64_t> cancels;
+  std::vector<Command> cmds;
   std::vector<IoCompletion> done;
   bool stopping = false;
   std::unordered_set<uint64_t> cancel_sent;
@@ -384,8 +479,15 @@ void UringEngine::run() {
       std::lock_guard lk(mu_);
       incoming.swap(queue_);
       cancels.swap(cancel_q_);
+      cmds.swap(cmd_q_);
       stopping = stop_req_;
     }
+    // Registrations first: ops queued after them may use what they register.
+    for (auto& c : cmds) {
+      c.fn();
+      if (c.done) c.done->set_value();
+    }
+    cmds.clear();
     for (auto& q : incoming) backlog_.push_back(q);
     incoming.clear();
 
@@ -444,7 +546,7 @@ void UringEngine::run() {
     need_wake_.store(true);
     {
       std::lock_guard lk(mu_);
-      if (!queue_.empty() || !cancel_q_.empty() || stop_req_ != stopping) {
+      if (!queue_.empty() || !cancel_q_.empty() || !cmd_q_.empty() || stop_req_ != stopping) {
         wait_nr = 0;
         need_wake_.store(false);
       }
@@ -463,8 +565,16 @@ void UringEngine::run() {
     }
   }
   {
-    std::lock_guard lk(done_mu_);
+    // Commands that arrive from now on are not run; wake their callers.
+    std::lock_guard lk(mu_);
     exited_ = true;
+    for (auto& c : cmd_q_)
+      if (c.done) c.done->set_value();
+    cmd_q_.clear();
+  }
+  {
+    std::lock_guard lk(done_mu_);
+    done_ = true;
   }
   done_cv_.notify_all();
 }
