@@ -111,7 +111,11 @@ int runBench(const BenchOpts& o) {
   const OpCode op = o.op == "read" ? OpCode::kRead : OpCode::kWrite;
 
   TransferEngine engine;
-  Status s = engine.init(o.metadata, o.name.empty() ? o.host : o.name, o.host, 0);
+  // With a named store (etcd) every engine needs its own name: default to a
+  // per-process one so several benches can run at once.
+  std::string name = o.name;
+  if (name.empty()) name = o.metadata == "p2p" ? o.host : fmt::format("bench-{}-{}", o.host, ::getpid());
+  Status s = engine.init(o.metadata, name, o.host, 0);
   if (!s.ok()) return fail("init", s), 1;
   SegmentID seg;
   s = engine.openSegment(o.target, seg);
