@@ -392,6 +392,31 @@ TEST(TcpTransport, WriterStalledMidPayloadIsDroppedAndUnregisterDoesNotWaitForev
   EXPECT_EQ(t.tcp.stats().served_writes, 0u);
 }
 
+TEST(TcpTransport, RawRequestForGpuRegisteredMemoryIsRefusedNotSupported) {
+  PartsTarget t(1 << 20);
+  ASSERT_TRUE(t.status.ok());
+  // A region registered as GPU memory (host memory standing in for it here).
+  test::Buffer gpu(1 << 16);
+  Region r;
+  r.addr = addrOf(gpu.p);
+  r.length = gpu.n;
+  r.location = "cuda:0";
+  ASSERT_TRUE(t.reg.insert(r).ok());
+  nlohmann::json attrs;
+  ASSERT_TRUE(t.tcp.registerMemory(gpu.p, gpu.n, "cuda:0", true, attrs).ok());
+  RawClient c(t.srv.port());
+  ASSERT_TRUE(c.status.ok());
+  ASSERT_TRUE(c.send(request(tcp::kReadReq, addrOf(gpu.p) + 4096, 4096, 1)).ok());
+  WireHeader h;
+  ASSERT_TRUE(c.recvHeader(h).ok());
+  EXPECT_EQ(h.status, static_cast<uint8_t>(Code::kNotSupported));
+  EXPECT_NE(c.recvText(h.length).find("cuda:0"), std::string::npos);
+  EXPECT_EQ(t.tcp.stats().refused_requests, 1u);
+  EXPECT_EQ(t.tcp.stats().served_reads, 0u);
+  ASSERT_TRUE(t.tcp.unregisterMemory(gpu.p, gpu.n).ok());
+  ASSERT_TRUE(t.reg.erase(addrOf(gpu.p)).ok());
+}
+
 // ---- malformed frames ------------------------------------------------------------------
 
 TEST(TcpTransport, MalformedFrameClosesOnlyThatConnection) {

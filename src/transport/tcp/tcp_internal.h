@@ -217,7 +217,22 @@ struct TargetState {
   void serve(net::Fd fd);
   void stop();
 
+  // Regions registered with a non-host location (GPU memory): never served,
+  // since the target would hand a device pointer to the socket.
+  void addNonHost(uint64_t addr, uint64_t len, const std::string& location);
+  void removeNonHost(uint64_t addr);
+  // OK, or kNotSupported naming the region when [addr, addr+len) touches one.
+  Status checkHost(uint64_t addr, uint64_t len);
+
  private:
+  struct NonHost {
+    uint64_t addr, len;
+    std::string location;
+  };
+  std::atomic<size_t> non_host_count_{0};
+  std::mutex non_host_mu_;
+  std::vector<NonHost> non_host_;
+
   std::mutex mu_;
   std::vector<int> fds_;  // connections being served (shut down by stop())
 };

@@ -199,6 +199,10 @@ void TargetState::serve(net::Fd fd) {
     }
     MemoryRegistry::Pin pin;
     Status ps = registry->pinRemote(h.addr, h.size, pin);
+    if (ps.ok() && non_host_count_.load(std::memory_order_acquire) != 0) {
+      ps = checkHost(h.addr, h.size);
+      if (!ps.ok()) pin.release();
+    }
     r = WireHeader{};
     r.id = h.id;
     if (!ps.ok()) {
@@ -243,6 +247,28 @@ void TargetState::serve(net::Fd fd) {
   std::lock_guard lk(mu_);
   fds_.erase(std::remove(fds_.begin(), fds_.end(), raw), fds_.end());
   // fd closes here, after it left fds_ (stop() never shuts down a reused number).
+}
+
+void TargetState::addNonHost(uint64_t addr, uint64_t len, const std::string& location) {
+  std::lock_guard lk(non_host_mu_);
+  non_host_.push_back(NonHost{addr, len, location});
+  non_host_count_.store(non_host_.size(), std::memory_order_release);
+}
+
+void TargetState::removeNonHost(uint64_t addr) {
+  std::lock_guard lk(non_host_mu_);
+  non_host_.erase(std::remove_if(non_host_.begin(), non_host_.end(), [&](const NonHost& n) { return n.addr == addr; }),
+                  non_host_.end());
+  non_host_count_.store(non_host_.size(), std::memory_order_release);
+}
+
+Status TargetState::checkHost(uint64_t addr, uint64_t len) {
+  std::lock_guard lk(non_host_mu_);
+  for (const NonHost& n : non_host_)
+    if (addr < n.addr + n.len && n.addr < addr + len)
+      return {Code::kNotSupported, fmt::format("range [{:#x}, +{}) is {} memory; tcp serves host memory only", addr,
+                                               len, n.location)};
+  return Status::OK();
 }
 
 void TargetState::stop() {

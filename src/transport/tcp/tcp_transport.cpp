@@ -127,6 +127,19 @@ void TcpTransport::describe(nlohmann::json& attrs) const {
   attrs["max_frame"] = settings_.max_frame;
 }
 
+Status TcpTransport::registerMemory(void* addr, size_t length, const std::string& location, bool,
+                                    nlohmann::json& attrs) {
+  attrs = nlohmann::json::object();
+  if (target_ && location.rfind("cpu", 0) != 0)
+    target_->addNonHost(reinterpret_cast<uint64_t>(addr), length, location);
+  return Status::OK();
+}
+
+Status TcpTransport::unregisterMemory(void* addr, size_t) {
+  if (target_) target_->removeNonHost(reinterpret_cast<uint64_t>(addr));
+  return Status::OK();
+}
+
 bool TcpTransport::canServe(const SegmentDesc& seg, const std::string& local_location) const {
   if (seg.kind != SegmentDesc::Kind::kMemory) return false;
   if (!seg.transports.is_object() || !seg.transports.contains("tcp")) return false;

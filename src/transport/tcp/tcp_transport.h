@@ -77,6 +77,10 @@ class TcpTransport final : public Transport {
   Status install(const TransportContext& ctx) override;
   void shutdown() override;
   void describe(nlohmann::json& attrs) const override;
+  // Tracks regions that are not host memory so the target never serves them.
+  Status registerMemory(void* addr, size_t length, const std::string& location, bool remote_accessible,
+                        nlohmann::json& attrs) override;
+  Status unregisterMemory(void* addr, size_t length) override;
   bool canServe(const SegmentDesc& seg, const std::string& local_location) const override;
   // Releases the peer's data connections once nothing is outstanding on them.
   void closeSegment(const SegmentDesc& seg) override;
