@@ -547,6 +547,32 @@ TEST(TcpTransport, CancelEndsQueuedSlicesAndTheBatchFreesOnceTheSentOneEnds) {
   EXPECT_EQ(p.headers.load(), 1);  // canceled slices were never sent
 }
 
+TEST(TcpTransport, BatchWhoseSlicesWereAllCanceledBeforeSendingFreesAtOnce) {
+  SilentPeer p;
+  ASSERT_TRUE(p.status.ok());
+  Initiator in(1 << 20, {{"tcp.timeout_ms", "2000"}, {"tcp.connections", "1"}, {"tcp.inflight", "1"}});
+  ASSERT_TRUE(in.status.ok());
+  ASSERT_TRUE(in.open(p.name()).ok());
+  // Batch 1 occupies the only in-flight slot; batch 2 waits behind it.
+  BatchID b1, b2;
+  ASSERT_TRUE(in.engine.allocateBatchID(1, b1).ok());
+  ASSERT_TRUE(in.engine.submitTransfer(b1, {{OpCode::kRead, in.mem.p, in.seg, 0x10000000, 4096}}).ok());
+  for (int i = 0; i < 2000 && p.headers.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(p.headers.load(), 1);
+  ASSERT_TRUE(in.engine.allocateBatchID(8, b2).ok());
+  std::vector<TransferRequest> reqs;
+  for (int i = 0; i < 8; ++i) reqs.push_back({OpCode::kRead, in.mem.p + 8192 + i * 4096, in.seg, 0x10000000, 4096});
+  ASSERT_TRUE(in.engine.submitTransfer(b2, reqs).ok());
+  ASSERT_TRUE(in.engine.cancelTransfer(b2).ok());
+  TransferStatus agg;
+  ASSERT_TRUE(in.engine.getBatchTransferStatus(b2, agg).ok());
+  EXPECT_EQ(agg.s, TransferState::kCanceled);
+  EXPECT_TRUE(in.engine.freeBatchID(b2).ok());  // nothing of it was ever on a socket
+  ASSERT_TRUE(in.engine.waitTransfer(b1, std::chrono::seconds(60)).ok());
+  EXPECT_TRUE(in.engine.freeBatchID(b1).ok());
+  EXPECT_EQ(p.headers.load(), 1);
+}
+
 TEST(TcpTransport, UnreachablePeerFailsTasksWithUnavailable) {
   SilentPeer p;  // only for the descriptor
   ASSERT_TRUE(p.status.ok());

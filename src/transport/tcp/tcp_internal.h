@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -147,8 +148,11 @@ class IoThread {
   // Hands over a chain of slices linked through `next`, newest first
   // (first..last); thread-safe, lock-free.
   void post(Slice* first, Slice* last);
-  // Drop canceled slices from the unsent queues soon.
-  void requestPurge();
+  // Drop canceled slices from the unsent queues; returns a ticket for
+  // waitPurged().
+  uint64_t requestPurge();
+  // Waits (at most `limit`) until the purge of `ticket` has run.
+  void waitPurged(uint64_t ticket, std::chrono::milliseconds limit);
   // Close connections flagged close_idle that have nothing outstanding.
   void requestCloseIdle();
 
@@ -189,6 +193,9 @@ class IoThread {
   std::atomic<Slice*> inbox_{nullptr};
   std::atomic<uint64_t> purge_epoch_{0};
   uint64_t purge_seen_ = 0;
+  std::mutex purge_mu_;
+  std::condition_variable purge_cv_;
+  uint64_t purge_done_ = 0;  // under purge_mu_
   std::mutex results_mu_;
   std::vector<ConnectResult> results_;
   std::vector<Conn*> conns_;    // every connection this thread has driven

@@ -62,6 +62,8 @@ void IoThread::stop() {
     [[maybe_unused]] ssize_t n = ::write(evfd_, &one, sizeof(one));
   }
   thread_.join();
+  std::lock_guard lk(purge_mu_);
+  purge_cv_.notify_all();
 }
 
 void IoThread::wake() {
@@ -79,10 +81,16 @@ void IoThread::post(Slice* first, Slice* last) {
   wake();
 }
 
-void IoThread::requestPurge() {
-  purge_epoch_.fetch_add(1);
+uint64_t IoThread::requestPurge() {
+  uint64_t ticket = purge_epoch_.fetch_add(1) + 1;
   events_.store(true);
   wake();
+  return ticket;
+}
+
+void IoThread::waitPurged(uint64_t ticket, std::chrono::milliseconds limit) {
+  std::unique_lock lk(purge_mu_);
+  purge_cv_.wait_for(lk, limit, [&] { return purge_done_ >= ticket || stop_.load(); });
 }
 
 void IoThread::requestCloseIdle() {
@@ -250,7 +258,8 @@ void IoThread::drainConnectResults() {
 }
 
 void IoThread::purge() {
-  purge_seen_ = purge_epoch_.load();
+  const uint64_t epoch = purge_epoch_.load();
+  purge_seen_ = epoch;
   for (Conn* c : conns_) {
     SliceList keep;
     while (Slice* s = c->unsent.pop()) {
@@ -259,6 +268,9 @@ void IoThread::purge() {
     }
     c->unsent = keep;
   }
+  std::lock_guard lk(purge_mu_);
+  purge_done_ = epoch;
+  purge_cv_.notify_all();
 }
 
 void IoThread::closeIdle() {

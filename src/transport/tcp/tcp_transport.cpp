@@ -354,8 +354,12 @@ void TcpTransport::cancel(SubBatch& base) {
       }
     }
   }
-  if (any)
-    for (auto& io : io_) io->requestPurge();
+  if (!any) return;
+  // Let the io threads drop the canceled slices now, so that once the tasks
+  // are terminal the sub-batch is idle (freeBatchID succeeds) without a race.
+  std::vector<uint64_t> tickets;
+  for (auto& io : io_) tickets.push_back(io->requestPurge());
+  for (size_t i = 0; i < io_.size(); ++i) io_[i]->waitPurged(tickets[i], std::chrono::seconds(1));
 }
 
 bool TcpTransport::idle(SubBatch& base) {
