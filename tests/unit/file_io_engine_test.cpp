@@ -2,7 +2,11 @@
 // directly: completions matched by cookie, queue depth, cancellation, fixed
 // buffers. Every case runs on both engines.
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -389,4 +393,66 @@ TEST(UringEngine, region_over_1GiB_is_registered_in_chunks) {
   EXPECT_EQ(e->stop(std::chrono::seconds(5)), 0u);
   ::close(fd);
   ::munmap(m, n);
+}
+
+// io_uring only: with RLIMIT_MEMLOCK too small to pin a region (and no
+// CAP_IPC_LOCK), registration fails and the engine falls back to plain I/O:
+// the op still moves the right bytes. Runs in a child process, which drops
+// the capability for good.
+TEST(UringEngine, registration_refused_by_rlimit_memlock_falls_back_to_plain_io) {
+  {
+    std::unique_ptr<IoEngine> probe;
+    if (!makeUringEngine(EngineOptions{}, probe).ok()) GTEST_SKIP() << "io_uring is not available here";
+    EXPECT_EQ(probe->stop(std::chrono::seconds(5)), 0u);
+  }
+  TempDir dir;
+  const std::string path = dir.path + "/f";
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // Drop CAP_IPC_LOCK (exempts from RLIMIT_MEMLOCK) from this thread, which
+    // creates the engine's thread, and cap locked memory at 64 KiB.
+    __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct data[2]{};
+    if (::syscall(SYS_capget, &hdr, data) != 0) _exit(10);
+    data[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
+    data[CAP_IPC_LOCK / 32].permitted &= ~(1u << (CAP_IPC_LOCK % 32));
+    if (::syscall(SYS_capset, &hdr, data) != 0) _exit(11);
+    rlimit rl{64 * 1024, 64 * 1024};
+    if (::setrlimit(RLIMIT_MEMLOCK, &rl) != 0) _exit(12);
+    std::unique_ptr<IoEngine> e;
+    if (!makeUringEngine(EngineOptions{}, e).ok()) _exit(13);
+    Sink sink;
+    if (!e->start(sink.fn()).ok()) _exit(14);
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_DIRECT, 0644);
+    if (fd < 0) _exit(15);
+    Buffer buf(4 * MiB), back(4 * MiB);
+    fillPattern(buf.p, buf.n, 33);
+    e->addMemory(buf.p, buf.n);  // 4 MiB > 64 KiB: refused
+    if (e->stats().registered_bytes != 0) _exit(16);
+    IoOp w;
+    w.cookie = 1;
+    w.fd = fd;
+    w.write = true;
+    w.buf = buf.p;
+    w.len = buf.n;
+    e->submit(std::vector<IoOp>{w});
+    IoOp r = w;
+    if (!sink.waitCount(1)) _exit(17);
+    r.cookie = 2;
+    r.write = false;
+    r.buf = back.p;
+    e->submit(std::vector<IoOp>{r});
+    if (!sink.waitCount(2)) _exit(18);
+    if (sink.results[1] != static_cast<int64_t>(buf.n) || sink.results[2] != static_cast<int64_t>(buf.n)) _exit(19);
+    if (checkPattern(back.p, back.n, 33) != -1) _exit(20);
+    if (e->stats().fixed_buffer_ops != 0) _exit(21);
+    if (e->stop(std::chrono::seconds(5)) != 0) _exit(22);
+    ::close(fd);
+    _exit(0);
+  }
+  int st = 0;
+  ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 0) << "child step " << WEXITSTATUS(st) << " failed";
 }
