@@ -1,5 +1,8 @@
 #include "core/engine_impl.h"
 
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -43,6 +46,7 @@ Status EngineImpl::init(const std::string& metadata_uri, const std::string& serv
   if (server_name_.empty()) server_name_ = host_;
   host_id_ = localHostId();
   forced_transport_ = config_.getString("transport", "");
+  if (forced_transport_ == "nvmeof") forced_transport_ = "file";  // the reference's name for it
   // Default: a task may be cut into up to 16384 slices (256 MiB at 16 KiB).
   slices_per_task_ = std::max<uint64_t>(1, config_.getSize("batch.slices_per_task", 16384));
   rpc::setAuthToken(config_.getString("auth.token", ""));
@@ -283,12 +287,23 @@ Status EngineImpl::fetchSegment(const std::string& name, SegmentDesc& out) {
     }
     if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))
       return {Code::kInvalidArgument, fmt::format("segment '{}': '{}' is not a regular file", name, path)};
+    uint64_t length = static_cast<uint64_t>(st.st_size);
+    if (S_ISBLK(st.st_mode)) {  // st_size is 0 for a block device: ask the device
+      int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0 || ::ioctl(fd, BLKGETSIZE64, &length) != 0) {
+        int e = errno;
+        if (fd >= 0) ::close(fd);
+        return {e == EACCES ? Code::kPermissionDenied : Code::kIoError,
+                fmt::format("segment '{}': size of block device '{}': {}", name, path, std::strerror(e))};
+      }
+      ::close(fd);
+    }
     out = SegmentDesc{};
     out.kind = SegmentDesc::Kind::kFile;
     out.name = name;
     FileDesc f;
     f.file_path = path;
-    f.length = static_cast<uint64_t>(st.st_size);
+    f.length = length;
     out.files.push_back(std::move(f));
     return Status::OK();
   }
