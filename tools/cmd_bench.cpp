@@ -128,8 +128,8 @@ int runBench(const BenchOpts& o) {
     return 1;
   }
   // Target space: memory -> its first buffer; file -> the whole logical space.
-  bool is_file = o.target.rfind("file://", 0) == 0 || bufs[0].location.rfind("cpu", 0) != 0 &&
-                                                          bufs[0].location.rfind("cuda", 0) != 0;
+  bool is_file = o.target.rfind("file://", 0) == 0 ||
+                 (bufs[0].location.rfind("cpu", 0) != 0 && bufs[0].location.rfind("cuda", 0) != 0);
   uint64_t tbase = is_file ? 0 : bufs[0].addr;
   uint64_t tlen = is_file ? bufs.back().addr + bufs.back().length : bufs[0].length;
   if (*base_off >= tlen) {
