@@ -170,7 +170,9 @@ TEST_P(TransportSuite, peer_killed_mid_batch_fails_the_tasks_and_nothing_hangs) 
   EXPECT_TRUE(engine_.freeBatchID(b).ok());
   // A fresh batch to the dead peer fails too (at submit or in flight), promptly.
   auto st = runBatch(engine_, seg_, {{OpCode::kRead, local.p, seg_, base_, 4096}}, 20000);
-  if (!st.empty()) EXPECT_EQ(st[0].s, TransferState::kFailed);
+  if (!st.empty()) {
+    EXPECT_EQ(st[0].s, TransferState::kFailed);
+  }
 }
 
 }  // namespace hawser::test

@@ -130,7 +130,9 @@ TEST(DescriptorFuzz, random_mutations_never_crash_the_decoder) {
     SegmentDesc out;
     Status s = decodeSegmentText(m, out);
     (s.ok() ? ok : bad)++;
-    if (!s.ok()) ASSERT_EQ(s.code(), Code::kMetadataError);
+    if (!s.ok()) {
+      ASSERT_EQ(s.code(), Code::kMetadataError);
+    }
   }
   EXPECT_GT(bad, 0);
 }
