@@ -25,7 +25,10 @@ std::string localHostId() {
   std::getline(in, id);
   char buf[256] = {0};
   ssize_t n = ::readlink("/proc/self/ns/net", buf, sizeof(buf) - 1);
-  if (n > 0) id += "/" + std::string(buf, static_cast<size_t>(n));
+  if (n > 0) {
+    id.push_back('/');
+    id.append(buf, static_cast<size_t>(n));
+  }
   return id;
 }
 

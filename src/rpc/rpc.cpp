@@ -22,7 +22,7 @@ void setAuthToken(const std::string& token) {
   g_token = token;
 }
 
-const std::string& authToken() {
+std::string authToken() {
   std::lock_guard lk(g_token_mu);
   return g_token;
 }
@@ -108,7 +108,7 @@ void Server::serve(net::Fd fd) {
     token.resize(hello.length);
     s = net::recvAll(raw, token.data(), token.size());
   }
-  const std::string& want = authToken();
+  const std::string want = authToken();
   if (s.ok() && !want.empty() && token != want) s = Status(Code::kPermissionDenied, "bad auth token");
   StreamHandler stream;
   if (s.ok() && hello.type != kConnControl) {

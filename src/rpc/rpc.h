@@ -63,7 +63,7 @@ enum Method : uint16_t {
 // HAWSER_AUTH_TOKEN), every connection's Hello must carry it, and outgoing
 // connections send it. Process-wide.
 void setAuthToken(const std::string& token);
-const std::string& authToken();
+std::string authToken();
 
 // Reads one frame header and checks magic/version/length <= max_body.
 Status readFrame(int fd, Frame& f, uint32_t max_body);
