@@ -152,9 +152,11 @@ UringEngine::~UringEngine() {
 Status UringEngine::init() {
   efd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (efd_ < 0) return {Code::kNotSupported, fmt::format("eventfd: {}", std::strerror(errno))};
-  std::promise<Status> ready;
-  auto fut = ready.get_future();
-  thread_ = std::thread([this, &ready] { main(&ready); });
+  // Shared with the owner thread: set_value() may still be running there
+  // when fut.get() returns here, so the promise must outlive this frame.
+  auto ready = std::make_shared<std::promise<Status>>();
+  auto fut = ready->get_future();
+  thread_ = std::thread([this, ready] { main(ready.get()); });
   Status s = fut.get();
   if (!s.ok()) thread_.join();
   return s;
@@ -214,7 +216,7 @@ void UringEngine::main(std::promise<Status>* ready) {
   owner_id_ = std::this_thread::get_id();
   Status s = setup();
   bool ok = s.ok();
-  ready->set_value(std::move(s));  // `ready` dies with init()'s frame: not touched again
+  ready->set_value(std::move(s));
   if (!ok) return;
   // Runs before start(): registrations may come first. No op (and so no
   // completion, which needs the sink) can arrive before start().
