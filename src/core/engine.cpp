@@ -41,6 +41,24 @@ Status EngineImpl::checkInit() const {
   return Status::OK();
 }
 
+TransportContext EngineImpl::transportContext() {
+  TransportContext ctx;
+  ctx.config = &config_;
+  ctx.registry = &registry_;
+  ctx.rpc = &rpc_;
+  ctx.server_name = server_name_;
+  ctx.host = host_;
+  ctx.rpc_port = rpc_.port();
+  ctx.host_id = host_id_;
+  return ctx;
+}
+
+void EngineImpl::abandonInit() {
+  rpc_.stop();
+  for (auto& t : transports_) t->shutdown();
+  transports_.clear();
+}
+
 Status EngineImpl::init(const std::string& metadata_uri, const std::string& server_name, const std::string& host,
                         uint16_t rpc_port) {
   if (initialized_) return {Code::kInvalidArgument, "init() was already called on this engine"};
@@ -60,14 +78,7 @@ Status EngineImpl::init(const std::string& metadata_uri, const std::string& serv
   if (!s.ok()) return {s.code(), fmt::format("init: rpc listener on {}:{}: {}", host_, rpc_port, s.message())};
   segment_name_ = store_->localSegmentName(server_name_, host_, rpc_.port());
 
-  TransportContext ctx;
-  ctx.config = &config_;
-  ctx.registry = &registry_;
-  ctx.rpc = &rpc_;
-  ctx.server_name = server_name_;
-  ctx.host = host_;
-  ctx.rpc_port = rpc_.port();
-  ctx.host_id = host_id_;
+  const TransportContext ctx = transportContext();
   for (auto& t : makeTransports()) {
     Status ts = t->install(ctx);
     if (ts.ok()) {
@@ -81,18 +92,14 @@ Status EngineImpl::init(const std::string& metadata_uri, const std::string& serv
     bool found = false;
     for (auto& t : transports_) found |= forced_transport_ == t->name();
     if (!found) {
-      rpc_.stop();
-      for (auto& t : transports_) t->shutdown();
-      transports_.clear();
+      abandonInit();
       return {Code::kNoTransport, fmt::format("transport '{}' (forced by HAWSER_TRANSPORT) is not available here",
                                               forced_transport_)};
     }
   }
   s = store_->start(segment_name_, [this] { return localDescriptor(); });
   if (!s.ok()) {
-    rpc_.stop();
-    for (auto& t : transports_) t->shutdown();
-    transports_.clear();
+    abandonInit();
     return s;
   }
   initialized_ = true;
@@ -132,14 +139,7 @@ void EngineImpl::shutdown() {
 Status EngineImpl::installTransport(std::unique_ptr<Transport> t) {
   Status s = checkInit();
   if (!s.ok()) return s;
-  TransportContext ctx;
-  ctx.config = &config_;
-  ctx.registry = &registry_;
-  ctx.rpc = &rpc_;
-  ctx.server_name = server_name_;
-  ctx.host = host_;
-  ctx.rpc_port = rpc_.port();
-  ctx.host_id = host_id_;
+  const TransportContext ctx = transportContext();
   s = t->install(ctx);
   if (!s.ok()) return s;
   std::lock_guard lk(reg_mu_);

@@ -68,6 +68,9 @@ class EngineImpl {
   };
 
   Status checkInit() const;
+  TransportContext transportContext();
+  // Undoes a partly done init(): listener stopped, transports shut down.
+  void abandonInit();
   std::shared_ptr<Batch> findBatch(BatchID id) const;
   std::shared_ptr<const SegmentDesc> segmentDesc(SegmentID id) const;
   // Re-fetches a memory segment's descriptor (owner registered more memory).
