@@ -35,7 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/engine_impl.h"
+#include "engine/engine_impl.h"
 #include "hawser/engine.h"
 
 namespace py = pybind11;

@@ -15,7 +15,7 @@
 #include <random>
 #include <thread>
 
-#include "core/config.h"
+#include "base/config.h"
 #include "hawser/engine.h"
 #include "tools/commands.h"
 #include "tools/pattern.h"

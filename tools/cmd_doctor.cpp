@@ -11,7 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "core/config.h"
+#include "base/config.h"
 #include "hawser/engine.h"
 #include "metadata/store.h"
 #include "tools/commands.h"

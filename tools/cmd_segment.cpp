@@ -35,7 +35,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
+#include "base/config.h"
 #include "metadata/descriptor.h"
 #include "metadata/p2p_store.h"
 #include "tools/commands.h"

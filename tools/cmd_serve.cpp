@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 #include <thread>
 
-#include "core/config.h"
+#include "base/config.h"
 #include "hawser/engine.h"
 #include "tools/commands.h"
 #include "tools/pattern.h"

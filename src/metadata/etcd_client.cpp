@@ -7,7 +7,7 @@
 #include <set>
 #include <thread>
 
-#include "core/log.h"
+#include "base/log.h"
 
 namespace hawser::etcd {
 

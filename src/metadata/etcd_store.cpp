@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cctype>
 
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
 #include "rpc/rpc.h"
 
 namespace hawser {

@@ -8,8 +8,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
 #include "rpc/rpc.h"
 
 namespace hawser {

@@ -7,7 +7,7 @@
 #include <unistd.h>
 #include <fmt/format.h>
 
-#include "core/log.h"
+#include "base/log.h"
 
 namespace hawser::rpc {
 

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <thread>
 
-#include "core/transport.h"
+#include "base/transport.h"
 
 namespace hawser::test {
 

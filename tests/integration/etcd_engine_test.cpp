@@ -16,8 +16,8 @@
 
 #include "common/etcd_server.h"
 #include "common/util.h"
-#include "core/config.h"
-#include "core/engine_impl.h"
+#include "base/config.h"
+#include "engine/engine_impl.h"
 #include "hawser/engine.h"
 #include "metadata/etcd_store.h"
 

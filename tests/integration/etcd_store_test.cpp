@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "common/etcd_server.h"
-#include "core/config.h"
+#include "base/config.h"
 #include "metadata/etcd_client.h"
 #include "metadata/etcd_store.h"
 #include "rpc/rpc.h"

@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "common/util.h"
-#include "core/engine_impl.h"
+#include "engine/engine_impl.h"
 #include "hawser/engine.h"
 #include "softverbs/soft_env.h"
 #include "transport/rdma/rdma_stats.h"

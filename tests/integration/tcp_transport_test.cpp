@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "common/util.h"
-#include "core/config.h"
-#include "core/engine_impl.h"
-#include "core/registry.h"
+#include "base/config.h"
+#include "engine/engine_impl.h"
+#include "base/registry.h"
 #include "metadata/descriptor.h"
 #include "rpc/rpc.h"
 #include "transport/tcp/tcp_transport.h"

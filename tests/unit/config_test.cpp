@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
-#include "core/config.h"
+#include "base/config.h"
 
 using namespace hawser;
 

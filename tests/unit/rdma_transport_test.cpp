@@ -12,15 +12,16 @@
 #include <nlohmann/json.hpp>
 
 #include "common/util.h"
-#include "core/config.h"
-#include "core/engine_impl.h"
+#include "base/config.h"
+#include "engine/engine_impl.h"
 #include "hawser/engine.h"
 #include "softverbs/soft_env.h"
-#include "core/registry.h"
-#include "core/transport.h"
+#include "base/registry.h"
+#include "base/transport.h"
 #include "metadata/descriptor.h"
 #include "rpc/rpc.h"
-#include "transport/all.h"
+#include "base/transport.h"
+namespace hawser { std::unique_ptr<Transport> makeRdmaTransport(); }
 #include "transport/rdma/rdma_probe.h"
 #include "transport/rdma/rdma_stats.h"
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "common/engine_pair.h"
-#include "core/batch.h"
+#include "engine/batch.h"
 
 using namespace hawser;
 using namespace hawser::test;

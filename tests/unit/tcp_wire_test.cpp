@@ -3,7 +3,7 @@
 
 #include <cstddef>
 
-#include "core/config.h"
+#include "base/config.h"
 #include "metadata/descriptor.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/tcp/tcp_wire.h"

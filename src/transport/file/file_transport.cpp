@@ -47,11 +47,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/config.h"
-#include "core/log.h"
-#include "core/transport.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/transport.h"
 #include "metadata/descriptor.h"
-#include "transport/all.h"
 #include "transport/file/file_plan.h"
 #include "transport/file/io_engine.h"
 

@@ -1,7 +1,7 @@
 // The file transport ("file", alias "nvmeof"): file segments (backing files
 // concatenated into one logical space) read and written through an I/O
 // engine (io_uring or POSIX; a cuFile engine can slot in behind IoEngine).
-// makeFileTransport() is declared in transport/all.h.
+// The engine reaches the transport through makeFileTransport().
 //
 // Process-wide counters, for tests and `hawser doctor`-style reports.
 #pragma once

@@ -13,7 +13,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "transport/file/io_engine.h"
 
 namespace hawser::file {

@@ -40,7 +40,7 @@
 
 #include <fmt/format.h>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "transport/file/file_transport.h"
 
 namespace hawser::file {

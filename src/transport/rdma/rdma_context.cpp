@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "core/log.h"
+#include "base/log.h"
 
 namespace hawser::rdma {
 

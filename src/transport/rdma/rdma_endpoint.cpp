@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "transport/rdma/rdma_stats.h"
 
 namespace hawser::rdma {

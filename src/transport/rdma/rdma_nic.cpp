@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
 
 namespace hawser::rdma {
 

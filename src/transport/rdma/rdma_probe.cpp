@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "core/config.h"
+#include "base/config.h"
 #include "transport/rdma/rdma_nic.h"
 
 namespace hawser::rdma {

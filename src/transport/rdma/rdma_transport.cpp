@@ -38,9 +38,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/config.h"
-#include "core/log.h"
-#include "core/transport.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/transport.h"
 #include "metadata/descriptor.h"
 #include "rpc/rpc.h"
 #include "transport/rdma/cuda_dmabuf.h"

@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/registry.h"
-#include "core/transport.h"
+#include "base/registry.h"
+#include "base/transport.h"
 #include "rpc/socket.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/tcp/tcp_wire.h"

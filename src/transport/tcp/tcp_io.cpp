@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 #include <system_error>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "rpc/rpc.h"
 #include "transport/tcp/tcp_internal.h"
 

@@ -12,7 +12,7 @@
 #include <cstring>
 #include <fmt/format.h>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "transport/tcp/tcp_internal.h"
 
 namespace hawser::tcp {

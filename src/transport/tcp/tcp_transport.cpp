@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
 #include "metadata/descriptor.h"
 #include "rpc/rpc.h"
 #include "transport/tcp/tcp_internal.h"

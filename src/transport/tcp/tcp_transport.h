@@ -28,7 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/transport.h"
+#include "base/transport.h"
 
 namespace hawser {
 

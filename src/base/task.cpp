@@ -1,5 +1,4 @@
-#include "core/batch.h"
-#include "core/transport.h"
+#include "base/task.h"
 
 namespace hawser {
 
@@ -13,7 +12,7 @@ int failureRank(TransferState s) {
   }
 }
 
-static TransferState stateOfRank(int rank) {
+TransferState stateOfRank(int rank) {
   switch (rank) {
     case 4: return TransferState::kFailed;
     case 3: return TransferState::kTimeout;
@@ -36,7 +35,7 @@ void Task::completeSlice(TransferState state, uint64_t bytes, const Status& erro
     }
   }
   uint32_t done = slices_done_.fetch_add(1, std::memory_order_acq_rel) + 1;
-  if (done == slices_total_) batch_->taskFinished();
+  if (done == slices_total_) owner_->taskFinished();
 }
 
 bool Task::terminal() const {
@@ -68,37 +67,6 @@ TransferStatus Task::status() const {
     st.error = Status(Code::kInternal, "slices completed but transferred_bytes != length");
   }
   return st;
-}
-
-void Batch::taskFinished() {
-  std::lock_guard lk(done_mu_);
-  if (unfinished_.fetch_sub(1) == 1) done_cv_.notify_all();
-}
-
-TransferStatus Batch::aggregate() const {
-  TransferStatus out;
-  size_t n = taskCount();
-  if (n == 0) {
-    out.s = TransferState::kWaiting;
-    return out;
-  }
-  bool pending = false;
-  int worst = 0;
-  for (size_t i = 0; i < n; ++i) {
-    TransferStatus t = tasks_[i].status();
-    out.transferred_bytes += t.transferred_bytes;
-    if (!isTerminal(t.s)) {
-      pending = true;
-      continue;
-    }
-    int r = failureRank(t.s);
-    if (r > worst) {
-      worst = r;
-      out.error = t.error;
-    }
-  }
-  out.s = pending ? TransferState::kPending : stateOfRank(worst);
-  return out;
 }
 
 }  // namespace hawser

@@ -27,6 +27,7 @@
 
 #include "hawser/status.h"
 #include "hawser/types.h"
+#include "base/task.h"
 
 namespace hawser {
 
@@ -36,55 +37,6 @@ struct SegmentDesc;
 namespace rpc {
 class Server;
 }
-
-// Ranking of failure states: FAILED > TIMEOUT > CANCELED > INVALID.
-int failureRank(TransferState s);
-
-class Batch;
-
-// One request inside a batch.
-class Task {
- public:
-  Task() = default;
-  Task(const Task&) = delete;
-
-  const TransferRequest& request() const { return request_; }
-  uint64_t localAddr() const { return reinterpret_cast<uint64_t>(request_.source); }
-  // The target segment's descriptor, as known when the task was submitted.
-  const SegmentDesc& segment() const { return *segment_; }
-  const std::shared_ptr<const SegmentDesc>& segmentPtr() const { return segment_; }
-  size_t id() const { return id_; }
-
-  // Set by the transport in prepare(): how many slices this task is cut into
-  // (>= 1). completeSlice must then be called exactly that many times.
-  void setSliceCount(uint32_t n) { slices_total_ = n; }
-  uint32_t sliceCount() const { return slices_total_; }
-
-  // Thread-safe. `bytes` counts only when state == kCompleted.
-  void completeSlice(TransferState state, uint64_t bytes, const Status& error = Status::OK());
-
-  // Snapshot of this task's aggregated status.
-  TransferStatus status() const;
-  bool terminal() const;
-
-  // Transport-private per-task word (e.g. a failure flag for sibling cancel).
-  std::atomic<uint64_t> transport_word{0};
-
- private:
-  friend class Batch;
-  friend class EngineImpl;
-  TransferRequest request_;
-  std::shared_ptr<const SegmentDesc> segment_;
-  size_t id_ = 0;
-  Batch* batch_ = nullptr;
-  uint32_t slices_total_ = 0;
-  std::atomic<uint32_t> slices_done_{0};
-  std::atomic<uint64_t> bytes_done_{0};
-  std::atomic<int> worst_rank_{0};  // failureRank of the worst failure so far
-  std::atomic<bool> submitted_{false};
-  mutable std::mutex error_mu_;
-  Status error_;
-};
 
 // A transport's per-batch state. Opaque to the engine.
 class SubBatch {

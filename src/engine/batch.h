@@ -9,15 +9,15 @@
 #include <memory>
 #include <mutex>
 
-#include "core/transport.h"
+#include "base/transport.h"
 
 namespace hawser {
 
-class Batch {
+class Batch final : public TaskOwner {
  public:
   Batch(BatchID id, size_t capacity, size_t slice_capacity)
       : id_(id), capacity_(capacity), slice_capacity_(slice_capacity), tasks_(new Task[capacity]) {
-    for (size_t i = 0; i < capacity; ++i) tasks_[i].batch_ = this;
+    for (size_t i = 0; i < capacity; ++i) tasks_[i].attach(this);
   }
 
   BatchID id() const { return id_; }
@@ -27,7 +27,7 @@ class Batch {
   Task& task(size_t i) { return tasks_[i]; }
 
   // Called by Task when its last slice ends.
-  void taskFinished();
+  void taskFinished() override;
   // Tasks submitted and not yet terminal.
   size_t unfinished() const { return unfinished_.load(); }
 

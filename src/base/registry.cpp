@@ -1,4 +1,4 @@
-#include "core/registry.h"
+#include "base/registry.h"
 
 #include <fmt/format.h>
 

@@ -9,10 +9,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/batch.h"
-#include "core/config.h"
-#include "core/registry.h"
-#include "core/transport.h"
+#include "engine/batch.h"
+#include "base/config.h"
+#include "base/registry.h"
+#include "base/transport.h"
 #include "hawser/engine.h"
 #include "metadata/descriptor.h"
 #include "metadata/store.h"

@@ -1,4 +1,4 @@
-#include "core/engine_impl.h"
+#include "engine/engine_impl.h"
 
 #include <fcntl.h>
 #include <linux/fs.h>
@@ -14,8 +14,8 @@
 #include <fstream>
 #include <thread>
 
-#include "core/log.h"
-#include "transport/all.h"
+#include "base/log.h"
+#include "engine/transport_list.h"
 
 namespace hawser {
 
@@ -79,7 +79,8 @@ Status EngineImpl::init(const std::string& metadata_uri, const std::string& serv
   segment_name_ = store_->localSegmentName(server_name_, host_, rpc_.port());
 
   const TransportContext ctx = transportContext();
-  for (auto& t : makeTransports()) {
+  for (auto& f : transportFactories()) {
+    std::unique_ptr<Transport> t = f.make();
     Status ts = t->install(ctx);
     if (ts.ok()) {
       HLOG_INFO("transport {} installed", t->name());

@@ -1,4 +1,4 @@
-#include "core/transport.h"
+#include "base/transport.h"
 
 #include <nlohmann/json.hpp>
 

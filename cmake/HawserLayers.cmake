@@ -1,0 +1,58 @@
+# Layers of src/, bottom up: base < rpc < metadata < transport/<name> < engine.
+#
+# Each layer is an OBJECT library whose include root (a folder of symbolic
+# links in the build tree) exposes that layer's own folder and nothing else.
+# A layer links the layers below it and so sees their headers through their
+# roots; a header of a layer above is on no include path, so an upward
+# #include fails to compile. The shared and static libraries are made from the
+# objects of every layer (HAWSER_LAYER_TARGETS).
+
+# hawser_layer(TARGET DIR SOURCES ... [DEPENDS layer...] [PRIVATE_LIBS lib...])
+#   DIR is the folder under src/ ("base", "transport/tcp"), included as "DIR/x.h".
+function(hawser_layer target dir)
+  cmake_parse_arguments(L "" "" "SOURCES;DEPENDS;PRIVATE_LIBS" ${ARGN})
+  set(root ${CMAKE_BINARY_DIR}/layers/${target})
+  get_filename_component(parent ${root}/${dir} DIRECTORY)
+  file(MAKE_DIRECTORY ${parent})
+  if(NOT EXISTS ${root}/${dir})
+    file(CREATE_LINK ${CMAKE_SOURCE_DIR}/src/${dir} ${root}/${dir} SYMBOLIC)
+  endif()
+  add_library(${target} OBJECT ${L_SOURCES})
+  target_include_directories(${target} PUBLIC ${root}
+    $<BUILD_INTERFACE:${CMAKE_SOURCE_DIR}/include>)
+  target_link_libraries(${target} PUBLIC ${L_DEPENDS} Threads::Threads
+    PRIVATE spdlog::spdlog nlohmann_json::nlohmann_json ${L_PRIVATE_LIBS})
+  target_compile_definitions(${target} PRIVATE SPDLOG_ACTIVE_LEVEL=SPDLOG_LEVEL_DEBUG)
+  set_property(GLOBAL APPEND PROPERTY HAWSER_LAYER_TARGETS ${target})
+endfunction()
+
+# hawser_transport(NAME name FACTORY function SOURCES ... [PRIVATE_LIBS ...]
+#                  [SYSTEM_LIBS ...] [TEST_ONLY])
+# Called from a transport's own CMakeLists.txt (src/transport/<name>/): the
+# transport's layer target hawser_transport_<name>, and its factory
+# (std::unique_ptr<Transport> FACTORY()) in the engine's list of built-in
+# transports. SYSTEM_LIBS are linked by users of the static library too.
+# TEST_ONLY: a layer target for tests, not part of the library.
+function(hawser_transport)
+  cmake_parse_arguments(T "TEST_ONLY" "NAME;FACTORY;DIR" "SOURCES;PRIVATE_LIBS;SYSTEM_LIBS" ${ARGN})
+  if(NOT T_DIR)
+    set(T_DIR transport/${T_NAME})
+  endif()
+  set(target hawser_transport_${T_NAME})
+  if(T_TEST_ONLY)
+    add_library(${target} OBJECT ${T_SOURCES})
+    target_include_directories(${target} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+    target_link_libraries(${target} PUBLIC hawser_metadata hawser_rpc hawser_base
+      PRIVATE spdlog::spdlog nlohmann_json::nlohmann_json ${T_PRIVATE_LIBS})
+    return()
+  endif()
+  hawser_layer(${target} ${T_DIR} SOURCES ${T_SOURCES}
+    DEPENDS hawser_metadata hawser_rpc hawser_base
+    PRIVATE_LIBS ${T_PRIVATE_LIBS} ${T_SYSTEM_LIBS})
+  set_property(GLOBAL APPEND PROPERTY HAWSER_TRANSPORT_NAMES ${T_NAME})
+  set_property(GLOBAL APPEND PROPERTY HAWSER_TRANSPORT_FACTORIES ${T_FACTORY})
+  set_property(GLOBAL APPEND PROPERTY HAWSER_TRANSPORT_TARGETS ${target})
+  if(T_SYSTEM_LIBS)
+    set_property(GLOBAL APPEND PROPERTY HAWSER_LINK_LIBS ${T_SYSTEM_LIBS})
+  endif()
+endfunction()

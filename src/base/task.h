@@ -1,0 +1,77 @@
+// A task: one request of a batch, as the transports see it. Transports cut
+// it into slices and report each slice's end; the task aggregates them.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "hawser/status.h"
+#include "hawser/types.h"
+
+namespace hawser {
+
+struct SegmentDesc;
+
+// Told when a task's last slice has ended (the engine's batch).
+class TaskOwner {
+ public:
+  virtual void taskFinished() = 0;
+
+ protected:
+  ~TaskOwner() = default;
+};
+
+// Ranking of failure states: FAILED > TIMEOUT > CANCELED > INVALID.
+int failureRank(TransferState s);
+// The state of a rank (0: COMPLETED).
+TransferState stateOfRank(int rank);
+
+// One request inside a batch.
+class Task {
+ public:
+  Task() = default;
+  Task(const Task&) = delete;
+
+  const TransferRequest& request() const { return request_; }
+  uint64_t localAddr() const { return reinterpret_cast<uint64_t>(request_.source); }
+  // The target segment's descriptor, as known when the task was submitted.
+  const SegmentDesc& segment() const { return *segment_; }
+  const std::shared_ptr<const SegmentDesc>& segmentPtr() const { return segment_; }
+  size_t id() const { return id_; }
+
+  // Set by the transport in prepare(): how many slices this task is cut into
+  // (>= 1). completeSlice must then be called exactly that many times.
+  void setSliceCount(uint32_t n) { slices_total_ = n; }
+  uint32_t sliceCount() const { return slices_total_; }
+
+  // Thread-safe. `bytes` counts only when state == kCompleted.
+  void completeSlice(TransferState state, uint64_t bytes, const Status& error = Status::OK());
+
+  // The engine's side: who is told when the last slice ends.
+  void attach(TaskOwner* owner) { owner_ = owner; }
+
+  // Snapshot of this task's aggregated status.
+  TransferStatus status() const;
+  bool terminal() const;
+
+  // Transport-private per-task word (e.g. a failure flag for sibling cancel).
+  std::atomic<uint64_t> transport_word{0};
+
+ private:
+  friend class EngineImpl;
+  TransferRequest request_;
+  std::shared_ptr<const SegmentDesc> segment_;
+  size_t id_ = 0;
+  TaskOwner* owner_ = nullptr;
+  uint32_t slices_total_ = 0;
+  std::atomic<uint32_t> slices_done_{0};
+  std::atomic<uint64_t> bytes_done_{0};
+  std::atomic<int> worst_rank_{0};  // failureRank of the worst failure so far
+  std::atomic<bool> submitted_{false};
+  mutable std::mutex error_mu_;
+  Status error_;
+};
+
+}  // namespace hawser

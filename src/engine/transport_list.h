@@ -1,0 +1,28 @@
+// The transports an engine installs at init: the built-in ones (generated
+// from src/CMakeLists.txt's list) and any registered at run time before init
+// (embedders, tests).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/transport.h"
+
+namespace hawser {
+
+struct TransportFactory {
+  std::string name;
+  std::unique_ptr<Transport> (*make)();
+};
+
+const std::vector<TransportFactory>& builtinTransports();
+
+// Adds a factory that engines initialized from now on install too. A name
+// already in the list is replaced. Thread-safe.
+void registerTransportFactory(const TransportFactory& f);
+
+// Every factory: built-in, then registered.
+std::vector<TransportFactory> transportFactories();
+
+}  // namespace hawser
