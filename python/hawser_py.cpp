@@ -35,7 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/engine_impl.h"
+#include "base/config.h"
 #include "hawser/engine.h"
 
 namespace py = pybind11;
@@ -473,7 +473,8 @@ class PyEngine {
     Status s = splitHostPort(local_hostname, host, port);
     if (!s.ok()) return context(s, "initialize");
     auto e = std::make_unique<TransferEngine>();
-    Config& cfg = e->impl()->config();
+    const Config cfg = Config::fromEnv();
+    EngineOptions opts;
     // HAWSER_TRANSPORT / HAWSER_RDMA_DEVICES set by the operator win over
     // the arguments (a caller that hard-codes "rdma" can be redirected).
     std::string proto = lower(protocol);
@@ -485,11 +486,11 @@ class PyEngine {
                             "(transport chosen per request)",
                             protocol)};
       if (!cfg.raw("transport")) {
-        cfg.set("transport", proto);
+        opts.config["transport"] = proto;
         forced_by_arg = true;
       }
     }
-    if (!device_name.empty() && !cfg.raw("rdma.devices")) cfg.set("rdma.devices", device_name);
+    if (!device_name.empty() && !cfg.raw("rdma.devices")) opts.config["rdma.devices"] = device_name;
 
     int64_t timeout_ms = 30000;
     if (!cfg.raw("python.sync_timeout_ms")) {
@@ -524,7 +525,7 @@ class PyEngine {
     page_ = page > 0 ? static_cast<uint64_t>(page) : 4096;
     pool_size_ = (pool_size_ + page_ - 1) / page_ * page_;
 
-    s = e->init(uri, local_hostname, host, port);
+    s = e->init(uri, local_hostname, host, port, opts);
     if (s.code() == Code::kNoTransport && forced_by_arg)
       return {s.code(), fmt::format("initialize: protocol '{}': no '{}' transport can run here; pass \"tcp\" or "
                                     "\"auto\" (or set HAWSER_TRANSPORT, which wins over the argument)",
@@ -772,7 +773,7 @@ class PyEngine {
     if (length == 0) return Status::OK();
     if (addr + length < addr)
       return {Code::kInvalidArgument, fmt::format("addr {} + length {} wraps around", hex(addr), length)};
-    return e->impl()->registry().checkLocal(addr, length);
+    return e->checkRegistered(reinterpret_cast<const void*>(addr), length);
   }
 
   Status allocate(uint64_t length, uint64_t& out) {

@@ -15,7 +15,7 @@
 #include <random>
 #include <thread>
 
-#include "base/config.h"
+#include "hawser/config.h"
 #include "hawser/engine.h"
 #include "tools/commands.h"
 #include "tools/pattern.h"
@@ -56,17 +56,7 @@ Status bulk(TransferEngine& e, SegmentID seg, OpCode op, char* local, uint64_t o
       reqs.push_back(TransferRequest{op, local + done, seg, off + done, n});
       done += n;
     }
-    BatchID b;
-    Status s = e.allocateBatchID(reqs.size(), b);
-    if (!s.ok()) return s;
-    s = e.submitTransfer(b, reqs);
-    if (s.ok()) s = e.waitTransfer(b, std::chrono::seconds(120));
-    TransferStatus st;
-    if (s.ok()) s = e.getBatchTransferStatus(b, st);
-    if (s.ok() && st.s != TransferState::kCompleted)
-      s = Status(st.error.ok() ? Code::kIoError : st.error.code(),
-                 fmt::format("batch ended {}: {}", stateName(st.s), st.error.message()));
-    (void)e.freeBatchID(b);
+    Status s = e.transferSync(reqs, std::chrono::seconds(120));
     if (!s.ok()) return s;
   }
   return Status::OK();
@@ -183,6 +173,7 @@ int runBench(const BenchOpts& o) {
   else
     std::memset(local, 0, local_len);
 
+  const EngineStats stats_before = engine.stats();
   std::atomic<uint64_t> bytes_done{0}, ops_done{0}, budget{0};
   std::atomic<bool> stop{false};
   std::atomic<int> errors{0};
@@ -204,16 +195,7 @@ int runBench(const BenchOpts& o) {
       while (!stop.load(std::memory_order_relaxed)) {
         if (total_bytes && budget.fetch_add(batch_bytes) >= total_bytes) break;
         auto b0 = Clock::now();
-        BatchID b;
-        Status st = engine.allocateBatchID(o.batch_size, b);
-        if (st.ok()) st = engine.submitTransfer(b, reqs);
-        if (st.ok()) st = engine.waitTransfer(b, std::chrono::seconds(60));
-        TransferStatus agg;
-        if (st.ok()) st = engine.getBatchTransferStatus(b, agg);
-        if (st.ok() && agg.s != TransferState::kCompleted)
-          st = Status(agg.error.ok() ? Code::kIoError : agg.error.code(),
-                      fmt::format("batch ended {}: {}", stateName(agg.s), agg.error.message()));
-        if (b) (void)engine.freeBatchID(b);
+        Status st = engine.transferSync(reqs, std::chrono::seconds(60));
         if (!st.ok()) {
           std::lock_guard lk(err_mu);
           if (first_error.ok()) first_error = st;
@@ -292,9 +274,25 @@ int runBench(const BenchOpts& o) {
   uint64_t ops = ops_done.load();
   double gbps = bytes / elapsed / 1e9;
   double p50 = pct(lat_us, 0.50), p99 = pct(lat_us, 0.99);
-  auto names = engine.transports();
+  // The transports that carried the timed transfers: those whose counters moved.
+  const EngineStats stats_after = engine.stats();
+  std::vector<std::string> carried;
+  nlohmann::json jstats = nlohmann::json::object();
+  for (auto& t : stats_after.transports) {
+    nlohmann::json c = nlohmann::json::object();
+    bool moved = false;
+    for (auto& [k, v] : t.counters) {
+      c[k] = v;
+      for (auto& b : stats_before.transports)
+        if (b.transport == t.transport)
+          for (auto& [bk, bv] : b.counters) moved |= bk == k && bv != v;
+    }
+    jstats[t.transport] = c;
+    if (moved) carried.push_back(t.transport);
+  }
   if (!o.json) {
-    fmt::print("op {}  block {}  batch {}  threads {}  target {}\n", o.op, *block, o.batch_size, o.threads, o.target);
+    fmt::print("op {}  block {}  batch {}  threads {}  target {}  transport {}\n", o.op, *block, o.batch_size,
+               o.threads, o.target, fmt::join(carried, "+"));
     fmt::print("moved {:.3f} GB in {:.2f} s: {:.3f} GB/s, {:.0f} ops/s, batch latency p50 {:.0f} us p99 {:.0f} us\n",
                bytes / 1e9, elapsed, gbps, ops / elapsed, p50, p99);
     fmt::print("verified: {}{}\n", verify ? (verified ? "yes" : "NO") : "skipped (--no-verify)",
@@ -314,7 +312,9 @@ int runBench(const BenchOpts& o) {
     j["batch_size"] = o.batch_size;
     j["threads"] = o.threads;
     j["target"] = o.target;
-    j["transports"] = names;
+    j["transports"] = carried;  // the ones that carried the data
+    j["installed_transports"] = engine.transports();
+    j["stats"] = jstats;
     fmt::print("{}\n", j.dump());
   }
   (void)engine.unregisterLocalMemory(local);

@@ -1,23 +1,17 @@
-// `hawser doctor`: what this host has — transports that install here, RDMA
-// NICs (and why each is or is not used), GPUs, GPUDirect Storage, io_uring,
-// CMA, and whether the metadata service answers.
+// `hawser doctor`: what this host has, through the engine's public API.
+// Each transport of the build says whether it installed here (or why not),
+// what it moves, its cost rank and what it found (NICs, io_uring, ...);
+// with --peer, which transport each kind of local memory would take to that
+// peer, and why. Also: GPUs the CUDA driver sees, and whether the metadata
+// service answers.
 #include <dlfcn.h>
-#include <linux/io_uring.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "base/config.h"
 #include "hawser/engine.h"
-#include "metadata/store.h"
 #include "tools/commands.h"
-#if HAWSER_HAVE_RDMA
-#include "transport/rdma/rdma_probe.h"
-#endif
 
 namespace hawser::tools {
 
@@ -25,29 +19,7 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string readFirstLine(const std::string& path) {
-  std::ifstream in(path);
-  std::string s;
-  std::getline(in, s);
-  return s;
-}
-
-json probeUring() {
-  json j;
-  io_uring_params p{};
-  long fd = ::syscall(__NR_io_uring_setup, 4, &p);
-  if (fd >= 0) {
-    ::close(static_cast<int>(fd));
-    j["available"] = true;
-  } else {
-    j["available"] = false;
-    j["reason"] = fmt::format("io_uring_setup: {}", std::strerror(errno));
-  }
-  std::string dis = readFirstLine("/proc/sys/kernel/io_uring_disabled");
-  if (!dis.empty()) j["kernel.io_uring_disabled"] = dis;
-  return j;
-}
-
+// GPUs are a fact of the host, not of one transport.
 json probeGpus() {
   json j;
   void* h = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -72,81 +44,90 @@ json probeGpus() {
   return j;
 }
 
-json probeGds() {
+json diagnosis(const TransportDiagnosis& d) {
   json j;
-  void* h = ::dlopen("libcufile.so.0", RTLD_NOW | RTLD_LOCAL);
-  j["libcufile"] = h != nullptr;
-  std::ifstream nvfs("/proc/driver/nvidia-fs/version");
-  j["nvidia_fs_driver"] = static_cast<bool>(nvfs);
-  if (!h) j["reason"] = "libcufile.so.0 not found: file I/O uses io_uring / POSIX";
-  else if (!nvfs) j["reason"] = "no nvidia-fs driver: cuFile would run in compatibility mode";
+  j["name"] = d.transport;
+  j["installed"] = d.installed;
+  if (!d.installed) j["reason"] = d.reason;
+  j["cost_rank"] = d.cost_rank;
+  j["moves"] = d.moves;
+  json facts = json::object();
+  for (auto& [k, v] : d.facts) facts[k] = v;
+  j["facts"] = facts;
   return j;
 }
 
-int runDoctor(const std::string& metadata, bool as_json) {
+int runDoctor(const std::string& metadata, const std::string& peer, bool as_json) {
   json out;
   out["version"] = "0.1.0";
-  out["io_uring"] = probeUring();
   out["gpus"] = probeGpus();
-  out["gds"] = probeGds();
-  std::string ptrace = readFirstLine("/proc/sys/kernel/yama/ptrace_scope");
-  out["cma"] = {{"ptrace_scope", ptrace.empty() ? "absent (no Yama: allowed)" : ptrace}};
-  {
-    TransferEngine e;
-    Status s = e.init("p2p", "doctor", "127.0.0.1", 0);
-    out["transports"] = s.ok() ? json(e.transports()) : json(s.toString());
-  }
-#if HAWSER_HAVE_RDMA
-  {
-    Config cfg = Config::fromEnv();
-    std::string err;
-    json nics = json::array();
-    for (auto& n : rdma::probeNics(cfg, &err)) {
-      nics.push_back({{"name", n.name}, {"used", n.used}, {"reason", n.reason}, {"numa_node", n.numa_node},
-                      {"port", n.port}, {"port_state", n.port_state}, {"link_layer", n.link_layer},
-                      {"gid_index", n.gid_index}, {"gid", n.gid}, {"gid_type", n.gid_type}, {"lid", n.lid},
-                      {"active_mtu", n.active_mtu}});
+  auto engine = std::make_unique<TransferEngine>();
+  Status s = engine->init(metadata, "doctor", "127.0.0.1", 0);
+  out["metadata"] = {{"uri", metadata}, {"reachable", s.ok()}};
+  if (!s.ok()) {
+    out["metadata"]["error"] = s.toString();
+    // Still say what the transports find here, without the metadata service.
+    if (metadata != "p2p") {
+      engine = std::make_unique<TransferEngine>();
+      s = engine->init("p2p", "doctor", "127.0.0.1", 0);
     }
-    out["rdma"] = {{"nics", nics}};
-    if (!err.empty()) out["rdma"]["reason"] = err;
-    else if (nics.empty()) out["rdma"]["reason"] = "no RDMA device listed by ibverbs";
   }
-#else
-  out["rdma"] = {{"reason", "this build has no RDMA transport"}};
-#endif
-  {
-    Config cfg = Config::fromEnv();
-    std::unique_ptr<MetadataStore> store;
-    Status s = makeMetadataStore(metadata, cfg, nullptr, store);
-    std::vector<SegmentDesc> segs;
-    if (s.ok()) s = store->start("doctor-probe", nullptr);
-    if (s.ok()) s = store->listSegments(segs);
-    if (store) store->stop();
-    out["metadata"] = {{"uri", metadata}, {"reachable", s.ok()}};
-    if (!s.ok()) out["metadata"]["error"] = s.toString();
-    else out["metadata"]["segments"] = segs.size();
+  TransferEngine& e = *engine;
+  if (!s.ok()) {
+    out["engine"] = s.toString();
+  } else {
+    json ts = json::array();
+    for (auto& d : e.diagnose()) ts.push_back(diagnosis(d));
+    out["transports"] = ts;
+  }
+  if (!peer.empty() && s.ok()) {
+    SegmentID seg;
+    Status ps = e.openSegment(peer, seg);
+    json p = {{"name", peer}};
+    if (!ps.ok()) {
+      p["error"] = ps.toString();
+    } else {
+      for (const char* loc : {"cpu:0", "cuda:0"}) {
+        RouteExplanation r;
+        Status rs = e.explainRoute(seg, loc, r);
+        p["routes"][loc] = rs.ok() ? json{{"transport", r.transport}, {"why", r.why}} : json{{"error", rs.toString()}};
+      }
+    }
+    out["peer"] = p;
   }
   if (as_json) {
     fmt::print("{}\n", out.dump());
     return 0;
   }
   fmt::print("hawser {}\n", out["version"].get<std::string>());
-  fmt::print("transports installed: {}\n", out["transports"].dump());
-  fmt::print("io_uring: {}\n", out["io_uring"]["available"].get<bool>() ? "available" : out["io_uring"]["reason"].get<std::string>());
   fmt::print("GPUs: {}{}\n", out["gpus"]["count"].get<int>(),
              out["gpus"].contains("reason") ? " (" + out["gpus"]["reason"].get<std::string>() + ")" : "");
-  fmt::print("GPUDirect Storage: {}\n", out["gds"].contains("reason") ? out["gds"]["reason"].get<std::string>() : "available");
-  fmt::print("CMA (process_vm_*): ptrace_scope {}\n", out["cma"]["ptrace_scope"].get<std::string>());
-  if (out["rdma"].contains("nics")) {
-    for (auto& n : out["rdma"]["nics"])
-      fmt::print("RDMA NIC {}: {} (port {} {}, {}, numa {}, gid[{}] {} {})\n", n["name"].get<std::string>(),
-                 n["used"].get<bool>() ? "used" : "not used: " + n["reason"].get<std::string>(), n["port"].get<int>(),
-                 n["port_state"].get<std::string>(), n["link_layer"].get<std::string>(), n["numa_node"].get<int>(),
-                 n["gid_index"].get<int>(), n["gid"].get<std::string>(), n["gid_type"].get<std::string>());
-  }
-  if (out["rdma"].contains("reason")) fmt::print("RDMA: {}\n", out["rdma"]["reason"].get<std::string>());
   fmt::print("metadata {}: {}\n", metadata,
              out["metadata"]["reachable"].get<bool>() ? "reachable" : out["metadata"]["error"].get<std::string>());
+  if (out.contains("engine")) fmt::print("engine: {}\n", out["engine"].get<std::string>());
+  if (out.contains("transports")) {
+    for (auto& t : out["transports"]) {
+      fmt::print("transport {}: {} (rank {}; {})\n", t["name"].get<std::string>(),
+                 t["installed"].get<bool>() ? "installed" : "not installed: " + t["reason"].get<std::string>(),
+                 t["cost_rank"].get<int>(), t["moves"].get<std::string>());
+      for (auto& [k, v] : t["facts"].items()) fmt::print("  {}: {}\n", k, v.get<std::string>());
+    }
+  }
+  if (out.contains("peer")) {
+    auto& p = out["peer"];
+    if (p.contains("error")) {
+      fmt::print("peer {}: {}\n", peer, p["error"].get<std::string>());
+    } else {
+      for (auto& [loc, r] : p["routes"].items()) {
+        if (r.contains("error"))
+          fmt::print("peer {} from {} memory: {}\n", peer, loc, r["error"].get<std::string>());
+        else
+          fmt::print("peer {} from {} memory: {} ({})\n", peer, loc,
+                     r["transport"].get<std::string>().empty() ? "no transport" : r["transport"].get<std::string>(),
+                     r["why"].get<std::string>());
+      }
+    }
+  }
   return 0;
 }
 
@@ -154,11 +135,15 @@ int runDoctor(const std::string& metadata, bool as_json) {
 
 void addDoctor(CLI::App& app, Commands& cmds) {
   auto metadata = std::make_shared<std::string>("p2p");
+  auto peer = std::make_shared<std::string>();
   auto as_json = std::make_shared<bool>(false);
   auto* sub = app.add_subcommand("doctor", "Report what this host has: transports, NICs, GPUs, io_uring, metadata");
   sub->add_option("--metadata", *metadata, "metadata URI to check")->capture_default_str();
+  sub->add_option("--peer", *peer, "a segment (HOST:PORT, a name, file:///path): which transport each memory kind takes");
   sub->add_flag("--json", *as_json, "print one JSON object");
-  sub->callback([&cmds, metadata, as_json] { cmds.run = [metadata, as_json] { return runDoctor(*metadata, *as_json); }; });
+  sub->callback([&cmds, metadata, peer, as_json] {
+    cmds.run = [metadata, peer, as_json] { return runDoctor(*metadata, *peer, *as_json); };
+  });
 }
 
 }  // namespace hawser::tools

@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 #include <thread>
 
-#include "base/config.h"
+#include "hawser/config.h"
 #include "hawser/engine.h"
 #include "tools/commands.h"
 #include "tools/pattern.h"

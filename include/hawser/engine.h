@@ -14,16 +14,29 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "hawser/stats.h"
 #include "hawser/status.h"
 #include "hawser/types.h"
 
 namespace hawser {
 
 class EngineImpl;
+namespace detail {
+struct EngineAccess;  // tests reach the engine's internals through an internal header
+}
+
+// Given to init(): what the caller sets in code rather than the environment.
+struct EngineOptions {
+  // Tunables by key ("tcp.connections" -> "4"); they win over HAWSER_*
+  // environment variables. `hawser config` lists every key with its default.
+  // An unknown key or a bad value fails init() with kInvalidArgument naming both.
+  std::map<std::string, std::string> config;
+};
 
 class TransferEngine {
  public:
@@ -39,6 +52,8 @@ class TransferEngine {
   // rpc_port: 0 picks a free port, readable with rpcPort().
   Status init(const std::string& metadata_uri, const std::string& local_server_name,
               const std::string& host = "", uint16_t rpc_port = 0);
+  Status init(const std::string& metadata_uri, const std::string& local_server_name, const std::string& host,
+              uint16_t rpc_port, const EngineOptions& options);
 
   uint16_t rpcPort() const;
   // The name peers pass to openSegment to reach this engine's memory.
@@ -50,6 +65,9 @@ class TransferEngine {
   Status registerLocalMemoryBatch(const std::vector<BufferEntry>& buffers);
   Status unregisterLocalMemory(void* addr);
   Status unregisterLocalMemoryBatch(const std::vector<void*>& addrs);
+  // Ok when [addr, addr+length) lies inside one region this engine
+  // registered; kNotRegistered naming the range otherwise.
+  Status checkRegistered(const void* addr, size_t length) const;
 
   // Memory segment ("host:port", or a name in etcd), or a file segment
   // ("file:///abs/path" or a registered file segment name).
@@ -80,12 +98,28 @@ class TransferEngine {
   // kBatchBusy while any task is unfinished or any I/O still references memory.
   Status freeBatchID(BatchID batch);
 
-  // Names of installed transports, in preference order.
-  std::vector<std::string> transports() const;
+  // Submits `requests` as one batch and waits for it. When `timeout` passes
+  // first, the batch is canceled and its tasks waited for; the batch is
+  // freed (if I/O the kernel or a device cannot stop still references memory,
+  // the engine frees it once that ends: never leaked, never freed under I/O).
+  // `statuses` (optional) receives one status per request. Ok when every
+  // task COMPLETED; else the first failed task's error, or kTimeout.
+  Status transferSync(const std::vector<TransferRequest>& requests, std::chrono::milliseconds timeout,
+                      std::vector<TransferStatus>* statuses = nullptr);
 
-  EngineImpl* impl() { return impl_.get(); }
+  // Names of installed transports, cheapest first.
+  std::vector<std::string> transports() const;
+  // Counters of the engine and of every installed transport.
+  EngineStats stats() const;
+  // Every transport this build has: installed or why not, what it moves,
+  // what it found. Valid after init() (before it: empty).
+  std::vector<TransportDiagnosis> diagnose() const;
+  // Which transport a request from local memory at `local_location` to the
+  // open segment `segment` would take, and why.
+  Status explainRoute(SegmentID segment, const std::string& local_location, RouteExplanation& out);
 
  private:
+  friend struct detail::EngineAccess;
   std::unique_ptr<EngineImpl> impl_;
 };
 

@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "hawser/config.h"
+
 namespace hawser {
 
 class Config {
@@ -48,7 +50,5 @@ class Config {
   std::map<std::string, std::string, std::less<>> values_;
 };
 
-// Parses "4096", "64K", "1M", "2G" (binary units). nullopt on junk/overflow.
-std::optional<uint64_t> parseSize(std::string_view text);
 
 }  // namespace hawser

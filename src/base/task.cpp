@@ -1,5 +1,7 @@
 #include "base/task.h"
 
+#include "base/transport.h"
+
 namespace hawser {
 
 int failureRank(TransferState s) {
@@ -36,6 +38,22 @@ void Task::completeSlice(TransferState state, uint64_t bytes, const Status& erro
   }
   uint32_t done = slices_done_.fetch_add(1, std::memory_order_acq_rel) + 1;
   if (done == slices_total_) owner_->taskFinished();
+}
+
+void Task::reset(const TransferRequest& request, size_t id, std::shared_ptr<const SegmentDesc> segment,
+                 std::shared_ptr<PeerHandle> peer, int remote_buffer) {
+  request_ = request;
+  id_ = id;
+  segment_ = std::move(segment);
+  peer_ = std::move(peer);
+  remote_buffer_ = remote_buffer;
+  slices_total_ = 0;
+  slices_done_.store(0, std::memory_order_relaxed);
+  bytes_done_.store(0, std::memory_order_relaxed);
+  worst_rank_.store(0, std::memory_order_relaxed);
+  submitted_.store(false, std::memory_order_relaxed);
+  std::lock_guard lk(error_mu_);
+  error_ = Status::OK();
 }
 
 bool Task::terminal() const {

@@ -13,6 +13,7 @@
 namespace hawser {
 
 struct SegmentDesc;
+class PeerHandle;
 
 // Told when a task's last slice has ended (the engine's batch).
 class TaskOwner {
@@ -38,7 +39,10 @@ class Task {
   uint64_t localAddr() const { return reinterpret_cast<uint64_t>(request_.source); }
   // The target segment's descriptor, as known when the task was submitted.
   const SegmentDesc& segment() const { return *segment_; }
-  const std::shared_ptr<const SegmentDesc>& segmentPtr() const { return segment_; }
+  // The transport's decoded view of that segment (its own PeerHandle type).
+  PeerHandle* peer() const { return peer_.get(); }
+  // Index of the remote buffer the request lies in (memory segments), else -1.
+  int remoteBuffer() const { return remote_buffer_; }
   size_t id() const { return id_; }
 
   // Set by the transport in prepare(): how many slices this task is cut into
@@ -49,20 +53,22 @@ class Task {
   // Thread-safe. `bytes` counts only when state == kCompleted.
   void completeSlice(TransferState state, uint64_t bytes, const Status& error = Status::OK());
 
-  // The engine's side: who is told when the last slice ends.
+  // The engine's side: who is told when the last slice ends, and what the
+  // task is (before submission; the task is then not yet visible).
   void attach(TaskOwner* owner) { owner_ = owner; }
+  void reset(const TransferRequest& request, size_t id, std::shared_ptr<const SegmentDesc> segment,
+             std::shared_ptr<PeerHandle> peer, int remote_buffer);
+  void markSubmitted() { submitted_.store(true, std::memory_order_release); }
 
   // Snapshot of this task's aggregated status.
   TransferStatus status() const;
   bool terminal() const;
 
-  // Transport-private per-task word (e.g. a failure flag for sibling cancel).
-  std::atomic<uint64_t> transport_word{0};
-
  private:
-  friend class EngineImpl;
   TransferRequest request_;
   std::shared_ptr<const SegmentDesc> segment_;
+  std::shared_ptr<PeerHandle> peer_;
+  int remote_buffer_ = -1;
   size_t id_ = 0;
   TaskOwner* owner_ = nullptr;
   uint32_t slices_total_ = 0;

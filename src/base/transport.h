@@ -1,33 +1,40 @@
 // The Transport interface: what every transport (tcp, shm, rdma, file,
-// nvlink) implements, and the Task the engine hands to it.
+// nvlink) implements. A transport lives in src/transport/<name>/ and is
+// reached by the engine only through this interface and its factory.
 //
-// Flow for one submitTransfer: the engine validates every request (segment,
-// local range, remote range for memory segments), picks a transport per
-// request, then for each transport involved calls prepare() on that
-// transport's sub-batch with its tasks. prepare() validates what only the
-// transport knows (files, keys), cuts slices and keeps them pending; it must
-// not start any I/O. If every prepare() succeeds and the batch has capacity
-// for the slices, the engine calls submit() on each (which cannot fail: a
-// failure to post becomes a slice failure); otherwise discard() on each, and
-// the batch is as it was.
+// Required: name, caps, install, openPeer, newSubBatch, and on the sub-batch
+// prepare, post, cancel, idle. Everything else has a default.
 //
+// Flow for one submitTransfer:
+// 1. When a segment is opened (or its descriptor changes) the engine asks
+//    each installed transport whose caps fit the segment for a PeerHandle:
+//    the peer's descriptor decoded once (addresses, keys, limits). A transport
+//    that cannot reach the peer says why (kNotSupported + reason); the reason
+//    shows in errors and in `hawser doctor`.
+// 2. Per request the engine picks the cheapest transport whose caps cover it
+//    (engine/selection.h has the table) and groups requests by transport.
+// 3. For each group, the transport's SubBatch::prepare() checks what only the
+//    transport knows and cuts slices into a PreparedWork. No I/O. If any
+//    prepare fails or the batch lacks slice capacity, the engine drops every
+//    PreparedWork (RAII: nothing was posted) and the batch is as it was.
+// 4. Otherwise post() each PreparedWork. post() cannot fail: a failure to
+//    post becomes a slice failure.
 // Completion: the transport calls Task::completeSlice() once per slice, from
-// any thread. The engine aggregates.
+// any thread.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "base/task.h"
+#include "hawser/stats.h"
 #include "hawser/status.h"
 #include "hawser/types.h"
-#include "base/task.h"
 
 namespace hawser {
 
@@ -38,30 +45,63 @@ namespace rpc {
 class Server;
 }
 
-// A transport's per-batch state. Opaque to the engine.
-class SubBatch {
- public:
-  virtual ~SubBatch() = default;
+// Kinds of memory, as a bit set.
+enum MemoryKind : uint32_t {
+  kHostMemory = 1u << 0,  // "cpu:N"
+  kGpuMemory = 1u << 1,   // "cuda:N"
 };
+// The kind of a location string ("cpu:0" -> kHostMemory).
+MemoryKind memoryKindOf(const std::string& location);
 
 struct TransportCaps {
-  bool memory_segments = false;  // serves memory segments of peers
-  bool file_segments = false;    // serves file segments
-  bool host_memory = true;       // can move host memory
-  bool gpu_memory = false;       // can move GPU memory (local side)
-  bool same_host_only = false;   // both ends must be on one host
-  bool needs_polling = false;    // completions advance only in poll()
+  bool memory_segments = false;            // serves memory segments of peers
+  bool file_segments = false;              // serves file segments
+  uint32_t local_memory = kHostMemory;     // kinds it moves at the initiator's end
+  uint32_t remote_memory = kHostMemory;    // kinds it moves at the target's end (memory segments)
+  bool same_host_only = false;             // both ends must share a kernel (same host id)
+  int cost_rank = 100;                     // lower is preferred (engine/selection.h)
+  // A segment name scheme this transport resolves itself ("file://"); empty: none.
+  std::string segment_scheme;
 };
 
 // What the engine gives a transport at install time.
 struct TransportContext {
   Config* config = nullptr;
-  MemoryRegistry* registry = nullptr;   // this engine's registered memory
-  rpc::Server* rpc = nullptr;           // control-plane listener (handlers, streams)
-  std::string server_name;              // local_server_name given to init
-  std::string host;                     // advertised host
+  MemoryRegistry* registry = nullptr;  // this engine's registered memory
+  rpc::Server* rpc = nullptr;          // control-plane listener: register channels here
+  std::string server_name;             // local_server_name given to init
+  std::string host;                    // advertised host
   uint16_t rpc_port = 0;
-  std::string host_id;                  // identifies this host (boot id)
+};
+
+// One peer (segment) as one transport sees it: its descriptor decoded once.
+// The engine keeps it with the open segment and gives it to every task that
+// targets the segment (Task::peer()); it lives while any task uses it.
+class PeerHandle {
+ public:
+  virtual ~PeerHandle() = default;
+};
+
+// Slices cut by prepare() and not yet posted. Destroying it posts nothing.
+class PreparedWork {
+ public:
+  virtual ~PreparedWork() = default;
+  size_t slices = 0;  // how many slices it holds (counted against the batch)
+};
+
+// A transport's part of one engine batch. The engine destroys it only when
+// idle() (or after the transport's shutdown()).
+class SubBatch {
+ public:
+  virtual ~SubBatch() = default;
+  // Validates, cuts slices (Task::setSliceCount on each task) into `out`. No I/O.
+  virtual Status prepare(std::span<Task* const> tasks, std::unique_ptr<PreparedWork>& out) = 0;
+  // Posts what prepare() cut. Cannot fail: posting errors complete slices FAILED.
+  virtual void post(std::unique_ptr<PreparedWork> work) = 0;
+  // Cancels every unfinished slice; they end CANCELED (or FAILED).
+  virtual void cancel() = 0;
+  // True when no I/O of the sub-batch still references memory.
+  virtual bool idle() const = 0;
 };
 
 class Transport {
@@ -72,7 +112,8 @@ class Transport {
   virtual TransportCaps caps() const = 0;
 
   // Called once, after the rpc listener is up. A transport that cannot run
-  // here (no NIC, no library) returns kNotSupported and is not installed.
+  // on this host (no NIC, no library, kernel feature missing) returns
+  // kNotSupported with the reason; any other error fails the engine's init.
   virtual Status install(const TransportContext& ctx) = 0;
   // Stops threads, closes connections. In-flight slices complete FAILED/CANCELED.
   virtual void shutdown() {}
@@ -86,29 +127,19 @@ class Transport {
                                 bool remote_accessible, nlohmann::json& attrs);
   virtual Status unregisterMemory(void* addr, size_t length);
 
-  // Can this transport serve a request to `seg` from local memory at `location`?
-  virtual bool canServe(const SegmentDesc& seg, const std::string& local_location) const = 0;
-  // The engine closed its last handle to `seg` (drop cached files, endpoints).
-  virtual void closeSegment(const SegmentDesc& /*seg*/) {}
+  // Resolves a segment name of caps().segment_scheme into a descriptor.
+  virtual Status resolveSegment(const std::string& name, SegmentDesc& out);
 
-  virtual Status allocateSubBatch(size_t task_capacity, std::unique_ptr<SubBatch>& out) = 0;
-  // Validate, cut slices (setSliceCount on each task), keep them pending.
-  // `slices` receives the number of slices cut. No I/O.
-  virtual Status prepare(SubBatch& sb, std::span<Task* const> tasks, size_t& slices) = 0;
-  // Post everything pending. Cannot fail: posting errors complete slices FAILED.
-  virtual void submit(SubBatch& sb) = 0;
-  // Drop everything pending (a sibling transport's prepare failed).
-  virtual void discard(SubBatch& sb) = 0;
-  // Progress completions (only needed when caps().needs_polling).
-  virtual void poll(SubBatch& /*sb*/) {}
-  // Cancel every unfinished slice of the sub-batch.
-  virtual void cancel(SubBatch& sb) = 0;
-  // True when no I/O of the sub-batch still references memory (so the batch
-  // may be freed and its buffers reused).
-  virtual bool idle(SubBatch& sb) = 0;
-  virtual void freeSubBatch(std::unique_ptr<SubBatch> sb) = 0;
+  // Decodes `seg` for this transport. kNotSupported with the reason when
+  // this transport cannot reach it; the handle otherwise.
+  virtual Status openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) = 0;
+
+  virtual Status newSubBatch(size_t task_capacity, std::unique_ptr<SubBatch>& out) = 0;
+
+  // For `hawser doctor`: what it moves and what it found here.
+  virtual void diagnose(TransportDiagnosis& out) const;
+  // Counters for stats(), bench and metrics.
+  virtual Counters stats() const;
 };
-
-// Factory signature each transport exposes: std::unique_ptr<Transport> makeXTransport();
 
 }  // namespace hawser

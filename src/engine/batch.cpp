@@ -1,10 +1,52 @@
 #include "engine/batch.h"
 
+#include <fmt/format.h>
+
 namespace hawser {
 
 void Batch::taskFinished() {
   std::lock_guard lk(done_mu_);
   if (unfinished_.fetch_sub(1) == 1) done_cv_.notify_all();
+}
+
+bool Batch::waitUntil(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lk(done_mu_);
+  return done_cv_.wait_until(lk, deadline, [&] { return unfinished_.load() == 0; });
+}
+
+Status Batch::subBatch(Transport* t, SubBatch*& out) {
+  auto& sb = subs_[t];
+  if (!sb) {
+    Status s = t->newSubBatch(capacity_, sb);
+    if (!s.ok() || !sb) {
+      subs_.erase(t);
+      return {s.ok() ? Code::kInternal : s.code(),
+              fmt::format("transport {}: cannot allocate a sub-batch: {}", t->name(), s.message())};
+    }
+  }
+  out = sb.get();
+  return Status::OK();
+}
+
+void Batch::commit(size_t n, size_t slices) {
+  slices_used_ += slices;
+  const size_t base = task_count_.load(std::memory_order_relaxed);
+  unfinished_.fetch_add(n);
+  for (size_t i = 0; i < n; ++i) tasks_[base + i].markSubmitted();
+  task_count_.store(base + n, std::memory_order_release);
+}
+
+Transport* Batch::busyTransport() {
+  for (auto& [t, sb] : subs_)
+    if (!sb->idle()) return t;
+  return nullptr;
+}
+
+void Batch::dropSubBatches() {
+  // Wait out a completer still inside taskFinished().
+  { std::lock_guard dl(done_mu_); }
+  std::lock_guard sl(submit_mu_);
+  subs_.clear();
 }
 
 TransferStatus Batch::aggregate() const {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -30,11 +31,27 @@ class Batch final : public TaskOwner {
   void taskFinished() override;
   // Tasks submitted and not yet terminal.
   size_t unfinished() const { return unfinished_.load(); }
+  // Waits until every submitted task is terminal; false at the deadline.
+  bool waitUntil(std::chrono::steady_clock::time_point deadline);
 
   TransferStatus aggregate() const;
 
+  // Under submitMutex(): the sub-batch of `t`, created on first use.
+  Status subBatch(Transport* t, SubBatch*& out);
+  // Under submitMutex(): makes `n` more tasks (from taskCount()) visible and
+  // counts `slices` against the slice capacity.
+  void commit(size_t n, size_t slices);
+  size_t slicesUsed() const { return slices_used_; }
+  std::mutex& submitMutex() { return submit_mu_; }
+  // Every sub-batch; callers hold submitMutex().
+  const std::map<Transport*, std::unique_ptr<SubBatch>>& subBatches() const { return subs_; }
+  // The first transport whose sub-batch still has I/O referencing memory, or nullptr.
+  Transport* busyTransport();
+  // Destroys every sub-batch (freeBatch once idle; shutdown after the
+  // transports stopped).
+  void dropSubBatches();
+
  private:
-  friend class EngineImpl;
   const BatchID id_;
   const size_t capacity_;
   const size_t slice_capacity_;

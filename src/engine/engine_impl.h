@@ -1,6 +1,12 @@
-// The engine behind hawser::TransferEngine.
+// The engine behind hawser::TransferEngine. Its parts live in one file each:
+//   engine_impl.cpp   init, shutdown, installed transports, local descriptor, stats
+//   registration.cpp  registerMemory / unregisterMemory
+//   segments.cpp      open segments, their descriptors and per-transport peer handles
+//   selection.cpp     which transport serves a request (the table is in selection.h)
+//   batches.cpp       allocate, submit, status, wait, cancel, free, transferSync
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -9,10 +15,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/batch.h"
 #include "base/config.h"
 #include "base/registry.h"
 #include "base/transport.h"
+#include "engine/batch.h"
+#include "engine/selection.h"
 #include "hawser/engine.h"
 #include "metadata/descriptor.h"
 #include "metadata/store.h"
@@ -26,7 +33,7 @@ class EngineImpl {
   ~EngineImpl();
 
   Status init(const std::string& metadata_uri, const std::string& server_name, const std::string& host,
-              uint16_t rpc_port);
+              uint16_t rpc_port, const EngineOptions& options);
   void shutdown();
 
   Status registerMemory(const std::vector<BufferEntry>& buffers);
@@ -45,48 +52,71 @@ class EngineImpl {
   Status wait(BatchID id, std::chrono::milliseconds timeout);
   Status cancel(BatchID id);
   Status freeBatch(BatchID id);
-
-  // Installs an extra transport, most preferred (tests and embedders).
-  Status installTransport(std::unique_ptr<Transport> t);
+  Status transferSync(const std::vector<TransferRequest>& reqs, std::chrono::milliseconds timeout,
+                      std::vector<TransferStatus>* statuses);
 
   SegmentDesc localDescriptor() const;
   std::vector<std::string> transportNames() const;
+  EngineStats stats() const;
+  std::vector<TransportDiagnosis> diagnose() const;
+  Status explainRoute(SegmentID id, const std::string& local_location, RouteExplanation& out);
 
+  // Installs one more transport after init (tests, embedders): it gets the
+  // memory registered so far and takes part in selection by its cost rank
+  // for segments opened from then on. Not safe against concurrent calls.
+  Status installTransport(std::unique_ptr<Transport> t);
+
+  // For tests and embedders (engine/access.h).
   Config& config() { return config_; }
   MemoryRegistry& registry() { return registry_; }
-  rpc::Server& rpcServer() { return rpc_; }
+  const MemoryRegistry& registry() const { return registry_; }
   MetadataStore* store() { return store_.get(); }
   const std::string& segmentName() const { return segment_name_; }
   uint16_t rpcPort() const { return rpc_.port(); }
   bool initialized() const { return initialized_; }
+  const std::string& hostId() const { return host_id_; }
 
  private:
+  // An open segment: its descriptor and each transport's view of it. A new
+  // SegmentView replaces the old one when the descriptor changes; tasks in
+  // flight keep what they were submitted with.
   struct OpenSegment {
     std::string name;
-    std::shared_ptr<const SegmentDesc> desc;
+    std::shared_ptr<const SegmentView> view;
     int refs = 0;
   };
 
   Status checkInit() const;
+  void sortTransports();
   TransportContext transportContext();
   // Undoes a partly done init(): listener stopped, transports shut down.
   void abandonInit();
   std::shared_ptr<Batch> findBatch(BatchID id) const;
-  std::shared_ptr<const SegmentDesc> segmentDesc(SegmentID id) const;
-  // Re-fetches a memory segment's descriptor (owner registered more memory).
-  std::shared_ptr<const SegmentDesc> refreshSegment(SegmentID id);
+  // Frees batches transferSync gave up on once their I/O has ended.
+  void reapOrphans();
+
+  // segments.cpp
+  Transport* schemeOwner(const std::string& name) const;
   Status fetchSegment(const std::string& name, SegmentDesc& out);
-  Transport* selectTransport(const SegmentDesc& seg, const std::string& local_location) const;
+  std::shared_ptr<const SegmentView> makeView(SegmentDesc desc) const;
+  std::shared_ptr<const SegmentView> segmentView(SegmentID id) const;
+  // Re-fetches a segment's descriptor (owner registered more memory) and
+  // rebuilds its view; nullptr when that fails.
+  std::shared_ptr<const SegmentView> refreshSegment(SegmentID id);
+  // The view to submit to: refreshed first if the store says it changed.
+  std::shared_ptr<const SegmentView> currentView(SegmentID id);
 
   Config config_;
   MemoryRegistry registry_;
   rpc::Server rpc_;
   std::unique_ptr<MetadataStore> store_;
-  std::vector<std::unique_ptr<Transport>> transports_;
+  std::vector<std::unique_ptr<Transport>> transports_;  // installed, cheapest first
+  std::vector<TransportDiagnosis> diagnoses_;            // every transport of the build
   bool initialized_ = false;
   std::string server_name_, host_, host_id_, segment_name_;
   std::string forced_transport_;
   size_t slices_per_task_ = 0;
+  size_t max_capacity_ = 0;
 
   std::mutex reg_mu_;  // serialises registrations
   mutable std::mutex attrs_mu_;
@@ -100,6 +130,11 @@ class EngineImpl {
   mutable std::shared_mutex batch_mu_;
   std::unordered_map<BatchID, std::shared_ptr<Batch>> batches_;
   BatchID next_batch_ = 1;
+  std::mutex orphan_mu_;
+  std::vector<BatchID> orphans_;  // transferSync batches still referenced by I/O
+
+  // Engine counters (stats()).
+  std::atomic<uint64_t> n_batches_{0}, n_tasks_{0}, n_refused_{0}, n_sync_timeouts_{0}, n_reaped_{0};
 };
 
 // Reads /proc/sys/kernel/random/boot_id + this network namespace: two

@@ -70,7 +70,7 @@ Status P2pStore::start(const std::string& local_name, std::function<SegmentDesc(
     if (!s.ok()) return s;
   }
   if (rpc_) {
-    rpc_->onCall(rpc::kGetSegment, [this](const std::string& requester, std::string& reply) {
+    Status s = rpc_->onCall(kGetSegmentCall, [this](const std::string& requester, std::string& reply) {
       if (!local_) return Status(Code::kSegmentNotFound, "this engine exposes no memory segment");
       reply = encodeSegmentText(local_());
       std::string h;
@@ -81,11 +81,13 @@ Status P2pStore::start(const std::string& local_name, std::function<SegmentDesc(
       }
       return Status::OK();
     });
-    rpc_->onCall(rpc::kSegmentChanged, [this](const std::string& owner, std::string&) {
-      std::lock_guard lk(sub_mu_);
-      changed_.insert(owner);
-      return Status::OK();
-    });
+    if (s.ok())
+      s = rpc_->onCall(kSegmentChangedCall, [this](const std::string& owner, std::string&) {
+        std::lock_guard lk(sub_mu_);
+        changed_.insert(owner);
+        return Status::OK();
+      });
+    if (!s.ok()) return s;
     notifier_ = std::thread([this] { notifier(); });
   }
   return Status::OK();
@@ -123,7 +125,7 @@ void P2pStore::notifier() {
       std::string host, reply;
       uint16_t port = 0;
       if (!net::splitHostPort(peer, host, port).ok()) continue;
-      Status s = rpc::call(host, port, rpc::kSegmentChanged, local_name_, reply, std::chrono::milliseconds(1000));
+      Status s = rpc::call(host, port, kSegmentChangedCall.id, local_name_, reply, std::chrono::milliseconds(1000));
       if (!s.ok()) {
         HLOG_DEBUG("p2p: change notice to {} failed ({}); dropping it", peer, s.toString());
         gone.push_back(peer);
@@ -162,7 +164,7 @@ Status P2pStore::getSegment(const std::string& name, SegmentDesc& out) {
     return {Code::kSegmentNotFound,
             fmt::format("segment '{}' not found: not a registered file segment, and not HOST:PORT of a peer (p2p metadata)", name)};
   std::string reply;
-  Status s = rpc::call(host, port, rpc::kGetSegment, local_name_, reply,
+  Status s = rpc::call(host, port, kGetSegmentCall.id, local_name_, reply,
                        std::chrono::milliseconds(config_.getInt("rpc.timeout_ms", 5000)));
   if (!s.ok()) {
     if (s.code() == Code::kUnavailable || s.code() == Code::kTimeout)

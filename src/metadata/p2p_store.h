@@ -1,10 +1,10 @@
 // The embedded "p2p" metadata store: no service to run.
 //
 // Memory segments are named "host:port"; a descriptor is fetched from that
-// peer's rpc listener (method kGetSegment), which builds it from the owner's
+// peer's rpc listener (method kGetSegmentCall), which builds it from the owner's
 // registry on demand — registration costs nothing per call.
 // Peers that fetched a descriptor are told when it changes (registration
-// or unregistration): the owner sends kSegmentChanged from a background
+// or unregistration): the owner sends kSegmentChangedCall from a background
 // thread, and the peer's next submit to that segment re-fetches it.
 // File segments live in-process; with config "file_segments" (env
 // HAWSER_FILE_SEGMENTS) naming a JSON file {"version":"1.0","segments":[...]}
@@ -18,8 +18,13 @@
 #include <thread>
 
 #include "metadata/store.h"
+#include "rpc/rpc.h"
 
 namespace hawser {
+
+// The p2p store's control methods on the engine's rpc listener.
+inline const rpc::Channel kGetSegmentCall = rpc::channel("metadata.get_segment");          // requester name -> descriptor
+inline const rpc::Channel kSegmentChangedCall = rpc::channel("metadata.segment_changed");  // owner name
 
 class P2pStore : public MetadataStore {
  public:

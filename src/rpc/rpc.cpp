@@ -58,14 +58,40 @@ void Server::stop() {
   conn_cv_.wait(lk, [&] { return conn_threads_ == 0; });
 }
 
-void Server::onCall(uint16_t method, CallHandler h) {
-  std::lock_guard lk(mu_);
-  calls_[method] = std::move(h);
+Channel channel(std::string_view name) {
+  uint32_t h = 2166136261u;  // FNV-1a
+  for (char c : name) {
+    h ^= static_cast<uint8_t>(c);
+    h *= 16777619u;
+  }
+  const uint16_t id = static_cast<uint16_t>(16 + (h ^ (h >> 15)) % (0x8000 - 16));
+  return Channel{std::string(name), id};
 }
 
-void Server::onStream(uint16_t kind, StreamHandler h) {
+namespace {
+Status claim(std::map<uint16_t, std::string>& names, const Channel& c, const char* what) {
+  if (c.id < 16 || (c.id & kReplyBit))
+    return {Code::kInvalidArgument, fmt::format("{} '{}': id {} is reserved", what, c.name, c.id)};
+  auto [it, fresh] = names.emplace(c.id, c.name);
+  if (!fresh && it->second != c.name)
+    return {Code::kInvalidArgument,
+            fmt::format("{} '{}' has the id {} of '{}': rename one of them", what, c.name, c.id, it->second)};
+  return Status::OK();
+}
+}  // namespace
+
+Status Server::onCall(const Channel& method, CallHandler h) {
   std::lock_guard lk(mu_);
-  streams_[kind] = std::move(h);
+  Status s = claim(call_names_, method, "rpc method");
+  if (s.ok()) calls_[method.id] = std::move(h);
+  return s;
+}
+
+Status Server::onStream(const Channel& kind, StreamHandler h) {
+  std::lock_guard lk(mu_);
+  Status s = claim(stream_names_, kind, "connection kind");
+  if (s.ok()) streams_[kind.id] = std::move(h);
+  return s;
 }
 
 void Server::acceptLoop() {
@@ -157,7 +183,11 @@ void Server::serveControl(int fd) {
       if (it != calls_.end()) h = it->second;
     }
     reply.clear();
-    Status rs = h ? h(body, reply) : Status(Code::kNotSupported, fmt::format("unknown method {}", f.type));
+    Status rs;
+    if (f.type == kPing)
+      reply = body;  // the listener answers its own ping: the body, echoed
+    else
+      rs = h ? h(body, reply) : Status(Code::kNotSupported, fmt::format("unknown method {}", f.type));
     if (!rs.ok()) reply = rs.message();
     if (reply.size() > kMaxControlBody) {
       rs = Status(Code::kInternal, "reply too large");

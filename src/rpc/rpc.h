@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -28,7 +29,7 @@
 namespace hawser::rpc {
 
 inline constexpr uint32_t kMagic = 0x52535748;  // "HWSR" little-endian
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;
 inline constexpr uint32_t kMaxControlBody = 16u << 20;
 
 #pragma pack(push, 1)
@@ -43,21 +44,21 @@ struct Frame {
 #pragma pack(pop)
 static_assert(sizeof(Frame) == 24);
 
-// Connection kinds (first frame's type on a new connection, body = optional
-// auth token).
-enum ConnKind : uint16_t {
-  kConnControl = 1,
-  kConnTcpData = 2,
-};
+// The listener's own ids: the control connection kind and its ping method.
+inline constexpr uint16_t kConnControl = 1;
+inline constexpr uint16_t kPing = 1;
+inline constexpr uint16_t kReplyBit = 0x8000;
 
-// Control methods.
-enum Method : uint16_t {
-  kPing = 1,
-  kGetSegment = 2,       // body: requester's segment name ("" = anonymous) -> descriptor JSON
-  kRdmaHandshake = 3,    // body: transport-defined
-  kSegmentChanged = 4,   // body: the owner's segment name (p2p change notice)
-  kReplyBit = 0x8000,
+// A control method or connection kind, named by the layer that owns it
+// ("metadata.get_segment", "tcp.data", "rdma.handshake"). Its wire id is
+// derived from the name (a hash into [16, 0x7fff]; ids below 16 belong to the
+// listener), so both ends agree without a central list. Registering a second
+// name with the same id fails.
+struct Channel {
+  std::string name;
+  uint16_t id = 0;
 };
+Channel channel(std::string_view name);
 
 // Optional shared secret: when set (engine: config "auth.token",
 // HAWSER_AUTH_TOKEN), every connection's Hello must carry it, and outgoing
@@ -83,8 +84,9 @@ class Server {
   const std::string& host() const { return host_; }
 
   // Register before start() or at any time; handlers must be thread-safe.
-  void onCall(uint16_t method, CallHandler h);
-  void onStream(uint16_t kind, StreamHandler h);
+  // kInvalidArgument when another name already holds the channel's id.
+  Status onCall(const Channel& method, CallHandler h);
+  Status onStream(const Channel& kind, StreamHandler h);
 
   uint64_t refusedFrames() const { return refused_.load(); }
 
@@ -101,6 +103,7 @@ class Server {
   std::mutex mu_;
   std::map<uint16_t, CallHandler> calls_;
   std::map<uint16_t, StreamHandler> streams_;
+  std::map<uint16_t, std::string> call_names_, stream_names_;
   std::condition_variable conn_cv_;
   size_t conn_threads_ = 0;    // live connection threads (detached)
   std::vector<int> conn_fds_;  // open connections, shut down on stop()

@@ -12,8 +12,8 @@ EnginePair::EnginePair(size_t target_bytes, size_t local_bytes, bool fake, size_
     auto b = std::make_unique<FakeTransport>(fake_slice);
     fake_target = a.get();
     fake_init = b.get();
-    s = target.impl()->installTransport(std::move(a));
-    if (s.ok()) s = init.impl()->installTransport(std::move(b));
+    s = detail::EngineAccess::of(target).installTransport(std::move(a));
+    if (s.ok()) s = detail::EngineAccess::of(init).installTransport(std::move(b));
   }
   if (s.ok()) s = target.registerLocalMemory(target_mem.p, target_mem.n, "cpu:0", true);
   if (s.ok()) s = init.registerLocalMemory(local_mem.p, local_mem.n, "cpu:0", false);

@@ -7,7 +7,7 @@
 
 #include "common/fake_transport.h"
 #include "common/util.h"
-#include "engine/engine_impl.h"
+#include "engine/access.h"
 #include "hawser/engine.h"
 
 namespace hawser::test {

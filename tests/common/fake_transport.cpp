@@ -6,8 +6,65 @@
 
 namespace hawser::test {
 
+struct FakeTransport::Work : PreparedWork {
+  std::vector<Slice> slices_;
+};
+
 struct FakeTransport::Sub : SubBatch {
-  std::vector<Slice> pending;
+  explicit Sub(FakeTransport* o) : owner(o) {}
+  ~Sub() override { owner->freed_++; }
+
+  Status prepare(std::span<Task* const> tasks, std::unique_ptr<PreparedWork>& out) override {
+    auto w = std::make_unique<Work>();
+    for (Task* t : tasks) {
+      const auto& r = t->request();
+      uint32_t n = 0;
+      for (uint64_t off = 0; off < r.length; off += owner->slice_size_, ++n) {
+        uint64_t len = std::min<uint64_t>(owner->slice_size_, r.length - off);
+        w->slices_.push_back(Slice{t, t->localAddr() + off, r.target_offset + off, len, n});
+      }
+      t->setSliceCount(n);
+    }
+    w->slices = w->slices_.size();
+    out = std::move(w);
+    return Status::OK();
+  }
+
+  void post(std::unique_ptr<PreparedWork> work) override {
+    auto& w = static_cast<Work&>(*work);
+    {
+      std::lock_guard lk(owner->mu_);
+      for (auto& sl : w.slices_) {
+        inflight++;
+        owner->queue_.emplace_back(this, sl);
+      }
+    }
+    owner->cv_.notify_all();
+  }
+
+  void cancel() override {
+    std::deque<std::pair<Sub*, Slice>> mine;
+    {
+      std::lock_guard lk(owner->mu_);
+      if (!owner->cancelable_) return;
+      for (auto it = owner->queue_.begin(); it != owner->queue_.end();) {
+        if (it->first == this) {
+          mine.push_back(*it);
+          it = owner->queue_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (auto& [sub, sl] : mine) {
+      sub->inflight--;
+      sl.task->completeSlice(TransferState::kCanceled, 0, Status(Code::kTimeout, "canceled by test"));
+    }
+  }
+
+  bool idle() const override { return inflight.load() == 0; }
+
+  FakeTransport* owner;
   std::atomic<int> inflight{0};
 };
 
@@ -27,75 +84,26 @@ void FakeTransport::shutdown() {
   if (worker_.joinable()) worker_.join();
 }
 
-bool FakeTransport::canServe(const SegmentDesc& seg, const std::string&) const {
-  return seg.kind == SegmentDesc::Kind::kMemory && seg.transports.contains("fake");
-}
-
-Status FakeTransport::allocateSubBatch(size_t, std::unique_ptr<SubBatch>& out) {
-  out = std::make_unique<Sub>();
+Status FakeTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) {
+  if (seg.kind != SegmentDesc::Kind::kMemory || !seg.transports.contains("fake"))
+    return {Code::kNotSupported, "the peer has no fake transport"};
+  out = std::make_shared<PeerHandle>();
   return Status::OK();
 }
 
-Status FakeTransport::prepare(SubBatch& sb, std::span<Task* const> tasks, size_t& slices) {
-  auto& s = static_cast<Sub&>(sb);
-  slices = 0;
-  for (Task* t : tasks) {
-    const auto& r = t->request();
-    uint32_t n = 0;
-    for (uint64_t off = 0; off < r.length; off += slice_size_, ++n) {
-      uint64_t len = std::min<uint64_t>(slice_size_, r.length - off);
-      s.pending.push_back(Slice{t, t->localAddr() + off, r.target_offset + off, len, n});
-    }
-    t->setSliceCount(n);
-    slices += n;
-  }
+Status FakeTransport::newSubBatch(size_t, std::unique_ptr<SubBatch>& out) {
+  out = std::make_unique<Sub>(this);
   return Status::OK();
-}
-
-void FakeTransport::submit(SubBatch& sb) {
-  auto& s = static_cast<Sub&>(sb);
-  {
-    std::lock_guard lk(mu_);
-    for (auto& sl : s.pending) {
-      s.inflight++;
-      queue_.emplace_back(&s, sl);
-    }
-  }
-  s.pending.clear();
-  cv_.notify_all();
-}
-
-void FakeTransport::discard(SubBatch& sb) { static_cast<Sub&>(sb).pending.clear(); }
-
-void FakeTransport::cancel(SubBatch& sb) {
-  std::deque<std::pair<Sub*, Slice>> mine;
-  {
-    std::lock_guard lk(mu_);
-    for (auto it = queue_.begin(); it != queue_.end();) {
-      if (it->first == &sb) {
-        mine.push_back(*it);
-        it = queue_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  for (auto& [sub, sl] : mine) {
-    sub->inflight--;
-    sl.task->completeSlice(TransferState::kCanceled, 0, Status(Code::kTimeout, "canceled by test"));
-  }
-}
-
-bool FakeTransport::idle(SubBatch& sb) { return static_cast<Sub&>(sb).inflight.load() == 0; }
-
-void FakeTransport::freeSubBatch(std::unique_ptr<SubBatch> sb) {
-  freed_++;
-  sb.reset();
 }
 
 void FakeTransport::setVerdict(Verdict v) {
   std::lock_guard lk(mu_);
   verdict_ = std::move(v);
+}
+
+void FakeTransport::setCancelable(bool on) {
+  std::lock_guard lk(mu_);
+  cancelable_ = on;
 }
 
 void FakeTransport::hold(bool on) {

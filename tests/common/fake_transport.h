@@ -27,31 +27,29 @@ class FakeTransport : public Transport {
   ~FakeTransport() override { shutdown(); }
 
   const char* name() const override { return "fake"; }
-  TransportCaps caps() const override { return {.memory_segments = true}; }
+  // Cheaper than every real transport, so engine tests run on it.
+  TransportCaps caps() const override { return {.memory_segments = true, .cost_rank = 1}; }
   Status install(const TransportContext&) override;
   void shutdown() override;
-  bool canServe(const SegmentDesc& seg, const std::string&) const override;
-  Status allocateSubBatch(size_t, std::unique_ptr<SubBatch>& out) override;
-  Status prepare(SubBatch& sb, std::span<Task* const> tasks, size_t& slices) override;
-  void submit(SubBatch& sb) override;
-  void discard(SubBatch& sb) override;
-  void cancel(SubBatch& sb) override;
-  bool idle(SubBatch& sb) override;
-  void freeSubBatch(std::unique_ptr<SubBatch> sb) override;
+  Status openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) override;
+  Status newSubBatch(size_t, std::unique_ptr<SubBatch>& out) override;
 
   void setVerdict(Verdict v);
   void hold(bool on);  // while on, slices wait in the queue
+  // When off, cancel() leaves queued slices alone: I/O that cannot be stopped.
+  void setCancelable(bool on);
   uint64_t slicesExecuted() const { return executed_.load(); }
   uint64_t subBatchesFreed() const { return freed_.load(); }
 
  private:
   struct Sub;
+  struct Work;
   void loop();
   size_t slice_size_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::pair<Sub*, Slice>> queue_;
-  bool hold_ = false, stop_ = false;
+  bool hold_ = false, stop_ = false, cancelable_ = true;
   Verdict verdict_;
   std::thread worker_;
   std::atomic<uint64_t> executed_{0}, freed_{0};

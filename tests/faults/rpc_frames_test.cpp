@@ -14,20 +14,22 @@ using namespace hawser;
 
 namespace {
 
+const rpc::Channel kEcho = rpc::channel("test.echo");
+
 class RpcFrames : public ::testing::Test {
  protected:
   void SetUp() override {
-    server_.onCall(rpc::kPing, [](const std::string& req, std::string& reply) {
+    ASSERT_TRUE(server_.onCall(kEcho, [](const std::string& req, std::string& reply) {
       reply = "pong:" + req;
       return Status::OK();
-    });
+    }).ok());
     ASSERT_TRUE(server_.start("127.0.0.1", 0).ok());
   }
   void TearDown() override { server_.stop(); }
 
   bool pingWorks() {
     std::string reply;
-    Status s = rpc::call("127.0.0.1", server_.port(), rpc::kPing, "x", reply, std::chrono::seconds(5));
+    Status s = rpc::call("127.0.0.1", server_.port(), kEcho.id, "x", reply, std::chrono::seconds(5));
     return s.ok() && reply == "pong:x";
   }
   // Sends raw bytes on a fresh connection; true if the server closed it.

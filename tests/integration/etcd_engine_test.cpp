@@ -17,7 +17,7 @@
 #include "common/etcd_server.h"
 #include "common/util.h"
 #include "base/config.h"
-#include "engine/engine_impl.h"
+#include "engine/access.h"
 #include "hawser/engine.h"
 #include "metadata/etcd_store.h"
 
@@ -152,7 +152,7 @@ TEST_F(EtcdEngineTest, CachedDescriptorFollowsAPeerRestartedUnderTheSameName) {
     ASSERT_TRUE(admin()->getSegment("node-b", d).ok());
     gen = d.generation;
     // Unchanged while b1 lives.
-    ASSERT_TRUE(eventually([&] { return !a.impl()->store()->mayHaveChanged("node-b", gen); }));
+    ASSERT_TRUE(eventually([&] { return !detail::EngineAccess::of(a).store()->mayHaveChanged("node-b", gen); }));
   }
   // A new process under the same name, on another port, with the same range.
   TransferEngine b2;
@@ -161,7 +161,7 @@ TEST_F(EtcdEngineTest, CachedDescriptorFollowsAPeerRestartedUnderTheSameName) {
   test::fillPattern(bm.p, kLen, 2);
   ASSERT_TRUE(b2.registerLocalMemory(bm.p, kLen).ok());
   // A's watch sees the key change; the next submit re-fetches the descriptor.
-  auto* store = a.impl()->store();
+  auto* store = detail::EngineAccess::of(a).store();
   ASSERT_TRUE(eventually([&] { return store->mayHaveChanged("node-b", gen); }));
   Status s = move(a, OpCode::kRead, am.p, seg, remote, kLen);
   ASSERT_TRUE(s.ok()) << s.toString();

@@ -27,10 +27,11 @@
 
 #include "common/util.h"
 #include "base/config.h"
-#include "engine/engine_impl.h"
+#include "metadata/p2p_store.h"
 #include "base/registry.h"
 #include "metadata/descriptor.h"
 #include "rpc/rpc.h"
+#include "transport/tcp/tcp_internal.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/tcp/tcp_wire.h"
 
@@ -59,7 +60,7 @@ struct PartsTarget {
     p.location = "cpu:0";
     p.remote_accessible = false;
     if (status.ok()) status = reg.insert(p);
-    srv.onCall(rpc::kGetSegment, [this](const std::string&, std::string& reply) {
+    (void)srv.onCall(kGetSegmentCall, [this](const std::string&, std::string& reply) {
       reply = encodeSegmentText(desc());
       return Status::OK();
     });
@@ -118,9 +119,10 @@ struct PartsTarget {
 // An initiator engine that uses only tcp, with `settings` applied.
 struct Initiator {
   explicit Initiator(size_t bytes, const Settings& settings = {}) : mem(bytes) {
-    engine.impl()->config().set("transport", "tcp");
-    for (auto& [k, v] : settings) engine.impl()->config().set(k, v);
-    status = engine.init("p2p", "initiator", "127.0.0.1", 0);
+    EngineOptions o;
+    o.config = settings;
+    o.config["transport"] = "tcp";
+    status = engine.init("p2p", "initiator", "127.0.0.1", 0, o);
     if (status.ok()) status = engine.registerLocalMemory(mem.p, mem.n, "cpu:0", false);
   }
   Status open(const std::string& name) { return engine.openSegment(name, seg); }
@@ -136,7 +138,7 @@ struct Initiator {
 // A raw kConnTcpData client.
 struct RawClient {
   explicit RawClient(uint16_t port) {
-    status = rpc::openStream("127.0.0.1", port, rpc::kConnTcpData, std::chrono::seconds(5), fd);
+    status = rpc::openStream("127.0.0.1", port, kTcpDataChannel.id, std::chrono::seconds(5), fd);
     if (status.ok()) net::setTimeouts(fd.get(), std::chrono::seconds(20));
   }
   Status send(const WireHeader& h, const void* payload = nullptr, size_t len = 0) {
@@ -204,7 +206,7 @@ TEST(TcpTransport, SlicedWritesAndReadsOverFourConnectionsMoveEveryByte) {
     EXPECT_EQ(rs[i].transferred_bytes, pieces[i].len);
     EXPECT_EQ(test::checkPattern(dst + pieces[i].off, pieces[i].len, 11, pieces[i].off), -1) << pieces[i].off;
   }
-  TcpStats st = t.tcp.stats();
+  TcpStats st = t.tcp.counters();
   EXPECT_EQ(st.served_writes, slices);
   EXPECT_EQ(st.served_reads, slices);
   EXPECT_EQ(st.data_connections, 4u);  // every connection carried slices
@@ -233,8 +235,8 @@ TEST(TcpTransport, TargetMaxFrameBoundsTheInitiatorsSlices) {
   test::fillPattern(in.mem.p, 1 << 20, 3);
   auto st = in.run({{OpCode::kWrite, in.mem.p, in.seg, t.remote(), 1 << 20}});
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
-  EXPECT_EQ(t.tcp.stats().served_writes, 16u);  // 1 MiB in 64 KiB slices, none oversized
-  EXPECT_EQ(t.tcp.stats().malformed_frames, 0u);
+  EXPECT_EQ(t.tcp.counters().served_writes, 16u);  // 1 MiB in 64 KiB slices, none oversized
+  EXPECT_EQ(t.tcp.counters().malformed_frames, 0u);
   EXPECT_EQ(test::checkPattern(t.mem.p, 1 << 20, 3), -1);
 }
 
@@ -256,16 +258,16 @@ TEST(TcpTransport, ClosingTheSegmentReleasesIdleDataConnectionsAndReopeningRecon
   ASSERT_TRUE(in.open(t.name()).ok());
   auto st = in.run({{OpCode::kRead, in.mem.p, in.seg, t.remote(), 4096}, {OpCode::kRead, in.mem.p, in.seg, t.remote(), 4096}});
   for (auto& s : st) ASSERT_EQ(s.s, TransferState::kCompleted);
-  EXPECT_TRUE(eventually([&] { return t.tcp.stats().open_data_connections == 2; }));
+  EXPECT_TRUE(eventually([&] { return t.tcp.counters().open_data_connections == 2; }));
   ASSERT_TRUE(in.engine.closeSegment(in.seg).ok());
-  EXPECT_TRUE(eventually([&] { return t.tcp.stats().open_data_connections == 0; }));
+  EXPECT_TRUE(eventually([&] { return t.tcp.counters().open_data_connections == 0; }));
 
   ASSERT_TRUE(in.open(t.name()).ok());
   test::fillPattern(t.mem.p, 8192, 8);
   auto again = in.run({{OpCode::kRead, in.mem.p, in.seg, t.remote(), 8192}});
   ASSERT_EQ(again[0].s, TransferState::kCompleted) << again[0].error.toString();
   EXPECT_EQ(test::checkPattern(in.mem.p, 8192, 8), -1);
-  EXPECT_EQ(t.tcp.stats().data_connections, 3u);  // two before, one new
+  EXPECT_EQ(t.tcp.counters().data_connections, 3u);  // two before, one new
 }
 
 // ---- the target's range check ------------------------------------------------------
@@ -293,15 +295,15 @@ TEST(TcpTransport, RangeTheTargetNoLongerExposesIsRefusedCountedAndNeverServed) 
   auto r = in.run({{OpCode::kRead, in.mem.p + 8192, in.seg, addrOf(t.priv.p), 4096}});
   ASSERT_EQ(r[0].s, TransferState::kFailed);
   EXPECT_EQ(r[0].error.code(), Code::kOutOfRange) << r[0].error.toString();
-  EXPECT_EQ(t.tcp.stats().refused_requests, 2u);
-  EXPECT_EQ(t.tcp.stats().served_writes + t.tcp.stats().served_reads, 0u);
+  EXPECT_EQ(t.tcp.counters().refused_requests, 2u);
+  EXPECT_EQ(t.tcp.counters().served_writes + t.tcp.counters().served_reads, 0u);
 
   // The connection stays usable after refusals.
   test::fillPattern(in.mem.p, 4096, 9);
   auto ok = in.run({{OpCode::kWrite, in.mem.p, in.seg, t.remote(), 4096}});
   ASSERT_EQ(ok[0].s, TransferState::kCompleted) << ok[0].error.toString();
   EXPECT_EQ(test::checkPattern(t.mem.p, 4096, 9), -1);
-  EXPECT_EQ(t.tcp.stats().malformed_frames, 0u);
+  EXPECT_EQ(t.tcp.counters().malformed_frames, 0u);
 }
 
 TEST(TcpTransport, RawReadOutsideRegisteredMemoryGetsErrorReplyAndConnectionStaysOpen) {
@@ -330,8 +332,8 @@ TEST(TcpTransport, RawReadOutsideRegisteredMemoryGetsErrorReplyAndConnectionStay
   ASSERT_EQ(h.length, 4096u);
   std::string data = c.recvText(4096);
   EXPECT_EQ(test::checkPattern(data.data(), 4096, 21), -1);
-  EXPECT_EQ(t.tcp.stats().refused_requests, 1u);
-  EXPECT_EQ(t.tcp.stats().served_reads, 1u);
+  EXPECT_EQ(t.tcp.counters().refused_requests, 1u);
+  EXPECT_EQ(t.tcp.counters().served_reads, 1u);
 }
 
 TEST(TcpTransport, RawRefusedWritePayloadIsDrainedAndNeverStored) {
@@ -359,8 +361,8 @@ TEST(TcpTransport, RawRefusedWritePayloadIsDrainedAndNeverStored) {
   EXPECT_EQ(h.status, 0);
   EXPECT_EQ(h.length, 0u);
   EXPECT_EQ(std::memcmp(t.mem.p + 100, good.data(), good.size()), 0);
-  EXPECT_EQ(t.tcp.stats().refused_requests, 1u);
-  EXPECT_EQ(t.tcp.stats().served_writes, 1u);
+  EXPECT_EQ(t.tcp.counters().refused_requests, 1u);
+  EXPECT_EQ(t.tcp.counters().served_writes, 1u);
 }
 
 TEST(TcpTransport, RawRequestWhoseRangeWrapsAroundIsRefused) {
@@ -374,7 +376,7 @@ TEST(TcpTransport, RawRequestWhoseRangeWrapsAroundIsRefused) {
   EXPECT_EQ(h.id, 5u);
   EXPECT_EQ(h.status, static_cast<uint8_t>(Code::kOutOfRange));
   c.recvText(h.length);
-  EXPECT_EQ(t.tcp.stats().refused_requests, 1u);
+  EXPECT_EQ(t.tcp.counters().refused_requests, 1u);
 }
 
 TEST(TcpTransport, WriterStalledMidPayloadIsDroppedAndUnregisterDoesNotWaitForever) {
@@ -389,7 +391,7 @@ TEST(TcpTransport, WriterStalledMidPayloadIsDroppedAndUnregisterDoesNotWaitForev
   EXPECT_TRUE(c.closedByPeer());  // after tcp.timeout_ms without progress
   // The pin is gone: unregistering the region returns.
   EXPECT_TRUE(t.reg.erase(t.remote()).ok());
-  EXPECT_EQ(t.tcp.stats().served_writes, 0u);
+  EXPECT_EQ(t.tcp.counters().served_writes, 0u);
 }
 
 TEST(TcpTransport, RawRequestForGpuRegisteredMemoryIsRefusedNotSupported) {
@@ -411,8 +413,8 @@ TEST(TcpTransport, RawRequestForGpuRegisteredMemoryIsRefusedNotSupported) {
   ASSERT_TRUE(c.recvHeader(h).ok());
   EXPECT_EQ(h.status, static_cast<uint8_t>(Code::kNotSupported));
   EXPECT_NE(c.recvText(h.length).find("cuda:0"), std::string::npos);
-  EXPECT_EQ(t.tcp.stats().refused_requests, 1u);
-  EXPECT_EQ(t.tcp.stats().served_reads, 0u);
+  EXPECT_EQ(t.tcp.counters().refused_requests, 1u);
+  EXPECT_EQ(t.tcp.counters().served_reads, 0u);
   ASSERT_TRUE(t.tcp.unregisterMemory(gpu.p, gpu.n).ok());
   ASSERT_TRUE(t.reg.erase(addrOf(gpu.p)).ok());
 }
@@ -435,7 +437,7 @@ TEST(TcpTransport, MalformedFrameClosesOnlyThatConnection) {
   std::memset(garbage, 0xa5, sizeof(garbage));
   ASSERT_TRUE(net::sendAll(bad.fd.get(), garbage, sizeof(garbage)).ok());
   EXPECT_TRUE(bad.closedByPeer());
-  EXPECT_EQ(t.tcp.stats().malformed_frames, 1u);
+  EXPECT_EQ(t.tcp.counters().malformed_frames, 1u);
 
   // Another raw connection and the engine's pooled connections keep working.
   ASSERT_TRUE(good.send(request(tcp::kReadReq, t.remote(), 8192, 1)).ok());
@@ -446,7 +448,7 @@ TEST(TcpTransport, MalformedFrameClosesOnlyThatConnection) {
   auto again = in.run({{OpCode::kRead, in.mem.p, in.seg, t.remote(), 8192}});
   ASSERT_EQ(again[0].s, TransferState::kCompleted) << again[0].error.toString();
   EXPECT_EQ(test::checkPattern(in.mem.p, 8192, 4), -1);
-  EXPECT_EQ(t.tcp.stats().malformed_frames, 1u);
+  EXPECT_EQ(t.tcp.counters().malformed_frames, 1u);
 }
 
 TEST(TcpTransport, OversizedFrameClosesTheConnectionWithoutReadingThePayload) {
@@ -456,8 +458,8 @@ TEST(TcpTransport, OversizedFrameClosesTheConnectionWithoutReadingThePayload) {
   ASSERT_TRUE(big.status.ok() && other.status.ok());
   ASSERT_TRUE(big.send(request(tcp::kWriteReq, t.remote(), (1 << 20) + 1, 1)).ok());
   EXPECT_TRUE(big.closedByPeer());
-  EXPECT_EQ(t.tcp.stats().malformed_frames, 1u);
-  EXPECT_EQ(t.tcp.stats().served_writes, 0u);
+  EXPECT_EQ(t.tcp.counters().malformed_frames, 1u);
+  EXPECT_EQ(t.tcp.counters().served_writes, 0u);
 
   std::vector<char> data(4096, 0x33);
   ASSERT_TRUE(other.send(request(tcp::kWriteReq, t.remote(), 4096, 1), data.data(), data.size()).ok());
@@ -473,7 +475,7 @@ TEST(TcpTransport, OversizedFrameClosesTheConnectionWithoutReadingThePayload) {
 // and accepts data connections but never answers on them.
 struct SilentPeer {
   SilentPeer() {
-    srv.onCall(rpc::kGetSegment, [this](const std::string&, std::string& reply) {
+    (void)srv.onCall(kGetSegmentCall, [this](const std::string&, std::string& reply) {
       SegmentDesc d;
       d.kind = SegmentDesc::Kind::kMemory;
       d.host = "127.0.0.1";
@@ -486,7 +488,7 @@ struct SilentPeer {
       reply = encodeSegmentText(d);
       return Status::OK();
     });
-    srv.onStream(rpc::kConnTcpData, [this](net::Fd fd) {
+    (void)srv.onStream(kTcpDataChannel, [this](net::Fd fd) {
       WireHeader h;
       // Read request headers (never payload: only reads are sent here) and
       // never answer; ends when the listener stops.
@@ -661,6 +663,39 @@ TEST(TcpTransport, KilledPeerFailsInFlightTasksAtOnceAndTheNextSubmitReconnects)
   auto r = in.run({{OpCode::kRead, in.mem.p + (1 << 20), in.seg, bufs[0].addr, 1 << 20}});
   ASSERT_EQ(r[0].s, TransferState::kCompleted) << r[0].error.toString();
   EXPECT_EQ(test::checkPattern(in.mem.p + (1 << 20), 1 << 20, 77), -1);
+}
+
+// openPeer decodes a peer once; what tcp cannot reach is refused with the reason.
+TEST(TcpTransport, OpenPeerDecodesHostPortAndCapsSlicesAtThePeersMaxFrame) {
+  PartsTarget t(1 << 20, {{"tcp.slice_size", "1M"}});
+  ASSERT_TRUE(t.status.ok()) << t.status.toString();
+  SegmentDesc d = t.desc();
+  d.transports["tcp"]["max_frame"] = 65536;
+  std::shared_ptr<PeerHandle> h;
+  ASSERT_TRUE(t.tcp.openPeer(d, h).ok());
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(static_cast<tcp::PeerRef*>(h.get())->slice, 65536u);
+  EXPECT_EQ(static_cast<tcp::PeerRef*>(h.get())->peer->port, t.srv.port());
+}
+
+TEST(TcpTransport, OpenPeerRefusesSegmentsTcpCannotServeNamingWhy) {
+  PartsTarget t(1 << 20);
+  ASSERT_TRUE(t.status.ok()) << t.status.toString();
+  std::shared_ptr<PeerHandle> h;
+  SegmentDesc no_tcp = t.desc();
+  no_tcp.transports = nlohmann::json::object();
+  Status s = t.tcp.openPeer(no_tcp, h);
+  EXPECT_EQ(s.code(), Code::kNotSupported);
+  EXPECT_NE(s.message().find("publishes no tcp transport"), std::string::npos) << s.message();
+  SegmentDesc no_port = t.desc();
+  no_port.rpc_port = 0;
+  s = t.tcp.openPeer(no_port, h);
+  EXPECT_EQ(s.code(), Code::kNotSupported);
+  EXPECT_NE(s.message().find("no host and port"), std::string::npos) << s.message();
+  SegmentDesc file = t.desc();
+  file.kind = SegmentDesc::Kind::kFile;
+  EXPECT_EQ(t.tcp.openPeer(file, h).code(), Code::kNotSupported);
+  EXPECT_EQ(h, nullptr);
 }
 
 }  // namespace

@@ -152,37 +152,5 @@ TEST(TcpSettings, SliceLargerThanMaxFrameIsInvalidArgument) {
   EXPECT_NE(st.message().find("tcp.slice_size"), std::string::npos) << st.message();
 }
 
-SegmentDesc memorySegment(bool advertises_tcp) {
-  SegmentDesc d;
-  d.kind = SegmentDesc::Kind::kMemory;
-  d.host = "127.0.0.1";
-  d.rpc_port = 5000;
-  if (advertises_tcp) d.transports["tcp"] = nlohmann::json::object();
-  return d;
-}
-
-TEST(TcpCanServe, HostMemoryToSegmentAdvertisingTcp) {
-  TcpTransport t;
-  EXPECT_TRUE(t.canServe(memorySegment(true), "cpu:0"));
-  EXPECT_TRUE(t.canServe(memorySegment(true), "cpu:1"));
-}
-
-TEST(TcpCanServe, NotGpuMemory) {
-  TcpTransport t;
-  EXPECT_FALSE(t.canServe(memorySegment(true), "cuda:0"));
-}
-
-TEST(TcpCanServe, NotASegmentWithoutTcp) {
-  TcpTransport t;
-  EXPECT_FALSE(t.canServe(memorySegment(false), "cpu:0"));
-}
-
-TEST(TcpCanServe, NotFileSegments) {
-  TcpTransport t;
-  SegmentDesc d = memorySegment(true);
-  d.kind = SegmentDesc::Kind::kFile;
-  EXPECT_FALSE(t.canServe(d, "cpu:0"));
-}
-
 }  // namespace
 }  // namespace hawser

@@ -22,6 +22,8 @@ namespace hawser::tcp {
 
 using Clock = std::chrono::steady_clock;
 
+inline constexpr size_t kMaxIoThreads = 16;  // tcp.io_threads upper bound
+
 // ---- initiator ---------------------------------------------------------------
 
 enum SliceState : uint8_t {
@@ -31,7 +33,7 @@ enum SliceState : uint8_t {
   kSliceCanceled = 3,   // completed CANCELED by cancel(); the io thread drops it
 };
 
-struct SubBatchImpl;
+class SubBatchImpl;
 struct Conn;
 class IoThread;
 
@@ -72,15 +74,32 @@ struct SliceList {
   }
 };
 
-struct SubBatchImpl final : SubBatch {
-  std::mutex mu;  // the chunk lists below (prepare/submit/cancel; not the data path)
-  std::vector<std::unique_ptr<Slice[]>> chunks;  // submitted slices
-  std::vector<size_t> chunk_sizes;
-  std::vector<std::unique_ptr<Slice[]>> pending;  // prepared, not yet submitted
-  std::vector<size_t> pending_sizes;
+// Slices cut by prepare(), one allocation per prepare.
+struct Work final : PreparedWork {
+  std::unique_ptr<Slice[]> chunk;
+};
+
+// A tcp sub-batch: the slices it posted, and how many an io thread still holds.
+class SubBatchImpl final : public SubBatch {
+ public:
+  explicit SubBatchImpl(TcpTransport* owner) : owner_(owner) {}
+  // Waits (bounded) until no io thread references its slices; leaks them
+  // rather than free memory still in use.
+  ~SubBatchImpl() override;
+  Status prepare(std::span<Task* const> tasks, std::unique_ptr<PreparedWork>& out) override;
+  void post(std::unique_ptr<PreparedWork> work) override;
+  void cancel() override;
+  bool idle() const override { return outstanding.load(std::memory_order_acquire) == 0; }
+
   // Slices an io thread still references (queued, on a socket, awaiting a
   // response). idle() <=> 0.
   std::atomic<int64_t> outstanding{0};
+
+ private:
+  TcpTransport* owner_;
+  std::mutex mu_;  // the chunk lists below (post/cancel; not the data path)
+  std::vector<std::unique_ptr<Slice[]>> chunks_;  // posted slices
+  std::vector<size_t> chunk_sizes_;
 };
 
 struct Peer {
@@ -89,6 +108,17 @@ struct Peer {
   std::string name;  // "host:port" (for messages)
   std::vector<std::unique_ptr<Conn>> conns;
   std::atomic<uint32_t> rr{0};  // round-robin cursor over conns
+  int handles = 0;              // PeerHandles open on it (under the transport's peers_mu_)
+};
+
+// The engine's handle on one peer: decoded once per descriptor.
+class PeerRef final : public PeerHandle {
+ public:
+  PeerRef(TcpTransport* owner, Peer* peer, uint64_t slice) : owner(owner), peer(peer), slice(slice) {}
+  ~PeerRef() override;
+  TcpTransport* const owner;
+  Peer* const peer;
+  const uint64_t slice;  // slice size: ours, capped by the peer's max_frame
 };
 
 enum class ConnState : uint8_t { kDisconnected, kConnecting, kConnected };

@@ -198,7 +198,7 @@ void IoThread::startConnect(Conn* c) {
   try {
     c->connector = std::thread([this, c] {
       net::Fd fd;
-      Status s = rpc::openStream(c->peer->host, c->peer->port, rpc::kConnTcpData,
+      Status s = rpc::openStream(c->peer->host, c->peer->port, kTcpDataChannel.id,
                                  std::chrono::milliseconds(settings_.connect_timeout_ms), fd);
       {
         std::lock_guard lk(results_mu_);

@@ -1,7 +1,7 @@
 // The tcp transport: memory segments of any peer reachable over TCP.
 //
 // Initiator: per peer, tcp.connections persistent data connections to the
-// peer's rpc listener (kind rpc::kConnTcpData), opened lazily on the first
+// peer's rpc listener (kind kTcpDataChannel), opened lazily on the first
 // submit (and again after a failure) by short-lived connector threads with a
 // connect timeout. tcp.io_threads epoll threads own the sockets (edge-
 // triggered, non-blocking): they batch many requests into one sendmsg
@@ -17,7 +17,9 @@
 // gets an error response and is counted; a malformed or oversized frame
 // closes that connection only.
 //
-// Wire format: tcp_wire.h. Tunables and figures: docs/tcp.md.
+// Files: tcp_transport.cpp (install, peers, stats), tcp_sub_batch.cpp
+// (prepare, post, cancel), tcp_io.cpp (initiator io threads), tcp_target.cpp
+// (the serving side). Wire format: tcp_wire.h. Tunables and figures: docs/tcp.md.
 #pragma once
 
 #include <atomic>
@@ -29,15 +31,21 @@
 #include <vector>
 
 #include "base/transport.h"
+#include "rpc/rpc.h"
 
 namespace hawser {
 
 namespace tcp {
 class IoThread;
+class PeerRef;
+class SubBatchImpl;
 struct InitiatorCounters;
 struct Peer;
 struct TargetState;
 }  // namespace tcp
+
+// The data connections' kind on the rpc listener.
+inline const rpc::Channel kTcpDataChannel = rpc::channel("tcp.data");
 
 struct TcpSettings {
   uint32_t connections = 2;           // tcp.connections
@@ -81,26 +89,24 @@ class TcpTransport final : public Transport {
   Status registerMemory(void* addr, size_t length, const std::string& location, bool remote_accessible,
                         nlohmann::json& attrs) override;
   Status unregisterMemory(void* addr, size_t length) override;
-  bool canServe(const SegmentDesc& seg, const std::string& local_location) const override;
-  // Releases the peer's data connections once nothing is outstanding on them.
-  void closeSegment(const SegmentDesc& seg) override;
-
-  Status allocateSubBatch(size_t task_capacity, std::unique_ptr<SubBatch>& out) override;
-  Status prepare(SubBatch& sb, std::span<Task* const> tasks, size_t& slices) override;
-  void submit(SubBatch& sb) override;
-  void discard(SubBatch& sb) override;
-  void cancel(SubBatch& sb) override;
-  bool idle(SubBatch& sb) override;
-  void freeSubBatch(std::unique_ptr<SubBatch> sb) override;
+  // The peer's host, port and max_frame, decoded once. Its data connections
+  // are released once the last handle on that host:port goes and nothing is
+  // outstanding on them.
+  Status openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) override;
+  Status newSubBatch(size_t task_capacity, std::unique_ptr<SubBatch>& out) override;
+  void diagnose(TransportDiagnosis& out) const override;
+  Counters stats() const override;
 
   const TcpSettings& settings() const { return settings_; }
-  TcpStats stats() const;
+  TcpStats counters() const;
 
   // Reads and validates every tcp.* key of `config`.
   static Status loadSettings(const Config& config, TcpSettings& out);
 
  private:
-  tcp::Peer* peerFor(const SegmentDesc& seg);
+  friend class tcp::SubBatchImpl;
+  friend class tcp::PeerRef;
+  void releasePeer(tcp::Peer* peer);
 
   TcpSettings settings_;
   bool installed_ = false;

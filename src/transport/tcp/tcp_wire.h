@@ -1,6 +1,6 @@
 // Wire format of the tcp transport's data connections.
 //
-// A data connection is an rpc-listener connection of kind rpc::kConnTcpData
+// A data connection is an rpc-listener connection of kind kTcpDataChannel
 // (Hello frame first, see rpc/rpc.h); after the Hello, both directions carry
 // messages of one fixed 32-byte header, optionally followed by `length`
 // bytes:

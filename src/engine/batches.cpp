@@ -1,0 +1,261 @@
+// Batches: allocate, submit (validate, select, prepare all-or-nothing, post),
+// status, wait, cancel, free, and the synchronous transfer built on them.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "base/log.h"
+#include "engine/engine_impl.h"
+
+namespace hawser {
+
+namespace {
+
+Status notAllocated(BatchID id) {
+  return {Code::kInvalidBatch, fmt::format("batch id {} is not allocated (never, or already freed)", id)};
+}
+
+Status bad(size_t i, const Status& s) { return {s.code(), fmt::format("requests[{}]: {}", i, s.message())}; }
+
+// One request, resolved before the batch is locked.
+struct Resolved {
+  std::shared_ptr<const SegmentView> view;
+  const Route* route = nullptr;
+  int remote_buffer = -1;
+};
+
+}  // namespace
+
+Status EngineImpl::allocateBatch(size_t capacity, BatchID& out) {
+  Status s = checkInit();
+  if (!s.ok()) return s;
+  if (capacity == 0) return {Code::kInvalidArgument, "capacity is 0"};
+  if (capacity > max_capacity_)
+    return {Code::kInvalidArgument, fmt::format("capacity {} exceeds batch.max_capacity {}", capacity, max_capacity_)};
+  reapOrphans();
+  std::shared_ptr<Batch> b;
+  std::unique_lock lk(batch_mu_);
+  BatchID id = next_batch_++;
+  try {
+    b = std::make_shared<Batch>(id, capacity, capacity * slices_per_task_);
+  } catch (const std::bad_alloc&) {
+    return {Code::kInvalidArgument, fmt::format("capacity {}: out of memory", capacity)};
+  }
+  batches_[id] = std::move(b);
+  n_batches_.fetch_add(1, std::memory_order_relaxed);
+  out = id;
+  return Status::OK();
+}
+
+std::shared_ptr<Batch> EngineImpl::findBatch(BatchID id) const {
+  std::shared_lock lk(batch_mu_);
+  auto it = batches_.find(id);
+  return it == batches_.end() ? nullptr : it->second;
+}
+
+Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs) {
+  Status s = checkInit();
+  if (!s.ok()) return s;
+  auto batch = findBatch(id);
+  if (!batch) return notAllocated(id);
+  if (reqs.empty()) return Status::OK();
+  if (reqs.size() > batch->capacity())
+    return {Code::kCapacityExceeded,
+            fmt::format("batch {} holds at most {} tasks; {} requested", id, batch->capacity(), reqs.size())};
+
+  // 1. Validate every request and pick its route. Descriptors may be
+  //    re-fetched here, before the batch is locked.
+  std::vector<Resolved> res(reqs.size());
+  auto refuse = [&](size_t i, Status st) {
+    n_refused_.fetch_add(1, std::memory_order_relaxed);
+    return bad(i, st);
+  };
+  SegmentID last_id = kInvalidSegment;
+  std::shared_ptr<const SegmentView> view;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const auto& r = reqs[i];
+    if (r.opcode != OpCode::kRead && r.opcode != OpCode::kWrite)
+      return refuse(i, {Code::kInvalidArgument, fmt::format("opcode {} is neither READ nor WRITE", int(r.opcode))});
+    if (r.length == 0) return refuse(i, {Code::kInvalidArgument, "length is 0"});
+    if (r.source == nullptr) return refuse(i, {Code::kInvalidArgument, "source is null"});
+    if (r.target_id != last_id || !view) {
+      view = currentView(r.target_id);
+      if (!view)
+        return refuse(i, {Code::kSegmentNotFound, fmt::format("target_id {} is not an open segment", r.target_id)});
+      last_id = r.target_id;
+    }
+    const uint64_t src = reinterpret_cast<uint64_t>(r.source);
+    if (src + r.length < src) return refuse(i, {Code::kInvalidArgument, "source + length wraps around"});
+    std::string loc;
+    s = registry_.checkLocal(src, r.length, &loc);
+    if (!s.ok()) return refuse(i, s);
+    RouteQuery q;
+    q.local_kind = memoryKindOf(loc);
+    int buf = -1;
+    if (view->desc->kind == SegmentDesc::Kind::kMemory) {
+      if (r.target_offset + r.length < r.target_offset)
+        return refuse(i, {Code::kOutOfRange, "target_offset + length wraps around"});
+      buf = view->desc->findBuffer(r.target_offset, r.length);
+      if (buf < 0) {
+        if (auto fresh = refreshSegment(r.target_id)) view = fresh;  // the owner may have registered it since
+        buf = view->desc->findBuffer(r.target_offset, r.length);
+        if (buf < 0)
+          return refuse(i, {Code::kOutOfRange,
+                            fmt::format("remote range [{:#x}, +{}) is not inside one registered buffer of segment '{}'",
+                                        r.target_offset, r.length, view->desc->name)});
+      }
+      q.remote_kind = memoryKindOf(view->desc->buffers[static_cast<size_t>(buf)].location);
+    }
+    std::string why;
+    const Route* route = selectRoute(*view, q, forced_transport_, &why);
+    if (!route)
+      return refuse(i, {Code::kNoTransport, fmt::format("no installed transport ({}) can serve it to segment '{}': {}",
+                                                        fmt::join(transportNames(), ","), view->desc->name, why)});
+    res[i] = Resolved{view, route, buf};
+  }
+
+  // 2. Under the batch's lock: lay the tasks out (not yet visible), prepare
+  //    in every transport involved, all or nothing, then commit and post.
+  std::lock_guard sl(batch->submitMutex());
+  const size_t base = batch->taskCount();
+  if (reqs.size() > batch->capacity() - base) {
+    n_refused_.fetch_add(1, std::memory_order_relaxed);
+    return {Code::kCapacityExceeded, fmt::format("batch {} holds {} of {} tasks; {} more requested", id, base,
+                                                 batch->capacity(), reqs.size())};
+  }
+  std::map<Transport*, std::vector<Task*>> groups;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    Task& t = batch->task(base + i);
+    t.reset(reqs[i], base + i, res[i].view->desc, res[i].route->peer, res[i].remote_buffer);
+    groups[res[i].route->transport].push_back(&t);
+  }
+  size_t slices = 0;
+  std::vector<std::pair<SubBatch*, std::unique_ptr<PreparedWork>>> work;  // dropped unposted on failure
+  for (auto& [t, tasks] : groups) {
+    SubBatch* sb = nullptr;
+    s = batch->subBatch(t, sb);
+    std::unique_ptr<PreparedWork> w;
+    if (s.ok()) s = sb->prepare(std::span<Task* const>(tasks.data(), tasks.size()), w);
+    if (s.ok() && !w) s = {Code::kInternal, fmt::format("transport {}: prepare returned no work", t->name())};
+    if (!s.ok()) {
+      n_refused_.fetch_add(1, std::memory_order_relaxed);
+      return s;
+    }
+    slices += w->slices;
+    work.emplace_back(sb, std::move(w));
+  }
+  if (slices > batch->sliceCapacity() - batch->slicesUsed()) {
+    n_refused_.fetch_add(1, std::memory_order_relaxed);
+    return {Code::kCapacityExceeded, fmt::format("batch {} holds {} of {} slices; these requests need {} more", id,
+                                                 batch->slicesUsed(), batch->sliceCapacity(), slices)};
+  }
+  batch->commit(reqs.size(), slices);
+  n_tasks_.fetch_add(reqs.size(), std::memory_order_relaxed);
+  for (auto& [sb, w] : work) sb->post(std::move(w));
+  return Status::OK();
+}
+
+Status EngineImpl::taskStatus(BatchID id, size_t task, TransferStatus& st) {
+  auto batch = findBatch(id);
+  if (!batch) return notAllocated(id);
+  size_t n = batch->taskCount();
+  if (task >= n)
+    return {Code::kInvalidArgument, fmt::format("task_id {} is not in batch {} ({} tasks submitted)", task, id, n)};
+  st = batch->task(task).status();
+  return Status::OK();
+}
+
+Status EngineImpl::batchStatus(BatchID id, TransferStatus& st) {
+  auto batch = findBatch(id);
+  if (!batch) return notAllocated(id);
+  st = batch->aggregate();
+  return Status::OK();
+}
+
+Status EngineImpl::wait(BatchID id, std::chrono::milliseconds timeout) {
+  auto batch = findBatch(id);
+  if (!batch) return notAllocated(id);
+  if (batch->waitUntil(std::chrono::steady_clock::now() + timeout)) return Status::OK();
+  return {Code::kTimeout,
+          fmt::format("batch {}: {} task(s) unfinished after {} ms", id, batch->unfinished(), timeout.count())};
+}
+
+Status EngineImpl::cancel(BatchID id) {
+  auto batch = findBatch(id);
+  if (!batch) return notAllocated(id);
+  std::lock_guard sl(batch->submitMutex());
+  for (auto& [t, sb] : batch->subBatches()) sb->cancel();
+  return Status::OK();
+}
+
+Status EngineImpl::freeBatch(BatchID id) {
+  std::shared_ptr<Batch> batch;
+  {
+    std::unique_lock lk(batch_mu_);
+    auto it = batches_.find(id);
+    if (it == batches_.end()) return notAllocated(id);
+    batch = it->second;
+    std::lock_guard sl(batch->submitMutex());
+    size_t left = batch->unfinished();
+    if (left > 0) return {Code::kBatchBusy, fmt::format("batch {} has {} unfinished task(s)", id, left)};
+    if (Transport* t = batch->busyTransport())
+      return {Code::kBatchBusy,
+              fmt::format("batch {}: transport {} still has I/O referencing its memory", id, t->name())};
+    batches_.erase(it);
+  }
+  // Nobody can reach the batch now.
+  batch->dropSubBatches();
+  return Status::OK();
+}
+
+void EngineImpl::reapOrphans() {
+  std::vector<BatchID> left;
+  std::lock_guard lk(orphan_mu_);
+  for (BatchID b : orphans_) {
+    if (freeBatch(b).code() == Code::kBatchBusy)
+      left.push_back(b);
+    else
+      n_reaped_.fetch_add(1, std::memory_order_relaxed);
+  }
+  orphans_.swap(left);
+}
+
+Status EngineImpl::transferSync(const std::vector<TransferRequest>& reqs, std::chrono::milliseconds timeout,
+                                std::vector<TransferStatus>* statuses) {
+  if (statuses) statuses->clear();
+  if (reqs.empty()) return Status::OK();
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  BatchID b = kInvalidBatch;
+  Status s = allocateBatch(reqs.size(), b);
+  if (!s.ok()) return s;
+  s = submit(b, reqs);
+  if (!s.ok()) {
+    (void)freeBatch(b);  // nothing was posted
+    return s;
+  }
+  auto batch = findBatch(b);
+  bool timed_out = !batch->waitUntil(deadline);
+  if (timed_out) {
+    n_sync_timeouts_.fetch_add(1, std::memory_order_relaxed);
+    (void)cancel(b);
+    // Canceled slices end promptly; what the kernel or a device cannot stop
+    // ends by its own timeout. Wait a bounded time for the states.
+    batch->waitUntil(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  }
+  Status first;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    TransferStatus st = batch->task(i).status();
+    if (first.ok() && st.s != TransferState::kCompleted)
+      first = st.error.ok() ? Status(Code::kInternal, fmt::format("task {} ended {}", i, stateName(st.s))) : st.error;
+    if (statuses) statuses->push_back(std::move(st));
+  }
+  if (freeBatch(b).code() == Code::kBatchBusy) {
+    std::lock_guard lk(orphan_mu_);
+    orphans_.push_back(b);  // freed by a later allocateBatch once its I/O ends
+  }
+  if (timed_out)
+    return {Code::kTimeout, fmt::format("transfer of {} request(s) did not finish in {} ms{}{}", reqs.size(),
+                                        timeout.count(), first.ok() ? "" : "; first failure: ", first.message())};
+  return first;
+}
+
+}  // namespace hawser

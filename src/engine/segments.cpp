@@ -1,0 +1,192 @@
+// Open segments: descriptors fetched from metadata (or resolved by the
+// transport that owns the name's scheme, e.g. file://), decoded once per
+// transport into peer handles, refreshed when the owner changes them.
+#include <fmt/format.h>
+
+#include "base/log.h"
+#include "engine/engine_impl.h"
+
+namespace hawser {
+
+Transport* EngineImpl::schemeOwner(const std::string& name) const {
+  for (auto& t : transports_) {
+    const std::string scheme = t->caps().segment_scheme;
+    if (!scheme.empty() && name.rfind(scheme, 0) == 0) return t.get();
+  }
+  return nullptr;
+}
+
+Status EngineImpl::fetchSegment(const std::string& name, SegmentDesc& out) {
+  if (Transport* t = schemeOwner(name)) return t->resolveSegment(name, out);
+  return store_->getSegment(name, out);
+}
+
+std::shared_ptr<const SegmentView> EngineImpl::makeView(SegmentDesc desc) const {
+  auto view = std::make_shared<SegmentView>();
+  view->desc = std::make_shared<const SegmentDesc>(std::move(desc));
+  const SegmentDesc& d = *view->desc;
+  view->same_host = d.kind == SegmentDesc::Kind::kMemory && !d.host_id.empty() && d.host_id == host_id_;
+  const bool file = d.kind == SegmentDesc::Kind::kFile;
+  for (auto& t : transports_) {
+    const TransportCaps c = t->caps();
+    if (file ? !c.file_segments : !c.memory_segments) continue;
+    Route r;
+    r.transport = t.get();
+    if (c.same_host_only && !view->same_host) {
+      r.refusal = {Code::kNotSupported, "the peer is on another host"};
+    } else {
+      r.refusal = t->openPeer(d, r.peer);
+      if (r.refusal.ok() && !r.peer) r.refusal = {Code::kInternal, "openPeer returned no handle"};
+      if (!r.refusal.ok()) {
+        r.peer.reset();
+        HLOG_DEBUG("segment '{}': transport {} cannot serve it: {}", d.name, t->name(), r.refusal.toString());
+      }
+    }
+    view->routes.push_back(std::move(r));
+  }
+  return view;
+}
+
+Status EngineImpl::openSegment(const std::string& name, SegmentID& out) {
+  Status s = checkInit();
+  if (!s.ok()) return s;
+  if (name.empty()) return {Code::kInvalidArgument, "segment name is empty"};
+  {
+    std::lock_guard lk(seg_mu_);
+    auto it = segment_ids_.find(name);
+    if (it != segment_ids_.end()) {
+      segments_[it->second].refs++;
+      out = it->second;
+      return Status::OK();
+    }
+  }
+  SegmentDesc d;
+  s = fetchSegment(name, d);
+  if (!s.ok()) return s;
+  auto view = makeView(std::move(d));
+  std::lock_guard lk(seg_mu_);
+  auto it = segment_ids_.find(name);
+  if (it != segment_ids_.end()) {  // raced with another open
+    segments_[it->second].refs++;
+    out = it->second;
+    return Status::OK();
+  }
+  SegmentID id = next_segment_++;
+  segments_[id] = OpenSegment{name, std::move(view), 1};
+  segment_ids_[name] = id;
+  out = id;
+  return Status::OK();
+}
+
+Status EngineImpl::closeSegment(SegmentID id) {
+  Status s = checkInit();
+  if (!s.ok()) return s;
+  std::shared_ptr<const SegmentView> closed;  // dropped outside the lock
+  std::lock_guard lk(seg_mu_);
+  auto it = segments_.find(id);
+  if (it == segments_.end()) return {Code::kSegmentNotFound, fmt::format("segment id {} is not open", id)};
+  if (--it->second.refs > 0) return Status::OK();
+  closed = std::move(it->second.view);
+  segment_ids_.erase(it->second.name);
+  segments_.erase(it);
+  return Status::OK();
+}
+
+Status EngineImpl::segmentBuffers(SegmentID id, std::vector<SegmentBuffer>& out) {
+  Status s = checkInit();
+  if (!s.ok()) return s;
+  auto v = refreshSegment(id);
+  if (!v) v = segmentView(id);
+  if (!v) return {Code::kSegmentNotFound, fmt::format("segment id {} is not open", id)};
+  const SegmentDesc& d = *v->desc;
+  out.clear();
+  if (d.kind == SegmentDesc::Kind::kFile) {
+    uint64_t off = 0;
+    for (auto& f : d.files) {
+      out.push_back(SegmentBuffer{off, f.length, f.file_path});
+      off += f.length;
+    }
+  } else {
+    for (auto& b : d.buffers) out.push_back(SegmentBuffer{b.addr, b.length, b.location});
+  }
+  return Status::OK();
+}
+
+std::shared_ptr<const SegmentView> EngineImpl::segmentView(SegmentID id) const {
+  std::lock_guard lk(seg_mu_);
+  auto it = segments_.find(id);
+  return it == segments_.end() ? nullptr : it->second.view;
+}
+
+std::shared_ptr<const SegmentView> EngineImpl::refreshSegment(SegmentID id) {
+  std::string name;
+  {
+    std::lock_guard lk(seg_mu_);
+    auto it = segments_.find(id);
+    if (it == segments_.end()) return nullptr;
+    name = it->second.name;
+  }
+  SegmentDesc d;
+  if (!fetchSegment(name, d).ok()) return nullptr;
+  auto fresh = makeView(std::move(d));
+  std::shared_ptr<const SegmentView> old;  // dropped outside the lock
+  std::lock_guard lk(seg_mu_);
+  auto it = segments_.find(id);
+  if (it == segments_.end()) return nullptr;
+  old = std::move(it->second.view);
+  it->second.view = fresh;
+  return fresh;
+}
+
+std::shared_ptr<const SegmentView> EngineImpl::currentView(SegmentID id) {
+  auto v = segmentView(id);
+  if (!v) return nullptr;
+  // A store that tracks changes (etcd watch, p2p change notices) flags a
+  // stale descriptor (owner restarted or re-registered): refresh it, keep
+  // the old one if that fails.
+  if (!schemeOwner(v->desc->name) && store_->mayHaveChanged(v->desc->name, v->desc->generation)) {
+    if (auto fresh = refreshSegment(id)) v = fresh;
+  }
+  return v;
+}
+
+Status EngineImpl::explainRoute(SegmentID id, const std::string& local_location, RouteExplanation& out) {
+  Status s = checkInit();
+  if (!s.ok()) return s;
+  auto v = currentView(id);
+  if (!v) return {Code::kSegmentNotFound, fmt::format("segment id {} is not open", id)};
+  RouteQuery q;
+  q.local_kind = memoryKindOf(local_location);
+  q.remote_kind = kHostMemory;
+  const Route* r = selectRoute(*v, q, forced_transport_, &out.why);
+  out.transport = r ? r->transport->name() : "";
+  return Status::OK();
+}
+
+Status EngineImpl::registerFileSegment(const std::string& name, const std::vector<FileDesc>& files) {
+  Status s = checkInit();
+  if (!s.ok()) return s;
+  if (name.empty()) return {Code::kInvalidArgument, "file segment name is empty"};
+  if (name.find("://") != std::string::npos)
+    return {Code::kInvalidArgument, fmt::format("file segment name '{}' must not contain a scheme (://)", name)};
+  if (files.empty()) return {Code::kInvalidArgument, fmt::format("file segment '{}' has no files", name)};
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (files[i].length == 0)
+      return {Code::kInvalidArgument, fmt::format("file segment '{}': files[{}].length is 0", name, i)};
+    if (files[i].file_path.empty() && files[i].local_path_map.empty())
+      return {Code::kInvalidArgument, fmt::format("file segment '{}': files[{}] has no path", name, i)};
+  }
+  SegmentDesc d;
+  d.kind = SegmentDesc::Kind::kFile;
+  d.name = name;
+  d.files = files;
+  return store_->putFileSegment(d);
+}
+
+Status EngineImpl::unregisterFileSegment(const std::string& name) {
+  Status s = checkInit();
+  if (!s.ok()) return s;
+  return store_->removeSegment(name);
+}
+
+}  // namespace hawser

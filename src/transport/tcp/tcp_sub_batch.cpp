@@ -1,0 +1,136 @@
+// A tcp sub-batch: prepare cuts slices (one allocation per prepare), post
+// hands them to the io threads, cancel takes back what was not yet sent.
+#include <algorithm>
+#include <fmt/format.h>
+#include <thread>
+
+#include "base/log.h"
+#include "metadata/descriptor.h"
+#include "transport/tcp/tcp_internal.h"
+
+namespace hawser::tcp {
+
+Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<PreparedWork>& out) {
+  if (!owner_->installed_ || owner_->stopping_.load()) return {Code::kUnavailable, "tcp transport is not running"};
+
+  // Pass 1: count. The peer's facts were decoded when the segment was opened.
+  std::vector<uint32_t> counts(tasks.size());
+  size_t total = 0;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const Task& t = *tasks[i];
+    const auto* ref = static_cast<const PeerRef*>(t.peer());
+    const uint64_t n = (t.request().length + ref->slice - 1) / ref->slice;
+    if (n > UINT32_MAX)
+      return {Code::kInvalidArgument, fmt::format("requests[{}]: length {} needs {} slices of {} bytes (max {})",
+                                                  t.id(), t.request().length, n, ref->slice, UINT32_MAX)};
+    counts[i] = static_cast<uint32_t>(n);
+    total += n;
+  }
+
+  // Pass 2: cut.
+  auto work = std::make_unique<Work>();
+  work->chunk.reset(new Slice[total]);
+  work->slices = total;
+  size_t k = 0;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    Task* t = tasks[i];
+    const TransferRequest& r = t->request();
+    const auto* ref = static_cast<const PeerRef*>(t->peer());
+    Peer* peer = ref->peer;
+    const bool is_read = r.opcode == OpCode::kRead;
+    const uint32_t nconn = static_cast<uint32_t>(peer->conns.size());
+    const uint32_t rr = peer->rr.fetch_add(counts[i], std::memory_order_relaxed);
+    uint64_t off = 0;
+    for (uint32_t j = 0; j < counts[i]; ++j) {
+      Slice& s = work->chunk[k++];
+      uint64_t len = std::min<uint64_t>(ref->slice, r.length - off);
+      s.task = t;
+      s.sb = this;
+      s.conn = peer->conns[(rr + j) % nconn].get();
+      s.local = static_cast<char*>(r.source) + off;
+      s.len = static_cast<uint32_t>(len);
+      s.is_read = is_read;
+      s.hdr.type = is_read ? kReadReq : kWriteReq;
+      s.hdr.size = static_cast<uint32_t>(len);
+      s.hdr.length = is_read ? 0 : static_cast<uint32_t>(len);
+      s.hdr.addr = r.target_offset + off;
+      off += len;
+    }
+    t->setSliceCount(counts[i]);
+  }
+  out = std::move(work);
+  return Status::OK();
+}
+
+void SubBatchImpl::post(std::unique_ptr<PreparedWork> base) {
+  std::unique_ptr<Slice[]> chunk = std::move(static_cast<Work&>(*base).chunk);
+  const size_t n = base->slices;
+  auto& io = owner_->io_;
+  Slice* first[kMaxIoThreads] = {};
+  Slice* lastp[kMaxIoThreads] = {};
+  const bool down = owner_->stopping_.load();
+  Slice* arr = chunk.get();
+  {
+    std::lock_guard lk(mu_);
+    chunks_.push_back(std::move(chunk));
+    chunk_sizes_.push_back(n);
+  }
+  outstanding.fetch_add(static_cast<int64_t>(n), std::memory_order_acq_rel);
+  for (size_t i = 0; i < n; ++i) {
+    Slice* s = &arr[i];
+    if (down) {
+      s->state.store(kSliceCommitted, std::memory_order_relaxed);
+      outstanding.fetch_sub(1, std::memory_order_acq_rel);
+      s->task->completeSlice(TransferState::kFailed, 0, Status(Code::kUnavailable, "tcp transport shut down"));
+      continue;
+    }
+    s->state.store(kSliceQueued, std::memory_order_relaxed);
+    // Chains are built newest-first (post() wants a stack segment).
+    const size_t t = s->conn->io_index;
+    s->next = first[t];
+    first[t] = s;
+    if (!lastp[t]) lastp[t] = s;
+  }
+  for (size_t t = 0; t < io.size(); ++t)
+    if (first[t]) io[t]->post(first[t], lastp[t]);
+}
+
+void SubBatchImpl::cancel() {
+  bool any = false;
+  {
+    std::lock_guard lk(mu_);
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      Slice* arr = chunks_[c].get();
+      for (size_t i = 0; i < chunk_sizes_[c]; ++i) {
+        uint8_t expect = kSliceQueued;
+        if (arr[i].state.compare_exchange_strong(expect, kSliceCanceled, std::memory_order_acq_rel)) {
+          any = true;
+          arr[i].task->completeSlice(TransferState::kCanceled, 0,
+                                     Status(Code::kUnavailable, "canceled by cancelTransfer before it was sent"));
+        }
+      }
+    }
+  }
+  if (!any) return;
+  // Let the io threads drop the canceled slices now, so that once the tasks
+  // are terminal the sub-batch is idle (freeBatchID succeeds) without a race.
+  auto& io = owner_->io_;
+  std::vector<uint64_t> tickets;
+  for (auto& t : io) tickets.push_back(t->requestPurge());
+  for (size_t i = 0; i < io.size(); ++i) io[i]->waitPurged(tickets[i], std::chrono::seconds(1));
+}
+
+SubBatchImpl::~SubBatchImpl() {
+  // The engine frees only idle sub-batches; never free slices an io thread
+  // still holds (wait a bounded time, then leak rather than corrupt).
+  auto deadline = Clock::now() + std::chrono::milliseconds(owner_->settings_.timeout_ms) + std::chrono::seconds(1);
+  while (outstanding.load(std::memory_order_acquire) != 0 && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (outstanding.load(std::memory_order_acquire) != 0) {
+    HLOG_ERROR("tcp: sub-batch destroyed with {} slice(s) still in flight; leaking its slices", outstanding.load());
+    std::lock_guard lk(mu_);
+    for (auto& c : chunks_) (void)c.release();
+  }
+}
+
+}  // namespace hawser::tcp
