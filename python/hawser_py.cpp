@@ -479,12 +479,9 @@ class PyEngine {
     // the arguments (a caller that hard-codes "rdma" can be redirected).
     std::string proto = lower(protocol);
     bool forced_by_arg = false;
+    // Any installed transport's name forces it; the engine refuses a name
+    // that is not installed here, listing those that are.
     if (!proto.empty() && proto != "auto") {
-      if (proto != "tcp" && proto != "rdma")
-        return {Code::kNotSupported,
-                fmt::format("initialize: protocol '{}' is not supported: use \"tcp\", \"rdma\" or \"auto\" "
-                            "(transport chosen per request)",
-                            protocol)};
       if (!cfg.raw("transport")) {
         opts.config["transport"] = proto;
         forced_by_arg = true;
@@ -527,9 +524,9 @@ class PyEngine {
 
     s = e->init(uri, local_hostname, host, port, opts);
     if (s.code() == Code::kNoTransport && forced_by_arg)
-      return {s.code(), fmt::format("initialize: protocol '{}': no '{}' transport can run here; pass \"tcp\" or "
-                                    "\"auto\" (or set HAWSER_TRANSPORT, which wins over the argument)",
-                                    protocol, proto)};
+      return {s.code(), fmt::format("initialize: protocol '{}': {}; pass an installed transport or \"auto\" "
+                                    "(or set HAWSER_TRANSPORT, which wins over the argument)",
+                                    protocol, s.message())};
     if (!s.ok()) return context(s, "initialize");
     engine_ = std::move(e);
     inited_.store(true, std::memory_order_release);
@@ -977,7 +974,7 @@ PYBIND11_MODULE(hawser, m) {
       .def("initialize", &PyEngine::initialize, py::arg("local_hostname"), py::arg("metadata_server"),
            py::arg("protocol"), py::arg("device_name"),
            "local_hostname: 'host' or 'host:port'; metadata_server: 'P2PHANDSHAKE'/'p2p' or 'etcd://h:p' "
-           "(no scheme = etcd); protocol: 'tcp', 'rdma' (forced) or ''/'auto'; device_name: RDMA NICs "
+           "(no scheme = etcd); protocol: an installed transport's name ('tcp', 'rdma', ...: forced) or ''/'auto'; device_name: RDMA NICs "
            "('mlx5_0,mlx5_1') or ''. Returns 0 or a negative code.")
       .def("initialize_ext", &PyEngine::initializeExt, py::arg("local_hostname"), py::arg("metadata_server"),
            py::arg("protocol"), py::arg("device_name"), py::arg("metadata_type"))

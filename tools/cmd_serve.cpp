@@ -1,4 +1,7 @@
-// `hawser serve`: a target exposing registered memory.
+// `hawser serve`: a target exposing registered memory until SIGINT/SIGTERM.
+// SIGUSR1 withdraws the memory (unregisters it, prints "withdrawn") while the
+// process keeps running: a drained node, and the way tests make a peer
+// refuse a range it published before.
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -18,7 +21,9 @@ namespace hawser::tools {
 
 namespace {
 std::atomic<bool> g_stop{false};
+std::atomic<bool> g_withdraw{false};
 void onSignal(int) { g_stop = true; }
+void onWithdraw(int) { g_withdraw = true; }
 
 struct ServeOpts {
   std::string listen = "127.0.0.1:0";
@@ -69,13 +74,23 @@ int runServe(const ServeOpts& o) {
   }
   ::signal(SIGINT, onSignal);
   ::signal(SIGTERM, onSignal);
+  ::signal(SIGUSR1, onWithdraw);
   fmt::print("segment: {}\n", engine.segmentName());
   fmt::print("memory: {:#x} {} bytes\n", reinterpret_cast<uint64_t>(mem), *size);
   fmt::print("transports: {}\n", fmt::join(engine.transports(), ","));
   fmt::print("ready\n");
   std::fflush(stdout);
-  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  (void)engine.unregisterLocalMemory(mem);
+  bool exposed = true;
+  while (!g_stop) {
+    if (g_withdraw.exchange(false) && exposed) {
+      s = engine.unregisterLocalMemory(mem);
+      exposed = !s.ok();
+      fmt::print("{}\n", s.ok() ? "withdrawn" : "withdraw failed: " + s.toString());
+      std::fflush(stdout);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (exposed) (void)engine.unregisterLocalMemory(mem);
   ::munmap(mem, *size);
   return 0;
 }

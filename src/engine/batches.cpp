@@ -107,9 +107,16 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs) 
     }
     std::string why;
     const Route* route = selectRoute(*view, q, forced_transport_, &why);
-    if (!route)
+    if (!route) {
+      // When one transport alone serves this kind of segment and it failed to
+      // open the peer for a reason other than "cannot reach it" (a missing or
+      // unreadable file), that failure is the error.
+      const Status& only = view->routes.size() == 1 ? view->routes[0].refusal : Status::OK();
+      if (!only.ok() && only.code() != Code::kNotSupported)
+        return refuse(i, {only.code(), fmt::format("segment '{}': {}", view->desc->name, only.message())});
       return refuse(i, {Code::kNoTransport, fmt::format("no installed transport ({}) can serve it to segment '{}': {}",
                                                         fmt::join(transportNames(), ","), view->desc->name, why)});
+    }
     res[i] = Resolved{view, route, buf};
   }
 

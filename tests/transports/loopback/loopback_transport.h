@@ -1,0 +1,46 @@
+// loopback: moves bytes between engines of one process with memcpy on a
+// worker thread. The smallest complete transport (see README.md).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "base/transport.h"
+
+namespace hawser::loopback {
+
+class LoopbackTransport final : public Transport {
+ public:
+  ~LoopbackTransport() override { shutdown(); }
+
+  const char* name() const override { return "loopback"; }
+  TransportCaps caps() const override {
+    return {.memory_segments = true, .same_host_only = true, .cost_rank = 5};
+  }
+  Status install(const TransportContext& ctx) override;
+  void shutdown() override;
+  // Serves only segments of engines in this process.
+  Status openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) override;
+  Status newSubBatch(size_t task_capacity, std::unique_ptr<SubBatch>& out) override;
+  Counters stats() const override;
+
+  struct Copy {
+    Task* task;
+    std::atomic<int>* inflight;
+  };
+  void enqueue(std::deque<Copy>& copies);
+
+ private:
+  void run();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Copy> queue_;
+  bool stop_ = false;
+  std::thread worker_;
+  std::atomic<uint64_t> copies_{0}, bytes_{0};
+};
+
+}  // namespace hawser::loopback
