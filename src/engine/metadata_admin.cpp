@@ -1,6 +1,8 @@
 // hawser::MetadataAdmin (include/hawser/metadata.h): the public face of the
 // metadata store's admin verbs (metadata/store.h), plus what a tool needs
 // around them: name rules, backing-file inspection, the path-map edit.
+// Messages name arguments the way `hawser segment` does (NAME, FILE), the
+// tool being this API's first user.
 #include "hawser/metadata.h"
 
 #include <unistd.h>
@@ -9,6 +11,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <fmt/format.h>
 
 #include "base/config.h"
@@ -161,7 +164,7 @@ Status MetadataAdmin::mapFile(const std::string& name, const std::string& file, 
     std::string known;
     for (size_t k = 0; k < d.files.size(); ++k) known += fmt::format("{}[{}] {}", k ? ", " : "", k, d.files[k].file_path);
     return {Code::kInvalidArgument,
-            fmt::format("'{}' is not a file of segment '{}' (its files: {})", file, name, known)};
+            fmt::format("FILE '{}' is not a file of segment '{}' (its files: {})", file, name, known)};
   });
   if (!s.ok()) return s;
   if (index) *index = which;
@@ -175,29 +178,32 @@ Status MetadataAdmin::remove(const std::string& name, bool force) {
 }
 
 Status MetadataAdmin::checkName(const std::string& name) {
-  if (name.empty()) return {Code::kInvalidArgument, "segment name is empty"};
+  if (name.empty()) return {Code::kInvalidArgument, "segment NAME is empty"};
   if (name.size() > 255)
-    return {Code::kInvalidArgument, fmt::format("segment name '{}...' is longer than 255 bytes", name.substr(0, 32))};
+    return {Code::kInvalidArgument, fmt::format("segment NAME '{}...' is longer than 255 bytes", name.substr(0, 32))};
   for (unsigned char c : name) {
     if (c == '/' || std::isspace(c) || std::iscntrl(c))
       return {Code::kInvalidArgument,
-              fmt::format("segment name '{}' contains '/', whitespace or a control character", name)};
+              fmt::format("segment NAME '{}' contains '/', whitespace or a control character", name)};
   }
   if (name.rfind("file:", 0) == 0)
-    return {Code::kInvalidArgument, fmt::format("segment name '{}' must not start with file: (file:// names a file directly)", name)};
+    return {Code::kInvalidArgument, fmt::format("segment NAME '{}' must not start with file:", name)};
   return Status::OK();
 }
 
 Status MetadataAdmin::inspectFile(const std::string& path, FileDesc& out) {
   int err = 0;
   const std::string abs = resolvedPath(path, &err);
-  if (abs.empty()) return errnoStatus(err, fmt::format("backing file '{}'", path));
+  if (abs.empty()) return errnoStatus(err, fmt::format("FILE '{}'", path));
   uint64_t length = 0;
   Status s = fileSize(abs, length);
-  if (!s.ok()) return {s.code(), fmt::format("backing file '{}': {}", path, s.message())};
+  if (s.code() == Code::kInvalidArgument)
+    return {s.code(), fmt::format("FILE '{}' is not a regular file or block device", path)};
+  if (!s.ok()) return {s.code(), fmt::format("FILE '{}': {}", path, s.message())};
   if (length == 0)
-    return {Code::kInvalidArgument, fmt::format("backing file '{}' is empty (a segment file needs >= 1 byte)", path)};
-  if (::access(abs.c_str(), R_OK) != 0) return errnoStatus(errno, fmt::format("backing file '{}' is not readable", path));
+    return {Code::kInvalidArgument, fmt::format("FILE '{}' is empty (a segment file needs >= 1 byte)", path)};
+  if (::access(abs.c_str(), R_OK) != 0)
+    return {Code::kPermissionDenied, fmt::format("FILE '{}' is not readable: {}", path, std::strerror(errno))};
   out = FileDesc{};
   out.file_path = abs;
   out.length = length;

@@ -435,7 +435,9 @@ TEST_F(EtcdAdminTest, MemorySegmentIsRemovedOnlyWithForce) {
   std::optional<etcd::KeyValue> kv;
   ASSERT_TRUE(e->client().get("hawser/segments/node-a", kv).ok());
   // Gone, unless the running engine already re-published it (it watches its key).
-  if (kv) EXPECT_NE(kv->mod_revision, r.mod_revision);
+  if (kv) {
+    EXPECT_NE(kv->mod_revision, r.mod_revision);
+  }
   EXPECT_EQ(a->remove("nope", true).code(), Code::kSegmentNotFound);
 }
 
