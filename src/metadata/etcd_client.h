@@ -1,6 +1,12 @@
 // A small etcd v3 client over etcd's HTTP/JSON gateway (grpc-gateway), built
 // on libcurl. Every call is a POST of a JSON body to /v3/<service>/<method>;
-// keys and values travel base64-encoded, int64 fields come back as strings.
+// keys and values travel base64-encoded, int64 fields come back as strings
+// (etcd_codec.h).
+//
+// One class, implemented by concept: etcd_gateway.cpp (the HTTP transport:
+// call, failover, retries), etcd_kv.cpp (range, put, compare-and-swap),
+// etcd_lease.cpp (grant, keepalive, revoke), etcd_watch.cpp (watch streams,
+// parsed by etcd_watch_stream.h).
 //
 // Endpoints: a list of "host:port"; a call goes to the endpoint that last
 // answered and fails over to the next one when it cannot be reached. A call
@@ -21,41 +27,11 @@
 #include <nlohmann/json.hpp>
 
 #include "hawser/status.h"
+#include "metadata/etcd_codec.h"
+#include "metadata/etcd_uri.h"
+#include "metadata/etcd_watch_stream.h"
 
 namespace hawser::etcd {
-
-struct Endpoint {
-  std::string host;
-  uint16_t port = 0;
-  std::string text() const;  // "host:port" ("[v6]:port" for IPv6 literals)
-};
-
-// Parses "etcd://host:port[,host:port...]" strictly: kInvalidArgument naming
-// the URI and the part at fault for anything else (no scheme, empty list,
-// empty host, missing/zero/non-numeric port, paths, spaces, duplicates).
-Status parseUri(const std::string& uri, std::vector<Endpoint>& out);
-
-std::string base64Encode(std::string_view in);
-// False on characters outside the alphabet or bad padding.
-bool base64Decode(std::string_view in, std::string& out);
-
-// The end of the key range holding every key that starts with `prefix`.
-std::string prefixRangeEnd(const std::string& prefix);
-
-struct KeyValue {
-  std::string key;
-  std::string value;
-  int64_t create_revision = 0;
-  int64_t mod_revision = 0;
-  int64_t version = 0;
-  int64_t lease = 0;
-};
-
-// One watch event (type PUT or DELETE).
-struct WatchEvent {
-  bool is_delete = false;
-  KeyValue kv;  // for DELETE: key and mod_revision (the deletion's revision)
-};
 
 struct Options {
   // Deadline of one foreground call, retries included.
@@ -153,11 +129,5 @@ class Client {
   std::mutex pool_mu_;
   std::vector<Handle*> pool_;
 };
-
-// Reads an int64 field that the gateway sends as a string (or a number);
-// `def` when absent or malformed.
-int64_t jsonInt(const nlohmann::json& j, const char* field, int64_t def = 0);
-// Parses one "kv" object of a reply (base64 decoded).
-bool parseKv(const nlohmann::json& j, KeyValue& out);
 
 }  // namespace hawser::etcd

@@ -33,39 +33,15 @@
 #include <vector>
 
 #include "metadata/etcd_client.h"
+#include "metadata/etcd_store_options.h"
 #include "metadata/store.h"
 
 namespace hawser {
 
-class Config;
-
-struct EtcdStoreOptions {
-  std::string prefix = "hawser";      // metadata.prefix
-  int64_t lease_ttl_s = 10;           // etcd.lease_ttl_s
-  std::chrono::milliseconds backoff_max{2000};  // etcd.backoff_max_ms
-  etcd::Options client;               // etcd.timeout_ms, etcd.connect_timeout_ms, etcd.retries
-};
-
-// Reads the etcd tunables from `config`; kInvalidArgument naming the key and
-// value for out-of-range values.
-Status etcdOptionsFromConfig(Config& config, EtcdStoreOptions& out);
-
-// Segment names: 1..255 bytes, no '/', no whitespace or control characters.
-Status checkSegmentName(const std::string& name);
-
 class EtcdStore : public MetadataStore {
  public:
   // One key as stored (for tools: owner, lease, revisions).
-  struct Entry {
-    std::string key;
-    std::string name;
-    bool is_file = false;
-    int64_t mod_revision = 0;
-    int64_t create_revision = 0;
-    int64_t lease = 0;
-    Status decode;     // why `desc` could not be decoded, if so
-    SegmentDesc desc;
-  };
+  using Entry = SegmentEntry;
 
   EtcdStore(std::vector<etcd::Endpoint> endpoints, EtcdStoreOptions options);
   ~EtcdStore() override;
@@ -83,14 +59,20 @@ class EtcdStore : public MetadataStore {
   Status removeSegment(const std::string& name) override;
   Status listSegments(std::vector<SegmentDesc>& out) override;
 
-  // Tools. getEntry: kSegmentNotFound when neither key exists.
-  Status getEntry(const std::string& name, Entry& out);
-  Status listEntries(std::vector<Entry>& out);
-  // Creates a file segment; kInvalidArgument if the name is taken (memory or file).
-  Status createFileSegment(const SegmentDesc& desc);
+  // Administration (store.h). getEntry: kSegmentNotFound when neither key exists.
+  std::string where() const override;
+  Status getEntry(const std::string& name, Entry& out) override;
+  Status listEntries(std::vector<Entry>& out) override;
+  // replace=false: createFileSegment; true: putFileSegment.
+  Status registerFileSegment(const SegmentDesc& desc, bool replace) override;
   // Read-modify-write of a file segment, compare-and-swap on mod_revision,
   // retried on conflict (bounded) so concurrent edits are not lost.
-  Status updateFileSegment(const std::string& name, const std::function<Status(SegmentDesc&)>& edit);
+  Status updateFileSegment(const std::string& name, const std::function<Status(SegmentDesc&)>& edit) override;
+  // A memory segment's key (an engine's, under its lease) only with `force`.
+  Status removeEntry(const std::string& name, bool force) override;
+
+  // Creates a file segment; kInvalidArgument if the name is taken (memory or file).
+  Status createFileSegment(const SegmentDesc& desc);
   // Removes one key; `is_file` picks the namespace. kSegmentNotFound if absent.
   Status removeKey(const std::string& name, bool is_file);
 
@@ -104,6 +86,9 @@ class EtcdStore : public MetadataStore {
   std::string fileKey(const std::string& name) const { return options_.prefix + "/files/" + name; }
 
  private:
+  static constexpr int kMaxCasAttempts = 16;
+  static constexpr std::chrono::milliseconds kFirstBackoff{200};
+
   struct KeyState {
     int64_t revision = 0;  // mod_revision, or the revision that deleted it
     bool present = false;

@@ -1,62 +1,16 @@
+// P2pStore: descriptors served and fetched over the rpc listener, file
+// segments of this process (persisted in the file segments JSON file,
+// p2p_file_segments.h) and the admin verbs on them. Change notices to peers
+// live in p2p_change_notices.cpp.
 #include "metadata/p2p_store.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "base/config.h"
 #include "base/log.h"
 #include "rpc/rpc.h"
 
 namespace hawser {
-
-Status loadFileSegments(const std::string& path, std::map<std::string, SegmentDesc>& out) {
-  std::ifstream in(path);
-  if (!in) {
-    if (errno == ENOENT) return Status::OK();  // nothing yet
-    return {Code::kMetadataError, fmt::format("file segments '{}': {}", path, std::strerror(errno))};
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    return {Code::kMetadataError, fmt::format("file segments '{}': not a JSON object", path)};
-  auto segs = j.find("segments");
-  if (segs == j.end() || !segs->is_array())
-    return {Code::kMetadataError, fmt::format("file segments '{}': field 'segments' must be an array", path)};
-  std::map<std::string, SegmentDesc> got;
-  for (auto& js : *segs) {
-    SegmentDesc d;
-    Status s = decodeSegment(js, d);
-    if (!s.ok()) return {s.code(), fmt::format("file segments '{}': {}", path, s.message())};
-    if (d.kind != SegmentDesc::Kind::kFile)
-      return {Code::kMetadataError, fmt::format("file segments '{}': segment '{}' is not of kind file", path, d.name)};
-    got[d.name] = std::move(d);
-  }
-  out = std::move(got);
-  return Status::OK();
-}
-
-Status saveFileSegments(const std::string& path, const std::map<std::string, SegmentDesc>& segs) {
-  nlohmann::json j;
-  j["version"] = fmt::format("{}.{}", kDescriptorMajor, kDescriptorMinor);
-  j["segments"] = nlohmann::json::array();
-  for (auto& [n, d] : segs) j["segments"].push_back(encodeSegment(d));
-  std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return {Code::kMetadataError, fmt::format("cannot write '{}': {}", tmp, std::strerror(errno))};
-    out << j.dump(2) << "\n";
-    if (!out.flush()) return {Code::kMetadataError, fmt::format("cannot write '{}'", tmp)};
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    return {Code::kMetadataError, fmt::format("cannot rename '{}' to '{}': {}", tmp, path, std::strerror(errno))};
-  return Status::OK();
-}
 
 P2pStore::P2pStore(Config& config, rpc::Server* rpc) : config_(config), rpc_(rpc) {}
 
@@ -100,45 +54,6 @@ void P2pStore::stop() {
   }
   sub_cv_.notify_all();
   if (notifier_.joinable()) notifier_.join();
-}
-
-Status P2pStore::publishLocal() {
-  {
-    std::lock_guard lk(sub_mu_);
-    if (subscribers_.empty()) return Status::OK();
-    dirty_ = true;
-  }
-  sub_cv_.notify_all();
-  return Status::OK();
-}
-
-void P2pStore::notifier() {
-  std::unique_lock lk(sub_mu_);
-  while (true) {
-    sub_cv_.wait(lk, [&] { return stopping_ || dirty_; });
-    if (stopping_) return;
-    dirty_ = false;
-    std::set<std::string> subs = subscribers_;
-    lk.unlock();
-    std::vector<std::string> gone;
-    for (auto& peer : subs) {
-      std::string host, reply;
-      uint16_t port = 0;
-      if (!net::splitHostPort(peer, host, port).ok()) continue;
-      Status s = rpc::call(host, port, kSegmentChangedCall.id, local_name_, reply, std::chrono::milliseconds(1000));
-      if (!s.ok()) {
-        HLOG_DEBUG("p2p: change notice to {} failed ({}); dropping it", peer, s.toString());
-        gone.push_back(peer);
-      }
-    }
-    lk.lock();
-    for (auto& g : gone) subscribers_.erase(g);
-  }
-}
-
-bool P2pStore::mayHaveChanged(const std::string& name, uint64_t) {
-  std::lock_guard lk(sub_mu_);
-  return changed_.erase(name) > 0;
 }
 
 std::string P2pStore::localSegmentName(const std::string&, const std::string& host, uint16_t port) const {
@@ -210,6 +125,119 @@ Status P2pStore::listSegments(std::vector<SegmentDesc>& out) {
   std::lock_guard lk(mu_);
   for (auto& [n, d] : files_) out.push_back(d);
   return Status::OK();
+}
+
+// ---- administration -----------------------------------------------------------
+
+std::string P2pStore::filePath() const {
+  return file_path_.empty() ? config_.getString("file_segments", "") : file_path_;
+}
+
+std::string P2pStore::where() const {
+  const std::string path = filePath();
+  return path.empty() ? std::string("the file segments of this process") : "file segments '" + path + "'";
+}
+
+Status P2pStore::readFiles(FileSegmentMap& out) {
+  const std::string path = filePath();
+  if (path.empty()) {
+    std::lock_guard lk(mu_);
+    out = files_;
+    return Status::OK();
+  }
+  return loadFileSegments(path, out);
+}
+
+Status P2pStore::editFiles(const std::function<Status(FileSegmentMap&, bool&)>& edit) {
+  std::lock_guard lk(mu_);
+  const std::string path = filePath();
+  FileSegmentMap edited = files_;
+  bool changed = false;
+  auto run = [&](FileSegmentMap& segs, bool& dirty) {
+    Status s = edit(segs, dirty);
+    if (s.ok() && dirty) {
+      edited = segs;
+      changed = true;
+    }
+    return s;
+  };
+  Status s;
+  if (path.empty()) {
+    bool dirty = false;
+    s = run(edited, dirty);
+  } else {
+    s = editFileSegments(path, run);
+  }
+  if (s.ok() && changed) files_ = std::move(edited);
+  return s;
+}
+
+Status P2pStore::listEntries(std::vector<SegmentEntry>& out) {
+  out.clear();
+  FileSegmentMap segs;
+  Status s = readFiles(segs);
+  if (!s.ok()) return s;
+  for (auto& [n, d] : segs) {
+    SegmentEntry e;
+    e.name = n;
+    e.is_file = true;
+    e.desc = d;
+    out.push_back(std::move(e));
+  }
+  return Status::OK();
+}
+
+Status P2pStore::getEntry(const std::string& name, SegmentEntry& out) {
+  FileSegmentMap segs;
+  Status s = readFiles(segs);
+  if (!s.ok()) return s;
+  auto it = segs.find(name);
+  if (it == segs.end()) return notFound(name);
+  out = SegmentEntry{};
+  out.name = name;
+  out.is_file = true;
+  out.desc = it->second;
+  return Status::OK();
+}
+
+Status P2pStore::registerFileSegment(const SegmentDesc& desc, bool replace) {
+  if (desc.kind != SegmentDesc::Kind::kFile)
+    return {Code::kInvalidArgument, fmt::format("segment '{}' is not a file segment", desc.name)};
+  return editFiles([&](FileSegmentMap& segs, bool& dirty) -> Status {
+    if (!replace && segs.count(desc.name))
+      return {Code::kInvalidArgument,
+              fmt::format("segment '{}' already exists in {} (use --replace)", desc.name, location())};
+    segs[desc.name] = desc;
+    dirty = true;
+    return Status::OK();
+  });
+}
+
+Status P2pStore::updateFileSegment(const std::string& name, const std::function<Status(SegmentDesc&)>& edit) {
+  return editFiles([&](FileSegmentMap& segs, bool& dirty) -> Status {
+    auto it = segs.find(name);
+    if (it == segs.end()) return notFound(name);
+    Status s = edit(it->second);
+    if (s.ok()) dirty = true;
+    return s;
+  });
+}
+
+Status P2pStore::removeEntry(const std::string& name, bool /*force: p2p stores no memory segments*/) {
+  return editFiles([&](FileSegmentMap& segs, bool& dirty) -> Status {
+    if (segs.erase(name) == 0) return notFound(name);
+    dirty = true;
+    return Status::OK();
+  });
+}
+
+std::string P2pStore::location() const {
+  const std::string path = filePath();
+  return path.empty() ? std::string("this process") : path;
+}
+
+Status P2pStore::notFound(const std::string& name) const {
+  return {Code::kSegmentNotFound, fmt::format("no file segment '{}' in {}", name, location())};
 }
 
 }  // namespace hawser

@@ -17,6 +17,7 @@
 #include <set>
 #include <thread>
 
+#include "metadata/p2p_file_segments.h"
 #include "metadata/store.h"
 #include "rpc/rpc.h"
 
@@ -41,8 +42,23 @@ class P2pStore : public MetadataStore {
   Status removeSegment(const std::string& name) override;
   Status listSegments(std::vector<SegmentDesc>& out) override;
 
+  // Administration: on the file segments JSON file (config file_segments,
+  // edits under its flock) when there is one, else on this process's own.
+  std::string where() const override;
+  Status listEntries(std::vector<SegmentEntry>& out) override;
+  Status getEntry(const std::string& name, SegmentEntry& out) override;
+  Status registerFileSegment(const SegmentDesc& desc, bool replace) override;
+  Status updateFileSegment(const std::string& name, const std::function<Status(SegmentDesc&)>& edit) override;
+  // p2p stores no memory segments: `force` changes nothing.
+  Status removeEntry(const std::string& name, bool force) override;
+
  private:
   Status save();
+  std::string filePath() const;  // the file segments JSON file, "" for none
+  std::string location() const;  // filePath() or "this process", for messages
+  Status notFound(const std::string& name) const;
+  Status readFiles(FileSegmentMap& out);
+  Status editFiles(const std::function<Status(FileSegmentMap&, bool& dirty)>& edit);
 
   Config& config_;
   rpc::Server* rpc_;
@@ -50,7 +66,7 @@ class P2pStore : public MetadataStore {
   std::function<SegmentDesc()> local_;
   std::string file_path_;
   std::mutex mu_;
-  std::map<std::string, SegmentDesc> files_;
+  FileSegmentMap files_;
 
   // Change notices.
   void notifier();
@@ -61,9 +77,5 @@ class P2pStore : public MetadataStore {
   bool dirty_ = false, stopping_ = false;
   std::thread notifier_;
 };
-
-// Reads / writes the p2p file-segment JSON file (shared with `hawser segment`).
-Status loadFileSegments(const std::string& path, std::map<std::string, SegmentDesc>& out);
-Status saveFileSegments(const std::string& path, const std::map<std::string, SegmentDesc>& segs);
 
 }  // namespace hawser

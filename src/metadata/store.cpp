@@ -9,6 +9,24 @@
 
 namespace hawser {
 
+namespace {
+
+Status notSupported(const MetadataStore& s, const char* verb) {
+  return {Code::kNotSupported, fmt::format("{}: {} is not supported by this metadata store", s.where(), verb)};
+}
+
+}  // namespace
+
+Status MetadataStore::listEntries(std::vector<SegmentEntry>&) { return notSupported(*this, "listing entries"); }
+Status MetadataStore::getEntry(const std::string&, SegmentEntry&) { return notSupported(*this, "reading an entry"); }
+Status MetadataStore::registerFileSegment(const SegmentDesc&, bool) {
+  return notSupported(*this, "registering a file segment");
+}
+Status MetadataStore::updateFileSegment(const std::string&, const std::function<Status(SegmentDesc&)>&) {
+  return notSupported(*this, "editing a file segment");
+}
+Status MetadataStore::removeEntry(const std::string&, bool) { return notSupported(*this, "removing an entry"); }
+
 Status makeMetadataStore(const std::string& uri, Config& config, rpc::Server* rpc,
                          std::unique_ptr<MetadataStore>& out) {
   if (uri.empty() || uri == "p2p" || uri == "P2PHANDSHAKE") {

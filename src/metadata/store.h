@@ -18,6 +18,19 @@ namespace rpc {
 class Server;
 }
 
+// One stored segment as an administrator sees it: what `hawser segment list`
+// and `show` print, including entries whose descriptor does not decode.
+struct SegmentEntry {
+  std::string name;
+  bool is_file = false;
+  std::string key;              // where it is stored (etcd key; "" with p2p)
+  int64_t mod_revision = 0;     // etcd: revisions of the key
+  int64_t create_revision = 0;
+  int64_t lease = 0;            // etcd memory segments: the owning engine's lease
+  Status decode;                // why `desc` could not be decoded, if so
+  SegmentDesc desc;
+};
+
 class MetadataStore {
  public:
   virtual ~MetadataStore() = default;
@@ -45,6 +58,32 @@ class MetadataStore {
   virtual Status putFileSegment(const SegmentDesc& desc) = 0;
   virtual Status removeSegment(const std::string& name) = 0;
   virtual Status listSegments(std::vector<SegmentDesc>& out) = 0;
+
+  // ---- Administration (hawser segment, through hawser::MetadataAdmin) -------
+  // These work on a store that was never start()ed. The defaults answer
+  // kNotSupported.
+
+  // Where the segments live, for messages ("etcd etcd://h:p (prefix 'hawser')").
+  virtual std::string where() const { return "metadata"; }
+  // Every stored segment, with its raw state; one that does not decode is
+  // listed with `decode` set.
+  virtual Status listEntries(std::vector<SegmentEntry>& out);
+  // One segment; kSegmentNotFound when absent. A descriptor that does not
+  // decode is Ok with out.decode set.
+  virtual Status getEntry(const std::string& name, SegmentEntry& out);
+  // Stores a file segment. replace=false: create-if-absent, kInvalidArgument
+  // when the name is taken; replace=true: overwrites a file segment (never a
+  // memory segment of that name).
+  virtual Status registerFileSegment(const SegmentDesc& desc, bool replace);
+  // Atomic read-modify-write of one file segment: `edit` changes the
+  // descriptor (its error aborts, nothing written). etcd: compare-and-swap on
+  // the key's mod_revision, retried on conflict; p2p: under an exclusive
+  // flock of the file segments JSON file. kSegmentNotFound when absent;
+  // kInvalidArgument when the name is a memory segment.
+  virtual Status updateFileSegment(const std::string& name, const std::function<Status(SegmentDesc&)>& edit);
+  // Removes a file segment; a memory segment's key (etcd: an engine's, under
+  // its lease) only with `force`, else kInvalidArgument naming the owner.
+  virtual Status removeEntry(const std::string& name, bool force);
 };
 
 // Builds the store for a metadata URI: "p2p" or "etcd://h:p[,h:p]".

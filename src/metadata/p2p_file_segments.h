@@ -1,0 +1,27 @@
+// The p2p file segments JSON file: {"version":"1.0","segments":[<file
+// segment descriptor>...]}, loaded by p2p engines (config file_segments, env
+// HAWSER_FILE_SEGMENTS) and edited by `hawser segment`. Writers replace it
+// atomically (write a temporary file, rename) under an exclusive flock on
+// PATH.lock, so concurrent editors do not lose each other's changes.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "hawser/status.h"
+#include "metadata/descriptor.h"
+
+namespace hawser {
+
+using FileSegmentMap = std::map<std::string, SegmentDesc>;  // by segment name
+
+// A file that does not exist holds no segments (Ok, empty map).
+Status loadFileSegments(const std::string& path, FileSegmentMap& out);
+Status saveFileSegments(const std::string& path, const FileSegmentMap& segs);
+
+// Read-modify-write under an exclusive flock on PATH.lock: loads the file,
+// calls `edit`, and saves when `edit` succeeds and sets `dirty`.
+Status editFileSegments(const std::string& path, const std::function<Status(FileSegmentMap&, bool& dirty)>& edit);
+
+}  // namespace hawser
