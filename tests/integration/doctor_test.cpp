@@ -39,8 +39,11 @@ TEST(Doctor, every_transport_of_the_build_says_if_it_installed_and_what_it_moves
   ASSERT_NE(file, nullptr) << j.dump();
   EXPECT_TRUE((*file)["installed"].get<bool>());
   EXPECT_FALSE((*file)["facts"].empty()) << "the file transport says what it found (io_uring, engine)";
-  for (auto& t : j["transports"])
-    if (!t["installed"].get<bool>()) EXPECT_FALSE(t["reason"].get<std::string>().empty()) << t.dump();
+  for (auto& t : j["transports"]) {
+    if (!t["installed"].get<bool>()) {
+      EXPECT_FALSE(t["reason"].get<std::string>().empty()) << t.dump();
+    }
+  }
 }
 
 TEST(Doctor, unreachable_metadata_is_reported_and_transports_still_listed) {

@@ -60,7 +60,9 @@ TEST_F(NetnsHosts, serve_on_one_host_and_bench_on_another_move_verified_data) {
                     " --op " + op + " --block-size 256K --batch-size 8 --threads 2 --total 128M --json 2>&1",
                 &out);
     ASSERT_EQ(rc, 0) << out;
-    auto last = out.substr(out.rfind('{'));
+    // The summary is the last line.
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    auto last = out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1);
     auto j = nlohmann::json::parse(last, nullptr, false);
     ASSERT_FALSE(j.is_discarded()) << out;
     EXPECT_EQ(j["op"], op);

@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "common/util.h"
-#include "engine/engine_impl.h"
+#include "engine/access.h"
 #include "hawser/engine.h"
 #include "softverbs/soft_env.h"
 #include "transport/rdma/rdma_stats.h"
@@ -27,6 +27,7 @@
 using namespace hawser;
 using hawser::test::Buffer;
 using hawser::test::SoftVerbsEnv;
+using hawser::detail::EngineAccess;
 
 namespace {
 
@@ -44,8 +45,9 @@ TEST(RdmaChild, serve) {
     ASSERT_EQ(::write(out_fd, l.data(), l.size()), static_cast<ssize_t>(l.size()));
   };
   TransferEngine e;
-  e.impl()->config().set("transport", "rdma");
-  ASSERT_TRUE(e.init("p2p", "child", "127.0.0.1", 0).ok());
+  EngineOptions o;
+  o.config["transport"] = "rdma";
+  ASSERT_TRUE(e.init("p2p", "child", "127.0.0.1", 0, o).ok());
   Buffer mem(bytes);
   test::fillPattern(mem.p, bytes, seed);
   ASSERT_TRUE(e.registerLocalMemory(mem.p, bytes, "cpu:0", true).ok());
@@ -75,7 +77,7 @@ TEST(RdmaChild, serve) {
     } else if (op == "revoke") {
       // Deregister the region's MRs on every NIC behind the engine's back:
       // peers keep (now dead) keys, as when an MR vanishes under them.
-      SegmentDesc d = e.impl()->localDescriptor();
+      SegmentDesc d = EngineAccess::of(e).localDescriptor();
       const auto& nics = d.transports.at("rdma").at("nics");
       const auto& rk = d.buffers.at(0).attrs.at("rdma").at("rkey");
       bool ok = true;
@@ -178,13 +180,14 @@ class RdmaMultiProcess : public ::testing::Test {
     for (auto& [k, v] : cfg) env_->set(Config::envName(k), v);
     rdma::stats().reset();
     ASSERT_TRUE(child_.start(bytes, seed)) << "child target did not start";
-    engine_.impl()->config().set("transport", "rdma");
-    Status s = engine_.init("p2p", "parent", "127.0.0.1", 0);
+    EngineOptions o;
+    o.config["transport"] = "rdma";
+    Status s = engine_.init("p2p", "parent", "127.0.0.1", 0, o);
     ASSERT_TRUE(s.ok()) << s.toString();
     ASSERT_TRUE(engine_.openSegment(child_.segment(), seg_).ok());
   }
   void TearDown() override {
-    engine_.impl()->shutdown();
+    EngineAccess::of(engine_).shutdown();
     env_.reset();
   }
 

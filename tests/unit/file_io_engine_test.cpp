@@ -93,7 +93,7 @@ class IoEngineTest : public ::testing::TestWithParam<std::string> {
     if (fd_ >= 0) ::close(fd_);
   }
   // false: io_uring is not available here (skip).
-  bool make(EngineOptions o = {}) {
+  bool make(IoEngineOptions o = {}) {
     if (GetParam() == "uring") {
       Status s = makeUringEngine(o, engine);
       if (!s.ok()) return false;
@@ -157,7 +157,7 @@ TEST_P(IoEngineTest, completions_are_matched_by_cookie_not_by_position) {
 }
 
 TEST_P(IoEngineTest, more_ops_than_the_queue_depth_all_complete) {
-  EngineOptions o;
+  IoEngineOptions o;
   o.io_depth = 4;
   o.posix_threads = 2;
   MAKE_OR_SKIP(o);
@@ -169,7 +169,7 @@ TEST_P(IoEngineTest, more_ops_than_the_queue_depth_all_complete) {
   ASSERT_TRUE(sink.waitCount(128));
   for (uint64_t i = 0; i < 128; ++i) EXPECT_EQ(sink.results[i + 1], static_cast<int64_t>(64 * KiB));
   if (GetParam() == "uring") {
-    EngineStats st = engine->stats();
+    IoEngineStats st = engine->stats();
     EXPECT_EQ(st.submitted, 128u);
     // Batched: far fewer kernel submissions than ops would mean one per op;
     // each submit call carries up to io_depth ops.
@@ -196,7 +196,7 @@ TEST_P(IoEngineTest, bad_fd_completes_with_an_error_instead_of_failing_submit) {
 }
 
 TEST_P(IoEngineTest, queued_op_can_be_cancelled) {
-  EngineOptions o;
+  IoEngineOptions o;
   o.posix_threads = 1;
   MAKE_OR_SKIP(o);
   Buffer buf(3 * 4096);
@@ -300,7 +300,7 @@ TEST_P(IoEngineTest, memory_the_kernel_will_not_pin_still_moves_data) {
 }
 
 TEST_P(IoEngineTest, stop_cancels_queued_work_and_reports_nothing_left) {
-  EngineOptions o;
+  IoEngineOptions o;
   o.posix_threads = 1;
   MAKE_OR_SKIP(o);
   Buffer buf(64 * 4096);
@@ -327,7 +327,7 @@ INSTANTIATE_TEST_SUITE_P(Engines, IoEngineTest, ::testing::Values("uring", "posi
 // cancelled by io_uring_prep_cancel and completes with -ECANCELED.
 TEST(UringEngine, op_blocked_in_the_kernel_is_cancelled) {
   std::unique_ptr<IoEngine> e;
-  if (!makeUringEngine(EngineOptions{}, e).ok()) GTEST_SKIP() << "io_uring is not available here";
+  if (!makeUringEngine(IoEngineOptions{}, e).ok()) GTEST_SKIP() << "io_uring is not available here";
   Sink sink;
   ASSERT_TRUE(e->start(sink.fn()).ok());
   int p[2];
@@ -355,7 +355,7 @@ TEST(UringEngine, op_blocked_in_the_kernel_is_cancelled) {
 // registered in chunks; ops inside either chunk use a fixed buffer.
 TEST(UringEngine, region_over_1GiB_is_registered_in_chunks) {
   std::unique_ptr<IoEngine> e;
-  if (!makeUringEngine(EngineOptions{}, e).ok()) GTEST_SKIP() << "io_uring is not available here";
+  if (!makeUringEngine(IoEngineOptions{}, e).ok()) GTEST_SKIP() << "io_uring is not available here";
   const size_t n = (1ULL << 30) + 2 * MiB;
   void* m = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (m == MAP_FAILED) GTEST_SKIP() << "cannot map 1 GiB here";
@@ -402,7 +402,7 @@ TEST(UringEngine, region_over_1GiB_is_registered_in_chunks) {
 TEST(UringEngine, registration_refused_by_rlimit_memlock_falls_back_to_plain_io) {
   {
     std::unique_ptr<IoEngine> probe;
-    if (!makeUringEngine(EngineOptions{}, probe).ok()) GTEST_SKIP() << "io_uring is not available here";
+    if (!makeUringEngine(IoEngineOptions{}, probe).ok()) GTEST_SKIP() << "io_uring is not available here";
     EXPECT_EQ(probe->stop(std::chrono::seconds(5)), 0u);
   }
   TempDir dir;
@@ -421,7 +421,7 @@ TEST(UringEngine, registration_refused_by_rlimit_memlock_falls_back_to_plain_io)
     rlimit rl{64 * 1024, 64 * 1024};
     if (::setrlimit(RLIMIT_MEMLOCK, &rl) != 0) _exit(12);
     std::unique_ptr<IoEngine> e;
-    if (!makeUringEngine(EngineOptions{}, e).ok()) _exit(13);
+    if (!makeUringEngine(IoEngineOptions{}, e).ok()) _exit(13);
     Sink sink;
     if (!e->start(sink.fn()).ok()) _exit(14);
     int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_DIRECT, 0644);

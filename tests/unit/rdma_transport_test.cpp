@@ -11,25 +11,35 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/util.h"
 #include "base/config.h"
-#include "engine/engine_impl.h"
-#include "hawser/engine.h"
-#include "softverbs/soft_env.h"
 #include "base/registry.h"
 #include "base/transport.h"
+#include "common/util.h"
+#include "engine/access.h"
+#include "hawser/engine.h"
 #include "metadata/descriptor.h"
 #include "rpc/rpc.h"
-#include "base/transport.h"
-namespace hawser { std::unique_ptr<Transport> makeRdmaTransport(); }
+#include "softverbs/soft_env.h"
 #include "transport/rdma/rdma_probe.h"
 #include "transport/rdma/rdma_stats.h"
+
+namespace hawser {
+std::unique_ptr<Transport> makeRdmaTransport();
+}
 
 using namespace hawser;
 using hawser::test::Buffer;
 using hawser::test::SoftVerbsEnv;
+using hawser::detail::EngineAccess;
 
 namespace {
+
+EngineOptions forcedRdma(const std::vector<std::pair<std::string, std::string>>& cfg = {}) {
+  EngineOptions o;
+  o.config["transport"] = "rdma";
+  for (auto& [k, v] : cfg) o.config[k] = v;
+  return o;
+}
 
 const rdma::NicReport* find(const std::vector<rdma::NicReport>& v, const std::string& name) {
   for (auto& r : v)
@@ -54,12 +64,9 @@ struct RdmaPair {
   RdmaPair(size_t tbytes, size_t lbytes, const std::vector<std::pair<std::string, std::string>>& cfg = {},
            const std::string& local_location = "cpu:0", const std::string& target_location = "cpu:0")
       : tmem(tbytes), lmem(lbytes) {
-    for (TransferEngine* e : {&target, &init}) {
-      e->impl()->config().set("transport", "rdma");
-      for (auto& [k, v] : cfg) e->impl()->config().set(k, v);
-    }
-    if (!(status = target.init("p2p", "target", "127.0.0.1", 0)).ok()) return;
-    if (!(status = init.init("p2p", "init", "127.0.0.1", 0)).ok()) return;
+    const EngineOptions o = forcedRdma(cfg);
+    if (!(status = target.init("p2p", "target", "127.0.0.1", 0, o)).ok()) return;
+    if (!(status = init.init("p2p", "init", "127.0.0.1", 0, o)).ok()) return;
     test::fillPattern(tmem.p, tmem.n, 5);
     if (!(status = target.registerLocalMemory(tmem.p, tmem.n, target_location, true)).ok()) return;
     if (!(status = init.registerLocalMemory(lmem.p, lmem.n, local_location, false)).ok()) return;
@@ -152,13 +159,59 @@ TEST_F(RdmaTransportTest, engine_without_a_nic_does_not_offer_rdma) {
   ASSERT_TRUE(e.init("p2p", "a", "127.0.0.1", 0).ok());
   EXPECT_FALSE(hasTransport(e, "rdma"));
   TransferEngine forced;
-  forced.impl()->config().set("transport", "rdma");
-  EXPECT_EQ(forced.init("p2p", "b", "127.0.0.1", 0).code(), Code::kNoTransport);
+  EXPECT_EQ(forced.init("p2p", "b", "127.0.0.1", 0, forcedRdma()).code(), Code::kNoTransport);
   // Every NIC down: same.
   SoftVerbsEnv down("sv0:down,sv1:down");
   TransferEngine d;
   ASSERT_TRUE(d.init("p2p", "c", "127.0.0.1", 0).ok());
   EXPECT_FALSE(hasTransport(d, "rdma"));
+}
+
+const TransportDiagnosis* diagnosisOf(const std::vector<TransportDiagnosis>& v, const std::string& name) {
+  for (auto& d : v)
+    if (d.transport == name) return &d;
+  return nullptr;
+}
+
+std::string factOf(const TransportDiagnosis& d, const std::string& key) {
+  for (auto& [k, v] : d.facts)
+    if (k == key) return v;
+  return "";
+}
+
+TEST_F(RdmaTransportTest, diagnosis_names_every_nic_and_why_it_is_or_is_not_used) {
+  SoftVerbsEnv env("sv0:numa=0,sv1:numa=1:down");
+  TransferEngine e;
+  ASSERT_TRUE(e.init("p2p", "a", "127.0.0.1", 0).ok());
+  auto diags = e.diagnose();
+  const TransportDiagnosis* d = diagnosisOf(diags, "rdma");
+  ASSERT_NE(d, nullptr);
+  EXPECT_TRUE(d->installed) << d->reason;
+  EXPECT_EQ(d->cost_rank, 30);
+  const std::string sv0 = factOf(*d, "NIC sv0"), sv1 = factOf(*d, "NIC sv1");
+  EXPECT_EQ(sv0.rfind("used as nic0 (port 1 ACTIVE, Ethernet, numa 0, gid[3] 0000:0000:0000:0000:0000:ffff", 0), 0u)
+      << sv0;
+  EXPECT_NE(sv0.find("RoCE v2"), std::string::npos) << sv0;
+  EXPECT_EQ(sv1.rfind("not used: ", 0), 0u) << sv1;
+  EXPECT_NE(sv1.find("no ACTIVE port"), std::string::npos) << sv1;
+  EXPECT_NE(sv1.find("numa 1"), std::string::npos) << sv1;
+  // Counters per NIC in use.
+  bool per_nic = false;
+  for (auto& t : e.stats().transports)
+    if (t.transport == "rdma")
+      for (auto& [k, v] : t.counters) per_nic |= k == "wrs_posted.nic0";
+  EXPECT_TRUE(per_nic);
+
+  // Nothing usable: not installed, and the diagnosis still says why per NIC.
+  SoftVerbsEnv down("sv0:down");
+  TransferEngine n;
+  ASSERT_TRUE(n.init("p2p", "b", "127.0.0.1", 0).ok());
+  diags = n.diagnose();
+  d = diagnosisOf(diags, "rdma");
+  ASSERT_NE(d, nullptr);
+  EXPECT_FALSE(d->installed);
+  EXPECT_EQ(d->reason.rfind("no usable RDMA NIC (sv0: ", 0), 0u) << d->reason;
+  EXPECT_NE(factOf(*d, "NIC sv0").find("no ACTIVE port"), std::string::npos);
 }
 
 TEST_F(RdmaTransportTest, registration_publishes_lkey_and_rkey_for_every_nic) {
@@ -169,7 +222,7 @@ TEST_F(RdmaTransportTest, registration_publishes_lkey_and_rkey_for_every_nic) {
   EXPECT_EQ(e.transports().front(), "rdma");  // preferred
   Buffer b(1 << 20);
   ASSERT_TRUE(e.registerLocalMemory(b.p, b.n, "cpu:0", true).ok());
-  SegmentDesc d = e.impl()->localDescriptor();
+  SegmentDesc d = EngineAccess::of(e).localDescriptor();
   const auto& nics = d.transports.at("rdma").at("nics");
   ASSERT_EQ(nics.size(), 2u);
   EXPECT_EQ(nics[0].at("name"), "sv0");
@@ -184,7 +237,7 @@ TEST_F(RdmaTransportTest, registration_publishes_lkey_and_rkey_for_every_nic) {
   }
   EXPECT_NE(a.at("rkey")[0], a.at("rkey")[1]);  // one MR per NIC
   ASSERT_TRUE(e.unregisterLocalMemory(b.p).ok());
-  EXPECT_TRUE(e.impl()->localDescriptor().buffers.empty());
+  EXPECT_TRUE(EngineAccess::of(e).localDescriptor().buffers.empty());
   // The same range registers again (every NIC let go of it).
   ASSERT_TRUE(e.registerLocalMemory(b.p, b.n, "cpu:0", true).ok());
 }
@@ -208,24 +261,66 @@ TEST_F(RdmaTransportTest, transport_claims_only_what_it_can_serve) {
   ASSERT_EQ(attrs.at("nics").size(), 2u);
   EXPECT_FALSE(attrs.at("instance").get<std::string>().empty());
 
+  // Host memory at both ends only (GPU memory comes with its own issue).
+  const TransportCaps caps = t->caps();
+  EXPECT_TRUE(caps.memory_segments);
+  EXPECT_FALSE(caps.file_segments);
+  EXPECT_EQ(caps.local_memory, uint32_t(kHostMemory));
+  EXPECT_EQ(caps.remote_memory, uint32_t(kHostMemory));
+  EXPECT_EQ(caps.cost_rank, 30);
+
+  auto refusal = [&](const SegmentDesc& s) {
+    std::shared_ptr<PeerHandle> h;
+    Status st = t->openPeer(s, h);
+    EXPECT_EQ(h, nullptr);
+    return st;
+  };
   SegmentDesc seg;
   seg.kind = SegmentDesc::Kind::kMemory;
   seg.name = "127.0.0.1:1";
-  EXPECT_FALSE(t->canServe(seg, "cpu:0"));  // publishes no rdma
+  Status st = refusal(seg);
+  EXPECT_EQ(st.code(), Code::kNotSupported);
+  EXPECT_EQ(st.message(), "segment '127.0.0.1:1' publishes no rdma transport");
   seg.transports["rdma"] = attrs;
-  EXPECT_TRUE(t->canServe(seg, "cpu:0"));
-  EXPECT_TRUE(t->canServe(seg, "cpu:1"));
-  EXPECT_FALSE(t->canServe(seg, "cuda:0"));  // no GPU memory registered through rdma
+  {
+    std::shared_ptr<PeerHandle> h;
+    ASSERT_TRUE(t->openPeer(seg, h).ok());
+    EXPECT_NE(h, nullptr);
+  }
   SegmentDesc ib = seg;
   for (auto& n : ib.transports["rdma"]["nics"]) n["link_layer"] = "ib";
-  EXPECT_FALSE(t->canServe(ib, "cpu:0"));  // RoCE NICs cannot reach an IB fabric
+  st = refusal(ib);  // RoCE NICs cannot reach an IB fabric
+  EXPECT_EQ(st.code(), Code::kNotSupported);
+  EXPECT_EQ(st.message(), "segment '127.0.0.1:1': no usable NIC here (sv0 eth, sv1 eth) shares a link layer with an "
+                          "up NIC there (sv0 ib, sv1 ib)");
+  SegmentDesc down = seg;
+  for (auto& n : down.transports["rdma"]["nics"]) n["up"] = false;
+  st = refusal(down);
+  EXPECT_EQ(st.code(), Code::kNotSupported);
+  EXPECT_EQ(st.message(), "segment '127.0.0.1:1': no usable NIC here (sv0 eth, sv1 eth) shares a link layer with an "
+                          "up NIC there (sv0 eth down, sv1 eth down)");
   SegmentDesc bad = seg;
   for (auto& n : bad.transports["rdma"]["nics"]) n["link_layer"] = 5;
-  EXPECT_FALSE(t->canServe(bad, "cpu:0"));  // malformed: refused, no throw
+  st = refusal(bad);  // malformed: refused, no throw
+  EXPECT_EQ(st.code(), Code::kNotSupported);
+  EXPECT_EQ(st.message(), "segment '127.0.0.1:1': transports.rdma.nics[0]: [json.exception.type_error.302] type must "
+                          "be string, but is number");
+  SegmentDesc bad_gid = seg;
+  bad_gid.transports["rdma"]["nics"][1]["gid"] = "fe80::1";
+  st = refusal(bad_gid);
+  EXPECT_EQ(st.code(), Code::kNotSupported);
+  EXPECT_EQ(st.message(), "segment '127.0.0.1:1': transports.rdma.nics[1].gid is malformed");
+  SegmentDesc empty = seg;
+  empty.transports["rdma"]["nics"] = nlohmann::json::array();
+  st = refusal(empty);
+  EXPECT_EQ(st.code(), Code::kNotSupported);
+  EXPECT_EQ(st.message(), "segment '127.0.0.1:1': transports.rdma.nics is missing or empty");
   SegmentDesc file;
   file.kind = SegmentDesc::Kind::kFile;
   file.transports["rdma"] = attrs;
-  EXPECT_FALSE(t->canServe(file, "cpu:0"));
+  st = refusal(file);
+  EXPECT_EQ(st.code(), Code::kNotSupported);
+  EXPECT_EQ(st.message(), "not a memory segment");
 
   Buffer b(64 << 10);
   nlohmann::json a;
@@ -415,7 +510,7 @@ TEST_F(RdmaTransportTest, large_region_is_pretouched_and_keeps_its_contents) {
 TEST_F(RdmaTransportTest, gpu_memory_without_a_dmabuf_registration_is_not_claimed) {
   SoftVerbsEnv env("sv0");
   // No CUDA here: a "cuda:0" buffer registers (plain ibv_reg_mr) but rdma
-  // cannot prove it can move GPU memory, so it does not claim the request.
+  // moves host memory only (its caps), so it does not claim the request.
   RdmaPair p(1 << 20, 1 << 20, {}, "cuda:0");
   ASSERT_TRUE(p.status.ok()) << p.status.toString();
   Status s;

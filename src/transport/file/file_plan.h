@@ -40,6 +40,9 @@ struct Piece {
 // `max_io` must be a positive multiple of `write_align` when both apply.
 void cutSpan(const FileSpan& span, uint64_t max_io, uint64_t write_align, std::vector<Piece>& out);
 
+// The page size assumed for alignment when the file system does not say.
+inline constexpr uint64_t kPage = 4096;
+
 inline uint64_t alignDown(uint64_t v, uint64_t a) { return a > 1 ? v - v % a : v; }
 inline uint64_t alignUp(uint64_t v, uint64_t a) { return a > 1 ? alignDown(v + a - 1, a) : v; }
 

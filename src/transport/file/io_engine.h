@@ -49,7 +49,7 @@ struct IoCompletion {
 // for long; may call submit()/cancel() of the same engine.
 using CompletionSink = std::function<void(std::span<const IoCompletion>)>;
 
-struct EngineOptions {
+struct IoEngineOptions {
   uint32_t io_depth = 32;        // ops in flight at once (uring); workers (posix) = posix_threads
   uint32_t posix_threads = 4;
   bool fixed_buffers = true;     // io_uring registered buffers for addMemory regions
@@ -60,7 +60,7 @@ struct EngineOptions {
   uint32_t max_fixed_files = 4096;
 };
 
-struct EngineStats {
+struct IoEngineStats {
   uint64_t submitted = 0;        // ops handed to the kernel / a worker
   uint64_t submit_calls = 0;     // io_uring_submit calls (uring)
   uint64_t fixed_buffer_ops = 0; // ops issued with a registered buffer
@@ -104,13 +104,13 @@ class IoEngine {
   // when the fd was opened with O_DIRECT (cuFile would say false).
   virtual bool needsAlignment() const { return true; }
 
-  virtual EngineStats stats() const = 0;
+  virtual IoEngineStats stats() const = 0;
 };
 
 // io_uring engine; kNotSupported when io_uring cannot be set up here
 // (kernel.io_uring_disabled, seccomp, old kernel) or the build lacks it.
-Status makeUringEngine(const EngineOptions& opts, std::unique_ptr<IoEngine>& out);
-std::unique_ptr<IoEngine> makePosixEngine(const EngineOptions& opts);
+Status makeUringEngine(const IoEngineOptions& opts, std::unique_ptr<IoEngine>& out);
+std::unique_ptr<IoEngine> makePosixEngine(const IoEngineOptions& opts);
 // True when this build has the io_uring engine.
 bool uringCompiledIn();
 

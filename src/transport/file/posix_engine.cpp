@@ -21,7 +21,7 @@ namespace {
 
 class PosixEngine final : public IoEngine {
  public:
-  explicit PosixEngine(const EngineOptions& o) : opts_(o) {}
+  explicit PosixEngine(const IoEngineOptions& o) : opts_(o) {}
   ~PosixEngine() override {
     while (!workers_.empty() && stop(std::chrono::seconds(60)) != 0) {
     }
@@ -82,9 +82,9 @@ class PosixEngine final : public IoEngine {
     if (any) cv_.notify_one();
   }
 
-  EngineStats stats() const override {
+  IoEngineStats stats() const override {
     std::lock_guard lk(mu_);
-    EngineStats s;
+    IoEngineStats s;
     s.submitted = submitted_;
     s.cancels = cancels_;
     return s;
@@ -128,7 +128,7 @@ class PosixEngine final : public IoEngine {
     }
   }
 
-  EngineOptions opts_;
+  IoEngineOptions opts_;
   CompletionSink sink_;
   std::vector<std::thread> workers_;
   mutable std::mutex mu_;
@@ -142,6 +142,6 @@ class PosixEngine final : public IoEngine {
 
 }  // namespace
 
-std::unique_ptr<IoEngine> makePosixEngine(const EngineOptions& opts) { return std::make_unique<PosixEngine>(opts); }
+std::unique_ptr<IoEngine> makePosixEngine(const IoEngineOptions& opts) { return std::make_unique<PosixEngine>(opts); }
 
 }  // namespace hawser::file

@@ -63,7 +63,7 @@ struct Command {
 
 class UringEngine final : public IoEngine {
  public:
-  explicit UringEngine(const EngineOptions& o) : opts_(o) {}
+  explicit UringEngine(const IoEngineOptions& o) : opts_(o) {}
   ~UringEngine() override;
 
   Status init();
@@ -76,7 +76,7 @@ class UringEngine final : public IoEngine {
   void removeMemory(void* addr, size_t len) override;
   void submit(std::span<const IoOp> ops) override;
   void cancel(std::span<const uint64_t> cookies) override;
-  EngineStats stats() const override;
+  IoEngineStats stats() const override;
 
  private:
   struct Chunk {
@@ -96,7 +96,7 @@ class UringEngine final : public IoEngine {
   void reap(std::vector<IoCompletion>& done);
   int lookupBuffer(const void* buf, uint64_t len) const;
 
-  EngineOptions opts_;
+  IoEngineOptions opts_;
   io_uring ring_{};
   bool ring_ok_ = false;
   unsigned ring_flags_ = 0;
@@ -581,8 +581,8 @@ void UringEngine::run() {
   done_cv_.notify_all();
 }
 
-EngineStats UringEngine::stats() const {
-  EngineStats s;
+IoEngineStats UringEngine::stats() const {
+  IoEngineStats s;
   s.submitted = st_submitted_;
   s.submit_calls = st_calls_;
   s.fixed_buffer_ops = st_fixed_buf_;
@@ -596,7 +596,7 @@ EngineStats UringEngine::stats() const {
 
 bool uringCompiledIn() { return true; }
 
-Status makeUringEngine(const EngineOptions& opts, std::unique_ptr<IoEngine>& out) {
+Status makeUringEngine(const IoEngineOptions& opts, std::unique_ptr<IoEngine>& out) {
   auto e = std::make_unique<UringEngine>(opts);
   Status s = e->init();
   if (!s.ok()) return s;
@@ -610,7 +610,7 @@ Status makeUringEngine(const EngineOptions& opts, std::unique_ptr<IoEngine>& out
 
 namespace hawser::file {
 bool uringCompiledIn() { return false; }
-Status makeUringEngine(const EngineOptions&, std::unique_ptr<IoEngine>&) {
+Status makeUringEngine(const IoEngineOptions&, std::unique_ptr<IoEngine>&) {
   return {Code::kNotSupported, "this build has no io_uring engine (HAWSER_WITH_URING=OFF or liburing missing)"};
 }
 }  // namespace hawser::file

@@ -137,8 +137,14 @@ bool Endpoint::idle() {
   return outstanding_ == 0 && waiting_.empty() && state_ != State::kConnecting;
 }
 
-void Endpoint::postLocked(std::vector<std::pair<Slice*, Status>>& failed, std::vector<Slice*>& canceled,
-                          bool& starved) {
+void Endpoint::deliver(Outcome& o) {
+  if (o.starved) ctx_->addStarved(shared_from_this());
+  if (o.connect) host_->connectAsync(shared_from_this());
+  for (Slice* s : o.canceled) host_->sliceCanceled(s);
+  for (auto& [s, why] : o.failed) host_->sliceFailed(s, why, -1);
+}
+
+void Endpoint::postLocked(Outcome& o) {
   const uint32_t max_wr = host_->maxWrPerQp();
   std::array<ibv_send_wr, kPostBatch> wrs;
   std::array<ibv_sge, kPostBatch> sges;
@@ -156,7 +162,7 @@ void Endpoint::postLocked(std::vector<std::pair<Slice*, Status>>& failed, std::v
     if (qi == qps_.size()) return;  // every QP full: completions will post more
     int64_t cq_room = ctx_->cqCapacity() - ctx_->outstanding.load();
     if (cq_room <= 0) {
-      starved = true;
+      o.starved = true;
       return;
     }
     rr_ = qi + 1;
@@ -167,7 +173,7 @@ void Endpoint::postLocked(std::vector<std::pair<Slice*, Status>>& failed, std::v
       Slice* s = waiting_.front();
       waiting_.pop_front();
       if (host_->sliceCanceledFlag(s)) {
-        canceled.push_back(s);
+        o.canceled.push_back(s);
         continue;
       }
       s->qp_index = static_cast<uint32_t>(qi);
@@ -197,7 +203,7 @@ void Endpoint::postLocked(std::vector<std::pair<Slice*, Status>>& failed, std::v
       while (posted < n && &wrs[posted] != bad) ++posted;
       Status why(Code::kIoError, fmt::format("ibv_post_send on {} QP {}: {}", ctx_->info().name, q.qp->qp_num,
                                              std::strerror(rc)));
-      for (size_t i = posted; i < n; ++i) failed.emplace_back(batch[i], why);
+      for (size_t i = posted; i < n; ++i) o.failed.emplace_back(batch[i], why);
       HLOG_WARN("rdma endpoint {}: {}; draining", id_, why.message());
       state_ = State::kDraining;
     }
@@ -209,14 +215,12 @@ void Endpoint::postLocked(std::vector<std::pair<Slice*, Status>>& failed, std::v
 }
 
 void Endpoint::submit(std::vector<Slice*>& slices) {
-  std::vector<std::pair<Slice*, Status>> failed;
-  std::vector<Slice*> canceled;
-  bool starved = false, need_connect = false;
+  Outcome o;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kClosed) {
       Status why(Code::kUnavailable, "rdma transport is shutting down");
-      for (Slice* s : slices) failed.emplace_back(s, why);
+      for (Slice* s : slices) o.failed.emplace_back(s, why);
     } else {
       for (Slice* s : slices) {
         s->ep = this;
@@ -224,41 +228,32 @@ void Endpoint::submit(std::vector<Slice*>& slices) {
       }
       if (state_ == State::kIdle) {
         state_ = State::kConnecting;
-        need_connect = true;
+        o.connect = true;
       } else if (state_ == State::kConnected) {
-        postLocked(failed, canceled, starved);
+        postLocked(o);
       }
       if (state_ == State::kDraining && outstanding_ == 0) {
         destroyQpsLocked();
         state_ = State::kConnecting;
-        need_connect = true;
+        o.connect = true;
       }
     }
   }
   slices.clear();
-  if (starved) ctx_->addStarved(shared_from_this());
-  if (need_connect) host_->connectAsync(shared_from_this());
-  for (Slice* s : canceled) host_->sliceCanceled(s);
-  for (auto& [s, why] : failed) host_->sliceFailed(s, why, -1);
+  deliver(o);
 }
 
 void Endpoint::kick() {
-  std::vector<std::pair<Slice*, Status>> failed;
-  std::vector<Slice*> canceled;
-  bool starved = false;
+  Outcome o;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    postLocked(failed, canceled, starved);
+    postLocked(o);
   }
-  if (starved) ctx_->addStarved(shared_from_this());
-  for (Slice* s : canceled) host_->sliceCanceled(s);
-  for (auto& [s, why] : failed) host_->sliceFailed(s, why, -1);
+  deliver(o);
 }
 
 void Endpoint::complete(Slice* s, const ibv_wc& wc) {
-  std::vector<std::pair<Slice*, Status>> failed;
-  std::vector<Slice*> canceled;
-  bool starved = false, need_connect = false;
+  Outcome o;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (s->qp_index < qps_.size() && qps_[s->qp_index].outstanding > 0) qps_[s->qp_index].outstanding--;
@@ -272,12 +267,12 @@ void Endpoint::complete(Slice* s, const ibv_wc& wc) {
       state_ = State::kDraining;
     }
     if (state_ == State::kConnected) {
-      postLocked(failed, canceled, starved);
+      postLocked(o);
     } else if (state_ == State::kDraining && outstanding_ == 0) {
       destroyQpsLocked();
       if (!waiting_.empty()) {
         state_ = State::kConnecting;
-        need_connect = true;
+        o.connect = true;
       } else {
         state_ = State::kIdle;
       }
@@ -285,8 +280,7 @@ void Endpoint::complete(Slice* s, const ibv_wc& wc) {
       destroyQpsLocked();
     }
   }
-  if (starved) ctx_->addStarved(shared_from_this());
-  if (need_connect) host_->connectAsync(shared_from_this());
+  deliver(o);
   if (wc.status == IBV_WC_SUCCESS) {
     host_->sliceDone(s);
   } else {
@@ -296,16 +290,12 @@ void Endpoint::complete(Slice* s, const ibv_wc& wc) {
                                            peer_->segment));
     host_->sliceFailed(s, why, wc.status);
   }
-  for (Slice* c : canceled) host_->sliceCanceled(c);
-  for (auto& [f, why] : failed) host_->sliceFailed(f, why, -1);
 }
 
 void Endpoint::connect() {
   std::vector<ibv_qp*> qps;
   Status st = host_->establish(*this, qps);
-  std::vector<std::pair<Slice*, Status>> failed;
-  std::vector<Slice*> canceled;
-  bool starved = false;
+  Outcome o;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (st.ok() && state_ == State::kConnecting) {
@@ -313,42 +303,41 @@ void Endpoint::connect() {
       for (ibv_qp* q : qps) qps_.push_back(Qp{q, 0});
       state_ = State::kConnected;
       rr_ = 0;
-      postLocked(failed, canceled, starved);
+      postLocked(o);
     } else {
       for (ibv_qp* q : qps) ctx_->verbs().destroy_qp(q);
       if (st.ok()) st = Status(Code::kUnavailable, "rdma transport is shutting down");
       if (state_ != State::kClosed) state_ = State::kIdle;
-      for (Slice* s : waiting_) failed.emplace_back(s, st);
+      for (Slice* s : waiting_) o.failed.emplace_back(s, st);
       waiting_.clear();
     }
   }
-  if (starved) ctx_->addStarved(shared_from_this());
-  for (Slice* s : canceled) host_->sliceCanceled(s);
-  for (auto& [s, why] : failed) host_->sliceFailed(s, why, -1);
+  deliver(o);
 }
 
 void Endpoint::purgeCanceled() {
-  std::vector<Slice*> canceled;
+  Outcome o;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = waiting_.begin(); it != waiting_.end();) {
       if (host_->sliceCanceledFlag(*it)) {
-        canceled.push_back(*it);
+        o.canceled.push_back(*it);
         it = waiting_.erase(it);
       } else {
         ++it;
       }
     }
   }
-  for (Slice* s : canceled) host_->sliceCanceled(s);
+  deliver(o);
 }
 
 void Endpoint::close() {
-  std::vector<Slice*> waiting;
+  Outcome o;
   {
     std::lock_guard<std::mutex> lock(mu_);
     state_ = State::kClosed;
-    waiting.assign(waiting_.begin(), waiting_.end());
+    Status why(Code::kUnavailable, "rdma transport is shutting down");
+    for (Slice* s : waiting_) o.failed.emplace_back(s, why);
     waiting_.clear();
     // Flush what the NIC still holds: every posted WR completes (FLUSH_ERR).
     for (Qp& q : qps_) {
@@ -359,8 +348,7 @@ void Endpoint::close() {
     }
     if (outstanding_ == 0) destroyQpsLocked();
   }
-  Status why(Code::kUnavailable, "rdma transport is shutting down");
-  for (Slice* s : waiting) host_->sliceFailed(s, why, -1);
+  deliver(o);
 }
 
 bool Endpoint::destroyIfIdle() {

@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hawser/status.h"
@@ -54,7 +55,7 @@ struct Peer {
 };
 
 class Endpoint;
-class RdmaSubBatch;
+struct SubBatchState;
 
 // Per task: what every slice of it needs.
 struct TaskCtx {
@@ -69,7 +70,7 @@ struct TaskCtx {
 
 struct Slice {
   TaskCtx* tc = nullptr;
-  RdmaSubBatch* sb = nullptr;
+  SubBatchState* sb = nullptr;  // its sub-batch's counters (rdma_sub_batch.h)
   uint64_t local_addr = 0;
   uint64_t remote_addr = 0;
   uint32_t length = 0;
@@ -134,7 +135,7 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
   uint32_t outstanding();
   bool idle();
   State state();
-  // Destroys the QPs if nothing is outstanding (shutdown / closeSegment).
+  // Destroys the QPs if nothing is outstanding (the last handle on the peer went).
   bool destroyIfIdle();
 
  private:
@@ -142,8 +143,16 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
     ibv_qp* qp = nullptr;
     uint32_t outstanding = 0;
   };
+  // What a step under mu_ decided, acted upon once mu_ is released.
+  struct Outcome {
+    std::vector<std::pair<Slice*, Status>> failed;  // to retry elsewhere or fail
+    std::vector<Slice*> canceled;
+    bool starved = false;  // the CQ had no room: wait for the worker's kick
+    bool connect = false;  // start a handshake
+  };
+  void deliver(Outcome& o);
   // Locked helpers.
-  void postLocked(std::vector<std::pair<Slice*, Status>>& failed, std::vector<Slice*>& canceled, bool& starved);
+  void postLocked(Outcome& o);
   void destroyQpsLocked();
 
   EndpointHost* host_;

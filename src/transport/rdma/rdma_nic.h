@@ -70,6 +70,20 @@ struct NicInfo {
 Status inspectNic(const VerbsApi& v, ibv_device* dev, const Tunables& t, ibv_context*& ctx, NicInfo& info,
                   NicReport& report);
 
+// A NIC scanNics() found usable, its context left open (the caller owns it).
+struct OpenNic {
+  ibv_context* ctx = nullptr;
+  NicInfo info;
+  size_t report = 0;  // index of its NicReport
+};
+
+// Reports every device `v` lists under t.devices / t.gid_index (and each
+// device t.devices names that is not present). With `open`, usable NICs stay
+// open and are returned there; without, they are closed. *error is set when
+// the device list cannot be read or is empty.
+std::vector<NicReport> scanNics(const VerbsApi& v, const Tunables& t, std::vector<OpenNic>* open,
+                                std::string* error);
+
 std::string gidToString(const ibv_gid& g);          // "fe80:0000:...", 8 groups
 bool gidFromString(const std::string& s, ibv_gid& g);  // accepts gidToString's output
 int mtuBytes(ibv_mtu m);

@@ -153,7 +153,7 @@ Status TcpTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle
     return {Code::kNotSupported, fmt::format("segment '{}' publishes no host and port", seg.name)};
   uint64_t slice = settings_.slice_size;
   auto mf = it->find("max_frame");
-  if (mf != it->end() && mf->is_number_unsigned() && mf->get<uint64_t>() >= 4096)
+  if (mf != it->end() && mf->is_number_integer() && mf->get<int64_t>() >= 4096)
     slice = std::min<uint64_t>(slice, mf->get<uint64_t>());
 
   std::string key = fmt::format("{}:{}", seg.host, seg.rpc_port);
