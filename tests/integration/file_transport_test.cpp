@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/log_capture.h"
 #include "common/util.h"
 #include "hawser/engine.h"
 #include "transport/file/file_transport.h"
@@ -37,33 +38,6 @@ const char* kEnvKeys[] = {"HAWSER_FILE_ENGINE",      "HAWSER_FILE_MAX_IO_SIZE", 
 
 void clearFileEnv() {
   for (const char* k : kEnvKeys) ::unsetenv(k);
-}
-
-// A file of `size` bytes holding pattern(seed) at every offset.
-bool writeFile(const std::string& path, uint64_t size, uint64_t seed) {
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return false;
-  std::vector<char> buf(MiB);
-  for (uint64_t off = 0; off < size; off += buf.size()) {
-    uint64_t n = std::min<uint64_t>(buf.size(), size - off);
-    fillPattern(buf.data(), n, seed, off);
-    if (::pwrite(fd, buf.data(), n, static_cast<off_t>(off)) != static_cast<ssize_t>(n)) {
-      ::close(fd);
-      return false;
-    }
-  }
-  ::close(fd);
-  return true;
-}
-
-std::vector<char> readFile(const std::string& path, uint64_t off, uint64_t len) {
-  std::vector<char> out(len);
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return {};
-  ssize_t n = ::pread(fd, out.data(), len, static_cast<off_t>(off));
-  ::close(fd);
-  if (n != static_cast<ssize_t>(len)) return {};
-  return out;
 }
 
 // Whether files in `dir` get real O_DIRECT I/O (what the transport checks).
@@ -115,16 +89,16 @@ class FileTransportTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     ASSERT_FALSE(dir.path.empty());
     clearFileEnv();
+    if (GetParam() == "uring") {
+      std::string why = uringUnavailableReason();
+      if (!why.empty()) GTEST_SKIP() << "io_uring is not usable on this host: " << why;
+    }
     ::setenv("HAWSER_FILE_ENGINE", GetParam().c_str(), 1);
     setExtraEnv();
     engine = std::make_unique<TransferEngine>();
     Status s = engine->init("p2p", "node-a", "127.0.0.1", 0);
     ASSERT_TRUE(s.ok()) << s.toString();
-    auto names = engine->transports();
-    if (std::find(names.begin(), names.end(), "file") == names.end()) {
-      engine.reset();
-      GTEST_SKIP() << "file transport with engine " << GetParam() << " is not available here (no io_uring?)";
-    }
+    ASSERT_TRUE(hasTransport(*engine, "file")) << "file transport with engine " << GetParam() << " did not install";
     s = engine->registerLocalMemory(mem.p, mem.n, "cpu:0", false);
     ASSERT_TRUE(s.ok()) << s.toString();
   }
@@ -561,17 +535,26 @@ TEST(FileTransportConfig, bad_tunable_keeps_the_transport_out_with_a_reason) {
   clearFileEnv();
   ::setenv("HAWSER_FILE_ENGINE", "turbo", 1);
   TransferEngine e;
+  LogCapture log;  // the reason is logged when the transport is left out
   ASSERT_TRUE(e.init("p2p", "node-a", "127.0.0.1", 0).ok());
-  auto names = e.transports();
-  EXPECT_EQ(std::find(names.begin(), names.end(), "file"), names.end());
+  const std::string logged = log.text();
+  EXPECT_FALSE(hasTransport(e, "file"));
+  EXPECT_NE(logged.find("transport file not installed"), std::string::npos) << logged;
+  EXPECT_NE(logged.find("HAWSER_FILE_ENGINE"), std::string::npos) << logged;
+  EXPECT_NE(logged.find("'turbo'"), std::string::npos) << logged;
   TempDir dir;
   ASSERT_TRUE(writeFile(dir.path + "/f", 4096, 1));
   Buffer mem(4096);
   ASSERT_TRUE(e.registerLocalMemory(mem.p, mem.n).ok());
   SegmentID seg;
-  ASSERT_TRUE(e.openSegment("file://" + dir.path + "/f", seg).ok());
+  const std::string name = "file://" + dir.path + "/f";
+  ASSERT_TRUE(e.openSegment(name, seg).ok());
   BatchID b;
   ASSERT_TRUE(e.allocateBatchID(1, b).ok());
-  EXPECT_EQ(e.submitTransfer(b, {TransferRequest{OpCode::kRead, mem.p, seg, 0, 4096}}).code(), Code::kNoTransport);
+  Status s = e.submitTransfer(b, {TransferRequest{OpCode::kRead, mem.p, seg, 0, 4096}});
+  EXPECT_EQ(s.code(), Code::kNoTransport) << s.toString();
+  EXPECT_NE(s.message().find("requests[0]"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("'" + name + "'"), std::string::npos) << s.message();  // the segment nobody serves
+  EXPECT_TRUE(e.freeBatchID(b).ok());
   clearFileEnv();
 }
