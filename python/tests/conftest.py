@@ -8,6 +8,7 @@ import ctypes
 import glob
 import os
 import sys
+import time
 
 import pytest
 
@@ -80,16 +81,41 @@ def pair(hw):
 
 
 HAWSER_BIN_CANDIDATES = ("../bin/hawser",)
+SOFTVERBS_CANDIDATES = ("../lib/libhawser_softverbs.so",)
+
+
+def _next_to_module(candidates, ok):
+    hw = require_hawser()
+    here = os.path.dirname(os.path.abspath(hw.__file__))
+    for rel in candidates:
+        p = os.path.normpath(os.path.join(here, rel))
+        if ok(p):
+            return p
+    return None
+
+
+def softverbs_lib():
+    """The software verbs provider of this build (built with the rdma
+    transport), or None when this build has no rdma transport."""
+    return os.environ.get("HAWSER_SOFTVERBS_LIB") or _next_to_module(SOFTVERBS_CANDIDATES, os.path.isfile)
 
 
 def hawser_bin():
-    hw = require_hawser()
+    require_hawser()
     env = os.environ.get("HAWSER_BIN")
     if env:
         return env
-    here = os.path.dirname(os.path.abspath(hw.__file__))
-    for rel in HAWSER_BIN_CANDIDATES:
-        p = os.path.normpath(os.path.join(here, rel))
-        if os.access(p, os.X_OK):
-            return p
-    return None
+    return _next_to_module(HAWSER_BIN_CANDIDATES, lambda p: os.access(p, os.X_OK))
+
+
+def eventually(pred, timeout=20.0):
+    """Polls pred (short, growing pauses) until it is true or timeout seconds
+    pass; returns whether it held."""
+    deadline = time.monotonic() + timeout
+    pause = 0.001
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)
+    return bool(pred())

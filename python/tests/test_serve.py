@@ -2,16 +2,18 @@
 verified, and what a sync call does when the peer stops answering (timeout,
 cancel, the batch freed only once its I/O ended, the GIL released while it
 waits)."""
+import inspect
 import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 
 import pytest
 
-from conftest import Region, hawser_bin, new_engine, pattern, require_hawser
+from conftest import Region, eventually, hawser_bin, new_engine, pattern, require_hawser
 
 SERVE_MEMORY = 8 << 20
 
@@ -132,11 +134,7 @@ def test_timed_out_batch_still_in_flight_is_kept_then_freed(serve, hw, monkeypat
     assert "kept" in hw.last_error()
     assert e.unreclaimed_batches() == 1
     serve.resume()
-    for _ in range(3000):  # bounded: ~30 s
-        if e.unreclaimed_batches() == 0:
-            break
-        time.sleep(0.01)
-    assert e.unreclaimed_batches() == 0
+    assert eventually(lambda: e.unreclaimed_batches() == 0, 30)
     # The write was on the wire before the cancel: it landed once resumed.
     got = Region(65536)
     assert e.register_memory(got.addr, 65536) == 0
@@ -154,13 +152,14 @@ def test_async_batch_past_its_timeout_fails_in_check_status(serve, hw, monkeypat
     serve.stop()
     bid = e.transfer_submit_write(serve.segment, r.addr, serve.addr, 65536)
     assert bid > 0, hw.last_error()
-    rc = 0
-    for _ in range(30000):  # bounded: ~30 s
-        rc = e.transfer_check_status(bid)
-        if rc != 0:
-            break
-        time.sleep(0.001)
-    assert rc == -1
+    rc = [0]
+
+    def ended():
+        rc[0] = e.transfer_check_status(bid)
+        return rc[0] != 0
+
+    assert eventually(ended, 30), f"batch {bid} still running"
+    assert rc[0] == -1
     assert hw.last_error_code() == "timeout"
     assert e.unreclaimed_batches() == 0
     serve.resume()
@@ -183,13 +182,57 @@ def test_sync_call_releases_the_gil_while_waiting(serve, hw, monkeypatch):
     t = threading.Thread(target=blocked)
     t.start()
     assert state["entered"].wait(30)
-    # Python code keeps running in this thread while the other one waits
-    # inside the call (it cannot return before the peer resumes or 20 s pass).
-    spins = sum(1 for _ in range(200000))
-    time.sleep(0.2)
-    assert spins == 200000
+    # The other thread is inside the call: its Python frame stands at the
+    # call's line (a C function has no frame of its own).
+    call_line = _line_of(blocked, "e.transfer_sync_write(")
+    assert eventually(lambda: _frame_line(t) == call_line), "the other thread never entered the call"
+    # While it waits there (it cannot return before the peer resumes, or
+    # 20 s), this thread runs Python code: a loop that counts for 0.3 s. Had
+    # the call kept the GIL, this thread would stall until the call returned
+    # and the loop would end after one turn.
+    turns, t0 = 0, time.monotonic()
+    while time.monotonic() - t0 < 0.3:
+        turns += 1
+    elapsed = time.monotonic() - t0
     assert not state["returned"]
+    assert _frame_line(t) == call_line
+    assert elapsed < 5, f"this thread stalled {elapsed:.1f} s"
+    assert turns > 1000, f"only {turns} turns of Python code ran while the call waited"
     serve.resume()
     t.join(60)
     assert state["returned"]
     assert state["rc"] == 0, hw.last_error()
+
+
+def _line_of(fn, text):
+    """Line number of the first line of fn's source holding text."""
+    lines, first = inspect.getsourcelines(fn)
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+def _frame_line(thread):
+    frame = sys._current_frames().get(thread.ident)
+    return frame.f_lineno if frame is not None else None
+
+
+@pytest.mark.parametrize("mc_seconds, ours_ms, limit_ms", [("1", None, 1000), ("1", "300", 300)])
+def test_sync_timeout_is_mc_transfer_timeout_unless_ours_is_set(serve, hw, monkeypatch, mc_seconds, ours_ms,
+                                                                 limit_ms):
+    # The limit a sync call applied is in its timeout message: Mooncake's
+    # MC_TRANSFER_TIMEOUT (seconds) when python.sync_timeout_ms is not set,
+    # ours when both are.
+    monkeypatch.setenv("MC_TRANSFER_TIMEOUT", mc_seconds)
+    if ours_ms is None:
+        monkeypatch.delenv("HAWSER_PYTHON_SYNC_TIMEOUT_MS", raising=False)
+    else:
+        monkeypatch.setenv("HAWSER_PYTHON_SYNC_TIMEOUT_MS", ours_ms)
+    monkeypatch.setenv("HAWSER_PYTHON_SYNC_TIMEOUT_NS_PER_BYTE", "0")
+    monkeypatch.setenv("HAWSER_PYTHON_CANCEL_WAIT_MS", "60000")
+    monkeypatch.setenv("HAWSER_TCP_TIMEOUT_MS", "2500")  # the slice on the wire outlasts either limit
+    e, r = _engine_with_region(hw, 65536)
+    assert e.transfer_sync_write(serve.segment, r.addr, serve.addr, 4096) == 0, hw.last_error()
+    serve.stop()
+    assert e.transfer_sync_write(serve.segment, r.addr, serve.addr, 65536) == -hw.codes["timeout"]
+    msg = hw.last_error()
+    assert f"not finished after {limit_ms} ms" in msg, msg
+    serve.resume()

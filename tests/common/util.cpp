@@ -1,6 +1,8 @@
 #include "common/util.h"
 
 #include <fcntl.h>
+#include <linux/io_uring.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -10,34 +12,20 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
+#include "tools/pattern.h"
+
 namespace hawser::test {
 
-static inline uint64_t mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ULL;
-  x ^= x >> 33;
-  return x;
-}
-
-static inline uint8_t patByte(uint64_t seed, uint64_t off) {
-  return static_cast<uint8_t>(mix(seed * 0x9e3779b97f4a7c15ULL + (off >> 3)) >> ((off & 7) * 8));
-}
-
 void fillPattern(void* buf, size_t len, uint64_t seed, uint64_t base) {
-  auto* p = static_cast<uint8_t*>(buf);
-  for (size_t i = 0; i < len; ++i) p[i] = patByte(seed, base + i);
+  tools::fillPattern(buf, len, seed, base);
 }
 
 int64_t checkPattern(const void* buf, size_t len, uint64_t seed, uint64_t base) {
-  auto* p = static_cast<const uint8_t*>(buf);
-  for (size_t i = 0; i < len; ++i)
-    if (p[i] != patByte(seed, base + i)) return static_cast<int64_t>(i);
-  return -1;
+  return tools::checkPattern(buf, len, seed, base);
 }
 
 uint64_t checksum(const void* buf, size_t len) {
@@ -45,6 +33,64 @@ uint64_t checksum(const void* buf, size_t len) {
   uint64_t h = 1469598103934665603ULL;
   for (size_t i = 0; i < len; ++i) h = (h ^ p[i]) * 1099511628211ULL;
   return h;
+}
+
+bool writeFile(const std::string& path, uint64_t size, uint64_t seed, uint64_t base) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return false;
+  std::vector<char> buf(std::min<uint64_t>(size, 1u << 20));
+  for (uint64_t off = 0; off < size; off += buf.size()) {
+    uint64_t n = std::min<uint64_t>(buf.size(), size - off);
+    fillPattern(buf.data(), n, seed, base + off);
+    if (::pwrite(fd, buf.data(), n, static_cast<off_t>(off)) != static_cast<ssize_t>(n)) {
+      ::close(fd);
+      return false;
+    }
+  }
+  return ::close(fd) == 0;
+}
+
+std::vector<char> readFile(const std::string& path, uint64_t off, uint64_t len) {
+  std::vector<char> out(len);
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return {};
+  ssize_t n = ::pread(fd, out.data(), len, static_cast<off_t>(off));
+  ::close(fd);
+  if (n != static_cast<ssize_t>(len)) return {};
+  return out;
+}
+
+std::string uringUnavailableReason() {
+  io_uring_params p{};
+  long fd = ::syscall(__NR_io_uring_setup, 4, &p);
+  if (fd >= 0) {
+    ::close(static_cast<int>(fd));
+    return "";
+  }
+  std::string why = std::string("io_uring_setup: ") + std::strerror(errno);
+  std::ifstream dis("/proc/sys/kernel/io_uring_disabled");
+  std::string v;
+  if (dis >> v) why += " (kernel.io_uring_disabled = " + v + ")";
+  return why;
+}
+
+Status freeWhenIdle(TransferEngine& e, BatchID b, std::chrono::milliseconds timeout) {
+  Status s;
+  eventually([&] { return (s = e.freeBatchID(b)).code() != Code::kBatchBusy; }, timeout);
+  return s;
+}
+
+char threadState(pid_t tid) {
+  std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto paren = stat.rfind(')');  // the name may hold spaces and parentheses
+  return paren == std::string::npos || paren + 2 >= stat.size() ? '?' : stat[paren + 2];
+}
+
+bool hasTransport(TransferEngine& e, const std::string& name) {
+  for (auto& t : e.transports())
+    if (t == name) return true;
+  return false;
 }
 
 Buffer::Buffer(size_t size, size_t align) : n(size) {

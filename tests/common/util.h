@@ -3,22 +3,75 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hawser/engine.h"
 
 namespace hawser::test {
 
-// Deterministic content: byte i of a buffer seeded with `seed` at logical
-// offset `base`.
+// The one data pattern of the tests (the same as `hawser serve --fill-seed`
+// and `hawser bench`, tools/pattern.h): the byte at logical offset `base + i`
+// under `seed` is a function of both, so misplaced bytes are caught.
 void fillPattern(void* buf, size_t len, uint64_t seed, uint64_t base = 0);
 // Index of the first mismatching byte, or -1.
 int64_t checkPattern(const void* buf, size_t len, uint64_t seed, uint64_t base = 0);
 uint64_t checksum(const void* buf, size_t len);
+
+// Polls `pred` (short, growing pauses: 1 ms up to 20 ms) until it holds or
+// `timeout` passes; returns whether it held. A bound on waiting for a
+// condition, not a timing assertion.
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pause = std::chrono::milliseconds(1);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(20));
+  }
+  return pred();
+}
+
+// The dual of eventually(): `pred` holds at every poll for the whole of
+// `duration` (for properties that are about time passing, such as a lease
+// kept alive past its TTL). False at the first poll where it does not.
+template <class Pred>
+bool holdsFor(Pred pred, std::chrono::milliseconds duration) {
+  const auto end = std::chrono::steady_clock::now() + duration;
+  do {
+    if (!pred()) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (std::chrono::steady_clock::now() < end);
+  return pred();
+}
+
+// A file of `size` bytes holding pattern(seed) of logical offsets
+// [base, base + size). False if it cannot be written.
+bool writeFile(const std::string& path, uint64_t size, uint64_t seed, uint64_t base = 0);
+// `len` bytes of `path` at `off`; empty if the file cannot be read that far.
+std::vector<char> readFile(const std::string& path, uint64_t off, uint64_t len);
+
+// Why io_uring cannot be used by this process ("" when it can): the host
+// kernel lacks it or has it disabled (kernel.io_uring_disabled, seccomp).
+std::string uringUnavailableReason();
+
+// freeBatchID(b) once it stops answering BatchBusy (the batch's I/O ended),
+// within `timeout`; the last answer.
+Status freeWhenIdle(TransferEngine& e, BatchID b, std::chrono::milliseconds timeout = std::chrono::seconds(20));
+
+// The scheduler state of thread `tid` of this process (/proc/self/task/TID/stat:
+// 'R' running, 'S' sleeping, 'T' stopped, ...), or '?' if unknown.
+char threadState(pid_t tid);
+
+// Whether `e` installed the transport `name`.
+bool hasTransport(TransferEngine& e, const std::string& name);
 
 // Page-aligned heap buffer.
 struct Buffer {

@@ -28,22 +28,8 @@ namespace {
 using namespace std::chrono_literals;
 using test::Buffer;
 using test::EtcdServer;
-
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = 15s) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return pred();
-}
-
-bool hasTransport(TransferEngine& e, const std::string& name) {
-  for (auto& t : e.transports())
-    if (t == name) return true;
-  return false;
-}
+using test::eventually;
+using test::hasTransport;
 
 // Reads `len` bytes from seg at `remote` into `local` (all one task).
 Status move(TransferEngine& e, OpCode op, void* local, SegmentID seg, uint64_t remote, size_t len) {
@@ -81,14 +67,14 @@ class EtcdEngineTest : public ::testing::Test {
   EtcdServer etcd_;
 };
 
-TEST_F(EtcdEngineTest, TwoEnginesFindEachOtherByNameAndMoveVerifiedData) {
+TEST_F(EtcdEngineTest, two_engines_find_each_other_by_name_and_move_verified_data) {
   constexpr size_t kLen = 256 << 10;
   Buffer bm(kLen), am(kLen);
   TransferEngine a, b;
   ASSERT_TRUE(a.init(etcd_.uri(), "node-a").ok());
   ASSERT_TRUE(b.init(etcd_.uri(), "node-b").ok());
   EXPECT_EQ(b.segmentName(), "node-b");
-  if (!hasTransport(a, "tcp")) GTEST_SKIP() << "tcp transport not in this build yet";
+  ASSERT_TRUE(hasTransport(a, "tcp")) << "tcp is always built and always installs";
   test::fillPattern(bm.p, kLen, 7);
   ASSERT_TRUE(b.registerLocalMemory(bm.p, kLen).ok());
   ASSERT_TRUE(a.registerLocalMemory(am.p, kLen).ok());
@@ -111,13 +97,13 @@ TEST_F(EtcdEngineTest, TwoEnginesFindEachOtherByNameAndMoveVerifiedData) {
   EXPECT_EQ(d.buffers.size(), 1u);
 }
 
-TEST_F(EtcdEngineTest, MemoryRegisteredAfterOpenIsFoundThroughTheRepublishedDescriptor) {
+TEST_F(EtcdEngineTest, memory_registered_after_open_is_found_through_the_republished_descriptor) {
   constexpr size_t kLen = 64 << 10;
   Buffer first(kLen), later(kLen), am(kLen);
   TransferEngine a, b;
   ASSERT_TRUE(a.init(etcd_.uri(), "node-a").ok());
   ASSERT_TRUE(b.init(etcd_.uri(), "node-b").ok());
-  if (!hasTransport(a, "tcp")) GTEST_SKIP() << "tcp transport not in this build yet";
+  ASSERT_TRUE(hasTransport(a, "tcp")) << "tcp is always built and always installs";
   ASSERT_TRUE(b.registerLocalMemory(first.p, kLen).ok());
   ASSERT_TRUE(a.registerLocalMemory(am.p, kLen).ok());
   SegmentID seg = kInvalidSegment;
@@ -129,12 +115,12 @@ TEST_F(EtcdEngineTest, MemoryRegisteredAfterOpenIsFoundThroughTheRepublishedDesc
   EXPECT_EQ(test::checkPattern(am.p, kLen, 3), -1);
 }
 
-TEST_F(EtcdEngineTest, CachedDescriptorFollowsAPeerRestartedUnderTheSameName) {
+TEST_F(EtcdEngineTest, cached_descriptor_follows_a_peer_restarted_under_the_same_name) {
   constexpr size_t kLen = 64 << 10;
   Buffer bm(kLen), am(kLen);
   TransferEngine a;
   ASSERT_TRUE(a.init(etcd_.uri(), "node-a").ok());
-  if (!hasTransport(a, "tcp")) GTEST_SKIP() << "tcp transport not in this build yet";
+  ASSERT_TRUE(hasTransport(a, "tcp")) << "tcp is always built and always installs";
   ASSERT_TRUE(a.registerLocalMemory(am.p, kLen).ok());
   const uint64_t remote = reinterpret_cast<uint64_t>(bm.p);
   SegmentID seg = kInvalidSegment;
@@ -168,7 +154,7 @@ TEST_F(EtcdEngineTest, CachedDescriptorFollowsAPeerRestartedUnderTheSameName) {
   EXPECT_EQ(test::checkPattern(am.p, kLen, 2), -1);
 }
 
-TEST_F(EtcdEngineTest, CleanShutdownRemovesTheSegmentAtOnce) {
+TEST_F(EtcdEngineTest, clean_shutdown_removes_the_segment_at_once) {
   auto reader = admin();
   {
     TransferEngine b;
@@ -180,7 +166,7 @@ TEST_F(EtcdEngineTest, CleanShutdownRemovesTheSegmentAtOnce) {
   EXPECT_EQ(reader->getSegment("node-b", d).code(), Code::kSegmentNotFound);
 }
 
-TEST_F(EtcdEngineTest, KilledServeProcessSegmentVanishesWithinTheLeaseTtl) {
+TEST_F(EtcdEngineTest, killed_serve_process_segment_vanishes_within_the_lease_ttl) {
   test::Child serve;
   ASSERT_TRUE(serve.start({"serve", "--name", "node-k", "--metadata", etcd_.uri(), "--memory", "1M"}));
   ASSERT_NE(serve.waitFor("ready", 20000), "") << "hawser serve did not become ready";
@@ -188,9 +174,9 @@ TEST_F(EtcdEngineTest, KilledServeProcessSegmentVanishesWithinTheLeaseTtl) {
   SegmentDesc d;
   ASSERT_TRUE(reader->getSegment("node-k", d).ok());
   EXPECT_EQ(d.pid, serve.pid);
-  // Keys outlive the TTL while the process lives (keepalive works).
-  std::this_thread::sleep_for(2500ms);
-  ASSERT_TRUE(reader->getSegment("node-k", d).ok());
+  // Keys outlive the TTL while the process lives (keepalive works): present
+  // at every look for longer than the 2 s lease.
+  ASSERT_TRUE(test::holdsFor([&] { return reader->getSegment("node-k", d).ok(); }, 2500ms));
 
   serve.kill(SIGKILL);
   serve.wait();
@@ -198,11 +184,12 @@ TEST_F(EtcdEngineTest, KilledServeProcessSegmentVanishesWithinTheLeaseTtl) {
   EXPECT_TRUE(eventually([&] { return reader->getSegment("node-k", d).code() == Code::kSegmentNotFound; }, 15s));
 }
 
-TEST_F(EtcdEngineTest, ServeAndBenchFindEachOtherThroughEtcd) {
+TEST_F(EtcdEngineTest, serve_and_bench_find_each_other_through_etcd) {
   test::Child serve;
   ASSERT_TRUE(serve.start({"serve", "--name", "node-a", "--metadata", etcd_.uri(), "--memory", "4M"}));
   ASSERT_NE(serve.waitFor("ready", 20000), "");
-  if (serve.waitFor("tcp", 100).empty()) GTEST_SKIP() << "tcp transport not in this build yet";
+  const std::string transports = serve.waitFor("transports: ", 1000);
+  ASSERT_NE(transports.find("tcp"), std::string::npos) << "tcp is always built: " << transports;
   test::Child bench;
   ASSERT_TRUE(bench.start({"bench", "--target", "node-a", "--metadata", etcd_.uri(), "--name", "bencher", "--total",
                            "4M", "--block-size", "256K", "--threads", "1", "--json"}));
@@ -218,13 +205,13 @@ TEST_F(EtcdEngineTest, ServeAndBenchFindEachOtherThroughEtcd) {
   EXPECT_EQ(j.value("target", std::string()), "node-a");
 }
 
-TEST_F(EtcdEngineTest, EnginesRecoverWhenEtcdRestartsMidRun) {
+TEST_F(EtcdEngineTest, engines_recover_when_etcd_restarts_mid_run) {
   constexpr size_t kLen = 64 << 10;
   Buffer bm(kLen), am(kLen), extra(kLen), cm(kLen);
   TransferEngine a, b;
   ASSERT_TRUE(a.init(etcd_.uri(), "node-a").ok());
   ASSERT_TRUE(b.init(etcd_.uri(), "node-b").ok());
-  if (!hasTransport(a, "tcp")) GTEST_SKIP() << "tcp transport not in this build yet";
+  ASSERT_TRUE(hasTransport(a, "tcp")) << "tcp is always built and always installs";
   test::fillPattern(bm.p, kLen, 21);
   ASSERT_TRUE(b.registerLocalMemory(bm.p, kLen).ok());
   ASSERT_TRUE(a.registerLocalMemory(am.p, kLen).ok());
@@ -264,13 +251,13 @@ TEST_F(EtcdEngineTest, EnginesRecoverWhenEtcdRestartsMidRun) {
   ASSERT_TRUE((s = move(a, OpCode::kRead, am.p, seg, remote, kLen)).ok()) << s.toString();
 }
 
-TEST_F(EtcdEngineTest, EnginesRideOutAHungEtcd) {
+TEST_F(EtcdEngineTest, engines_ride_out_a_hung_etcd) {
   constexpr size_t kLen = 64 << 10;
   Buffer bm(kLen), am(kLen);
   TransferEngine a, b;
   ASSERT_TRUE(a.init(etcd_.uri(), "node-a").ok());
   ASSERT_TRUE(b.init(etcd_.uri(), "node-b").ok());
-  if (!hasTransport(a, "tcp")) GTEST_SKIP() << "tcp transport not in this build yet";
+  ASSERT_TRUE(hasTransport(a, "tcp")) << "tcp is always built and always installs";
   test::fillPattern(bm.p, kLen, 31);
   ASSERT_TRUE(b.registerLocalMemory(bm.p, kLen).ok());
   ASSERT_TRUE(a.registerLocalMemory(am.p, kLen).ok());
@@ -296,7 +283,7 @@ TEST_F(EtcdEngineTest, EnginesRideOutAHungEtcd) {
   ASSERT_TRUE((s = move(a, OpCode::kRead, am.p, seg, remote, kLen)).ok()) << s.toString();
 }
 
-TEST_F(EtcdEngineTest, DuplicateLiveNameIsRefusedAtInit) {
+TEST_F(EtcdEngineTest, duplicate_live_name_is_refused_at_init) {
   TransferEngine a, a2;
   ASSERT_TRUE(a.init(etcd_.uri(), "node-a").ok());
   Status s = a2.init(etcd_.uri(), "node-a");
@@ -306,7 +293,7 @@ TEST_F(EtcdEngineTest, DuplicateLiveNameIsRefusedAtInit) {
 
 // ---- init errors (no etcd needed) -------------------------------------------
 
-TEST(EtcdEngineInit, MalformedEtcdUriIsInvalidArgumentNamingIt) {
+TEST(EtcdEngineInit, malformed_etcd_uri_is_invalid_argument_naming_it) {
   for (const char* uri : {"etcd://", "etcd://host", "etcd://h:99999", "etcd://h:1,,h:2"}) {
     TransferEngine e;
     Status s = e.init(uri, "node-a");
@@ -315,7 +302,7 @@ TEST(EtcdEngineInit, MalformedEtcdUriIsInvalidArgumentNamingIt) {
   }
 }
 
-TEST(EtcdEngineInit, UnreachableEtcdIsUnavailableNamingTheEndpoints) {
+TEST(EtcdEngineInit, unreachable_etcd_is_unavailable_naming_the_endpoints) {
   ::setenv("HAWSER_ETCD_TIMEOUT_MS", "1000", 1);
   ::setenv("HAWSER_ETCD_RETRIES", "1", 1);
   uint16_t p1 = test::freeLoopbackPort(), p2 = test::freeLoopbackPort();
@@ -330,7 +317,7 @@ TEST(EtcdEngineInit, UnreachableEtcdIsUnavailableNamingTheEndpoints) {
   EXPECT_EQ(e.openSegment("x", seg).code(), Code::kInvalidArgument);
 }
 
-TEST(EtcdEngineInit, BadLocalServerNameIsInvalidArgument) {
+TEST(EtcdEngineInit, bad_local_server_name_is_invalid_argument) {
   if (!EtcdServer::available()) GTEST_SKIP() << EtcdServer::missingReason();
   EtcdServer etcd;
   ASSERT_TRUE(etcd.start()) << etcd.error();
@@ -344,5 +331,5 @@ TEST(EtcdEngineInit, BadLocalServerNameIsInvalidArgument) {
 }  // namespace hawser
 
 #else
-TEST(Etcd, NotBuilt) { GTEST_SKIP() << "built without etcd support (HAWSER_WITH_ETCD=OFF)"; }
+TEST(Etcd, not_built) { GTEST_SKIP() << "built without etcd support (HAWSER_WITH_ETCD=OFF)"; }
 #endif

@@ -48,19 +48,6 @@ CliRun hawser(const std::vector<std::string>& args) {
   return r;
 }
 
-// A file holding pattern(seed) of logical offsets [base, base+len).
-void writePatternFile(const std::string& path, size_t len, uint64_t seed, uint64_t base) {
-  std::string data(len, '\0');
-  test::fillPattern(data.data(), len, seed, base);
-  std::ofstream(path, std::ios::binary).write(data.data(), static_cast<std::streamsize>(len));
-}
-
-bool hasTransport(TransferEngine& e, const std::string& name) {
-  for (auto& t : e.transports())
-    if (t == name) return true;
-  return false;
-}
-
 Status readAll(TransferEngine& e, const std::string& seg_name, void* dst, size_t len) {
   SegmentID seg = kInvalidSegment;
   Status s = e.openSegment(seg_name, seg);
@@ -90,12 +77,12 @@ class SegmentToolTest : public ::testing::Test {
     ASSERT_FALSE(dir_.empty());
     // The segment's two files as node-a sees them ...
     fs::create_directories(dir_ + "/a");
-    writePatternFile(dir_ + "/a/part0", kA, 5, 0);
-    writePatternFile(dir_ + "/a/part1", kB, 5, kA);
+    ASSERT_TRUE(test::writeFile(dir_ + "/a/part0", kA, 5, 0));
+    ASSERT_TRUE(test::writeFile(dir_ + "/a/part1", kB, 5, kA));
     // ... and as node-b sees them: other paths, recognisably other content.
     fs::create_directories(dir_ + "/b");
-    writePatternFile(dir_ + "/b/p0", kA, 9, 0);
-    writePatternFile(dir_ + "/b/p1", kB, 9, kA);
+    ASSERT_TRUE(test::writeFile(dir_ + "/b/p0", kA, 9, 0));
+    ASSERT_TRUE(test::writeFile(dir_ + "/b/p1", kB, 9, kA));
   }
   std::vector<std::string> seg(std::vector<std::string> args) {
     args.insert(args.begin(), "segment");
@@ -108,7 +95,7 @@ class SegmentToolTest : public ::testing::Test {
   std::string dir_;
 };
 
-TEST_F(SegmentToolTest, RegisterMapListShowRemoveEndToEndWithEngines) {
+TEST_F(SegmentToolTest, register_map_list_show_remove_end_to_end_with_engines) {
   CliRun r = hawser(seg({"register", "ckpt", dir_ + "/a/part0", dir_ + "/a/part1", "--name", "node-a", "--json"}));
   ASSERT_EQ(r.rc, 0) << r.out;
   auto j = r.json();
@@ -148,9 +135,7 @@ TEST_F(SegmentToolTest, RegisterMapListShowRemoveEndToEndWithEngines) {
   EXPECT_NE(r.out.find("node-b -> " + dir_ + "/b/p1"), std::string::npos) << r.out;
 
   // Each engine reads the segment through its own path map entry.
-  if (!hasTransport(a, "file")) {
-    GTEST_SKIP() << "file transport not in this build: the engine reads of the file segment are skipped";
-  }
+  ASSERT_TRUE(test::hasTransport(a, "file")) << "file is always built and always installs";
   ASSERT_TRUE(a.registerLocalMemory(abuf.p, abuf.n).ok());
   ASSERT_TRUE(b.registerLocalMemory(bbuf.p, bbuf.n).ok());
   Status s = readAll(a, "ckpt", abuf.p, kA + kB);
@@ -177,7 +162,7 @@ TEST_F(SegmentToolTest, RegisterMapListShowRemoveEndToEndWithEngines) {
   EXPECT_EQ(r.json()["error"]["code"], "segment_not_found") << r.out;
 }
 
-TEST_F(SegmentToolTest, ExitCodesNameEachFailure) {
+TEST_F(SegmentToolTest, exit_codes_name_each_failure) {
   // Taken name, missing file, empty file, bad map target, memory segment removal.
   ASSERT_EQ(hawser(seg({"register", "ckpt", dir_ + "/a/part0"})).rc, 0);
   CliRun r = hawser(seg({"register", "ckpt", dir_ + "/a/part1", "--json"}));
@@ -210,7 +195,7 @@ TEST_F(SegmentToolTest, ExitCodesNameEachFailure) {
   EXPECT_EQ(hawser({"segment", "list"}).rc, 2);  // p2p without --file-segments
 }
 
-TEST_F(SegmentToolTest, ConcurrentMapsFromSeveralProcessesAreAllKept) {
+TEST_F(SegmentToolTest, concurrent_maps_from_several_processes_are_all_kept) {
   ASSERT_EQ(hawser(seg({"register", "ckpt", dir_ + "/a/part0"})).rc, 0);
   constexpr int kProcs = 6;
   std::vector<std::unique_ptr<test::Child>> kids;
@@ -226,7 +211,7 @@ TEST_F(SegmentToolTest, ConcurrentMapsFromSeveralProcessesAreAllKept) {
   EXPECT_EQ(map.size(), size_t(kProcs + 1)) << map.dump();  // + this host's own entry
 }
 
-TEST_F(SegmentToolTest, P2pFileSegmentsJsonIsWhatAP2pEngineLoads) {
+TEST_F(SegmentToolTest, p2p_file_segments_json_is_what_a_p2p_engine_loads) {
   const std::string json = dir_ + "/segments.json";
   CliRun r = hawser({"segment", "register", "ckpt", dir_ + "/a/part0", dir_ + "/a/part1", "--name", "node-a",
                   "--file-segments", json});
@@ -242,7 +227,7 @@ TEST_F(SegmentToolTest, P2pFileSegmentsJsonIsWhatAP2pEngineLoads) {
   TransferEngine e;
   ASSERT_TRUE(e.init("p2p", "node-a").ok());
   ::unsetenv("HAWSER_FILE_SEGMENTS");
-  if (!hasTransport(e, "file")) GTEST_SKIP() << "file transport not in this build";
+  ASSERT_TRUE(test::hasTransport(e, "file")) << "file is always built and always installs";
   ASSERT_TRUE(e.registerLocalMemory(buf.p, buf.n).ok());
   Status s = readAll(e, "ckpt", buf.p, kA + kB);
   ASSERT_TRUE(s.ok()) << s.toString();

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/etcd_server.h"
+#include "common/util.h"
 #include "base/config.h"
 #include "metadata/etcd_client.h"
 #include "metadata/etcd_store.h"
@@ -24,16 +25,7 @@ namespace {
 using namespace std::chrono_literals;
 using test::EtcdServer;
 
-// Polls `pred` every 20 ms for up to `limit`.
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = 10s) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return pred();
-}
+using test::eventually;
 
 Config fastConfig(const std::string& prefix = "hawser") {
   Config c;
@@ -91,7 +83,7 @@ class EtcdStoreTest : public ::testing::Test {
 
 // ---- URI parsing and configuration (no server needed) ----------------------
 
-TEST(EtcdUri, MalformedUrisAreInvalidArgumentNamingTheUri) {
+TEST(EtcdUri, malformed_uris_are_invalid_argument_naming_the_uri) {
   const char* bad[] = {"etcd://",          "etcd://host",        "etcd://:2379",         "etcd://h:0",
                        "etcd://h:65536",   "etcd://h:23x9",      "etcd://h:2379,",       "etcd://,h:2379",
                        "etcd://h:2379/v3", "etcd://h :2379",     "etcd://h:2379,h:2379", "http://h:2379",
@@ -104,7 +96,7 @@ TEST(EtcdUri, MalformedUrisAreInvalidArgumentNamingTheUri) {
   }
 }
 
-TEST(EtcdUri, MakeEtcdStoreRejectsMalformedUriBeforeConnecting) {
+TEST(EtcdUri, make_etcd_store_rejects_malformed_uri_before_connecting) {
   Config c;
   std::unique_ptr<MetadataStore> out;
   Status st = makeEtcdStore("etcd://node-1:2379,", c, out);
@@ -113,7 +105,7 @@ TEST(EtcdUri, MakeEtcdStoreRejectsMalformedUriBeforeConnecting) {
   EXPECT_EQ(out, nullptr);
 }
 
-TEST(EtcdUri, SeveralEndpointsIncludingIpv6AreParsedInOrder) {
+TEST(EtcdUri, several_endpoints_including_ipv6_are_parsed_in_order) {
   std::vector<etcd::Endpoint> eps;
   ASSERT_TRUE(etcd::parseUri("etcd://10.0.0.1:2379,etcd-b.local:32379,[::1]:2380", eps).ok());
   ASSERT_EQ(eps.size(), 3u);
@@ -124,7 +116,7 @@ TEST(EtcdUri, SeveralEndpointsIncludingIpv6AreParsedInOrder) {
   EXPECT_EQ(eps[2].text(), "[::1]:2380");
 }
 
-TEST(EtcdUri, Base64RoundTripsEveryByteAndRejectsJunk) {
+TEST(EtcdUri, base64_round_trips_every_byte_and_rejects_junk) {
   std::string all;
   for (int i = 0; i < 256; ++i) all += static_cast<char>(i);
   for (size_t n = 0; n <= all.size(); n += 37) {
@@ -139,7 +131,7 @@ TEST(EtcdUri, Base64RoundTripsEveryByteAndRejectsJunk) {
   EXPECT_EQ(etcd::prefixRangeEnd("hawser/"), "hawser0");
 }
 
-TEST(EtcdUri, OutOfRangeTunablesAreInvalidArgumentNamingTheKey) {
+TEST(EtcdUri, out_of_range_tunables_are_invalid_argument_naming_the_key) {
   Config c;
   c.set("etcd.lease_ttl_s", "1");
   EtcdStoreOptions o;
@@ -153,7 +145,7 @@ TEST(EtcdUri, OutOfRangeTunablesAreInvalidArgumentNamingTheKey) {
   EXPECT_NE(st.message().find("metadata.prefix"), std::string::npos) << st.message();
 }
 
-TEST(EtcdUri, BadSegmentNamesAreInvalidArgument) {
+TEST(EtcdUri, bad_segment_names_are_invalid_argument) {
   EXPECT_EQ(checkSegmentName("").code(), Code::kInvalidArgument);
   EXPECT_EQ(checkSegmentName("a/b").code(), Code::kInvalidArgument);
   EXPECT_EQ(checkSegmentName("a b").code(), Code::kInvalidArgument);
@@ -164,7 +156,7 @@ TEST(EtcdUri, BadSegmentNamesAreInvalidArgument) {
 
 // ---- outages at init ---------------------------------------------------------
 
-TEST(EtcdOutage, UnreachableEndpointsAreUnavailableNamingEachEndpoint) {
+TEST(EtcdOutage, unreachable_endpoints_are_unavailable_naming_each_endpoint) {
   uint16_t p1 = test::freeLoopbackPort(), p2 = test::freeLoopbackPort();
   std::string uri = "etcd://127.0.0.1:" + std::to_string(p1) + ",127.0.0.1:" + std::to_string(p2);
   Config c = fastConfig();
@@ -175,7 +167,7 @@ TEST(EtcdOutage, UnreachableEndpointsAreUnavailableNamingEachEndpoint) {
   EXPECT_NE(st.message().find("127.0.0.1:" + std::to_string(p2)), std::string::npos) << st.message();
 }
 
-TEST(EtcdOutage, SilentEndpointIsTimeoutAfterEtcdTimeoutMs) {
+TEST(EtcdOutage, silent_endpoint_is_timeout_after_etcd_timeout_ms) {
   // A listener that accepts and never answers: a hung etcd.
   net::Fd lfd;
   uint16_t port = 0;
@@ -189,7 +181,7 @@ TEST(EtcdOutage, SilentEndpointIsTimeoutAfterEtcdTimeoutMs) {
   EXPECT_NE(st.message().find("etcd.timeout_ms"), std::string::npos) << st.message();
 }
 
-TEST_F(EtcdStoreTest, FailsOverFromADeadEndpointToALiveOne) {
+TEST_F(EtcdStoreTest, fails_over_from_a_dead_endpoint_to_a_live_one) {
   uint16_t dead = test::freeLoopbackPort();
   Config c = fastConfig();
   std::unique_ptr<EtcdStore> s;
@@ -202,7 +194,7 @@ TEST_F(EtcdStoreTest, FailsOverFromADeadEndpointToALiveOne) {
 
 // ---- key layout and file segments -------------------------------------------
 
-TEST_F(EtcdStoreTest, FileSegmentLivesUnderPrefixFilesWithoutLease) {
+TEST_F(EtcdStoreTest, file_segment_lives_under_prefix_files_without_lease) {
   auto s = open(fastConfig("clusterA"));
   ASSERT_TRUE(s);
   ASSERT_TRUE(s->putFileSegment(fileDesc("ckpt", "/d/a", 4096)).ok());
@@ -216,7 +208,7 @@ TEST_F(EtcdStoreTest, FileSegmentLivesUnderPrefixFilesWithoutLease) {
   EXPECT_EQ(d.files.at(0).file_path, "/d/a");
 }
 
-TEST_F(EtcdStoreTest, PrefixesSeparateClustersSharingOneEtcd) {
+TEST_F(EtcdStoreTest, prefixes_separate_clusters_sharing_one_etcd) {
   auto a = open(fastConfig("clusterA"));
   auto b = open(fastConfig("clusterB"));
   ASSERT_TRUE(a && b);
@@ -230,7 +222,7 @@ TEST_F(EtcdStoreTest, PrefixesSeparateClustersSharingOneEtcd) {
   ASSERT_EQ(list.size(), 1u);
 }
 
-TEST_F(EtcdStoreTest, UnknownSegmentIsSegmentNotFoundNamingBothKeys) {
+TEST_F(EtcdStoreTest, unknown_segment_is_segment_not_found_naming_both_keys) {
   auto s = open();
   SegmentDesc d;
   Status st = s->getSegment("nope", d);
@@ -240,7 +232,7 @@ TEST_F(EtcdStoreTest, UnknownSegmentIsSegmentNotFoundNamingBothKeys) {
   EXPECT_EQ(s->removeSegment("nope").code(), Code::kSegmentNotFound);
 }
 
-TEST_F(EtcdStoreTest, MalformedDescriptorInEtcdIsMetadataErrorNamingTheKey) {
+TEST_F(EtcdStoreTest, malformed_descriptor_in_etcd_is_metadata_error_naming_the_key) {
   auto s = open();
   ASSERT_TRUE(s->client().put("hawser/files/junk", "{\"version\":\"9.0\",\"kind\":\"file\"}").ok());
   SegmentDesc d;
@@ -249,7 +241,7 @@ TEST_F(EtcdStoreTest, MalformedDescriptorInEtcdIsMetadataErrorNamingTheKey) {
   EXPECT_NE(st.message().find("hawser/files/junk"), std::string::npos) << st.message();
 }
 
-TEST_F(EtcdStoreTest, CreateFileSegmentRefusesATakenName) {
+TEST_F(EtcdStoreTest, create_file_segment_refuses_a_taken_name) {
   auto s = open();
   ASSERT_TRUE(s->createFileSegment(fileDesc("ckpt", "/a", 1)).ok());
   Status st = s->createFileSegment(fileDesc("ckpt", "/b", 2));
@@ -260,7 +252,7 @@ TEST_F(EtcdStoreTest, CreateFileSegmentRefusesATakenName) {
   EXPECT_EQ(d.files.at(0).file_path, "/a");
 }
 
-TEST_F(EtcdStoreTest, ConcurrentPathMapEditsAreAllKept) {
+TEST_F(EtcdStoreTest, concurrent_path_map_edits_are_all_kept) {
   auto s = open();
   ASSERT_TRUE(s->createFileSegment(fileDesc("ckpt", "/a", 1)).ok());
   constexpr int kThreads = 4, kEach = 5;
@@ -288,7 +280,7 @@ TEST_F(EtcdStoreTest, ConcurrentPathMapEditsAreAllKept) {
 
 // ---- the local memory segment: lease, publish, revoke -----------------------
 
-TEST_F(EtcdStoreTest, LocalSegmentIsPublishedUnderTheLeaseAndRevokedAtStop) {
+TEST_F(EtcdStoreTest, local_segment_is_published_under_the_lease_and_revoked_at_stop) {
   auto s = open();
   uint64_t gen = 1;
   ASSERT_TRUE(s->start("node-a", [&] { return memoryDesc("ignored", 4000, gen); }).ok());
@@ -307,15 +299,15 @@ TEST_F(EtcdStoreTest, LocalSegmentIsPublishedUnderTheLeaseAndRevokedAtStop) {
   ASSERT_TRUE(reader->getSegment("node-a", d).ok());
   EXPECT_EQ(d.generation, 2u);
 
-  // Keys outlive several TTLs while the keepalive runs.
-  std::this_thread::sleep_for(3s);
-  ASSERT_TRUE(reader->getSegment("node-a", d).ok());
+  // Keys outlive several TTLs while the keepalive runs: present at every
+  // look for 3 s.
+  ASSERT_TRUE(test::holdsFor([&] { return reader->getSegment("node-a", d).ok(); }, 3s));
 
   s->stop();
   EXPECT_EQ(reader->getSegment("node-a", d).code(), Code::kSegmentNotFound);
 }
 
-TEST_F(EtcdStoreTest, SecondLiveEngineCannotClaimTheSameName) {
+TEST_F(EtcdStoreTest, second_live_engine_cannot_claim_the_same_name) {
   // The first "engine" answers on a real rpc listener.
   rpc::Server server;
   ASSERT_TRUE(server.start("127.0.0.1", 0).ok());
@@ -334,7 +326,7 @@ TEST_F(EtcdStoreTest, SecondLiveEngineCannotClaimTheSameName) {
   server.stop();
 }
 
-TEST_F(EtcdStoreTest, StaleKeyOfADeadEngineIsTakenOver) {
+TEST_F(EtcdStoreTest, stale_key_of_a_dead_engine_is_taken_over) {
   auto w = open();
   // A key left by an engine whose port nobody listens on any more.
   uint16_t dead = test::freeLoopbackPort();
@@ -346,7 +338,7 @@ TEST_F(EtcdStoreTest, StaleKeyOfADeadEngineIsTakenOver) {
   EXPECT_EQ(d.rpc_port, 4100);
 }
 
-TEST_F(EtcdStoreTest, LostLeaseIsRegrantedAndTheSegmentRepublished) {
+TEST_F(EtcdStoreTest, lost_lease_is_regranted_and_the_segment_republished) {
   auto s = open();
   ASSERT_TRUE(s->start("node-a", [&] { return memoryDesc("node-a", 4000); }).ok());
   int64_t first = s->leaseId();
@@ -362,7 +354,7 @@ TEST_F(EtcdStoreTest, LostLeaseIsRegrantedAndTheSegmentRepublished) {
   EXPECT_EQ(kv->lease, s->leaseId());
 }
 
-TEST_F(EtcdStoreTest, DeletedLocalKeyIsRepublished) {
+TEST_F(EtcdStoreTest, deleted_local_key_is_republished) {
   auto s = open();
   ASSERT_TRUE(s->start("node-a", [&] { return memoryDesc("node-a", 4000); }).ok());
   ASSERT_TRUE(eventually([&] { return s->watchSynced(); }));
@@ -374,7 +366,7 @@ TEST_F(EtcdStoreTest, DeletedLocalKeyIsRepublished) {
 
 // ---- change tracking ---------------------------------------------------------
 
-TEST_F(EtcdStoreTest, MayHaveChangedTurnsTrueWhenThePeersKeyChanges) {
+TEST_F(EtcdStoreTest, may_have_changed_turns_true_when_the_peers_key_changes) {
   auto owner = open();
   uint64_t gen = 1;
   ASSERT_TRUE(owner->start("node-b", [&] { return memoryDesc("node-b", 4200, gen); }).ok());
@@ -399,7 +391,7 @@ TEST_F(EtcdStoreTest, MayHaveChangedTurnsTrueWhenThePeersKeyChanges) {
 
 // ---- etcd restarts -----------------------------------------------------------
 
-TEST_F(EtcdStoreTest, EtcdRestartKeepsKeysAndCachedAnswersDuringTheOutage) {
+TEST_F(EtcdStoreTest, etcd_restart_keeps_keys_and_cached_answers_during_the_outage) {
   auto owner = open();
   ASSERT_TRUE(owner->start("node-b", [&] { return memoryDesc("node-b", 4300); }).ok());
   auto peer = open();
@@ -422,12 +414,14 @@ TEST_F(EtcdStoreTest, EtcdRestartKeepsKeysAndCachedAnswersDuringTheOutage) {
   ASSERT_TRUE(owner->getSegment("node-a", d).ok());
 }
 
-TEST_F(EtcdStoreTest, FreshEtcdGetsTheSegmentsRepublishedWithoutRestartingTheEngine) {
+TEST_F(EtcdStoreTest, fresh_etcd_gets_the_segments_republished_without_restarting_the_engine) {
   auto owner = open();
   ASSERT_TRUE(owner->start("node-b", [&] { return memoryDesc("node-b", 4400); }).ok());
   int64_t lease = owner->leaseId();
+  ASSERT_TRUE(eventually([&] { return owner->watchSynced(); }));
   etcd_.stop();
-  std::this_thread::sleep_for(300ms);
+  // The owner has seen the outage before a wiped etcd comes back.
+  ASSERT_TRUE(eventually([&] { return !owner->watchSynced(); })) << "the owner never noticed etcd going away";
   ASSERT_TRUE(etcd_.restart(/*wipe=*/true)) << etcd_.error();
   auto peer = open();
   SegmentDesc d;
@@ -441,5 +435,5 @@ TEST_F(EtcdStoreTest, FreshEtcdGetsTheSegmentsRepublishedWithoutRestartingTheEng
 }  // namespace hawser
 
 #else
-TEST(Etcd, NotBuilt) { GTEST_SKIP() << "built without etcd support (HAWSER_WITH_ETCD=OFF)"; }
+TEST(Etcd, not_built) { GTEST_SKIP() << "built without etcd support (HAWSER_WITH_ETCD=OFF)"; }
 #endif

@@ -16,11 +16,9 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <set>
-#include <thread>
 
 #include "common/util.h"
 #include "hawser/engine.h"
@@ -89,16 +87,6 @@ struct Uffd {
   std::set<size_t> faulted;
 };
 
-bool writeFile(const std::string& path, uint64_t size, uint64_t seed) {
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return false;
-  std::vector<char> buf(size);
-  fillPattern(buf.data(), size, seed, 0);
-  bool ok = ::pwrite(fd, buf.data(), size, 0) == static_cast<ssize_t>(size);
-  ::close(fd);
-  return ok;
-}
-
 const char* kEnvKeys[] = {"HAWSER_FILE_ENGINE",         "HAWSER_FILE_MAX_IO_SIZE",   "HAWSER_FILE_IO_DEPTH",
                           "HAWSER_FILE_DIRECT",         "HAWSER_FILE_FIXED_BUFFERS", "HAWSER_FILE_CANCEL_GRACE_MS",
                           "HAWSER_FILE_POSIX_THREADS"};
@@ -112,14 +100,17 @@ class FileInflight : public ::testing::TestWithParam<std::string> {
     ::setenv("HAWSER_FILE_FIXED_BUFFERS", "0", 1);
     ::setenv("HAWSER_FILE_CANCEL_GRACE_MS", "200", 1);
     if (!uffd.open(16)) GTEST_SKIP() << "userfaultfd is not available here: " << std::strerror(errno);
+    if (GetParam() == "uring") {
+      std::string why = uringUnavailableReason();
+      if (!why.empty()) GTEST_SKIP() << "io_uring is not usable on this host: " << why;
+    }
     ASSERT_FALSE(dir.path.empty());
   }
   void start() {
     engine = std::make_unique<TransferEngine>();
     Status s = engine->init("p2p", "node-a", "127.0.0.1", 0);
     ASSERT_TRUE(s.ok()) << s.toString();
-    auto names = engine->transports();
-    if (std::find(names.begin(), names.end(), "file") == names.end()) GTEST_SKIP() << "no file transport here";
+    ASSERT_TRUE(hasTransport(*engine, "file")) << "file transport with engine " << GetParam() << " did not install";
     s = engine->registerLocalMemory(uffd.base, uffd.len, "cpu:0", false);
     ASSERT_TRUE(s.ok()) << s.toString();
     s = engine->registerLocalMemory(plain.p, plain.n, "cpu:0", false);
@@ -132,14 +123,7 @@ class FileInflight : public ::testing::TestWithParam<std::string> {
     engine.reset();
     for (const char* k : kEnvKeys) ::unsetenv(k);
   }
-  // freeBatchID until it stops answering BatchBusy (bounded).
-  Status freeWhenIdle(BatchID b) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    Status s;
-    while ((s = engine->freeBatchID(b)).code() == Code::kBatchBusy && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    return s;
-  }
+  Status freeWhenIdle(BatchID b) { return test::freeWhenIdle(*engine, b); }
 
   Uffd uffd;
   Buffer plain{4 * MiB};
@@ -286,10 +270,7 @@ TEST(FileInflightPosix, failed_slice_cancels_its_siblings_and_quarantines_what_d
   EXPECT_EQ(mid.quarantined, before.quarantined + 1);
   EXPECT_EQ(e.freeBatchID(b).code(), Code::kBatchBusy);
   ASSERT_TRUE(uffd.fill(0));
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  Status s;
-  while ((s = e.freeBatchID(b)).code() == Code::kBatchBusy && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  Status s = freeWhenIdle(e, b);
   EXPECT_TRUE(s.ok()) << s.toString();
   EXPECT_EQ(file::globalStats().quarantine_released, before.quarantine_released + 1);
   for (const char* k : kEnvKeys) ::unsetenv(k);

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/log_capture.h"
 #include "common/util.h"
 #include "hawser/engine.h"
 #include "transport/file/file_transport.h"
@@ -37,33 +38,6 @@ const char* kEnvKeys[] = {"HAWSER_FILE_ENGINE",      "HAWSER_FILE_MAX_IO_SIZE", 
 
 void clearFileEnv() {
   for (const char* k : kEnvKeys) ::unsetenv(k);
-}
-
-// A file of `size` bytes holding pattern(seed) at every offset.
-bool writeFile(const std::string& path, uint64_t size, uint64_t seed) {
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return false;
-  std::vector<char> buf(MiB);
-  for (uint64_t off = 0; off < size; off += buf.size()) {
-    uint64_t n = std::min<uint64_t>(buf.size(), size - off);
-    fillPattern(buf.data(), n, seed, off);
-    if (::pwrite(fd, buf.data(), n, static_cast<off_t>(off)) != static_cast<ssize_t>(n)) {
-      ::close(fd);
-      return false;
-    }
-  }
-  ::close(fd);
-  return true;
-}
-
-std::vector<char> readFile(const std::string& path, uint64_t off, uint64_t len) {
-  std::vector<char> out(len);
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return {};
-  ssize_t n = ::pread(fd, out.data(), len, static_cast<off_t>(off));
-  ::close(fd);
-  if (n != static_cast<ssize_t>(len)) return {};
-  return out;
 }
 
 // Whether files in `dir` get real O_DIRECT I/O (what the transport checks).
@@ -115,16 +89,16 @@ class FileTransportTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     ASSERT_FALSE(dir.path.empty());
     clearFileEnv();
+    if (GetParam() == "uring") {
+      std::string why = uringUnavailableReason();
+      if (!why.empty()) GTEST_SKIP() << "io_uring is not usable on this host: " << why;
+    }
     ::setenv("HAWSER_FILE_ENGINE", GetParam().c_str(), 1);
     setExtraEnv();
     engine = std::make_unique<TransferEngine>();
     Status s = engine->init("p2p", "node-a", "127.0.0.1", 0);
     ASSERT_TRUE(s.ok()) << s.toString();
-    auto names = engine->transports();
-    if (std::find(names.begin(), names.end(), "file") == names.end()) {
-      engine.reset();
-      GTEST_SKIP() << "file transport with engine " << GetParam() << " is not available here (no io_uring?)";
-    }
+    ASSERT_TRUE(hasTransport(*engine, "file")) << "file transport with engine " << GetParam() << " did not install";
     s = engine->registerLocalMemory(mem.p, mem.n, "cpu:0", false);
     ASSERT_TRUE(s.ok()) << s.toString();
   }
@@ -564,6 +538,7 @@ TEST(FileTransportConfig, bad_tunable_fails_init_naming_the_key_and_value) {
   Status s = e.init("p2p", "node-a", "127.0.0.1", 0);
   EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.toString();
   EXPECT_NE(s.message().find("file.engine"), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find("turbo"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("'turbo'"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("HAWSER_FILE_ENGINE"), std::string::npos) << s.message();
   clearFileEnv();
 }

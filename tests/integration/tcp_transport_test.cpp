@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -40,6 +42,7 @@ namespace {
 
 using Settings = std::map<std::string, std::string>;
 using tcp::WireHeader;
+using test::eventually;
 
 uint64_t addrOf(const void* p) { return reinterpret_cast<uint64_t>(p); }
 
@@ -176,7 +179,7 @@ WireHeader request(uint8_t type, uint64_t addr, uint32_t size, uint64_t id) {
 
 // ---- data path -----------------------------------------------------------------
 
-TEST(TcpTransport, SlicedWritesAndReadsOverFourConnectionsMoveEveryByte) {
+TEST(TcpTransport, sliced_writes_and_reads_over_four_connections_move_every_byte) {
   PartsTarget t(16 << 20);
   ASSERT_TRUE(t.status.ok()) << t.status.toString();
   Initiator in(32 << 20, {{"tcp.connections", "4"}, {"tcp.slice_size", "64K"}, {"tcp.inflight", "4"}});
@@ -213,7 +216,7 @@ TEST(TcpTransport, SlicedWritesAndReadsOverFourConnectionsMoveEveryByte) {
   EXPECT_EQ(st.refused_requests, 0u);
 }
 
-TEST(TcpTransport, ManySmallTasksInOneBatchArePipelinedAndAllComplete) {
+TEST(TcpTransport, many_small_tasks_in_one_batch_are_pipelined_and_all_complete) {
   PartsTarget t(4 << 20);
   ASSERT_TRUE(t.status.ok());
   Initiator in(4 << 20, {{"tcp.connections", "2"}});
@@ -226,7 +229,7 @@ TEST(TcpTransport, ManySmallTasksInOneBatchArePipelinedAndAllComplete) {
   EXPECT_EQ(test::checkPattern(in.mem.p, 4 << 20, 5), -1);
 }
 
-TEST(TcpTransport, TargetMaxFrameBoundsTheInitiatorsSlices) {
+TEST(TcpTransport, target_max_frame_bounds_the_initiators_slices) {
   PartsTarget t(4 << 20, {{"tcp.max_frame", "64K"}, {"tcp.slice_size", "64K"}});
   ASSERT_TRUE(t.status.ok()) << t.status.toString();
   Initiator in(4 << 20, {{"tcp.slice_size", "1M"}});
@@ -240,17 +243,7 @@ TEST(TcpTransport, TargetMaxFrameBoundsTheInitiatorsSlices) {
   EXPECT_EQ(test::checkPattern(t.mem.p, 1 << 20, 3), -1);
 }
 
-// Polls `cond` for up to 20 s (a bound on waiting, not a timing assertion).
-template <class F>
-bool eventually(F cond) {
-  for (int i = 0; i < 2000; ++i) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return cond();
-}
-
-TEST(TcpTransport, ClosingTheSegmentReleasesIdleDataConnectionsAndReopeningReconnects) {
+TEST(TcpTransport, closing_the_segment_releases_idle_data_connections_and_reopening_reconnects) {
   PartsTarget t(1 << 20);
   ASSERT_TRUE(t.status.ok());
   Initiator in(1 << 20, {{"tcp.connections", "2"}});
@@ -272,7 +265,7 @@ TEST(TcpTransport, ClosingTheSegmentReleasesIdleDataConnectionsAndReopeningRecon
 
 // ---- the target's range check ------------------------------------------------------
 
-TEST(TcpTransport, RangeTheTargetNoLongerExposesIsRefusedCountedAndNeverServed) {
+TEST(TcpTransport, range_the_target_no_longer_exposes_is_refused_counted_and_never_served) {
   PartsTarget t(1 << 20);
   ASSERT_TRUE(t.status.ok());
   // The descriptor advertises `priv` (registered, not remote-accessible), as a
@@ -306,7 +299,7 @@ TEST(TcpTransport, RangeTheTargetNoLongerExposesIsRefusedCountedAndNeverServed) 
   EXPECT_EQ(t.tcp.counters().malformed_frames, 0u);
 }
 
-TEST(TcpTransport, RawReadOutsideRegisteredMemoryGetsErrorReplyAndConnectionStaysOpen) {
+TEST(TcpTransport, raw_read_outside_registered_memory_gets_error_reply_and_connection_stays_open) {
   PartsTarget t(1 << 20);
   ASSERT_TRUE(t.status.ok());
   test::fillPattern(t.mem.p, 4096, 21);
@@ -336,7 +329,7 @@ TEST(TcpTransport, RawReadOutsideRegisteredMemoryGetsErrorReplyAndConnectionStay
   EXPECT_EQ(t.tcp.counters().served_reads, 1u);
 }
 
-TEST(TcpTransport, RawRefusedWritePayloadIsDrainedAndNeverStored) {
+TEST(TcpTransport, raw_refused_write_payload_is_drained_and_never_stored) {
   PartsTarget t(1 << 20);
   ASSERT_TRUE(t.status.ok());
   std::memset(t.priv.p, 0x11, t.priv.n);
@@ -365,7 +358,7 @@ TEST(TcpTransport, RawRefusedWritePayloadIsDrainedAndNeverStored) {
   EXPECT_EQ(t.tcp.counters().served_writes, 1u);
 }
 
-TEST(TcpTransport, RawRequestWhoseRangeWrapsAroundIsRefused) {
+TEST(TcpTransport, raw_request_whose_range_wraps_around_is_refused) {
   PartsTarget t(1 << 20);
   ASSERT_TRUE(t.status.ok());
   RawClient c(t.srv.port());
@@ -379,7 +372,7 @@ TEST(TcpTransport, RawRequestWhoseRangeWrapsAroundIsRefused) {
   EXPECT_EQ(t.tcp.counters().refused_requests, 1u);
 }
 
-TEST(TcpTransport, WriterStalledMidPayloadIsDroppedAndUnregisterDoesNotWaitForever) {
+TEST(TcpTransport, writer_stalled_mid_payload_is_dropped_and_unregister_does_not_wait_forever) {
   PartsTarget t(1 << 20, {{"tcp.timeout_ms", "300"}});
   ASSERT_TRUE(t.status.ok());
   RawClient c(t.srv.port());
@@ -394,7 +387,7 @@ TEST(TcpTransport, WriterStalledMidPayloadIsDroppedAndUnregisterDoesNotWaitForev
   EXPECT_EQ(t.tcp.counters().served_writes, 0u);
 }
 
-TEST(TcpTransport, RawRequestForGpuRegisteredMemoryIsRefusedNotSupported) {
+TEST(TcpTransport, raw_request_for_gpu_registered_memory_is_refused_not_supported) {
   PartsTarget t(1 << 20);
   ASSERT_TRUE(t.status.ok());
   // A region registered as GPU memory (host memory standing in for it here).
@@ -421,7 +414,7 @@ TEST(TcpTransport, RawRequestForGpuRegisteredMemoryIsRefusedNotSupported) {
 
 // ---- malformed frames ------------------------------------------------------------------
 
-TEST(TcpTransport, MalformedFrameClosesOnlyThatConnection) {
+TEST(TcpTransport, malformed_frame_closes_only_that_connection) {
   PartsTarget t(1 << 20);
   ASSERT_TRUE(t.status.ok());
   test::fillPattern(t.mem.p, 8192, 4);
@@ -451,7 +444,7 @@ TEST(TcpTransport, MalformedFrameClosesOnlyThatConnection) {
   EXPECT_EQ(t.tcp.counters().malformed_frames, 1u);
 }
 
-TEST(TcpTransport, OversizedFrameClosesTheConnectionWithoutReadingThePayload) {
+TEST(TcpTransport, oversized_frame_closes_the_connection_without_reading_the_payload) {
   PartsTarget t(1 << 20, {{"tcp.max_frame", "1M"}, {"tcp.slice_size", "1M"}});
   ASSERT_TRUE(t.status.ok()) << t.status.toString();
   RawClient big(t.srv.port()), other(t.srv.port());
@@ -503,7 +496,7 @@ struct SilentPeer {
   Status status;
 };
 
-TEST(TcpTransport, SilentPeerFailsInFlightTasksWithTimeout) {
+TEST(TcpTransport, silent_peer_fails_in_flight_tasks_with_timeout) {
   SilentPeer p;
   ASSERT_TRUE(p.status.ok());
   Initiator in(1 << 20, {{"tcp.timeout_ms", "300"}});
@@ -519,7 +512,7 @@ TEST(TcpTransport, SilentPeerFailsInFlightTasksWithTimeout) {
   }
 }
 
-TEST(TcpTransport, CancelEndsQueuedSlicesAndTheBatchFreesOnceTheSentOneEnds) {
+TEST(TcpTransport, cancel_ends_queued_slices_and_the_batch_frees_once_the_sent_one_ends) {
   SilentPeer p;
   ASSERT_TRUE(p.status.ok());
   Initiator in(1 << 20, {{"tcp.timeout_ms", "2000"}, {"tcp.connections", "1"}, {"tcp.inflight", "1"}});
@@ -532,7 +525,7 @@ TEST(TcpTransport, CancelEndsQueuedSlicesAndTheBatchFreesOnceTheSentOneEnds) {
   ASSERT_TRUE(in.engine.submitTransfer(b, reqs).ok());
   // With one connection and one slice in flight, task 0 is on the wire and
   // tasks 1..3 wait in the queue.
-  for (int i = 0; i < 2000 && p.headers.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(eventually([&] { return p.headers.load() > 0; })) << "no request reached the peer";
   ASSERT_EQ(p.headers.load(), 1);
   ASSERT_TRUE(in.engine.cancelTransfer(b).ok());
   for (size_t i = 1; i < 4; ++i) {
@@ -549,7 +542,7 @@ TEST(TcpTransport, CancelEndsQueuedSlicesAndTheBatchFreesOnceTheSentOneEnds) {
   EXPECT_EQ(p.headers.load(), 1);  // canceled slices were never sent
 }
 
-TEST(TcpTransport, BatchWhoseSlicesWereAllCanceledBeforeSendingFreesAtOnce) {
+TEST(TcpTransport, batch_whose_slices_were_all_canceled_before_sending_frees_at_once) {
   SilentPeer p;
   ASSERT_TRUE(p.status.ok());
   Initiator in(1 << 20, {{"tcp.timeout_ms", "2000"}, {"tcp.connections", "1"}, {"tcp.inflight", "1"}});
@@ -559,7 +552,7 @@ TEST(TcpTransport, BatchWhoseSlicesWereAllCanceledBeforeSendingFreesAtOnce) {
   BatchID b1, b2;
   ASSERT_TRUE(in.engine.allocateBatchID(1, b1).ok());
   ASSERT_TRUE(in.engine.submitTransfer(b1, {{OpCode::kRead, in.mem.p, in.seg, 0x10000000, 4096}}).ok());
-  for (int i = 0; i < 2000 && p.headers.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(eventually([&] { return p.headers.load() > 0; })) << "no request reached the peer";
   ASSERT_EQ(p.headers.load(), 1);
   ASSERT_TRUE(in.engine.allocateBatchID(8, b2).ok());
   std::vector<TransferRequest> reqs;
@@ -575,7 +568,7 @@ TEST(TcpTransport, BatchWhoseSlicesWereAllCanceledBeforeSendingFreesAtOnce) {
   EXPECT_EQ(p.headers.load(), 1);
 }
 
-TEST(TcpTransport, UnreachablePeerFailsTasksWithUnavailable) {
+TEST(TcpTransport, unreachable_peer_fails_tasks_with_unavailable) {
   SilentPeer p;  // only for the descriptor
   ASSERT_TRUE(p.status.ok());
   Initiator in(1 << 20);
@@ -606,12 +599,30 @@ bool allThreadsStopped(pid_t pid) {
   return any && all;
 }
 
+// Bytes this host's established IPv4 TCP sockets towards `port` have sent
+// but not yet had acknowledged (tx_queue in /proc/net/tcp).
+uint64_t bytesInFlightTo(uint16_t port) {
+  std::ifstream in("/proc/net/tcp");
+  std::string line;
+  std::getline(in, line);  // header
+  uint64_t total = 0;
+  while (std::getline(in, line)) {
+    char rem[64] = {}, queues[64] = {};
+    unsigned st = 0;
+    if (std::sscanf(line.c_str(), "%*s %*s %63s %x %63s", rem, &st, queues) != 3 || st != 1) continue;
+    const char* colon = std::strchr(rem, ':');
+    if (!colon || std::strtoul(colon + 1, nullptr, 16) != port) continue;
+    total += std::strtoull(queues, nullptr, 16);  // "tx_queue:rx_queue"
+  }
+  return total;
+}
+
 uint16_t portOf(const std::string& segment_line) {
   auto colon = segment_line.rfind(':');
   return colon == std::string::npos ? 0 : static_cast<uint16_t>(std::stoi(segment_line.substr(colon + 1)));
 }
 
-TEST(TcpTransport, KilledPeerFailsInFlightTasksAtOnceAndTheNextSubmitReconnects) {
+TEST(TcpTransport, killed_peer_fails_in_flight_tasks_at_once_and_the_next_submit_reconnects) {
   test::Child serve;
   ASSERT_TRUE(serve.start({"serve", "--listen", "127.0.0.1:0", "--memory", "64M"}));
   std::string line = serve.waitFor("segment:");
@@ -638,7 +649,9 @@ TEST(TcpTransport, KilledPeerFailsInFlightTasksAtOnceAndTheNextSubmitReconnects)
                   .submitTransfer(b, {{OpCode::kWrite, in.mem.p, in.seg, base, 16 << 20},
                                       {OpCode::kRead, in.mem.p + (16 << 20), in.seg, base, 8 << 20}})
                   .ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // The write is on the wire: its bytes sit unacknowledged in the sockets
+  // towards the stopped target.
+  ASSERT_TRUE(eventually([&] { return bytesInFlightTo(port) > 0; })) << "nothing was sent to the stopped target";
   serve.kill(SIGKILL);
   serve.wait();
   ASSERT_TRUE(in.engine.waitTransfer(b, std::chrono::seconds(60)).ok());

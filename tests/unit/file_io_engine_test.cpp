@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -310,13 +311,23 @@ TEST_P(IoEngineTest, stop_cancels_queued_work_and_reports_nothing_left) {
   std::vector<IoOp> more;
   for (uint64_t i = 1; i < 64; ++i) more.push_back(op(i + 1, false, buf.p + i * 4096, 4096, i * 4096));
   engine->submit(more);
+  // stop() runs on its own thread; the completion thread is released only
+  // once stop() has marked the queued ops and sleeps waiting for them.
+  std::atomic<pid_t> stopper{0};
+  size_t left = 1;
   std::thread t([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    sink.unhold();
+    stopper = static_cast<pid_t>(::syscall(SYS_gettid));
+    left = engine->stop(std::chrono::seconds(10));
   });
-  EXPECT_EQ(engine->stop(std::chrono::seconds(10)), 0u);
+  EXPECT_TRUE(eventually([&] { return stopper.load() != 0 && threadState(stopper.load()) == 'S'; }))
+      << "stop() never waited";
+  sink.unhold();
   t.join();
-  EXPECT_EQ(sink.count, 64u);  // every op reported once, completed or cancelled
+  EXPECT_EQ(left, 0u);
+  std::lock_guard lk(sink.mu);
+  EXPECT_EQ(sink.count, 64u);  // every op reported once
+  EXPECT_EQ(sink.results[1], 4096);  // the op in flight when stop() began completed
+  for (uint64_t c = 2; c <= 64; ++c) EXPECT_EQ(sink.results[c], -ECANCELED) << "cookie " << c;  // queued: cancelled
   engine.reset();
 }
 
@@ -340,12 +351,14 @@ TEST(UringEngine, op_blocked_in_the_kernel_is_cancelled) {
   o.len = sizeof(b);
   o.offset = static_cast<uint64_t>(-1);  // stream: current position
   e->submit(std::vector<IoOp>{o});
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_EQ(sink.count, 0u);
+  // In the kernel: handed to the ring, and not completed (the pipe is empty).
+  ASSERT_TRUE(eventually([&] { return e->stats().submitted == 1; })) << "the op never reached the ring";
+  EXPECT_FALSE(sink.waitCount(1, 0));
   uint64_t c = 77;
   e->cancel(std::span<const uint64_t>(&c, 1));
   ASSERT_TRUE(sink.waitCount(1));
   EXPECT_EQ(sink.results[77], -ECANCELED);
+  EXPECT_EQ(e->stats().cancels, 1u);  // cancelled inside the kernel, not before submission
   EXPECT_EQ(e->stop(std::chrono::seconds(5)), 0u);
   ::close(p[0]);
   ::close(p[1]);
@@ -353,7 +366,7 @@ TEST(UringEngine, op_blocked_in_the_kernel_is_cancelled) {
 
 // io_uring only: a region larger than the kernel's 1 GiB per-buffer limit is
 // registered in chunks; ops inside either chunk use a fixed buffer.
-TEST(UringEngine, region_over_1GiB_is_registered_in_chunks) {
+TEST(UringEngine, region_over_1_gib_is_registered_in_chunks) {
   std::unique_ptr<IoEngine> e;
   if (!makeUringEngine(IoEngineOptions{}, e).ok()) GTEST_SKIP() << "io_uring is not available here";
   const size_t n = (1ULL << 30) + 2 * MiB;

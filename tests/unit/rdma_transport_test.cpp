@@ -5,7 +5,11 @@
 
 #if HAWSER_TEST_RDMA
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -29,6 +33,7 @@ std::unique_ptr<Transport> makeRdmaTransport();
 
 using namespace hawser;
 using hawser::test::Buffer;
+using hawser::test::hasTransport;
 using hawser::test::SoftVerbsEnv;
 using hawser::detail::EngineAccess;
 
@@ -45,12 +50,6 @@ const rdma::NicReport* find(const std::vector<rdma::NicReport>& v, const std::st
   for (auto& r : v)
     if (r.name == name) return &r;
   return nullptr;
-}
-
-bool hasTransport(TransferEngine& e, const std::string& name) {
-  for (auto& t : e.transports())
-    if (t == name) return true;
-  return false;
 }
 
 // Two engines of this process, both forced to rdma.
@@ -497,14 +496,61 @@ TEST_F(RdmaTransportTest, outstanding_work_stays_within_qp_depth_and_cq_size) {
   EXPECT_EQ(rdma::stats().slice_retries.load(), 0u);  // no post was refused, no completion lost
 }
 
+// Pages of [p, p + n) resident in memory (mincore).
+size_t residentPages(void* p, size_t n) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> v((n + page - 1) / page);
+  if (mincore(p, n, v.data()) != 0) return 0;
+  size_t r = 0;
+  for (unsigned char c : v) r += c & 1;
+  return r;
+}
+
+// Anonymous memory never touched by this process (no page resident yet).
+struct Untouched {
+  explicit Untouched(size_t n) : len(n) {
+    void* m = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    p = m == MAP_FAILED ? nullptr : static_cast<char*>(m);
+    if (p) ::madvise(p, n, MADV_NOHUGEPAGE);  // residency is counted per 4 KiB page
+  }
+  ~Untouched() {
+    if (p) ::munmap(p, len);
+  }
+  char* p = nullptr;
+  size_t len;
+};
+
 TEST_F(RdmaTransportTest, large_region_is_pretouched_and_keeps_its_contents) {
+  {
+    Untouched probe(1 << 20);  // the pre-touch is MADV_POPULATE_WRITE (Linux 5.14)
+    ASSERT_NE(probe.p, nullptr);
+    if (::madvise(probe.p, probe.len, MADV_POPULATE_WRITE) != 0)
+      GTEST_SKIP() << "this kernel has no MADV_POPULATE_WRITE: " << std::strerror(errno);
+  }
   SoftVerbsEnv env("sv0,sv1");
-  RdmaPair p(16 << 20, 16 << 20, {{"rdma.pretouch_threshold", "1M"}, {"rdma.pretouch_threads", "2"}});
+  // (file.fixed_buffers off: io_uring would pin, and so touch, every region.)
+  RdmaPair p(16 << 20, 16 << 20,
+             {{"rdma.pretouch_threshold", "1M"}, {"rdma.pretouch_threads", "2"}, {"file.fixed_buffers", "0"}});
   ASSERT_TRUE(p.status.ok()) << p.status.toString();
   EXPECT_EQ(test::checkPattern(p.tmem.p, p.tmem.n, 5), -1);  // registration did not disturb it
   auto st = test::runBatch(p.init, p.seg, {{OpCode::kRead, p.lmem.p, p.seg, p.base, 16 << 20}});
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
   EXPECT_EQ(test::checkPattern(p.lmem.p, 16 << 20, 5), -1);
+
+  // The pre-touch itself: a region at the threshold is resident once
+  // registered; one below it is left alone (the software provider's
+  // ibv_reg_mr touches nothing, so residency comes from the pre-touch).
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  Untouched big(4 << 20), small(512 << 10);
+  ASSERT_TRUE(big.p && small.p);
+  ASSERT_EQ(residentPages(big.p, big.len), 0u);
+  ASSERT_EQ(residentPages(small.p, small.len), 0u);
+  ASSERT_TRUE(p.target.registerLocalMemory(big.p, big.len, "cpu:0", true).ok());
+  ASSERT_TRUE(p.target.registerLocalMemory(small.p, small.len, "cpu:0", true).ok());
+  EXPECT_EQ(residentPages(big.p, big.len), big.len / page);
+  EXPECT_EQ(residentPages(small.p, small.len), 0u);
+  ASSERT_TRUE(p.target.unregisterLocalMemory(big.p).ok());
+  ASSERT_TRUE(p.target.unregisterLocalMemory(small.p).ok());
 }
 
 TEST_F(RdmaTransportTest, gpu_memory_without_a_dmabuf_registration_is_not_claimed) {
@@ -520,7 +566,11 @@ TEST_F(RdmaTransportTest, gpu_memory_without_a_dmabuf_registration_is_not_claime
 
 TEST_F(RdmaTransportTest, shutdown_with_transfers_in_flight_finishes_every_slice) {
   SoftVerbsEnv env("sv0,sv1");
-  auto p = std::make_unique<RdmaPair>(32 << 20, 32 << 20);
+  // Small slices and shallow queues: 2048 slices that take many rounds of
+  // posting, so the batch is still running when the initiator shuts down.
+  auto p = std::make_unique<RdmaPair>(32 << 20, 32 << 20,
+                                      std::vector<std::pair<std::string, std::string>>{
+                                          {"rdma.slice_size", "16K"}, {"rdma.max_wr", "4"}});
   ASSERT_TRUE(p->status.ok()) << p->status.toString();
   BatchID b;
   ASSERT_TRUE(p->init.allocateBatchID(32, b).ok());
@@ -528,8 +578,19 @@ TEST_F(RdmaTransportTest, shutdown_with_transfers_in_flight_finishes_every_slice
   for (int i = 0; i < 32; ++i) reqs.push_back({OpCode::kRead, p->lmem.p + i * (1 << 20), p->seg,
                                                p->base + i * (1 << 20), 1 << 20});
   ASSERT_TRUE(p->init.submitTransfer(b, reqs).ok());
-  p.reset();  // engines shut down (bounded) with the batch in whatever state
-  SUCCEED();
+  TransferStatus agg;
+  ASSERT_TRUE(p->init.getBatchTransferStatus(b, agg).ok());
+  ASSERT_EQ(agg.s, TransferState::kPending) << "the batch ended before the shutdown began";
+  ASSERT_LT(agg.transferred_bytes, 32u << 20);
+  // The initiator shuts down with the batch in flight: it waits (bounded)
+  // for the batch, so every slice lands and none fails.
+  const auto t0 = std::chrono::steady_clock::now();
+  detail::EngineAccess::of(p->init).shutdown();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  EXPECT_EQ(test::checkPattern(p->lmem.p, 32 << 20, 5), -1) << "a slice in flight at shutdown did not land";
+  EXPECT_EQ(rdma::stats().slices_failed.load(), 0u);
+  EXPECT_EQ(rdma::stats().slice_retries.load(), 0u);
+  p.reset();  // then both engines are destroyed
 }
 
 }  // namespace

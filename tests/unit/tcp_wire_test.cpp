@@ -29,7 +29,7 @@ WireHeader writeReq(uint32_t size) {
   return h;
 }
 
-TEST(TcpWire, HeaderIs32BytesWithFieldsAtFixedOffsets) {
+TEST(TcpWire, header_is_32_bytes_with_fields_at_fixed_offsets) {
   EXPECT_EQ(sizeof(WireHeader), 32u);
   EXPECT_EQ(offsetof(WireHeader, magic), 0u);
   EXPECT_EQ(offsetof(WireHeader, version), 4u);
@@ -41,12 +41,12 @@ TEST(TcpWire, HeaderIs32BytesWithFieldsAtFixedOffsets) {
   EXPECT_EQ(offsetof(WireHeader, addr), 24u);
 }
 
-TEST(TcpWire, WellFormedRequestsAreAccepted) {
+TEST(TcpWire, well_formed_requests_are_accepted) {
   EXPECT_TRUE(tcp::checkRequest(readReq(4096), 1 << 20).ok());
   EXPECT_TRUE(tcp::checkRequest(writeReq(1 << 20), 1 << 20).ok());
 }
 
-TEST(TcpWire, BadMagicIsRejectedNamingTheValue) {
+TEST(TcpWire, bad_magic_is_rejected_naming_the_value) {
   WireHeader h = readReq(16);
   h.magic = 0xdeadbeef;
   Status s = tcp::checkRequest(h, 1 << 20);
@@ -54,13 +54,13 @@ TEST(TcpWire, BadMagicIsRejectedNamingTheValue) {
   EXPECT_NE(s.message().find("0xdeadbeef"), std::string::npos) << s.message();
 }
 
-TEST(TcpWire, UnknownVersionIsRejected) {
+TEST(TcpWire, unknown_version_is_rejected) {
   WireHeader h = readReq(16);
   h.version = 2;
   EXPECT_EQ(tcp::checkRequest(h, 1 << 20).code(), Code::kRemoteError);
 }
 
-TEST(TcpWire, ResponseTypeOrUnknownTypeInARequestIsRejected) {
+TEST(TcpWire, response_type_or_unknown_type_in_a_request_is_rejected) {
   for (uint8_t t : {uint8_t{0}, uint8_t{tcp::kReadResp}, uint8_t{tcp::kWriteResp}, uint8_t{99}}) {
     WireHeader h = readReq(16);
     h.type = t;
@@ -68,9 +68,9 @@ TEST(TcpWire, ResponseTypeOrUnknownTypeInARequestIsRejected) {
   }
 }
 
-TEST(TcpWire, ZeroSizeIsRejected) { EXPECT_EQ(tcp::checkRequest(readReq(0), 1 << 20).code(), Code::kRemoteError); }
+TEST(TcpWire, zero_size_is_rejected) { EXPECT_EQ(tcp::checkRequest(readReq(0), 1 << 20).code(), Code::kRemoteError); }
 
-TEST(TcpWire, SizeOverMaxFrameIsRejectedNamingBoth) {
+TEST(TcpWire, size_over_max_frame_is_rejected_naming_both) {
   Status s = tcp::checkRequest(writeReq((1 << 20) + 1), 1 << 20);
   EXPECT_EQ(s.code(), Code::kRemoteError);
   EXPECT_NE(s.message().find("1048577"), std::string::npos) << s.message();
@@ -78,25 +78,25 @@ TEST(TcpWire, SizeOverMaxFrameIsRejectedNamingBoth) {
   EXPECT_EQ(tcp::checkRequest(readReq((1 << 20) + 1), 1 << 20).code(), Code::kRemoteError);
 }
 
-TEST(TcpWire, ReadRequestCarryingPayloadIsRejected) {
+TEST(TcpWire, read_request_carrying_payload_is_rejected) {
   WireHeader h = readReq(16);
   h.length = 16;
   EXPECT_EQ(tcp::checkRequest(h, 1 << 20).code(), Code::kRemoteError);
 }
 
-TEST(TcpWire, WriteRequestWhoseLengthDiffersFromSizeIsRejected) {
+TEST(TcpWire, write_request_whose_length_differs_from_size_is_rejected) {
   WireHeader h = writeReq(16);
   h.length = 8;
   EXPECT_EQ(tcp::checkRequest(h, 1 << 20).code(), Code::kRemoteError);
 }
 
-TEST(TcpWire, RequestWithNonZeroStatusIsRejected) {
+TEST(TcpWire, request_with_non_zero_status_is_rejected) {
   WireHeader h = readReq(16);
   h.status = 4;
   EXPECT_EQ(tcp::checkRequest(h, 1 << 20).code(), Code::kRemoteError);
 }
 
-TEST(TcpSettings, DefaultsWhenNothingIsSet) {
+TEST(TcpSettings, defaults_when_nothing_is_set) {
   Config c;
   TcpSettings s;
   ASSERT_TRUE(TcpTransport::loadSettings(c, s).ok());
@@ -107,7 +107,7 @@ TEST(TcpSettings, DefaultsWhenNothingIsSet) {
   EXPECT_EQ(s.max_frame, d.max_frame);
 }
 
-TEST(TcpSettings, ExplicitValuesWithSizeSuffixesAreRead) {
+TEST(TcpSettings, explicit_values_with_size_suffixes_are_read) {
   Config c;
   c.set("tcp.connections", "3");
   c.set("tcp.slice_size", "256K");
@@ -121,7 +121,7 @@ TEST(TcpSettings, ExplicitValuesWithSizeSuffixesAreRead) {
   EXPECT_EQ(s.sock_buf, 4u << 20);
 }
 
-TEST(TcpSettings, JunkValueIsInvalidArgumentNamingKeyAndValue) {
+TEST(TcpSettings, junk_value_is_invalid_argument_naming_key_and_value) {
   Config c;
   c.set("tcp.connections", "lots");
   TcpSettings s;
@@ -132,7 +132,7 @@ TEST(TcpSettings, JunkValueIsInvalidArgumentNamingKeyAndValue) {
   EXPECT_NE(st.message().find("lots"), std::string::npos) << st.message();
 }
 
-TEST(TcpSettings, OutOfRangeValueIsInvalidArgument) {
+TEST(TcpSettings, out_of_range_value_is_invalid_argument) {
   Config c;
   c.set("tcp.connections", "0");
   TcpSettings s;
@@ -142,7 +142,7 @@ TEST(TcpSettings, OutOfRangeValueIsInvalidArgument) {
   EXPECT_EQ(TcpTransport::loadSettings(d, s).code(), Code::kInvalidArgument);
 }
 
-TEST(TcpSettings, SliceLargerThanMaxFrameIsInvalidArgument) {
+TEST(TcpSettings, slice_larger_than_max_frame_is_invalid_argument) {
   Config c;
   c.set("tcp.slice_size", "8M");
   c.set("tcp.max_frame", "4M");
