@@ -51,10 +51,16 @@ def test_initialize_bad_port_is_invalid_argument(hw):
     assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0, hw.last_error()
 
 
-def test_initialize_unknown_protocol_is_not_supported(hw):
+def test_initialize_with_a_transport_not_installed_here_is_no_transport_listing_the_installed(hw):
     e = hw.TransferEngine()
-    assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "nvlink", "") == neg(hw, "not_supported")
-    assert "nvlink" in hw.last_error()
+    assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "nvlink", "") == neg(hw, "no_transport")
+    err = hw.last_error()
+    assert "'nvlink'" in err and "not in this build" in err and "installed: " in err and "tcp" in err, err
+
+
+def test_initialize_accepts_any_installed_transport_as_protocol(hw):
+    e = hw.TransferEngine()
+    assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "file", "") == 0, hw.last_error()
 
 
 def test_initialize_unsupported_metadata_scheme_is_invalid_argument(hw):
@@ -70,7 +76,7 @@ def test_protocol_rdma_that_cannot_load_verbs_is_no_transport(hw, monkeypatch):
     e = hw.TransferEngine()
     assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "rdma", "") == neg(hw, "no_transport")
     assert hw.last_error_code() == "no_transport"
-    assert "no 'rdma' transport can run here" in hw.last_error()
+    assert "transport 'rdma' (forced by config 'transport')" in hw.last_error()
     assert e.get_rpc_port() == 0  # not initialized
     assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0, hw.last_error()
 

@@ -124,10 +124,20 @@ Status EngineImpl::init(const std::string& metadata_uri, const std::string& serv
     bool found = false;
     for (auto& t : transports_) found |= forced_transport_ == t->name();
     if (!found) {
+      const std::string installed = fmt::format("{}", fmt::join(transportNames(), ","));
+      std::string why, built;
+      for (auto& d : diagnoses_) {
+        built += (built.empty() ? "" : ",") + d.transport;
+        if (d.transport == forced_transport_) why = d.reason;
+      }
       abandonInit();
-      return {Code::kNoTransport, fmt::format("transport '{}' (forced by config 'transport') is not available here "
-                                              "(installed: {})",
-                                              forced_transport_, fmt::join(transportNames(), ","))};
+      if (!why.empty())
+        return {Code::kNoTransport, fmt::format("transport '{}' (forced by config 'transport') cannot run here: {} "
+                                                "(installed: {})",
+                                                forced_transport_, why, installed)};
+      return {Code::kNoTransport, fmt::format("transport '{}' (forced by config 'transport') is not in this build "
+                                              "(built: {}; installed: {})",
+                                              forced_transport_, built, installed)};
     }
   }
   s = store_->start(segment_name_, [this] { return localDescriptor(); });
