@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "common/util.h"
+#include "engine/access.h"
 #include "hawser/engine.h"
 
 namespace hawser::test {
@@ -29,6 +30,7 @@ struct SuiteParam {
   std::vector<std::string> env;          // "KEY=VALUE"
   std::function<std::string()> skip;     // non-empty reason = skip
   Code dead_peer_code = Code::kUnavailable;  // how a transfer to a SIGKILLed peer fails
+  Code refused_code = Code::kOutOfRange;     // how the target's refusal of a withdrawn range fails a task
 };
 
 inline void PrintTo(const SuiteParam& p, std::ostream* os) { *os << p.transport; }
@@ -133,6 +135,31 @@ TEST_P(TransportSuite, remote_range_outside_the_targets_memory_is_refused_at_sub
   EXPECT_EQ(s.code(), Code::kOutOfRange);
   runBatch(engine_, seg_, {{OpCode::kWrite, local.p, seg_, base_ - 4096, 200}}, 1000, &s);
   EXPECT_EQ(s.code(), Code::kOutOfRange);
+}
+
+// Transport-side refusal: a request that passes the engine's checks (the
+// range is in the descriptor the initiator holds) but that the target must
+// refuse, because it withdrew that memory since.
+TEST_P(TransportSuite, range_the_target_withdrew_is_refused_by_the_target_itself) {
+  Buffer local(1u << 20);
+  ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  fillPattern(local.p, local.n, 5);
+  child_.kill(SIGUSR1);
+  ASSERT_FALSE(child_.waitFor("withdrawn").empty()) << "hawser serve did not withdraw its memory";
+  // Take the owner's change notice, so the engine keeps the descriptor it has
+  // and the request reaches the target.
+  auto* store = detail::EngineAccess::of(engine_).store();
+  ASSERT_TRUE(eventually([&] { return store->mayHaveChanged(segment_, 0); }));
+  for (OpCode op : {OpCode::kWrite, OpCode::kRead}) {
+    Status submitted;
+    auto st = runBatch(engine_, seg_, {{op, local.p, seg_, base_ + 4096, 65536}}, 20000, &submitted);
+    ASSERT_TRUE(submitted.ok()) << "the engine must accept it: " << submitted.toString();
+    ASSERT_EQ(st.size(), 1u);
+    EXPECT_EQ(st[0].s, TransferState::kFailed);
+    EXPECT_EQ(st[0].transferred_bytes, 0u);
+    EXPECT_EQ(st[0].error.code(), GetParam().refused_code) << st[0].error.toString();
+  }
+  EXPECT_EQ(checkPattern(local.p, local.n, 5), -1) << "a refused read must not touch local memory";
 }
 
 TEST_P(TransportSuite, peer_killed_mid_batch_fails_the_tasks_and_nothing_hangs) {
