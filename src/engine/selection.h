@@ -13,9 +13,9 @@
 //   | transport | rank | moves                                        |
 //   | nvlink    |  10  | GPU memory between GPUs of one host          |
 //   | shm       |  20  | host memory between processes of one host    |
-//   | rdma      |  30  | host (and GPU) memory over RDMA NICs         |
+//   | rdma      |  30  | host memory over RDMA NICs                   |
 //   | tcp       |  40  | host memory over TCP, any two hosts          |
-//   | file      |  50  | file segments (cuFile < io_uring < POSIX within) |
+//   | file      |  50  | file segments (io_uring, else POSIX, within) |
 //
 // Config key `transport` (HAWSER_TRANSPORT) forces one transport for memory
 // segments; file segments still go to the transport that serves files.

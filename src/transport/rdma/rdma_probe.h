@@ -1,6 +1,6 @@
 // RDMA NIC discovery: what this host has and why each NIC is or is not used.
-// `hawser doctor` prints probeNics(); the rdma transport installs on the NICs
-// it reports as used.
+// The rdma transport installs on the NICs probeNics() reports as used, and its
+// diagnose() (what `hawser doctor` prints) carries each NIC and why.
 #pragma once
 
 #include <cstdint>

@@ -131,7 +131,7 @@ struct Conn {
   IoThread* io = nullptr;
   uint32_t io_index = 0;
   uint32_t index = 0;
-  std::atomic<bool> close_idle{false};  // closeSegment(): close once nothing is outstanding
+  std::atomic<bool> close_idle{false};  // last PeerHandle gone: close once nothing is outstanding
 
   ConnState state = ConnState::kDisconnected;
   int fd = -1;
@@ -207,7 +207,9 @@ class IoThread {
   void advanceTx(Conn* c, size_t n);
   size_t controlBytesFrom(const Slice* s) const;
   void completeFront(Conn* c, bool ok, const Status& why);
-  void failConn(Conn* c, const Status& why);
+  // Closes the connection and fails what it held; `failure` counts it in
+  // connection_failures (not for an idle connection released on purpose).
+  void failConn(Conn* c, const Status& why, bool failure = true);
   void failList(SliceList& l, bool committed, const Status& why);
   void dropCanceled(Slice* s);
   int checkTimeouts();  // epoll timeout to use (ms, -1 = none)

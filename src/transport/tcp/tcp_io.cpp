@@ -279,7 +279,7 @@ void IoThread::closeIdle() {
     if (!c->inflight.empty() || !c->unsent.empty() || c->state == ConnState::kConnecting) continue;
     c->close_idle.store(false, std::memory_order_relaxed);
     if (c->state == ConnState::kConnected)
-      failConn(c, Status(Code::kUnavailable, "segment closed; idle connection released"));
+      failConn(c, Status(Code::kUnavailable, "segment closed; idle connection released"), /*failure=*/false);
   }
 }
 
@@ -573,12 +573,13 @@ void IoThread::failList(SliceList& l, bool committed, const Status& why) {
   }
 }
 
-void IoThread::failConn(Conn* c, const Status& why) {
+void IoThread::failConn(Conn* c, const Status& why, bool failure) {
   if (c->fd >= 0) {
     ::close(c->fd);  // also leaves the epoll set
     c->fd = -1;
   }
-  if (c->state == ConnState::kConnected) counters_->connection_failures.fetch_add(1, std::memory_order_relaxed);
+  if (failure && c->state == ConnState::kConnected)
+    counters_->connection_failures.fetch_add(1, std::memory_order_relaxed);
   c->state = ConnState::kDisconnected;
   size_t n = c->inflight.n + c->unsent.n;
   if (n > 0) HLOG_WARN("tcp: data connection {} to {} lost ({}); failing {} slice(s)", c->index, c->peer->name,
