@@ -1,8 +1,26 @@
-/* hawser — C API over hawser::TransferEngine.
+/* hawser — C API over hawser::TransferEngine (hawser/engine.h): the same calls
+ * with C types. Every C++ call has a C function here; docs/c_api.md maps them.
  *
- * Every function returns 0 on success or the negative hawser Code (see
- * hawser/status.h: -1 invalid argument, -2 address overlapped, ...);
- * hawser_last_error() gives the message of this thread's last failure.
+ * Return values: every int function returns 0 on success or the negative
+ * hawser Code (HAWSER_E_* below, the values of hawser::Code in hawser/status.h
+ * negated); hawser_last_error() gives the message of this thread's last
+ * failure. No function throws or aborts on bad input; a NULL pointer where one
+ * is required is HAWSER_E_INVALID_ARGUMENT naming the argument.
+ *
+ * Output arrays: functions that return a list take a caller-provided array
+ * `out` and `size_t* count`. On entry *count is the array's capacity; on
+ * success it is set to the number of entries written. When the array is too
+ * small the function writes nothing to it, sets *count to the needed number
+ * and returns HAWSER_E_CAPACITY_EXCEEDED. out == NULL is a size query: *count
+ * receives the needed number and the call returns 0.
+ *
+ * Strings: `const char*` given to the library are copied before the call
+ * returns. `const char*` the library hands back (in output structs) are owned
+ * by the library and stay valid until the next call of the same function on
+ * the same thread (or the thread's exit); copy what you keep longer. Names of
+ * codes and states are static.
+ *
+ * All functions are thread-safe (as the C++ engine).
  */
 #ifndef HAWSER_C_API_H
 #define HAWSER_C_API_H
@@ -15,15 +33,44 @@ extern "C" {
 #endif
 
 typedef struct hawser_engine hawser_engine_t;
-typedef uint64_t hawser_segment_id_t;
-typedef uint64_t hawser_batch_id_t;
+typedef uint64_t hawser_segment_id_t; /* 0 is never valid */
+typedef uint64_t hawser_batch_id_t;   /* 0 is never valid */
+
+/* Return codes: the negated hawser::Code. */
+enum {
+  HAWSER_OK = 0,
+  HAWSER_E_INVALID_ARGUMENT = -1,   /* a bad value: NULL pointer, zero length, bad URI or config value */
+  HAWSER_E_ADDRESS_OVERLAPPED = -2, /* registration overlaps a registered region */
+  HAWSER_E_NOT_REGISTERED = -3,     /* local range not inside one registered region */
+  HAWSER_E_OUT_OF_RANGE = -4,       /* remote range not inside the target segment */
+  HAWSER_E_SEGMENT_NOT_FOUND = -5,  /* unknown segment name or id */
+  HAWSER_E_INVALID_BATCH = -6,      /* unknown or already freed batch id */
+  HAWSER_E_CAPACITY_EXCEEDED = -7,  /* batch capacity, or a caller's output array, too small */
+  HAWSER_E_BATCH_BUSY = -8,         /* the batch still has unfinished work */
+  HAWSER_E_NO_TRANSPORT = -9,       /* no installed transport can serve the request */
+  HAWSER_E_FILE_NOT_FOUND = -10,
+  HAWSER_E_PERMISSION_DENIED = -11,
+  HAWSER_E_PATH_NOT_MAPPED = -12,   /* no local path for this host in a file's local_path_map */
+  HAWSER_E_FILE_TOO_SHORT = -13,
+  HAWSER_E_UNAVAILABLE = -14,       /* peer or service unreachable */
+  HAWSER_E_TIMEOUT = -15,
+  HAWSER_E_IO_ERROR = -16,
+  HAWSER_E_REMOTE_ERROR = -17,
+  HAWSER_E_METADATA_ERROR = -18,
+  HAWSER_E_NOT_SUPPORTED = -19,
+  HAWSER_E_INTERNAL = -20
+};
 
 enum { HAWSER_OP_READ = 0, HAWSER_OP_WRITE = 1 };
+/* Task states; a state >= HAWSER_COMPLETED is terminal (C++ isTerminal). */
 enum {
   HAWSER_WAITING = 0, HAWSER_PENDING = 1, HAWSER_COMPLETED = 2, HAWSER_FAILED = 3,
   HAWSER_TIMEOUT = 4, HAWSER_CANCELED = 5, HAWSER_INVALID = 6
 };
 
+/* One request (C++ TransferRequest): move `length` bytes between registered
+ * local memory at `source` and segment `target_id` at `target_offset` (memory
+ * segment: the remote virtual address; file segment: the logical offset). */
 typedef struct {
   int opcode; /* HAWSER_OP_READ | HAWSER_OP_WRITE */
   void* source;
@@ -32,36 +79,167 @@ typedef struct {
   size_t length;
 } hawser_request_t;
 
+/* A task's or batch's status (C++ TransferStatus). */
 typedef struct {
-  int state; /* HAWSER_WAITING ... */
-  size_t transferred_bytes;
-  int error_code; /* 0, or the negative Code of the failure */
+  int state;                /* HAWSER_WAITING ... HAWSER_INVALID */
+  size_t transferred_bytes; /* bytes of completed slices only */
+  int error_code;           /* 0, or the negative code of the failure */
+  const char* error_message; /* "" when error_code is 0; library-owned (see Strings above) */
 } hawser_status_t;
 
-/* metadata_uri: "p2p" or "etcd://host:port[,...]"; host NULL = 127.0.0.1; rpc_port 0 = any. */
+/* A key/value pair of strings: config entries, path maps, diagnosis facts. */
+typedef struct {
+  const char* key;
+  const char* value;
+} hawser_kv_t;
+
+/* Options for hawser_engine_create_with_options (C++ EngineOptions). */
+typedef struct {
+  const hawser_kv_t* config; /* tunables by key ("tcp.connections" -> "4"); win over HAWSER_* env */
+  size_t config_count;
+} hawser_engine_options_t;
+
+/* One region for hawser_register_memory_batch (C++ BufferEntry). */
+typedef struct {
+  void* addr;
+  size_t length;
+  const char* location;  /* "cpu:N", "cuda:N", "*" (detect); NULL = "cpu:0" */
+  int remote_accessible; /* nonzero: peers may read/write it */
+} hawser_buffer_entry_t;
+
+/* One backing file of a file segment (C++ FileDesc); the segment's logical
+ * space is its files concatenated in order. */
+typedef struct {
+  const char* file_path;              /* default path (absolute); NULL = none */
+  uint64_t length;                    /* bytes of this file in the segment */
+  const hawser_kv_t* local_path_map;  /* key: server name, value: the path on that host */
+  size_t local_path_map_count;
+} hawser_file_desc_t;
+
+/* One buffer of an open segment (C++ SegmentBuffer). */
+typedef struct {
+  uint64_t addr;        /* memory: remote virtual address; file: logical offset */
+  uint64_t length;
+  const char* location; /* "cpu:0", "cuda:1", or the file path; library-owned */
+} hawser_segment_buffer_t;
+
+/* One counter of hawser_stats (C++ EngineStats, flattened). All strings library-owned. */
+typedef struct {
+  const char* transport; /* "" for the engine's own counters, else the transport's name */
+  const char* name;
+  uint64_t value;
+} hawser_counter_t;
+
+/* One transport of this build (C++ TransportDiagnosis). All strings library-owned. */
+typedef struct {
+  const char* transport;
+  int installed;            /* nonzero when installed */
+  const char* reason;       /* why not installed ("" when installed) */
+  int cost_rank;            /* lower is preferred */
+  const char* moves;        /* what it can move */
+  const hawser_kv_t* facts; /* what it found (NICs, io_uring, settings...) */
+  size_t fact_count;
+} hawser_diagnosis_t;
+
+/* Which transport a request would take, and why (C++ RouteExplanation). Library-owned. */
+typedef struct {
+  const char* transport; /* "" when none can serve it */
+  const char* why;
+} hawser_route_t;
+
+/* ---- Engine ---------------------------------------------------------------- */
+
+/* Creates and initializes an engine (C++ TransferEngine + init). metadata_uri: "p2p" (NULL) or
+ * "etcd://host:port[,...]"; host NULL or "" = 127.0.0.1; rpc_port 0 = any. *out set on success only. */
 int hawser_engine_create(const char* metadata_uri, const char* local_server_name, const char* host,
                          uint16_t rpc_port, hawser_engine_t** out);
+/* As hawser_engine_create with options (NULL = none). An unknown key, a bad value or a NULL
+ * key/value fails with HAWSER_E_INVALID_ARGUMENT, the last error naming the key. */
+int hawser_engine_create_with_options(const char* metadata_uri, const char* local_server_name, const char* host,
+                                      uint16_t rpc_port, const hawser_engine_options_t* options,
+                                      hawser_engine_t** out);
+/* Stops serving, waits (bounded) for in-flight work, frees the engine. NULL is a no-op. */
 void hawser_engine_destroy(hawser_engine_t* engine);
+/* The RPC port the engine listens on (0 for a NULL engine). */
 uint16_t hawser_rpc_port(hawser_engine_t* engine);
-/* Copies the segment name peers use into buf (NUL-terminated, truncated to len). */
+/* Copies the segment name peers open to reach this engine into buf (NUL-terminated, truncated to len). */
 int hawser_segment_name(hawser_engine_t* engine, char* buf, size_t len);
 
+/* ---- Local memory ---------------------------------------------------------- */
+
+/* Registers [addr, addr+length) in every transport and publishes it. location NULL = "cpu:0". */
 int hawser_register_memory(hawser_engine_t* engine, void* addr, size_t length, const char* location,
                            int remote_accessible);
+/* Registers `count` regions, all or nothing (count 0 or a NULL entries array is invalid). */
+int hawser_register_memory_batch(hawser_engine_t* engine, const hawser_buffer_entry_t* entries, size_t count);
+/* Unregisters the region starting at addr; HAWSER_E_NOT_REGISTERED if none does. */
 int hawser_unregister_memory(hawser_engine_t* engine, void* addr);
+/* Unregisters `count` regions by start address; all or nothing: one unknown address changes nothing. */
+int hawser_unregister_memory_batch(hawser_engine_t* engine, void* const* addrs, size_t count);
+/* 0 when [addr, addr+length) lies inside one registered region, else HAWSER_E_NOT_REGISTERED. */
+int hawser_check_registered(hawser_engine_t* engine, const void* addr, size_t length);
 
+/* ---- Segments -------------------------------------------------------------- */
+
+/* Opens a memory segment ("host:port" with p2p) or a file segment ("file:///abs/path" or a name
+ * registered with hawser_register_file_segment). Opening a name twice gives the same id (refcounted). */
 int hawser_open_segment(hawser_engine_t* engine, const char* name, hawser_segment_id_t* out);
+/* Drops one reference to an open segment; HAWSER_E_SEGMENT_NOT_FOUND if it is not open. */
 int hawser_close_segment(hawser_engine_t* engine, hawser_segment_id_t id);
+/* The buffers of an open segment, refreshed from metadata (see Output arrays; locations library-owned). */
+int hawser_segment_buffers(hawser_engine_t* engine, hawser_segment_id_t id, hawser_segment_buffer_t* out,
+                           size_t* count);
+/* Publishes a named file segment made of `files` (count >= 1), concatenated in order. */
+int hawser_register_file_segment(hawser_engine_t* engine, const char* name, const hawser_file_desc_t* files,
+                                 size_t count);
+/* Removes a named file segment; HAWSER_E_SEGMENT_NOT_FOUND if there is none. */
+int hawser_unregister_file_segment(hawser_engine_t* engine, const char* name);
 
+/* ---- Batches --------------------------------------------------------------- */
+
+/* Allocates a batch of at most `capacity` tasks. */
 int hawser_allocate_batch(hawser_engine_t* engine, size_t capacity, hawser_batch_id_t* out);
+/* Submits `count` requests, all or nothing; task ids continue across submits of one batch. */
 int hawser_submit(hawser_engine_t* engine, hawser_batch_id_t batch, const hawser_request_t* requests, size_t count);
+/* Status of task `task_id` of the batch (error_message library-owned). */
 int hawser_task_status(hawser_engine_t* engine, hawser_batch_id_t batch, size_t task_id, hawser_status_t* out);
+/* Aggregate status of every task of the batch (state ranked, bytes summed; error_message library-owned). */
 int hawser_batch_status(hawser_engine_t* engine, hawser_batch_id_t batch, hawser_status_t* out);
+/* Waits until every task is terminal (0, whatever the states) or timeout_ms passes (HAWSER_E_TIMEOUT). */
 int hawser_wait(hawser_engine_t* engine, hawser_batch_id_t batch, int64_t timeout_ms);
+/* Cancels what has not completed; the tasks end CANCELED (or FAILED). Wait before freeing. */
+int hawser_cancel(hawser_engine_t* engine, hawser_batch_id_t batch);
+/* Frees the batch: HAWSER_E_BATCH_BUSY while work is unfinished, HAWSER_E_INVALID_BATCH if unknown/freed. */
 int hawser_free_batch(hawser_engine_t* engine, hawser_batch_id_t batch);
+/* Submits `count` requests as one batch, waits up to timeout_ms (then cancels) and frees it. 0 when
+ * every task COMPLETED, else the first failure or HAWSER_E_TIMEOUT. `statuses` (NULL, or `count`
+ * entries) receives each task's status once submitted; it is left untouched when the submit was refused. */
+int hawser_transfer_sync(hawser_engine_t* engine, const hawser_request_t* requests, size_t count,
+                         int64_t timeout_ms, hawser_status_t* statuses);
 
-/* Message of this thread's last failed call ("" if none). */
+/* ---- Introspection --------------------------------------------------------- */
+
+/* Names of the installed transports, cheapest first (see Output arrays; names library-owned). */
+int hawser_transports(hawser_engine_t* engine, const char** out, size_t* count);
+/* Counters of the engine and of every installed transport, flattened (see Output arrays). */
+int hawser_stats(hawser_engine_t* engine, hawser_counter_t* out, size_t* count);
+/* Every transport this build has: installed or why not, what it moves, what it found (see Output arrays). */
+int hawser_diagnose(hawser_engine_t* engine, hawser_diagnosis_t* out, size_t* count);
+/* Which transport a request from local memory at `local_location` (NULL = "cpu:0") to open segment
+ * `segment` would take, and why. */
+int hawser_explain_route(hawser_engine_t* engine, hawser_segment_id_t segment, const char* local_location,
+                         hawser_route_t* out);
+
+/* ---- Helpers --------------------------------------------------------------- */
+
+/* Message of this thread's last failed call ("" if none); valid until this thread's next failure. */
 const char* hawser_last_error(void);
+/* Stable name of a return code ("ok", "invalid_argument", ...; "unknown" otherwise); static. */
+const char* hawser_code_name(int code);
+/* Name of a task state ("COMPLETED", ...; "UNKNOWN" otherwise); static. */
+const char* hawser_state_name(int state);
+/* Parses a byte size as config values do ("4096", "64K", "1MiB", "2G"); HAWSER_E_INVALID_ARGUMENT on junk. */
+int hawser_parse_size(const char* text, uint64_t* out);
 
 #ifdef __cplusplus
 }
