@@ -153,8 +153,8 @@ typedef struct {
  * "etcd://host:port[,...]"; host NULL or "" = 127.0.0.1; rpc_port 0 = any. *out set on success only. */
 int hawser_engine_create(const char* metadata_uri, const char* local_server_name, const char* host,
                          uint16_t rpc_port, hawser_engine_t** out);
-/* As hawser_engine_create with options (NULL = none). An unknown key, a bad value or a NULL
- * key/value fails with HAWSER_E_INVALID_ARGUMENT, the last error naming the key. */
+/* As hawser_engine_create with options (NULL = none), checked as EngineOptions says: a bad value
+ * (or a NULL key/value) fails with HAWSER_E_INVALID_ARGUMENT, the last error naming the key. */
 int hawser_engine_create_with_options(const char* metadata_uri, const char* local_server_name, const char* host,
                                       uint16_t rpc_port, const hawser_engine_options_t* options,
                                       hawser_engine_t** out);
