@@ -46,7 +46,7 @@ struct NoFileSegmentsEnv {
 
 // ---- names and backing files (no store needed) --------------------------------
 
-TEST(MetadataAdminNames, BadNamesAreInvalidArgument) {
+TEST(MetadataAdminNames, bad_names_are_invalid_argument) {
   EXPECT_EQ(MetadataAdmin::checkName("").code(), Code::kInvalidArgument);
   EXPECT_EQ(MetadataAdmin::checkName("a/b").code(), Code::kInvalidArgument);
   EXPECT_EQ(MetadataAdmin::checkName("a b").code(), Code::kInvalidArgument);
@@ -58,7 +58,7 @@ TEST(MetadataAdminNames, BadNamesAreInvalidArgument) {
   EXPECT_TRUE(MetadataAdmin::checkName(std::string(255, 'x')).ok());
 }
 
-TEST(MetadataAdminInspectFile, RegularFileGivesAbsoluteResolvedPathAndSize) {
+TEST(MetadataAdminInspectFile, regular_file_gives_absolute_resolved_path_and_size) {
   test::TempDir dir;
   writeBytes(dir.path + "/f", 4097);
   ASSERT_EQ(::symlink((dir.path + "/f").c_str(), (dir.path + "/link").c_str()), 0);
@@ -70,7 +70,7 @@ TEST(MetadataAdminInspectFile, RegularFileGivesAbsoluteResolvedPathAndSize) {
   EXPECT_TRUE(f.local_path_map.empty());
 }
 
-TEST(MetadataAdminInspectFile, EachFailureHasItsCode) {
+TEST(MetadataAdminInspectFile, each_failure_has_its_code) {
   test::TempDir dir;
   FileDesc f;
   Status s = MetadataAdmin::inspectFile(dir.path + "/missing", f);
@@ -105,7 +105,7 @@ class P2pAdminTest : public ::testing::Test {
   std::string json_;
 };
 
-TEST_F(P2pAdminTest, OpenNeedsAFileSegmentsFile) {
+TEST_F(P2pAdminTest, open_needs_a_file_segments_file) {
   std::unique_ptr<MetadataAdmin> a;
   Status s = MetadataAdmin::open("p2p", {}, a);
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
@@ -114,7 +114,7 @@ TEST_F(P2pAdminTest, OpenNeedsAFileSegmentsFile) {
   EXPECT_EQ(MetadataAdmin::open("zookeeper://h:1", {}, a).code(), Code::kInvalidArgument);
 }
 
-TEST_F(P2pAdminTest, RegisterCreatesOnceThenReplaceOverwrites) {
+TEST_F(P2pAdminTest, register_creates_once_then_replace_overwrites) {
   auto a = open();
   ASSERT_TRUE(a);
   EXPECT_EQ(a->where(), "file segments '" + json_ + "'");
@@ -137,7 +137,7 @@ TEST_F(P2pAdminTest, RegisterCreatesOnceThenReplaceOverwrites) {
   EXPECT_EQ(r.bytes, 50u);
 }
 
-TEST_F(P2pAdminTest, RegisterRefusesBadFilesBeforeWriting) {
+TEST_F(P2pAdminTest, register_refuses_bad_files_before_writing) {
   auto a = open();
   ASSERT_TRUE(a);
   EXPECT_EQ(a->registerFileSegment("ckpt", {}, false).code(), Code::kInvalidArgument);
@@ -147,7 +147,7 @@ TEST_F(P2pAdminTest, RegisterRefusesBadFilesBeforeWriting) {
   EXPECT_FALSE(fs::exists(json_));
 }
 
-TEST_F(P2pAdminTest, TheFileIsWhatAP2pEngineLoads) {
+TEST_F(P2pAdminTest, the_file_is_what_ap2p_engine_loads) {
   auto a = open();
   ASSERT_TRUE(a);
   ASSERT_TRUE(
@@ -167,7 +167,7 @@ TEST_F(P2pAdminTest, TheFileIsWhatAP2pEngineLoads) {
   EXPECT_EQ(j["files"][1]["length"], 50);
 }
 
-TEST_F(P2pAdminTest, MapFindsTheFileByIndexPathResolvedPathOrMappedPath) {
+TEST_F(P2pAdminTest, map_finds_the_file_by_index_path_resolved_path_or_mapped_path) {
   auto a = open();
   ASSERT_TRUE(a);
   ASSERT_TRUE(
@@ -190,7 +190,7 @@ TEST_F(P2pAdminTest, MapFindsTheFileByIndexPathResolvedPathOrMappedPath) {
   EXPECT_EQ(r.files[1].local_path_map, (Map{{"node-a", base_ + "/a1"}, {"h1", "/mnt/h1/a1"}, {"h3", "/mnt/h3/a1"}}));
 }
 
-TEST_F(P2pAdminTest, MapFailuresChangeNothing) {
+TEST_F(P2pAdminTest, map_failures_change_nothing) {
   auto a = open();
   ASSERT_TRUE(a);
   ASSERT_TRUE(a->registerFileSegment("ckpt", {fileOf(base_ + "/a0", 100)}, false).ok());
@@ -206,7 +206,7 @@ TEST_F(P2pAdminTest, MapFailuresChangeNothing) {
   EXPECT_EQ(r.files[0].local_path_map.size(), 1u);
 }
 
-TEST_F(P2pAdminTest, ConcurrentMapsUnderTheFlockAreAllKept) {
+TEST_F(P2pAdminTest, concurrent_maps_under_the_flock_are_all_kept) {
   ASSERT_TRUE(open()->registerFileSegment("ckpt", {fileOf(base_ + "/a0", 100)}, false).ok());
   constexpr int kThreads = 8;
   std::vector<std::thread> ts;
@@ -225,7 +225,7 @@ TEST_F(P2pAdminTest, ConcurrentMapsUnderTheFlockAreAllKept) {
   EXPECT_EQ(r.files[0].local_path_map.size(), size_t(kThreads + 1));
 }
 
-TEST_F(P2pAdminTest, ListShowAndRemove) {
+TEST_F(P2pAdminTest, list_show_and_remove) {
   auto a = open();
   ASSERT_TRUE(a);
   std::vector<SegmentRecord> all;
@@ -248,7 +248,7 @@ TEST_F(P2pAdminTest, ListShowAndRemove) {
   EXPECT_EQ(all.size(), 1u);
 }
 
-TEST_F(P2pAdminTest, MalformedFileIsMetadataError) {
+TEST_F(P2pAdminTest, malformed_file_is_metadata_error) {
   std::ofstream(json_) << "{\"version\":\"1.0\",\"segments\":[{\"version\":\"9.0\",\"kind\":\"file\",\"name\":\"x\"}]}";
   auto a = open();
   ASSERT_TRUE(a);
@@ -311,7 +311,7 @@ class EtcdAdminTest : public ::testing::Test {
   test::TempDir dir_;
 };
 
-TEST_F(EtcdAdminTest, UnreachableEtcdIsUnavailableAndBadUriInvalidArgument) {
+TEST_F(EtcdAdminTest, unreachable_etcd_is_unavailable_and_bad_uri_invalid_argument) {
   std::unique_ptr<MetadataAdmin> a;
   uint16_t dead = test::freeLoopbackPort();
   Status s = MetadataAdmin::open("etcd://127.0.0.1:" + std::to_string(dead), fast(), a);
@@ -324,7 +324,7 @@ TEST_F(EtcdAdminTest, UnreachableEtcdIsUnavailableAndBadUriInvalidArgument) {
   EXPECT_NE(s.message().find("etcd.timeout_ms"), std::string::npos) << s.message();
 }
 
-TEST_F(EtcdAdminTest, RegisterIsCreateIfAbsentUnderThePrefix) {
+TEST_F(EtcdAdminTest, register_is_create_if_absent_under_the_prefix) {
   auto a = open("clusterA");
   ASSERT_TRUE(a);
   EXPECT_EQ(a->where(), "etcd " + etcd_.uri() + " (prefix 'clusterA')");
@@ -342,7 +342,7 @@ TEST_F(EtcdAdminTest, RegisterIsCreateIfAbsentUnderThePrefix) {
   EXPECT_EQ(open("clusterB")->show("ckpt", r).code(), Code::kSegmentNotFound);
 }
 
-TEST_F(EtcdAdminTest, MemorySegmentNameCannotBeTakenByAFileSegment) {
+TEST_F(EtcdAdminTest, memory_segment_name_cannot_be_taken_by_a_file_segment) {
   auto e = engine("node-a", 4000);
   ASSERT_TRUE(e);
   auto a = open();
@@ -352,7 +352,7 @@ TEST_F(EtcdAdminTest, MemorySegmentNameCannotBeTakenByAFileSegment) {
   EXPECT_EQ(a->mapFile("node-a", "0", "h", "/x").code(), Code::kInvalidArgument);
 }
 
-TEST_F(EtcdAdminTest, ListAndShowGiveOwnerLeaseAndBuffersOfMemorySegments) {
+TEST_F(EtcdAdminTest, list_and_show_give_owner_lease_and_buffers_of_memory_segments) {
   auto e = engine("node-a", 4000);
   ASSERT_TRUE(e);
   auto a = open();
@@ -381,7 +381,7 @@ TEST_F(EtcdAdminTest, ListAndShowGiveOwnerLeaseAndBuffersOfMemorySegments) {
   EXPECT_EQ(j["kind"], "memory") << r.descriptor_json;
 }
 
-TEST_F(EtcdAdminTest, UndecodableDescriptorIsListedWithItsError) {
+TEST_F(EtcdAdminTest, undecodable_descriptor_is_listed_with_its_error) {
   auto e = engine("node-a", 4000);  // a store to write a raw key with
   ASSERT_TRUE(e);
   ASSERT_TRUE(e->client().put("hawser/files/junk", "{\"version\":\"9.0\",\"kind\":\"file\"}").ok());
@@ -402,7 +402,7 @@ TEST_F(EtcdAdminTest, UndecodableDescriptorIsListedWithItsError) {
   EXPECT_EQ(a->mapFile("junk", "0", "h", "/x").code(), Code::kMetadataError);
 }
 
-TEST_F(EtcdAdminTest, ConcurrentMapsAreAllKeptByCompareAndSwap) {
+TEST_F(EtcdAdminTest, concurrent_maps_are_all_kept_by_compare_and_swap) {
   ASSERT_TRUE(open()->registerFileSegment("ckpt", {fileOf(dir_.path + "/a0", 100)}, false).ok());
   constexpr int kThreads = 8;
   std::vector<std::thread> ts;
@@ -421,7 +421,7 @@ TEST_F(EtcdAdminTest, ConcurrentMapsAreAllKeptByCompareAndSwap) {
   EXPECT_EQ(r.files[0].local_path_map.size(), size_t(kThreads + 1));
 }
 
-TEST_F(EtcdAdminTest, MemorySegmentIsRemovedOnlyWithForce) {
+TEST_F(EtcdAdminTest, memory_segment_is_removed_only_with_force) {
   auto e = engine("node-a", 4000);
   ASSERT_TRUE(e);
   auto a = open();
@@ -441,7 +441,7 @@ TEST_F(EtcdAdminTest, MemorySegmentIsRemovedOnlyWithForce) {
   EXPECT_EQ(a->remove("nope", true).code(), Code::kSegmentNotFound);
 }
 
-TEST_F(EtcdAdminTest, FileSegmentRemoval) {
+TEST_F(EtcdAdminTest, file_segment_removal) {
   auto a = open();
   ASSERT_TRUE(a);
   ASSERT_TRUE(a->registerFileSegment("ckpt", {fileOf(dir_.path + "/a0", 100)}, false).ok());

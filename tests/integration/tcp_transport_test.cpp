@@ -679,7 +679,7 @@ TEST(TcpTransport, killed_peer_fails_in_flight_tasks_at_once_and_the_next_submit
 }
 
 // openPeer decodes a peer once; what tcp cannot reach is refused with the reason.
-TEST(TcpTransport, OpenPeerDecodesHostPortAndCapsSlicesAtThePeersMaxFrame) {
+TEST(TcpTransport, open_peer_decodes_host_port_and_caps_slices_at_the_peers_max_frame) {
   PartsTarget t(1 << 20, {{"tcp.slice_size", "1M"}});
   ASSERT_TRUE(t.status.ok()) << t.status.toString();
   SegmentDesc d = t.desc();
@@ -691,7 +691,7 @@ TEST(TcpTransport, OpenPeerDecodesHostPortAndCapsSlicesAtThePeersMaxFrame) {
   EXPECT_EQ(static_cast<tcp::PeerRef*>(h.get())->peer->port, t.srv.port());
 }
 
-TEST(TcpTransport, OpenPeerRefusesSegmentsTcpCannotServeNamingWhy) {
+TEST(TcpTransport, open_peer_refuses_segments_tcp_cannot_serve_naming_why) {
   PartsTarget t(1 << 20);
   ASSERT_TRUE(t.status.ok()) << t.status.toString();
   std::shared_ptr<PeerHandle> h;

@@ -22,7 +22,7 @@ void writeBytes(const std::string& path, size_t n) {
   std::ofstream(path, std::ios::binary) << std::string(n, 'x');
 }
 
-TEST(FileInfo, ErrnoMapsToTheDocumentedCode) {
+TEST(FileInfo, errno_maps_to_the_documented_code) {
   EXPECT_EQ(codeOfErrno(ENOENT), Code::kFileNotFound);
   EXPECT_EQ(codeOfErrno(ENOTDIR), Code::kFileNotFound);
   EXPECT_EQ(codeOfErrno(EACCES), Code::kPermissionDenied);
@@ -36,7 +36,7 @@ TEST(FileInfo, ErrnoMapsToTheDocumentedCode) {
   EXPECT_EQ(s.message(), std::string("open '/x': ") + std::strerror(ENOENT));
 }
 
-TEST(FileInfo, RegularFileSizeIsItsLength) {
+TEST(FileInfo, regular_file_size_is_its_length) {
   test::TempDir dir;
   const std::string path = dir.path + "/f";
   writeBytes(path, 12345);
@@ -60,7 +60,7 @@ TEST(FileInfo, RegularFileSizeIsItsLength) {
   EXPECT_FALSE(block);
 }
 
-TEST(FileInfo, SymlinkIsFollowed) {
+TEST(FileInfo, symlink_is_followed) {
   test::TempDir dir;
   writeBytes(dir.path + "/target", 77);
   ASSERT_EQ(::symlink((dir.path + "/target").c_str(), (dir.path + "/link").c_str()), 0);
@@ -69,7 +69,7 @@ TEST(FileInfo, SymlinkIsFollowed) {
   EXPECT_EQ(n, 77u);
 }
 
-TEST(FileInfo, MissingPathIsFileNotFoundNamingThePath) {
+TEST(FileInfo, missing_path_is_file_not_found_naming_the_path) {
   test::TempDir dir;
   uint64_t n = 0;
   Status s = fileSize(dir.path + "/missing", n);
@@ -77,14 +77,14 @@ TEST(FileInfo, MissingPathIsFileNotFoundNamingThePath) {
   EXPECT_NE(s.message().find(dir.path + "/missing"), std::string::npos) << s.message();
 }
 
-TEST(FileInfo, PathThroughARegularFileIsFileNotFound) {
+TEST(FileInfo, path_through_a_regular_file_is_file_not_found) {
   test::TempDir dir;
   writeBytes(dir.path + "/f", 1);
   uint64_t n = 0;
   EXPECT_EQ(fileSize(dir.path + "/f/below", n).code(), Code::kFileNotFound);  // ENOTDIR
 }
 
-TEST(FileInfo, DirectoryAndFifoAreInvalidArgument) {
+TEST(FileInfo, directory_and_fifo_are_invalid_argument) {
   test::TempDir dir;
   uint64_t n = 0;
   Status s = fileSize(dir.path, n);
@@ -95,14 +95,14 @@ TEST(FileInfo, DirectoryAndFifoAreInvalidArgument) {
   EXPECT_EQ(fileSize("/dev/null", n).code(), Code::kInvalidArgument);  // character device
 }
 
-TEST(FileInfo, ClosedDescriptorIsIoError) {
+TEST(FileInfo, closed_descriptor_is_io_error) {
   uint64_t n = 0;
   EXPECT_EQ(fileSize(-1, n).code(), Code::kIoError);  // EBADF
 }
 
 // The unprivileged side runs in a child that drops to uid/gid 65534: root
 // (as in CI containers) is never refused by permission bits.
-TEST(FileInfo, PathBehindAnUnsearchableDirectoryIsPermissionDenied) {
+TEST(FileInfo, path_behind_an_unsearchable_directory_is_permission_denied) {
   test::TempDir dir;
   const std::string locked = dir.path + "/locked";
   ASSERT_EQ(::mkdir(locked.c_str(), 0700), 0);
@@ -133,7 +133,7 @@ TEST(FileInfo, PathBehindAnUnsearchableDirectoryIsPermissionDenied) {
 // A block device's st_size is 0: the size must come from BLKGETSIZE64. The
 // expected value is the kernel's own count in /sys/class/block/<dev>/size
 // (512-byte sectors).
-TEST(FileInfo, BlockDeviceSizeComesFromTheDevice) {
+TEST(FileInfo, block_device_size_comes_from_the_device) {
   for (const char* dev : {"vda", "sda", "nvme0n1", "xvda", "zram0", "loop0"}) {
     const std::string path = std::string("/dev/") + dev;
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
