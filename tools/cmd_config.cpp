@@ -1,7 +1,9 @@
 // `hawser config`: the config table (hawser/config.h configKeys()).
 //   hawser config               every key: type, default, range, env, doc
 //   hawser config --markdown    the table docs/config.md and README.md hold
-//                               (a test fails when they drift from it)
+//                               (a test fails when they drift from it:
+//                               cmake/config_docs.cmake)
+//   --prefix P (repeatable)     only the keys that start with P
 //   hawser config KEY...        the effective value of each key here (the
 //                               environment, else the default), validated
 #include <fmt/format.h>
@@ -92,16 +94,24 @@ int showValues(const std::vector<std::string>& names) {
 void addConfig(CLI::App& app, Commands& cmds) {
   auto markdown = std::make_shared<bool>(false);
   auto names = std::make_shared<std::vector<std::string>>();
+  auto prefixes = std::make_shared<std::vector<std::string>>();
   auto* sub = app.add_subcommand("config", "List every tunable (key, env, type, default, range), or show the values of some");
   sub->add_flag("--markdown", *markdown, "print the table as Markdown (the table of docs/config.md)");
+  sub->add_option("--prefix", *prefixes, "only keys starting with this (repeatable)");
   sub->add_option("keys", *names, "keys whose effective value (environment, else default) to show, validated");
-  sub->callback([&cmds, markdown, names] {
-    cmds.run = [markdown, names] {
+  sub->callback([&cmds, markdown, names, prefixes] {
+    cmds.run = [markdown, names, prefixes] {
       if (!names->empty()) return showValues(*names);
+      std::vector<ConfigKey> keys;
+      for (auto& k : configKeys()) {
+        bool match = prefixes->empty();
+        for (auto& p : *prefixes) match |= k.key.rfind(p, 0) == 0;
+        if (match) keys.push_back(k);
+      }
       if (*markdown) {
-        printMarkdown(configKeys());
+        printMarkdown(keys);
       } else {
-        printText(configKeys());
+        printText(keys);
       }
       return 0;
     };
