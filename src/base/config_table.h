@@ -51,8 +51,10 @@ inline constexpr int64_t kHour = 3600000;
 // clang-format off
 inline constexpr Knob kKnobs[] = {
   // ---- engine -------------------------------------------------------------------------------------------------------
-  {"transport", "HAWSER_TRANSPORT", KnobType::kEnum, "auto", 0, 0, "auto|tcp|rdma|file|nvmeof",
-   "force one transport for memory segments (auto: the cheapest that can serve each request; nvmeof = file)"},
+  // A string: the transports are the build's (src/CMakeLists.txt); init checks the name against them.
+  {"transport", "HAWSER_TRANSPORT", KnobType::kString, "auto", 0, 0, {},
+   "force one transport of this build for memory segments (tcp, rdma, ...; nvmeof = file); auto or empty: "
+   "the cheapest that can serve each request"},
   {"batch.slices_per_task", "HAWSER_BATCH_SLICES_PER_TASK", KnobType::kSize, "16384", 1, 16 * knob_detail::M, {},
    "a batch of capacity N holds at most N x this many slices"},
   {"batch.max_capacity", "HAWSER_BATCH_MAX_CAPACITY", KnobType::kSize, "1M", 1, knob_detail::G, {},

@@ -103,6 +103,21 @@ Status EngineImpl::init(const std::string& metadata_uri, const std::string& serv
     return {s.code(), "init: " + s.message()};
   if (forced_transport_ == "auto") forced_transport_.clear();
   if (forced_transport_ == "nvmeof") forced_transport_ = "file";  // the reference's name for it
+  if (!forced_transport_.empty()) {
+    // A name this build does not have is a bad value (kInvalidArgument); one
+    // it has that cannot run here is kNoTransport, below, once installed.
+    std::vector<std::string> names;
+    for (auto& f : transportFactories()) names.push_back(f.name);
+    if (std::find(names.begin(), names.end(), forced_transport_) == names.end()) {
+      KnobValue raw;
+      ConfigSource src = ConfigSource::kDefault;
+      (void)config_.lookup("transport", raw, &src);
+      return {Code::kInvalidArgument,
+              fmt::format("init: config transport (env HAWSER_TRANSPORT) = '{}' from {}: expected auto or one of "
+                          "this build's transports: {}",
+                          raw.text, sourceName(src), fmt::join(names, ", "))};
+    }
+  }
   rpc::setAuthToken(auth_token);
 
   s = makeMetadataStore(metadata_uri, config_, &rpc_, store_);

@@ -310,7 +310,8 @@ const std::vector<BadValue> kBadValues = {
     {"batch.max_capacity", "HAWSER_BATCH_MAX_CAPACITY", "0", "a size in [1, 1G]"},                   // size: range
     {"tcp.slice_size", "HAWSER_TCP_SLICE_SIZE", "1.5M", "a size in [4K, 1G]"},                       // size: type
     {"file.direct", "HAWSER_FILE_DIRECT", "maybe", "true or false"},                                 // bool
-    {"transport", "HAWSER_TRANSPORT", "carrier-pigeon", "one of auto, tcp, rdma, file, nvmeof"},     // enum
+    {"transport", "HAWSER_TRANSPORT", "carrier-pigeon", "expected auto or one of this build's transports"},
+    {"file.engine", "HAWSER_FILE_ENGINE", "turbo", "one of auto, uring, posix"},                     // enum
     {"log.level", "HAWSER_LOG_LEVEL", "loud", "one of trace, debug"},                                // enum
     {"rpc.timeout_ms", "HAWSER_RPC_TIMEOUT_MS", "5s", "a duration in milliseconds in [10, 3600000]"},  // duration: type
     {"etcd.timeout_ms", "HAWSER_ETCD_TIMEOUT_MS", "1", "a duration in milliseconds in [10, 600000]"},  // duration: range
