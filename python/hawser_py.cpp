@@ -507,6 +507,11 @@ class PyEngine {
     pool_size_ = (pool_size_ + page_ - 1) / page_ * page_;
 
     s = e->init(uri, local_hostname, host, port, opts);
+    // A protocol this build has no transport for: init refuses the value of
+    // config `transport` (kInvalidArgument); for the protocol argument that
+    // is Mooncake's "not supported".
+    if (s.code() == Code::kInvalidArgument && forced_by_arg && s.message().find("config transport ") != std::string::npos)
+      return {Code::kNotSupported, fmt::format("initialize: protocol '{}' is not supported: {}", protocol, s.message())};
     if (s.code() == Code::kNoTransport && forced_by_arg)
       return {s.code(), fmt::format("initialize: protocol '{}': {}; pass an installed transport or \"auto\" "
                                     "(or set HAWSER_TRANSPORT, which wins over the argument)",
