@@ -90,9 +90,12 @@ TEST(ConfigTable, every_default_is_valid_and_every_key_documented) {
     Status s = parseKnob(k, k.def, "the default", v);
     EXPECT_TRUE(s.ok()) << k.key << ": " << s.toString();
     EXPECT_FALSE(k.doc.empty()) << k.key;
-    if (k.type == KnobType::kInt || k.type == KnobType::kSize || k.type == KnobType::kDurationMs)
+    if (k.type == KnobType::kInt || k.type == KnobType::kSize || k.type == KnobType::kDurationMs) {
       EXPECT_LE(k.lo, k.hi) << k.key;
-    if (k.type == KnobType::kEnum) EXPECT_FALSE(k.choices.empty()) << k.key;
+    }
+    if (k.type == KnobType::kEnum) {
+      EXPECT_FALSE(k.choices.empty()) << k.key;
+    }
   }
 }
 
