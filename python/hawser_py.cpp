@@ -35,7 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "base/config.h"
+#include "hawser/config.h"
 #include "hawser/engine.h"
 
 namespace py = pybind11;
@@ -115,20 +115,6 @@ std::string metadataUri(const std::string& server) {
   if (server.empty() || server == "p2p" || server == "P2PHANDSHAKE") return "p2p";
   if (server.find("://") != std::string::npos) return server;
   return "etcd://" + server;
-}
-
-// An integer knob from Config (env HAWSER_<KEY>), validated.
-Status intKnob(const Config& c, const char* key, int64_t def, int64_t lo, int64_t hi, int64_t& out) {
-  out = def;
-  auto v = c.raw(key);
-  if (!v) return Status::OK();
-  int64_t x = 0;
-  auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), x);
-  if (v->empty() || ec != std::errc() || p != v->data() + v->size() || x < lo || x > hi)
-    return {Code::kInvalidArgument, fmt::format("{} (env {}) = '{}' is not an integer in {}..{}", key,
-                                                Config::envName(key), *v, lo, hi)};
-  out = x;
-  return Status::OK();
 }
 
 std::string hex(uint64_t v) { return fmt::format("{:#x}", v); }
@@ -473,8 +459,11 @@ class PyEngine {
     Status s = splitHostPort(local_hostname, host, port);
     if (!s.ok()) return context(s, "initialize");
     auto e = std::make_unique<TransferEngine>();
-    const Config cfg = Config::fromEnv();
     EngineOptions opts;
+    // Every python.* knob is in the config table (hawser/config.h): read
+    // through the public API, validated as init() validates it.
+    ConfigSource src = ConfigSource::kDefault;
+    std::string text;
     // HAWSER_TRANSPORT / HAWSER_RDMA_DEVICES set by the operator win over
     // the arguments (a caller that hard-codes "rdma" can be redirected).
     std::string proto = lower(protocol);
@@ -482,47 +471,47 @@ class PyEngine {
     // Any installed transport's name forces it; the engine refuses a name
     // that is not installed here, listing those that are.
     if (!proto.empty() && proto != "auto") {
-      if (!cfg.raw("transport")) {
+      if (!(s = configValue("transport", opts, text, &src)).ok()) return context(s, "initialize");
+      if (src == ConfigSource::kDefault) {
         opts.config["transport"] = proto;
         forced_by_arg = true;
       }
     }
-    if (!device_name.empty() && !cfg.raw("rdma.devices")) opts.config["rdma.devices"] = device_name;
+    if (!device_name.empty()) {
+      if (!(s = configValue("rdma.devices", opts, text, &src)).ok()) return context(s, "initialize");
+      if (src == ConfigSource::kDefault) opts.config["rdma.devices"] = device_name;
+    }
 
-    int64_t timeout_ms = 30000;
-    if (!cfg.raw("python.sync_timeout_ms")) {
+    if (!(s = configInt("python.sync_timeout_ms", opts, sync_timeout_ms_, &src)).ok())
+      return context(s, "initialize");
+    if (src == ConfigSource::kDefault) {
       // Mooncake's knob (seconds) is honoured when ours is not set.
       if (const char* mc = std::getenv("MC_TRANSFER_TIMEOUT")) {
-        Config tmp;
-        tmp.set("mc_transfer_timeout", mc);
+        std::string_view t(mc);
         int64_t sec = 0;
-        s = intKnob(tmp, "mc_transfer_timeout", 30, 1, 86400, sec);
-        if (!s.ok())
+        auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), sec);
+        if (t.empty() || ec != std::errc() || p != t.data() + t.size() || sec < 1 || sec > 86400)
           return {Code::kInvalidArgument,
                   fmt::format("initialize: MC_TRANSFER_TIMEOUT = '{}' is not a number of seconds in 1..86400", mc)};
-        timeout_ms = sec * 1000;
+        sync_timeout_ms_ = sec * 1000;
       }
     }
-    if (!(s = intKnob(cfg, "python.sync_timeout_ms", timeout_ms, 1, 86400000, sync_timeout_ms_)).ok() ||
-        !(s = intKnob(cfg, "python.sync_timeout_ns_per_byte", 1, 0, 1000000, ns_per_byte_)).ok() ||
-        !(s = intKnob(cfg, "python.cancel_wait_ms", 5000, 0, 3600000, cancel_wait_ms_)).ok())
+    int64_t pool = 0;
+    if (!(s = configInt("python.sync_timeout_ns_per_byte", opts, ns_per_byte_)).ok() ||
+        !(s = configInt("python.cancel_wait_ms", opts, cancel_wait_ms_)).ok() ||
+        !(s = configInt("python.managed_pool_size", opts, pool)).ok())
       return context(s, "initialize");
-    auto pool = cfg.raw("python.managed_pool_size");
-    pool_size_ = 64ull << 20;
-    if (pool) {
-      auto v = parseSize(*pool);
-      if (!v || *v < (1ull << 20) || *v > (1ull << 40))
-        return {Code::kInvalidArgument,
-                fmt::format("initialize: python.managed_pool_size (env HAWSER_PYTHON_MANAGED_POOL_SIZE) = '{}' "
-                            "is not a size in 1M..1T",
-                            *pool)};
-      pool_size_ = *v;
-    }
+    pool_size_ = static_cast<uint64_t>(pool);
     const long page = ::sysconf(_SC_PAGESIZE);
     page_ = page > 0 ? static_cast<uint64_t>(page) : 4096;
     pool_size_ = (pool_size_ + page_ - 1) / page_ * page_;
 
     s = e->init(uri, local_hostname, host, port, opts);
+    // A protocol this build has no transport for: init refuses the value of
+    // config `transport` (kInvalidArgument); for the protocol argument that
+    // is Mooncake's "not supported".
+    if (s.code() == Code::kInvalidArgument && forced_by_arg && s.message().find("config transport ") != std::string::npos)
+      return {Code::kNotSupported, fmt::format("initialize: protocol '{}' is not supported: {}", protocol, s.message())};
     if (s.code() == Code::kNoTransport && forced_by_arg)
       return {s.code(), fmt::format("initialize: protocol '{}': {}; pass an installed transport or \"auto\" "
                                     "(or set HAWSER_TRANSPORT, which wins over the argument)",

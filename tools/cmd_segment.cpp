@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "hawser/config.h"
+#include "hawser/engine.h"
 #include "hawser/metadata.h"
 #include "tools/commands.h"
 
@@ -58,7 +60,12 @@ Status openAdmin(const SegmentOpts& o, std::unique_ptr<MetadataAdmin>& out) {
   if (!isP2p(o.metadata) && o.metadata.rfind("etcd://", 0) != 0)
     return {Code::kInvalidArgument,
             fmt::format("--metadata '{}' is not supported: use p2p or etcd://host:port[,host:port]", o.metadata)};
-  if (isP2p(o.metadata) && o.file_segments.empty() && std::getenv("HAWSER_FILE_SEGMENTS") == nullptr)
+  std::string env_file_segments;
+  if (isP2p(o.metadata) && o.file_segments.empty()) {
+    Status s = configValue("file_segments", EngineOptions{}, env_file_segments);  // HAWSER_FILE_SEGMENTS
+    if (!s.ok()) return s;
+  }
+  if (isP2p(o.metadata) && o.file_segments.empty() && env_file_segments.empty())
     return {Code::kInvalidArgument,
             "with --metadata p2p, give the file segments JSON file: --file-segments PATH (or HAWSER_FILE_SEGMENTS), "
             "the file p2p engines load"};

@@ -16,5 +16,6 @@ void addServe(CLI::App& app, Commands& cmds);
 void addBench(CLI::App& app, Commands& cmds);
 void addDoctor(CLI::App& app, Commands& cmds);
 void addSegment(CLI::App& app, Commands& cmds);  // tools/cmd_segment.cpp
+void addConfig(CLI::App& app, Commands& cmds);   // tools/cmd_config.cpp
 
 }  // namespace hawser::tools

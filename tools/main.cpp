@@ -1,4 +1,4 @@
-// hawser — the command-line tool: serve, bench, segment, doctor.
+// hawser — the command-line tool: serve, bench, segment, doctor, config.
 #include <CLI/CLI.hpp>
 
 #include "tools/commands.h"
@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   hawser::tools::addBench(app, cmds);
   hawser::tools::addDoctor(app, cmds);
   hawser::tools::addSegment(app, cmds);
+  hawser::tools::addConfig(app, cmds);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -34,7 +34,8 @@ struct EngineAccess;  // tests reach the engine's internals through an internal 
 struct EngineOptions {
   // Tunables by key ("tcp.connections" -> "4"); they win over HAWSER_*
   // environment variables. `hawser config` lists every key with its default.
-  // An unknown key or a bad value fails init() with kInvalidArgument naming both.
+  // An unknown key or a bad value fails init() with kInvalidArgument naming both
+  // (hawser/config.h: the table, the rules, configValue()).
   std::map<std::string, std::string> config;
 };
 

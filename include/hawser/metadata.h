@@ -68,7 +68,10 @@ class MetadataAdmin {
   // metadata_uri: "p2p" or "etcd://host:port[,host:port]". `config`: keys of
   // hawser's config table ("file_segments", "metadata.prefix",
   // "etcd.timeout_ms", ...) that override the environment (HAWSER_*).
-  // Errors: kInvalidArgument for a malformed URI, a bad config value, or p2p
+  // Every value (environment and `config`) is validated first, as an engine's
+  // init() validates it (hawser/config.h).
+  // Errors: kInvalidArgument for a malformed URI, a bad config value, a key
+  // of `config` that is not in the table, or p2p
   // without a file segments file; kUnavailable / kTimeout when etcd does not
   // answer (naming every endpoint); kNotSupported for etcd in a build without it.
   static Status open(const std::string& metadata_uri, const std::map<std::string, std::string>& config,

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <fmt/format.h>
 
 extern char** environ;
 
@@ -36,69 +37,123 @@ std::optional<uint64_t> parseSize(std::string_view text) {
 }
 
 std::string Config::envName(std::string_view key) {
+  if (const Knob* k = findKnob(key)) return std::string(k->env);
   std::string out = "HAWSER_";
   for (char c : key) out += (c == '.' || c == '-') ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return out;
 }
 
-Config Config::fromEnv() {
+std::string_view sourceName(ConfigSource s) {
+  switch (s) {
+    case ConfigSource::kDefault: return "the default";
+    case ConfigSource::kEnvironment: return "the environment";
+    case ConfigSource::kOptions: return "EngineOptions::config";
+  }
+  return "?";
+}
+
+Config Config::fromEnv(std::vector<std::string>* unknown) {
   Config c;
   for (char** e = environ; e && *e; ++e) {
     std::string_view kv(*e);
     if (kv.substr(0, 7) != "HAWSER_") continue;
     auto eq = kv.find('=');
     if (eq == std::string_view::npos) continue;
-    std::string key;
-    for (char ch : kv.substr(7, eq - 7)) key += ch == '_' ? '.' : static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    c.values_[key] = std::string(kv.substr(eq + 1));
+    std::string_view name = kv.substr(0, eq);
+    if (const Knob* k = findKnobByEnv(name)) {
+      c.values_[std::string(k->key)] = Entry{std::string(kv.substr(eq + 1)), ConfigSource::kEnvironment};
+    } else if (unknown) {
+      unknown->emplace_back(name);
+    }
   }
   return c;
 }
 
-void Config::set(std::string_view key, std::string value) {
+void Config::set(std::string_view key, std::string value, ConfigSource source) {
   std::lock_guard lk(mu_);
-  values_[std::string(key)] = std::move(value);
+  values_[std::string(key)] = Entry{std::move(value), source};
 }
 
-std::optional<std::string> Config::raw(std::string_view key) const {
-  std::lock_guard lk(mu_);
-  auto it = values_.find(key);
-  if (it != values_.end()) return it->second;
-  // Keys with '_' inside a component ("max_io_size") map from env names
-  // ambiguously; look the env up directly as well.
-  if (const char* v = std::getenv(envName(key).c_str())) return std::string(v);
-  return std::nullopt;
+Status Config::validate() const {
+  for (auto& [key, e] : copy()) {
+    const Knob* k = findKnob(key);
+    if (!k)
+      return {Code::kInvalidArgument,
+              fmt::format("config key '{}' from {} is not a hawser key (`hawser config` lists them)", key,
+                          sourceName(e.source))};
+    KnobValue v;
+    Status s = parseKnob(*k, e.value, sourceName(e.source), v);
+    if (!s.ok()) return s;
+  }
+  return Status::OK();
 }
 
-std::string Config::getString(std::string_view key, std::string_view def) const {
-  auto v = raw(key);
-  return v ? *v : std::string(def);
+Status Config::read(const Knob& k, KnobValue& out, ConfigSource* source) const {
+  std::optional<Entry> e;
+  {
+    std::lock_guard lk(mu_);
+    auto it = values_.find(k.key);
+    if (it != values_.end()) e = it->second;
+  }
+  // Not set: the environment as it is now (a Config built without fromEnv()
+  // still sees HAWSER_*), else the default.
+  if (!e) {
+    if (const char* v = std::getenv(std::string(k.env).c_str())) e = Entry{v, ConfigSource::kEnvironment};
+  }
+  if (!e) e = Entry{std::string(k.def), ConfigSource::kDefault};
+  if (source) *source = e->source;
+  return parseKnob(k, e->value, sourceName(e->source), out);
 }
 
-int64_t Config::getInt(std::string_view key, int64_t def) const {
-  auto v = raw(key);
-  if (!v) return def;
-  int64_t out = 0;
-  auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
-  if (ec != std::errc() || p != v->data() + v->size()) return def;
-  return out;
+Status Config::lookup(std::string_view key, KnobValue& out, ConfigSource* source) const {
+  const Knob* k = findKnob(key);
+  if (!k)
+    return {Code::kInvalidArgument, fmt::format("config key '{}' is not a hawser key (`hawser config` lists them)", key)};
+  return read(*k, out, source);
 }
 
-uint64_t Config::getSize(std::string_view key, uint64_t def) const {
-  auto v = raw(key);
-  if (!v) return def;
-  auto s = parseSize(*v);
-  return s ? *s : def;
+Status Config::getInt(IntKey key, int64_t& out) const {
+  KnobValue v;
+  Status s = read(*key.knob, v, nullptr);
+  if (s.ok()) out = v.number;
+  return s;
 }
 
-bool Config::getBool(std::string_view key, bool def) const {
-  auto v = raw(key);
-  if (!v) return def;
-  std::string s;
-  for (char c : *v) s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
-  if (s == "0" || s == "false" || s == "no" || s == "off") return false;
-  return def;
+Status Config::getDuration(IntKey key, std::chrono::milliseconds& out) const {
+  KnobValue v;
+  Status s = read(*key.knob, v, nullptr);
+  if (s.ok()) out = std::chrono::milliseconds(v.number);
+  return s;
+}
+
+Status Config::getSize(SizeKey key, uint64_t& out) const {
+  KnobValue v;
+  Status s = read(*key.knob, v, nullptr);
+  if (s.ok()) out = static_cast<uint64_t>(v.number);
+  return s;
+}
+
+Status Config::getSize(SizeKey key, uint32_t& out) const {
+  if (key.knob->hi > static_cast<int64_t>(UINT32_MAX))
+    return {Code::kInternal, fmt::format("config {}: range up to {} read into 32 bits", key.knob->key, key.knob->hi)};
+  KnobValue v;
+  Status s = read(*key.knob, v, nullptr);
+  if (s.ok()) out = static_cast<uint32_t>(v.number);
+  return s;
+}
+
+Status Config::getBool(BoolKey key, bool& out) const {
+  KnobValue v;
+  Status s = read(*key.knob, v, nullptr);
+  if (s.ok()) out = v.number != 0;
+  return s;
+}
+
+Status Config::getString(StringKey key, std::string& out) const {
+  KnobValue v;
+  Status s = read(*key.knob, v, nullptr);
+  if (s.ok()) out = std::move(v.text);
+  return s;
 }
 
 }  // namespace hawser

@@ -74,20 +74,53 @@ std::string movesOf(const TransportCaps& c) {
 Status EngineImpl::init(const std::string& metadata_uri, const std::string& server_name, const std::string& host,
                         uint16_t rpc_port, const EngineOptions& options) {
   if (initialized_) return {Code::kInvalidArgument, "init() was already called on this engine"};
-  config_ = Config::fromEnv();
-  for (auto& [k, v] : options.config) config_.set(k, v);
+  // Every value, from the environment and from options, is validated
+  // before anything starts (base/config_table.h has the keys).
+  std::vector<std::string> unknown_env;
+  Config config = Config::fromEnv(&unknown_env);
+  warnUnknownEnvOnce(unknown_env);
+  for (auto& [k, v] : options.config) {
+    if (!findKnob(k))
+      return {Code::kInvalidArgument,
+              fmt::format("init: EngineOptions::config key '{}' (value '{}') is not a hawser config key "
+                          "(`hawser config` lists them)",
+                          k, v)};
+    config.set(k, v, ConfigSource::kOptions);
+  }
+  Status s = config.validate();
+  if (!s.ok()) return {s.code(), "init: " + s.message()};
+  config_ = config;
+  if (!(s = applyLogLevel(config_)).ok()) return s;
   server_name_ = server_name;
   host_ = host.empty() ? "127.0.0.1" : host;
   if (server_name_.empty()) server_name_ = host_;
   host_id_ = localHostId();
-  forced_transport_ = config_.getString("transport", "");
+  std::string auth_token;
+  if (!(s = config_.getString("transport", forced_transport_)).ok() ||
+      !(s = config_.getSize("batch.slices_per_task", slices_per_task_)).ok() ||
+      !(s = config_.getSize("batch.max_capacity", max_capacity_)).ok() ||
+      !(s = config_.getString("auth.token", auth_token)).ok())
+    return {s.code(), "init: " + s.message()};
+  if (forced_transport_ == "auto") forced_transport_.clear();
   if (forced_transport_ == "nvmeof") forced_transport_ = "file";  // the reference's name for it
-  // Default: a task may be cut into up to 16384 slices (256 MiB at 16 KiB).
-  slices_per_task_ = std::max<uint64_t>(1, config_.getSize("batch.slices_per_task", 16384));
-  max_capacity_ = config_.getSize("batch.max_capacity", 1 << 20);
-  rpc::setAuthToken(config_.getString("auth.token", ""));
+  if (!forced_transport_.empty()) {
+    // A name this build does not have is a bad value (kInvalidArgument); one
+    // it has that cannot run here is kNoTransport, below, once installed.
+    std::vector<std::string> names;
+    for (auto& f : transportFactories()) names.push_back(f.name);
+    if (std::find(names.begin(), names.end(), forced_transport_) == names.end()) {
+      KnobValue raw;
+      ConfigSource src = ConfigSource::kDefault;
+      (void)config_.lookup("transport", raw, &src);
+      return {Code::kInvalidArgument,
+              fmt::format("init: config transport (env HAWSER_TRANSPORT) = '{}' from {}: expected auto or one of "
+                          "this build's transports: {}",
+                          raw.text, sourceName(src), fmt::join(names, ", "))};
+    }
+  }
+  rpc::setAuthToken(auth_token);
 
-  Status s = makeMetadataStore(metadata_uri, config_, &rpc_, store_);
+  s = makeMetadataStore(metadata_uri, config_, &rpc_, store_);
   if (!s.ok()) return s;
   s = rpc_.start(host_, rpc_port);
   if (!s.ok()) return {s.code(), fmt::format("init: rpc listener on {}:{}: {}", host_, rpc_port, s.message())};

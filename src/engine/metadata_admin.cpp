@@ -74,15 +74,21 @@ MetadataAdmin::~MetadataAdmin() = default;
 Status MetadataAdmin::open(const std::string& metadata_uri, const std::map<std::string, std::string>& config,
                            std::unique_ptr<MetadataAdmin>& out) {
   auto impl = std::make_unique<Impl>();
+  // As an engine's init: every value (environment and `config`) validated
+  // first, an unknown key in `config` refused.
   impl->config = Config::fromEnv();
-  for (const auto& [k, v] : config) impl->config.set(k, v);
-  if (isP2p(metadata_uri) && impl->config.getString("file_segments", "").empty()) {
+  for (const auto& [k, v] : config) impl->config.set(k, v, ConfigSource::kOptions);
+  Status s = impl->config.validate();
+  if (!s.ok()) return s;
+  std::string file_segments;
+  if (!(s = impl->config.getString("file_segments", file_segments)).ok()) return s;
+  if (isP2p(metadata_uri) && file_segments.empty()) {
     return {Code::kInvalidArgument,
             fmt::format("metadata '{}': p2p segments are edited in the file segments JSON file that p2p engines "
                         "load; none is given (config file_segments, env {})",
                         metadata_uri, Config::envName("file_segments"))};
   }
-  Status s = makeMetadataStore(metadata_uri, impl->config, /*rpc=*/nullptr, impl->store);
+  s = makeMetadataStore(metadata_uri, impl->config, /*rpc=*/nullptr, impl->store);
   if (!s.ok()) return s;
   out.reset(new MetadataAdmin(std::move(impl)));
   return Status::OK();

@@ -14,10 +14,15 @@ namespace hawser {
 
 P2pStore::P2pStore(Config& config, rpc::Server* rpc) : config_(config), rpc_(rpc) {}
 
+Status P2pStore::loadConfig() {
+  Status s = config_.getString("file_segments", file_path_);
+  if (s.ok()) s = config_.getDuration("rpc.timeout_ms", rpc_timeout_);
+  return s;
+}
+
 Status P2pStore::start(const std::string& local_name, std::function<SegmentDesc()> local) {
   local_name_ = local_name;
   local_ = std::move(local);
-  file_path_ = config_.getString("file_segments", "");
   if (!file_path_.empty()) {
     std::lock_guard lk(mu_);
     Status s = loadFileSegments(file_path_, files_);
@@ -80,7 +85,7 @@ Status P2pStore::getSegment(const std::string& name, SegmentDesc& out) {
             fmt::format("segment '{}' not found: not a registered file segment, and not HOST:PORT of a peer (p2p metadata)", name)};
   std::string reply;
   Status s = rpc::call(host, port, kGetSegmentCall.id, local_name_, reply,
-                       std::chrono::milliseconds(config_.getInt("rpc.timeout_ms", 5000)));
+                       rpc_timeout_);
   if (!s.ok()) {
     if (s.code() == Code::kUnavailable || s.code() == Code::kTimeout)
       return {Code::kSegmentNotFound, fmt::format("segment '{}' not found: {}", name, s.message())};
@@ -130,7 +135,7 @@ Status P2pStore::listSegments(std::vector<SegmentDesc>& out) {
 // ---- administration -----------------------------------------------------------
 
 std::string P2pStore::filePath() const {
-  return file_path_.empty() ? config_.getString("file_segments", "") : file_path_;
+  return file_path_;
 }
 
 std::string P2pStore::where() const {

@@ -11,6 +11,7 @@
 // they are loaded from it at start and saved back on change.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <condition_variable>
 #include <mutex>
@@ -30,6 +31,9 @@ inline const rpc::Channel kSegmentChangedCall = rpc::channel("metadata.segment_c
 class P2pStore : public MetadataStore {
  public:
   P2pStore(Config& config, rpc::Server* rpc);
+  // Reads file_segments and rpc.timeout_ms (makeMetadataStore calls it
+  // before handing the store out): kInvalidArgument on a bad value.
+  Status loadConfig();
 
   Status start(const std::string& local_name, std::function<SegmentDesc()> local) override;
   void stop() override;
@@ -61,10 +65,11 @@ class P2pStore : public MetadataStore {
   Status editFiles(const std::function<Status(FileSegmentMap&, bool& dirty)>& edit);
 
   Config& config_;
+  std::chrono::milliseconds rpc_timeout_{5000};  // rpc.timeout_ms, read by loadConfig()
   rpc::Server* rpc_;
   std::string local_name_;
   std::function<SegmentDesc()> local_;
-  std::string file_path_;
+  std::string file_path_;  // file_segments, read by loadConfig()
   std::mutex mu_;
   FileSegmentMap files_;
 

@@ -30,7 +30,10 @@ Status MetadataStore::removeEntry(const std::string&, bool) { return notSupporte
 Status makeMetadataStore(const std::string& uri, Config& config, rpc::Server* rpc,
                          std::unique_ptr<MetadataStore>& out) {
   if (uri.empty() || uri == "p2p" || uri == "P2PHANDSHAKE") {
-    out = std::make_unique<P2pStore>(config, rpc);
+    auto p2p = std::make_unique<P2pStore>(config, rpc);
+    Status s = p2p->loadConfig();
+    if (!s.ok()) return s;
+    out = std::move(p2p);
     return Status::OK();
   }
   if (uri.rfind("etcd://", 0) == 0) {

@@ -70,73 +70,28 @@ Counters FileTransport::stats() const {
 
 // ---- settings ----------------------------------------------------------------------
 
-namespace {
-
-template <typename T>
-Status parseKey(const Config& cfg, const char* key, T lo, T hi, T& out, bool size = false) {
-  auto raw = cfg.raw(key);
-  if (!raw) return Status::OK();
-  std::optional<uint64_t> v;
-  if (size) {
-    v = parseSize(*raw);
-  } else {
-    uint64_t x = 0;
-    auto [p, ec] = std::from_chars(raw->data(), raw->data() + raw->size(), x);
-    if (ec == std::errc() && p == raw->data() + raw->size()) v = x;
-  }
-  if (!v || *v < static_cast<uint64_t>(lo) || *v > static_cast<uint64_t>(hi))
-    return {Code::kInvalidArgument, fmt::format("config {} (env {}) = '{}': expected {} in [{}, {}]", key,
-                                                Config::envName(key), *raw, size ? "a size" : "an integer", lo, hi)};
-  out = static_cast<T>(*v);
-  return Status::OK();
-}
-
-Status parseBool(const Config& cfg, const char* key, bool& out) {
-  auto raw = cfg.raw(key);
-  if (!raw) return Status::OK();
-  std::string s;
-  for (char c : *raw) s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (s == "1" || s == "true" || s == "yes" || s == "on") {
-    out = true;
-  } else if (s == "0" || s == "false" || s == "no" || s == "off") {
-    out = false;
-  } else {
-    return {Code::kInvalidArgument,
-            fmt::format("config {} (env {}) = '{}': expected true or false", key, Config::envName(key), *raw)};
-  }
-  return Status::OK();
-}
-
-}  // namespace
-
+// Types, defaults and ranges: the config table (base/config_table.h); the
+// one rule it cannot say (a multiple of the page) lives here.
 Status FileTransport::loadSettings(const Config& cfg, FileSettings& out) {
   FileSettings st;
-  st.engine = cfg.getString("file.engine", "auto");
-  if (st.engine != "auto" && st.engine != "uring" && st.engine != "posix")
-    return {Code::kInvalidArgument, fmt::format("config file.engine (env HAWSER_FILE_ENGINE) = '{}': expected auto, "
-                                                "uring or posix",
-                                                st.engine)};
+  uint32_t bufs = 0;
   Status s;
-  uint32_t depth = 32, threads = 4, bufs = 32;
-  uint64_t grace = 1000;
-  if (!(s = parseKey<uint32_t>(cfg, "file.io_depth", 1, 4096, depth)).ok()) return s;
-  if (!(s = parseKey<uint64_t>(cfg, "file.max_io_size", kPage, 1ULL << 30, st.max_io_size, true)).ok()) return s;
+  if (!(s = cfg.getString("file.engine", st.engine)).ok() ||
+      !(s = cfg.getInt("file.io_depth", st.io.io_depth)).ok() ||
+      !(s = cfg.getSize("file.max_io_size", st.max_io_size)).ok() ||
+      !(s = cfg.getInt("file.posix_threads", st.io.posix_threads)).ok() ||
+      !(s = cfg.getInt("file.bounce_buffers", bufs)).ok() ||
+      !(s = cfg.getDuration("file.cancel_grace_ms", st.cancel_grace)).ok() ||
+      !(s = cfg.getBool("file.direct", st.direct)).ok() ||
+      !(s = cfg.getBool("file.fixed_buffers", st.io.fixed_buffers)).ok() ||
+      !(s = cfg.getBool("file.fixed_files", st.io.fixed_files)).ok() ||
+      !(s = cfg.getBool("file.sqpoll", st.io.sqpoll)).ok())
+    return s;
   if (st.max_io_size % kPage != 0)
     return {Code::kInvalidArgument,
             fmt::format("config file.max_io_size (env HAWSER_FILE_MAX_IO_SIZE) = {}: must be a multiple of 4096",
                         st.max_io_size)};
-  if (!(s = parseKey<uint32_t>(cfg, "file.posix_threads", 1, 256, threads)).ok()) return s;
-  bufs = depth;
-  if (!(s = parseKey<uint32_t>(cfg, "file.bounce_buffers", 1, 4096, bufs)).ok()) return s;
-  if (!(s = parseKey<uint64_t>(cfg, "file.cancel_grace_ms", 0, 3600000, grace)).ok()) return s;
-  if (!(s = parseBool(cfg, "file.direct", st.direct)).ok()) return s;
-  if (!(s = parseBool(cfg, "file.fixed_buffers", st.io.fixed_buffers)).ok()) return s;
-  if (!(s = parseBool(cfg, "file.fixed_files", st.io.fixed_files)).ok()) return s;
-  if (!(s = parseBool(cfg, "file.sqpoll", st.io.sqpoll)).ok()) return s;
-  st.io.io_depth = depth;
-  st.io.posix_threads = threads;
-  st.bounce_buffers = bufs;
-  st.cancel_grace = std::chrono::milliseconds(grace);
+  st.bounce_buffers = bufs == 0 ? st.io.io_depth : bufs;  // 0: one per io_uring slot
   out = std::move(st);
   return Status::OK();
 }

@@ -15,55 +15,6 @@ namespace hawser::rdma {
 
 namespace {
 
-Status intKey(const Config& c, const char* key, int64_t lo, int64_t hi, int64_t& v) {
-  auto raw = c.raw(key);
-  if (!raw) return Status::OK();
-  int64_t out = 0;
-  const char* b = raw->data();
-  const char* e = b + raw->size();
-  auto [p, ec] = std::from_chars(b, e, out);
-  if (ec != std::errc() || p != e || out < lo || out > hi)
-    return Status(Code::kInvalidArgument, fmt::format("{} ({}) = '{}': expected an integer in [{}, {}]", key,
-                                                      Config::envName(key), *raw, lo, hi));
-  v = out;
-  return Status::OK();
-}
-
-template <typename T>
-Status intKeyT(const Config& c, const char* key, int64_t lo, int64_t hi, T& field) {
-  int64_t v = static_cast<int64_t>(field);
-  Status s = intKey(c, key, lo, hi, v);
-  if (s.ok()) field = static_cast<T>(v);
-  return s;
-}
-
-Status sizeKey(const Config& c, const char* key, uint64_t lo, uint64_t hi, uint64_t& field) {
-  auto raw = c.raw(key);
-  if (!raw) return Status::OK();
-  auto v = parseSize(*raw);
-  if (!v || *v < lo || *v > hi)
-    return Status(Code::kInvalidArgument, fmt::format("{} ({}) = '{}': expected a size in [{}, {}] (K/M/G suffixes)",
-                                                      key, Config::envName(key), *raw, lo, hi));
-  field = *v;
-  return Status::OK();
-}
-
-Status boolKey(const Config& c, const char* key, bool& field) {
-  auto raw = c.raw(key);
-  if (!raw) return Status::OK();
-  std::string s;
-  for (char ch : *raw) s += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  if (s == "1" || s == "true" || s == "yes" || s == "on") {
-    field = true;
-  } else if (s == "0" || s == "false" || s == "no" || s == "off") {
-    field = false;
-  } else {
-    return Status(Code::kInvalidArgument,
-                  fmt::format("{} ({}) = '{}': expected true/false", key, Config::envName(key), *raw));
-  }
-  return Status::OK();
-}
-
 std::string readLine(const std::string& path) {
   std::ifstream f(path);
   std::string line;
@@ -140,10 +91,12 @@ int gidScore(const ibv_gid& g, uint32_t type) {
 
 }  // namespace
 
+// Types, defaults and ranges: the config table (base/config_table.h).
 Status Tunables::load(const Config& c) {
-  verbs_lib = c.getString("rdma.verbs_lib", verbs_lib);
+  Status s;
+  std::string list;
+  if (!(s = c.getString("rdma.verbs_lib", verbs_lib)).ok() || !(s = c.getString("rdma.devices", list)).ok()) return s;
   devices.clear();
-  std::string list = c.getString("rdma.devices", "");
   std::stringstream ss(list);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -151,27 +104,27 @@ Status Tunables::load(const Config& c) {
     while (!item.empty() && item.back() == ' ') item.pop_back();
     if (!item.empty()) devices.push_back(item);
   }
-  Status s;
-  if (!(s = intKeyT(c, "rdma.gid_index", -1, 255, gid_index)).ok()) return s;
-  if (!(s = intKeyT(c, "rdma.qps_per_peer", 1, 64, qps_per_peer)).ok()) return s;
-  if (!(s = intKeyT(c, "rdma.max_wr", 1, 1 << 16, max_wr)).ok()) return s;
-  if (!(s = sizeKey(c, "rdma.slice_size", 1, 1ull << 30, slice_size)).ok()) return s;
-  if (!(s = intKeyT(c, "rdma.retry_limit", 0, 1000, retry_limit)).ok()) return s;
-  if (!(s = intKeyT(c, "rdma.workers", 0, 64, workers)).ok()) return s;
-  if (!(s = intKeyT(c, "rdma.cq_entries", 16, 1 << 22, cq_entries)).ok()) return s;
-  if (!(s = intKeyT(c, "rdma.mtu", 256, 4096, mtu)).ok()) return s;
-  if (!(s = intKeyT(c, "rdma.qp_timeout", 0, 31, timeout)).ok()) return s;
-  if (!(s = intKeyT(c, "rdma.qp_retry_cnt", 0, 7, retry_cnt)).ok()) return s;
-  if (!(s = intKeyT(c, "rdma.qp_rnr_retry", 0, 7, rnr_retry)).ok()) return s;
-  if (!(s = intKeyT(c, "rdma.qp_min_rnr_timer", 0, 31, min_rnr_timer)).ok()) return s;
-  if (!(s = intKeyT(c, "rdma.traffic_class", 0, 255, traffic_class)).ok()) return s;
-  if (!(s = intKeyT(c, "rdma.service_level", 0, 15, service_level)).ok()) return s;
-  if (!(s = intKeyT(c, "rdma.hop_limit", 1, 255, hop_limit)).ok()) return s;
-  if (!(s = sizeKey(c, "rdma.pretouch_threshold", 0, ~0ull, pretouch_threshold)).ok()) return s;
-  if (!(s = intKeyT(c, "rdma.pretouch_threads", 1, 256, pretouch_threads)).ok()) return s;
-  if (!(s = boolKey(c, "rdma.relaxed_ordering", relaxed_ordering)).ok()) return s;
-  if (!(s = intKeyT(c, "rdma.connect_timeout_ms", 1, 600000, connect_timeout_ms)).ok()) return s;
-  if (!(s = intKeyT(c, "rdma.poll_spin_us", 0, 1000000, poll_spin_us)).ok()) return s;
+  if (!(s = c.getInt("rdma.gid_index", gid_index)).ok() ||
+      !(s = c.getInt("rdma.qps_per_peer", qps_per_peer)).ok() ||
+      !(s = c.getInt("rdma.max_wr", max_wr)).ok() ||
+      !(s = c.getSize("rdma.slice_size", slice_size)).ok() ||
+      !(s = c.getInt("rdma.retry_limit", retry_limit)).ok() ||
+      !(s = c.getInt("rdma.workers", workers)).ok() ||
+      !(s = c.getInt("rdma.cq_entries", cq_entries)).ok() ||
+      !(s = c.getInt("rdma.mtu", mtu)).ok() ||
+      !(s = c.getInt("rdma.qp_timeout", timeout)).ok() ||
+      !(s = c.getInt("rdma.qp_retry_cnt", retry_cnt)).ok() ||
+      !(s = c.getInt("rdma.qp_rnr_retry", rnr_retry)).ok() ||
+      !(s = c.getInt("rdma.qp_min_rnr_timer", min_rnr_timer)).ok() ||
+      !(s = c.getInt("rdma.traffic_class", traffic_class)).ok() ||
+      !(s = c.getInt("rdma.service_level", service_level)).ok() ||
+      !(s = c.getInt("rdma.hop_limit", hop_limit)).ok() ||
+      !(s = c.getSize("rdma.pretouch_threshold", pretouch_threshold)).ok() ||
+      !(s = c.getInt("rdma.pretouch_threads", pretouch_threads)).ok() ||
+      !(s = c.getBool("rdma.relaxed_ordering", relaxed_ordering)).ok() ||
+      !(s = c.getInt("rdma.connect_timeout_ms", connect_timeout_ms)).ok() ||
+      !(s = c.getInt("rdma.poll_spin_us", poll_spin_us)).ok())
+    return s;
   return Status::OK();
 }
 

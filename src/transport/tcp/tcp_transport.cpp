@@ -2,7 +2,6 @@
 #include "transport/tcp/tcp_transport.h"
 
 #include <algorithm>
-#include <charconv>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -16,51 +15,24 @@
 namespace hawser {
 
 
-namespace {
-
-
-// Reads `key` as an integer (sizes accept K/M/G) within [lo, hi].
-Status readNumber(const Config& cfg, const char* key, bool size, uint64_t lo, uint64_t hi, uint64_t& out) {
-  auto raw = cfg.raw(key);
-  if (!raw) return Status::OK();  // keep the default
-  std::optional<uint64_t> v;
-  if (size) {
-    v = parseSize(*raw);
-  } else {
-    uint64_t x = 0;
-    auto [p, ec] = std::from_chars(raw->data(), raw->data() + raw->size(), x);
-    if (ec == std::errc() && p == raw->data() + raw->size()) v = x;
-  }
-  if (!v)
-    return {Code::kInvalidArgument,
-            fmt::format("{} ({}) = '{}' is not a {}", key, Config::envName(key), *raw, size ? "size" : "number")};
-  if (*v < lo || *v > hi)
-    return {Code::kInvalidArgument,
-            fmt::format("{} ({}) = {} is out of range [{}, {}]", key, Config::envName(key), *v, lo, hi)};
-  out = *v;
-  return Status::OK();
-}
-
-}  // namespace
+// Every tcp.* knob through the config table (base/config_table.h: types,
+// defaults, ranges); the one cross-key rule lives here.
+static_assert(findKnob("tcp.max_frame")->hi == static_cast<int64_t>(tcp::kMaxFrameLimit));
+static_assert(findKnob("tcp.slice_size")->hi == static_cast<int64_t>(tcp::kMaxFrameLimit));
+static_assert(findKnob("tcp.io_threads")->hi == static_cast<int64_t>(tcp::kMaxIoThreads));
 
 Status TcpTransport::loadSettings(const Config& cfg, TcpSettings& out) {
   TcpSettings s;
-  uint64_t v;
   Status st;
-#define HAWSER_TCP_SETTING(key, field, size, lo, hi) \
-  v = s.field;                                       \
-  st = readNumber(cfg, key, size, lo, hi, v);        \
-  if (!st.ok()) return st;                           \
-  s.field = static_cast<decltype(s.field)>(v);
-  HAWSER_TCP_SETTING("tcp.connections", connections, false, 1, 64)
-  HAWSER_TCP_SETTING("tcp.max_frame", max_frame, true, 4096, tcp::kMaxFrameLimit)
-  HAWSER_TCP_SETTING("tcp.slice_size", slice_size, true, 4096, tcp::kMaxFrameLimit)
-  HAWSER_TCP_SETTING("tcp.timeout_ms", timeout_ms, false, 10, 3600000)
-  HAWSER_TCP_SETTING("tcp.connect_timeout_ms", connect_timeout_ms, false, 10, 3600000)
-  HAWSER_TCP_SETTING("tcp.io_threads", io_threads, false, 1, tcp::kMaxIoThreads)
-  HAWSER_TCP_SETTING("tcp.inflight", inflight, false, 1, 65536)
-  HAWSER_TCP_SETTING("tcp.sock_buf", sock_buf, true, 0, 1ull << 30)
-#undef HAWSER_TCP_SETTING
+  if (!(st = cfg.getInt("tcp.connections", s.connections)).ok() ||
+      !(st = cfg.getSize("tcp.max_frame", s.max_frame)).ok() ||
+      !(st = cfg.getSize("tcp.slice_size", s.slice_size)).ok() ||
+      !(st = cfg.getInt("tcp.timeout_ms", s.timeout_ms)).ok() ||
+      !(st = cfg.getInt("tcp.connect_timeout_ms", s.connect_timeout_ms)).ok() ||
+      !(st = cfg.getInt("tcp.io_threads", s.io_threads)).ok() ||
+      !(st = cfg.getInt("tcp.inflight", s.inflight)).ok() ||
+      !(st = cfg.getSize("tcp.sock_buf", s.sock_buf)).ok())
+    return st;
   if (s.slice_size > s.max_frame)
     return {Code::kInvalidArgument, fmt::format("tcp.slice_size {} exceeds tcp.max_frame {}", s.slice_size,
                                                 s.max_frame)};

@@ -1,0 +1,214 @@
+// The config table's parsers and descriptions, and the public config API
+// (hawser/config.h) over it.
+#include "base/config_table.h"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <charconv>
+
+#include "base/config.h"
+#include "hawser/engine.h"
+
+namespace hawser {
+
+namespace {
+
+std::string_view trim(std::string_view t) {
+  while (!t.empty() && std::isspace(static_cast<unsigned char>(t.front()))) t.remove_prefix(1);
+  while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.remove_suffix(1);
+  return t;
+}
+
+std::string lower(std::string_view t) {
+  std::string s;
+  for (char c : t) s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// 4096 -> "4K", 3 << 30 -> "3G", 1000 -> "1000".
+std::string sizeText(int64_t v) {
+  static constexpr std::pair<int64_t, char> kUnits[] = {
+      {knob_detail::T, 'T'}, {knob_detail::G, 'G'}, {knob_detail::M, 'M'}, {knob_detail::K, 'K'}};
+  if (v > 0)
+    for (auto [unit, c] : kUnits)
+      if (v % unit == 0) return fmt::format("{}{}", v / unit, c);
+  return std::to_string(v);
+}
+
+std::string choicesList(std::string_view choices, std::string_view sep) {
+  std::string out;
+  size_t start = 0;
+  while (start <= choices.size()) {
+    size_t bar = choices.find('|', start);
+    if (bar == std::string_view::npos) bar = choices.size();
+    if (!out.empty()) out += sep;
+    out += choices.substr(start, bar - start);
+    start = bar + 1;
+  }
+  return out;
+}
+
+bool isChoice(std::string_view choices, std::string_view v) {
+  size_t start = 0;
+  while (start <= choices.size()) {
+    size_t bar = choices.find('|', start);
+    if (bar == std::string_view::npos) bar = choices.size();
+    if (choices.substr(start, bar - start) == v) return true;
+    start = bar + 1;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string_view knobTypeName(KnobType t) {
+  switch (t) {
+    case KnobType::kInt: return "int";
+    case KnobType::kSize: return "size";
+    case KnobType::kBool: return "bool";
+    case KnobType::kString: return "string";
+    case KnobType::kEnum: return "enum";
+    case KnobType::kDurationMs: return "duration_ms";
+  }
+  return "?";
+}
+
+std::string knobDefaultText(const Knob& k) { return std::string(k.def); }
+
+std::string knobRangeText(const Knob& k) {
+  switch (k.type) {
+    case KnobType::kInt:
+    case KnobType::kDurationMs: return fmt::format("{}..{}", k.lo, k.hi);
+    case KnobType::kSize: return fmt::format("{}..{}", sizeText(k.lo), sizeText(k.hi));
+    case KnobType::kEnum: return std::string(k.choices);
+    case KnobType::kBool:
+    case KnobType::kString: return "";
+  }
+  return "";
+}
+
+std::string knobExpected(const Knob& k) {
+  switch (k.type) {
+    case KnobType::kInt: return fmt::format("an integer in [{}, {}]", k.lo, k.hi);
+    case KnobType::kDurationMs: return fmt::format("a duration in milliseconds in [{}, {}]", k.lo, k.hi);
+    case KnobType::kSize:
+      return fmt::format("a size in [{}, {}] (bytes, K/M/G/T suffixes)", sizeText(k.lo), sizeText(k.hi));
+    case KnobType::kBool: return "true or false (1/0, yes/no, on/off)";
+    case KnobType::kEnum: return "one of " + choicesList(k.choices, ", ");
+    case KnobType::kString: return "a string";
+  }
+  return "?";
+}
+
+Status parseKnob(const Knob& k, std::string_view text, std::string_view origin, KnobValue& out) {
+  auto bad = [&] {
+    return Status(Code::kInvalidArgument, fmt::format("config {} (env {}) = '{}' from {}: expected {}", k.key, k.env,
+                                                      text, origin, knobExpected(k)));
+  };
+  KnobValue v;
+  std::string_view t = trim(text);
+  switch (k.type) {
+    case KnobType::kString:
+      v.text = std::string(text);
+      break;
+    case KnobType::kEnum: {
+      std::string l = lower(t);
+      if (!isChoice(k.choices, l)) return bad();
+      v.text = l;
+      break;
+    }
+    case KnobType::kBool: {
+      std::string l = lower(t);
+      if (l == "1" || l == "true" || l == "yes" || l == "on") {
+        v.number = 1;
+      } else if (l == "0" || l == "false" || l == "no" || l == "off") {
+        v.number = 0;
+      } else {
+        return bad();
+      }
+      v.text = v.number ? "true" : "false";
+      break;
+    }
+    case KnobType::kInt:
+    case KnobType::kDurationMs: {
+      int64_t x = 0;
+      auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), x);
+      if (t.empty() || ec != std::errc() || p != t.data() + t.size() || x < k.lo || x > k.hi) return bad();
+      v.number = x;
+      v.text = std::to_string(x);
+      break;
+    }
+    case KnobType::kSize: {
+      auto s = parseSize(t);
+      if (!s || *s > static_cast<uint64_t>(k.hi) || static_cast<int64_t>(*s) < k.lo) return bad();
+      v.number = static_cast<int64_t>(*s);
+      v.text = std::string(t);
+      break;
+    }
+  }
+  out = std::move(v);
+  return Status::OK();
+}
+
+// ---- public API (hawser/config.h) ---------------------------------------------------------------
+
+std::vector<ConfigKey> configKeys() {
+  std::vector<ConfigKey> out;
+  out.reserve(knobs().size());
+  for (const Knob& k : knobs())
+    out.push_back({std::string(k.key), std::string(k.env), std::string(knobTypeName(k.type)), knobDefaultText(k),
+                   knobRangeText(k), std::string(k.doc)});
+  return out;
+}
+
+namespace {
+
+Config effectiveConfig(const EngineOptions& options) {
+  Config c = Config::fromEnv();
+  for (auto& [k, v] : options.config) c.set(k, v, ConfigSource::kOptions);
+  return c;
+}
+
+Status lookupTyped(const std::string& key, const EngineOptions& options, std::initializer_list<KnobType> types,
+                   std::string_view want, KnobValue& out, ConfigSource* source) {
+  const Knob* k = findKnob(key);
+  if (!k) return {Code::kInvalidArgument, fmt::format("config key '{}' is not a hawser key (`hawser config` lists them)", key)};
+  bool ok = false;
+  for (KnobType t : types) ok |= k->type == t;
+  if (!ok)
+    return {Code::kInvalidArgument,
+            fmt::format("config key '{}' is of type {}, not {}", key, knobTypeName(k->type), want)};
+  return effectiveConfig(options).lookup(key, out, source);
+}
+
+}  // namespace
+
+Status configValue(const std::string& key, const EngineOptions& options, std::string& out, ConfigSource* source) {
+  KnobValue v;
+  Status s = lookupTyped(key, options,
+                         {KnobType::kInt, KnobType::kSize, KnobType::kBool, KnobType::kString, KnobType::kEnum,
+                          KnobType::kDurationMs},
+                         "", v, source);
+  if (s.ok()) out = v.text;
+  return s;
+}
+
+Status configInt(const std::string& key, const EngineOptions& options, int64_t& out, ConfigSource* source) {
+  KnobValue v;
+  Status s = lookupTyped(key, options, {KnobType::kInt, KnobType::kSize, KnobType::kDurationMs},
+                         "int, size or duration_ms", v, source);
+  if (s.ok()) out = v.number;
+  return s;
+}
+
+Status configBool(const std::string& key, const EngineOptions& options, bool& out, ConfigSource* source) {
+  KnobValue v;
+  Status s = lookupTyped(key, options, {KnobType::kBool}, "bool", v, source);
+  if (s.ok()) out = v.number != 0;
+  return s;
+}
+
+Status validateConfig(const EngineOptions& options) { return effectiveConfig(options).validate(); }
+
+}  // namespace hawser

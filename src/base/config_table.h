@@ -1,0 +1,230 @@
+// The config table: every tunable of hawser, declared once.
+//
+// A knob has a key ("tcp.connections"), the environment variable that sets
+// it (HAWSER_TCP_CONNECTIONS), a type, a default (written as a user would
+// write it, and parsed by the same parser), a range (numeric types) or the
+// allowed values (enums), and a one-line doc. `hawser config --markdown`
+// prints this table; docs/config.md and README.md hold its output and a test
+// fails when they drift.
+//
+// Components read knobs through Config's typed getters (base/config.h) with
+// a key that is checked against this table at compile time (KnobKey): an
+// unknown key, or a getter of the wrong type, does not build.
+//
+// Adding a knob: one line below, then `cmake -P cmake/ConfigDocs.cmake` (see
+// that file) to regenerate the docs.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "hawser/status.h"
+
+namespace hawser {
+
+enum class KnobType : uint8_t {
+  kInt,         // decimal integer
+  kSize,        // bytes: "4096", "64K", "1M", "2G", "1T" (binary units; "64KB", "1MiB" too)
+  kBool,        // true/false, 1/0, yes/no, on/off (any case)
+  kString,      // any text, "" included
+  kEnum,        // one of `choices` (exact, lower case)
+  kDurationMs,  // milliseconds, a decimal integer
+};
+
+struct Knob {
+  std::string_view key;
+  std::string_view env;
+  KnobType type;
+  std::string_view def;      // the default, as text
+  int64_t lo = 0, hi = 0;    // kInt, kSize, kDurationMs: inclusive range
+  std::string_view choices;  // kEnum: "a|b|c"
+  std::string_view doc;
+};
+
+namespace knob_detail {
+inline constexpr int64_t K = 1ll << 10, M = 1ll << 20, G = 1ll << 30, T = 1ll << 40;
+inline constexpr int64_t kHour = 3600000;
+}  // namespace knob_detail
+
+// clang-format off
+inline constexpr Knob kKnobs[] = {
+  // ---- engine -------------------------------------------------------------------------------------------------------
+  // A string: the transports are the build's (src/CMakeLists.txt); init checks the name against them.
+  {"transport", "HAWSER_TRANSPORT", KnobType::kString, "auto", 0, 0, {},
+   "force one transport of this build for memory segments (tcp, rdma, ...; nvmeof = file); auto or empty: "
+   "the cheapest that can serve each request"},
+  {"batch.slices_per_task", "HAWSER_BATCH_SLICES_PER_TASK", KnobType::kSize, "16384", 1, 16 * knob_detail::M, {},
+   "a batch of capacity N holds at most N x this many slices"},
+  {"batch.max_capacity", "HAWSER_BATCH_MAX_CAPACITY", KnobType::kSize, "1M", 1, knob_detail::G, {},
+   "largest capacity allocateBatchID accepts"},
+  {"auth.token", "HAWSER_AUTH_TOKEN", KnobType::kString, "", 0, 0, {},
+   "shared secret every peer connection must present (empty: none)"},
+  {"rpc.timeout_ms", "HAWSER_RPC_TIMEOUT_MS", KnobType::kDurationMs, "5000", 10, knob_detail::kHour, {},
+   "control-plane calls (descriptor fetch)"},
+  {"log.level", "HAWSER_LOG_LEVEL", KnobType::kEnum, "warn", 0, 0, "trace|debug|info|warn|error|off",
+   "log level of the process, applied at engine init (the last engine initialized wins)"},
+  // ---- metadata -----------------------------------------------------------------------------------------------------
+  {"file_segments", "HAWSER_FILE_SEGMENTS", KnobType::kString, "", 0, 0, {},
+   "p2p: JSON file holding named file segments (hawser segment --file-segments); empty: none"},
+  {"metadata.prefix", "HAWSER_METADATA_PREFIX", KnobType::kString, "hawser", 0, 0, {},
+   "etcd key prefix, no trailing '/' (several clusters can share one etcd)"},
+  {"etcd.lease_ttl_s", "HAWSER_ETCD_LEASE_TTL_S", KnobType::kInt, "10", 2, 86400, {},
+   "lease TTL in seconds: a dead engine's segment vanishes within it"},
+  {"etcd.timeout_ms", "HAWSER_ETCD_TIMEOUT_MS", KnobType::kDurationMs, "3000", 10, 600000, {},
+   "deadline of one foreground etcd call, retries included"},
+  {"etcd.connect_timeout_ms", "HAWSER_ETCD_CONNECT_TIMEOUT_MS", KnobType::kDurationMs, "1000", 10, 600000, {},
+   "TCP connect timeout per etcd endpoint attempt"},
+  {"etcd.retries", "HAWSER_ETCD_RETRIES", KnobType::kInt, "2", 0, 10, {},
+   "extra rounds over all etcd endpoints after the first"},
+  {"etcd.backoff_max_ms", "HAWSER_ETCD_BACKOFF_MAX_MS", KnobType::kDurationMs, "2000", 10, 600000, {},
+   "cap of the background retry backoff (keepalive, watch)"},
+  // ---- tcp ----------------------------------------------------------------------------------------------------------
+  {"tcp.connections", "HAWSER_TCP_CONNECTIONS", KnobType::kInt, "2", 1, 64, {},
+   "data connections per peer"},
+  {"tcp.slice_size", "HAWSER_TCP_SLICE_SIZE", KnobType::kSize, "1M", 4 * knob_detail::K, knob_detail::G, {},
+   "bytes per TCP slice (at most tcp.max_frame)"},
+  {"tcp.inflight", "HAWSER_TCP_INFLIGHT", KnobType::kInt, "64", 1, 65536, {},
+   "unanswered slices per connection"},
+  {"tcp.timeout_ms", "HAWSER_TCP_TIMEOUT_MS", KnobType::kDurationMs, "5000", 10, knob_detail::kHour, {},
+   "no progress this long with slices outstanding: the connection's tasks FAIL (also the target's stall bound)"},
+  {"tcp.connect_timeout_ms", "HAWSER_TCP_CONNECT_TIMEOUT_MS", KnobType::kDurationMs, "3000", 10, knob_detail::kHour,
+   {}, "bound of one connect + Hello"},
+  {"tcp.io_threads", "HAWSER_TCP_IO_THREADS", KnobType::kInt, "1", 1, 16, {},
+   "initiator epoll threads"},
+  {"tcp.sock_buf", "HAWSER_TCP_SOCK_BUF", KnobType::kSize, "0", 0, knob_detail::G, {},
+   "SO_SNDBUF/SO_RCVBUF of data sockets; 0 = kernel autotuning"},
+  {"tcp.max_frame", "HAWSER_TCP_MAX_FRAME", KnobType::kSize, "64M", 4 * knob_detail::K, knob_detail::G, {},
+   "largest payload the target accepts; published to peers"},
+  // ---- rdma ---------------------------------------------------------------------------------------------------------
+  {"rdma.verbs_lib", "HAWSER_RDMA_VERBS_LIB", KnobType::kString, "libibverbs.so.1", 0, 0, {},
+   "verbs library loaded at run time"},
+  {"rdma.devices", "HAWSER_RDMA_DEVICES", KnobType::kString, "", 0, 0, {},
+   "comma-separated NIC names to use (empty: all)"},
+  {"rdma.gid_index", "HAWSER_RDMA_GID_INDEX", KnobType::kInt, "-1", -1, 255, {},
+   "RoCE GID index override (-1: auto, RoCE v2 IPv4-mapped first)"},
+  {"rdma.qps_per_peer", "HAWSER_RDMA_QPS_PER_PEER", KnobType::kInt, "2", 1, 64, {},
+   "RC QPs per (local NIC, peer NIC)"},
+  {"rdma.max_wr", "HAWSER_RDMA_MAX_WR", KnobType::kInt, "256", 1, 65536, {},
+   "outstanding work requests per QP (capped by the device)"},
+  {"rdma.slice_size", "HAWSER_RDMA_SLICE_SIZE", KnobType::kSize, "64K", 1, knob_detail::G, {},
+   "bytes per work request"},
+  {"rdma.retry_limit", "HAWSER_RDMA_RETRY_LIMIT", KnobType::kInt, "8", 0, 1000, {},
+   "retries of a failed slice on other QPs/NICs before FAILED"},
+  {"rdma.workers", "HAWSER_RDMA_WORKERS", KnobType::kInt, "0", 0, 64, {},
+   "CQ-polling threads (0: min(NICs, 4))"},
+  {"rdma.cq_entries", "HAWSER_RDMA_CQ_ENTRIES", KnobType::kInt, "16384", 16, 1 << 22, {},
+   "CQ size per NIC (capped by the device)"},
+  {"rdma.mtu", "HAWSER_RDMA_MTU", KnobType::kInt, "4096", 256, 4096, {},
+   "upper bound on the path MTU"},
+  {"rdma.qp_timeout", "HAWSER_RDMA_QP_TIMEOUT", KnobType::kInt, "14", 0, 31, {},
+   "local ACK timeout exponent (4.096 us x 2^n)"},
+  {"rdma.qp_retry_cnt", "HAWSER_RDMA_QP_RETRY_CNT", KnobType::kInt, "7", 0, 7, {},
+   "transport retries"},
+  {"rdma.qp_rnr_retry", "HAWSER_RDMA_QP_RNR_RETRY", KnobType::kInt, "7", 0, 7, {},
+   "RNR retries (7 = infinite)"},
+  {"rdma.qp_min_rnr_timer", "HAWSER_RDMA_QP_MIN_RNR_TIMER", KnobType::kInt, "12", 0, 31, {},
+   "minimal RNR NAK timer (12 = 0.64 ms)"},
+  {"rdma.traffic_class", "HAWSER_RDMA_TRAFFIC_CLASS", KnobType::kInt, "0", 0, 255, {},
+   "RoCE GRH traffic class (DSCP << 2)"},
+  {"rdma.service_level", "HAWSER_RDMA_SERVICE_LEVEL", KnobType::kInt, "0", 0, 15, {},
+   "IB service level / RoCE priority"},
+  {"rdma.hop_limit", "HAWSER_RDMA_HOP_LIMIT", KnobType::kInt, "64", 1, 255, {},
+   "RoCE v2 GRH hop limit"},
+  {"rdma.pretouch_threshold", "HAWSER_RDMA_PRETOUCH_THRESHOLD", KnobType::kSize, "4G", 0, 64 * knob_detail::T, {},
+   "regions this large are pre-faulted before registration"},
+  {"rdma.pretouch_threads", "HAWSER_RDMA_PRETOUCH_THREADS", KnobType::kInt, "8", 1, 256, {},
+   "threads that pre-fault (capped by the CPU count)"},
+  {"rdma.relaxed_ordering", "HAWSER_RDMA_RELAXED_ORDERING", KnobType::kBool, "true", 0, 0, {},
+   "register memory with IBV_ACCESS_RELAXED_ORDERING when available"},
+  {"rdma.connect_timeout_ms", "HAWSER_RDMA_CONNECT_TIMEOUT_MS", KnobType::kDurationMs, "5000", 1, 600000, {},
+   "QP handshake RPC timeout"},
+  {"rdma.poll_spin_us", "HAWSER_RDMA_POLL_SPIN_US", KnobType::kInt, "50", 0, 1000000, {},
+   "microseconds a CQ worker busy-polls before it sleeps on the channel"},
+  // ---- file ---------------------------------------------------------------------------------------------------------
+  {"file.engine", "HAWSER_FILE_ENGINE", KnobType::kEnum, "auto", 0, 0, "auto|uring|posix",
+   "file I/O engine: auto (io_uring when available), uring (required) or posix"},
+  {"file.io_depth", "HAWSER_FILE_IO_DEPTH", KnobType::kInt, "32", 1, 4096, {},
+   "io_uring operations in flight at once; more wait in the engine's queue"},
+  {"file.max_io_size", "HAWSER_FILE_MAX_IO_SIZE", KnobType::kSize, "1M", 4 * knob_detail::K, knob_detail::G, {},
+   "largest file slice (a multiple of 4096)"},
+  {"file.direct", "HAWSER_FILE_DIRECT", KnobType::kBool, "true", 0, 0, {},
+   "open with O_DIRECT where the file system does it"},
+  {"file.fixed_buffers", "HAWSER_FILE_FIXED_BUFFERS", KnobType::kBool, "true", 0, 0, {},
+   "register engine memory as io_uring fixed buffers (pins it)"},
+  {"file.fixed_files", "HAWSER_FILE_FIXED_FILES", KnobType::kBool, "true", 0, 0, {},
+   "register fds as io_uring fixed files"},
+  {"file.sqpoll", "HAWSER_FILE_SQPOLL", KnobType::kBool, "false", 0, 0, {},
+   "io_uring SQPOLL kernel thread (burns a core)"},
+  {"file.posix_threads", "HAWSER_FILE_POSIX_THREADS", KnobType::kInt, "4", 1, 256, {},
+   "pread/pwrite workers"},
+  {"file.bounce_buffers", "HAWSER_FILE_BOUNCE_BUFFERS", KnobType::kInt, "0", 0, 4096, {},
+   "bounce buffers in the pool (0: file.io_depth)"},
+  {"file.cancel_grace_ms", "HAWSER_FILE_CANCEL_GRACE_MS", KnobType::kDurationMs, "1000", 0, knob_detail::kHour, {},
+   "a cancelled I/O not ended by then is quarantined"},
+  // ---- python binding -----------------------------------------------------------------------------------------------
+  {"python.sync_timeout_ms", "HAWSER_PYTHON_SYNC_TIMEOUT_MS", KnobType::kDurationMs, "30000", 1, 86400000, {},
+   "base timeout of a sync call / async batch (unset: MC_TRANSFER_TIMEOUT seconds when that is set)"},
+  {"python.sync_timeout_ns_per_byte", "HAWSER_PYTHON_SYNC_TIMEOUT_NS_PER_BYTE", KnobType::kInt, "1", 0, 1000000, {},
+   "added to the timeout per byte of the batch (1 = 1 s per GB, as Mooncake)"},
+  {"python.cancel_wait_ms", "HAWSER_PYTHON_CANCEL_WAIT_MS", KnobType::kDurationMs, "5000", 0, knob_detail::kHour, {},
+   "after a timeout's cancel, how long to wait for the tasks to end before keeping the batch for later freeing"},
+  {"python.managed_pool_size", "HAWSER_PYTHON_MANAGED_POOL_SIZE", KnobType::kSize, "64M", knob_detail::M,
+   knob_detail::T, {}, "bytes per managed-buffer pool"},
+};
+// clang-format on
+
+inline constexpr std::span<const Knob> knobs() { return kKnobs; }
+
+constexpr const Knob* findKnob(std::string_view key) {
+  for (const Knob& k : kKnobs)
+    if (k.key == key) return &k;
+  return nullptr;
+}
+
+constexpr const Knob* findKnobByEnv(std::string_view env) {
+  for (const Knob& k : kKnobs)
+    if (k.env == env) return &k;
+  return nullptr;
+}
+
+// A key of the table, checked when it is compiled: KnobKey k = "tcp.connections".
+// `Types` is a bit set of the KnobTypes the reader accepts (the getter's).
+template <unsigned Types>
+struct TypedKnobKey {
+  consteval TypedKnobKey(const char* key) : knob(findKnob(key)) {  // NOLINT: implicit by design
+    if (knob == nullptr) throw "config key is not in the config table (src/base/config_table.h)";
+    if ((Types & (1u << static_cast<unsigned>(knob->type))) == 0)
+      throw "config key read with a getter of the wrong type (see its KnobType in src/base/config_table.h)";
+  }
+  const Knob* knob;
+};
+
+constexpr unsigned knobBit(KnobType t) { return 1u << static_cast<unsigned>(t); }
+using IntKey = TypedKnobKey<knobBit(KnobType::kInt) | knobBit(KnobType::kDurationMs)>;
+using SizeKey = TypedKnobKey<knobBit(KnobType::kSize)>;
+using BoolKey = TypedKnobKey<knobBit(KnobType::kBool)>;
+using StringKey = TypedKnobKey<knobBit(KnobType::kString) | knobBit(KnobType::kEnum)>;
+
+// "int", "size", "bool", "string", "enum", "duration_ms".
+std::string_view knobTypeName(KnobType t);
+// The default / range as `hawser config` prints them ("64M", "4K..1G",
+// "auto|uring|posix"; "" for bool and string).
+std::string knobDefaultText(const Knob& k);
+std::string knobRangeText(const Knob& k);
+// What a value must be: "an integer in [1, 64]", "one of auto, uring, posix".
+std::string knobExpected(const Knob& k);
+
+// The value of a knob after parsing.
+struct KnobValue {
+  int64_t number = 0;  // kInt, kSize, kDurationMs, kBool (0/1)
+  std::string text;    // kString, kEnum: the value
+};
+
+// Parses `text` as `k` says and checks its range. kInvalidArgument names the
+// key, its environment variable, the value, where it came from (`origin`:
+// "the environment", "EngineOptions::config") and what was expected.
+Status parseKnob(const Knob& k, std::string_view text, std::string_view origin, KnobValue& out);
+
+}  // namespace hawser
