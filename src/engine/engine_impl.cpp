@@ -158,19 +158,13 @@ Status EngineImpl::init(const std::string& metadata_uri, const std::string& serv
     for (auto& t : transports_) found |= forced_transport_ == t->name();
     if (!found) {
       const std::string installed = fmt::format("{}", fmt::join(transportNames(), ","));
-      std::string why, built;
-      for (auto& d : diagnoses_) {
-        built += (built.empty() ? "" : ",") + d.transport;
-        if (d.transport == forced_transport_) why = d.reason;
-      }
+      std::string why = "it did not install";
+      for (auto& d : diagnoses_)
+        if (d.transport == forced_transport_ && !d.reason.empty()) why = d.reason;
       abandonInit();
-      if (!why.empty())
-        return {Code::kNoTransport, fmt::format("transport '{}' (forced by config 'transport') cannot run here: {} "
-                                                "(installed: {})",
-                                                forced_transport_, why, installed)};
-      return {Code::kNoTransport, fmt::format("transport '{}' (forced by config 'transport') is not in this build "
-                                              "(built: {}; installed: {})",
-                                              forced_transport_, built, installed)};
+      return {Code::kNoTransport, fmt::format("transport '{}' (forced by config 'transport') cannot run here: {} "
+                                              "(installed: {})",
+                                              forced_transport_, why, installed)};
     }
   }
   s = store_->start(segment_name_, [this] { return localDescriptor(); });

@@ -125,6 +125,20 @@ TEST(ConfigTable, every_key_used_in_the_sources_is_in_the_table) {
   const std::regex env_name("\\bHAWSER_[A-Z0-9_]+\\b");
   const std::regex not_config("^HAWSER_(HAVE|WITH)_[A-Z0-9_]+$|^HAWSER_PY_VERSION$");
 
+  // Names the public headers define (the C API's HAWSER_E_* codes and state
+  // numbers) are identifiers, not environment variables.
+  std::string public_defs;
+  for (auto& e : fs::directory_iterator(fs::path(HAWSER_SOURCE_DIR) / "include" / "hawser")) {
+    std::ifstream in(e.path());
+    std::stringstream ss;
+    ss << in.rdbuf();
+    public_defs += ss.str();
+  }
+  auto defined_publicly = [&](const std::string& name) {
+    return public_defs.find("#define " + name + " ") != std::string::npos ||
+           public_defs.find(" " + name + " =") != std::string::npos;
+  };
+
   std::vector<std::string> missing;
   size_t files = 0;
   for (const char* dir : {"src", "tools", "python"}) {
@@ -140,13 +154,14 @@ TEST(ConfigTable, every_key_used_in_the_sources_is_in_the_table) {
       for (const std::regex* re : {&call_key, &option_key}) {
         for (std::sregex_iterator it(text.begin(), text.end(), *re), end; it != end; ++it) {
           std::string key = (*it)[1];
+          if (key.find_first_of("' +") != std::string::npos) continue;  // a message built around an index
           if (!findKnob(key)) missing.push_back(where + ": key '" + key + "'");
         }
       }
       for (std::sregex_iterator it(text.begin(), text.end(), env_name), end; it != end; ++it) {
         std::string name = (*it)[0];
         const bool macro = text.find("#define " + name) != std::string::npos;  // HAWSER_FILE_COUNTER(x)
-        if (!macro && !std::regex_match(name, not_config) && !findKnobByEnv(name))
+        if (!macro && !defined_publicly(name) && !std::regex_match(name, not_config) && !findKnobByEnv(name))
           missing.push_back(where + ": environment variable " + name);
       }
     }
