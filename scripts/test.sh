@@ -3,18 +3,36 @@
 # ctest on both, then the Python tests (when the binding is built).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/deps.sh
 start=$(date +%s)
+times=()
+# stage NAME COMMAND...: runs it and records how long it took.
+stage() {
+  local name=$1 t0
+  shift
+  echo "== $name =="
+  t0=$(date +%s)
+  "$@"
+  times+=("$(printf '%-24s %5d s' "$name" $(( $(date +%s) - t0 )))")
+  echo "== $name: $(( $(date +%s) - t0 )) s =="
+}
+report_times() {
+  echo "== stage times =="
+  printf '  %s\n' "${times[@]}"
+}
+trap report_times EXIT
+stage "deps" bash scripts/deps.sh
 jobs=${HAWSER_TEST_JOBS:-2}
-bash scripts/build.sh release
-echo "== ctest (Release) =="
-ctest --test-dir build -j "$jobs" --output-on-failure --timeout 300
-bash scripts/build.sh asan
-echo "== ctest (ASan + UBSan) =="
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan -j "$jobs" --output-on-failure --timeout 600
+stage "build (Release)" bash scripts/build.sh release
+stage "ctest (Release)" ctest --test-dir build -j "$jobs" --output-on-failure --timeout 300
+stage "build (ASan+UBSan)" bash scripts/build.sh asan
+asan_ctest() {
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan -j "$jobs" --output-on-failure --timeout 600
+}
+stage "ctest (ASan+UBSan)" asan_ctest
 if [ -d python ] && ls python/tests/test_*.py >/dev/null 2>&1; then
   echo "== pytest =="
+  t0=$(date +%s)
   set +e
   py=/usr/bin/python3
   [ -x "$py" ] || py=python3
@@ -42,5 +60,6 @@ PY
   # pytest exits 5 when it collected no test: that is a failure here too.
   [ $rc -eq 0 ] || { echo "pytest failed (exit $rc)"; exit 1; }
   [ "${passed:-0}" -gt 0 ] || { echo "pytest passed no test (all skipped or none collected): a failure"; exit 1; }
+  times+=("$(printf '%-24s %5d s' "pytest" $(( $(date +%s) - t0 )))")
 fi
 echo "all tests passed in $(( $(date +%s) - start )) s"

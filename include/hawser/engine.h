@@ -100,17 +100,20 @@ class TransferEngine {
   Status freeBatchID(BatchID batch);
 
   // Submits `requests` as one batch and waits for it. When `timeout` passes
-  // first, the batch is canceled and its tasks waited for; the batch is
-  // freed (if I/O the kernel or a device cannot stop still references memory,
-  // the engine frees it once that ends: never leaked, never freed under I/O).
+  // first, the batch is canceled and its tasks waited for, at most
+  // `cancel_wait`; the batch is freed (if I/O the kernel or a device cannot
+  // stop still references memory, the engine frees it once that ends: never
+  // leaked, never freed under I/O; stats() counts such "orphan_batches").
   // `statuses` (optional) receives one status per request. Ok when every
   // task COMPLETED; else the first failed task's error, or kTimeout.
   Status transferSync(const std::vector<TransferRequest>& requests, std::chrono::milliseconds timeout,
-                      std::vector<TransferStatus>* statuses = nullptr);
+                      std::vector<TransferStatus>* statuses = nullptr,
+                      std::chrono::milliseconds cancel_wait = std::chrono::seconds(5));
 
   // Names of installed transports, cheapest first.
   std::vector<std::string> transports() const;
-  // Counters of the engine and of every installed transport.
+  // Counters of the engine and of every installed transport (frees, first,
+  // orphan batches whose I/O has ended).
   EngineStats stats() const;
   // Every transport this build has: installed or why not, what it moves,
   // what it found. Valid after init() (before it: empty).

@@ -227,7 +227,7 @@ void EngineImpl::reapOrphans() {
 }
 
 Status EngineImpl::transferSync(const std::vector<TransferRequest>& reqs, std::chrono::milliseconds timeout,
-                                std::vector<TransferStatus>* statuses) {
+                                std::vector<TransferStatus>* statuses, std::chrono::milliseconds cancel_wait) {
   if (statuses) statuses->clear();
   if (reqs.empty()) return Status::OK();
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -246,7 +246,7 @@ Status EngineImpl::transferSync(const std::vector<TransferRequest>& reqs, std::c
     (void)cancel(b);
     // Canceled slices end promptly; what the kernel or a device cannot stop
     // ends by its own timeout. Wait a bounded time for the states.
-    batch->waitUntil(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+    batch->waitUntil(std::chrono::steady_clock::now() + cancel_wait);
   }
   Status first;
   for (size_t i = 0; i < reqs.size(); ++i) {

@@ -274,8 +274,14 @@ std::vector<std::string> EngineImpl::transportNames() const {
   return out;
 }
 
-EngineStats EngineImpl::stats() const {
+EngineStats EngineImpl::stats() {
+  reapOrphans();
   EngineStats s;
+  size_t orphans = 0;
+  {
+    std::lock_guard lk(orphan_mu_);
+    orphans = orphans_.size();
+  }
   size_t live = 0;
   {
     std::shared_lock lk(batch_mu_);
@@ -286,6 +292,7 @@ EngineStats EngineImpl::stats() const {
               {"tasks_submitted", n_tasks_.load()},
               {"submits_refused", n_refused_.load()},
               {"sync_timeouts", n_sync_timeouts_.load()},
+              {"orphan_batches", orphans},
               {"orphan_batches_reaped", n_reaped_.load()}};
   for (auto& t : transports_) s.transports.push_back(TransportStats{t->name(), t->stats()});
   return s;

@@ -53,11 +53,11 @@ class EngineImpl {
   Status cancel(BatchID id);
   Status freeBatch(BatchID id);
   Status transferSync(const std::vector<TransferRequest>& reqs, std::chrono::milliseconds timeout,
-                      std::vector<TransferStatus>* statuses);
+                      std::vector<TransferStatus>* statuses, std::chrono::milliseconds cancel_wait);
 
   SegmentDesc localDescriptor() const;
   std::vector<std::string> transportNames() const;
-  EngineStats stats() const;
+  EngineStats stats();
   std::vector<TransportDiagnosis> diagnose() const;
   Status explainRoute(SegmentID id, const std::string& local_location, RouteExplanation& out);
 

@@ -56,8 +56,8 @@ Status TransferEngine::waitTransfer(BatchID batch, std::chrono::milliseconds tim
 Status TransferEngine::cancelTransfer(BatchID batch) { return impl_->cancel(batch); }
 Status TransferEngine::freeBatchID(BatchID batch) { return impl_->freeBatch(batch); }
 Status TransferEngine::transferSync(const std::vector<TransferRequest>& requests, std::chrono::milliseconds timeout,
-                                    std::vector<TransferStatus>* statuses) {
-  return impl_->transferSync(requests, timeout, statuses);
+                                    std::vector<TransferStatus>* statuses, std::chrono::milliseconds cancel_wait) {
+  return impl_->transferSync(requests, timeout, statuses, cancel_wait);
 }
 std::vector<std::string> TransferEngine::transports() const { return impl_->transportNames(); }
 EngineStats TransferEngine::stats() const { return impl_->stats(); }
