@@ -603,7 +603,7 @@ class PyEngine {
         ++failed;
         if (first == st.size()) first = i;
       }
-      const int r = failureRankOf(st[i].s);
+      const int r = failureRank(st[i].s);
       if (r > worst) {
         worst = r;
         worst_error = st[i].error;
@@ -621,7 +621,7 @@ class PyEngine {
     // The batch's state: the worst task's, FAILED > TIMEOUT > CANCELED > INVALID.
     TransferState batch_state = TransferState::kFailed;
     for (auto t : {TransferState::kFailed, TransferState::kTimeout, TransferState::kCanceled, TransferState::kInvalid})
-      if (failureRankOf(t) == worst) batch_state = t;
+      if (failureRank(t) == worst) batch_state = t;
     Code code = worst_error.ok() ? Code::kIoError : worst_error.code();
     if (batch_state == TransferState::kTimeout || timed_out) code = Code::kTimeout;
     std::string msg = fmt::format("{}: {} of {} task(s) did not complete (batch {})", where, failed, sub.tasks,
@@ -634,16 +634,6 @@ class PyEngine {
                          "python.sync_timeout_ns_per_byte), so canceled]",
                          limit_ms);
     return {code, msg};
-  }
-
-  static int failureRankOf(TransferState s) {
-    switch (s) {
-      case TransferState::kFailed: return 4;
-      case TransferState::kTimeout: return 3;
-      case TransferState::kCanceled: return 2;
-      case TransferState::kInvalid: return 1;
-      default: return 0;
-    }
   }
 
   // Frees a batch whose tasks all ended; one whose I/O still references

@@ -46,6 +46,9 @@ enum class TransferState : uint8_t {
 std::string_view stateName(TransferState s);
 // True for COMPLETED and every failure state.
 inline bool isTerminal(TransferState s) { return s >= TransferState::kCompleted; }
+// How failure states rank when a task's slices (or a batch's tasks) end
+// differently: FAILED 4 > TIMEOUT 3 > CANCELED 2 > INVALID 1; 0 otherwise.
+int failureRank(TransferState s);
 
 struct TransferStatus {
   TransferState s = TransferState::kWaiting;

@@ -114,44 +114,44 @@ Status Config::lookup(std::string_view key, KnobValue& out, ConfigSource* source
 
 Status Config::getInt(IntKey key, int64_t& out) const {
   KnobValue v;
-  Status s = read(*key.knob, v, nullptr);
+  Status s = read(key.row(), v, nullptr);
   if (s.ok()) out = v.number;
   return s;
 }
 
 Status Config::getDuration(IntKey key, std::chrono::milliseconds& out) const {
   KnobValue v;
-  Status s = read(*key.knob, v, nullptr);
+  Status s = read(key.row(), v, nullptr);
   if (s.ok()) out = std::chrono::milliseconds(v.number);
   return s;
 }
 
 Status Config::getSize(SizeKey key, uint64_t& out) const {
   KnobValue v;
-  Status s = read(*key.knob, v, nullptr);
+  Status s = read(key.row(), v, nullptr);
   if (s.ok()) out = static_cast<uint64_t>(v.number);
   return s;
 }
 
 Status Config::getSize(SizeKey key, uint32_t& out) const {
-  if (key.knob->hi > static_cast<int64_t>(UINT32_MAX))
-    return {Code::kInternal, fmt::format("config {}: range up to {} read into 32 bits", key.knob->key, key.knob->hi)};
+  if (key.row().hi > static_cast<int64_t>(UINT32_MAX))
+    return {Code::kInternal, fmt::format("config {}: range up to {} read into 32 bits", key.row().key, key.row().hi)};
   KnobValue v;
-  Status s = read(*key.knob, v, nullptr);
+  Status s = read(key.row(), v, nullptr);
   if (s.ok()) out = static_cast<uint32_t>(v.number);
   return s;
 }
 
 Status Config::getBool(BoolKey key, bool& out) const {
   KnobValue v;
-  Status s = read(*key.knob, v, nullptr);
+  Status s = read(key.row(), v, nullptr);
   if (s.ok()) out = v.number != 0;
   return s;
 }
 
 Status Config::getString(StringKey key, std::string& out) const {
   KnobValue v;
-  Status s = read(*key.knob, v, nullptr);
+  Status s = read(key.row(), v, nullptr);
   if (s.ok()) out = std::move(v.text);
   return s;
 }

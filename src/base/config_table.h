@@ -191,14 +191,23 @@ constexpr const Knob* findKnobByEnv(std::string_view env) {
 
 // A key of the table, checked when it is compiled: KnobKey k = "tcp.connections".
 // `Types` is a bit set of the KnobTypes the reader accepts (the getter's).
+// (It keeps the row's index, not a pointer: GCC's UBSan instrumentation makes
+// a pointer comparison inside a consteval constructor non-constant.)
+constexpr size_t knobIndex(std::string_view key) {
+  for (size_t i = 0; i < std::size(kKnobs); ++i)
+    if (kKnobs[i].key == key) return i;
+  return std::size(kKnobs);
+}
+
 template <unsigned Types>
 struct TypedKnobKey {
-  consteval TypedKnobKey(const char* key) : knob(findKnob(key)) {  // NOLINT: implicit by design
-    if (knob == nullptr) throw "config key is not in the config table (src/base/config_table.h)";
-    if ((Types & (1u << static_cast<unsigned>(knob->type))) == 0)
+  consteval TypedKnobKey(const char* key) : index(knobIndex(key)) {  // NOLINT: implicit by design
+    if (index == std::size(kKnobs)) throw "config key is not in the config table (src/base/config_table.h)";
+    if ((Types & (1u << static_cast<unsigned>(kKnobs[index].type))) == 0)
       throw "config key read with a getter of the wrong type (see its KnobType in src/base/config_table.h)";
   }
-  const Knob* knob;
+  const Knob& row() const { return kKnobs[index]; }
+  size_t index;
 };
 
 constexpr unsigned knobBit(KnobType t) { return 1u << static_cast<unsigned>(t); }

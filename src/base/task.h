@@ -24,8 +24,6 @@ class TaskOwner {
   ~TaskOwner() = default;
 };
 
-// Ranking of failure states: FAILED > TIMEOUT > CANCELED > INVALID.
-int failureRank(TransferState s);
 // The state of a rank (0: COMPLETED).
 TransferState stateOfRank(int rank);
 
