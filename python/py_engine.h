@@ -26,6 +26,7 @@
 
 #include "hawser/config.h"
 #include "hawser/engine.h"
+#include "py_managed.h"
 #include "py_support.h"
 
 namespace hawser::pymod {
@@ -337,17 +338,6 @@ class PyEngine {
     std::string what;    // the call that submitted it
     std::string target;  // segment name
   };
-  struct Pool {
-    uint64_t base = 0;
-    uint64_t size = 0;
-    std::map<uint64_t, uint64_t> free_blocks;  // addr -> length, coalesced
-  };
-  struct Alloc {
-    Pool* pool = nullptr;  // nullptr: a dedicated mapping of `reserved` bytes
-    uint64_t length = 0;
-    uint64_t reserved = 0;
-  };
-  static constexpr uint64_t kAlign = 64;
 
   TransferEngine* live() const { return inited_.load(std::memory_order_acquire) ? engine_.get() : nullptr; }
 
@@ -410,10 +400,7 @@ class PyEngine {
         !(s = configInt("python.cancel_wait_ms", opts, cancel_wait_ms_)).ok() ||
         !(s = configInt("python.managed_pool_size", opts, pool)).ok())
       return context(s, "initialize");
-    pool_size_ = static_cast<uint64_t>(pool);
-    const long page = ::sysconf(_SC_PAGESIZE);
-    page_ = page > 0 ? static_cast<uint64_t>(page) : 4096;
-    pool_size_ = (pool_size_ + page_ - 1) / page_ * page_;
+    managed_.setPoolSize(static_cast<uint64_t>(pool));
 
     s = e->init(uri, local_hostname, host, port, opts);
     // A protocol this build has no transport for: init refuses the value of
@@ -439,12 +426,7 @@ class PyEngine {
       e = std::move(engine_);
     }
     e.reset();  // stops serving; waits (bounded) for in-flight work
-    std::lock_guard lk(pool_mu_);
-    for (auto& [addr, a] : allocs_)
-      if (!a.pool) ::munmap(reinterpret_cast<void*>(addr), a.reserved);
-    allocs_.clear();
-    for (auto& p : pools_) ::munmap(reinterpret_cast<void*>(p->base), p->size);
-    pools_.clear();
+    managed_.unmapAll();
   }
 
   int batchUnregister(const std::vector<uint64_t>& addrs, const char* what) {
@@ -454,11 +436,8 @@ class PyEngine {
       TransferEngine* e = nullptr;
       s = engine(e);
       if (s.ok()) {
-        std::lock_guard lk(pool_mu_);
         for (size_t i = 0; i < addrs.size() && s.ok(); ++i) {
-          bool managed = allocs_.count(addrs[i]) > 0;
-          for (auto& p : pools_) managed |= p->base == addrs[i];
-          if (managed)
+          if (managed_.owns(addrs[i]))
             s = {Code::kInvalidArgument,
                  fmt::format("addrs[{}] = {} is managed by allocate_managed_buffer; use free_managed_buffer", i,
                              hex(addrs[i]))};
@@ -699,94 +678,13 @@ class PyEngine {
   Status allocate(uint64_t length, uint64_t& out) {
     TransferEngine* e = nullptr;
     Status s = engine(e);
-    if (!s.ok()) return s;
-    if (length == 0) return {Code::kInvalidArgument, "length is 0"};
-    if (length > (1ull << 48)) return {Code::kInvalidArgument, fmt::format("length {} is too large", length)};
-    const uint64_t reserve = (length + kAlign - 1) / kAlign * kAlign;
-    std::lock_guard lk(pool_mu_);
-    for (auto& p : pools_)
-      if (takeBlock(*p, reserve, out)) {
-        allocs_[out] = Alloc{p.get(), length, reserve};
-        return Status::OK();
-      }
-    const bool dedicated = reserve > pool_size_;
-    const uint64_t map_len = dedicated ? (reserve + page_ - 1) / page_ * page_ : pool_size_;
-    void* mem = ::mmap(nullptr, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mem == MAP_FAILED)
-      return {Code::kInvalidArgument, fmt::format("length {}: cannot map {} bytes: {}", length, map_len,
-                                                  std::strerror(errno))};
-    s = e->registerLocalMemory(mem, map_len, "*", true);
-    if (!s.ok()) {
-      ::munmap(mem, map_len);
-      return s;
-    }
-    const auto base = reinterpret_cast<uint64_t>(mem);
-    if (dedicated) {
-      allocs_[base] = Alloc{nullptr, length, map_len};
-      out = base;
-      return Status::OK();
-    }
-    auto p = std::make_unique<Pool>();
-    p->base = base;
-    p->size = map_len;
-    p->free_blocks[base] = map_len;
-    (void)takeBlock(*p, reserve, out);
-    allocs_[out] = Alloc{p.get(), length, reserve};
-    pools_.push_back(std::move(p));
-    return Status::OK();
-  }
-
-  static bool takeBlock(Pool& p, uint64_t size, uint64_t& out) {
-    for (auto it = p.free_blocks.begin(); it != p.free_blocks.end(); ++it) {
-      if (it->second < size) continue;
-      out = it->first;
-      uint64_t rest = it->second - size;
-      p.free_blocks.erase(it);
-      if (rest > 0) p.free_blocks[out + size] = rest;
-      return true;
-    }
-    return false;
+    return s.ok() ? managed_.allocate(*e, length, out) : s;
   }
 
   Status release(uint64_t addr, uint64_t length) {
     TransferEngine* e = nullptr;
     Status s = engine(e);
-    if (!s.ok()) return s;
-    std::lock_guard lk(pool_mu_);
-    auto it = allocs_.find(addr);
-    if (it == allocs_.end())
-      return {Code::kInvalidArgument,
-              fmt::format("addr {} is not a live managed buffer (not from allocate_managed_buffer, or already freed)",
-                          hex(addr))};
-    if (it->second.length != length)
-      return {Code::kInvalidArgument, fmt::format("length {} does not match the {} bytes allocated at {}", length,
-                                                  it->second.length, hex(addr))};
-    Alloc a = it->second;
-    if (!a.pool) {
-      s = e->unregisterLocalMemory(reinterpret_cast<void*>(addr));
-      if (!s.ok()) return s;
-      ::munmap(reinterpret_cast<void*>(addr), a.reserved);
-      allocs_.erase(it);
-      return Status::OK();
-    }
-    allocs_.erase(it);
-    auto& fb = a.pool->free_blocks;
-    uint64_t start = addr, size = a.reserved;
-    auto next = fb.lower_bound(start);
-    if (next != fb.end() && start + size == next->first) {
-      size += next->second;
-      next = fb.erase(next);
-    }
-    if (next != fb.begin()) {
-      auto prev = std::prev(next);
-      if (prev->first + prev->second == start) {
-        start = prev->first;
-        size += prev->second;
-        fb.erase(prev);
-      }
-    }
-    fb[start] = size;
-    return Status::OK();
+    return s.ok() ? managed_.release(*e, addr, length) : s;
   }
 
   const bool raise_;
@@ -796,8 +694,6 @@ class PyEngine {
   int64_t sync_timeout_ms_ = 30000;
   int64_t ns_per_byte_ = 1;
   int64_t cancel_wait_ms_ = 5000;
-  uint64_t pool_size_ = 64ull << 20;
-  uint64_t page_ = 4096;
 
   std::mutex seg_mu_;
   std::unordered_map<std::string, SegmentID> segments_;
@@ -806,9 +702,7 @@ class PyEngine {
   std::unordered_map<BatchID, Submitted> async_;
   std::vector<BatchID> unreclaimed_;
 
-  std::mutex pool_mu_;
-  std::vector<std::unique_ptr<Pool>> pools_;
-  std::unordered_map<uint64_t, Alloc> allocs_;
+  ManagedBuffers managed_;
 };
 
 inline int codeNumber(int n) { return n < 0 ? -n : n; }

@@ -105,9 +105,10 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs) 
       }
       q.remote_kind = memoryKindOf(view->desc->buffers[static_cast<size_t>(buf)].location);
     }
-    std::string why;
-    const Route* route = selectRoute(*view, q, forced_transport_, &why);
+    const Route* route = selectRoute(*view, q, forced_transport_);
     if (!route) {
+      std::string why;
+      (void)selectRoute(*view, q, forced_transport_, &why);
       // When one transport alone serves this kind of segment and it failed to
       // open the peer for a reason other than "cannot reach it" (a missing or
       // unreadable file), that failure is the error.

@@ -49,6 +49,7 @@ void EngineImpl::abandonInit() {
   rpc_.stop();
   for (auto& t : transports_) t->shutdown();
   transports_.clear();
+  schemes_.clear();
 }
 
 namespace {
@@ -182,6 +183,9 @@ void EngineImpl::sortTransports() {
     auto ra = a->caps().cost_rank, rb = b->caps().cost_rank;
     return ra != rb ? ra < rb : std::string_view(a->name()) < b->name();
   });
+  schemes_.clear();
+  for (auto& t : transports_)
+    if (std::string scheme = t->caps().segment_scheme; !scheme.empty()) schemes_.emplace_back(scheme, t.get());
 }
 
 Status EngineImpl::installTransport(std::unique_ptr<Transport> t) {
@@ -236,6 +240,7 @@ void EngineImpl::shutdown() {
   }
   live.clear();
   transports_.clear();
+  schemes_.clear();
   initialized_ = false;
 }
 

@@ -112,6 +112,7 @@ class EngineImpl {
   std::unique_ptr<MetadataStore> store_;
   std::vector<std::unique_ptr<Transport>> transports_;  // installed, cheapest first
   std::vector<TransportDiagnosis> diagnoses_;            // every transport of the build
+  std::vector<std::pair<std::string, Transport*>> schemes_;  // segment-name schemes of installed transports
   bool initialized_ = false;
   std::string server_name_, host_, host_id_, segment_name_;
   std::string forced_transport_;

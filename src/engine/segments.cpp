@@ -9,10 +9,8 @@
 namespace hawser {
 
 Transport* EngineImpl::schemeOwner(const std::string& name) const {
-  for (auto& t : transports_) {
-    const std::string scheme = t->caps().segment_scheme;
-    if (!scheme.empty() && name.rfind(scheme, 0) == 0) return t.get();
-  }
+  for (auto& [scheme, t] : schemes_)
+    if (name.rfind(scheme, 0) == 0) return t;
   return nullptr;
 }
 
@@ -32,6 +30,7 @@ std::shared_ptr<const SegmentView> EngineImpl::makeView(SegmentDesc desc) const 
     if (file ? !c.file_segments : !c.memory_segments) continue;
     Route r;
     r.transport = t.get();
+    r.caps = c;
     if (c.same_host_only && !view->same_host) {
       r.refusal = {Code::kNotSupported, "the peer is on another host"};
     } else {

@@ -10,7 +10,7 @@ const char* kindName(uint32_t k) { return k == kGpuMemory ? "GPU memory" : "host
 
 // Empty when `route` may serve `q` on `view`; else why not.
 std::string unfit(const SegmentView& view, const Route& route, const RouteQuery& q) {
-  const TransportCaps c = route.transport->caps();
+  const TransportCaps& c = route.caps;
   const bool file = view.desc->kind == SegmentDesc::Kind::kFile;
   if (file && !c.file_segments) return "serves no file segments";
   if (!file && !c.memory_segments) return "serves no memory segments";
@@ -39,7 +39,7 @@ const Route* selectRoute(const SegmentView& view, const RouteQuery& q, const std
       if (why) passed += fmt::format("{}{}: {}", passed.empty() ? "" : "; ", r.transport->name(), no);
       continue;
     }
-    const int rank = r.transport->caps().cost_rank;
+    const int rank = r.caps.cost_rank;
     if (!best || rank < best_rank ||
         (rank == best_rank && std::string_view(r.transport->name()) < best->transport->name())) {
       best = &r;

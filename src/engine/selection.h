@@ -34,6 +34,7 @@ namespace hawser {
 // One transport's view of an open segment.
 struct Route {
   Transport* transport = nullptr;
+  TransportCaps caps;                // transport->caps(), taken once when the view is made
   std::shared_ptr<PeerHandle> peer;  // null when the transport refused the peer
   Status refusal;                    // why (when peer is null)
 };
@@ -51,7 +52,8 @@ struct RouteQuery {
 };
 
 // The route for `q` on `view`, or nullptr; `why` (optional) says why, naming
-// each candidate passed over.
+// each candidate passed over. On the submit path `why` is asked for only
+// once no route was found (it formats a message per candidate).
 const Route* selectRoute(const SegmentView& view, const RouteQuery& q, const std::string& forced,
                          std::string* why = nullptr);
 

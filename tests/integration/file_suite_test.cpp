@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <fstream>
 
 #include "common/util.h"
 #include "hawser/engine.h"
@@ -23,17 +22,11 @@ struct StorageParam {
 void PrintTo(const StorageParam& p, std::ostream* os) { *os << p.engine; }
 
 std::string makeFile(const std::string& path, size_t len, uint64_t seed, uint64_t base) {
-  std::vector<char> v(len);
-  fillPattern(v.data(), len, seed, base);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(v.data(), static_cast<std::streamsize>(len));
+  EXPECT_TRUE(writeFile(path, len, seed, base)) << path;
   return path;
 }
 
-std::vector<char> slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
-}
+std::vector<char> slurp(const std::string& path, size_t len) { return readFile(path, 0, len); }
 
 class StorageSuite : public ::testing::TestWithParam<StorageParam> {
  protected:
@@ -98,7 +91,7 @@ TEST_P(StorageSuite, writes_land_in_the_right_file_at_the_right_place) {
   const size_t len = 123457;
   fillPattern(mem_.p + 9, len, 7, 0);
   ASSERT_TRUE(run(OpCode::kWrite, 9, target, len).ok());
-  auto a = slurp(a_), b = slurp(b_);
+  auto a = slurp(a_, kFileA), b = slurp(b_, kFileB);
   ASSERT_EQ(a.size(), kFileA);
   ASSERT_EQ(b.size(), kFileB);
   EXPECT_EQ(checkPattern(a.data() + target, 5000, 7, 0), -1);
@@ -116,7 +109,9 @@ TEST_P(StorageSuite, a_range_past_the_segment_is_refused_at_submit_and_nothing_i
   fillPattern(mem_.p, 8192, 5, 0);
   Status s = run(OpCode::kWrite, 0, kFileA + kFileB - 100, 200);
   EXPECT_EQ(s.code(), Code::kOutOfRange) << s.toString();
-  EXPECT_EQ(checkPattern(slurp(b_).data(), kFileB, kSeed, kFileA), -1);
+  auto b = slurp(b_, kFileB);
+  ASSERT_EQ(b.size(), kFileB);
+  EXPECT_EQ(checkPattern(b.data(), kFileB, kSeed, kFileA), -1);
   char stray[64];
   EXPECT_EQ(engine_.transferSync({{OpCode::kRead, stray, seg_, 0, sizeof(stray)}}, std::chrono::seconds(5)).code(),
             Code::kNotRegistered);

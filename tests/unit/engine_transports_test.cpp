@@ -40,17 +40,6 @@ class StubTransport : public Transport {
   Status install_;
 };
 
-// Until `pred` holds or 10 s pass.
-template <class Pred>
-bool within10s(Pred pred) {
-  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
-
 uint64_t counter(const Counters& c, const std::string& name) {
   for (auto& [k, v] : c)
     if (k == name) return v;
@@ -68,6 +57,7 @@ SegmentView viewOf(std::vector<StubTransport*> ts, bool same_host = false) {
   for (auto* t : ts) {
     Route r;
     r.transport = t;
+    r.caps = t->caps();
     r.refusal = t->openPeer(*d, r.peer);
     v.routes.push_back(std::move(r));
   }
@@ -257,7 +247,7 @@ TEST(TransferSync, io_that_cannot_be_stopped_keeps_its_batch_until_it_ends_then_
   // The slice still references memory: the batch stays (not freed under I/O).
   EXPECT_EQ(counter(p.init.stats().engine, "batches_open"), 1u);
   p.fake_init->hold(false);
-  ASSERT_TRUE(within10s([&] { return p.fake_init->slicesExecuted() == 1; }));
+  ASSERT_TRUE(eventually([&] { return p.fake_init->slicesExecuted() == 1; }));
   // The next transfer reaps it.
   s = p.init.transferSync({{OpCode::kRead, p.local(), p.seg, p.remote(), 4096}}, std::chrono::seconds(10));
   ASSERT_TRUE(s.ok()) << s.toString();
