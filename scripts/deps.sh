@@ -3,7 +3,7 @@
 # Idempotent: does nothing (no apt-get update) when everything is present.
 set -euo pipefail
 PKGS=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git ccache
   libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   liburing-dev libibverbs-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev
