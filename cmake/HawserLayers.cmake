@@ -1,4 +1,4 @@
-# Layers of src/, bottom up: base < rpc < metadata < transport/<name> < engine.
+# Layers of src/, bottom up: base < gpu, rpc < metadata < transport/<name> < engine.
 #
 # Each layer is an OBJECT library whose include root (a folder of symbolic
 # links in the build tree) exposes that layer's own folder and nothing else.
@@ -42,12 +42,12 @@ function(hawser_transport)
   if(T_TEST_ONLY)
     add_library(${target} OBJECT ${T_SOURCES})
     target_include_directories(${target} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
-    target_link_libraries(${target} PUBLIC hawser_metadata hawser_rpc hawser_base
+    target_link_libraries(${target} PUBLIC hawser_metadata hawser_rpc hawser_gpu hawser_base
       PRIVATE spdlog::spdlog nlohmann_json::nlohmann_json ${T_PRIVATE_LIBS})
     return()
   endif()
   hawser_layer(${target} ${T_DIR} SOURCES ${T_SOURCES}
-    DEPENDS hawser_metadata hawser_rpc hawser_base
+    DEPENDS hawser_metadata hawser_rpc hawser_gpu hawser_base
     PRIVATE_LIBS ${T_PRIVATE_LIBS} ${T_SYSTEM_LIBS})
   set_property(GLOBAL APPEND PROPERTY HAWSER_TRANSPORT_NAMES ${T_NAME})
   set_property(GLOBAL APPEND PROPERTY HAWSER_TRANSPORT_FACTORIES ${T_FACTORY})

@@ -116,7 +116,7 @@ PYBIND11_MODULE(hawser, m) {
       .def("get_segment_name", &PyEngine::segmentName, "The name peers pass as target_hostname ('host:port' in p2p).")
       .def("transports", &PyEngine::transports, "Installed transports, in preference order.")
       .def("register_memory", &PyEngine::registerMemory, py::arg("buffer_addr"), py::arg("capacity"),
-           py::arg("location") = "cpu:0", py::arg("remote_accessible") = true)
+           py::arg("location") = "*", py::arg("remote_accessible") = true)
       .def("unregister_memory", &PyEngine::unregisterMemory, py::arg("buffer_addr"))
       .def("batch_register_memory", &PyEngine::batchRegisterMemory, py::arg("buffer_addresses"),
            py::arg("capacities"), py::arg("location") = "*")

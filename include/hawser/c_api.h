@@ -103,7 +103,7 @@ typedef struct {
 typedef struct {
   void* addr;
   size_t length;
-  const char* location;  /* "cpu:N", "cuda:N", "*" (detect); NULL = "cpu:0" */
+  const char* location;  /* "cpu:N", "cuda:N", "*" (detect); NULL = "*" */
   int remote_accessible; /* nonzero: peers may read/write it */
 } hawser_buffer_entry_t;
 
@@ -167,7 +167,8 @@ int hawser_segment_name(hawser_engine_t* engine, char* buf, size_t len);
 
 /* ---- Local memory ---------------------------------------------------------- */
 
-/* Registers [addr, addr+length) in every transport and publishes it. location NULL = "cpu:0". */
+/* Registers [addr, addr+length) in every transport and publishes it. location NULL = "*": the CUDA
+   driver (when loaded) and the kernel say whether it is GPU memory ("cuda:N") or host ("cpu:<NUMA node>"). */
 int hawser_register_memory(hawser_engine_t* engine, void* addr, size_t length, const char* location,
                            int remote_accessible);
 /* Registers `count` regions, all or nothing (count 0 or a NULL entries array is invalid). */

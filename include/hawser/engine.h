@@ -60,7 +60,7 @@ class TransferEngine {
   // The name peers pass to openSegment to reach this engine's memory.
   std::string segmentName() const;
 
-  Status registerLocalMemory(void* addr, size_t length, const std::string& location = "cpu:0",
+  Status registerLocalMemory(void* addr, size_t length, const std::string& location = "*",
                              bool remote_accessible = true);
   // All or nothing: either every entry is registered or none is.
   Status registerLocalMemoryBatch(const std::vector<BufferEntry>& buffers);

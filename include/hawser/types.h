@@ -60,7 +60,7 @@ struct TransferStatus {
 struct BufferEntry {
   void* addr = nullptr;
   size_t length = 0;
-  std::string location = "cpu:0";  // "cpu:N", "cuda:N", "*" (detect)
+  std::string location = "*";  // "*" (ask the CUDA driver and the kernel), "cpu:N", "cuda:N"
   bool remote_accessible = true;
 };
 

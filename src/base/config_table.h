@@ -80,6 +80,9 @@ inline constexpr Knob kKnobs[] = {
    "extra rounds over all etcd endpoints after the first"},
   {"etcd.backoff_max_ms", "HAWSER_ETCD_BACKOFF_MAX_MS", KnobType::kDurationMs, "2000", 10, 600000, {},
    "cap of the background retry backoff (keepalive, watch)"},
+  // ---- gpu ----------------------------------------------------------------------------------------------------------
+  {"gpu.cuda_driver", "HAWSER_GPU_CUDA_DRIVER", KnobType::kString, "libcuda.so.1", 0, 0, {},
+   "CUDA driver library loaded at init (once per process) to find and move GPU memory; absent: host memory only"},
   // ---- tcp ----------------------------------------------------------------------------------------------------------
   {"tcp.connections", "HAWSER_TCP_CONNECTIONS", KnobType::kInt, "2", 1, 64, {},
    "data connections per peer"},
@@ -97,6 +100,8 @@ inline constexpr Knob kKnobs[] = {
    "SO_SNDBUF/SO_RCVBUF of data sockets; 0 = kernel autotuning"},
   {"tcp.max_frame", "HAWSER_TCP_MAX_FRAME", KnobType::kSize, "64M", 4 * knob_detail::K, knob_detail::G, {},
    "largest payload the target accepts; published to peers"},
+  {"tcp.gpu_staging_buffers", "HAWSER_TCP_GPU_STAGING_BUFFERS", KnobType::kInt, "16", 2, 4096, {},
+   "pinned staging slots per engine for GPU memory over TCP (each tcp.slice_size bytes)"},
   // ---- rdma ---------------------------------------------------------------------------------------------------------
   {"rdma.verbs_lib", "HAWSER_RDMA_VERBS_LIB", KnobType::kString, "libibverbs.so.1", 0, 0, {},
    "verbs library loaded at run time"},
@@ -163,6 +168,15 @@ inline constexpr Knob kKnobs[] = {
    "bounce buffers in the pool (0: file.io_depth)"},
   {"file.cancel_grace_ms", "HAWSER_FILE_CANCEL_GRACE_MS", KnobType::kDurationMs, "1000", 0, knob_detail::kHour, {},
    "a cancelled I/O not ended by then is quarantined"},
+  {"file.cufile", "HAWSER_FILE_CUFILE", KnobType::kEnum, "auto", 0, 0, "auto|on|off",
+   "GPU memory <-> files through cuFile: auto = when libcufile loads and registers the file, on = cuFile or fail, "
+   "off = io_uring/POSIX into pinned staging buffers"},
+  {"file.cufile_lib", "HAWSER_FILE_CUFILE_LIB", KnobType::kString, "libcufile.so.0", 0, 0, {},
+   "cuFile library loaded at run time"},
+  {"file.cufile_batch", "HAWSER_FILE_CUFILE_BATCH", KnobType::kInt, "128", 1, 256, {},
+   "entries per cuFile batch (the library's properties.io_batchsize; 128 by default)"},
+  {"file.gpu_staging_buffers", "HAWSER_FILE_GPU_STAGING_BUFFERS", KnobType::kInt, "16", 2, 4096, {},
+   "pinned staging slots (file.max_io_size each) for GPU memory when cuFile is not used"},
   // ---- python binding -----------------------------------------------------------------------------------------------
   {"python.sync_timeout_ms", "HAWSER_PYTHON_SYNC_TIMEOUT_MS", KnobType::kDurationMs, "30000", 1, 86400000, {},
    "base timeout of a sync call / async batch (unset: MC_TRANSFER_TIMEOUT seconds when that is set)"},

@@ -146,7 +146,7 @@ int hawser_register_memory(hawser_engine_t* engine, void* addr, size_t length, c
                            int remote_accessible) {
   return guarded([&] {
     if (!engine) return nullArg("engine");
-    return ret(engine->engine.registerLocalMemory(addr, length, location ? location : "cpu:0", remote_accessible != 0));
+    return ret(engine->engine.registerLocalMemory(addr, length, location ? location : "*", remote_accessible != 0));
   });
 }
 
@@ -158,7 +158,7 @@ int hawser_register_memory_batch(hawser_engine_t* engine, const hawser_buffer_en
     for (size_t i = 0; i < count; ++i) {
       v[i].addr = entries[i].addr;
       v[i].length = entries[i].length;
-      v[i].location = entries[i].location ? entries[i].location : "cpu:0";
+      v[i].location = entries[i].location ? entries[i].location : "*";
       v[i].remote_accessible = entries[i].remote_accessible != 0;
     }
     return ret(engine->engine.registerLocalMemoryBatch(v));

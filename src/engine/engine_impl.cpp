@@ -9,6 +9,7 @@
 
 #include "base/log.h"
 #include "engine/transport_list.h"
+#include "gpu/cuda_driver.h"
 
 namespace hawser {
 
@@ -102,6 +103,11 @@ Status EngineImpl::init(const std::string& metadata_uri, const std::string& serv
       !(s = config_.getSize("batch.max_capacity", max_capacity_)).ok() ||
       !(s = config_.getString("auth.token", auth_token)).ok())
     return {s.code(), "init: " + s.message()};
+  // The CUDA driver, where there is one: registration asks it what memory
+  // it is given, and the transports use it to move GPU memory.
+  std::string cuda_driver;
+  if (!(s = config_.getString("gpu.cuda_driver", cuda_driver)).ok()) return {s.code(), "init: " + s.message()};
+  if (!cuda_driver.empty()) (void)gpu::CudaDriver::load(cuda_driver);
   if (forced_transport_ == "auto") forced_transport_.clear();
   if (forced_transport_ == "nvmeof") forced_transport_ = "file";  // the reference's name for it
   if (!forced_transport_.empty()) {

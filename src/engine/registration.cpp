@@ -4,6 +4,7 @@
 
 #include "base/log.h"
 #include "engine/engine_impl.h"
+#include "gpu/memory_probe.h"
 
 namespace hawser {
 
@@ -27,12 +28,18 @@ Status EngineImpl::registerMemory(const std::vector<BufferEntry>& buffers) {
                                                       a, b.length, j, o, buffers[j].length)};
     }
   }
+  // Where each buffer lives, asked of the CUDA driver and the kernel.
+  std::vector<std::string> locations(buffers.size());
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    s = gpu::resolveLocation(buffers[i].addr, buffers[i].length, buffers[i].location, locations[i]);
+    if (!s.ok()) return {s.code(), fmt::format("buffers[{}]: {}", i, s.message())};
+  }
   // Register in every transport; undo on failure.
   size_t done = 0;
   std::vector<nlohmann::json> attrs(buffers.size(), nlohmann::json::object());
   for (; done < buffers.size(); ++done) {
     const auto& b = buffers[done];
-    std::string loc = b.location.empty() || b.location == "*" ? "cpu:0" : b.location;
+    const std::string& loc = locations[done];
     size_t t = 0;
     for (; t < transports_.size(); ++t) {
       nlohmann::json a = nlohmann::json::object();

@@ -1,0 +1,23 @@
+# GPU tests (tests/gpu/*_test.cpp), each built once and registered twice:
+#  gpu.*      against the real CUDA driver (libcuda.so.1); on a host without
+#             a GPU (CI) every case reports skipped with the reason;
+#  gpu_sim.*  against tests/gpu/sim's stand-in driver, whose "device memory"
+#             the host cannot touch and whose copies are asynchronous: the
+#             GPU paths' logic runs in CI.
+# scripts/gpu_test.sh runs the gpu.* cases on a machine with GPUs.
+add_library(hawser_fake_cuda SHARED ${CMAKE_CURRENT_SOURCE_DIR}/gpu/sim/fake_cuda.cpp)
+target_link_libraries(hawser_fake_cuda PRIVATE Threads::Threads)
+set_target_properties(hawser_fake_cuda PROPERTIES CXX_VISIBILITY_PRESET default)
+
+file(GLOB gpu_tests CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/gpu/*_test.cpp)
+foreach(src ${gpu_tests})
+  get_filename_component(name ${src} NAME_WE)
+  add_executable(${name} ${src})
+  target_link_libraries(${name} PRIVATE hawser_testlib GTest::gtest_main)
+  add_dependencies(${name} hawser_cli hawser_fake_cuda)
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST TEST_PREFIX "gpu."
+    PROPERTIES LABELS gpu TIMEOUT 300)
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST TEST_PREFIX "gpu_sim."
+    PROPERTIES LABELS gpu_sim TIMEOUT 300
+    ENVIRONMENT "HAWSER_TEST_CUDA_DRIVER=$<TARGET_FILE:hawser_fake_cuda>")
+endforeach()

@@ -1,0 +1,420 @@
+// A stand-in for libcuda.so.1 with the entry points hawser resolves
+// (src/gpu/cuda_api.h), so that the GPU paths run in CI, which has no GPU.
+// It simulates what makes GPU memory hard to get right, not a GPU:
+//
+// - "Device memory" lives at addresses the process cannot touch: a range
+//   reserved PROT_NONE. Any host load or store there is a SIGSEGV, as a
+//   host access to real device memory is. Only this library's copies reach
+//   the bytes, through a second (shared, memfd) mapping.
+// - Copies are asynchronous: each stream has its own thread that runs its
+//   queue in order, and events complete when the stream reaches them. Code
+//   that reads a staging buffer before its copy's event is done sees stale
+//   bytes, as it would on a GPU.
+// - IPC handles name the owner's memfd and offset; another process opens
+//   them through /proc/<pid>/fd, as CUDA IPC maps the owner's memory.
+//
+// HAWSER_FAKE_CUDA_DEVICES sets the GPU count (default 2); 0 makes cuInit
+// fail as it does on a host with a driver and no GPU.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace {
+
+using Result = int;
+using DevicePtr = unsigned long long;
+constexpr Result kOk = 0, kInvalidValue = 1, kNotInitialized = 3, kNoDevice = 100, kInvalidContext = 201,
+                 kNotReady = 600, kAlreadyRegistered = 712, kNotRegistered = 713, kNotSupported = 801;
+
+constexpr size_t kDeviceSpace = 64ull << 30;  // address space reserved for device memory
+constexpr size_t kAlign = 4096;
+
+struct Allocation {
+  uint64_t size;
+  char* shadow;      // where the bytes are, for this library
+  uint64_t offset;   // in this process's memfd (own allocations)
+  int device;
+  bool opened;       // mapped from another process's handle
+};
+
+std::mutex g_mu;
+bool g_init = false;
+int g_devices = 0;
+char* g_space = nullptr;  // PROT_NONE: device addresses
+uint64_t g_next = 0;      // bump allocator over g_space
+int g_memfd = -1;
+char* g_shadow = nullptr;  // the memfd, mapped
+std::map<uint64_t, Allocation> g_allocs;  // by device address
+std::map<uint64_t, uint64_t> g_host;      // page-locked host ranges: addr -> size
+thread_local int t_device = -1;           // current context's device
+
+Allocation* findAlloc(uint64_t p, uint64_t* base = nullptr) {
+  auto it = g_allocs.upper_bound(p);
+  if (it == g_allocs.begin()) return nullptr;
+  --it;
+  if (p >= it->first + it->second.size) return nullptr;
+  if (base) *base = it->first;
+  return &it->second;
+}
+
+bool inSpace(uint64_t p) {
+  auto s = reinterpret_cast<uint64_t>(g_space);
+  return g_space && p >= s && p < s + kDeviceSpace;
+}
+
+// Host address of [p, p + n): device memory through its shadow, host as is;
+// nullptr when it is device space but not inside one live allocation.
+char* translate(uint64_t p, size_t n) {
+  if (!inSpace(p)) return reinterpret_cast<char*>(p);
+  uint64_t base = 0;
+  Allocation* a = findAlloc(p, &base);
+  if (!a || p + n > base + a->size) return nullptr;
+  return a->shadow + (p - base);
+}
+
+// A stream: its own thread runs its operations in order.
+struct Stream {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::function<void()>> ops;
+  uint64_t queued = 0, done = 0;
+  bool stop = false;
+  std::thread worker;
+  Stream() {
+    worker = std::thread([this] {
+      std::unique_lock lk(mu);
+      for (;;) {
+        cv.wait(lk, [&] { return stop || !ops.empty(); });
+        if (ops.empty()) return;
+        auto op = std::move(ops.front());
+        ops.pop_front();
+        lk.unlock();
+        op();
+        lk.lock();
+        ++done;
+        cv.notify_all();
+      }
+    });
+  }
+  ~Stream() {
+    {
+      std::lock_guard lk(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    worker.join();
+  }
+  uint64_t push(std::function<void()> op) {
+    std::lock_guard lk(mu);
+    ops.push_back(std::move(op));
+    cv.notify_all();
+    return ++queued;
+  }
+  void waitFor(uint64_t n) {
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return done >= n; });
+  }
+  bool reached(uint64_t n) {
+    std::lock_guard lk(mu);
+    return done >= n;
+  }
+};
+
+struct Event {
+  Stream* stream = nullptr;
+  uint64_t mark = 0;
+};
+
+Stream* g_null_stream = nullptr;
+Stream* streamOf(void* s) {
+  if (s) return static_cast<Stream*>(s);
+  std::lock_guard lk(g_mu);
+  if (!g_null_stream) g_null_stream = new Stream();
+  return g_null_stream;
+}
+
+struct IpcHandle {
+  uint32_t magic;
+  int32_t pid;
+  int32_t fd;
+  int32_t device;
+  uint64_t offset;
+  uint64_t size;
+};
+constexpr uint32_t kIpcMagic = 0x48465743;  // "HFWC"
+
+Result copyNow(uint64_t dst, uint64_t src, size_t n) {
+  char *d, *s;
+  {
+    std::lock_guard lk(g_mu);
+    d = translate(dst, n);
+    s = translate(src, n);
+  }
+  if (!d || !s) return kInvalidValue;
+  std::memmove(d, s, n);
+  return kOk;
+}
+
+}  // namespace
+
+extern "C" {
+
+Result cuInit(unsigned) {
+  std::lock_guard lk(g_mu);
+  if (g_init) return kOk;
+  const char* env = getenv("HAWSER_FAKE_CUDA_DEVICES");
+  g_devices = env ? atoi(env) : 2;
+  if (g_devices <= 0) return kNoDevice;
+  void* space = mmap(nullptr, kDeviceSpace, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (space == MAP_FAILED) return kNotInitialized;
+  g_memfd = memfd_create("hawser-fake-cuda", MFD_CLOEXEC);
+  if (g_memfd < 0 || ftruncate(g_memfd, kDeviceSpace) != 0) return kNotInitialized;
+  void* shadow = mmap(nullptr, kDeviceSpace, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, g_memfd, 0);
+  if (shadow == MAP_FAILED) return kNotInitialized;
+  g_space = static_cast<char*>(space);
+  g_shadow = static_cast<char*>(shadow);
+  g_init = true;
+  return kOk;
+}
+
+Result cuDeviceGetCount(int* n) {
+  if (!g_init) return kNotInitialized;
+  *n = g_devices;
+  return kOk;
+}
+Result cuDeviceGet(int* dev, int ordinal) {
+  if (ordinal < 0 || ordinal >= g_devices) return kInvalidValue;
+  *dev = ordinal;
+  return kOk;
+}
+Result cuDeviceGetPCIBusId(char* bus, int len, int dev) {
+  snprintf(bus, static_cast<size_t>(len), "0000:fa:%02x.0", dev);
+  return kOk;
+}
+Result cuDevicePrimaryCtxRetain(void** ctx, int dev) {
+  if (dev < 0 || dev >= g_devices) return kInvalidValue;
+  *ctx = reinterpret_cast<void*>(static_cast<uintptr_t>(dev + 1));
+  return kOk;
+}
+Result cuCtxSetCurrent(void* ctx) {
+  t_device = ctx ? static_cast<int>(reinterpret_cast<uintptr_t>(ctx)) - 1 : -1;
+  return kOk;
+}
+
+Result cuPointerGetAttribute(void* out, int attr, DevicePtr p) {
+  std::lock_guard lk(g_mu);
+  if (Allocation* a = findAlloc(p)) {
+    if (attr == 2) *static_cast<unsigned*>(out) = 2;                 // device
+    else if (attr == 9) *static_cast<int*>(out) = a->device;         // ordinal
+    else return kInvalidValue;
+    return kOk;
+  }
+  auto it = g_host.upper_bound(p);
+  if (it != g_host.begin() && p < std::prev(it)->first + std::prev(it)->second) {
+    if (attr == 2) *static_cast<unsigned*>(out) = 1;  // host
+    else if (attr == 9) *static_cast<int*>(out) = 0;
+    else return kInvalidValue;
+    return kOk;
+  }
+  return kInvalidValue;  // memory the driver does not know
+}
+
+Result cuMemGetAddressRange_v2(DevicePtr* base, size_t* size, DevicePtr p) {
+  std::lock_guard lk(g_mu);
+  uint64_t b = 0;
+  Allocation* a = findAlloc(p, &b);
+  if (!a) return kInvalidValue;
+  if (base) *base = b;
+  if (size) *size = a->size;
+  return kOk;
+}
+
+Result cuMemAlloc_v2(DevicePtr* p, size_t n) {
+  std::lock_guard lk(g_mu);
+  if (!g_init) return kNotInitialized;
+  if (t_device < 0) return kInvalidContext;
+  if (n == 0) return kInvalidValue;
+  uint64_t size = (n + kAlign - 1) / kAlign * kAlign;
+  if (g_next + size > kDeviceSpace) return 2;  // CUDA_ERROR_OUT_OF_MEMORY
+  uint64_t off = g_next;
+  g_next += size + kAlign;  // a guard page between allocations
+  uint64_t addr = reinterpret_cast<uint64_t>(g_space) + off;
+  g_allocs[addr] = Allocation{size, g_shadow + off, off, t_device, false};
+  *p = addr;
+  return kOk;
+}
+
+Result cuMemFree_v2(DevicePtr p) {
+  std::lock_guard lk(g_mu);
+  auto it = g_allocs.find(p);
+  if (it == g_allocs.end() || it->second.opened) return kInvalidValue;
+  fallocate(g_memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(it->second.offset),
+            static_cast<off_t>(it->second.size));
+  g_allocs.erase(it);
+  return kOk;
+}
+
+Result cuMemHostAlloc(void** p, size_t n, unsigned) {
+  void* m = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return 2;
+  std::lock_guard lk(g_mu);
+  g_host[reinterpret_cast<uint64_t>(m)] = n;
+  *p = m;
+  return kOk;
+}
+Result cuMemFreeHost(void* p) {
+  std::lock_guard lk(g_mu);
+  auto it = g_host.find(reinterpret_cast<uint64_t>(p));
+  if (it == g_host.end()) return kInvalidValue;
+  munmap(p, it->second);
+  g_host.erase(it);
+  return kOk;
+}
+Result cuMemHostRegister_v2(void* p, size_t n, unsigned) {
+  std::lock_guard lk(g_mu);
+  auto a = reinterpret_cast<uint64_t>(p);
+  if (g_host.count(a)) return kAlreadyRegistered;
+  g_host[a] = n;
+  return kOk;
+}
+Result cuMemHostUnregister(void* p) {
+  std::lock_guard lk(g_mu);
+  if (!g_host.erase(reinterpret_cast<uint64_t>(p))) return kNotRegistered;
+  return kOk;
+}
+
+Result cuMemcpy(DevicePtr dst, DevicePtr src, size_t n) { return copyNow(dst, src, n); }
+
+Result cuMemcpyAsync(DevicePtr dst, DevicePtr src, size_t n, void* stream) {
+  {
+    std::lock_guard lk(g_mu);
+    if (!translate(dst, n) || !translate(src, n)) return kInvalidValue;
+  }
+  streamOf(stream)->push([=] { (void)copyNow(dst, src, n); });
+  return kOk;
+}
+Result cuMemcpyPeerAsync(DevicePtr dst, void*, DevicePtr src, void*, size_t n, void* stream) {
+  return cuMemcpyAsync(dst, src, n, stream);
+}
+Result cuMemsetD8_v2(DevicePtr p, unsigned char v, size_t n) {
+  std::lock_guard lk(g_mu);
+  char* d = translate(p, n);
+  if (!d) return kInvalidValue;
+  std::memset(d, v, n);
+  return kOk;
+}
+
+Result cuStreamCreate(void** s, unsigned) {
+  *s = new Stream();
+  return kOk;
+}
+Result cuStreamDestroy_v2(void* s) {
+  delete static_cast<Stream*>(s);
+  return kOk;
+}
+Result cuStreamSynchronize(void* s) {
+  Stream* st = streamOf(s);
+  uint64_t n;
+  {
+    std::lock_guard lk(st->mu);
+    n = st->queued;
+  }
+  st->waitFor(n);
+  return kOk;
+}
+Result cuEventCreate(void** e, unsigned) {
+  *e = new Event();
+  return kOk;
+}
+Result cuEventDestroy_v2(void* e) {
+  delete static_cast<Event*>(e);
+  return kOk;
+}
+Result cuEventRecord(void* e, void* s) {
+  auto* ev = static_cast<Event*>(e);
+  ev->stream = streamOf(s);
+  ev->mark = ev->stream->push([] {});
+  return kOk;
+}
+Result cuEventQuery(void* e) {
+  auto* ev = static_cast<Event*>(e);
+  if (!ev->stream) return kOk;
+  return ev->stream->reached(ev->mark) ? kOk : kNotReady;
+}
+Result cuEventSynchronize(void* e) {
+  auto* ev = static_cast<Event*>(e);
+  if (ev->stream) ev->stream->waitFor(ev->mark);
+  return kOk;
+}
+
+Result cuIpcGetMemHandle(void* handle, DevicePtr p) {
+  std::lock_guard lk(g_mu);
+  uint64_t base = 0;
+  Allocation* a = findAlloc(p, &base);
+  if (!a || a->opened) return kInvalidValue;
+  IpcHandle h{kIpcMagic, static_cast<int32_t>(getpid()), g_memfd, a->device, a->offset, a->size};
+  std::memset(handle, 0, 64);
+  std::memcpy(handle, &h, sizeof(h));
+  return kOk;
+}
+
+struct IpcArg {
+  char data[64];
+};
+Result cuIpcOpenMemHandle_v2(DevicePtr* p, IpcArg handle, unsigned) {
+  IpcHandle h;
+  std::memcpy(&h, handle.data, sizeof(h));
+  if (h.magic != kIpcMagic) return kInvalidValue;
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/fd/%d", h.pid, h.fd);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) return kInvalidValue;  // the owner is gone
+  void* m = mmap(nullptr, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(h.offset));
+  close(fd);
+  if (m == MAP_FAILED) return kInvalidValue;
+  std::lock_guard lk(g_mu);
+  uint64_t off = g_next;
+  g_next += h.size + kAlign;
+  uint64_t addr = reinterpret_cast<uint64_t>(g_space) + off;
+  g_allocs[addr] = Allocation{h.size, static_cast<char*>(m), 0, h.device, true};
+  *p = addr;
+  return kOk;
+}
+Result cuIpcCloseMemHandle(DevicePtr p) {
+  std::lock_guard lk(g_mu);
+  auto it = g_allocs.find(p);
+  if (it == g_allocs.end() || !it->second.opened) return kInvalidValue;
+  munmap(it->second.shadow, it->second.size);
+  g_allocs.erase(it);
+  return kOk;
+}
+
+Result cuGetErrorString(Result rc, const char** text) {
+  static thread_local char buf[64];
+  snprintf(buf, sizeof(buf), "fake CUDA error %d", rc);
+  *text = buf;
+  return kOk;
+}
+
+Result cuMemGetHandleForAddressRange(void*, DevicePtr, size_t, int, unsigned long long) { return kNotSupported; }
+
+// Test hooks (not CUDA): how many IPC mappings this process has open.
+int hawserFakeCudaOpenedHandles() {
+  std::lock_guard lk(g_mu);
+  int n = 0;
+  for (auto& [a, al] : g_allocs) n += al.opened ? 1 : 0;
+  return n;
+}
+
+}  // extern "C"
