@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "hawser/config.h"
+#include "hawser/device_memory.h"
 #include "hawser/engine.h"
 #include "tools/commands.h"
 #include "tools/pattern.h"
@@ -40,6 +41,7 @@ struct BenchOpts {
   std::string name;
   std::string host = "127.0.0.1";
   std::string target_offset = "0";
+  std::string local_location = "cpu";  // cpu, or cuda:N: where the initiator's buffers live
 };
 
 void fail(const std::string& what, const Status& s) { fmt::print(stderr, "hawser bench: {}: {}\n", what, s.toString()); }
@@ -99,6 +101,20 @@ int runBench(const BenchOpts& o) {
   }
   double seconds = o.seconds > 0 ? o.seconds : (total_bytes ? 0 : 5.0);
   const OpCode op = o.op == "read" ? OpCode::kRead : OpCode::kWrite;
+  int gpu = -1;  // the local buffers' GPU, or -1: host memory
+  if (o.local_location.rfind("cuda:", 0) == 0) {
+    try {
+      size_t used = 0;
+      gpu = std::stoi(o.local_location.substr(5), &used);
+      if (used != o.local_location.size() - 5 || gpu < 0) throw std::invalid_argument("gpu");
+    } catch (...) {
+      fmt::print(stderr, "hawser bench: --local-location '{}' is not cpu or cuda:N\n", o.local_location);
+      return 2;
+    }
+  } else if (o.local_location != "cpu") {
+    fmt::print(stderr, "hawser bench: --local-location '{}' is not cpu or cuda:N\n", o.local_location);
+    return 2;
+  }
 
   TransferEngine engine;
   // With a named store (etcd) every engine needs its own name: default to a
@@ -149,8 +165,24 @@ int runBench(const BenchOpts& o) {
     fmt::print(stderr, "hawser bench: cannot allocate {} bytes of local memory\n", local_len);
     return 1;
   }
-  char* local = static_cast<char*>(lmem);
-  s = engine.registerLocalMemory(local, local_len, "cpu:0", false);
+  // With --local-location cuda:N the buffers the engine moves are GPU
+  // memory; `host` (the mmap above) is their mirror for patterns and checks.
+  char* host = static_cast<char*>(lmem);
+  char* local = host;
+  if (gpu >= 0) {
+    void* d = nullptr;
+    if (!(s = loadCudaDriver()).ok()) return fail("--local-location " + o.local_location, s), 1;
+    if (!(s = allocateDeviceMemory(gpu, local_len, &d)).ok()) return fail("allocate GPU memory", s), 1;
+    local = static_cast<char*>(d);
+  }
+  // Host mirror -> local buffers and back (no-ops for host memory).
+  auto push = [&](uint64_t off, uint64_t n) {
+    return gpu < 0 ? Status::OK() : copyMemory(local + off, host + off, n);
+  };
+  auto pull = [&](uint64_t off, uint64_t n) {
+    return gpu < 0 ? Status::OK() : copyMemory(host + off, local + off, n);
+  };
+  s = engine.registerLocalMemory(local, local_len, "*", false);
   if (!s.ok()) return fail("register local memory", s), 1;
   auto targetOf = [&](size_t slot) { return (slot % slots_per_target) * *block; };  // relative to tbase
   const size_t used_slots = std::min<uint64_t>(nslots, slots_per_target);
@@ -162,16 +194,18 @@ int runBench(const BenchOpts& o) {
   // Prepare: the target's used blocks hold pattern(seed_read); for writes the
   // local slots hold pattern(seed_write) of their target offsets.
   if (verify) {
-    for (size_t k = 0; k < used_slots; ++k) fillPattern(local + k * *block, *block, seed_read, targetOf(k));
+    for (size_t k = 0; k < used_slots; ++k) fillPattern(host + k * *block, *block, seed_read, targetOf(k));
+    if (!(s = push(0, used_slots * *block)).ok()) return fail("copy the pattern to GPU memory", s), 1;
     for (size_t k = 0; k < used_slots; ++k) {
       s = bulk(engine, seg, OpCode::kWrite, local + k * *block, tbase + targetOf(k), *block, *block, 1);
       if (!s.ok()) return fail("prepare target pattern", s), 1;
     }
   }
   if (op == OpCode::kWrite)
-    for (size_t k = 0; k < nslots; ++k) fillPattern(local + k * *block, *block, seed_write, targetOf(k));
+    for (size_t k = 0; k < nslots; ++k) fillPattern(host + k * *block, *block, seed_write, targetOf(k));
   else
-    std::memset(local, 0, local_len);
+    std::memset(host, 0, local_len);
+  if (!(s = push(0, local_len)).ok()) return fail("copy to GPU memory", s), 1;
 
   const EngineStats stats_before = engine.stats();
   std::atomic<uint64_t> bytes_done{0}, ops_done{0}, budget{0};
@@ -245,8 +279,12 @@ int runBench(const BenchOpts& o) {
   if (verify) {
     verified = true;
     if (op == OpCode::kRead) {
+      if (!(s = pull(0, local_len)).ok()) {
+        verified = false;
+        verify_error = "copy from GPU memory failed: " + s.toString();
+      }
       for (size_t k = 0; k < nslots && verified; ++k) {
-        int64_t bad = checkPattern(local + k * *block, *block, seed_read, targetOf(k));
+        int64_t bad = checkPattern(host + k * *block, *block, seed_read, targetOf(k));
         if (bad >= 0) {
           verified = false;
           verify_error = fmt::format("read data mismatch at slot {} byte {} (target offset {})", k, bad,
@@ -254,15 +292,17 @@ int runBench(const BenchOpts& o) {
         }
       }
     } else {
-      std::memset(local, 0, local_len);
+      std::memset(host, 0, local_len);
+      if (!(s = push(0, local_len)).ok()) return fail("copy to GPU memory", s), 1;
       for (size_t k = 0; k < used_slots && verified; ++k) {
         s = bulk(engine, seg, OpCode::kRead, local + k * *block, tbase + targetOf(k), *block, *block, 1);
+        if (s.ok()) s = pull(k * *block, *block);
         if (!s.ok()) {
           verified = false;
           verify_error = "read-back failed: " + s.toString();
           break;
         }
-        int64_t bad = checkPattern(local + k * *block, *block, seed_write, targetOf(k));
+        int64_t bad = checkPattern(host + k * *block, *block, seed_write, targetOf(k));
         if (bad >= 0) {
           verified = false;
           verify_error = fmt::format("written data mismatch at target offset {}", targetOf(k) + static_cast<uint64_t>(bad));
@@ -291,8 +331,8 @@ int runBench(const BenchOpts& o) {
     if (moved) carried.push_back(t.transport);
   }
   if (!o.json) {
-    fmt::print("op {}  block {}  batch {}  threads {}  target {}  transport {}\n", o.op, *block, o.batch_size,
-               o.threads, o.target, fmt::join(carried, "+"));
+    fmt::print("op {}  block {}  batch {}  threads {}  local {}  target {}  transport {}\n", o.op, *block,
+               o.batch_size, o.threads, gpu >= 0 ? o.local_location : "cpu", o.target, fmt::join(carried, "+"));
     fmt::print("moved {:.3f} GB in {:.2f} s: {:.3f} GB/s, {:.0f} ops/s, batch latency p50 {:.0f} us p99 {:.0f} us\n",
                bytes / 1e9, elapsed, gbps, ops / elapsed, p50, p99);
     fmt::print("verified: {}{}\n", verify ? (verified ? "yes" : "NO") : "skipped (--no-verify)",
@@ -312,12 +352,14 @@ int runBench(const BenchOpts& o) {
     j["batch_size"] = o.batch_size;
     j["threads"] = o.threads;
     j["target"] = o.target;
+    j["local_location"] = gpu >= 0 ? o.local_location : "cpu";
     j["transports"] = carried;  // the ones that carried the data
     j["installed_transports"] = engine.transports();
     j["stats"] = jstats;
     fmt::print("{}\n", j.dump());
   }
   (void)engine.unregisterLocalMemory(local);
+  if (gpu >= 0) (void)freeDeviceMemory(local);
   ::munmap(lmem, local_len);
   return verify && !verified ? 3 : 0;
 }
@@ -341,6 +383,9 @@ void addBench(CLI::App& app, Commands& cmds) {
   sub->add_option("--metadata", o->metadata, "metadata: p2p or etcd://host:port[,host:port]")->capture_default_str();
   sub->add_option("--name", o->name, "this engine's server name");
   sub->add_option("--host", o->host, "local address to listen on / advertise")->capture_default_str();
+  sub->add_option("--local-location", o->local_location,
+                  "where the initiator's buffers live: cpu, or cuda:N (GPU memory; data checked through a host copy)")
+      ->capture_default_str();
   sub->add_option("--target-offset", o->target_offset, "start of the target range inside the segment")
       ->capture_default_str();
   sub->callback([o, &cmds] { cmds.run = [o] { return runBench(*o); }; });

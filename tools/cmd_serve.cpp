@@ -11,8 +11,10 @@
 #include <cstring>
 #include <fmt/format.h>
 #include <thread>
+#include <vector>
 
 #include "hawser/config.h"
+#include "hawser/device_memory.h"
 #include "hawser/engine.h"
 #include "tools/commands.h"
 #include "tools/pattern.h"
@@ -31,7 +33,21 @@ struct ServeOpts {
   std::string metadata = "p2p";
   std::string name;
   int64_t fill_seed = -1;
+  std::string location = "cpu";  // cpu, or cuda:N
 };
+
+// Fills GPU memory with the pattern through a host buffer, in pieces.
+Status fillDevice(char* dev, uint64_t size, uint64_t seed) {
+  constexpr uint64_t kPiece = 64ull << 20;
+  std::vector<char> h(std::min(size, kPiece));
+  for (uint64_t off = 0; off < size; off += kPiece) {
+    uint64_t n = std::min(kPiece, size - off);
+    fillPattern(h.data(), n, seed, off);
+    Status s = copyMemory(dev + off, h.data(), n);
+    if (!s.ok()) return s;
+  }
+  return Status::OK();
+}
 
 int runServe(const ServeOpts& o) {
   auto size = parseSize(o.memory);
@@ -55,19 +71,44 @@ int runServe(const ServeOpts& o) {
     fmt::print(stderr, "hawser serve: --listen '{}': port is not a number in 0..65535\n", o.listen);
     return 2;
   }
-  void* mem = ::mmap(nullptr, *size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-  if (mem == MAP_FAILED) {
-    fmt::print(stderr, "hawser serve: cannot allocate {} bytes: {}\n", *size, std::strerror(errno));
-    return 1;
+  int gpu = -1;
+  if (o.location.rfind("cuda:", 0) == 0) {
+    try {
+      size_t used = 0;
+      gpu = std::stoi(o.location.substr(5), &used);
+      if (used != o.location.size() - 5 || gpu < 0) throw std::invalid_argument("gpu");
+    } catch (...) {
+      gpu = -2;
+    }
   }
-  if (o.fill_seed >= 0) fillPattern(mem, *size, static_cast<uint64_t>(o.fill_seed), 0);
+  if (gpu == -2 || (gpu < 0 && o.location != "cpu")) {
+    fmt::print(stderr, "hawser serve: --location '{}' is not cpu or cuda:N\n", o.location);
+    return 2;
+  }
+  void* mem = nullptr;
+  if (gpu >= 0) {
+    Status ls = loadCudaDriver();
+    if (ls.ok()) ls = allocateDeviceMemory(gpu, *size, &mem);
+    if (ls.ok() && o.fill_seed >= 0) ls = fillDevice(static_cast<char*>(mem), *size, static_cast<uint64_t>(o.fill_seed));
+    if (!ls.ok()) {
+      fmt::print(stderr, "hawser serve: --location {}: {}\n", o.location, ls.toString());
+      return 1;
+    }
+  } else {
+    mem = ::mmap(nullptr, *size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (mem == MAP_FAILED) {
+      fmt::print(stderr, "hawser serve: cannot allocate {} bytes: {}\n", *size, std::strerror(errno));
+      return 1;
+    }
+    if (o.fill_seed >= 0) fillPattern(mem, *size, static_cast<uint64_t>(o.fill_seed), 0);
+  }
   TransferEngine engine;
   Status s = engine.init(o.metadata, o.name.empty() ? host : o.name, host, port);
   if (!s.ok()) {
     fmt::print(stderr, "hawser serve: init: {}\n", s.toString());
     return 1;
   }
-  s = engine.registerLocalMemory(mem, *size, "cpu:0", true);
+  s = engine.registerLocalMemory(mem, *size, "*", true);
   if (!s.ok()) {
     fmt::print(stderr, "hawser serve: register {} bytes: {}\n", *size, s.toString());
     return 1;
@@ -77,6 +118,7 @@ int runServe(const ServeOpts& o) {
   ::signal(SIGUSR1, onWithdraw);
   fmt::print("segment: {}\n", engine.segmentName());
   fmt::print("memory: {:#x} {} bytes\n", reinterpret_cast<uint64_t>(mem), *size);
+  fmt::print("location: {}\n", gpu >= 0 ? o.location : "cpu");
   fmt::print("transports: {}\n", fmt::join(engine.transports(), ","));
   fmt::print("ready\n");
   std::fflush(stdout);
@@ -91,7 +133,10 @@ int runServe(const ServeOpts& o) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (exposed) (void)engine.unregisterLocalMemory(mem);
-  ::munmap(mem, *size);
+  if (gpu >= 0)
+    (void)freeDeviceMemory(mem);
+  else
+    ::munmap(mem, *size);
   return 0;
 }
 }  // namespace
@@ -103,6 +148,8 @@ void addServe(CLI::App& app, Commands& cmds) {
   sub->add_option("--memory", o->memory, "bytes of memory to expose (K/M/G suffixes)")->capture_default_str();
   sub->add_option("--metadata", o->metadata, "metadata: p2p or etcd://host:port[,host:port]")->capture_default_str();
   sub->add_option("--name", o->name, "server name (with etcd: the segment name)");
+  sub->add_option("--location", o->location, "where the memory lives: cpu, or cuda:N (GPU memory)")
+      ->capture_default_str();
   sub->add_option("--fill-seed", o->fill_seed, "fill the memory with the verification pattern of this seed");
   sub->callback([o, &cmds] { cmds.run = [o] { return runServe(*o); }; });
 }

@@ -1,0 +1,26 @@
+// GPU memory for tools, tests and examples, through the CUDA driver hawser
+// loads at run time. Engines find the kind of the memory they are given by
+// themselves (register with location "*"); these calls only make some.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "hawser/status.h"
+
+namespace hawser {
+
+// Loads the CUDA driver once per process: `path`, or "" for config
+// gpu.cuda_driver (env HAWSER_GPU_CUDA_DRIVER, default libcuda.so.1).
+// kNotSupported, with the reason, where there is no driver or no GPU.
+Status loadCudaDriver(const std::string& path = "");
+// GPUs the loaded driver sees (0 when none is loaded).
+int cudaDeviceCount();
+
+// Device memory of GPU `device` (cuMemAlloc), and its release.
+Status allocateDeviceMemory(int device, size_t bytes, void** out);
+Status freeDeviceMemory(void* ptr);
+// dst <- src, each host or device memory; returns when the copy is done.
+Status copyMemory(void* dst, const void* src, size_t bytes);
+
+}  // namespace hawser
