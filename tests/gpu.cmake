@@ -21,3 +21,10 @@ foreach(src ${gpu_tests})
     PROPERTIES LABELS gpu_sim TIMEOUT 300
     ENVIRONMENT "HAWSER_TEST_CUDA_DRIVER=$<TARGET_FILE:hawser_fake_cuda>")
 endforeach()
+
+# The rdma GPU test runs the rdma transport over the software verbs provider.
+if(HAWSER_RDMA_BUILT AND TARGET rdma_gpu_test)
+  target_compile_definitions(rdma_gpu_test PRIVATE HAWSER_TEST_RDMA=1
+    HAWSER_SOFTVERBS_LIB="$<TARGET_FILE:hawser_softverbs>")
+  add_dependencies(rdma_gpu_test hawser_softverbs)
+endif()

@@ -117,6 +117,11 @@ std::vector<TransferStatus> runBatch(TransferEngine& e, SegmentID seg, const std
                                      int timeout_ms = 30000, Status* submit_status = nullptr);
 
 // The "hawser" CLI binary of this build.
-inline std::string hawserBin() { return HAWSER_BIN; }
+// The hawser tool: $HAWSER_TEST_BIN where set (tests run from a bundle on
+// another machine, scripts/gpu_test.sh), else the one this build made.
+inline std::string hawserBin() {
+  const char* e = getenv("HAWSER_TEST_BIN");
+  return e && *e ? e : HAWSER_BIN;
+}
 
 }  // namespace hawser::test

@@ -403,6 +403,8 @@ struct SvMr {
   ibv_mr mr;  // first
   uint32_t slot = 0;
   SvPd* pd = nullptr;
+  void* dmabuf_map = nullptr;  // ibv_reg_dmabuf_mr: the fd's pages, mapped here
+  size_t dmabuf_len = 0;
 };
 
 struct Wr {
@@ -1060,9 +1062,32 @@ SV_EXPORT ibv_mr* ibv_reg_mr_iova(ibv_pd* pd, void* addr, size_t length, uint64_
   return ibv_reg_mr_iova2(pd, addr, length, iova, static_cast<unsigned int>(access));
 }
 
-SV_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) {
-  errno = EOPNOTSUPP;  // no device memory here
-  return nullptr;
+// A dma-buf (device memory exported by its driver) is reached through a
+// mapping of the fd: the soft NIC copies with process_vm_*, so the pages
+// need a host address in this process. iova is what work requests use.
+SV_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access) {
+  if (fd < 0 || length == 0) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  size_t maplen = offset + length;
+  void* map = mmap(nullptr, maplen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED) {
+    errno = EOPNOTSUPP;  // not a mappable dma-buf
+    return nullptr;
+  }
+  ibv_mr* m = ibv_reg_mr_iova2(pd, static_cast<char*>(map) + offset, length, iova, static_cast<unsigned int>(access));
+  if (!m) {
+    int e = errno;
+    munmap(map, maplen);
+    errno = e;
+    return nullptr;
+  }
+  auto* mr = reinterpret_cast<SvMr*>(m);
+  mr->dmabuf_map = map;
+  mr->dmabuf_len = maplen;
+  mr->mr.addr = reinterpret_cast<void*>(iova);
+  return m;
 }
 
 SV_EXPORT int ibv_dereg_mr(ibv_mr* m) {
@@ -1074,6 +1099,7 @@ SV_EXPORT int ibv_dereg_mr(ibv_mr* m) {
     if (rec.used && rec.key == m->lkey && rec.pid == getpid()) rec.used = 0;
   }
   mr->pd->refs.fetch_sub(1);
+  if (mr->dmabuf_map) munmap(mr->dmabuf_map, mr->dmabuf_len);
   delete mr;
   return 0;
 }

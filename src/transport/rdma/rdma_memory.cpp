@@ -14,7 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "base/log.h"
-#include "transport/rdma/cuda_dmabuf.h"
+#include "gpu/cuda_driver.h"
+#include "transport/rdma/rdma_stats.h"
 #include "transport/rdma/rdma_transport.h"
 
 #ifndef MADV_POPULATE_WRITE
@@ -118,7 +119,7 @@ Status RdmaTransport::registerMemory(void* addr, size_t length, const std::strin
   Status s = regions_.checkFree(a, length);
   if (!s.ok()) return s;
   const int gpu = locationNode(location, "cuda:");
-  const CudaDriver* cuda = gpu >= 0 ? CudaDriver::get() : nullptr;
+  const gpu::CudaDriver* cuda = gpu >= 0 ? gpu::CudaDriver::get() : nullptr;
   LocalRegion r;
   r.addr = a;
   r.length = length;
@@ -130,8 +131,10 @@ Status RdmaTransport::registerMemory(void* addr, size_t length, const std::strin
   if (remote) access |= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
   if (t_.relaxed_ordering && v_->reg_mr_iova2) access |= IBV_ACCESS_RELAXED_ORDERING;
 
-  // GPU memory: a dma-buf of the allocation when the driver exports one.
-  bool device_ptr = cuda && cuda->isDevicePointer(addr);
+  // GPU memory (registration found it so: location cuda:N): a dma-buf of
+  // the allocation when the driver exports one, else plain ibv_reg_mr, which
+  // only a peer-memory kernel module (nvidia-peermem) makes work.
+  bool device_ptr = cuda && cuda->pointer(addr).device;
   int dmabuf_fd = -1;
   uint64_t dmabuf_off = 0;
   if (device_ptr && v_->reg_dmabuf_mr) {
@@ -192,6 +195,7 @@ Status RdmaTransport::registerMemory(void* addr, size_t length, const std::strin
   if (gpu >= 0 && device_ptr) {
     bool all_dmabuf = std::all_of(via_dmabuf.begin(), via_dmabuf.end(), [](bool b) { return b; });
     HLOG_INFO("rdma: GPU {} buffer {:#x} registered via {}", gpu, a, all_dmabuf ? "dma-buf" : "peer-memory");
+    (all_dmabuf ? rdma::stats().gpu_dmabuf_regs : rdma::stats().gpu_peer_memory_regs).fetch_add(1);
   }
   regions_.insert(std::move(r));
   return Status::OK();

@@ -14,6 +14,8 @@ struct Stats {
   std::atomic<uint64_t> endpoints_created{0};
   std::atomic<uint64_t> slice_retries{0};      // slices re-routed after an error
   std::atomic<uint64_t> slices_failed{0};
+  std::atomic<uint64_t> gpu_dmabuf_regs{0};       // GPU regions registered through a dma-buf
+  std::atomic<uint64_t> gpu_peer_memory_regs{0};  // GPU regions registered with plain ibv_reg_mr
   std::atomic<uint64_t> wrs_posted[kMaxNics] = {};  // by local NIC index
 
   void reset() {
@@ -22,6 +24,8 @@ struct Stats {
     endpoints_created = 0;
     slice_retries = 0;
     slices_failed = 0;
+    gpu_dmabuf_regs = 0;
+    gpu_peer_memory_regs = 0;
     for (auto& w : wrs_posted) w = 0;
   }
 };

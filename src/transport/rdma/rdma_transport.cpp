@@ -12,6 +12,7 @@
 
 #include "base/config.h"
 #include "base/log.h"
+#include "gpu/cuda_driver.h"
 #include "transport/rdma/rdma_stats.h"
 #include "transport/rdma/rdma_sub_batch.h"
 
@@ -25,8 +26,11 @@ Stats& stats() {
 TransportCaps RdmaTransport::caps() const {
   TransportCaps c;
   c.memory_segments = true;
-  c.local_memory = kHostMemory;
-  c.remote_memory = kHostMemory;
+  // The NIC reaches GPU memory itself (dma-buf or peer memory) once the
+  // CUDA driver is loaded: no staging.
+  const uint32_t kinds = gpu::CudaDriver::get() ? (kHostMemory | kGpuMemory) : kHostMemory;
+  c.local_memory = kinds;
+  c.remote_memory = kinds;
   c.cost_rank = 30;
   return c;
 }
@@ -168,7 +172,9 @@ Counters RdmaTransport::stats() const {
                 {"handshakes_served", s.handshakes_served.load()},
                 {"endpoints_created", s.endpoints_created.load()},
                 {"slice_retries", s.slice_retries.load()},
-                {"slices_failed", s.slices_failed.load()}};
+                {"slices_failed", s.slices_failed.load()},
+                {"gpu_dmabuf_regs", s.gpu_dmabuf_regs.load()},
+                {"gpu_peer_memory_regs", s.gpu_peer_memory_regs.load()}};
   for (size_t i = 0; i < ctxs_.size() && i < static_cast<size_t>(Stats::kMaxNics); ++i)
     c.emplace_back(fmt::format("wrs_posted.nic{}", i), s.wrs_posted[i].load());
   return c;

@@ -10,8 +10,9 @@
 //   queue in order, and events complete when the stream reaches them. Code
 //   that reads a staging buffer before its copy's event is done sees stale
 //   bytes, as it would on a GPU.
-// - IPC handles name the owner's memfd and offset; another process opens
-//   them through /proc/<pid>/fd, as CUDA IPC maps the owner's memory.
+// - Each allocation is its own memfd. IPC handles name the owner's fd;
+//   another process opens them through /proc/<pid>/fd, as CUDA IPC maps the
+//   owner's memory. A dma-buf export is a duplicate of that fd.
 //
 // HAWSER_FAKE_CUDA_DEVICES sets the GPU count (default 2); 0 makes cuInit
 // fail as it does on a host with a driver and no GPU.
@@ -42,19 +43,17 @@ constexpr size_t kAlign = 4096;
 
 struct Allocation {
   uint64_t size;
-  char* shadow;      // where the bytes are, for this library
-  uint64_t offset;   // in this process's memfd (own allocations)
+  char* shadow;  // where the bytes are, for this library
+  int fd;        // the memfd holding them (own allocations), -1 for opened ones
   int device;
-  bool opened;       // mapped from another process's handle
+  bool opened;   // mapped from another process's handle
 };
 
 std::mutex g_mu;
 bool g_init = false;
 int g_devices = 0;
 char* g_space = nullptr;  // PROT_NONE: device addresses
-uint64_t g_next = 0;      // bump allocator over g_space
-int g_memfd = -1;
-char* g_shadow = nullptr;  // the memfd, mapped
+uint64_t g_next = 0;      // bump allocator over g_space (addresses are never reused)
 std::map<uint64_t, Allocation> g_allocs;  // by device address
 std::map<uint64_t, uint64_t> g_host;      // page-locked host ranges: addr -> size
 thread_local int t_device = -1;           // current context's device
@@ -149,7 +148,6 @@ struct IpcHandle {
   int32_t pid;
   int32_t fd;
   int32_t device;
-  uint64_t offset;
   uint64_t size;
 };
 constexpr uint32_t kIpcMagic = 0x48465743;  // "HFWC"
@@ -178,12 +176,7 @@ Result cuInit(unsigned) {
   if (g_devices <= 0) return kNoDevice;
   void* space = mmap(nullptr, kDeviceSpace, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (space == MAP_FAILED) return kNotInitialized;
-  g_memfd = memfd_create("hawser-fake-cuda", MFD_CLOEXEC);
-  if (g_memfd < 0 || ftruncate(g_memfd, kDeviceSpace) != 0) return kNotInitialized;
-  void* shadow = mmap(nullptr, kDeviceSpace, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, g_memfd, 0);
-  if (shadow == MAP_FAILED) return kNotInitialized;
   g_space = static_cast<char*>(space);
-  g_shadow = static_cast<char*>(shadow);
   g_init = true;
   return kOk;
 }
@@ -247,10 +240,19 @@ Result cuMemAlloc_v2(DevicePtr* p, size_t n) {
   if (n == 0) return kInvalidValue;
   uint64_t size = (n + kAlign - 1) / kAlign * kAlign;
   if (g_next + size > kDeviceSpace) return 2;  // CUDA_ERROR_OUT_OF_MEMORY
+  int fd = memfd_create("hawser-fake-cuda", MFD_CLOEXEC);
+  if (fd < 0) return 2;
+  void* shadow = MAP_FAILED;
+  if (ftruncate(fd, static_cast<off_t>(size)) == 0)
+    shadow = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (shadow == MAP_FAILED) {
+    close(fd);
+    return 2;  // CUDA_ERROR_OUT_OF_MEMORY
+  }
   uint64_t off = g_next;
   g_next += size + kAlign;  // a guard page between allocations
   uint64_t addr = reinterpret_cast<uint64_t>(g_space) + off;
-  g_allocs[addr] = Allocation{size, g_shadow + off, off, t_device, false};
+  g_allocs[addr] = Allocation{size, static_cast<char*>(shadow), fd, t_device, false};
   *p = addr;
   return kOk;
 }
@@ -259,8 +261,8 @@ Result cuMemFree_v2(DevicePtr p) {
   std::lock_guard lk(g_mu);
   auto it = g_allocs.find(p);
   if (it == g_allocs.end() || it->second.opened) return kInvalidValue;
-  fallocate(g_memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(it->second.offset),
-            static_cast<off_t>(it->second.size));
+  munmap(it->second.shadow, it->second.size);
+  close(it->second.fd);
   g_allocs.erase(it);
   return kOk;
 }
@@ -363,7 +365,7 @@ Result cuIpcGetMemHandle(void* handle, DevicePtr p) {
   uint64_t base = 0;
   Allocation* a = findAlloc(p, &base);
   if (!a || a->opened) return kInvalidValue;
-  IpcHandle h{kIpcMagic, static_cast<int32_t>(getpid()), g_memfd, a->device, a->offset, a->size};
+  IpcHandle h{kIpcMagic, static_cast<int32_t>(getpid()), a->fd, a->device, a->size};
   std::memset(handle, 0, 64);
   std::memcpy(handle, &h, sizeof(h));
   return kOk;
@@ -380,14 +382,14 @@ Result cuIpcOpenMemHandle_v2(DevicePtr* p, IpcArg handle, unsigned) {
   snprintf(path, sizeof(path), "/proc/%d/fd/%d", h.pid, h.fd);
   int fd = open(path, O_RDWR | O_CLOEXEC);
   if (fd < 0) return kInvalidValue;  // the owner is gone
-  void* m = mmap(nullptr, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(h.offset));
+  void* m = mmap(nullptr, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (m == MAP_FAILED) return kInvalidValue;
   std::lock_guard lk(g_mu);
   uint64_t off = g_next;
   g_next += h.size + kAlign;
   uint64_t addr = reinterpret_cast<uint64_t>(g_space) + off;
-  g_allocs[addr] = Allocation{h.size, static_cast<char*>(m), 0, h.device, true};
+  g_allocs[addr] = Allocation{h.size, static_cast<char*>(m), -1, h.device, true};
   *p = addr;
   return kOk;
 }
@@ -407,7 +409,18 @@ Result cuGetErrorString(Result rc, const char** text) {
   return kOk;
 }
 
-Result cuMemGetHandleForAddressRange(void*, DevicePtr, size_t, int, unsigned long long) { return kNotSupported; }
+// A dma-buf of [p, p + n): a duplicate of the allocation's memfd, whose
+// offset 0 is the allocation's start (p must be that start, as hawser asks).
+Result cuMemGetHandleForAddressRange(void* handle, DevicePtr p, size_t n, int type, unsigned long long) {
+  if (type != 1) return kNotSupported;
+  std::lock_guard lk(g_mu);
+  auto it = g_allocs.find(p);
+  if (it == g_allocs.end() || it->second.opened || n < it->second.size) return kInvalidValue;
+  int fd = fcntl(it->second.fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return kInvalidValue;
+  *static_cast<int*>(handle) = fd;
+  return kOk;
+}
 
 // Test hooks (not CUDA): how many IPC mappings this process has open.
 int hawserFakeCudaOpenedHandles() {
