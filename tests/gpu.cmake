@@ -28,3 +28,10 @@ if(HAWSER_RDMA_BUILT AND TARGET rdma_gpu_test)
     HAWSER_SOFTVERBS_LIB="$<TARGET_FILE:hawser_softverbs>")
   add_dependencies(rdma_gpu_test hawser_softverbs)
 endif()
+
+# cuda_abi_test checks src/gpu/cuda_api.h against the toolkit's cuda.h.
+find_path(HAWSER_CUDA_INCLUDE cuda.h PATHS /usr/local/cuda/include NO_DEFAULT_PATH)
+if(HAWSER_CUDA_INCLUDE AND TARGET cuda_abi_test)
+  target_include_directories(cuda_abi_test SYSTEM PRIVATE ${HAWSER_CUDA_INCLUDE})
+  target_compile_definitions(cuda_abi_test PRIVATE HAWSER_HAVE_CUDA_H=1)
+endif()

@@ -4,12 +4,12 @@
 // with --peer, which transport each kind of local memory would take to that
 // peer, and why. Also: GPUs the CUDA driver sees, and whether the metadata
 // service answers.
-#include <dlfcn.h>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "hawser/config.h"
+#include "hawser/device_memory.h"
 #include "hawser/engine.h"
 #include "tools/commands.h"
 
@@ -19,28 +19,16 @@ namespace {
 
 using json = nlohmann::json;
 
-// GPUs are a fact of the host, not of one transport.
+// GPUs are a fact of the host, not of one transport: the driver engines
+// load (config gpu.cuda_driver), and what it sees.
 json probeGpus() {
   json j;
-  void* h = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    j["count"] = 0;
-    j["reason"] = "libcuda.so.1 not found (no NVIDIA driver)";
-    return j;
-  }
-  using InitFn = int (*)(unsigned);
-  using CountFn = int (*)(int*);
-  auto init = reinterpret_cast<InitFn>(::dlsym(h, "cuInit"));
-  auto count = reinterpret_cast<CountFn>(::dlsym(h, "cuDeviceGetCount"));
-  int n = 0;
-  if (!init || !count) {
-    j["reason"] = "libcuda.so.1 lacks cuInit/cuDeviceGetCount";
-  } else if (int rc = init(0); rc != 0) {
-    j["reason"] = fmt::format("cuInit failed with CUresult {}", rc);
-  } else if (count(&n) != 0) {
-    j["reason"] = "cuDeviceGetCount failed";
-  }
-  j["count"] = n;
+  std::string path;
+  (void)configValue("gpu.cuda_driver", EngineOptions{}, path);
+  j["driver"] = path;
+  Status s = loadCudaDriver();
+  j["count"] = cudaDeviceCount();
+  if (!s.ok()) j["reason"] = s.message() + " (GPU memory is then refused at registration)";
   return j;
 }
 
@@ -100,7 +88,7 @@ int runDoctor(const std::string& metadata, const std::string& peer, bool as_json
     return 0;
   }
   fmt::print("hawser {}\n", out["version"].get<std::string>());
-  fmt::print("GPUs: {}{}\n", out["gpus"]["count"].get<int>(),
+  fmt::print("GPUs: {} (CUDA driver {}){}\n", out["gpus"]["count"].get<int>(), out["gpus"]["driver"].get<std::string>(),
              out["gpus"].contains("reason") ? " (" + out["gpus"]["reason"].get<std::string>() + ")" : "");
   fmt::print("metadata {}: {}\n", metadata,
              out["metadata"]["reachable"].get<bool>() ? "reachable" : out["metadata"]["error"].get<std::string>());

@@ -57,6 +57,9 @@ Config Config::fromEnv(std::vector<std::string>* unknown) {
   for (char** e = environ; e && *e; ++e) {
     std::string_view kv(*e);
     if (kv.substr(0, 7) != "HAWSER_") continue;
+    // The test tools' own variables (tests/, scripts/) are not config keys.
+    if (kv.starts_with("HAWSER_TEST_") || kv.starts_with("HAWSER_SOFTVERBS_") || kv.starts_with("HAWSER_FAKE_"))
+      continue;
     auto eq = kv.find('=');
     if (eq == std::string_view::npos) continue;
     std::string_view name = kv.substr(0, eq);

@@ -1,0 +1,36 @@
+// src/gpu/cuda_api.h declares the driver's constants itself (hawser builds
+// without cuda.h). Where the CUDA toolkit is installed, this checks them
+// against cuda.h, at compile time.
+#include <gtest/gtest.h>
+
+#include "gpu/cuda_api.h"
+
+#if HAWSER_HAVE_CUDA_H
+#include <cuda.h>
+
+namespace cu = hawser::gpu::cu;
+static_assert(cu::kSuccess == CUDA_SUCCESS);
+static_assert(cu::kErrorInvalidValue == CUDA_ERROR_INVALID_VALUE);
+static_assert(cu::kErrorNotReady == CUDA_ERROR_NOT_READY);
+static_assert(cu::kErrorHostMemoryAlreadyRegistered == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+static_assert(cu::kErrorNotSupported == CUDA_ERROR_NOT_SUPPORTED);
+static_assert(cu::kPointerAttributeMemoryType == CU_POINTER_ATTRIBUTE_MEMORY_TYPE);
+static_assert(cu::kPointerAttributeDeviceOrdinal == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL);
+static_assert(cu::kMemoryTypeHost == CU_MEMORYTYPE_HOST);
+static_assert(cu::kMemoryTypeDevice == CU_MEMORYTYPE_DEVICE);
+static_assert(cu::kMemoryTypeUnified == CU_MEMORYTYPE_UNIFIED);
+static_assert(cu::kMemHostAllocPortable == CU_MEMHOSTALLOC_PORTABLE);
+static_assert(cu::kMemHostRegisterPortable == CU_MEMHOSTREGISTER_PORTABLE);
+static_assert(cu::kStreamNonBlocking == CU_STREAM_NON_BLOCKING);
+static_assert(cu::kEventDisableTiming == CU_EVENT_DISABLE_TIMING);
+static_assert(cu::kIpcLazyEnablePeerAccess == CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+static_assert(cu::kRangeHandleDmaBufFd == CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD);
+static_assert(cu::kIpcHandleSize == CU_IPC_HANDLE_SIZE);
+static_assert(sizeof(cu::IpcMemHandle) == sizeof(CUipcMemHandle));
+static_assert(sizeof(cu::DevicePtr) == sizeof(CUdeviceptr));
+
+// (The checks above are static_asserts: this file does not build if one fails.)
+TEST(cuda_abi, toolkit_is_new_enough_for_dmabuf_export) { EXPECT_GE(CUDA_VERSION, 11070) << CUDA_VERSION; }
+#else
+TEST(cuda_abi, toolkit_is_new_enough_for_dmabuf_export) { GTEST_SKIP() << "no cuda.h on this host (CUDA toolkit not installed)"; }
+#endif
