@@ -10,7 +10,7 @@ build=${1:-build}
 out=${2:-.device}
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
-bins=("$build/tools/hawser")
+bins=("$build/bin/hawser")
 for src in tests/gpu/*_test.cpp; do
   name=$(basename "$src" .cpp)
   [ -x "$build/tests/$name" ] && bins+=("$build/tests/$name")

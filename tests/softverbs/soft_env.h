@@ -16,11 +16,17 @@
 
 namespace hawser::test {
 
+// The provider: $HAWSER_TEST_SOFTVERBS_LIB where set (a bundle on another
+// machine, scripts/gpu_test.sh), else the one this build made.
+inline const char* softVerbsLib() {
+  const char* e = getenv("HAWSER_TEST_SOFTVERBS_LIB");
+  if (e && *e) return e;
 #ifdef HAWSER_SOFTVERBS_LIB
-inline const char* softVerbsLib() { return HAWSER_SOFTVERBS_LIB; }
+  return HAWSER_SOFTVERBS_LIB;
 #else
-inline const char* softVerbsLib() { return ""; }
+  return "";
 #endif
+}
 
 // Sets the environment for the provider and the transport; restores it at
 // destruction. `devices` is HAWSER_SOFTVERBS_DEVICES.
