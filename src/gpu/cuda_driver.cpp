@@ -166,6 +166,13 @@ Status CudaDriver::allocation(const void* addr, uint64_t& base, size_t& size) co
   cu::DevicePtr b = 0;
   size_t s = 0;
   auto p = reinterpret_cast<cu::DevicePtr>(addr);
+  // The range queries need a current context: the caller's thread may never
+  // have touched CUDA (a registration from any thread must work).
+  PointerInfo info = pointer(addr);
+  if (info.device) {
+    Status bs = bindDevice(info.ordinal < 0 ? 0 : info.ordinal);
+    if (!bs.ok()) return bs;
+  }
   Status st = check(api_.MemGetAddressRange(&b, &s, p), fmt::format("cuMemGetAddressRange({:#x})", p),
                     Code::kInvalidArgument);
   if (!st.ok()) return st;

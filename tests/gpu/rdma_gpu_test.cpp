@@ -6,6 +6,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <thread>
+
 #include "common/util.h"
 #include "gpu/gpu_env.h"
 #include "hawser/engine.h"
@@ -32,6 +34,22 @@ TEST(rdma_gpu, device_memory_is_exported_as_a_dmabuf_of_its_allocation) {
   // A range running past its allocation is refused.
   s = d->dmabuf(buf.data() + (64 << 20) - 4096, 1 << 20, fd, offset);
   EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.message();
+}
+
+TEST(rdma_gpu, dmabuf_export_works_from_a_thread_that_never_touched_cuda) {
+  HAWSER_REQUIRE_GPU(1);
+  const gpu::CudaDriver* d = gpu::CudaDriver::get();
+  DeviceBuffer buf(0, 8 << 20);
+  Status s;
+  int fd = -1;
+  uint64_t offset = 0;
+  // A registration may come from any application thread: no current context.
+  std::thread([&] { s = d->dmabuf(buf.data() + 4096, 1 << 20, fd, offset); }).join();
+  if (s.code() == Code::kNotSupported) GTEST_SKIP() << "this driver exports no dma-buf: " << s.message();
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(offset, 4096u);
+  ::close(fd);
 }
 
 #if HAWSER_TEST_RDMA

@@ -553,15 +553,13 @@ TEST_F(RdmaTransportTest, large_region_is_pretouched_and_keeps_its_contents) {
   ASSERT_TRUE(p.target.unregisterLocalMemory(small.p).ok());
 }
 
-TEST_F(RdmaTransportTest, gpu_memory_without_a_dmabuf_registration_is_not_claimed) {
+TEST_F(RdmaTransportTest, host_memory_claimed_as_gpu_memory_is_refused_before_rdma_sees_it) {
   SoftVerbsEnv env("sv0");
-  // No CUDA here: a "cuda:0" buffer registers (plain ibv_reg_mr) but rdma
-  // moves host memory only (its caps), so it does not claim the request.
+  // No CUDA driver here: the engine knows this is host memory and refuses
+  // the "cuda:0" claim itself (rdma never registers a lie).
   RdmaPair p(1 << 20, 1 << 20, {}, "cuda:0");
-  ASSERT_TRUE(p.status.ok()) << p.status.toString();
-  Status s;
-  auto st = test::runBatch(p.init, p.seg, {{OpCode::kRead, p.lmem.p, p.seg, p.base, 4096}}, 5000, &s);
-  EXPECT_EQ(s.code(), Code::kNoTransport) << s.toString();
+  EXPECT_EQ(p.status.code(), Code::kInvalidArgument) << p.status.toString();
+  EXPECT_NE(p.status.message().find("cuda:0"), std::string::npos) << p.status.message();
 }
 
 TEST_F(RdmaTransportTest, shutdown_with_transfers_in_flight_finishes_every_slice) {
