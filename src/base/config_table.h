@@ -83,6 +83,13 @@ inline constexpr Knob kKnobs[] = {
   // ---- gpu ----------------------------------------------------------------------------------------------------------
   {"gpu.cuda_driver", "HAWSER_GPU_CUDA_DRIVER", KnobType::kString, "libcuda.so.1", 0, 0, {},
    "CUDA driver library loaded at init (once per process) to find and move GPU memory; absent: host memory only"},
+  // ---- nvlink -------------------------------------------------------------------------------------------------------
+  {"nvlink.streams", "HAWSER_NVLINK_STREAMS", KnobType::kInt, "4", 1, 32, {},
+   "CUDA streams (each with its own thread) per local GPU that nvlink copies run on"},
+  {"nvlink.stripe_size", "HAWSER_NVLINK_STRIPE_SIZE", KnobType::kSize, "8M", 64 * knob_detail::K, knob_detail::G, {},
+   "bytes per nvlink copy: a larger request is striped over the streams in pieces of this size"},
+  {"nvlink.stream_depth", "HAWSER_NVLINK_STREAM_DEPTH", KnobType::kInt, "4", 1, 1024, {},
+   "copies queued on one stream before its thread waits for the oldest"},
   // ---- tcp ----------------------------------------------------------------------------------------------------------
   {"tcp.connections", "HAWSER_TCP_CONNECTIONS", KnobType::kInt, "2", 1, 64, {},
    "data connections per peer"},

@@ -156,9 +156,16 @@ Status EngineImpl::explainRoute(SegmentID id, const std::string& local_location,
   if (!v) return {Code::kSegmentNotFound, fmt::format("segment id {} is not open", id)};
   RouteQuery q;
   q.local_kind = memoryKindOf(local_location);
-  q.remote_kind = kHostMemory;
+  // The remote end: the kind of memory the segment publishes (the local
+  // kind when it publishes both, host memory when it publishes none).
+  uint32_t published = 0;
+  if (v->desc->kind == SegmentDesc::Kind::kMemory)
+    for (auto& b : v->desc->buffers) published |= memoryKindOf(b.location);
+  q.remote_kind = (published & q.local_kind) ? q.local_kind : (published & kGpuMemory) ? kGpuMemory : kHostMemory;
   const Route* r = selectRoute(*v, q, forced_transport_, &out.why);
   out.transport = r ? r->transport->name() : "";
+  if (v->desc->kind == SegmentDesc::Kind::kMemory)
+    out.why = fmt::format("to the peer's {} memory: {}", q.remote_kind == kGpuMemory ? "GPU" : "host", out.why);
   return Status::OK();
 }
 

@@ -32,6 +32,7 @@ inline constexpr unsigned kMemoryTypeUnified = 4;         // CU_MEMORYTYPE_UNIFI
 inline constexpr unsigned kMemHostAllocPortable = 1;      // CU_MEMHOSTALLOC_PORTABLE
 inline constexpr unsigned kMemHostRegisterPortable = 1;   // CU_MEMHOSTREGISTER_PORTABLE
 inline constexpr unsigned kStreamNonBlocking = 1;         // CU_STREAM_NON_BLOCKING
+inline constexpr unsigned kEventBlockingSync = 1;         // CU_EVENT_BLOCKING_SYNC
 inline constexpr unsigned kEventDisableTiming = 2;        // CU_EVENT_DISABLE_TIMING
 inline constexpr unsigned kIpcLazyEnablePeerAccess = 1;   // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
 inline constexpr int kRangeHandleDmaBufFd = 1;            // CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD

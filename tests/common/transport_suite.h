@@ -9,6 +9,10 @@
 //
 // SuiteParam.env is set in this process before the engine starts and passed
 // to the child; `skip` (optional) returns a reason to skip on this machine.
+// `local_location` and `target_location` say where the initiator's buffers
+// and the target's memory live ("cpu" or "cuda:N"; the target is then
+// `hawser serve --location cuda:N`). GPU buffers are filled and checked
+// through host mirrors: host code never touches device memory.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -21,6 +25,7 @@
 
 #include "common/util.h"
 #include "engine/access.h"
+#include "hawser/device_memory.h"
 #include "hawser/engine.h"
 
 namespace hawser::test {
@@ -31,6 +36,70 @@ struct SuiteParam {
   std::function<std::string()> skip;     // non-empty reason = skip
   Code dead_peer_code = Code::kUnavailable;  // how a transfer to a SIGKILLed peer fails
   Code refused_code = Code::kOutOfRange;     // how the target's refusal of a withdrawn range fails a task
+  std::string local_location = "cpu";        // the initiator's buffers: cpu or cuda:N
+  std::string target_location = "cpu";       // the target's memory: cpu or cuda:N
+  size_t kill_rounds = 8;                    // rounds of 32 x 16 MiB reads in flight when the peer is killed
+  // Optional: mappings of the target's memory this process still holds (-1:
+  // cannot tell); must drop to 0 once the target died.
+  std::function<int()> open_handles;
+};
+
+// A buffer of the initiator: host memory, or GPU memory of the driver the
+// engine loads (config gpu.cuda_driver), reached through copies only.
+class SuiteBuffer {
+ public:
+  SuiteBuffer(const std::string& location, size_t n) : n(n) {
+    if (location == "cpu") {
+      host_ = std::make_unique<Buffer>(n);
+      p = host_->p;
+      return;
+    }
+    Status s = loadCudaDriver();
+    if (s.ok()) s = allocateDeviceMemory(std::stoi(location.substr(5)), n, reinterpret_cast<void**>(&p));
+    EXPECT_TRUE(s.ok()) << location << ": " << s.toString();
+  }
+  ~SuiteBuffer() {
+    if (!host_ && p) (void)freeDeviceMemory(p);
+  }
+  SuiteBuffer(const SuiteBuffer&) = delete;
+  // The location to register it with.
+  const char* location() const { return host_ ? "cpu:0" : "*"; }
+  void fill(size_t off, size_t len, uint64_t seed, uint64_t base = 0) {
+    if (host_) return fillPattern(p + off, len, seed, base);
+    std::vector<char> h(len);
+    fillPattern(h.data(), len, seed, base);
+    EXPECT_TRUE(copyMemory(p + off, h.data(), len).ok());
+  }
+  void zero() {
+    if (host_) {
+      std::memset(p, 0, n);
+      return;
+    }
+    std::vector<char> h(n, 0);
+    EXPECT_TRUE(copyMemory(p, h.data(), n).ok());
+  }
+  std::vector<char> download(size_t off, size_t len) const {
+    std::vector<char> h(len);
+    if (host_) std::memcpy(h.data(), p + off, len);
+    else EXPECT_TRUE(copyMemory(h.data(), p + off, len).ok());
+    return h;
+  }
+  int64_t check(size_t off, size_t len, uint64_t seed, uint64_t base = 0) const {
+    if (host_) return checkPattern(p + off, len, seed, base);
+    std::vector<char> h = download(off, len);
+    return checkPattern(h.data(), len, seed, base);
+  }
+  uint64_t sum() const {
+    if (host_) return checksum(p, n);
+    std::vector<char> h = download(0, n);
+    return checksum(h.data(), n);
+  }
+
+  char* p = nullptr;
+  size_t n = 0;
+
+ private:
+  std::unique_ptr<Buffer> host_;
 };
 
 inline void PrintTo(const SuiteParam& p, std::ostream* os) { *os << p.transport; }
@@ -51,9 +120,10 @@ class TransportSuite : public ::testing::TestWithParam<SuiteParam> {
     env_ = p.env;
     env_.push_back("HAWSER_TRANSPORT=" + p.transport);
     for (auto& kv : env_) ::putenv(const_cast<char*>(kv.c_str()));
-    ASSERT_TRUE(child_.start({"serve", "--listen", "127.0.0.1:0", "--memory", std::to_string(kTargetBytes),
-                              "--fill-seed", std::to_string(kSeed)},
-                             env_));
+    std::vector<std::string> args = {"serve", "--listen", "127.0.0.1:0", "--memory", std::to_string(kTargetBytes),
+                                     "--fill-seed", std::to_string(kSeed)};
+    if (p.target_location != "cpu") args.insert(args.end(), {"--location", p.target_location});
+    ASSERT_TRUE(child_.start(args, env_));
     std::string seg = child_.waitFor("segment: ", 20000);
     ASSERT_FALSE(seg.empty()) << "hawser serve did not start";
     ASSERT_FALSE(child_.waitFor("ready", 20000).empty());
@@ -71,6 +141,8 @@ class TransportSuite : public ::testing::TestWithParam<SuiteParam> {
     for (auto& kv : env_) ::unsetenv(kv.substr(0, kv.find('=')).c_str());
   }
 
+  const std::string& loc() const { return GetParam().local_location; }
+
   Child child_;
   std::vector<std::string> env_;
   TransferEngine engine_;
@@ -80,8 +152,8 @@ class TransportSuite : public ::testing::TestWithParam<SuiteParam> {
 };
 
 TEST_P(TransportSuite, reads_match_the_targets_bytes_from_1_byte_to_256_mib) {
-  Buffer local((256u << 20) + 4096);
-  ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  SuiteBuffer local(loc(), (256u << 20) + 4096);
+  ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, local.location(), false).ok());
   for (size_t len : {1ul, 3ul, 4095ul, 65536ul, 65537ul, 1ul << 20, (4ul << 20) + 11, 256ul << 20}) {
     uint64_t off = (len * 7 + 13) % (kTargetBytes - len);  // unaligned remote offsets
     size_t loff = len % 4096 ? 7 : 0;                       // and unaligned local addresses
@@ -89,33 +161,33 @@ TEST_P(TransportSuite, reads_match_the_targets_bytes_from_1_byte_to_256_mib) {
     ASSERT_EQ(st.size(), 1u);
     ASSERT_EQ(st[0].s, TransferState::kCompleted) << "len " << len << ": " << st[0].error.toString();
     EXPECT_EQ(st[0].transferred_bytes, len);
-    EXPECT_EQ(checkPattern(local.p + loff, len, kSeed, off), -1) << "len " << len;
+    EXPECT_EQ(local.check(loff, len, kSeed, off), -1) << "len " << len;
   }
 }
 
 TEST_P(TransportSuite, writes_then_reads_back_byte_for_byte) {
-  Buffer src((64u << 20) + 64), dst((64u << 20) + 64);
-  ASSERT_TRUE(engine_.registerLocalMemory(src.p, src.n, "cpu:0", false).ok());
-  ASSERT_TRUE(engine_.registerLocalMemory(dst.p, dst.n, "cpu:0", false).ok());
+  SuiteBuffer src(loc(), (64u << 20) + 64), dst(loc(), (64u << 20) + 64);
+  ASSERT_TRUE(engine_.registerLocalMemory(src.p, src.n, src.location(), false).ok());
+  ASSERT_TRUE(engine_.registerLocalMemory(dst.p, dst.n, dst.location(), false).ok());
   uint64_t seed = 99;
   for (size_t len : {1ul, 100ul, 65535ul, 1ul << 20, 64ul << 20}) {
     uint64_t off = 4096 * 3 + 5;
-    fillPattern(src.p + 3, len, ++seed);
-    std::memset(dst.p, 0, dst.n);
+    src.fill(3, len, ++seed);
+    dst.zero();
     auto st = runBatch(engine_, seg_, {{OpCode::kWrite, src.p + 3, seg_, base_ + off, len}}, 60000);
     ASSERT_EQ(st[0].s, TransferState::kCompleted) << len << ": " << st[0].error.toString();
     st = runBatch(engine_, seg_, {{OpCode::kRead, dst.p + 1, seg_, base_ + off, len}}, 60000);
     ASSERT_EQ(st[0].s, TransferState::kCompleted) << len << ": " << st[0].error.toString();
-    EXPECT_EQ(checkPattern(dst.p + 1, len, seed), -1) << len;
+    EXPECT_EQ(dst.check(1, len, seed), -1) << len;
   }
 }
 
 TEST_P(TransportSuite, many_tasks_in_one_batch_each_land_in_place) {
   const size_t n = 64, len = 100000;
-  Buffer src(n * len), dst(n * len);
-  ASSERT_TRUE(engine_.registerLocalMemory(src.p, src.n, "cpu:0", false).ok());
-  ASSERT_TRUE(engine_.registerLocalMemory(dst.p, dst.n, "cpu:0", false).ok());
-  fillPattern(src.p, src.n, 5);
+  SuiteBuffer src(loc(), n * len), dst(loc(), n * len);
+  ASSERT_TRUE(engine_.registerLocalMemory(src.p, src.n, src.location(), false).ok());
+  ASSERT_TRUE(engine_.registerLocalMemory(dst.p, dst.n, dst.location(), false).ok());
+  src.fill(0, src.n, 5);
   std::vector<TransferRequest> w, r;
   for (size_t i = 0; i < n; ++i) {
     uint64_t off = (n - 1 - i) * len + 1;  // reversed placement
@@ -124,12 +196,12 @@ TEST_P(TransportSuite, many_tasks_in_one_batch_each_land_in_place) {
   }
   for (auto& st : runBatch(engine_, seg_, w, 60000)) ASSERT_EQ(st.s, TransferState::kCompleted);
   for (auto& st : runBatch(engine_, seg_, r, 60000)) ASSERT_EQ(st.s, TransferState::kCompleted);
-  EXPECT_EQ(checksum(src.p, src.n), checksum(dst.p, dst.n));
+  EXPECT_EQ(src.sum(), dst.sum());
 }
 
 TEST_P(TransportSuite, remote_range_outside_the_targets_memory_is_refused_at_submit) {
-  Buffer local(8192);
-  ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  SuiteBuffer local(loc(), 8192);
+  ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, local.location(), false).ok());
   Status s;
   runBatch(engine_, seg_, {{OpCode::kRead, local.p, seg_, base_ + kTargetBytes - 100, 200}}, 1000, &s);
   EXPECT_EQ(s.code(), Code::kOutOfRange);
@@ -141,9 +213,9 @@ TEST_P(TransportSuite, remote_range_outside_the_targets_memory_is_refused_at_sub
 // range is in the descriptor the initiator holds) but that the target must
 // refuse, because it withdrew that memory since.
 TEST_P(TransportSuite, range_the_target_withdrew_is_refused_by_the_target_itself) {
-  Buffer local(1u << 20);
-  ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
-  fillPattern(local.p, local.n, 5);
+  SuiteBuffer local(loc(), 1u << 20);
+  ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, local.location(), false).ok());
+  local.fill(0, local.n, 5);
   child_.kill(SIGUSR1);
   ASSERT_FALSE(child_.waitFor("withdrawn").empty()) << "hawser serve did not withdraw its memory";
   // Take the owner's change notice, so the engine keeps the descriptor it has
@@ -159,22 +231,23 @@ TEST_P(TransportSuite, range_the_target_withdrew_is_refused_by_the_target_itself
     EXPECT_EQ(st[0].transferred_bytes, 0u);
     EXPECT_EQ(st[0].error.code(), GetParam().refused_code) << st[0].error.toString();
   }
-  EXPECT_EQ(checkPattern(local.p, local.n, 5), -1) << "a refused read must not touch local memory";
+  EXPECT_EQ(local.check(0, local.n, 5), -1) << "a refused read must not touch local memory";
 }
 
 TEST_P(TransportSuite, peer_killed_mid_batch_fails_the_tasks_and_nothing_hangs) {
   const size_t len = 64u << 20;
-  Buffer local(len);
-  ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  const size_t rounds = GetParam().kill_rounds;
+  SuiteBuffer local(loc(), len);
+  ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, local.location(), false).ok());
   std::vector<TransferRequest> reqs;
   for (int i = 0; i < 32; ++i) reqs.push_back({OpCode::kRead, local.p + (i % 4) * (16u << 20), seg_,
                                                 base_ + (i % 4) * (16u << 20), 16u << 20});
   BatchID b;
-  ASSERT_TRUE(engine_.allocateBatchID(reqs.size() * 8, b).ok());
+  ASSERT_TRUE(engine_.allocateBatchID(reqs.size() * rounds, b).ok());
   auto t0 = std::chrono::steady_clock::now();
   // Keep the batch busy, then kill the target with SIGKILL once it has
   // served part of the batch and the rest is still in flight.
-  for (int round = 0; round < 8; ++round) ASSERT_TRUE(engine_.submitTransfer(b, reqs).ok());
+  for (size_t round = 0; round < rounds; ++round) ASSERT_TRUE(engine_.submitTransfer(b, reqs).ok());
   TransferStatus progress;
   ASSERT_TRUE(eventually([&] {
     return engine_.getBatchTransferStatus(b, progress).ok() && progress.transferred_bytes > 0;
@@ -189,7 +262,7 @@ TEST_P(TransportSuite, peer_killed_mid_batch_fails_the_tasks_and_nothing_hangs) 
   ASSERT_TRUE(engine_.getBatchTransferStatus(b, agg).ok());
   EXPECT_EQ(agg.s, TransferState::kFailed) << "expected some task to fail after SIGKILL";
   size_t failed = 0;
-  for (size_t i = 0; i < reqs.size() * 8; ++i) {
+  for (size_t i = 0; i < reqs.size() * rounds; ++i) {
     TransferStatus st;
     ASSERT_TRUE(engine_.getTransferStatus(b, i, st).ok());
     ASSERT_TRUE(isTerminal(st.s));
@@ -211,6 +284,10 @@ TEST_P(TransportSuite, peer_killed_mid_batch_fails_the_tasks_and_nothing_hangs) 
   EXPECT_EQ(st[0].s, TransferState::kFailed) << stateName(st[0].s);
   EXPECT_EQ(st[0].transferred_bytes, 0u);
   EXPECT_EQ(st[0].error.code(), GetParam().dead_peer_code) << st[0].error.toString();
+  // Nothing of the dead peer stays mapped here (the segment is still open).
+  if (auto& open = GetParam().open_handles; open && open() >= 0) {
+    EXPECT_TRUE(eventually([&] { return open() == 0; })) << open() << " mapping(s) of the dead peer left open";
+  }
 }
 
 }  // namespace hawser::test

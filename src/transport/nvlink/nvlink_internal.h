@@ -1,0 +1,295 @@
+// Internals of the nvlink transport shared by its .cpp files (not an
+// interface for anyone else).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/transport.h"
+#include "gpu/cuda_api.h"
+#include "transport/nvlink/nvlink_transport.h"
+
+namespace hawser::nvlink {
+
+// Slots of the owner's region table (8 bytes each; the memfd is sparse).
+inline constexpr size_t kTableSlots = 65536;
+inline constexpr const char* kTableName = "hawser-nvlink-regions";
+
+struct Counters {
+  std::atomic<uint64_t> exported_regions{0};      // gauge: regions this engine exports
+  std::atomic<uint64_t> exported_allocations{0};  // gauge: IPC handles behind them
+  std::atomic<uint64_t> handles_opened{0};        // peers' allocations opened here
+  std::atomic<uint64_t> handles_closed{0};
+  std::atomic<uint64_t> owner_deaths{0};          // owners seen exiting
+  std::atomic<uint64_t> slices_completed{0};
+  std::atomic<uint64_t> slices_failed{0};
+  std::atomic<uint64_t> bytes{0};
+  std::atomic<uint64_t> peer_copies{0};           // slices between two different GPUs
+  std::atomic<uint64_t> withdrawn_refusals{0};    // slices refused: the owner unregistered the buffer
+};
+
+// This process's start time (clock ticks since boot, /proc/<pid>/stat field
+// 22) and pid namespace: with the pid, they name a process for good.
+uint64_t processStartTime(int64_t pid);  // 0 when the process does not exist
+uint64_t pidNamespace();                 // inode of /proc/self/ns/pid (0 unknown)
+
+// Runs fn on a short-lived thread (so GPU contexts made current for it never
+// touch the caller's thread) and returns its status.
+Status onOwnThread(const std::function<Status()>& fn);
+
+// ---- owner side -------------------------------------------------------------
+
+// The regions this engine exports, their IPC handles (one per allocation)
+// and the shared table that says which are still registered.
+class Exports {
+ public:
+  static Status create(std::shared_ptr<Counters> counters, std::unique_ptr<Exports>& out);
+  ~Exports();
+  int tableFd() const { return fd_; }
+  const std::atomic<uint64_t>* table() const { return table_; }
+  // Exports [addr, addr + len) of GPU `device` (bus id `bus`); fills attrs.
+  Status add(void* addr, size_t len, int device, const std::string& bus, nlohmann::json& attrs);
+  void remove(uint64_t addr);
+
+ private:
+  Exports() = default;
+  struct Alloc {
+    gpu::cu::IpcMemHandle handle;
+    uint64_t size = 0;
+    int refs = 0;
+  };
+  struct Region {
+    uint64_t base = 0;
+    uint32_t slot = 0;
+  };
+  std::shared_ptr<Counters> counters_;
+  int fd_ = -1;
+  std::atomic<uint64_t>* table_ = nullptr;
+  std::mutex mu_;
+  std::map<uint64_t, Alloc> allocs_;   // by allocation base
+  std::map<uint64_t, Region> regions_; // by region start
+  std::vector<uint32_t> free_;
+  uint32_t next_slot_ = 0;
+  uint64_t gen_ = 0;
+};
+
+// ---- peer side --------------------------------------------------------------
+
+class Watcher;
+struct Owner;
+
+// One opened allocation of an owner (or, for an owner in this process, the
+// allocation itself). Closed when the last view listing it goes, or once no
+// copy uses it after the owner exited. Closes run on the watcher thread.
+struct Mapping {
+  ~Mapping();
+  // The mapped base; false once closed (or closing).
+  bool acquire(uint64_t& base);
+  void release();
+  // The owner exited: close as soon as no copy uses it.
+  void doom();
+
+  std::shared_ptr<Watcher> watcher;
+  std::shared_ptr<Counters> counters;
+  uint64_t dptr = 0;  // base of the allocation in this process
+  int device = -1;    // local ordinal of the GPU holding it
+  bool direct = false;  // the owner is this process: nothing was opened
+
+ private:
+  void closeLocked();
+  std::mutex mu_;
+  int users_ = 0;
+  bool doomed_ = false;
+  bool closed_ = false;
+};
+
+// What a descriptor says of one buffer, for nvlink.
+struct BufferInfo {
+  bool exported = false;
+  std::string why;        // when not usable: why
+  std::string handle;     // the 64 bytes of the IPC handle
+  uint64_t base = 0;      // the allocation in the owner's address space
+  uint64_t size = 0;
+  int device = -1;        // local ordinal of its GPU
+  uint32_t slot = 0;
+  uint64_t gen = 0;
+};
+
+// One owner process, shared by every view of its segment.
+struct Owner {
+  ~Owner();
+  // Still registered by the owner (its table says so).
+  bool valid(uint32_t slot, uint64_t gen) const {
+    return slot < kTableSlots && table[slot].load(std::memory_order_acquire) == gen;
+  }
+  // The live mapping of `b`'s allocation, opened here when none is (on a
+  // stream worker's thread: it switches that thread's GPU context).
+  Status open(const BufferInfo& b, std::shared_ptr<Mapping>& out, bool& switched);
+  // A live cached mapping of handle `h`, or null.
+  std::shared_ptr<Mapping> cached(const std::string& h);
+  // The owner exited: every mapping closes once idle.
+  void died();
+
+  int64_t pid = 0;
+  uint64_t start = 0;
+  bool self = false;
+  int pidfd = -1;
+  std::string name;  // "process N"
+  const std::atomic<uint64_t>* table = nullptr;
+  size_t table_bytes = 0;  // mapped here (0: the table is this process's own)
+  std::atomic<bool> dead{false};
+  std::shared_ptr<Watcher> watcher;
+  std::shared_ptr<Counters> counters;
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::weak_ptr<Mapping>> mappings_;  // by handle
+};
+
+// Notices owners exiting (pidfd readable; kill(pid, 0) polled where pidfds
+// are missing) and closes mappings off the data path.
+class Watcher {
+ public:
+  Watcher() = default;
+  ~Watcher();
+  Status start();
+  void stop();
+  void add(const std::shared_ptr<Owner>& o);
+  void remove(Owner* o);
+  // Closes an opened mapping on the watcher thread (inline once stopped).
+  void close(uint64_t dptr, int device, std::shared_ptr<Counters> counters);
+
+ private:
+  void run();
+  void wake();
+  std::thread thread_;
+  int epfd_ = -1, evfd_ = -1;
+  std::mutex mu_;
+  bool stop_ = false;
+  bool running_ = false;
+  std::map<Owner*, std::weak_ptr<Owner>> owners_;
+  struct Close {
+    uint64_t dptr;
+    int device;
+    std::shared_ptr<Counters> counters;
+  };
+  std::vector<Close> closes_;
+};
+
+void closeMapping(uint64_t dptr, int device, Counters* counters);
+
+// The engine's handle on one segment: its buffers decoded once, their
+// mappings resolved on first use.
+class PeerRef final : public PeerHandle {
+ public:
+  std::shared_ptr<Owner> owner;
+  std::string segment;
+  std::vector<BufferInfo> bufs;  // by descriptor buffer index
+  // The mapping of buffer i (opened on first use); on a worker thread.
+  Status mapping(size_t i, Mapping*& out, bool& switched);
+  void adopt(size_t i, std::shared_ptr<Mapping> m);
+
+ private:
+  std::mutex mu_;
+  std::vector<std::shared_ptr<Mapping>> maps_;
+};
+
+// ---- data path --------------------------------------------------------------
+
+enum SliceState : uint8_t {
+  kSlicePrepared = 0,
+  kSliceQueued = 1,     // on a worker's queue (cancel() may take it)
+  kSliceCommitted = 2,  // taken by the worker: issued, or failing
+  kSliceCanceled = 3,
+};
+
+class StreamWorker;
+
+struct Slice {
+  Task* task = nullptr;
+  SubBatchImpl* sb = nullptr;
+  PeerRef* peer = nullptr;
+  StreamWorker* worker = nullptr;
+  uint32_t buf = 0;       // remote buffer index
+  bool is_read = false;
+  char* local = nullptr;
+  uint64_t remote = 0;    // owner's address
+  uint64_t len = 0;
+  std::atomic<uint8_t> state{kSlicePrepared};
+};
+
+struct Work final : PreparedWork {
+  std::unique_ptr<Slice[]> chunk;
+};
+
+class SubBatchImpl final : public SubBatch {
+ public:
+  explicit SubBatchImpl(NvlinkTransport* owner) : owner_(owner) {}
+  ~SubBatchImpl() override;
+  Status prepare(std::span<Task* const> tasks, std::unique_ptr<PreparedWork>& out) override;
+  void post(std::unique_ptr<PreparedWork> work) override;
+  void cancel() override;
+  bool idle() const override { return outstanding.load(std::memory_order_acquire) == 0; }
+
+  std::atomic<int64_t> outstanding{0};
+
+ private:
+  NvlinkTransport* owner_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Slice[]>> chunks_;
+  std::vector<size_t> chunk_sizes_;
+  std::vector<StreamWorker*> used_;  // workers this sub-batch posted to
+};
+
+// One CUDA stream of one local GPU and the thread that drives it: issues up
+// to `depth` copies, then waits for the oldest one's event.
+class StreamWorker {
+ public:
+  StreamWorker(int device, uint32_t depth, std::shared_ptr<Counters> counters);
+  ~StreamWorker();
+  Status start();
+  // Fails what is queued, waits for what was issued, joins.
+  void stop();
+  void post(std::vector<Slice*>& slices);
+  // Drops `sb`'s canceled slices from the queue; how many it dropped.
+  size_t purge(const SubBatchImpl* sb);
+  int device() const { return device_; }
+
+ private:
+  struct Pending {
+    Slice* slice;
+    gpu::cu::Event event;
+    Mapping* mapping;
+  };
+  void run();
+  void issue(Slice* s);
+  void finish(Pending& p);
+  void fail(Slice* s, Code code, const std::string& why);
+
+  const int device_;
+  const uint32_t depth_;
+  std::shared_ptr<Counters> counters_;
+  gpu::cu::Stream stream_ = nullptr;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Slice*> queue_;
+  bool stop_ = false;
+  bool started_ = false;
+  Status start_status_;
+  std::deque<Pending> inflight_;       // worker thread only
+  std::vector<gpu::cu::Event> spare_;  // worker thread only
+};
+
+}  // namespace hawser::nvlink

@@ -1,0 +1,404 @@
+// The nvlink transport's two ends of a handle: what the owner exports (IPC
+// handles, the region table) and what a peer opens (owners, mappings), with
+// the watcher that notices an owner's exit and closes mappings.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fmt/format.h>
+#include <fstream>
+#include <sstream>
+
+#include "base/log.h"
+#include "gpu/cuda_driver.h"
+#include "transport/nvlink/nvlink_internal.h"
+
+namespace hawser::nvlink {
+
+uint64_t processStartTime(int64_t pid) {
+  std::ifstream f(fmt::format("/proc/{}/stat", pid));
+  std::string line;
+  if (!std::getline(f, line)) return 0;
+  // Field 2 (comm) may hold spaces and parentheses: count from the last ')'.
+  auto rp = line.rfind(')');
+  if (rp == std::string::npos) return 0;
+  std::istringstream in(line.substr(rp + 2));
+  std::string v;
+  for (int field = 3; field <= 22 && (in >> v); ++field)
+    if (field == 22) return std::strtoull(v.c_str(), nullptr, 10);
+  return 0;
+}
+
+uint64_t pidNamespace() {
+  struct stat st {};
+  if (::stat("/proc/self/ns/pid", &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_ino);
+}
+
+Status onOwnThread(const std::function<Status()>& fn) {
+  Status s;
+  std::thread t([&] { s = fn(); });
+  t.join();
+  return s;
+}
+
+// ---- Exports ----------------------------------------------------------------
+
+Status Exports::create(std::shared_ptr<Counters> counters, std::unique_ptr<Exports>& out) {
+  std::unique_ptr<Exports> e(new Exports());
+  e->counters_ = std::move(counters);
+  const size_t bytes = kTableSlots * sizeof(uint64_t);
+  e->fd_ = ::memfd_create(kTableName, MFD_CLOEXEC);
+  if (e->fd_ < 0) return {Code::kNotSupported, fmt::format("nvlink: memfd_create: {}", std::strerror(errno))};
+  void* m = MAP_FAILED;
+  if (::ftruncate(e->fd_, static_cast<off_t>(bytes)) == 0)
+    m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, e->fd_, 0);
+  if (m == MAP_FAILED) return {Code::kNotSupported, fmt::format("nvlink: region table: {}", std::strerror(errno))};
+  e->table_ = static_cast<std::atomic<uint64_t>*>(m);
+  out = std::move(e);
+  return Status::OK();
+}
+
+Exports::~Exports() {
+  if (table_) ::munmap(table_, kTableSlots * sizeof(uint64_t));
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status Exports::add(void* addr, size_t len, int device, const std::string& bus, nlohmann::json& attrs) {
+  const gpu::CudaDriver* d = gpu::CudaDriver::get();
+  const auto a = reinterpret_cast<uint64_t>(addr);
+  uint64_t base = 0;
+  size_t size = 0;
+  gpu::cu::IpcMemHandle handle{};
+  bool fresh = false;
+  // On a thread of its own: the driver calls need the GPU's context current,
+  // and the caller's thread keeps the one it had.
+  Status s = onOwnThread([&] {
+    Status st = d->bindDevice(device);
+    if (!st.ok()) return st;
+    if (!(st = d->allocation(addr, base, size)).ok()) return st;
+    if (a + len > base + size)
+      return Status(Code::kInvalidArgument,
+                    fmt::format("[{:#x}, +{}) runs past its allocation [{:#x}, +{})", a, len, base, size));
+    std::lock_guard lk(mu_);
+    auto it = allocs_.find(base);
+    if (it != allocs_.end() && it->second.size == size) {
+      handle = it->second.handle;
+      return Status::OK();
+    }
+    fresh = true;
+    return d->check(d->api().IpcGetMemHandle(&handle, base), fmt::format("cuIpcGetMemHandle({:#x})", base),
+                    Code::kNotSupported);
+  });
+  if (!s.ok()) return s;
+  std::lock_guard lk(mu_);
+  uint32_t slot;
+  if (!free_.empty()) {
+    slot = free_.back();
+    free_.pop_back();
+  } else if (next_slot_ < kTableSlots) {
+    slot = next_slot_++;
+  } else {
+    return {Code::kCapacityExceeded, fmt::format("more than {} GPU regions exported", kTableSlots)};
+  }
+  Alloc& al = allocs_[base];
+  if (fresh || al.refs == 0) {
+    al.handle = handle;
+    al.size = size;
+    if (al.refs == 0) counters_->exported_allocations.fetch_add(1, std::memory_order_relaxed);
+  }
+  al.refs++;
+  const uint64_t gen = ++gen_;
+  table_[slot].store(gen, std::memory_order_release);
+  regions_[a] = Region{base, slot};
+  counters_->exported_regions.fetch_add(1, std::memory_order_relaxed);
+  std::string hex;
+  hex.reserve(2 * gpu::cu::kIpcHandleSize);
+  for (char c : handle.reserved) hex += fmt::format("{:02x}", static_cast<unsigned char>(c));
+  attrs = {{"handle", hex}, {"base", base}, {"size", size}, {"offset", a - base},
+           {"bus", bus},    {"slot", slot}, {"gen", gen}};
+  return Status::OK();
+}
+
+void Exports::remove(uint64_t addr) {
+  std::lock_guard lk(mu_);
+  auto it = regions_.find(addr);
+  if (it == regions_.end()) return;
+  // Peers check this word before every copy: from here on they refuse it.
+  table_[it->second.slot].store(0, std::memory_order_release);
+  free_.push_back(it->second.slot);
+  auto al = allocs_.find(it->second.base);
+  if (al != allocs_.end() && --al->second.refs == 0) {
+    allocs_.erase(al);
+    counters_->exported_allocations.fetch_sub(1, std::memory_order_relaxed);
+  }
+  regions_.erase(it);
+  counters_->exported_regions.fetch_sub(1, std::memory_order_relaxed);
+}
+
+// ---- Mapping ----------------------------------------------------------------
+
+void closeMapping(uint64_t dptr, int device, Counters* counters) {
+  const gpu::CudaDriver* d = gpu::CudaDriver::get();
+  Status s = d->bindDevice(device);
+  if (s.ok()) s = d->check(d->api().IpcCloseMemHandle(dptr), fmt::format("cuIpcCloseMemHandle({:#x})", dptr));
+  if (!s.ok()) HLOG_WARN("nvlink: {}", s.message());
+  if (counters) counters->handles_closed.fetch_add(1, std::memory_order_relaxed);
+}
+
+Mapping::~Mapping() {
+  std::lock_guard lk(mu_);
+  closeLocked();
+}
+
+bool Mapping::acquire(uint64_t& base) {
+  std::lock_guard lk(mu_);
+  if (closed_ || doomed_) return false;
+  ++users_;
+  base = dptr;
+  return true;
+}
+
+void Mapping::release() {
+  std::lock_guard lk(mu_);
+  if (--users_ == 0 && doomed_) closeLocked();
+}
+
+void Mapping::doom() {
+  std::lock_guard lk(mu_);
+  doomed_ = true;
+  if (users_ == 0) closeLocked();
+}
+
+void Mapping::closeLocked() {
+  if (closed_) return;
+  closed_ = true;
+  if (direct) return;
+  if (watcher) watcher->close(dptr, device, counters);
+  else closeMapping(dptr, device, counters.get());
+}
+
+// ---- Owner ------------------------------------------------------------------
+
+Owner::~Owner() {
+  if (watcher && !self) watcher->remove(this);
+  if (pidfd >= 0) ::close(pidfd);
+  if (table_bytes) ::munmap(const_cast<std::atomic<uint64_t>*>(table), table_bytes);
+}
+
+std::shared_ptr<Mapping> Owner::cached(const std::string& h) {
+  std::lock_guard lk(mu_);
+  auto it = mappings_.find(h);
+  return it == mappings_.end() ? nullptr : it->second.lock();
+}
+
+Status Owner::open(const BufferInfo& b, std::shared_ptr<Mapping>& out, bool& switched) {
+  std::lock_guard lk(mu_);
+  if (dead.load(std::memory_order_acquire))
+    return {Code::kUnavailable, fmt::format("the owner, {}, has exited", name)};
+  auto it = mappings_.find(b.handle);
+  if (it != mappings_.end())
+    if (auto m = it->second.lock()) {
+      out = std::move(m);
+      return Status::OK();
+    }
+  auto m = std::make_shared<Mapping>();
+  m->watcher = watcher;
+  m->counters = counters;
+  m->device = b.device;
+  if (self) {
+    m->dptr = b.base;  // our own allocation
+    m->direct = true;
+  } else {
+    const gpu::CudaDriver* d = gpu::CudaDriver::get();
+    switched = true;
+    Status s = d->bindDevice(b.device);
+    if (!s.ok()) return s;
+    gpu::cu::IpcMemHandle h{};
+    std::memcpy(h.reserved, b.handle.data(), sizeof(h.reserved));
+    gpu::cu::DevicePtr p = 0;
+    gpu::cu::Result rc = d->api().IpcOpenMemHandle(&p, h, gpu::cu::kIpcLazyEnablePeerAccess);
+    if (rc != gpu::cu::kSuccess) {
+      if (processStartTime(pid) != start) {
+        dead.store(true, std::memory_order_release);
+        return {Code::kUnavailable, fmt::format("the owner, {}, has exited", name)};
+      }
+      return d->check(rc, fmt::format("cuIpcOpenMemHandle (allocation {:#x} of {})", b.base, name));
+    }
+    m->dptr = p;
+    counters->handles_opened.fetch_add(1, std::memory_order_relaxed);
+  }
+  mappings_[b.handle] = m;
+  for (auto i = mappings_.begin(); i != mappings_.end();) i = i->second.expired() ? mappings_.erase(i) : std::next(i);
+  out = std::move(m);
+  return Status::OK();
+}
+
+void Owner::died() {
+  if (dead.exchange(true, std::memory_order_acq_rel)) return;
+  counters->owner_deaths.fetch_add(1, std::memory_order_relaxed);
+  HLOG_INFO("nvlink: the owner {} has exited; closing its handles", name);
+  std::vector<std::shared_ptr<Mapping>> live;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [h, w] : mappings_)
+      if (auto m = w.lock()) live.push_back(std::move(m));
+  }
+  for (auto& m : live) m->doom();
+}
+
+// ---- PeerRef ----------------------------------------------------------------
+
+void PeerRef::adopt(size_t i, std::shared_ptr<Mapping> m) {
+  std::lock_guard lk(mu_);
+  if (maps_.size() < bufs.size()) maps_.resize(bufs.size());
+  maps_[i] = std::move(m);
+}
+
+Status PeerRef::mapping(size_t i, Mapping*& out, bool& switched) {
+  std::lock_guard lk(mu_);
+  if (maps_.size() < bufs.size()) maps_.resize(bufs.size());
+  if (!maps_[i]) {
+    Status s = owner->open(bufs[i], maps_[i], switched);
+    if (!s.ok()) return s;
+  }
+  out = maps_[i].get();
+  return Status::OK();
+}
+
+// ---- Watcher ----------------------------------------------------------------
+
+Watcher::~Watcher() { stop(); }
+
+Status Watcher::start() {
+  epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  evfd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (epfd_ < 0 || evfd_ < 0) return {Code::kNotSupported, fmt::format("nvlink watcher: {}", std::strerror(errno))};
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = nullptr;
+  ::epoll_ctl(epfd_, EPOLL_CTL_ADD, evfd_, &ev);
+  running_ = true;
+  thread_ = std::thread([this] { run(); });
+  return Status::OK();
+}
+
+void Watcher::wake() {
+  uint64_t one = 1;
+  ssize_t n = ::write(evfd_, &one, sizeof(one));
+  (void)n;
+}
+
+void Watcher::stop() {
+  {
+    std::lock_guard lk(mu_);
+    if (!running_) return;
+    stop_ = true;
+  }
+  wake();
+  if (thread_.joinable()) thread_.join();
+  std::vector<Close> left;
+  {
+    std::lock_guard lk(mu_);
+    running_ = false;
+    left.swap(closes_);
+  }
+  for (auto& c : left) closeMapping(c.dptr, c.device, c.counters.get());
+  ::close(epfd_);
+  ::close(evfd_);
+  epfd_ = evfd_ = -1;
+}
+
+void Watcher::add(const std::shared_ptr<Owner>& o) {
+  std::lock_guard lk(mu_);
+  owners_[o.get()] = o;
+  if (o->pidfd >= 0 && epfd_ >= 0) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = o.get();
+    ::epoll_ctl(epfd_, EPOLL_CTL_ADD, o->pidfd, &ev);
+  }
+  if (o->pidfd < 0) wake();  // polled: the loop's timeout changes
+}
+
+void Watcher::remove(Owner* o) {
+  std::lock_guard lk(mu_);
+  if (o->pidfd >= 0 && epfd_ >= 0) ::epoll_ctl(epfd_, EPOLL_CTL_DEL, o->pidfd, nullptr);
+  owners_.erase(o);
+}
+
+void Watcher::close(uint64_t dptr, int device, std::shared_ptr<Counters> counters) {
+  {
+    std::lock_guard lk(mu_);
+    if (running_ && !stop_) {
+      closes_.push_back(Close{dptr, device, std::move(counters)});
+      wake();
+      return;
+    }
+  }
+  closeMapping(dptr, device, counters.get());
+}
+
+void Watcher::run() {
+  epoll_event evs[16];
+  for (;;) {
+    bool polled = false;
+    {
+      std::lock_guard lk(mu_);
+      if (stop_) return;
+      for (auto& [p, w] : owners_) polled |= p->pidfd < 0;
+    }
+    int n = ::epoll_wait(epfd_, evs, 16, polled ? 100 : -1);
+    std::vector<std::shared_ptr<Owner>> gone;
+    std::vector<Close> closes;
+    {
+      std::lock_guard lk(mu_);
+      if (stop_) return;
+      for (int i = 0; i < n; ++i) {
+        if (!evs[i].data.ptr) {
+          uint64_t v;
+          while (::read(evfd_, &v, sizeof(v)) > 0) {
+          }
+          continue;
+        }
+        auto it = owners_.find(static_cast<Owner*>(evs[i].data.ptr));
+        if (it == owners_.end()) continue;
+        if (auto o = it->second.lock()) gone.push_back(std::move(o));
+      }
+      if (polled)
+        for (auto& [p, w] : owners_)
+          if (p->pidfd < 0 && !p->dead.load() && processStartTime(p->pid) != p->start)
+            if (auto o = w.lock()) gone.push_back(std::move(o));
+      closes.swap(closes_);
+    }
+    for (auto& o : gone) {
+      // A pidfd is readable once its process exited (confirm: the event may
+      // be a stale one of an owner record that reused the address).
+      if (o->pidfd >= 0) {
+        pollfd p{o->pidfd, POLLIN, 0};
+        if (::poll(&p, 1, 0) <= 0) continue;
+        std::lock_guard lk(mu_);
+        ::epoll_ctl(epfd_, EPOLL_CTL_DEL, o->pidfd, nullptr);
+      }
+      o->died();
+    }
+    for (auto& c : closes) closeMapping(c.dptr, c.device, c.counters.get());
+    {
+      // Closes queued by died() (idle mappings), right away.
+      std::lock_guard lk(mu_);
+      closes.clear();
+      closes.swap(closes_);
+    }
+    for (auto& c : closes) closeMapping(c.dptr, c.device, c.counters.get());
+  }
+}
+
+}  // namespace hawser::nvlink

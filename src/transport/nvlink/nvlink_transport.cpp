@@ -1,0 +1,334 @@
+// The nvlink transport: install, what the owner exports and publishes, peers,
+// stats. Owners and opened handles: nvlink_peer.cpp; the data path:
+// nvlink_sub_batch.cpp.
+#include "transport/nvlink/nvlink_transport.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "base/config.h"
+#include "base/log.h"
+#include "gpu/cuda_driver.h"
+#include "metadata/descriptor.h"
+#include "transport/nvlink/nvlink_internal.h"
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+namespace hawser {
+
+namespace {
+
+bool parseHex(const std::string& hex, std::string& out) {
+  if (hex.size() != 2 * gpu::cu::kIpcHandleSize) return false;
+  out.resize(gpu::cu::kIpcHandleSize);
+  for (size_t i = 0; i < out.size(); ++i) {
+    unsigned v = 0;
+    auto r = std::from_chars(hex.data() + 2 * i, hex.data() + 2 * i + 2, v, 16);
+    if (r.ec != std::errc() || r.ptr != hex.data() + 2 * i + 2) return false;
+    out[i] = static_cast<char>(v);
+  }
+  return true;
+}
+
+template <typename T>
+bool field(const nlohmann::json& j, const char* key, T& out) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer()) return false;
+  out = it->get<T>();
+  return true;
+}
+
+}  // namespace
+
+Status NvlinkTransport::loadSettings(const Config& cfg, NvlinkSettings& out) {
+  NvlinkSettings s;
+  Status st;
+  if (!(st = cfg.getInt("nvlink.streams", s.streams)).ok() ||
+      !(st = cfg.getSize("nvlink.stripe_size", s.stripe_size)).ok() ||
+      !(st = cfg.getInt("nvlink.stream_depth", s.stream_depth)).ok())
+    return st;
+  out = s;
+  return Status::OK();
+}
+
+NvlinkTransport::NvlinkTransport() = default;
+
+NvlinkTransport::~NvlinkTransport() { shutdown(); }
+
+TransportCaps NvlinkTransport::caps() const {
+  TransportCaps c;
+  c.memory_segments = true;
+  c.local_memory = kGpuMemory;
+  c.remote_memory = kGpuMemory;
+  c.same_host_only = true;
+  c.cost_rank = 10;
+  return c;
+}
+
+Status NvlinkTransport::install(const TransportContext& ctx) {
+  if (installed_) return {Code::kInvalidArgument, "nvlink transport is already installed"};
+  if (!ctx.config || !ctx.registry) return {Code::kInvalidArgument, "nvlink transport: install needs config and registry"};
+  Status s = loadSettings(*ctx.config, settings_);
+  if (!s.ok()) return s;
+  const gpu::CudaDriver* d = gpu::CudaDriver::get();
+  if (!d) {
+    std::string why = gpu::CudaDriver::reason();
+    return {Code::kNotSupported, "no CUDA driver loaded" + (why.empty() ? std::string(" (gpu.cuda_driver is empty)")
+                                                                          : ": " + why)};
+  }
+  for (int i = 0; i < d->deviceCount(); ++i) {
+    gpu::cu::Device dev = 0;
+    char bus[64] = {0};
+    std::string b;
+    if (d->api().DeviceGet(&dev, i) == gpu::cu::kSuccess &&
+        d->api().DeviceGetPCIBusId(bus, sizeof(bus), dev) == gpu::cu::kSuccess)
+      b = bus;
+    for (char& c : b) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    buses_.push_back(b);
+  }
+  start_time_ = nvlink::processStartTime(::getpid());
+  pidns_ = nvlink::pidNamespace();
+  registry_ = ctx.registry;
+  counters_ = std::make_shared<nvlink::Counters>();
+  if (!(s = nvlink::Exports::create(counters_, exports_)).ok()) return s;
+  watcher_ = std::make_shared<nvlink::Watcher>();
+  if (!(s = watcher_->start()).ok()) return s;
+  installed_ = true;
+  HLOG_INFO("nvlink transport: {} GPU(s), {} stream(s) per GPU, stripe {} B", buses_.size(), settings_.streams,
+            settings_.stripe_size);
+  return Status::OK();
+}
+
+void NvlinkTransport::shutdown() {
+  if (!installed_ || stopping_.exchange(true)) return;
+  std::lock_guard lk(workers_mu_);
+  for (auto& [dev, ws] : workers_)
+    for (auto& w : ws) w->stop();
+  if (watcher_) watcher_->stop();
+}
+
+void NvlinkTransport::describe(nlohmann::json& attrs) const {
+  attrs = nlohmann::json::object();
+  if (!installed_) return;
+  attrs["pid"] = static_cast<int64_t>(::getpid());
+  attrs["start"] = start_time_;
+  attrs["pidns"] = pidns_;
+  attrs["table_fd"] = exports_->tableFd();
+  attrs["table_slots"] = nvlink::kTableSlots;
+}
+
+Status NvlinkTransport::registerMemory(void* addr, size_t length, const std::string& location, bool remote_accessible,
+                                       nlohmann::json& attrs) {
+  attrs = nlohmann::json::object();
+  // Host memory never goes to nvlink; memory peers may not reach is not exported.
+  if (!installed_ || memoryKindOf(location) != kGpuMemory || !remote_accessible) return Status::OK();
+  int dev = -1;
+  const char* p = location.data() + 5;  // "cuda:"
+  std::from_chars(p, location.data() + location.size(), dev);
+  const std::string bus = dev >= 0 && static_cast<size_t>(dev) < buses_.size() ? buses_[dev] : "";
+  Status s = exports_->add(addr, length, dev, bus, attrs);
+  if (!s.ok()) {
+    // Registration still succeeds (another transport may move it); peers
+    // read why nvlink cannot.
+    HLOG_WARN("nvlink: {} bytes at {} ({}) not exported: {}", length, addr, location, s.message());
+    attrs = nlohmann::json::object();
+    attrs["error"] = s.message();
+  }
+  return Status::OK();
+}
+
+Status NvlinkTransport::unregisterMemory(void* addr, size_t) {
+  if (exports_) exports_->remove(reinterpret_cast<uint64_t>(addr));
+  return Status::OK();
+}
+
+int NvlinkTransport::ordinalOfBus(const std::string& bus) const {
+  if (bus.empty()) return -1;
+  for (size_t i = 0; i < buses_.size(); ++i)
+    if (buses_[i] == bus) return static_cast<int>(i);
+  return -1;
+}
+
+Status NvlinkTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) {
+  if (!installed_ || stopping_.load()) return {Code::kUnavailable, "nvlink transport is not running"};
+  if (seg.kind != SegmentDesc::Kind::kMemory) return {Code::kNotSupported, "not a memory segment"};
+  auto it = seg.transports.find("nvlink");
+  if (it == seg.transports.end() || !it->is_object() || it->empty())
+    return {Code::kNotSupported, fmt::format("segment '{}' publishes no nvlink transport (its engine has no CUDA "
+                                             "driver)", seg.name)};
+  int64_t pid = 0;
+  uint64_t start = 0, pidns = 0;
+  int fd = -1;
+  if (!field(*it, "pid", pid) || !field(*it, "start", start) || !field(*it, "pidns", pidns) ||
+      !field(*it, "table_fd", fd) || pid <= 0 || fd < 0)
+    return {Code::kNotSupported, fmt::format("segment '{}': malformed transports.nvlink {}", seg.name, it->dump())};
+  if (pidns != pidns_)
+    return {Code::kNotSupported, fmt::format("segment '{}' runs in another pid namespace: CUDA IPC and the owner's "
+                                             "liveness check need both processes in one", seg.name)};
+
+  std::shared_ptr<nvlink::Owner> owner;
+  {
+    std::lock_guard lk(owners_mu_);
+    for (auto o = owners_.begin(); o != owners_.end();) o = o->second.expired() ? owners_.erase(o) : std::next(o);
+    const std::string key = fmt::format("{}:{}:{}", pid, start, fd);
+    auto f = owners_.find(key);
+    if (f != owners_.end()) owner = f->second.lock();
+    if (!owner) {
+      auto o = std::make_shared<nvlink::Owner>();
+      o->pid = pid;
+      o->start = start;
+      o->name = fmt::format("process {} (segment '{}')", pid, seg.name);
+      o->watcher = watcher_;
+      o->counters = counters_;
+      // An owner in this process (another engine, or this one) is addressed
+      // directly; its table is still its own.
+      o->self = pid == ::getpid() && start == start_time_;
+      if (!o->self) {
+        if (nvlink::processStartTime(pid) != start)
+          return {Code::kUnavailable, fmt::format("the owner of segment '{}', process {}, has exited", seg.name, pid)};
+        o->pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+        if (o->pidfd < 0 && errno == ESRCH)
+          return {Code::kUnavailable, fmt::format("the owner of segment '{}', process {}, has exited", seg.name, pid)};
+      }
+      const std::string path = fmt::format("/proc/{}/fd/{}", pid, fd);
+      char link[256] = {0};
+      ssize_t ln = ::readlink(path.c_str(), link, sizeof(link) - 1);
+      if (ln < 0 || std::strstr(link, nvlink::kTableName) == nullptr)
+        return {Code::kNotSupported,
+                fmt::format("segment '{}': cannot see the owner's region table {}: {} (nvlink needs both processes "
+                            "under one user)", seg.name, path, ln < 0 ? std::strerror(errno) : "not the table")};
+      int tfd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (tfd < 0)
+        return {Code::kNotSupported, fmt::format("segment '{}': cannot open the owner's region table {}: {}",
+                                                 seg.name, path, std::strerror(errno))};
+      struct stat st {};
+      const size_t bytes = nvlink::kTableSlots * sizeof(uint64_t);
+      void* m = MAP_FAILED;
+      if (::fstat(tfd, &st) == 0 && static_cast<size_t>(st.st_size) >= bytes)
+        m = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, tfd, 0);
+      ::close(tfd);
+      if (m == MAP_FAILED)
+        return {Code::kNotSupported, fmt::format("segment '{}': cannot map the owner's region table", seg.name)};
+      o->table = static_cast<const std::atomic<uint64_t>*>(m);
+      o->table_bytes = bytes;
+      if (!o->self) {
+        // The pid named the owner throughout (not a reused number).
+        if (nvlink::processStartTime(pid) != start)
+          return {Code::kUnavailable, fmt::format("the owner of segment '{}', process {}, has exited", seg.name, pid)};
+        watcher_->add(o);
+      }
+      owners_[key] = o;
+      owner = std::move(o);
+    }
+  }
+
+  auto ref = std::make_shared<nvlink::PeerRef>();
+  ref->owner = owner;
+  ref->segment = seg.name;
+  ref->bufs.resize(seg.buffers.size());
+  for (size_t i = 0; i < seg.buffers.size(); ++i) {
+    const BufferDesc& bd = seg.buffers[i];
+    nvlink::BufferInfo& b = ref->bufs[i];
+    auto a = bd.attrs.find("nvlink");
+    if (memoryKindOf(bd.location) != kGpuMemory) {
+      b.why = fmt::format("it is {} memory", bd.location);
+      continue;
+    }
+    if (a == bd.attrs.end() || !a->is_object()) {
+      b.why = "its owner published no IPC handle for it";
+      continue;
+    }
+    if (auto e = a->find("error"); e != a->end() && e->is_string()) {
+      b.why = "its owner could not export it: " + e->get<std::string>();
+      continue;
+    }
+    std::string bus;
+    if (auto h = a->find("handle"); h == a->end() || !h->is_string() || !parseHex(h->get<std::string>(), b.handle) ||
+                                    !field(*a, "base", b.base) || !field(*a, "size", b.size) ||
+                                    !field(*a, "slot", b.slot) || !field(*a, "gen", b.gen)) {
+      b.why = fmt::format("malformed attrs.nvlink {}", a->dump());
+      continue;
+    }
+    if (auto bs = a->find("bus"); bs != a->end() && bs->is_string()) bus = bs->get<std::string>();
+    b.device = ordinalOfBus(bus);
+    if (b.device < 0) {
+      b.why = fmt::format("its GPU (PCI {}) is not visible to this process", bus.empty() ? "unknown" : bus);
+      continue;
+    }
+    if (bd.addr < b.base || bd.addr + bd.length > b.base + b.size) {
+      b.why = "its published allocation does not hold it";
+      continue;
+    }
+    b.exported = true;
+    if (auto m = owner->cached(b.handle)) ref->adopt(i, std::move(m));  // opened once, kept across descriptors
+  }
+  out = std::move(ref);
+  return Status::OK();
+}
+
+Status NvlinkTransport::workers(int device, std::vector<nvlink::StreamWorker*>& out) {
+  std::lock_guard lk(workers_mu_);
+  if (stopping_.load()) return {Code::kUnavailable, "nvlink transport is shutting down"};
+  auto it = workers_.find(device);
+  if (it == workers_.end()) {
+    std::vector<std::unique_ptr<nvlink::StreamWorker>> ws;
+    for (uint32_t i = 0; i < settings_.streams; ++i) {
+      auto w = std::make_unique<nvlink::StreamWorker>(device, settings_.stream_depth, counters_);
+      Status s = w->start();
+      if (!s.ok()) {
+        for (auto& o : ws) o->stop();
+        return s;
+      }
+      ws.push_back(std::move(w));
+    }
+    it = workers_.emplace(device, std::move(ws)).first;
+  }
+  out.clear();
+  for (auto& w : it->second) out.push_back(w.get());
+  return Status::OK();
+}
+
+Status NvlinkTransport::newSubBatch(size_t, std::unique_ptr<SubBatch>& out) {
+  out = std::make_unique<nvlink::SubBatchImpl>(this);
+  return Status::OK();
+}
+
+void NvlinkTransport::diagnose(TransportDiagnosis& out) const {
+  if (!installed_) return;
+  out.facts.emplace_back("GPUs", std::to_string(buses_.size()));
+  out.facts.emplace_back("streams per GPU", std::to_string(settings_.streams));
+  out.facts.emplace_back("stripe size", std::to_string(settings_.stripe_size));
+  out.facts.emplace_back("stream depth", std::to_string(settings_.stream_depth));
+  out.facts.emplace_back("peer liveness", "pidfd of the owner (kill(pid, 0) polled where pidfds are missing)");
+}
+
+Counters NvlinkTransport::stats() const {
+  if (!counters_) return {};
+  const nvlink::Counters& c = *counters_;
+  return {{"exported_regions", c.exported_regions.load()},
+          {"exported_allocations", c.exported_allocations.load()},
+          {"handles_opened", c.handles_opened.load()},
+          {"handles_closed", c.handles_closed.load()},
+          {"owner_deaths", c.owner_deaths.load()},
+          {"slices_completed", c.slices_completed.load()},
+          {"slices_failed", c.slices_failed.load()},
+          {"bytes", c.bytes.load()},
+          {"peer_copies", c.peer_copies.load()},
+          {"withdrawn_refusals", c.withdrawn_refusals.load()}};
+}
+
+std::unique_ptr<Transport> makeNvlinkTransport() { return std::make_unique<NvlinkTransport>(); }
+
+}  // namespace hawser

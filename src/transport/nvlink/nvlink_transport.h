@@ -1,0 +1,107 @@
+// The nvlink transport: GPU memory between processes of one host, through
+// CUDA IPC (cuIpcGetMemHandle / cuIpcOpenMemHandle), copied by the GPUs'
+// copy engines over NVLink (or PCIe where there is none). docs/nvlink.md.
+//
+// Owner (the segment's process): registering GPU memory exports one IPC
+// handle per allocation (cuMemGetAddressRange gives its base; several regions
+// of one allocation share the handle) and publishes it, with the region's
+// offset in it, under the buffer's attrs.nvlink. Each exported region also
+// holds a slot of a small shared table (a memfd) whose word says whether the
+// region is still registered: peers check it before every copy, so memory
+// the owner withdrew is refused even by a peer holding an old descriptor.
+// describe() publishes the pid, its start time and pid namespace (liveness)
+// and the table's fd.
+//
+// Peer (the initiator): per owner process, one Owner record: a pidfd that
+// says when the owner exits, and the owner's table mapped read-only. Each
+// allocation's handle is opened once (lazy peer access) in the context of
+// the GPU that holds it, on first use, and cached; it is closed when no
+// descriptor view lists it any more (the owner unregistered it) or as soon
+// as no copy uses it once the owner has exited. Copies run on
+// nvlink.streams streams per local GPU, each driven by its own thread;
+// tasks larger than nvlink.stripe_size are striped over the streams; each
+// copy completes through an event. Same GPU: cuMemcpyAsync; different GPUs:
+// cuMemcpyPeerAsync with both contexts. An owner in this very process is
+// addressed directly (no IPC).
+//
+// Files: nvlink_transport.cpp (install, export, peers, stats),
+// nvlink_peer.cpp (owners, opened handles, the liveness watcher),
+// nvlink_sub_batch.cpp (prepare, post, cancel, stream workers).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/transport.h"
+
+namespace hawser {
+
+namespace nvlink {
+class Exports;
+class Watcher;
+class StreamWorker;
+class SubBatchImpl;
+struct Counters;
+struct Owner;
+}  // namespace nvlink
+
+struct NvlinkSettings {
+  uint32_t streams = 4;             // nvlink.streams (per local GPU)
+  uint64_t stripe_size = 8ull << 20;  // nvlink.stripe_size
+  uint32_t stream_depth = 4;        // nvlink.stream_depth (copies queued per stream)
+};
+
+class NvlinkTransport final : public Transport {
+ public:
+  NvlinkTransport();
+  ~NvlinkTransport() override;
+
+  const char* name() const override { return "nvlink"; }
+  TransportCaps caps() const override;
+  // kNotSupported (with the driver's reason) where no CUDA driver is loaded.
+  Status install(const TransportContext& ctx) override;
+  void shutdown() override;
+  void describe(nlohmann::json& attrs) const override;
+  // Exports remote-accessible GPU regions; host memory is left alone.
+  Status registerMemory(void* addr, size_t length, const std::string& location, bool remote_accessible,
+                        nlohmann::json& attrs) override;
+  Status unregisterMemory(void* addr, size_t length) override;
+  Status openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) override;
+  Status newSubBatch(size_t task_capacity, std::unique_ptr<SubBatch>& out) override;
+  void diagnose(TransportDiagnosis& out) const override;
+  Counters stats() const override;
+
+  const NvlinkSettings& settings() const { return settings_; }
+  static Status loadSettings(const Config& config, NvlinkSettings& out);
+
+ private:
+  friend class nvlink::SubBatchImpl;
+  friend struct nvlink::Owner;
+  // The stream workers of local GPU `device`, started on first use.
+  Status workers(int device, std::vector<nvlink::StreamWorker*>& out);
+  // The local ordinal of the GPU with PCI bus id `bus` ("" or unknown: -1).
+  int ordinalOfBus(const std::string& bus) const;
+
+  NvlinkSettings settings_;
+  bool installed_ = false;
+  std::atomic<bool> stopping_{false};
+  MemoryRegistry* registry_ = nullptr;
+  std::vector<std::string> buses_;  // PCI bus id of each local GPU (lower case)
+  uint64_t start_time_ = 0;  // this process's (describe)
+  uint64_t pidns_ = 0;
+  std::shared_ptr<nvlink::Counters> counters_;
+  std::unique_ptr<nvlink::Exports> exports_;
+  std::shared_ptr<nvlink::Watcher> watcher_;
+  std::mutex workers_mu_;
+  std::map<int, std::vector<std::unique_ptr<nvlink::StreamWorker>>> workers_;
+  std::atomic<uint32_t> rr_{0};  // spreads tasks over a GPU's streams
+  std::mutex owners_mu_;
+  std::map<std::string, std::weak_ptr<nvlink::Owner>> owners_;  // "pid:start time:table fd" (one per engine)
+};
+
+}  // namespace hawser

@@ -1,0 +1,53 @@
+// The shared transport suite (integrity, bad input, peer failure) over the
+// nvlink transport: the initiator's buffers on GPU 0 of this process, the
+// target `hawser serve --location cuda:0`. As gpu_sim.* it runs against the
+// stand-in driver (whose IPC handles cross processes too); as gpu.* on a
+// host with a GPU; elsewhere every case is skipped with the reason.
+#include <dlfcn.h>
+
+#include "common/transport_suite.h"
+#include "gpu/gpu_env.h"
+
+namespace {
+
+using hawser::test::SuiteParam;
+using hawser::test::TransportSuite;
+
+bool simulated() {
+  const char* e = getenv("HAWSER_TEST_CUDA_DRIVER");
+  return e && *e;
+}
+
+// IPC mappings this process holds: the stand-in driver counts them; the real
+// one cannot tell (-1).
+int openedHandles() {
+  void* h = dlopen(hawser::test::testCudaDriverPath().c_str(), RTLD_NOW | RTLD_NOLOAD);
+  auto count = h ? reinterpret_cast<int (*)()>(dlsym(h, "hawserFakeCudaOpenedHandles")) : nullptr;
+  int n = count ? count() : -1;
+  if (h) dlclose(h);
+  const char* sim = getenv("HAWSER_TEST_CUDA_DRIVER");
+  EXPECT_TRUE(n >= 0 || !sim || !*sim) << "the stand-in driver's hawserFakeCudaOpenedHandles was not found";
+  return n;
+}
+
+SuiteParam nvlinkParam() {
+  SuiteParam p;
+  p.transport = "nvlink";
+  p.env = {"HAWSER_GPU_CUDA_DRIVER=" + hawser::test::testCudaDriverPath()};
+  p.skip = []() -> std::string {
+    const hawser::gpu::CudaDriver* d = hawser::test::testCudaDriver();
+    if (!d) return "no GPU on this host: " + hawser::gpu::CudaDriver::reason();
+    return "";
+  };
+  p.local_location = "cuda:0";
+  p.target_location = "cuda:0";
+  // A GPU copies 16 MiB in microseconds: keep far more in flight there so
+  // the target dies mid-batch.
+  p.kill_rounds = simulated() ? 8 : 1024;
+  p.open_handles = openedHandles;
+  return p;
+}
+
+}  // namespace
+
+INSTANTIATE_TEST_SUITE_P(Nvlink, TransportSuite, ::testing::Values(nvlinkParam()), hawser::test::suiteName);

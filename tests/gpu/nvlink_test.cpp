@@ -1,0 +1,302 @@
+// The nvlink transport's own behaviours (the shared suite is
+// nvlink_suite_test.cpp): GPU 0 -> GPU 1 across processes, an owner in this
+// very process, striping, host memory never taking nvlink, one handle per
+// allocation, handles closed once the owner withdraws a region, install
+// without a driver, and what doctor and bench say of it.
+#include <dlfcn.h>
+#include <signal.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "common/util.h"
+#include "engine/access.h"
+#include "gpu/gpu_env.h"
+#include "hawser/engine.h"
+#include "metadata/descriptor.h"
+
+namespace hawser::test {
+namespace {
+
+constexpr uint64_t kSeed = 777;
+
+std::vector<std::string> gpuEnv() { return {"HAWSER_GPU_CUDA_DRIVER=" + testCudaDriverPath()}; }
+std::string gpuEnvPrefix() { return "HAWSER_GPU_CUDA_DRIVER='" + testCudaDriverPath() + "' "; }
+
+EngineOptions gpuOptions(std::map<std::string, std::string> extra = {}) {
+  EngineOptions o;
+  o.config = gpuConfig();
+  for (auto& [k, v] : extra) o.config[k] = v;
+  return o;
+}
+
+uint64_t counter(const TransferEngine& e, const std::string& key) {
+  for (auto& t : e.stats().transports)
+    if (t.transport == "nvlink")
+      for (auto& [k, v] : t.counters)
+        if (k == key) return v;
+  return 0;
+}
+
+// IPC mappings this process holds (the stand-in driver counts them; -1 with
+// the real one).
+int openedHandles() {
+  void* h = dlopen(testCudaDriverPath().c_str(), RTLD_NOW | RTLD_NOLOAD);
+  auto count = h ? reinterpret_cast<int (*)()>(dlsym(h, "hawserFakeCudaOpenedHandles")) : nullptr;
+  int n = count ? count() : -1;
+  if (h) dlclose(h);
+  const char* sim = getenv("HAWSER_TEST_CUDA_DRIVER");
+  EXPECT_TRUE(n >= 0 || !sim || !*sim) << "the stand-in driver's hawserFakeCudaOpenedHandles was not found";
+  return n;
+}
+
+// `hawser serve` with its memory on a GPU, filled with pattern(kSeed).
+struct Served {
+  bool start(const std::string& location, size_t bytes) {
+    if (!child.start({"serve", "--listen", "127.0.0.1:0", "--memory", std::to_string(bytes), "--fill-seed",
+                      std::to_string(kSeed), "--location", location},
+                     gpuEnv()))
+      return false;
+    std::string seg = child.waitFor("segment: ", 20000);
+    std::string mem = child.waitFor("memory: ", 20000);
+    if (seg.empty() || mem.empty() || child.waitFor("ready", 20000).empty()) return false;
+    segment = seg.substr(9);
+    base = std::stoull(mem.substr(8), nullptr, 16);
+    return true;
+  }
+  Child child;
+  std::string segment;
+  uint64_t base = 0;
+};
+
+nlohmann::json lastJsonLine(const std::string& out) {
+  auto end = out.find_last_not_of('\n');
+  if (end == std::string::npos) return {};
+  auto begin = out.rfind('\n', end);
+  return nlohmann::json::parse(out.substr(begin == std::string::npos ? 0 : begin + 1, end + 1), nullptr, false);
+}
+
+TEST(nvlink, gpu0_to_gpu1_across_processes_moves_every_byte_through_peer_copies) {
+  HAWSER_REQUIRE_GPU(2);
+  Served t;
+  ASSERT_TRUE(t.start("cuda:0", 64 << 20));
+  TransferEngine e;
+  ASSERT_TRUE(e.init("p2p", "nvlink-gpu1", "127.0.0.1", 0, gpuOptions()).ok());
+  DeviceBuffer local(1, 16 << 20), back(1, 16 << 20);
+  ASSERT_TRUE(e.registerLocalMemory(local.data(), local.size()).ok());
+  ASSERT_TRUE(e.registerLocalMemory(back.data(), back.size()).ok());
+  SegmentID seg;
+  ASSERT_TRUE(e.openSegment(t.segment, seg).ok());
+  RouteExplanation route;
+  ASSERT_TRUE(e.explainRoute(seg, "cuda:1", route).ok());
+  EXPECT_EQ(route.transport, "nvlink") << route.why;
+
+  // GPU 0 of the target -> GPU 1 here, unaligned, several stripes.
+  const uint64_t off = 4099, len = (10u << 20) + 777;
+  local.fill(0);
+  std::vector<TransferStatus> st;
+  Status s = e.transferSync({{OpCode::kRead, local.data() + 13, seg, t.base + off, len}}, std::chrono::seconds(30), &st);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  std::vector<char> got = local.download(13, len);
+  EXPECT_EQ(checkPattern(got.data(), got.size(), kSeed, off), -1);
+  EXPECT_EQ(local.download(0, 13), std::vector<char>(13, 0)) << "bytes before the range untouched";
+  // GPU 1 -> GPU 0 and back again.
+  std::vector<char> pattern(len);
+  fillPattern(pattern.data(), len, 5);
+  local.upload(pattern, 13);
+  s = e.transferSync({{OpCode::kWrite, local.data() + 13, seg, t.base + 8192, len}}, std::chrono::seconds(30), &st);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  s = e.transferSync({{OpCode::kRead, back.data(), seg, t.base + 8192, len}}, std::chrono::seconds(30), &st);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  std::vector<char> wrote = back.download(0, len);
+  EXPECT_EQ(checkPattern(wrote.data(), wrote.size(), 5), -1);
+
+  EXPECT_GT(counter(e, "peer_copies"), 0u) << "GPU 1 <-> GPU 0 goes through peer copies";
+  EXPECT_EQ(counter(e, "handles_opened"), 1u) << "one allocation, opened once, whatever the number of copies";
+  EXPECT_EQ(counter(e, "slices_failed"), 0u);
+  (void)e.unregisterLocalMemory(local.data());
+  (void)e.unregisterLocalMemory(back.data());
+}
+
+TEST(nvlink, an_owner_in_this_process_is_addressed_directly_and_large_tasks_are_striped) {
+  HAWSER_REQUIRE_GPU(1);
+  const int last = gpu::CudaDriver::get()->deviceCount() - 1;
+  TransferEngine target, init;
+  ASSERT_TRUE(target.init("p2p", "nvlink-self-t", "127.0.0.1", 0, gpuOptions()).ok());
+  ASSERT_TRUE(init.init("p2p", "nvlink-self-i", "127.0.0.1", 0, gpuOptions({{"nvlink.stripe_size", "1M"}})).ok());
+  DeviceBuffer src(0, 12 << 20), dst(last, 12 << 20);
+  std::vector<char> pattern(src.size());
+  fillPattern(pattern.data(), pattern.size(), 9);
+  src.upload(pattern);
+  dst.fill(0);
+  ASSERT_TRUE(target.registerLocalMemory(src.data(), src.size()).ok());
+  ASSERT_TRUE(init.registerLocalMemory(dst.data(), dst.size()).ok());
+  SegmentID seg;
+  ASSERT_TRUE(init.openSegment(target.segmentName(), seg).ok());
+  const uint64_t len = (10u << 20) + 5;
+  const uint64_t before = counter(init, "slices_completed");
+  Status s = init.transferSync({{OpCode::kRead, dst.data(), seg, reinterpret_cast<uint64_t>(src.data()) + 3, len}},
+                               std::chrono::seconds(30));
+  ASSERT_TRUE(s.ok()) << s.toString();
+  std::vector<char> got = dst.download(0, len);
+  EXPECT_EQ(checkPattern(got.data(), len, 9, 3), -1);
+  EXPECT_EQ(counter(init, "slices_completed") - before, 11u) << "10 MiB + 5 in stripes of 1 MiB";
+  EXPECT_EQ(counter(init, "handles_opened"), 0u) << "an owner in this process needs no IPC handle";
+  (void)init.unregisterLocalMemory(dst.data());
+  (void)target.unregisterLocalMemory(src.data());
+}
+
+TEST(nvlink, host_memory_at_either_end_never_takes_nvlink) {
+  HAWSER_REQUIRE_GPU(1);
+  TransferEngine target, init;
+  ASSERT_TRUE(target.init("p2p", "nvlink-host-t", "127.0.0.1", 0, gpuOptions()).ok());
+  ASSERT_TRUE(init.init("p2p", "nvlink-host-i", "127.0.0.1", 0, gpuOptions()).ok());
+  Buffer host_remote(1 << 20), host_local(1 << 20);
+  DeviceBuffer gpu_remote(0, 1 << 20), gpu_local(0, 1 << 20);
+  ASSERT_TRUE(target.registerLocalMemory(host_remote.p, host_remote.n).ok());
+  ASSERT_TRUE(target.registerLocalMemory(gpu_remote.data(), gpu_remote.size()).ok());
+  ASSERT_TRUE(init.registerLocalMemory(host_local.p, host_local.n).ok());
+  ASSERT_TRUE(init.registerLocalMemory(gpu_local.data(), gpu_local.size()).ok());
+  SegmentID seg;
+  ASSERT_TRUE(init.openSegment(target.segmentName(), seg).ok());
+  const auto hr = reinterpret_cast<uint64_t>(host_remote.p), gr = reinterpret_cast<uint64_t>(gpu_remote.data());
+  struct Case {
+    char* local;
+    uint64_t remote;
+    const char* why;
+  } cases[] = {{gpu_local.data(), hr, "nvlink: does not move remote host memory"},
+               {host_local.p, gr, "nvlink: does not move local host memory"},
+               {host_local.p, hr, "nvlink: does not move local host memory"}};
+  for (auto& c : cases) {
+    const uint64_t moved = counter(init, "slices_completed") + counter(init, "slices_failed");
+    Status submit;
+    auto st = runBatch(init, seg, {{OpCode::kRead, c.local, seg, c.remote, 4096}}, 10000, &submit);
+    if (!submit.ok()) {
+      EXPECT_NE(submit.message().find(c.why), std::string::npos) << submit.toString();
+    }
+    EXPECT_EQ(counter(init, "slices_completed") + counter(init, "slices_failed"), moved) << c.why;
+  }
+  RouteExplanation r;
+  ASSERT_TRUE(init.explainRoute(seg, "cpu:0", r).ok());
+  EXPECT_NE(r.transport, "nvlink") << r.why;
+  ASSERT_TRUE(init.explainRoute(seg, "cuda:0", r).ok());
+  EXPECT_EQ(r.transport, "nvlink") << r.why;
+}
+
+TEST(nvlink, regions_sharing_an_allocation_publish_one_handle_with_their_offsets) {
+  HAWSER_REQUIRE_GPU(1);
+  TransferEngine owner;
+  ASSERT_TRUE(owner.init("p2p", "nvlink-share", "127.0.0.1", 0, gpuOptions()).ok());
+  DeviceBuffer g(0, 4 << 20);  // one allocation, as a caching allocator hands out pieces of one
+  ASSERT_TRUE(owner.registerLocalMemory(g.data() + 4096, 1 << 20).ok());
+  ASSERT_TRUE(owner.registerLocalMemory(g.data() + (2 << 20), 1 << 20).ok());
+  SegmentDesc d = detail::EngineAccess::of(owner).localDescriptor();
+  ASSERT_EQ(d.buffers.size(), 2u);
+  const auto& a = d.buffers[0].attrs["nvlink"];
+  const auto& b = d.buffers[1].attrs["nvlink"];
+  ASSERT_TRUE(a.is_object() && b.is_object()) << d.buffers[0].attrs.dump();
+  EXPECT_EQ(a["handle"], b["handle"]);
+  EXPECT_EQ(a["base"].get<uint64_t>(), reinterpret_cast<uint64_t>(g.data()));
+  EXPECT_EQ(a["base"], b["base"]);
+  EXPECT_EQ(a["offset"].get<uint64_t>(), 4096u);
+  EXPECT_EQ(b["offset"].get<uint64_t>(), 2u << 20);
+  EXPECT_EQ(counter(owner, "exported_regions"), 2u);
+  EXPECT_EQ(counter(owner, "exported_allocations"), 1u);
+  ASSERT_TRUE(owner.unregisterLocalMemory(g.data() + 4096).ok());
+  EXPECT_EQ(counter(owner, "exported_allocations"), 1u);
+  ASSERT_TRUE(owner.unregisterLocalMemory(g.data() + (2 << 20)).ok());
+  EXPECT_EQ(counter(owner, "exported_regions"), 0u);
+  EXPECT_EQ(counter(owner, "exported_allocations"), 0u);
+}
+
+TEST(nvlink, a_withdrawn_region_is_refused_and_its_handle_closed_once_the_descriptor_drops_it) {
+  HAWSER_REQUIRE_GPU(1);
+  Served t;
+  ASSERT_TRUE(t.start("cuda:0", 16 << 20));
+  TransferEngine e;
+  ASSERT_TRUE(e.init("p2p", "nvlink-withdraw", "127.0.0.1", 0, gpuOptions()).ok());
+  DeviceBuffer local(0, 1 << 20);
+  ASSERT_TRUE(e.registerLocalMemory(local.data(), local.size()).ok());
+  SegmentID seg;
+  ASSERT_TRUE(e.openSegment(t.segment, seg).ok());
+  Status s = e.transferSync({{OpCode::kRead, local.data(), seg, t.base, 65536}}, std::chrono::seconds(30));
+  ASSERT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(counter(e, "handles_opened"), 1u);
+  const int mapped = openedHandles();
+  if (mapped >= 0) {
+    EXPECT_EQ(mapped, 1);
+  }
+
+  t.child.kill(SIGUSR1);
+  ASSERT_FALSE(t.child.waitFor("withdrawn").empty());
+  // Until the change notice arrives a request fails in flight (the owner's
+  // table says withdrawn); then the engine refuses it at submit.
+  ASSERT_TRUE(eventually([&] {
+    Status submit;
+    auto st = runBatch(e, seg, {{OpCode::kRead, local.data(), seg, t.base, 4096}}, 10000, &submit);
+    if (submit.ok()) {
+      EXPECT_EQ(st[0].error.code(), Code::kOutOfRange) << st[0].error.toString();
+    }
+    return submit.code() == Code::kOutOfRange;
+  })) << "the refreshed descriptor still lists the withdrawn region";
+  EXPECT_TRUE(eventually([&] { return counter(e, "handles_closed") == counter(e, "handles_opened"); }))
+      << "the handle of a region no descriptor lists stays open";
+  if (mapped >= 0) {
+    EXPECT_TRUE(eventually([] { return openedHandles() == 0; })) << openedHandles();
+  }
+}
+
+TEST(nvlink, without_a_cuda_driver_it_is_not_installed_and_doctor_says_why) {
+  std::string out;
+  int rc = sh("HAWSER_GPU_CUDA_DRIVER=/nonexistent/libcuda.so.1 " + hawserBin() + " doctor --json", &out);
+  ASSERT_EQ(rc, 0) << out;
+  nlohmann::json j = lastJsonLine(out);
+  ASSERT_TRUE(j.is_object()) << out;
+  bool found = false;
+  for (auto& t : j["transports"]) {
+    if (t["name"] != "nvlink") continue;
+    found = true;
+    EXPECT_FALSE(t["installed"].get<bool>());
+    EXPECT_NE(t["reason"].get<std::string>().find("CUDA driver"), std::string::npos) << t.dump();
+    EXPECT_EQ(t["cost_rank"].get<int>(), 10);
+  }
+  EXPECT_TRUE(found) << "doctor lists no nvlink transport: " << out;
+}
+
+TEST(nvlink, doctor_says_gpu_memory_to_a_gpu_peer_takes_nvlink_and_why) {
+  HAWSER_REQUIRE_GPU(1);
+  Served t;
+  ASSERT_TRUE(t.start("cuda:0", 16 << 20));
+  std::string out;
+  int rc = sh(gpuEnvPrefix() + hawserBin() + " doctor --json --peer " + t.segment, &out);
+  ASSERT_EQ(rc, 0) << out;
+  nlohmann::json j = lastJsonLine(out);
+  ASSERT_TRUE(j.is_object()) << out;
+  auto& routes = j["peer"]["routes"];
+  EXPECT_EQ(routes["cuda:0"]["transport"], "nvlink") << routes.dump();
+  EXPECT_NE(routes["cuda:0"]["why"].get<std::string>().find("nvlink (rank 10)"), std::string::npos) << routes.dump();
+  EXPECT_NE(routes["cuda:0"]["why"].get<std::string>().find("GPU memory"), std::string::npos) << routes.dump();
+  EXPECT_NE(routes["cpu:0"]["transport"], "nvlink") << routes.dump();
+  EXPECT_NE(routes["cpu:0"]["why"].get<std::string>().find("nvlink: does not move local host memory"),
+            std::string::npos)
+      << routes.dump();
+}
+
+TEST(nvlink, bench_json_names_nvlink_as_the_transport_that_carried_the_data) {
+  HAWSER_REQUIRE_GPU(1);
+  const int last = gpu::CudaDriver::get()->deviceCount() - 1;
+  Served t;
+  ASSERT_TRUE(t.start("cuda:0", 64 << 20));
+  std::string out;
+  int rc = sh(gpuEnvPrefix() + hawserBin() + " bench --target " + t.segment + " --local-location cuda:" +
+                  std::to_string(last) + " --op read --block-size 1M --batch-size 4 --threads 1 --total 32M --json",
+              &out);
+  ASSERT_EQ(rc, 0) << out;
+  nlohmann::json j = lastJsonLine(out);
+  ASSERT_TRUE(j.is_object()) << out;
+  EXPECT_EQ(j["transports"], nlohmann::json::array({"nvlink"})) << j.dump();
+  EXPECT_TRUE(j["verified"].get<bool>()) << out;
+}
+
+}  // namespace
+}  // namespace hawser::test
