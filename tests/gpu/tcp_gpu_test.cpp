@@ -112,6 +112,8 @@ struct Ends {
   const char* name;
 };
 
+void PrintTo(const Ends& e, std::ostream* os) { *os << e.name; }
+
 class tcp_gpu_ends : public ::testing::TestWithParam<Ends> {};
 
 // Unaligned offsets and lengths, from one byte to several MiB (dozens of
