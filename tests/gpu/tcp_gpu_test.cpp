@@ -131,6 +131,10 @@ TEST_P(tcp_gpu_ends, reads_bring_every_byte_of_the_target) {
   ASSERT_TRUE(in.status.ok()) << in.status.toString();
   SegmentID seg;
   ASSERT_TRUE(in.open(t, seg).ok());
+  // With the driver loaded, tcp claims GPU memory at this end.
+  RouteExplanation route;
+  ASSERT_TRUE(in.engine.explainRoute(seg, ends.local_gpu ? "cuda:0" : "cpu:0", route).ok());
+  EXPECT_EQ(route.transport, "tcp") << route.why;
   Local local(in.engine, ends.local_gpu, 8u << 20);
   ASSERT_TRUE(local.registered().ok()) << local.registered().toString();
   // Each range to an odd local address.
