@@ -234,7 +234,7 @@ TEST(tcp_gpu, peer_killed_mid_gpu_transfer_fails_the_tasks_and_frees_every_stagi
     reqs.push_back({OpCode::kWrite, local.data() + i * chunk, seg, t.base + ((i + 1) % 4) * chunk, chunk});
   }
   BatchID b;
-  const int rounds = 16;  // far more than gets through before the kill
+  const int rounds = 32;  // far more than gets through before the kill
   ASSERT_TRUE(in.engine.allocateBatchID(reqs.size() * rounds, b).ok());
   for (int r = 0; r < rounds; ++r) ASSERT_TRUE(in.engine.submitTransfer(b, reqs).ok());
   TransferStatus progress;
@@ -269,6 +269,56 @@ TEST(tcp_gpu, peer_killed_mid_gpu_transfer_fails_the_tasks_and_frees_every_stagi
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
   auto got = local.get(3, chunk);
   EXPECT_EQ(checkPattern(got.data(), got.size(), kSeed, 11), -1);
+  EXPECT_EQ(tcpCounter(in.engine, "gpu_staging_inflight"), 0u);
+}
+
+// Canceling a batch of GPU slices mid-transfer: the queued ones end
+// CANCELED, every staging slot comes back, and no copy of the batch touches
+// the GPU buffer once the tasks are terminal.
+TEST(tcp_gpu, cancel_mid_gpu_transfer_frees_every_staging_slot_and_no_copy_lands_later) {
+  HAWSER_REQUIRE_GPU(1);
+  const size_t chunk = 8u << 20;
+  Target t(true, 4 * chunk);
+  ASSERT_TRUE(t.ok()) << "hawser serve did not start";
+  Initiator in;
+  ASSERT_TRUE(in.status.ok()) << in.status.toString();
+  SegmentID seg;
+  ASSERT_TRUE(in.open(t, seg).ok());
+  Local local(in.engine, true, 5 * chunk);  // 4 chunks the batch reads into, 1 for the check after
+  ASSERT_TRUE(local.registered().ok());
+  std::vector<TransferRequest> reqs;
+  for (size_t i = 0; i < 4; ++i)
+    reqs.push_back({OpCode::kRead, local.data() + i * chunk, seg, t.base + i * chunk, chunk});
+  const int rounds = 32;
+  BatchID b;
+  ASSERT_TRUE(in.engine.allocateBatchID(reqs.size() * rounds, b).ok());
+  for (int r = 0; r < rounds; ++r) ASSERT_TRUE(in.engine.submitTransfer(b, reqs).ok());
+  TransferStatus progress;
+  ASSERT_TRUE(eventually([&] {
+    return in.engine.getBatchTransferStatus(b, progress).ok() && progress.transferred_bytes > 0;
+  })) << "the target served no byte of the batch";
+  ASSERT_EQ(progress.s, TransferState::kPending) << "the batch ended before it could be canceled";
+  ASSERT_TRUE(in.engine.cancelTransfer(b).ok());
+  ASSERT_TRUE(in.engine.waitTransfer(b, std::chrono::seconds(60)).ok());
+  size_t canceled = 0;
+  for (size_t i = 0; i < reqs.size() * rounds; ++i) {
+    TransferStatus st;
+    ASSERT_TRUE(in.engine.getTransferStatus(b, i, st).ok());
+    ASSERT_TRUE(isTerminal(st.s)) << i;
+    canceled += st.s == TransferState::kCanceled;
+  }
+  EXPECT_GT(canceled, 0u);
+  EXPECT_EQ(tcpCounter(in.engine, "gpu_staging_inflight"), 0u) << "staging slots still held";
+  EXPECT_TRUE(in.engine.freeBatchID(b).ok());
+  // A pattern put into the batch's buffer now must survive a fresh transfer
+  // (no copy of the canceled batch is left to overwrite it).
+  local.put(0, pattern(4 * chunk, 777, 0));
+  auto st = runBatch(in.engine, seg, {{OpCode::kRead, local.data() + 4 * chunk, seg, t.base + 5, chunk}}, 60000);
+  ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+  auto fresh = local.get(4 * chunk, chunk);
+  EXPECT_EQ(checkPattern(fresh.data(), fresh.size(), kSeed, 5), -1);
+  auto kept = local.get(0, 4 * chunk);
+  EXPECT_EQ(checkPattern(kept.data(), kept.size(), 777, 0), -1) << "a copy of the canceled batch landed late";
   EXPECT_EQ(tcpCounter(in.engine, "gpu_staging_inflight"), 0u);
 }
 
