@@ -9,8 +9,8 @@
 # the median GB/s (10^9 bytes/s) of each and the ratio GPU / host of the
 # same rounds (interleaving makes a busy machine's load hit both alike), and
 # the GPU staging counters of the GPU runs (proof the staging path ran).
-# Data is verified in every run. tcp is forced (HAWSER_TRANSPORT=tcp): on a
-# host with RDMA NICs rdma would carry the data otherwise.
+# Data is verified in every run. Only tcp runs (HAWSER_TRANSPORT=tcp, and
+# rdma not installed): on a host with RDMA NICs rdma would carry the data.
 #
 # Needs a GPU: exits 1 with the reason when `hawser serve --location cuda:0`
 # cannot start. HAWSER_GPU_CUDA_DRIVER picks the CUDA driver (the stand-in
@@ -51,6 +51,9 @@ THREADS=${THREADS:-2}
 DURATION=${DURATION:-3}
 REPEAT=${REPEAT:-3}
 export HAWSER_TRANSPORT=tcp
+# rdma left out altogether (it would register the GPU memory too, and fail
+# where the NICs cannot reach GPU memory); set HAWSER_RDMA_VERBS_LIB to keep it.
+export HAWSER_RDMA_VERBS_LIB=${HAWSER_RDMA_VERBS_LIB:-/nonexistent/libibverbs.so.1}
 
 work=$(mktemp -d /tmp/hawser-tcp-gpu-bench-XXXXXX)
 pids=()
