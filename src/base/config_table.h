@@ -108,7 +108,8 @@ inline constexpr Knob kKnobs[] = {
   {"tcp.max_frame", "HAWSER_TCP_MAX_FRAME", KnobType::kSize, "64M", 4 * knob_detail::K, knob_detail::G, {},
    "largest payload the target accepts; published to peers"},
   {"tcp.gpu_staging_buffers", "HAWSER_TCP_GPU_STAGING_BUFFERS", KnobType::kInt, "16", 2, 4096, {},
-   "pinned staging slots per engine for GPU memory over TCP (each tcp.slice_size bytes)"},
+   "pinned staging slots of tcp.slice_size bytes for GPU memory, per side: the target's, and the initiator's "
+   "(shared out among tcp.io_threads, at least 2 each)"},
   // ---- rdma ---------------------------------------------------------------------------------------------------------
   {"rdma.verbs_lib", "HAWSER_RDMA_VERBS_LIB", KnobType::kString, "libibverbs.so.1", 0, 0, {},
    "verbs library loaded at run time"},

@@ -11,9 +11,10 @@ using json = nlohmann::json;
 
 namespace {
 
-json doctor(const std::string& args) {
+// `env`: "KEY=VALUE ..." for the doctor process.
+json doctor(const std::string& args, const std::string& env = "") {
   std::string out;
-  int rc = sh(hawserBin() + " doctor --json " + args, &out);
+  int rc = sh(env + " " + hawserBin() + " doctor --json " + args, &out);
   EXPECT_EQ(rc, 0) << out;
   auto nl = out.find_last_of('\n', out.size() >= 2 ? out.size() - 2 : 0);
   return json::parse(nl == std::string::npos ? out : out.substr(nl + 1));
@@ -59,7 +60,8 @@ TEST(Doctor, for_a_peer_it_names_the_transport_each_memory_kind_would_take_and_w
   std::string seg = serve.waitFor("segment: ");
   ASSERT_FALSE(seg.empty());
   ASSERT_FALSE(serve.waitFor("ready").empty());
-  json j = doctor("--peer " + seg.substr(9));
+  // No CUDA driver in the doctor (even on a GPU host): GPU memory has no route.
+  json j = doctor("--peer " + seg.substr(9), "HAWSER_GPU_CUDA_DRIVER=/nonexistent/libcuda.so.1");
   ASSERT_TRUE(j.contains("peer")) << j.dump();
   auto& routes = j["peer"]["routes"];
   // Host memory: rdma is not installed here (no NIC) or not reachable, so tcp.

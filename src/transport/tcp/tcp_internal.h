@@ -7,13 +7,17 @@
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <map>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "base/registry.h"
 #include "base/transport.h"
+#include "gpu/copy_stream.h"
+#include "gpu/pinned_buffers.h"
 #include "rpc/socket.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/tcp/tcp_wire.h"
@@ -23,6 +27,30 @@ namespace hawser::tcp {
 using Clock = std::chrono::steady_clock;
 
 inline constexpr size_t kMaxIoThreads = 16;  // tcp.io_threads upper bound
+
+// Regions registered as GPU memory ("cuda:N"), for both sides: the
+// initiator stages slices whose local buffer lies in one, the target stages
+// requests addressed to one.
+class GpuRegions {
+ public:
+  void add(uint64_t addr, uint64_t len, int device);
+  void remove(uint64_t addr);
+  bool empty() const { return count_.load(std::memory_order_acquire) == 0; }
+  // The GPU of the region that holds `addr`, or -1 (host memory).
+  int deviceOf(uint64_t addr) const;
+
+ private:
+  struct Range {
+    uint64_t len;
+    int device;
+  };
+  std::atomic<size_t> count_{0};
+  mutable std::shared_mutex mu_;
+  std::map<uint64_t, Range> regions_;
+};
+
+// "cuda:N" -> N; -1 for any other location.
+int cudaOrdinal(const std::string& location);
 
 // ---- initiator ---------------------------------------------------------------
 
@@ -46,8 +74,17 @@ struct Slice {
   SubBatchImpl* sb = nullptr;
   Conn* conn = nullptr;
   char* local = nullptr;  // the user's buffer for this slice
+  char* buf = nullptr;    // what the socket reads/writes: `local`, or a staging slot (GPU memory)
   uint32_t len = 0;
   bool is_read = false;
+  // GPU memory (docs/tcp.md "GPU memory"): the local buffer's GPU (-1: host
+  // memory), the staging slot held (-1: none), the ticket of its copy on the
+  // io thread's stream for that GPU.
+  int16_t gpu = -1;
+  bool staged = false;  // a write whose GPU->staging copy was issued: committed before the socket sees it
+  bool waited = false;  // counted once in gpu_staging_waits
+  int32_t slot = -1;
+  uint64_t ticket = 0;
   std::atomic<uint8_t> state{kSlicePrepared};
   WireHeader hdr;  // the request header, sent from here
 };
@@ -114,11 +151,13 @@ struct Peer {
 // The engine's handle on one peer: decoded once per descriptor.
 class PeerRef final : public PeerHandle {
  public:
-  PeerRef(TcpTransport* owner, Peer* peer, uint64_t slice) : owner(owner), peer(peer), slice(slice) {}
+  PeerRef(TcpTransport* owner, Peer* peer, uint64_t slice, bool gpu)
+      : owner(owner), peer(peer), slice(slice), gpu(gpu) {}
   ~PeerRef() override;
   TcpTransport* const owner;
   Peer* const peer;
   const uint64_t slice;  // slice size: ours, capped by the peer's max_frame
+  const bool gpu;        // the peer's target serves its GPU memory (descriptor "gpu": true)
 };
 
 enum class ConnState : uint8_t { kDisconnected, kConnecting, kConnected };
@@ -164,12 +203,17 @@ struct InitiatorCounters {
   std::atomic<uint64_t> connection_failures{0};
   std::atomic<uint64_t> slices_completed{0};
   std::atomic<uint64_t> slices_failed{0};
+  std::atomic<uint64_t> gpu_to_device{0};    // read bytes copied staging -> GPU
+  std::atomic<uint64_t> gpu_from_device{0};  // write bytes copied GPU -> staging
+  std::atomic<uint64_t> staging_waits{0};    // GPU slices that found no free staging slot
+  std::atomic<int64_t> staging_in_use{0};    // staging slots held now
 };
 
 // One epoll thread driving a set of connections.
 class IoThread {
  public:
-  IoThread(const TcpSettings& settings, InitiatorCounters* counters);
+  // `staging_slots`: this thread's share of tcp.gpu_staging_buffers.
+  IoThread(const TcpSettings& settings, InitiatorCounters* counters, size_t staging_slots);
   ~IoThread();
   Status start();
   // Stops the loop, joins connector threads, fails every slice still held.
@@ -212,7 +256,35 @@ class IoThread {
   void failConn(Conn* c, const Status& why, bool failure = true);
   void failList(SliceList& l, bool committed, const Status& why);
   void dropCanceled(Slice* s);
+  // Last touch of a slice: frees its staging slot, completes it.
+  void finishSlice(Slice* s, bool ok, const Status& why);
   int checkTimeouts();  // epoll timeout to use (ms, -1 = none)
+
+  // GPU memory (tcp_gpu.cpp): slices whose local buffer is GPU memory wait
+  // in slot_wait_ for a staging slot; a write then copies GPU -> slot and
+  // joins its connection's unsent list once that copy is done; a read is
+  // sent at once, receives into its slot, and completes once its
+  // slot -> GPU copy is done.
+  struct Lane {
+    int device = 0;
+    std::unique_ptr<gpu::CopyStream> stream;
+    SliceList copying;  // copies in flight on `stream`, in issue order
+  };
+  void pumpStaging();                 // finished copies on; free slots to waiting slices
+  void finishPayload(Conn* c);        // the front read's payload has arrived
+  bool copiesPending() const;
+  void waitOneCopy();                 // blocks until the oldest copy of one GPU is done
+  Lane* lane(int device, Status& why);
+  void releaseStaging(Slice* s);
+  void failWaiting(Conn* c, const Status& why);  // the slices of `c` still waiting for a slot FAIL
+  void failStaging(const Status& why);  // shutdown: everything staged FAILS
+  void markReady(Conn* c);
+
+  const size_t staging_slots_;
+  std::unique_ptr<gpu::PinnedBuffers> staging_;  // created at the first GPU slice
+  std::vector<std::unique_ptr<Lane>> lanes_;      // destroyed first: their streams sync
+  SliceList slot_wait_;
+  std::vector<Conn*> ready_;  // scratch of pumpStaging
 
   const TcpSettings& settings_;
   InitiatorCounters* counters_;
@@ -253,24 +325,24 @@ struct TargetState {
   std::atomic<uint64_t> connections{0};
   std::atomic<uint64_t> open_connections{0};
 
+  // GPU memory: requests for it go through pinned staging slots shared by
+  // every data connection (docs/tcp.md "GPU memory").
+  std::shared_ptr<GpuRegions> gpu;
+  uint64_t slot_size = 0;      // tcp.slice_size
+  size_t staging_count = 0;    // tcp.gpu_staging_buffers
+  std::atomic<uint64_t> gpu_to_device{0};    // written bytes copied staging -> GPU
+  std::atomic<uint64_t> gpu_from_device{0};  // read bytes copied GPU -> staging
+  std::atomic<uint64_t> staging_waits{0};
+  std::atomic<int64_t> staging_in_use{0};
+  // The staging slots, created at the first GPU request.
+  Status staging(gpu::PinnedBuffers*& out);
+
   void serve(net::Fd fd);
   void stop();
 
-  // Regions registered with a non-host location (GPU memory): never served,
-  // since the target would hand a device pointer to the socket.
-  void addNonHost(uint64_t addr, uint64_t len, const std::string& location);
-  void removeNonHost(uint64_t addr);
-  // OK, or kNotSupported naming the region when [addr, addr+len) touches one.
-  Status checkHost(uint64_t addr, uint64_t len);
-
  private:
-  struct NonHost {
-    uint64_t addr, len;
-    std::string location;
-  };
-  std::atomic<size_t> non_host_count_{0};
-  std::mutex non_host_mu_;
-  std::vector<NonHost> non_host_;
+  std::mutex staging_mu_;
+  std::unique_ptr<gpu::PinnedBuffers> staging_;
 
   std::mutex mu_;
   std::vector<int> fds_;  // connections being served (shut down by stop())

@@ -27,8 +27,8 @@ constexpr int kMaxEvents = 64;
 constexpr size_t kMaxControlAhead = 64;  // response headers read ahead in one recv
 }  // namespace
 
-IoThread::IoThread(const TcpSettings& settings, InitiatorCounters* counters)
-    : settings_(settings), counters_(counters) {}
+IoThread::IoThread(const TcpSettings& settings, InitiatorCounters* counters, size_t staging_slots)
+    : settings_(settings), counters_(counters), staging_slots_(staging_slots) {}
 
 IoThread::~IoThread() {
   stop();
@@ -109,7 +109,12 @@ void IoThread::run() {
       if (purge_epoch_.load() != purge_seen_) purge();
       closeIdle();
     }
+    pumpStaging();
     int wait_ms = checkTimeouts();
+    // GPU copies complete without an fd to wake us: look at them again
+    // right after the sockets (and wait for one if the sockets are quiet).
+    const bool copying = copiesPending();
+    if (copying) wait_ms = 0;
 
     // Sleep protocol (pairs with wake()): announce, then re-check the inputs.
     sleeping_.store(true);
@@ -138,6 +143,7 @@ void IoThread::run() {
       if (e & (EPOLLOUT | EPOLLERR | EPOLLHUP)) c->writable = true;
       doSend(c);
     }
+    if (copying && n == 0) waitOneCopy();
   }
 
   // Shutting down: no new connects; wait for the attempts in progress (each
@@ -155,6 +161,7 @@ void IoThread::run() {
     failList(c->unsent, false, why);
     c->state = ConnState::kDisconnected;
   }
+  failStaging(why);
 }
 
 void IoThread::drainInbox() {
@@ -175,6 +182,12 @@ void IoThread::drainInbox() {
     if (!c->known) {
       c->known = true;
       conns_.push_back(c);
+    }
+    if (s->gpu >= 0) {  // GPU memory: a staging slot first (pumpStaging)
+      c->close_idle.store(false, std::memory_order_relaxed);
+      slot_wait_.push(s);
+      s = next;
+      continue;
     }
     c->unsent.push(s);
     c->close_idle.store(false, std::memory_order_relaxed);
@@ -239,8 +252,9 @@ void IoThread::drainConnectResults() {
       counters_->connect_failures.fetch_add(1, std::memory_order_relaxed);
       c->state = ConnState::kDisconnected;
       HLOG_WARN("tcp: data connection {} to {}: {}", c->index, c->peer->name, s.toString());
-      failList(c->unsent, false,
-               Status(s.code(), fmt::format("tcp: cannot connect to {}: {}", c->peer->name, s.message())));
+      Status why(s.code(), fmt::format("tcp: cannot connect to {}: {}", c->peer->name, s.message()));
+      failList(c->unsent, false, why);
+      failWaiting(c, why);
       continue;
     }
     counters_->connects.fetch_add(1, std::memory_order_relaxed);
@@ -260,14 +274,16 @@ void IoThread::drainConnectResults() {
 void IoThread::purge() {
   const uint64_t epoch = purge_epoch_.load();
   purge_seen_ = epoch;
-  for (Conn* c : conns_) {
+  auto sweep = [this](SliceList& l) {
     SliceList keep;
-    while (Slice* s = c->unsent.pop()) {
+    while (Slice* s = l.pop()) {
       if (s->state.load(std::memory_order_acquire) == kSliceCanceled) dropCanceled(s);
       else keep.push(s);
     }
-    c->unsent = keep;
-  }
+    l = keep;
+  };
+  for (Conn* c : conns_) sweep(c->unsent);
+  sweep(slot_wait_);
   std::lock_guard lk(purge_mu_);
   purge_done_ = epoch;
   purge_cv_.notify_all();
@@ -304,7 +320,7 @@ Slice* IoThread::commitNext(Conn* c) {
   if (c->inflight.n >= settings_.inflight) return nullptr;
   while (Slice* s = c->unsent.pop()) {
     uint8_t expect = kSliceQueued;
-    if (!s->state.compare_exchange_strong(expect, kSliceCommitted, std::memory_order_acq_rel)) {
+    if (!s->staged && !s->state.compare_exchange_strong(expect, kSliceCommitted, std::memory_order_acq_rel)) {
       dropCanceled(s);
       continue;
     }
@@ -354,7 +370,7 @@ void IoThread::doSend(Conn* c) {
       }
       if (!s->is_read) {
         size_t poff = off > kHeaderSize ? off - kHeaderSize : 0;
-        iov[cnt++] = {s->local + poff, s->len - poff};
+        iov[cnt++] = {s->buf + poff, s->len - poff};
         bytes += s->len - poff;
       }
       s = s->next;
@@ -398,8 +414,10 @@ size_t IoThread::controlBytesFrom(const Slice* s) const {
   return total;
 }
 
-void IoThread::completeFront(Conn* c, bool ok, const Status& why) {
-  Slice* s = c->inflight.pop();
+void IoThread::completeFront(Conn* c, bool ok, const Status& why) { finishSlice(c->inflight.pop(), ok, why); }
+
+void IoThread::finishSlice(Slice* s, bool ok, const Status& why) {
+  releaseStaging(s);
   Task* task = s->task;
   uint64_t len = s->len;
   SubBatchImpl* sb = s->sb;
@@ -440,10 +458,7 @@ bool IoThread::parse(Conn* c) {
       c->rx_begin += static_cast<uint32_t>(t);
       c->rx_dst += t;
       c->rx_left -= t;
-      if (c->rx_left == 0) {
-        c->rx_mode = RxMode::kHeader;
-        completeFront(c, true, Status::OK());
-      }
+      if (c->rx_left == 0) finishPayload(c);
       continue;
     }
     if (have < kHeaderSize) break;
@@ -474,7 +489,7 @@ bool IoThread::parse(Conn* c) {
       c->reason.clear();
     } else if (f->is_read) {
       c->rx_mode = RxMode::kPayload;
-      c->rx_dst = f->local;
+      c->rx_dst = f->buf;
       c->rx_left = f->len;
     } else {
       completeFront(c, true, Status::OK());
@@ -536,10 +551,7 @@ void IoThread::doRecv(Conn* c) {
       c->rx_dst += p;
       c->rx_left -= p;
       k -= p;
-      if (c->rx_left == 0) {
-        c->rx_mode = RxMode::kHeader;
-        completeFront(c, true, Status::OK());
-      }
+      if (c->rx_left == 0) finishPayload(c);
     }
     c->rx_end += static_cast<uint32_t>(k);
     if (static_cast<size_t>(n) < want) {
@@ -553,23 +565,20 @@ void IoThread::doRecv(Conn* c) {
 // ---- failure ------------------------------------------------------------------------
 
 void IoThread::dropCanceled(Slice* s) {
+  releaseStaging(s);
   s->sb->outstanding.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 void IoThread::failList(SliceList& l, bool committed, const Status& why) {
   while (Slice* s = l.pop()) {
-    if (!committed) {
+    if (!committed && !s->staged) {
       uint8_t expect = kSliceQueued;
       if (!s->state.compare_exchange_strong(expect, kSliceCommitted, std::memory_order_acq_rel)) {
         dropCanceled(s);
         continue;
       }
     }
-    Task* task = s->task;
-    SubBatchImpl* sb = s->sb;
-    sb->outstanding.fetch_sub(1, std::memory_order_acq_rel);
-    counters_->slices_failed.fetch_add(1, std::memory_order_relaxed);
-    task->completeSlice(TransferState::kFailed, 0, why);
+    finishSlice(s, false, why);
   }
 }
 
@@ -592,6 +601,7 @@ void IoThread::failConn(Conn* c, const Status& why, bool failure) {
   c->writable = false;
   failList(c->inflight, true, why);
   failList(c->unsent, false, why);
+  if (failure) failWaiting(c, why);
 }
 
 }  // namespace hawser::tcp

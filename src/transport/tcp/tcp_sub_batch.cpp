@@ -15,10 +15,23 @@ Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
 
   // Pass 1: count. The peer's facts were decoded when the segment was opened.
   std::vector<uint32_t> counts(tasks.size());
+  std::vector<int16_t> gpus(tasks.size(), -1);
+  const GpuRegions& regions = *owner_->gpu_;
   size_t total = 0;
   for (size_t i = 0; i < tasks.size(); ++i) {
     const Task& t = *tasks[i];
     const auto* ref = static_cast<const PeerRef*>(t.peer());
+    // GPU memory at this end is staged (the registry knows which regions are).
+    if (!regions.empty()) gpus[i] = static_cast<int16_t>(regions.deviceOf(t.localAddr()));
+    // GPU memory at the other end needs a peer that stages it.
+    if (!ref->gpu && t.remoteBuffer() >= 0) {
+      const auto& b = t.segment().buffers[static_cast<size_t>(t.remoteBuffer())];
+      if (cudaOrdinal(b.location) >= 0)
+        return {Code::kNotSupported,
+                fmt::format("requests[{}]: remote buffer [{:#x}, +{}) of segment '{}' is GPU memory ({}), which its "
+                            "tcp target does not serve (no CUDA driver there)",
+                            t.id(), b.addr, b.length, t.segment().name, b.location)};
+    }
     const uint64_t n = (t.request().length + ref->slice - 1) / ref->slice;
     if (n > UINT32_MAX)
       return {Code::kInvalidArgument, fmt::format("requests[{}]: length {} needs {} slices of {} bytes (max {})",
@@ -48,6 +61,8 @@ Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
       s.sb = this;
       s.conn = peer->conns[(rr + j) % nconn].get();
       s.local = static_cast<char*>(r.source) + off;
+      s.gpu = gpus[i];
+      s.buf = s.gpu < 0 ? s.local : nullptr;  // GPU memory: a staging slot, once one is free
       s.len = static_cast<uint32_t>(len);
       s.is_read = is_read;
       s.hdr.type = is_read ? kReadReq : kWriteReq;

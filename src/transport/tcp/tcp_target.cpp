@@ -1,15 +1,19 @@
 // Target side of the tcp transport: serves one data connection on the rpc
-// listener thread that accepted it. Requests are served straight out of /
-// into registered memory (no staging buffer); anything outside the
+// listener thread that accepted it. Requests for host memory are served
+// straight out of / into registered memory (no staging buffer); requests for
+// GPU memory go through pinned staging slots, a few in flight at once so the
+// copies of some overlap the wire of others (GpuPipe); anything outside the
 // registered, remote-accessible regions is refused with an error response.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <fmt/format.h>
 
 #include "base/log.h"
@@ -149,6 +153,12 @@ class Channel {
     return Status::OK();
   }
 
+  // Bytes (or EOF) are waiting: reading now will not block.
+  bool readable() const {
+    pollfd p{fd_, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
+  }
+
   Status sendError(WireHeader& r, const Status& why) {
     std::string reason = why.message().substr(0, kMaxReason);
     r.status = static_cast<uint8_t>(why.code());
@@ -164,7 +174,210 @@ class Channel {
   std::chrono::milliseconds timeout_;
 };
 
+// The GPU requests of one connection in flight, oldest first, as chunks of
+// at most one staging slot. A write's chunk is received into its slot, then
+// copied slot -> GPU; its response goes out once the last chunk's copy is
+// done. A read's chunk is copied GPU -> slot, then sent (the response header
+// with the first chunk). Responses leave in request order. The region's pin
+// rides with the request's last chunk, so unregistering waits for its copies.
+//
+// Deadlock-free slot use: a connection that holds slots never blocks for
+// another one; it completes its own oldest chunk instead (which needs only
+// its copy and the socket). Only a connection that holds none waits.
+class GpuPipe {
+ public:
+  static constexpr size_t kMaxAhead = 64;  // chunks in flight per connection
+
+  GpuPipe(TargetState& st, Channel& ch) : st_(st), ch_(ch) {}
+  ~GpuPipe() { abort(); }
+
+  bool empty() const { return q_.empty(); }
+  bool full() const { return q_.size() >= kMaxAhead; }
+
+  // Takes a request for GPU memory of `device` (its header checked, its
+  // range pinned): a write's payload is received here, chunk by chunk.
+  Status intake(const WireHeader& h, int device, gpu::PinnedBuffers* pool, MemoryRegistry::Pin pin) {
+    gpu::CopyStream* cs = nullptr;
+    Status s = streamFor(device, cs);
+    if (!s.ok()) return fail(s);
+    const bool is_read = h.type == kReadReq;
+    WireHeader r{};
+    r.id = h.id;
+    r.type = is_read ? kReadResp : kWriteResp;
+    r.size = h.size;
+    r.length = is_read ? h.size : 0;
+    const uint64_t chunk = pool->slotSize();
+    for (uint64_t off = 0; off < h.size;) {
+      const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(chunk, h.size - off));
+      long slot = -1;
+      s = acquire(pool, slot);
+      if (!s.ok()) return fail(s);
+      Entry e;
+      e.stream = cs;
+      e.pool = pool;
+      e.slot = slot;
+      e.data = pool->slot(static_cast<size_t>(slot));
+      e.len = n;
+      e.is_read = is_read;
+      e.first = off == 0;
+      e.last = off + n == h.size;
+      e.resp = r;
+      char* dev = reinterpret_cast<char*>(h.addr) + off;
+      if (is_read) {
+        s = cs->copy(e.data, dev, n, e.ticket);
+      } else {
+        s = ch_.recvExact(e.data, n, false);
+        if (s.ok()) s = cs->copy(dev, e.data, n, e.ticket);
+      }
+      if (!s.ok()) {
+        release(e);
+        return fail(s);
+      }
+      if (e.last) e.pin = std::move(pin);
+      q_.push_back(std::move(e));
+      off += n;
+    }
+    return Status::OK();
+  }
+
+  // Completes the oldest chunks whose copies are done; never waits for a copy.
+  Status progress() {
+    while (!q_.empty()) {
+      bool done = false;
+      Status s = q_.front().stream->poll(q_.front().ticket, done);
+      if (!s.ok()) return s;
+      if (!done) break;
+      s = completeFront(false);
+      if (!s.ok()) return s;
+    }
+    return Status::OK();
+  }
+
+  // Waits for the oldest chunk's copy, then sends it / its response.
+  Status completeFront(bool wait = true) {
+    Entry& e = q_.front();
+    Status s = wait ? e.stream->wait(e.ticket) : Status::OK();
+    if (!s.ok()) return s;  // abort() cleans up
+    if (e.is_read) {
+      iovec iov[2];
+      int n = 0;
+      if (e.first) iov[n++] = {&e.resp, sizeof(e.resp)};
+      iov[n++] = {e.data, e.len};
+      st_.gpu_from_device.fetch_add(e.len, std::memory_order_relaxed);
+      if (e.last) {
+        st_.served_reads.fetch_add(1, std::memory_order_relaxed);
+        st_.served_bytes.fetch_add(e.resp.size, std::memory_order_relaxed);
+      }
+      s = ch_.sendExact(iov, n);
+      release(e);
+    } else {
+      release(e);
+      st_.gpu_to_device.fetch_add(e.len, std::memory_order_relaxed);
+      if (e.last) {
+        st_.served_writes.fetch_add(1, std::memory_order_relaxed);
+        st_.served_bytes.fetch_add(e.resp.size, std::memory_order_relaxed);
+        iovec iov{&e.resp, sizeof(e.resp)};
+        s = ch_.sendExact(&iov, 1);
+      }
+    }
+    q_.pop_front();  // the pin (last chunk) goes here
+    return s;
+  }
+
+  // Completes everything in flight (before a request served outside the pipe).
+  Status drain() {
+    while (!q_.empty()) {
+      Status s = completeFront();
+      if (!s.ok()) return s;
+    }
+    return Status::OK();
+  }
+
+  // The connection ends: waits until no copy runs, then frees slots and pins.
+  void abort() {
+    streams_.clear();  // each stream synchronizes as it goes
+    for (Entry& e : q_) release(e);
+    q_.clear();
+  }
+
+ private:
+  struct Entry {
+    gpu::CopyStream* stream = nullptr;
+    gpu::PinnedBuffers* pool = nullptr;
+    uint64_t ticket = 0;
+    long slot = -1;
+    char* data = nullptr;
+    uint32_t len = 0;
+    bool is_read = false, first = false, last = false;
+    WireHeader resp;
+    MemoryRegistry::Pin pin;
+  };
+
+  Status fail(const Status& s) {
+    abort();
+    return s;
+  }
+
+  void release(Entry& e) {
+    if (e.slot < 0) return;
+    e.pool->release(static_cast<size_t>(e.slot));
+    e.slot = -1;
+    st_.staging_in_use.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  Status acquire(gpu::PinnedBuffers* pool, long& slot) {
+    bool waited = false;
+    while (true) {
+      slot = pool->tryAcquire();
+      if (slot < 0) {
+        if (!waited) st_.staging_waits.fetch_add(1, std::memory_order_relaxed);
+        waited = true;
+        if (!q_.empty()) {  // our own oldest chunk frees one
+          Status s = completeFront();
+          if (!s.ok()) return s;
+          continue;
+        }
+        slot = pool->acquire(100);  // other connections hold them all
+      }
+      if (slot >= 0) {
+        st_.staging_in_use.fetch_add(1, std::memory_order_relaxed);
+        return Status::OK();
+      }
+      if (st_.stopping.load(std::memory_order_relaxed)) return {Code::kUnavailable, "transport shutting down"};
+    }
+  }
+
+  Status streamFor(int device, gpu::CopyStream*& out) {
+    for (auto& [d, s] : streams_)
+      if (d == device) {
+        out = s.get();
+        return Status::OK();
+      }
+    std::unique_ptr<gpu::CopyStream> s;
+    Status st = gpu::CopyStream::open(device, s);
+    if (!st.ok()) return st;
+    out = s.get();
+    streams_.emplace_back(device, std::move(s));
+    return Status::OK();
+  }
+
+  TargetState& st_;
+  Channel& ch_;
+  std::deque<Entry> q_;
+  std::vector<std::pair<int, std::unique_ptr<gpu::CopyStream>>> streams_;
+};
+
 }  // namespace
+
+Status TargetState::staging(gpu::PinnedBuffers*& out) {
+  std::lock_guard lk(staging_mu_);
+  if (!staging_) {
+    Status s = gpu::PinnedBuffers::create(staging_count, slot_size, staging_);
+    if (!s.ok()) return {s.code(), "tcp target: no pinned staging buffers for GPU memory: " + s.message()};
+  }
+  out = staging_.get();
+  return Status::OK();
+}
 
 void TargetState::serve(net::Fd fd) {
   const int raw = fd.get();
@@ -185,10 +398,23 @@ void TargetState::serve(net::Fd fd) {
   HLOG_DEBUG("tcp target: serving data connection from {}", who);
 
   Channel ch(*this, raw);
+  GpuPipe pipe(*this, ch);
   Status s;
   WireHeader h, r;
   while (true) {
-    s = ch.recvExact(&h, sizeof(h), true);
+    if (!pipe.empty()) {
+      // GPU requests in flight: send what is done; take the next request
+      // while one waits (its copies then overlap ours), else wait for the
+      // oldest copy.
+      s = pipe.progress();
+      if (!s.ok()) break;
+      if (!pipe.empty() && (pipe.full() || !ch.readable())) {
+        s = pipe.completeFront();
+        if (!s.ok()) break;
+        continue;
+      }
+    }
+    s = ch.recvExact(&h, sizeof(h), pipe.empty());
     if (!s.ok()) break;
     Status v = checkRequest(h, max_frame);
     if (!v.ok()) {
@@ -199,10 +425,20 @@ void TargetState::serve(net::Fd fd) {
     }
     MemoryRegistry::Pin pin;
     Status ps = registry->pinRemote(h.addr, h.size, pin);
-    if (ps.ok() && non_host_count_.load(std::memory_order_acquire) != 0) {
-      ps = checkHost(h.addr, h.size);
-      if (!ps.ok()) pin.release();
+    const int device = ps.ok() && !gpu->empty() ? gpu->deviceOf(h.addr) : -1;
+    if (device >= 0) {
+      gpu::PinnedBuffers* pool = nullptr;
+      ps = staging(pool);
+      if (ps.ok()) {
+        s = pipe.intake(h, device, pool, std::move(pin));
+        if (!s.ok()) break;
+        continue;
+      }
+      pin.release();
     }
+    // Served outside the pipe: what is in it answers first.
+    s = pipe.drain();
+    if (!s.ok()) break;
     r = WireHeader{};
     r.id = h.id;
     if (!ps.ok()) {
@@ -241,34 +477,13 @@ void TargetState::serve(net::Fd fd) {
     }
     if (!s.ok()) break;
   }
+  pipe.abort();
   if (s.code() == Code::kTimeout) HLOG_WARN("tcp target: closing data connection from {}: {}", who, s.message());
   else HLOG_DEBUG("tcp target: data connection from {} ends: {}", who, s.toString());
   open_connections.fetch_sub(1, std::memory_order_relaxed);
   std::lock_guard lk(mu_);
   fds_.erase(std::remove(fds_.begin(), fds_.end(), raw), fds_.end());
   // fd closes here, after it left fds_ (stop() never shuts down a reused number).
-}
-
-void TargetState::addNonHost(uint64_t addr, uint64_t len, const std::string& location) {
-  std::lock_guard lk(non_host_mu_);
-  non_host_.push_back(NonHost{addr, len, location});
-  non_host_count_.store(non_host_.size(), std::memory_order_release);
-}
-
-void TargetState::removeNonHost(uint64_t addr) {
-  std::lock_guard lk(non_host_mu_);
-  non_host_.erase(std::remove_if(non_host_.begin(), non_host_.end(), [&](const NonHost& n) { return n.addr == addr; }),
-                  non_host_.end());
-  non_host_count_.store(non_host_.size(), std::memory_order_release);
-}
-
-Status TargetState::checkHost(uint64_t addr, uint64_t len) {
-  std::lock_guard lk(non_host_mu_);
-  for (const NonHost& n : non_host_)
-    if (addr < n.addr + n.len && n.addr < addr + len)
-      return {Code::kNotSupported, fmt::format("range [{:#x}, +{}) is {} memory; tcp serves host memory only", addr,
-                                               len, n.location)};
-  return Status::OK();
 }
 
 void TargetState::stop() {

@@ -8,6 +8,7 @@
 
 #include "base/config.h"
 #include "base/log.h"
+#include "gpu/cuda_driver.h"
 #include "metadata/descriptor.h"
 #include "rpc/rpc.h"
 #include "transport/tcp/tcp_internal.h"
@@ -31,7 +32,8 @@ Status TcpTransport::loadSettings(const Config& cfg, TcpSettings& out) {
       !(st = cfg.getInt("tcp.connect_timeout_ms", s.connect_timeout_ms)).ok() ||
       !(st = cfg.getInt("tcp.io_threads", s.io_threads)).ok() ||
       !(st = cfg.getInt("tcp.inflight", s.inflight)).ok() ||
-      !(st = cfg.getSize("tcp.sock_buf", s.sock_buf)).ok())
+      !(st = cfg.getSize("tcp.sock_buf", s.sock_buf)).ok() ||
+      !(st = cfg.getInt("tcp.gpu_staging_buffers", s.gpu_staging_buffers)).ok())
     return st;
   if (s.slice_size > s.max_frame)
     return {Code::kInvalidArgument, fmt::format("tcp.slice_size {} exceeds tcp.max_frame {}", s.slice_size,
@@ -40,15 +42,18 @@ Status TcpTransport::loadSettings(const Config& cfg, TcpSettings& out) {
   return Status::OK();
 }
 
-TcpTransport::TcpTransport() = default;
+TcpTransport::TcpTransport() : gpu_(std::make_shared<tcp::GpuRegions>()) {}
 
 TcpTransport::~TcpTransport() { shutdown(); }
 
 TransportCaps TcpTransport::caps() const {
   TransportCaps c;
   c.memory_segments = true;
-  c.local_memory = kHostMemory;
-  c.remote_memory = kHostMemory;
+  // GPU memory at either end once the CUDA driver is loaded: staged through
+  // pinned buffers on the side that holds it.
+  const uint32_t kinds = gpu::CudaDriver::get() ? (kHostMemory | kGpuMemory) : kHostMemory;
+  c.local_memory = kinds;
+  c.remote_memory = kinds;
   c.cost_rank = 40;
   return c;
 }
@@ -61,8 +66,11 @@ Status TcpTransport::install(const TransportContext& ctx) {
   if (!s.ok()) return s;
 
   counters_ = std::make_unique<tcp::InitiatorCounters>();
+  // The initiator's staging slots are shared out among the io threads (each
+  // owns its own, so no thread waits on another's).
+  const size_t slots_per_thread = std::max<size_t>(2, settings_.gpu_staging_buffers / settings_.io_threads);
   for (uint32_t i = 0; i < settings_.io_threads; ++i) {
-    auto io = std::make_unique<tcp::IoThread>(settings_, counters_.get());
+    auto io = std::make_unique<tcp::IoThread>(settings_, counters_.get(), slots_per_thread);
     s = io->start();
     if (!s.ok()) {
       io.reset();
@@ -78,6 +86,9 @@ Status TcpTransport::install(const TransportContext& ctx) {
   target_->max_frame = settings_.max_frame;
   target_->timeout_ms = settings_.timeout_ms;
   target_->sock_buf = settings_.sock_buf;
+  target_->gpu = gpu_;
+  target_->slot_size = settings_.slice_size;
+  target_->staging_count = settings_.gpu_staging_buffers;
   s = ctx.rpc->onStream(kTcpDataChannel, [t = target_](net::Fd fd) { t->serve(std::move(fd)); });
   if (!s.ok()) {
     for (auto& t : io_) t->stop();
@@ -85,8 +96,9 @@ Status TcpTransport::install(const TransportContext& ctx) {
     return s;
   }
   installed_ = true;
-  HLOG_INFO("tcp transport: {} connection(s) per peer, slice {} B, {} io thread(s), timeout {} ms",
-            settings_.connections, settings_.slice_size, settings_.io_threads, settings_.timeout_ms);
+  HLOG_INFO("tcp transport: {} connection(s) per peer, slice {} B, {} io thread(s), timeout {} ms, GPU memory {}",
+            settings_.connections, settings_.slice_size, settings_.io_threads, settings_.timeout_ms,
+            gpu::CudaDriver::get() ? "staged" : "not served (no CUDA driver)");
   return Status::OK();
 }
 
@@ -100,18 +112,25 @@ void TcpTransport::describe(nlohmann::json& attrs) const {
   attrs = nlohmann::json::object();
   attrs["version"] = tcp::kWireVersion;
   attrs["max_frame"] = settings_.max_frame;
+  // Peers send requests for our GPU memory only when we serve it.
+  attrs["gpu"] = gpu::CudaDriver::get() != nullptr;
 }
 
 Status TcpTransport::registerMemory(void* addr, size_t length, const std::string& location, bool,
                                     nlohmann::json& attrs) {
   attrs = nlohmann::json::object();
-  if (target_ && location.rfind("cpu", 0) != 0)
-    target_->addNonHost(reinterpret_cast<uint64_t>(addr), length, location);
+  const int device = tcp::cudaOrdinal(location);
+  if (device < 0) return Status::OK();
+  if (!gpu::CudaDriver::get())
+    return {Code::kNotSupported,
+            fmt::format("tcp moves GPU memory ({}) only with a CUDA driver loaded: {}", location,
+                        gpu::CudaDriver::reason().empty() ? "none was loaded" : gpu::CudaDriver::reason())};
+  gpu_->add(reinterpret_cast<uint64_t>(addr), length, device);
   return Status::OK();
 }
 
 Status TcpTransport::unregisterMemory(void* addr, size_t) {
-  if (target_) target_->removeNonHost(reinterpret_cast<uint64_t>(addr));
+  gpu_->remove(reinterpret_cast<uint64_t>(addr));
   return Status::OK();
 }
 
@@ -127,6 +146,8 @@ Status TcpTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle
   auto mf = it->find("max_frame");
   if (mf != it->end() && mf->is_number_integer() && mf->get<int64_t>() >= 4096)
     slice = std::min<uint64_t>(slice, mf->get<uint64_t>());
+  auto g = it->find("gpu");
+  const bool peer_gpu = g != it->end() && g->is_boolean() && g->get<bool>();
 
   std::string key = fmt::format("{}:{}", seg.host, seg.rpc_port);
   std::lock_guard lk(peers_mu_);
@@ -149,7 +170,7 @@ Status TcpTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle
   tcp::Peer* peer = pit->second.get();
   if (peer->handles++ == 0)
     for (auto& c : peer->conns) c->close_idle.store(false, std::memory_order_relaxed);
-  out = std::make_shared<tcp::PeerRef>(this, peer, slice);
+  out = std::make_shared<tcp::PeerRef>(this, peer, slice, peer_gpu);
   return Status::OK();
 }
 
@@ -167,6 +188,11 @@ void TcpTransport::diagnose(TransportDiagnosis& out) const {
   out.facts.emplace_back("slice size", std::to_string(settings_.slice_size));
   out.facts.emplace_back("io threads", std::to_string(settings_.io_threads));
   out.facts.emplace_back("timeout ms", std::to_string(settings_.timeout_ms));
+  out.facts.emplace_back(
+      "GPU memory",
+      gpu::CudaDriver::get()
+          ? fmt::format("staged: {} pinned slots of {} B per side", settings_.gpu_staging_buffers, settings_.slice_size)
+          : "not moved (no CUDA driver)");
 }
 
 Counters TcpTransport::stats() const {
@@ -182,7 +208,15 @@ Counters TcpTransport::stats() const {
           {"connect_failures", s.connect_failures},
           {"connection_failures", s.connection_failures},
           {"slices_completed", s.slices_completed},
-          {"slices_failed", s.slices_failed}};
+          {"slices_failed", s.slices_failed},
+          {"gpu_staged_to_device_bytes", s.gpu_staged_to_device_bytes},
+          {"gpu_staged_from_device_bytes", s.gpu_staged_from_device_bytes},
+          {"gpu_staging_waits", s.gpu_staging_waits},
+          {"gpu_staging_inflight", s.gpu_staging_inflight},
+          {"served_gpu_to_device_bytes", s.served_gpu_to_device_bytes},
+          {"served_gpu_from_device_bytes", s.served_gpu_from_device_bytes},
+          {"served_gpu_staging_waits", s.served_gpu_staging_waits},
+          {"served_gpu_staging_inflight", s.served_gpu_staging_inflight}};
 }
 
 TcpStats TcpTransport::counters() const {
@@ -195,6 +229,10 @@ TcpStats TcpTransport::counters() const {
     s.served_bytes = target_->served_bytes.load();
     s.data_connections = target_->connections.load();
     s.open_data_connections = target_->open_connections.load();
+    s.served_gpu_to_device_bytes = target_->gpu_to_device.load();
+    s.served_gpu_from_device_bytes = target_->gpu_from_device.load();
+    s.served_gpu_staging_waits = target_->staging_waits.load();
+    s.served_gpu_staging_inflight = static_cast<uint64_t>(std::max<int64_t>(0, target_->staging_in_use.load()));
   }
   if (counters_) {
     s.connects = counters_->connects.load();
@@ -202,6 +240,10 @@ TcpStats TcpTransport::counters() const {
     s.connection_failures = counters_->connection_failures.load();
     s.slices_completed = counters_->slices_completed.load();
     s.slices_failed = counters_->slices_failed.load();
+    s.gpu_staged_to_device_bytes = counters_->gpu_to_device.load();
+    s.gpu_staged_from_device_bytes = counters_->gpu_from_device.load();
+    s.gpu_staging_waits = counters_->staging_waits.load();
+    s.gpu_staging_inflight = static_cast<uint64_t>(std::max<int64_t>(0, counters_->staging_in_use.load()));
   }
   return s;
 }

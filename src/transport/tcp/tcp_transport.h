@@ -9,17 +9,20 @@
 // tcp.inflight slices per connection, and receive read data straight into the
 // user's buffer. A connection that sees EOF/RST, a malformed response or no
 // progress for tcp.timeout_ms is closed and every slice on it FAILS.
+// Slices whose local buffer is GPU memory go through pinned staging slots,
+// their copies on CUDA streams overlapped with the network.
 //
 // Target: the rpc listener hands each data connection to a handler that
 // serves it on that connection's thread: requests are checked against the
 // registry (pinRemote: inside one remote-accessible region) and served by
 // recv() into / sendmsg() out of the registered memory itself; anything else
 // gets an error response and is counted; a malformed or oversized frame
-// closes that connection only.
+// closes that connection only. Requests for GPU memory are staged through
+// pinned slots, a few in flight per connection (copies overlap the wire).
 //
 // Files: tcp_transport.cpp (install, peers, stats), tcp_sub_batch.cpp
-// (prepare, post, cancel), tcp_io.cpp (initiator io threads), tcp_target.cpp
-// (the serving side). Wire format: tcp_wire.h. Tunables and figures: docs/tcp.md.
+// (prepare, post, cancel), tcp_io.cpp (initiator io threads), tcp_gpu.cpp
+// (the initiator's GPU staging), tcp_target.cpp (the serving side). Wire format: tcp_wire.h. Tunables and figures: docs/tcp.md.
 #pragma once
 
 #include <atomic>
@@ -36,6 +39,7 @@
 namespace hawser {
 
 namespace tcp {
+class GpuRegions;
 class IoThread;
 class PeerRef;
 class SubBatchImpl;
@@ -56,6 +60,7 @@ struct TcpSettings {
   uint32_t inflight = 64;             // tcp.inflight (slices per connection)
   uint32_t sock_buf = 0;              // tcp.sock_buf (0 = kernel autotuning)
   uint64_t max_frame = 64ull << 20;   // tcp.max_frame (target's payload bound)
+  uint32_t gpu_staging_buffers = 16;  // tcp.gpu_staging_buffers (slots of slice_size, per side)
 };
 
 struct TcpStats {
@@ -73,6 +78,15 @@ struct TcpStats {
   uint64_t connection_failures = 0;  // established connections lost (EOF/RST/timeout/protocol)
   uint64_t slices_completed = 0;
   uint64_t slices_failed = 0;
+  // GPU memory through pinned staging (docs/tcp.md "GPU memory").
+  uint64_t gpu_staged_to_device_bytes = 0;    // initiator: read bytes copied staging -> GPU
+  uint64_t gpu_staged_from_device_bytes = 0;  // initiator: write bytes copied GPU -> staging
+  uint64_t gpu_staging_waits = 0;             // initiator: GPU slices that waited for a free slot
+  uint64_t gpu_staging_inflight = 0;            // initiator: staging slots held now (gauge)
+  uint64_t served_gpu_to_device_bytes = 0;    // target: written bytes copied staging -> GPU
+  uint64_t served_gpu_from_device_bytes = 0;  // target: read bytes copied GPU -> staging
+  uint64_t served_gpu_staging_waits = 0;      // target: GPU requests that waited for a free slot
+  uint64_t served_gpu_staging_inflight = 0;     // target: staging slots held now (gauge)
 };
 
 class TcpTransport final : public Transport {
@@ -85,11 +99,12 @@ class TcpTransport final : public Transport {
   Status install(const TransportContext& ctx) override;
   void shutdown() override;
   void describe(nlohmann::json& attrs) const override;
-  // Tracks regions that are not host memory so the target never serves them.
+  // Tracks GPU memory ("cuda:N"), which both sides stage; refused
+  // (kNotSupported) when no CUDA driver is loaded.
   Status registerMemory(void* addr, size_t length, const std::string& location, bool remote_accessible,
                         nlohmann::json& attrs) override;
   Status unregisterMemory(void* addr, size_t length) override;
-  // The peer's host, port and max_frame, decoded once. Its data connections
+  // The peer's host, port, max_frame and whether it serves GPU memory, decoded once. Its data connections
   // are released once the last handle on that host:port goes and nothing is
   // outstanding on them.
   Status openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) override;
@@ -111,6 +126,7 @@ class TcpTransport final : public Transport {
   TcpSettings settings_;
   bool installed_ = false;
   std::atomic<bool> stopping_{false};
+  std::shared_ptr<tcp::GpuRegions> gpu_;
   std::shared_ptr<tcp::TargetState> target_;
   std::unique_ptr<tcp::InitiatorCounters> counters_;
   std::vector<std::unique_ptr<tcp::IoThread>> io_;
