@@ -97,6 +97,11 @@ inline constexpr Knob kKnobs[] = {
    "SO_SNDBUF/SO_RCVBUF of data sockets; 0 = kernel autotuning"},
   {"tcp.max_frame", "HAWSER_TCP_MAX_FRAME", KnobType::kSize, "64M", 4 * knob_detail::K, knob_detail::G, {},
    "largest payload the target accepts; published to peers"},
+  // ---- shm ----------------------------------------------------------------------------------------------------------
+  {"shm.threads", "HAWSER_SHM_THREADS", KnobType::kInt, "0", 0, 64, {},
+   "copy threads (process_vm_readv/writev); 0: min(4, CPUs)"},
+  {"shm.split_bytes", "HAWSER_SHM_SPLIT_BYTES", KnobType::kSize, "512K", 4 * knob_detail::K, knob_detail::G, {},
+   "a task is cut into pieces of at most this many bytes, copied in parallel by the copy threads"},
   // ---- rdma ---------------------------------------------------------------------------------------------------------
   {"rdma.verbs_lib", "HAWSER_RDMA_VERBS_LIB", KnobType::kString, "libibverbs.so.1", 0, 0, {},
    "verbs library loaded at run time"},
