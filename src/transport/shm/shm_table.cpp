@@ -63,6 +63,7 @@ Status TableWriter::create(uint64_t nonce) {
   h->nonce = nonce;
   store(h->seq, 0);
   store(h->count, 0);
+  store(h->closed, 0);
   store(h->magic, kTableMagic, std::memory_order_release);  // last: the table is ready
   fd_ = fd;
   map_ = m;
@@ -82,6 +83,13 @@ Status TableWriter::add(uint64_t addr, uint64_t length) {
 void TableWriter::remove(uint64_t addr) {
   std::lock_guard lk(mu_);
   if (ranges_.erase(addr)) publishLocked();
+}
+
+void TableWriter::close() {
+  std::lock_guard lk(mu_);
+  ranges_.clear();
+  publishLocked();
+  if (map_) store(header(map_)->closed, 1, std::memory_order_release);
 }
 
 size_t TableWriter::size() const {
@@ -135,6 +143,8 @@ Status TableView::open(int64_t pid, int fd, uint64_t nonce, std::unique_ptr<Tabl
   out = std::move(v);
   return Status::OK();
 }
+
+bool TableView::closed() const { return load(header(map_)->closed, std::memory_order_acquire) != 0; }
 
 uint64_t TableView::seq() const { return load(header(map_)->seq, std::memory_order_acquire); }
 

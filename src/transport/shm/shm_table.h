@@ -34,7 +34,8 @@ struct TableHeader {
   uint64_t nonce;  // the owner's, also in its descriptor: ties table and process together
   uint64_t seq;    // seqlock: odd while changing
   uint64_t count;  // entries in use
-  uint64_t pad[3];
+  uint64_t closed; // 1 once the owner's engine shut down (nothing is exposed any more)
+  uint64_t pad[2];
 };
 static_assert(sizeof(TableHeader) == 64);
 
@@ -61,6 +62,8 @@ class TableWriter {
   // kCapacityExceeded when the table is full (kTableCapacity ranges).
   Status add(uint64_t addr, uint64_t length);
   void remove(uint64_t addr);
+  // The engine shuts down: empties the table and marks it closed.
+  void close();
   size_t size() const;
 
  private:
@@ -81,6 +84,8 @@ class TableView {
   // gets the table's sequence number the answer was read under.
   bool contains(uint64_t addr, uint64_t len, uint64_t* seq = nullptr) const;
   uint64_t seq() const;
+  // Whether the owner's engine shut down (its process may live on).
+  bool closed() const;
 
  private:
   TableView() = default;

@@ -238,6 +238,7 @@ void ShmTransport::shutdown() {
     std::lock_guard lk(mu_);  // enqueue() reads stopping_ under it
     if (stopping_.exchange(true)) return;
   }
+  table_.close();  // initiators stop copying from/to this engine's memory
   cv_.notify_all();
   for (auto& w : workers_) w.join();
   workers_.clear();
@@ -347,6 +348,10 @@ Status ShmTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle
     counts_->peers_refused++;
     return s;
   }
+  if (table->closed()) {
+    counts_->peers_refused++;
+    return {Code::kNotSupported, fmt::format("the engine of pid {} shut down", pid)};
+  }
   peer->table = std::move(table);
   std::lock_guard lk(peers_mu_);
   epoll_event ev{};
@@ -442,6 +447,7 @@ void ShmTransport::runSlice(Slice* s) {
   if (p->dead.load(std::memory_order_acquire) || p->exited()) return gone();
   std::shared_ptr<shm::TableView> table = p->view();
   if (!table) return gone();
+  if (table->closed()) return fail(Code::kUnavailable, fmt::format("shm peer {}: its engine shut down", p->pid));
   auto withdrawn = [&] {
     counts_->refused++;
     fail(Code::kOutOfRange, fmt::format("pid {} does not expose [{:#x}, +{}) (any more): not inside one of its "
