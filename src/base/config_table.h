@@ -110,6 +110,11 @@ inline constexpr Knob kKnobs[] = {
   {"tcp.gpu_staging_buffers", "HAWSER_TCP_GPU_STAGING_BUFFERS", KnobType::kInt, "16", 2, 4096, {},
    "pinned staging slots of tcp.slice_size bytes for GPU memory, per side: the target's, and the initiator's "
    "(shared out among tcp.io_threads, at least 2 each)"},
+  // ---- shm ----------------------------------------------------------------------------------------------------------
+  {"shm.threads", "HAWSER_SHM_THREADS", KnobType::kInt, "0", 0, 64, {},
+   "copy threads (process_vm_readv/writev); 0: min(4, CPUs)"},
+  {"shm.split_bytes", "HAWSER_SHM_SPLIT_BYTES", KnobType::kSize, "512K", 4 * knob_detail::K, knob_detail::G, {},
+   "a task is cut into pieces of at most this many bytes, copied in parallel by the copy threads"},
   // ---- rdma ---------------------------------------------------------------------------------------------------------
   {"rdma.verbs_lib", "HAWSER_RDMA_VERBS_LIB", KnobType::kString, "libibverbs.so.1", 0, 0, {},
    "verbs library loaded at run time"},

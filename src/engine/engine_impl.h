@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
@@ -99,6 +100,7 @@ class EngineImpl {
   Transport* schemeOwner(const std::string& name) const;
   Status fetchSegment(const std::string& name, SegmentDesc& out);
   std::shared_ptr<const SegmentView> makeView(SegmentDesc desc) const;
+  void logFallbacks(const SegmentView& view) const;
   std::shared_ptr<const SegmentView> segmentView(SegmentID id) const;
   // Re-fetches a segment's descriptor (owner registered more memory) and
   // rebuilds its view; nullptr when that fails.
@@ -122,6 +124,10 @@ class EngineImpl {
   std::mutex reg_mu_;  // serialises registrations
   mutable std::mutex attrs_mu_;
   std::map<uint64_t, nlohmann::json> buffer_attrs_;  // per region: transport attrs
+
+  // Fallbacks already logged (segment, transport, reason): one line each.
+  mutable std::mutex fallback_mu_;
+  mutable std::set<std::string> fallbacks_logged_;
 
   mutable std::mutex seg_mu_;
   std::map<SegmentID, OpenSegment> segments_;

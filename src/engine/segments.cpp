@@ -43,7 +43,30 @@ std::shared_ptr<const SegmentView> EngineImpl::makeView(SegmentDesc desc) const 
     }
     view->routes.push_back(std::move(r));
   }
+  logFallbacks(*view);
   return view;
+}
+
+// A transport that fits the segment by its caps but refused the peer, where a
+// costlier one will serve host memory instead (shm refused by the kernel,
+// tcp takes over): one log line naming the reason, once per segment,
+// transport and reason.
+void EngineImpl::logFallbacks(const SegmentView& view) const {
+  if (view.desc->kind != SegmentDesc::Kind::kMemory || !forced_transport_.empty()) return;
+  const Route* chosen = selectRoute(view, RouteQuery{}, "");
+  for (const Route& r : view.routes) {
+    if (r.peer || r.refusal.code() != Code::kNotSupported) continue;
+    if (r.caps.same_host_only && !view.same_host) continue;  // not a refusal: another host
+    if (!(r.caps.local_memory & kHostMemory) || !(r.caps.remote_memory & kHostMemory)) continue;
+    if (chosen && r.caps.cost_rank > chosen->caps.cost_rank) continue;
+    std::string key = fmt::format("{}\n{}\n{}", view.desc->name, r.transport->name(), r.refusal.message());
+    {
+      std::lock_guard lk(fallback_mu_);
+      if (!fallbacks_logged_.insert(std::move(key)).second) continue;
+    }
+    HLOG_WARN("segment '{}': {} cannot serve it ({}); host memory goes over {}", view.desc->name,
+              r.transport->name(), r.refusal.message(), chosen ? chosen->transport->name() : "no transport");
+  }
 }
 
 Status EngineImpl::openSegment(const std::string& name, SegmentID& out) {

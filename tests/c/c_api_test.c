@@ -399,11 +399,15 @@ static int memory_registers_singly_and_in_batches(void) {
   return 0;
 }
 
-/* Engine a writes to engine b's memory in a batch and reads it back with transfer_sync. */
+/* Engine a writes to engine b's memory in a batch and reads it back with transfer_sync.
+ * Over tcp (forced: two engines of one process would otherwise take shm), whose
+ * counters show both ends. */
 static int two_engines_write_a_batch_and_read_it_back(void) {
   hawser_engine_t *a = NULL, *b = NULL;
-  CHECK_OK(create_engine("capi-a", &a));
-  CHECK_OK(create_engine("capi-b", &b));
+  hawser_kv_t tcp_only[1] = {{"transport", "tcp"}};
+  hawser_engine_options_t o = {tcp_only, 1};
+  CHECK_OK(hawser_engine_create_with_options("p2p", "capi-a", "127.0.0.1", 0, &o, &a));
+  CHECK_OK(hawser_engine_create_with_options("p2p", "capi-b", "127.0.0.1", 0, &o, &b));
   CHECK(hawser_rpc_port(a) != hawser_rpc_port(b));
 
   const size_t len = MIB;

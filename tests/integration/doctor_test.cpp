@@ -64,12 +64,16 @@ TEST(Doctor, for_a_peer_it_names_the_transport_each_memory_kind_would_take_and_w
   json j = doctor("--peer " + seg.substr(9), "HAWSER_GPU_CUDA_DRIVER=/nonexistent/libcuda.so.1");
   ASSERT_TRUE(j.contains("peer")) << j.dump();
   auto& routes = j["peer"]["routes"];
-  // Host memory: rdma is not installed here (no NIC) or not reachable, so tcp.
-  EXPECT_EQ(routes["cpu:0"]["transport"], "tcp") << routes.dump();
-  EXPECT_NE(routes["cpu:0"]["why"].get<std::string>().find("tcp (rank 40)"), std::string::npos) << routes.dump();
+  // Host memory: the peer is a process of this host, so shm (cross-memory
+  // attach; the tests run as root, which the kernel lets attach).
+  EXPECT_EQ(routes["cpu:0"]["transport"], "shm") << routes.dump();
+  EXPECT_NE(routes["cpu:0"]["why"].get<std::string>().find("shm (rank 20)"), std::string::npos) << routes.dump();
+  // GPU memory never goes to shm (nor tcp): nothing here moves it.
   EXPECT_EQ(routes["cuda:0"]["transport"], "") << routes.dump();
-  EXPECT_NE(routes["cuda:0"]["why"].get<std::string>().find("tcp: does not move local GPU memory"), std::string::npos)
-      << routes.dump();
+  for (const char* t : {"shm", "tcp"})
+    EXPECT_NE(routes["cuda:0"]["why"].get<std::string>().find(std::string(t) + ": does not move local GPU memory"),
+              std::string::npos)
+        << routes.dump();
 }
 
 TEST(Doctor, an_unknown_peer_is_an_error_naming_it) {

@@ -1,0 +1,209 @@
+// The shared transport suite over shm (a `hawser serve` child process on
+// this host), and what only shm shows: it is picked for a peer of this host
+// by itself, GPU memory never goes to it, a dead or closed peer's table is
+// unmapped, and where the kernel refuses cross-memory attach (an initiator
+// of another user) the engine falls back to tcp with one log line that
+// names the reason.
+#include <grp.h>
+#include <pwd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/log_capture.h"
+#include "common/transport_suite.h"
+
+using hawser::test::SuiteParam;
+using hawser::test::TransportSuite;
+
+INSTANTIATE_TEST_SUITE_P(Shm, TransportSuite, ::testing::Values(SuiteParam{"shm", {}, {}}), hawser::test::suiteName);
+
+namespace hawser::test {
+namespace {
+
+constexpr uint64_t kSeed = 777;
+constexpr size_t kTarget = 64u << 20;
+
+// Whether this process maps a table named for `pid` (hawser-shm-<pid>).
+bool mapsTableOf(pid_t pid) {
+  std::ifstream f("/proc/self/maps");
+  std::string line, want = "hawser-shm-" + std::to_string(pid) + " ";
+  while (std::getline(f, line))
+    if (line.find(want) != std::string::npos) return true;
+  return false;
+}
+
+uint64_t counter(TransferEngine& e, const std::string& transport, const std::string& key) {
+  for (auto& t : e.stats().transports)
+    if (t.transport == transport)
+      for (auto& [k, v] : t.counters)
+        if (k == key) return v;
+  return 0;
+}
+
+class ShmPeer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(serve_.start({"serve", "--listen", "127.0.0.1:0", "--memory", std::to_string(kTarget), "--fill-seed",
+                              std::to_string(kSeed)}));
+    std::string seg = serve_.waitFor("segment: ", 20000);
+    ASSERT_FALSE(seg.empty()) << "hawser serve did not start";
+    ASSERT_FALSE(serve_.waitFor("ready", 20000).empty());
+    segment_ = seg.substr(9);
+  }
+  // Opens the segment in `e` and returns the base address of its buffer.
+  void open(TransferEngine& e, SegmentID& seg, uint64_t& base) {
+    ASSERT_TRUE(e.init("p2p", "client", "127.0.0.1", 0).ok());
+    ASSERT_TRUE(e.openSegment(segment_, seg).ok());
+    std::vector<SegmentBuffer> bufs;
+    ASSERT_TRUE(e.segmentBuffers(seg, bufs).ok());
+    ASSERT_EQ(bufs.size(), 1u);
+    base = bufs[0].addr;
+  }
+  Child serve_;
+  std::string segment_;
+};
+
+TEST_F(ShmPeer, a_peer_of_this_host_gets_shm_for_host_memory_and_nothing_for_gpu_memory) {
+  TransferEngine e;
+  SegmentID seg;
+  uint64_t base;
+  ASSERT_NO_FATAL_FAILURE(open(e, seg, base));
+  RouteExplanation host, gpu;
+  ASSERT_TRUE(e.explainRoute(seg, "cpu:0", host).ok());
+  EXPECT_EQ(host.transport, "shm") << host.why;
+  ASSERT_TRUE(e.explainRoute(seg, "cuda:0", gpu).ok());
+  EXPECT_NE(gpu.transport, "shm") << gpu.why;
+  EXPECT_NE(gpu.why.find("shm: does not move local GPU memory"), std::string::npos) << gpu.why;
+
+  Buffer local(4u << 20);
+  ASSERT_TRUE(e.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  auto st = runBatch(e, seg, {{OpCode::kRead, local.p, seg, base + 4096, local.n}});
+  ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+  EXPECT_EQ(checkPattern(local.p, local.n, kSeed, 4096), -1);
+  EXPECT_EQ(counter(e, "shm", "bytes_read"), local.n);
+  EXPECT_EQ(counter(e, "tcp", "slices_completed"), 0u) << "nothing went over tcp";
+}
+
+TEST_F(ShmPeer, a_killed_peer_is_noticed_its_table_unmapped_and_new_tasks_fail_at_once) {
+  TransferEngine e;
+  SegmentID seg;
+  uint64_t base;
+  ASSERT_NO_FATAL_FAILURE(open(e, seg, base));
+  Buffer local(1u << 20);
+  ASSERT_TRUE(e.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  auto st = runBatch(e, seg, {{OpCode::kRead, local.p, seg, base, local.n}});
+  ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+  ASSERT_TRUE(mapsTableOf(serve_.pid)) << "the peer's registration table is mapped while it lives";
+  const pid_t dead = serve_.pid;
+  serve_.kill(SIGKILL);
+  serve_.wait();
+  // No transfer needed: the engine notices the exit (pidfd) and unmaps.
+  EXPECT_TRUE(eventually([&] { return !mapsTableOf(dead); })) << "the dead peer's table is still mapped";
+  EXPECT_TRUE(eventually([&] { return counter(e, "shm", "peers_gone") == 1; }));
+  Status submit;
+  auto t0 = std::chrono::steady_clock::now();
+  st = runBatch(e, seg, {{OpCode::kWrite, local.p, seg, base, local.n}}, 20000, &submit);
+  ASSERT_TRUE(submit.ok()) << submit.toString();
+  EXPECT_EQ(st[0].s, TransferState::kFailed);
+  EXPECT_EQ(st[0].error.code(), Code::kUnavailable) << st[0].error.toString();
+  EXPECT_NE(st[0].error.message().find("exited"), std::string::npos) << st[0].error.toString();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+}
+
+TEST_F(ShmPeer, closing_the_segment_unmaps_the_peers_table) {
+  TransferEngine e;
+  SegmentID seg;
+  uint64_t base;
+  ASSERT_NO_FATAL_FAILURE(open(e, seg, base));
+  ASSERT_TRUE(mapsTableOf(serve_.pid));
+  ASSERT_TRUE(e.closeSegment(seg).ok());
+  EXPECT_TRUE(eventually([&] { return !mapsTableOf(serve_.pid); }));
+}
+
+TEST_F(ShmPeer, bench_json_names_shm_as_the_transport_that_carried_the_data) {
+  std::string out;
+  ASSERT_EQ(sh(hawserBin() + " bench --target " + segment_ +
+                   " --op write --block-size 64K --batch-size 8 --threads 2 --total 16M --json",
+               &out),
+            0)
+      << out;
+  auto nl = out.find_last_of('\n', out.size() >= 2 ? out.size() - 2 : 0);
+  auto j = nlohmann::json::parse(nl == std::string::npos ? out : out.substr(nl + 1));
+  EXPECT_TRUE(j["verified"].get<bool>()) << j.dump();
+  EXPECT_EQ(j["transports"], nlohmann::json::array({"shm"})) << j.dump();
+}
+
+// The target runs as root; the initiator, a forked child that drops to uid
+// nobody, may not attach to it: the kernel refuses process_vm_readv (EPERM).
+TEST_F(ShmPeer, cma_refused_by_the_kernel_falls_back_to_tcp_and_logs_why_once) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to start a target another user may not attach to";
+  const passwd* nobody = ::getpwnam("nobody");
+  if (!nobody) GTEST_SKIP() << "no user 'nobody' on this host";
+  const uid_t uid = nobody->pw_uid;
+  const gid_t gid = nobody->pw_gid;
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(fds[0]);
+    std::ostringstream why;  // empty: everything held
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(gid, gid, gid) != 0 || ::setresuid(uid, uid, uid) != 0) {
+      why << "cannot become nobody: " << std::strerror(errno);
+    } else {
+      LogCapture log;
+      TransferEngine e;
+      SegmentID seg;
+      Buffer local(1u << 20);
+      std::vector<SegmentBuffer> bufs;
+      RouteExplanation r;
+      if (!e.init("p2p", "nobody", "127.0.0.1", 0).ok() || !e.openSegment(segment_, seg).ok() ||
+          !e.segmentBuffers(seg, bufs).ok() || bufs.empty() ||
+          !e.registerLocalMemory(local.p, local.n, "cpu:0", false).ok()) {
+        why << "engine setup failed; ";
+      } else {
+        if (!e.explainRoute(seg, "cpu:0", r).ok() || r.transport != "tcp") why << "route: " << r.transport << "; ";
+        if (r.why.find("shm: cross-memory attach") == std::string::npos) why << "why: " << r.why << "; ";
+        for (int round = 0; round < 2; ++round) {
+          auto st = runBatch(e, seg, {{OpCode::kRead, local.p, seg, bufs[0].addr + 100, local.n}});
+          if (st.size() != 1 || st[0].s != TransferState::kCompleted)
+            why << "read failed: " << (st.empty() ? "" : st[0].error.toString()) << "; ";
+          else if (checkPattern(local.p, local.n, kSeed, 100) != -1)
+            why << "read data differs; ";
+          // A second open of the segment finds the same refusal: not logged again.
+          SegmentID again;
+          if (round == 0 && (!e.openSegment(segment_, again).ok() || !e.closeSegment(again).ok()))
+            why << "reopen failed; ";
+        }
+        if (counter(e, "tcp", "slices_completed") == 0) why << "tcp carried nothing; ";
+        if (counter(e, "shm", "bytes_read") != 0) why << "shm moved bytes; ";
+        const std::string text = log.text();
+        size_t lines = 0;
+        for (size_t p = 0; (p = text.find("shm cannot serve it", p)) != std::string::npos; ++p) ++lines;
+        if (lines != 1) why << lines << " fallback log lines: " << text << "; ";
+        if (text.find("EPERM") == std::string::npos || text.find("host memory goes over tcp") == std::string::npos)
+          why << "the log line does not name the reason and the fallback: " << text << "; ";
+      }
+    }
+    const std::string msg = why.str();
+    (void)!::write(fds[1], msg.data(), msg.size());
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string msg;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) msg.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  EXPECT_EQ(msg, "");
+}
+
+}  // namespace
+}  // namespace hawser::test
