@@ -1,6 +1,7 @@
 // The file transport ("file", alias "nvmeof"): file segments (backing files
 // concatenated into one logical space) read and written through an I/O
-// engine (io_uring or POSIX; a cuFile engine can slot in behind IoEngine).
+// engine (io_uring or POSIX), and for GPU memory through cuFile or pinned
+// staging buffers (file_gpu.cpp).
 // The engine reaches the transport through makeFileTransport().
 //
 // This header: the transport class, its settings, and the process-wide
@@ -13,6 +14,9 @@
 //   file_handles.*      a segment's files as this host sees them, and their cached open descriptors
 //   bounce_pool.*       aligned bounce buffers for O_DIRECT I/O of unaligned memory
 //   file_plan.*         pure slicing (no I/O); io_engine.h + uring/posix_engine.cpp: the I/O engines
+//   file_gpu.cpp        GPU memory: regions, cuFile or staging per file (the fallback rule), doctor facts
+//   cufile_engine.*     libcufile loaded at run time, and the cuFile batch engine (cufile_api.h: its ABI)
+//   gpu_staging.*       pinned staging slots and the pipelined GPU copy lanes
 #pragma once
 
 #include <atomic>
