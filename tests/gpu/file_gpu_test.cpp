@@ -42,7 +42,8 @@ std::string testCufilePath() {
 
 // The stand-in libcufile's counts (hawserFakeCufileStats).
 struct FakeCufileStats {
-  long opens = 0, setups = 0, live_batches = 0, submits = 0, entries = 0, max_entries = 0, files = 0, bufs = 0;
+  long opens = 0, setups = 0, live_batches = 0, submits = 0, entries = 0, max_entries = 0, files = 0, bufs = 0,
+       canceled = 0;
 };
 FakeCufileStats fakeCufileStats() {
   FakeCufileStats s;
@@ -50,10 +51,10 @@ FakeCufileStats fakeCufileStats() {
   if (!h) return s;
   using Fn = int (*)(long*, int);
   auto fn = reinterpret_cast<Fn>(dlsym(h, "hawserFakeCufileStats"));
-  long v[8] = {0};
-  if (fn) fn(v, 8);
+  long v[9] = {0};
+  if (fn) fn(v, 9);
   dlclose(h);
-  s = FakeCufileStats{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
+  s = FakeCufileStats{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]};
   return s;
 }
 
@@ -252,6 +253,41 @@ TEST_F(FileGpu, cufile_batches_stay_within_the_library_limit_and_reuse_handles) 
   ASSERT_TRUE(engine_.closeSegment(seg_).ok());
   EXPECT_TRUE(eventually([&] { return fakeCufileStats().files == base.files; }))
       << "file handles deregistered when their descriptors close";
+}
+
+TEST_F(FileGpu, a_failed_cufile_entry_fails_the_task_and_cancels_its_siblings) {
+  HAWSER_REQUIRE_GPU(1);
+  if (!stubCufile()) GTEST_SKIP() << "makes cuFile entries fail through the stand-in libcufile (gpu_sim only)";
+  // Slow entries, 4 KiB slices, 64 in flight: when file b's entries fail,
+  // most of file a's are still queued or in batches.
+  setenv("HAWSER_FAKE_CUFILE_DELAY_MS", "1", 1);
+  setenv("HAWSER_FAKE_CUFILE_FAIL", "bfile", 1);
+  start({{"file.cufile", "on"}, {"file.io_depth", "64"}, {"file.max_io_size", "4K"}});
+  DeviceBuffer dev(0, 4 << 20);
+  ASSERT_TRUE(engine_.registerLocalMemory(dev.data(), dev.size()).ok());
+  const FakeCufileStats base = fakeCufileStats();
+  auto before = fileCounters(engine_);
+  std::vector<TransferStatus> st;
+  // File b first in the request's last part: its entries fail while a's wait.
+  Status s = engine_.transferSync({{OpCode::kRead, dev.data(), seg_, kFileA - 8192, 8192 + kFileB},
+                                   {OpCode::kRead, dev.data() + (3 << 20), seg_, 0, kFileA - 8192}},
+                                  std::chrono::seconds(60), &st);
+  unsetenv("HAWSER_FAKE_CUFILE_FAIL");
+  unsetenv("HAWSER_FAKE_CUFILE_DELAY_MS");
+  EXPECT_FALSE(s.ok());
+  ASSERT_EQ(st.size(), 2u);
+  EXPECT_EQ(st[0].s, TransferState::kFailed) << st[0].error.toString();
+  EXPECT_NE(st[0].error.message().find(b_), std::string::npos) << st[0].error.toString();
+  EXPECT_EQ(st[1].s, TransferState::kCompleted) << "another task is not a sibling: " << st[1].error.toString();
+  auto after = fileCounters(engine_);
+  EXPECT_GT(delta(after, before, "cancel_requests"), 0u) << "the failed slice's siblings were asked to stop";
+  // Siblings queued in the engine end at once; whole batches of them are
+  // cancelled in the library (cuFileBatchIOCancel), never another task's.
+  const FakeCufileStats now = fakeCufileStats();
+  EXPECT_LT(now.entries - base.entries, static_cast<long>((8192 + kFileB) / 4096 + (kFileA - 8192) / 4096 + 2))
+      << "every slice ran: nothing was cancelled";
+  auto got = dev.download(3 << 20, kFileA - 8192);
+  EXPECT_EQ(checkPattern(got.data(), got.size(), kSeed, 0), -1);
 }
 
 TEST_F(FileGpu, a_gpu_range_outside_registered_memory_is_refused) {

@@ -15,7 +15,8 @@
 //
 // Hooks (environment, read at each call): HAWSER_FAKE_CUFILE_REFUSE=TEXT
 // makes cuFileHandleRegister refuse (5027, as without a udev record) files
-// whose path contains TEXT; HAWSER_FAKE_CUFILE_DELAY_MS=N delays each entry.
+// whose path contains TEXT; HAWSER_FAKE_CUFILE_FAIL=TEXT fails entries on
+// such files (EIO); HAWSER_FAKE_CUFILE_DELAY_MS=N delays each entry.
 // hawserFakeCufileStats() reports counts for tests.
 #include <fcntl.h>
 #include <sys/types.h>
@@ -90,6 +91,7 @@ constexpr unsigned kMaxBatch = 128;
 struct File {
   int fd;      // the caller's
   int shadow;  // ours, through the page cache
+  std::string path;
 };
 
 struct Batch;
@@ -117,7 +119,7 @@ std::map<uint64_t, size_t>& g_bufs = *new std::map<uint64_t, size_t>;
 std::set<Batch*>& g_batches = *new std::set<Batch*>;
 std::deque<Job>& g_work = *new std::deque<Job>;  // the worker takes from the back: newest first
 std::thread* g_worker = nullptr;
-long g_setups = 0, g_submits = 0, g_entries = 0, g_max_entries = 0, g_opens = 0;
+long g_setups = 0, g_submits = 0, g_entries = 0, g_max_entries = 0, g_opens = 0, g_canceled = 0;
 
 Error ok() { return {kOk, 0}; }
 Error err(int e) { return {e, 0}; }
@@ -178,10 +180,15 @@ void worker() {
     auto* f = static_cast<File*>(j.p.fh);
     const bool known = g_files.count(f) != 0;
     const int shadow = known ? f->shadow : -1;
+    const char* fail = getenv("HAWSER_FAKE_CUFILE_FAIL");
+    const bool failing = known && fail && *fail && f->path.find(fail) != std::string::npos;
     lk.unlock();
     int status = kInvalid;
     size_t ret = 0;
-    if (known) {
+    if (failing) {
+      status = kFailed;
+      ret = static_cast<size_t>(-static_cast<ssize_t>(EIO));
+    } else if (known) {
       if (long d = envLong("HAWSER_FAKE_CUFILE_DELAY_MS")) std::this_thread::sleep_for(std::chrono::milliseconds(d));
       ret = runJob(j.p, shadow, status);
     }
@@ -245,7 +252,7 @@ Error cuFileHandleRegister(void** fh, Descr* d) {
       close(shadow);
       return err(5028);
     }
-  auto* f = new File{fd, shadow};
+  auto* f = new File{fd, shadow, path};
   g_files.insert(f);
   *fh = f;
   return ok();
@@ -331,6 +338,7 @@ Error cuFileBatchIOCancel(void* b) {
     if (it->batch == batch) {
       batch->done.push_back(IoEvents{it->p.cookie, kCanceled, 0});
       batch->running--;
+      g_canceled++;
       it = g_work.erase(it);
     } else {
       ++it;
@@ -347,11 +355,14 @@ void cuFileBatchIODestroy(void* b) {
 }
 
 // Test hook (not cuFile): [driver opens, batch set-ups, live batches, submits,
-// entries, largest submit, registered files, registered buffers].
+// entries, largest submit, registered files, registered buffers, entries canceled].
 int hawserFakeCufileStats(long* out, int n) {
   std::lock_guard lk(g_mu);
-  const long v[] = {g_opens,   g_setups,      static_cast<long>(g_batches.size()), g_submits, g_entries,
-                    g_max_entries, static_cast<long>(g_files.size()), static_cast<long>(g_bufs.size())};
+  const long v[] = {g_opens,       g_setups,
+                    static_cast<long>(g_batches.size()), g_submits,
+                    g_entries,     g_max_entries,
+                    static_cast<long>(g_files.size()),   static_cast<long>(g_bufs.size()),
+                    g_canceled};
   int k = std::min<int>(n, static_cast<int>(sizeof(v) / sizeof(v[0])));
   for (int i = 0; i < k; ++i) out[i] = v[i];
   return k;
