@@ -35,7 +35,8 @@ std::string testCufilePath() {
 
 #define HAWSER_REQUIRE_CUFILE()                                                                  \
   do {                                                                                           \
-    void* h_ = dlopen(testCufilePath().c_str(), RTLD_LAZY | RTLD_LOCAL);                          \
+    /* NODELETE: the transport loads it next; unloading it in between would drop its state */  \
+    void* h_ = dlopen(testCufilePath().c_str(), RTLD_LAZY | RTLD_LOCAL | RTLD_NODELETE);          \
     if (!h_) GTEST_SKIP() << "cuFile library " << testCufilePath() << " not loadable: " << dlerror(); \
     dlclose(h_);                                                                                 \
   } while (0)

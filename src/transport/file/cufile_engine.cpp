@@ -35,7 +35,9 @@ namespace hawser::file {
 namespace {
 
 std::mutex g_lib_mu;
-std::map<std::string, const CufileLibrary*> g_libs;  // loaded, by path; never unloaded
+// Loaded, by path; never unloaded (nor is the map destroyed: engines may
+// use a library during static destruction).
+std::map<std::string, const CufileLibrary*>& g_libs = *new std::map<std::string, const CufileLibrary*>;
 
 const char* errorName(int e) {
   switch (e) {
@@ -154,15 +156,24 @@ CufileProbe probeCufile(const std::string& path, const std::string& dir) {
       p.library = fmt::format("'{}' open in this process: {}", path, it->second->mode());
   }
   if (p.library.empty()) {
-    void* h = dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL);
-    if (h) {
-      p.library = fmt::format("'{}' loads (its driver opens when GPU memory is first registered)", path);
-      dlclose(h);
-    } else {
-      const char* e = dlerror();
-      p.library = fmt::format("'{}' not loadable: {}; GPU memory <-> files goes through staging", path,
-                              e ? e : "?");
+    // Every engine's init asks (the doctor reads what init found): the
+    // library is tried once per process and path, and never unloaded.
+    static std::mutex mu;
+    static auto& probed = *new std::map<std::string, std::string>;
+    std::lock_guard lk(mu);
+    auto it = probed.find(path);
+    if (it == probed.end()) {
+      std::string what;
+      if (void* h = dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL | RTLD_NODELETE)) {
+        what = fmt::format("'{}' loads (its driver opens when GPU memory is first registered)", path);
+        dlclose(h);
+      } else {
+        const char* e = dlerror();
+        what = fmt::format("'{}' not loadable: {}; GPU memory <-> files goes through staging", path, e ? e : "?");
+      }
+      it = probed.emplace(path, std::move(what)).first;
     }
+    p.library = it->second;
   }
   p.nvidia_fs = ::access(kNvidiaFs, F_OK) == 0
                     ? fmt::format("{} present: GPUDirect possible", kNvidiaFs)
