@@ -2,19 +2,28 @@
 #  gpu.*      against the real CUDA driver (libcuda.so.1); on a host without
 #             a GPU (CI) every case reports skipped with the reason;
 #  gpu_sim.*  against tests/gpu/sim's stand-in driver, whose "device memory"
-#             the host cannot touch and whose copies are asynchronous: the
+#             the host cannot touch and whose copies are asynchronous, and
+#             its stand-in libcufile (HAWSER_FAKE_CUFILE, compiled in): the
 #             GPU paths' logic runs in CI.
 # scripts/gpu_test.sh runs the gpu.* cases on a machine with GPUs.
 add_library(hawser_fake_cuda SHARED ${CMAKE_CURRENT_SOURCE_DIR}/gpu/sim/fake_cuda.cpp)
 target_link_libraries(hawser_fake_cuda PRIVATE Threads::Threads)
 set_target_properties(hawser_fake_cuda PROPERTIES CXX_VISIBILITY_PRESET default)
+# The stand-in libcufile (compat mode, out-of-order completions, 128-entry
+# batches, a hook to refuse a file): it reaches fake device memory through
+# the stand-in driver's cuMemcpy.
+add_library(hawser_fake_cufile SHARED ${CMAKE_CURRENT_SOURCE_DIR}/gpu/sim/fake_cufile.cpp)
+target_link_libraries(hawser_fake_cufile PRIVATE hawser_fake_cuda Threads::Threads)
+set_target_properties(hawser_fake_cufile PROPERTIES CXX_VISIBILITY_PRESET default)
 
 file(GLOB gpu_tests CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/gpu/*_test.cpp)
 foreach(src ${gpu_tests})
   get_filename_component(name ${src} NAME_WE)
   add_executable(${name} ${src})
   target_link_libraries(${name} PRIVATE hawser_testlib GTest::gtest_main)
-  add_dependencies(${name} hawser_cli hawser_fake_cuda)
+  add_dependencies(${name} hawser_cli hawser_fake_cuda hawser_fake_cufile)
+  # With the stand-in driver, the stand-in libcufile too (gpu_env.h: testCufilePath).
+  target_compile_definitions(${name} PRIVATE HAWSER_FAKE_CUFILE="$<TARGET_FILE:hawser_fake_cufile>")
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST TEST_PREFIX "gpu."
     PROPERTIES LABELS gpu TIMEOUT 300)
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST TEST_PREFIX "gpu_sim."

@@ -25,6 +25,7 @@
 namespace hawser::file {
 
 OpenFile::~OpenFile() {
+  if (cufile && cufile_token >= 0) cufile->removeFile(cufile_token);
   if (engine && token >= 0) engine->removeFile(token);
   if (fd >= 0) {
     ::close(fd);

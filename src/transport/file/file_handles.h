@@ -36,6 +36,13 @@ struct OpenFile {
   IoEngine* engine = nullptr;
   int token = -1;
   std::string path;
+  // Its cuFile handle, for slices of GPU memory: registered on first need
+  // (FileTransport::gpuRoute), deregistered before the descriptor closes.
+  std::mutex cufile_mu;
+  bool cufile_tried = false;
+  IoEngine* cufile = nullptr;
+  int cufile_token = -1;
+  Status cufile_refusal;  // why cuFile refused it
 
   OpenFile() = default;
   OpenFile(const OpenFile&) = delete;

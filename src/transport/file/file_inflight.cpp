@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "transport/file/file_handles.h"
 #include "transport/file/file_transport.h"
+#include "transport/file/gpu_staging.h"
 
 namespace hawser::file {
 
@@ -63,6 +64,14 @@ struct Inflight::Outbox {
     const char* src;
     uint64_t len;
   };
+  struct GpuCopy {
+    int device;
+    bool to_gpu;
+    void* dst;
+    const void* src;
+    uint64_t len;
+    uint64_t cookie;
+  };
   struct Report {
     Task* task;
     TransferState state;
@@ -71,6 +80,7 @@ struct Inflight::Outbox {
   };
   std::vector<EngineWork> engines;  // one or two
   std::vector<Copy> copy_in;        // user -> bounce, before the write is posted
+  std::vector<GpuCopy> gpu_copies;  // staging slot <-> GPU, on a copy lane
   std::vector<Report> reports;
   std::vector<std::unique_ptr<BatchSlices>> destroy;
 
@@ -79,7 +89,7 @@ struct Inflight::Outbox {
       if (w.engine == e) return w;
     return engines.emplace_back(EngineWork{e, {}, {}});
   }
-  bool empty() const { return engines.empty() && reports.empty() && destroy.empty(); }
+  bool empty() const { return engines.empty() && reports.empty() && destroy.empty() && gpu_copies.empty(); }
 };
 
 // ---- lifecycle -------------------------------------------------------------------
@@ -108,6 +118,16 @@ void Inflight::configure(IoEngine* uring, std::chrono::milliseconds grace, size_
   // lock, and a registration is a round trip to the ring's thread, which may
   // itself be waiting for that lock.
   pool_.configure(bounce_size, bounce_buffers, nullptr);
+}
+
+void Inflight::setStaging(GpuStaging* staging) {
+  std::lock_guard lk(mu_);
+  staging_ = staging;
+}
+
+void Inflight::setCufileMode(bool gds) {
+  std::lock_guard lk(mu_);
+  cufile_gds_ = gds;
 }
 
 void Inflight::startWatchdog() {
@@ -204,7 +224,9 @@ void Inflight::waitDrained(std::chrono::milliseconds timeout) {
 
 // ---- slices (under mu_) -------------------------------------------------------------
 
-// Posts the slice's (remaining) I/O, or parks it until a bounce buffer frees.
+// Posts the slice's (remaining) I/O, or parks it until a bounce buffer or a
+// staging slot frees. A staged write first copies its bytes from the GPU into
+// the slot (kCopying); the write follows when that copy is done.
 void Inflight::issue(Slice* s, Outbox& ob) {
   if (s->bounce && !s->bb.p) {
     s->bb = pool_.acquire(s->io_len);
@@ -215,28 +237,90 @@ void Inflight::issue(Slice* s, Outbox& ob) {
     }
     if (s->write) ob.copy_in.push_back({s->bb.p, s->user, s->len});
   }
-  if (!s->counted) {
-    s->counted = true;
-    auto& c = detail::counters();
-    (s->bounce ? c.bounce_slices : s->buffered ? c.buffered_slices : c.direct_slices)++;
+  if (s->route == Route::kStaged) {
+    if (s->slot < 0) {
+      s->slot = staging_->tryAcquire();
+      if (s->slot < 0) {
+        s->state = SState::kWaitBounce;
+        slot_waiters_.push_back(s);
+        return;
+      }
+    }
+    if (s->write && !s->staged_in) {
+      s->staged_in = true;
+      countIssue(s);
+      if (!s->cookie) s->cookie = cookies_.add(s);
+      s->state = SState::kCopying;
+      ob.gpu_copies.push_back({s->device, false, staging_->slot(s->slot), s->user, s->len, s->cookie});
+      return;
+    }
   }
+  countIssue(s);
   if (!s->cookie) s->cookie = cookies_.add(s);
   s->state = SState::kInFlight;
+  char* base = s->route == Route::kStaged ? staging_->slot(s->slot) : s->bounce ? s->bb.p : s->user;
   IoOp op;
   op.cookie = s->cookie;
   op.fd = s->file->fd;
-  op.file_token = s->file->token;
+  op.file_token = s->token;
   op.write = s->write;
-  op.buf = (s->bounce ? s->bb.p : s->user) + s->progress;
+  op.buf = base + s->progress;
   op.len = s->io_len - s->progress;
   op.offset = s->io_off + s->progress;
-  ob.of(s->file->engine).ops.push_back(op);
-  (s->file->engine == uring_ ? detail::counters().uring_ops : detail::counters().posix_ops)++;
+  ob.of(s->engine).ops.push_back(op);
+  auto& c = detail::counters();
+  (s->route == Route::kCufile ? c.cufile_ops : s->engine == uring_ ? c.uring_ops : c.posix_ops)++;
+}
+
+// Slices per path, once per slice, when its I/O (or its staging copy) first starts.
+void Inflight::countIssue(Slice* s) {
+  if (s->counted) return;
+  s->counted = true;
+  auto& c = detail::counters();
+  switch (s->route) {
+    case Route::kHost:
+      (s->bounce ? c.bounce_slices : s->buffered ? c.buffered_slices : c.direct_slices)++;
+      break;
+    case Route::kCufile:
+      (cufile_gds_ ? c.gpu_gds_slices : c.gpu_compat_slices)++;
+      break;
+    case Route::kStaged:
+      (s->engine == uring_ ? c.gpu_staged_uring_slices : c.gpu_staged_posix_slices)++;
+      break;
+  }
+}
+
+// Bytes per path: those of completed slices only.
+void Inflight::countDone(const Slice* s) {
+  auto& c = detail::counters();
+  switch (s->route) {
+    case Route::kHost:
+      (s->bounce ? c.bounce_bytes : s->buffered ? c.buffered_bytes : c.direct_bytes) += s->len;
+      break;
+    case Route::kCufile:
+      (cufile_gds_ ? c.gpu_gds_bytes : c.gpu_compat_bytes) += s->len;
+      break;
+    case Route::kStaged:
+      (s->engine == uring_ ? c.gpu_staged_uring_bytes : c.gpu_staged_posix_bytes) += s->len;
+      break;
+  }
+}
+
+void Inflight::fail(Slice* s, Status err, Outbox& ob) {
+  TaskRec* rec = s->rec;
+  report(s, TransferState::kFailed, std::move(err), ob);
+  finishIo(s, ob);
+  if (!rec->failed) {
+    rec->failed = true;
+    for (uint32_t i = 0; i < rec->count; ++i)
+      cancelSlice(&rec->sb->slices[rec->first + i], ob, "another slice of the task failed");
+  }
 }
 
 void Inflight::report(Slice* s, TransferState st, Status err, Outbox& ob) {
   if (s->reported) return;
   s->reported = true;
+  if (st == TransferState::kCompleted) countDone(s);
   ob.reports.push_back({s->rec->task, st, st == TransferState::kCompleted ? s->len : 0, std::move(err)});
 }
 
@@ -254,6 +338,7 @@ void Inflight::cancelSlice(Slice* s, Outbox& ob, const char* why) {
       break;
     case SState::kWaitBounce:
       waiters_.erase(std::remove(waiters_.begin(), waiters_.end(), s), waiters_.end());
+      slot_waiters_.erase(std::remove(slot_waiters_.begin(), slot_waiters_.end(), s), slot_waiters_.end());
       s->state = SState::kDone;
       s->file.reset();
       s->rec->sb->active--;
@@ -265,10 +350,15 @@ void Inflight::cancelSlice(Slice* s, Outbox& ob, const char* why) {
         s->cancel_requested = true;
         s->deadline = Clock::now() + grace_;
         cancelling_.push_back(s);
-        ob.of(s->file->engine).cancels.push_back(s->cookie);
+        ob.of(s->engine).cancels.push_back(s->cookie);
         detail::counters().cancel_requests++;
         wd_cv_.notify_all();
       }
+      break;
+    case SState::kCopying:
+      // A GPU copy cannot be stopped; it is short. A staged write then ends
+      // CANCELED instead of being written (onCopyDone).
+      s->cancel_requested = true;
       break;
     case SState::kDone:
       break;
@@ -281,6 +371,10 @@ void Inflight::finishIo(Slice* s, Outbox& ob) {
   if (s->cookie) cookies_.remove(s->cookie);
   s->cookie = 0;
   pool_.release(s->bb);
+  if (s->slot >= 0) {
+    staging_->release(s->slot);
+    s->slot = -1;
+  }
   s->file.reset();
   s->state = SState::kDone;
   BatchSlices* sb = s->rec->sb;
@@ -294,6 +388,15 @@ void Inflight::finishIo(Slice* s, Outbox& ob) {
     if (!w->bb.p) break;
     waiters_.pop_front();
     if (w->write) ob.copy_in.push_back({w->bb.p, w->user, w->len});
+    issue(w, ob);
+  }
+  // So does a freed staging slot.
+  while (!slot_waiters_.empty()) {
+    long slot = staging_->tryAcquire();
+    if (slot < 0) break;
+    Slice* w = slot_waiters_.front();
+    slot_waiters_.pop_front();
+    w->slot = slot;
     issue(w, ob);
   }
   if (sb->active == 0) {
@@ -318,8 +421,9 @@ void Inflight::handle(const IoCompletion& c, Outbox& ob) {
   }
   const int64_t res = c.result;
   // Bytes of the I/O that must be done for the slice to be complete: a
-  // bounce read may run past end of file in its alignment padding.
-  const uint64_t needed = (s->bounce && !s->write) ? (s->off - s->io_off) + s->len : s->io_len;
+  // bounce (or staged) read may run past end of file in its alignment padding.
+  const uint64_t needed =
+      ((s->bounce || s->route == Route::kStaged) && !s->write) ? (s->off - s->io_off) + s->len : s->io_len;
   if (res > 0) s->progress += static_cast<uint64_t>(res);
 
   if (s->quarantined) {
@@ -334,9 +438,21 @@ void Inflight::handle(const IoCompletion& c, Outbox& ob) {
     issue(s, ob);  // resume the remainder with the same cookie
     return;
   }
+  if (s->progress >= needed && s->route == Route::kStaged && !s->write && !s->cancel_requested) {
+    // The bytes are in the slot: on to the GPU; the slice ends with that copy.
+    s->state = SState::kCopying;
+    ob.gpu_copies.push_back({s->device, true, s->user, staging_->slot(s->slot) + (s->off - s->io_off), s->len,
+                             s->cookie});
+    return;
+  }
   TransferState st;
   Status err;
-  if (s->progress >= needed) {
+  if (s->progress >= needed && s->route == Route::kStaged && !s->write) {
+    // Read into the slot, but cancelled before its copy to the GPU.
+    st = TransferState::kCanceled;
+    err = Status(Code::kIoError, fmt::format("read of '{}' [{}, +{}) canceled before its copy to the GPU",
+                                             s->file->path, s->off, s->len));
+  } else if (s->progress >= needed) {
     st = TransferState::kCompleted;
     if (s->bounce && !s->write) std::memcpy(s->user, s->bb.p + (s->off - s->io_off), s->len);
   } else if (res == -ECANCELED || s->cancel_requested) {
@@ -355,14 +471,39 @@ void Inflight::handle(const IoCompletion& c, Outbox& ob) {
                              "opened?)",
                              opName(s->write), std::min(s->progress, needed), needed, s->io_off, s->file->path));
   }
-  TaskRec* rec = s->rec;
+  if (st == TransferState::kFailed) return fail(s, std::move(err), ob);
   report(s, st, std::move(err), ob);
   finishIo(s, ob);
-  if (st == TransferState::kFailed && !rec->failed) {
-    rec->failed = true;
-    for (uint32_t i = 0; i < rec->count; ++i)
-      cancelSlice(&rec->sb->slices[rec->first + i], ob, "another slice of the task failed");
+}
+
+void Inflight::onCopyDone(uint64_t cookie, const Status& result) {
+  Outbox ob;
+  {
+    std::lock_guard lk(mu_);
+    Slice* s = cookies_.find(cookie);
+    if (!s || s->state != SState::kCopying) {
+      HLOG_WARN("file: staging copy for unknown cookie {:#x} ignored", cookie);
+      return;
+    }
+    if (!result.ok()) {
+      fail(s,
+           Status(Code::kIoError, fmt::format("{} of '{}' [{}, +{}) through staging: {}", opName(s->write),
+                                              s->file->path, s->off, s->len, result.message())),
+           ob);
+    } else if (!s->write) {
+      report(s, TransferState::kCompleted, Status::OK(), ob);
+      finishIo(s, ob);
+    } else if (s->cancel_requested) {
+      report(s, TransferState::kCanceled,
+             Status(Code::kIoError, fmt::format("write of '{}' [{}, +{}) canceled before it was written",
+                                                s->file->path, s->off, s->len)),
+             ob);
+      finishIo(s, ob);
+    } else {
+      issue(s, ob);  // the slot holds the bytes: write them
+    }
   }
+  flush(ob);
 }
 
 // ---- outside the lock ------------------------------------------------------------
@@ -377,7 +518,8 @@ void Inflight::onComplete(std::span<const IoCompletion> cs) {
 }
 
 void Inflight::flush(Outbox& ob) {
-  for (auto& c : ob.copy_in) std::memcpy(c.dst, c.src, c.len);
+  for (auto& c : ob.copy_in) std::memcpy(c.dst, c.src, c.len);  // host memory only (bounce)
+  for (auto& c : ob.gpu_copies) staging_->copy(c.device, c.to_gpu, c.dst, c.src, c.len, c.cookie);
   for (auto& w : ob.engines)
     if (!w.ops.empty()) w.engine->submit(w.ops);
   for (auto& w : ob.engines)

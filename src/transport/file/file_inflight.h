@@ -6,6 +6,12 @@
 // end within the cancel grace is reported CANCELED by the watchdog, but its
 // memory (bounce buffer, descriptor, the sub-batch's slices) is kept until
 // the kernel reports the I/O ended.
+//
+// GPU memory (file_sub_batch.h decides which way each slice goes): a cuFile
+// slice is issued to the cuFile engine with the device address; a staged
+// slice reads or writes a pinned staging slot through io_uring/POSIX, and its
+// copy to (reads, after the I/O) or from (writes, before it) the GPU runs on
+// a copy lane (gpu_staging.h). Host code never dereferences GPU memory.
 #pragma once
 
 #include <chrono>
@@ -30,7 +36,18 @@ struct BatchSlices;
 
 using Clock = std::chrono::steady_clock;
 
-enum class SState : uint8_t { kPrepared, kWaitBounce, kInFlight, kDone };
+class GpuStaging;
+
+// kWaitBounce: waiting for a bounce buffer or a staging slot; kCopying: a
+// staged slice's copy to or from the GPU is queued or running.
+enum class SState : uint8_t { kPrepared, kWaitBounce, kCopying, kInFlight, kDone };
+
+// How a slice's bytes reach the file.
+enum class Route : uint8_t {
+  kHost,    // host memory: direct, bounce or buffered (see Slice)
+  kCufile,  // GPU memory <-> file through the cuFile engine
+  kStaged,  // GPU memory <-> pinned staging slot <-> file through io_uring/POSIX
+};
 
 struct TaskRec {
   Task* task = nullptr;
@@ -46,7 +63,12 @@ struct Slice {
   bool write = false;
   bool bounce = false;
   bool buffered = false;
-  char* user = nullptr;   // the user's memory for this slice
+  Route route = Route::kHost;
+  int device = -1;        // GPU of the user's memory (kCufile, kStaged)
+  long slot = -1;         // staging slot held (kStaged)
+  IoEngine* engine = nullptr;  // engine of the I/O (the file's, or cuFile)
+  int token = -1;              // that engine's file token
+  char* user = nullptr;   // the user's memory for this slice (never dereferenced for GPU memory)
   uint64_t len = 0;       // bytes asked
   uint64_t off = 0;       // file offset of those bytes
   uint64_t io_off = 0;    // the I/O issued (bounce reads round out to the alignment)
@@ -58,7 +80,8 @@ struct Slice {
   bool cancel_requested = false;
   bool reported = false;
   bool quarantined = false;
-  bool counted = false;  // direct/bounce/buffered counter bumped
+  bool counted = false;  // its path's slice counter bumped
+  bool staged_in = false;  // staged write: its bytes were copied into the slot
   Clock::time_point deadline{};
 };
 
@@ -95,8 +118,15 @@ class Inflight {
   Inflight(const Inflight&) = delete;
   ~Inflight();
 
-  // `uring` (may be null) is told apart from the POSIX engine for counters.
+  // `uring` (may be null) is told apart from the POSIX engine for counters;
+  // `gds`: cuFile slices run GPUDirect (else compat mode), for counters.
   void configure(IoEngine* uring, std::chrono::milliseconds grace, size_t bounce_size, size_t bounce_buffers);
+  // Staging for GPU slices (set once, before any staged slice is posted).
+  void setStaging(GpuStaging* staging);
+  void setCufileMode(bool gds);
+
+  // A staging copy ended (from a copy lane).
+  void onCopyDone(uint64_t cookie, const Status& result);
   void startWatchdog();
   void stopWatchdog();
 
@@ -127,18 +157,25 @@ class Inflight {
   void finishIo(Slice* s, Outbox& ob);
   void handle(const IoCompletion& c, Outbox& ob);
   void report(Slice* s, TransferState st, Status err, Outbox& ob);
+  void countIssue(Slice* s);
+  void countDone(const Slice* s);
+  // A slice failed: report it and cancel the other slices of its task.
+  void fail(Slice* s, Status err, Outbox& ob);
   // Outside mu_.
   void flush(Outbox& ob);
   void watchdog();
 
   IoEngine* uring_ = nullptr;
+  GpuStaging* staging_ = nullptr;
+  bool cufile_gds_ = false;
   std::chrono::milliseconds grace_{1000};
   bool leaked_ = false;
 
   mutable std::mutex mu_;  // everything below
   CookieTable cookies_;
   BouncePool pool_;
-  std::deque<Slice*> waiters_;
+  std::deque<Slice*> waiters_;          // for a bounce buffer
+  std::deque<Slice*> slot_waiters_;     // for a staging slot
   std::vector<Slice*> cancelling_;
   std::set<BatchSlices*> live_;
   std::vector<std::unique_ptr<BatchSlices>> quarantine_;

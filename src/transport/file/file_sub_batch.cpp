@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "transport/file/cufile_engine.h"
 #include "transport/file/file_plan.h"
 #include "transport/file/file_transport.h"
 
@@ -26,6 +27,7 @@ Status FileSubBatch::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
   work->tasks.reserve(tasks.size());
   std::vector<FileSpan> spans;
   std::vector<Piece> pieces;
+  bool staged = false;
   for (Task* task : tasks) {
     auto* peer = static_cast<FilePeer*>(task->peer());
     if (!peer)
@@ -34,12 +36,27 @@ Status FileSubBatch::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
     const bool write = r.opcode == OpCode::kWrite;
     Status s = coverRange(peer->lengths(), r.target_offset, r.length, spans);
     if (!s.ok()) return {s.code(), fmt::format("segment '{}': {}", peer->segment(), s.message())};
+    // GPU memory: cuFile or staging, decided per descriptor (file_gpu.cpp).
+    int device = -1;
+    const bool gpu = owner_->gpuMemory(r.source, r.length, device);
+    CufileEngine* cf = gpu ? owner_->cufileEngine() : nullptr;
+    auto routeOf = [&](const std::shared_ptr<OpenFile>& file, Route& rt) -> Status {
+      if (!gpu) {
+        rt = Route::kHost;
+        return Status::OK();
+      }
+      Status rs = owner_->gpuRoute(*file, cf, rt);
+      if (!rs.ok()) return {rs.code(), fmt::format("segment '{}': {}", peer->segment(), rs.message())};
+      return Status::OK();
+    };
     CutTask& ct = work->tasks.emplace_back();
     ct.task = task;
     for (const FileSpan& span : spans) {
       std::shared_ptr<OpenFile> f, plain;
       s = peer->acquire(span.file, write ? OpenMode::kWrite : OpenMode::kRead, open_, f);
       if (!s.ok()) return s;
+      Route route = Route::kHost, plain_route = Route::kHost;
+      if (!(s = routeOf(f, route)).ok()) return s;
       uint64_t walign = 1, max_io = max_io_size;
       if (write && f->direct) {
         walign = std::max(f->off_align, kPage);
@@ -55,30 +72,60 @@ Status FileSubBatch::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
         sl.off = p.file_off;
         sl.io_off = p.file_off;
         sl.io_len = p.len;
+        sl.device = device;
         const auto addr = reinterpret_cast<uint64_t>(sl.user);
         if (p.buffered) {
+          // An unaligned write head/tail: through the page cache (for GPU
+          // memory, by cuFile on that descriptor, or staged).
           if (!plain) {
             s = peer->acquire(span.file, OpenMode::kWriteBuffered, open_, plain);
             if (!s.ok()) return s;
+            if (!(s = routeOf(plain, plain_route)).ok()) return s;
           }
           sl.file = plain;
           sl.buffered = true;
+          sl.route = plain_route;
         } else {
           sl.file = f;
+          sl.route = route;
           if (!f->direct) {
             sl.buffered = true;
+          } else if (route == Route::kCufile) {
+            // The library takes any address, offset and length.
           } else if (write) {
-            sl.bounce = addr % f->mem_align != 0;  // offset and length are aligned by the cut
-          } else if (addr % f->mem_align != 0 || p.file_off % f->off_align != 0 || p.len % f->off_align != 0) {
-            sl.bounce = true;
+            // Host: offset and length are aligned by the cut; staging slots are aligned.
+            sl.bounce = route == Route::kHost && addr % f->mem_align != 0;
+          } else if ((route == Route::kHost && addr % f->mem_align != 0) || p.file_off % f->off_align != 0 ||
+                     p.len % f->off_align != 0) {
+            // Host: through a bounce buffer; staged: the slot takes the aligned superset.
+            sl.bounce = route == Route::kHost;
             sl.io_off = alignDown(p.file_off, f->off_align);
             sl.io_len = alignUp(p.file_off + p.len, f->off_align) - sl.io_off;
           }
+        }
+        if (sl.route == Route::kCufile) {
+          sl.engine = cf;
+          sl.token = sl.file->cufile_token;
+        } else {
+          sl.engine = sl.file->engine;
+          sl.token = sl.file->token;
+        }
+        if (sl.route == Route::kStaged) {
+          staged = true;
+          if (sl.io_len > owner_->stagingSlotSize())
+            return {Code::kInvalidArgument,
+                    fmt::format("segment '{}': a staged slice of {} bytes of '{}' exceeds a staging slot ({} "
+                                "bytes; the file's O_DIRECT alignment is {})",
+                                peer->segment(), sl.io_len, sl.file->path, owner_->stagingSlotSize(), f->off_align)};
         }
         ct.slices.push_back(std::move(sl));
       }
     }
     work->slices += ct.slices.size();
+  }
+  if (staged) {
+    Status s = owner_->ensureStaging();
+    if (!s.ok()) return s;
   }
   // Everything validated: nothing is posted until post().
   for (auto& ct : work->tasks) ct.task->setSliceCount(static_cast<uint32_t>(ct.slices.size()));

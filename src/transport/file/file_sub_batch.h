@@ -38,6 +38,10 @@ class FileSubBatch final : public SubBatch {
   //   buffered - through a page-cache fd (file systems without O_DIRECT, and
   //              the unaligned head/tail of an O_DIRECT write, so a write never
   //              has to read-modify-write a block it only partly covers)
+  // Slices of GPU memory never bounce (host code never touches GPU memory):
+  // each goes through cuFile (any alignment; write heads/tails on the page
+  // cache descriptor) or is staged through a pinned slot (reads take the
+  // aligned superset into the slot), as FileTransport::gpuRoute decides.
   Status prepare(std::span<Task* const> tasks, std::unique_ptr<PreparedWork>& out) override;
   // Issues every slice (one engine submission for all of them).
   void post(std::unique_ptr<PreparedWork> work) override;

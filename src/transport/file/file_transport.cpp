@@ -14,7 +14,9 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "metadata/descriptor.h"
+#include "transport/file/cufile_engine.h"
 #include "transport/file/file_handles.h"
+#include "transport/file/gpu_staging.h"
 #include "transport/file/file_inflight.h"
 #include "transport/file/file_plan.h"
 #include "base/file_info.h"
@@ -49,6 +51,14 @@ constexpr CounterField kCounterFields[] = {
     HAWSER_FILE_COUNTER(cancel_requests),  HAWSER_FILE_COUNTER(quarantined),
     HAWSER_FILE_COUNTER(quarantine_released), HAWSER_FILE_COUNTER(files_opened),
     HAWSER_FILE_COUNTER(files_open),
+    HAWSER_FILE_COUNTER(direct_bytes),     HAWSER_FILE_COUNTER(bounce_bytes),
+    HAWSER_FILE_COUNTER(buffered_bytes),   HAWSER_FILE_COUNTER(gpu_gds_slices),
+    HAWSER_FILE_COUNTER(gpu_gds_bytes),    HAWSER_FILE_COUNTER(gpu_compat_slices),
+    HAWSER_FILE_COUNTER(gpu_compat_bytes), HAWSER_FILE_COUNTER(gpu_staged_uring_slices),
+    HAWSER_FILE_COUNTER(gpu_staged_uring_bytes), HAWSER_FILE_COUNTER(gpu_staged_posix_slices),
+    HAWSER_FILE_COUNTER(gpu_staged_posix_bytes), HAWSER_FILE_COUNTER(cufile_ops),
+    HAWSER_FILE_COUNTER(cufile_batches),   HAWSER_FILE_COUNTER(cufile_refused_files),
+    HAWSER_FILE_COUNTER(gpu_copies),
 };
 #undef HAWSER_FILE_COUNTER
 
@@ -76,6 +86,10 @@ Status FileTransport::loadSettings(const Config& cfg, FileSettings& out) {
   FileSettings st;
   uint32_t bufs = 0;
   Status s;
+  if (!(s = cfg.getString("file.cufile", st.cufile)).ok() || !(s = cfg.getString("file.cufile_lib", st.cufile_lib)).ok() ||
+      !(s = cfg.getInt("file.cufile_batch", st.cufile_batch)).ok() ||
+      !(s = cfg.getInt("file.gpu_staging_buffers", st.gpu_staging_buffers)).ok())
+    return s;
   if (!(s = cfg.getString("file.engine", st.engine)).ok() ||
       !(s = cfg.getInt("file.io_depth", st.io.io_depth)).ok() ||
       !(s = cfg.getSize("file.max_io_size", st.max_io_size)).ok() ||
@@ -104,7 +118,7 @@ FileTransport::FileTransport()
 TransportCaps FileTransport::caps() const {
   TransportCaps c;
   c.file_segments = true;
-  c.local_memory = kHostMemory;  // a cuFile engine would add kGpuMemory
+  c.local_memory = kHostMemory | kGpuMemory;  // GPU: cuFile, else pinned staging
   c.cost_rank = 50;
   c.segment_scheme = "file://";
   return c;
@@ -164,6 +178,8 @@ void FileTransport::shutdown() {
     std::lock_guard lk(posix_mu_);
     if (posix_) left += posix_->stop(std::chrono::seconds(2));
   }
+  if (staging_) staging_->stop();  // after the drain: no copy is queued any more
+  if (cufile_) left += cufile_->stop(std::chrono::seconds(2));
   inflight_->stopWatchdog();
   if (left > 0) {
     // The kernel may still write into bounce buffers, sub-batches and user
@@ -186,8 +202,12 @@ FileTransport::~FileTransport() {
   if (leak_engines_) {
     (void)uring_.release();
     (void)posix_.release();
+    (void)cufile_.release();
+    (void)staging_.release();
     return;
   }
+  staging_.reset();
+  cufile_.reset();
   uring_.reset();
   posix_.reset();
 }
@@ -197,6 +217,7 @@ void FileTransport::describe(nlohmann::json& attrs) const {
   attrs["engine"] = uring_ ? (settings_.engine == "auto" ? "uring+posix" : "uring") : "posix";
   attrs["io_depth"] = settings_.io.io_depth;
   attrs["max_io_size"] = settings_.max_io_size;
+  attrs["cufile"] = settings_.cufile;
   attrs["aliases"] = nlohmann::json::array({"nvmeof"});
 }
 
@@ -206,11 +227,15 @@ Status FileTransport::registerMemory(void* addr, size_t length, const std::strin
                                      nlohmann::json& attrs) {
   // Host memory may be pre-registered with io_uring (fixed buffers); anything
   // the kernel refuses just goes through plain reads/writes.
-  if (uring_ && memoryKindOf(location) == kHostMemory) uring_->addMemory(addr, length);
-  return Status::OK();
+  if (memoryKindOf(location) != kGpuMemory) {
+    if (uring_) uring_->addMemory(addr, length);
+    return Status::OK();
+  }
+  return registerGpuMemory(addr, length, location);
 }
 
 Status FileTransport::unregisterMemory(void* addr, size_t length) {
+  if (unregisterGpuMemory(addr, length)) return Status::OK();
   if (uring_) uring_->removeMemory(addr, length);
   return Status::OK();
 }
@@ -270,6 +295,7 @@ void FileTransport::diagnose(TransportDiagnosis& out) const {
   out.facts.emplace_back("bounce buffers", std::to_string(settings_.bounce_buffers));
   out.facts.emplace_back("posix threads", std::to_string(settings_.io.posix_threads));
   out.facts.emplace_back("cancel grace ms", std::to_string(settings_.cancel_grace.count()));
+  diagnoseGpu(out, tmp && *tmp ? tmp : "/tmp");
 }
 
 }  // namespace file

@@ -1,6 +1,7 @@
 // The file transport ("file", alias "nvmeof"): file segments (backing files
 // concatenated into one logical space) read and written through an I/O
-// engine (io_uring or POSIX; a cuFile engine can slot in behind IoEngine).
+// engine (io_uring or POSIX), and for GPU memory through cuFile or pinned
+// staging buffers (file_gpu.cpp).
 // The engine reaches the transport through makeFileTransport().
 //
 // This header: the transport class, its settings, and the process-wide
@@ -13,13 +14,19 @@
 //   file_handles.*      a segment's files as this host sees them, and their cached open descriptors
 //   bounce_pool.*       aligned bounce buffers for O_DIRECT I/O of unaligned memory
 //   file_plan.*         pure slicing (no I/O); io_engine.h + uring/posix_engine.cpp: the I/O engines
+//   file_gpu.cpp        GPU memory: regions, cuFile or staging per file (the fallback rule), doctor facts
+//   cufile_engine.*     libcufile loaded at run time, and the cuFile batch engine (cufile_api.h: its ABI)
+//   gpu_staging.*       pinned staging slots and the pipelined GPU copy lanes
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <shared_mutex>
 #include <string>
 
 #include "base/transport.h"
@@ -41,6 +48,23 @@ struct FileStats {
   uint64_t quarantine_released = 0;  // of those, I/O that has since ended
   uint64_t files_opened = 0;       // open() calls that succeeded
   uint64_t files_open = 0;         // descriptors open now
+  // Bytes of completed host slices, per path (the *_slices above count slices).
+  uint64_t direct_bytes = 0;
+  uint64_t bounce_bytes = 0;
+  uint64_t buffered_bytes = 0;
+  // GPU memory <-> files, per path (slices when first issued; bytes of completed slices):
+  uint64_t gpu_gds_slices = 0;          // cuFile, GPUDirect (nvidia-fs)
+  uint64_t gpu_gds_bytes = 0;
+  uint64_t gpu_compat_slices = 0;       // cuFile in compat mode (its own POSIX I/O and bounce buffers)
+  uint64_t gpu_compat_bytes = 0;
+  uint64_t gpu_staged_uring_slices = 0;  // io_uring into pinned staging slots + GPU copies
+  uint64_t gpu_staged_uring_bytes = 0;
+  uint64_t gpu_staged_posix_slices = 0;  // pread/pwrite into pinned staging slots + GPU copies
+  uint64_t gpu_staged_posix_bytes = 0;
+  uint64_t cufile_ops = 0;         // ops issued through the cuFile engine (short I/O resumed counts again)
+  uint64_t cufile_batches = 0;     // cuFileBatchIOSubmit calls
+  uint64_t cufile_refused_files = 0;  // descriptors cuFile refused (their GPU slices staged instead)
+  uint64_t gpu_copies = 0;         // staging copies queued on GPU streams
 };
 
 FileStats globalStats();
@@ -49,7 +73,10 @@ namespace detail {
 struct Counters {
   std::atomic<uint64_t> uring_ops{0}, posix_ops{0}, direct_slices{0}, bounce_slices{0}, buffered_slices{0},
       fixed_buffer_ops{0}, fixed_file_ops{0}, short_continuations{0}, cancel_requests{0}, quarantined{0},
-      quarantine_released{0}, files_opened{0}, files_open{0};
+      quarantine_released{0}, files_opened{0}, files_open{0}, direct_bytes{0}, bounce_bytes{0}, buffered_bytes{0},
+      gpu_gds_slices{0}, gpu_gds_bytes{0}, gpu_compat_slices{0}, gpu_compat_bytes{0}, gpu_staged_uring_slices{0},
+      gpu_staged_uring_bytes{0}, gpu_staged_posix_slices{0}, gpu_staged_posix_bytes{0}, cufile_ops{0},
+      cufile_batches{0}, cufile_refused_files{0}, gpu_copies{0};
 };
 Counters& counters();
 }  // namespace detail
@@ -57,6 +84,10 @@ Counters& counters();
 class Inflight;
 class PeerSet;
 class FileSubBatch;
+class CufileEngine;
+class GpuStaging;
+struct OpenFile;
+enum class Route : uint8_t;
 
 // Every file.* key (docs/file.md has the table).
 struct FileSettings {
@@ -65,6 +96,10 @@ struct FileSettings {
   uint64_t max_io_size = 1 << 20;                // file.max_io_size (a multiple of 4096)
   uint32_t bounce_buffers = 32;                  // file.bounce_buffers (default: file.io_depth)
   std::chrono::milliseconds cancel_grace{1000};  // file.cancel_grace_ms
+  std::string cufile = "auto";                   // file.cufile: auto | on | off
+  std::string cufile_lib = "libcufile.so.0";     // file.cufile_lib
+  uint32_t cufile_batch = 128;                   // file.cufile_batch
+  uint32_t gpu_staging_buffers = 16;             // file.gpu_staging_buffers
   // file.io_depth, file.posix_threads, file.fixed_buffers, file.fixed_files, file.sqpoll
   IoEngineOptions io;
 };
@@ -82,7 +117,9 @@ class FileTransport final : public Transport {
   void shutdown() override;
   void describe(nlohmann::json& attrs) const override;
 
-  // Host memory is pre-registered with io_uring (fixed buffers) when it can be.
+  // Host memory is pre-registered with io_uring (fixed buffers) when it can
+  // be; GPU memory ("cuda:N") is registered with cuFile (cuFileBufRegister),
+  // whose driver this opens on the first GPU region (file.cufile auto/on).
   Status registerMemory(void* addr, size_t length, const std::string& location, bool remote_accessible,
                         nlohmann::json& attrs) override;
   Status unregisterMemory(void* addr, size_t length) override;
@@ -108,6 +145,24 @@ class FileTransport final : public Transport {
   IoEngine* engineFor(bool direct);
   IoEngine* posixEngine();  // started on first use
 
+  // ---- GPU memory (file_gpu.cpp) ----
+  // The GPU of a registered GPU region holding [addr, +len), or false.
+  bool gpuMemory(const void* addr, size_t len, int& device) const;
+  // Loads cuFile and starts its engine once (file.cufile auto/on).
+  void ensureCufile();
+  // The cuFile engine, or nullptr (then `why` says why).
+  CufileEngine* cufileEngine(std::string* why = nullptr);
+  // Pinned staging slots and copy lanes, made on first need.
+  Status ensureStaging();
+  size_t stagingSlotSize() const;
+  // How GPU slices reach `f`: cuFile when its handle registers, else staged
+  // (logged once per file) -- or, with file.cufile=on, an error.
+  Status gpuRoute(OpenFile& f, CufileEngine* cf, Route& out);
+  void noteFallback(const std::string& path, const std::string& why, bool warn);
+  Status registerGpuMemory(void* addr, size_t length, const std::string& location);
+  bool unregisterGpuMemory(void* addr, size_t length);  // false: not GPU memory of ours
+  void diagnoseGpu(TransportDiagnosis& out, const std::string& dir) const;
+
   FileSettings settings_;
   std::string server_name_;
   std::string uring_note_;  // why io_uring is not in use ("" when it is)
@@ -119,6 +174,23 @@ class FileTransport final : public Transport {
   std::unique_ptr<IoEngine> posix_;
   std::mutex posix_mu_;
   bool leak_engines_ = false;
+
+  // GPU: cuFile (its engine outlives the descriptors too) and staging.
+  std::mutex gpu_mu_;
+  bool cufile_tried_ = false;
+  std::string cufile_note_;  // why cuFile is not in use ("" when it is)
+  std::unique_ptr<CufileEngine> cufile_;
+  std::atomic<CufileEngine*> cufile_ptr_{nullptr};
+  std::unique_ptr<GpuStaging> staging_;
+  std::atomic<bool> staging_ready_{false};
+  mutable std::shared_mutex regions_mu_;
+  struct GpuRegion {
+    size_t len;
+    int device;
+  };
+  std::map<uint64_t, GpuRegion> gpu_regions_;
+  std::mutex fallback_mu_;
+  std::set<std::string> fallback_logged_;
 
   std::shared_ptr<PeerSet> peers_;
   std::unique_ptr<Inflight> inflight_;

@@ -7,8 +7,8 @@
 //   - uring: io_uring (liburing), batched submits from one owner thread,
 //     registered (fixed) buffers and files when the kernel allows them.
 //   - posix: pread/pwrite on a small thread pool.
-//   - (future) cufile: GPUDirect Storage batch I/O. It would report
-//     needsAlignment() == false and accept device pointers.
+//   - cufile: cuFile batch I/O between GPU memory and files
+//     (cufile_engine.h); needsAlignment() == false, device pointers.
 #pragma once
 
 #include <chrono>

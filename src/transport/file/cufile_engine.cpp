@@ -1,0 +1,695 @@
+// cuFile: the library loaded at run time and the batch engine. See cufile_engine.h.
+#include "transport/file/cufile_engine.h"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <functional>
+#include <future>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "base/log.h"
+#include "gpu/cuda_driver.h"
+#include "transport/file/file_transport.h"
+
+namespace hawser::file {
+
+// ---- the library ----------------------------------------------------------------------
+
+namespace {
+
+std::mutex g_lib_mu;
+// Loaded, by path; never unloaded (nor is the map destroyed: engines may
+// use a library during static destruction).
+std::map<std::string, const CufileLibrary*>& g_libs = *new std::map<std::string, const CufileLibrary*>;
+
+const char* errorName(int e) {
+  switch (e) {
+    case cufile::kSuccess: return "success";
+    case cufile::kDriverNotInitialized: return "driver not initialized";
+    case cufile::kPlatformNotSupported: return "platform not supported";
+    case cufile::kIoNotSupported: return "I/O not supported on this file";
+    case cufile::kCudaDriverError: return "CUDA driver error";
+    case cufile::kInvalidFileOpenFlag: return "invalid file open flag";
+    case cufile::kDioNotSet: return "O_DIRECT not set";
+    case cufile::kInvalidValue: return "invalid value";
+    case cufile::kMemoryAlreadyRegistered: return "memory already registered";
+    case cufile::kMemoryNotRegistered: return "memory not registered";
+    case cufile::kPermissionDenied: return "permission denied";
+    case cufile::kDriverAlreadyOpen: return "driver already open";
+    case cufile::kHandleNotRegistered: return "file handle not registered";
+    case cufile::kHandleAlreadyRegistered: return "file handle already registered";
+    case cufile::kInternalError: return "internal error";
+    default: return "cuFile error";
+  }
+}
+
+template <typename F>
+bool resolve(void* lib, const char* name, F& fn) {
+  fn = reinterpret_cast<F>(dlsym(lib, name));
+  return fn != nullptr;
+}
+
+bool envTrue(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v) return false;
+  std::string s(v);
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s == "1" || s == "true" || s == "yes" || s == "on";
+}
+
+constexpr const char* kNvidiaFs = "/proc/driver/nvidia-fs";
+
+}  // namespace
+
+std::string CufileLibrary::describe(const cufile::Error& e) {
+  if (e.err == cufile::kCudaDriverError)
+    return fmt::format("{} ({}; CUresult {})", errorName(e.err), e.err, e.cu_err);
+  return fmt::format("{} ({})", errorName(e.err), e.err);
+}
+
+const CufileLibrary* CufileLibrary::load(const std::string& path, std::string& why) {
+  std::lock_guard lk(g_lib_mu);
+  if (auto it = g_libs.find(path); it != g_libs.end()) return it->second;
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char* e = dlerror();
+    why = fmt::format("cuFile library '{}' not loaded: {}", path, e ? e : "?");
+    return nullptr;
+  }
+  auto lib = std::unique_ptr<CufileLibrary>(new CufileLibrary());
+  lib->path_ = path;
+  cufile::Api& a = lib->api_;
+  std::string missing;
+  auto need = [&](const char* name, auto& fn) {
+    if (!resolve(h, name, fn)) missing += std::string(missing.empty() ? "" : ", ") + name;
+  };
+  need("cuFileDriverOpen", a.DriverOpen);
+  need("cuFileDriverGetProperties", a.DriverGetProperties);
+  need("cuFileHandleRegister", a.HandleRegister);
+  need("cuFileHandleDeregister", a.HandleDeregister);
+  need("cuFileBufRegister", a.BufRegister);
+  need("cuFileBufDeregister", a.BufDeregister);
+  need("cuFileBatchIOSetUp", a.BatchIOSetUp);
+  need("cuFileBatchIOSubmit", a.BatchIOSubmit);
+  need("cuFileBatchIOGetStatus", a.BatchIOGetStatus);
+  need("cuFileBatchIOCancel", a.BatchIOCancel);
+  need("cuFileBatchIODestroy", a.BatchIODestroy);
+  resolve(h, "cuFileGetVersion", a.GetVersion);
+  if (!missing.empty()) {
+    why = fmt::format("cuFile library '{}' lacks entry points: {}", path, missing);
+    return nullptr;  // the handle stays open: harmless, and a later dlopen would find it anyway
+  }
+  // Once per process and library; it stays open (closing it would pull the
+  // driver from under every other engine of the process).
+  cufile::Error e = a.DriverOpen();
+  if (e.err != cufile::kSuccess && e.err != cufile::kDriverAlreadyOpen) {
+    why = fmt::format("cuFile library '{}': cuFileDriverOpen failed: {}", path, describe(e));
+    return nullptr;
+  }
+  if (a.GetVersion) (void)a.GetVersion(&lib->version_);
+  cufile::DrvProps props{};
+  const bool have_props = a.DriverGetProperties(&props).err == cufile::kSuccess;
+  if (have_props && props.max_batch_io_size > 0) lib->max_batch_ = props.max_batch_io_size;
+  // Direct (GDS) or compat: the nvidia-fs kernel driver must be loaded and
+  // the library must report its version; forced compat mode overrides both.
+  const bool nvfs_proc = ::access(kNvidiaFs, F_OK) == 0;
+  const bool nvfs_props = have_props && props.nvfs.major_version > 0;
+  if (envTrue("CUFILE_FORCE_COMPAT_MODE")) {
+    lib->mode_ = "compat (CUFILE_FORCE_COMPAT_MODE is set)";
+  } else if (!nvfs_proc) {
+    lib->mode_ = fmt::format("compat ({} absent: the nvidia-fs kernel module is not loaded)", kNvidiaFs);
+  } else if (!nvfs_props) {
+    lib->mode_ = "compat (the library reports no nvidia-fs driver version)";
+  } else {
+    lib->gds_ = true;
+    lib->mode_ = fmt::format("gds (nvidia-fs {}.{})", props.nvfs.major_version, props.nvfs.minor_version);
+  }
+  HLOG_INFO("file: cuFile library '{}' opened (version {}): {}, batches of at most {}", path, lib->version_,
+            lib->mode_, lib->max_batch_);
+  const CufileLibrary* out = lib.release();
+  g_libs[path] = out;
+  return out;
+}
+
+CufileProbe probeCufile(const std::string& path, const std::string& dir) {
+  CufileProbe p;
+  {
+    std::lock_guard lk(g_lib_mu);
+    if (auto it = g_libs.find(path); it != g_libs.end())
+      p.library = fmt::format("'{}' open in this process: {}", path, it->second->mode());
+  }
+  if (p.library.empty()) {
+    // Every engine's init asks (the doctor reads what init found): the
+    // library is tried once per process and path, and never unloaded.
+    static std::mutex mu;
+    static auto& probed = *new std::map<std::string, std::string>;
+    std::lock_guard lk(mu);
+    auto it = probed.find(path);
+    if (it == probed.end()) {
+      std::string what;
+      if (void* h = dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL | RTLD_NODELETE)) {
+        what = fmt::format("'{}' loads (its driver opens when GPU memory is first registered)", path);
+        dlclose(h);
+      } else {
+        const char* e = dlerror();
+        what = fmt::format("'{}' not loadable: {}; GPU memory <-> files goes through staging", path, e ? e : "?");
+      }
+      it = probed.emplace(path, std::move(what)).first;
+    }
+    p.library = it->second;
+  }
+  p.nvidia_fs = ::access(kNvidiaFs, F_OK) == 0
+                    ? fmt::format("{} present: GPUDirect possible", kNvidiaFs)
+                    : fmt::format("{} absent: cuFile runs in compat mode (POSIX I/O through its host bounce "
+                                  "buffers)",
+                                  kNvidiaFs);
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    p.udev = fmt::format("{}: not probed ({})", dir, std::strerror(errno));
+    return p;
+  }
+  const unsigned maj = major(st.st_dev), min = minor(st.st_dev);
+  const std::string rec = fmt::format("/run/udev/data/b{}:{}", maj, min);
+  std::ifstream f(rec);
+  std::string line;
+  bool usage = false;
+  while (f && std::getline(f, line)) usage |= line.rfind("E:ID_FS_USAGE=", 0) == 0;
+  if (maj == 0) {
+    p.udev = fmt::format("{} is on device {}:{} (no block device: tmpfs or similar); cuFile refuses such files "
+                         "(5027) and they go through staging",
+                         dir, maj, min);
+  } else if (usage) {
+    p.udev = fmt::format("{} (device {}:{}): udev record {} has ID_FS_USAGE", dir, maj, min, rec);
+  } else {
+    p.udev = fmt::format(
+        "{} (device {}:{}): no udev record {} with E:ID_FS_USAGE=filesystem, so cuFileHandleRegister refuses its "
+        "files (5027) and they go through staging (file.cufile=auto) or fail (on). Containers and VMs without udev "
+        "need that record (lines I:1, E:ID_FS_USAGE=filesystem, E:ID_FS_TYPE=<fs>, E:DEVTYPE=disk) written by "
+        "the administrator before the process starts; hawser never writes it",
+        dir, maj, min, rec);
+  }
+  return p;
+}
+
+// ---- the engine ---------------------------------------------------------------------
+
+namespace {
+
+struct Command {
+  std::function<void()> fn;
+  std::promise<void>* done = nullptr;
+};
+
+class Engine final : public CufileEngine {
+ public:
+  Engine(const CufileLibrary& lib, uint32_t depth, uint32_t batch)
+      : lib_(lib), a_(lib.api()), depth_(std::max<uint32_t>(depth, 1)),
+        batch_(std::max<uint32_t>(1, std::min<uint32_t>(batch, lib.maxBatch()))) {
+    max_handles_ = std::min<uint32_t>(depth_, 64);
+  }
+  ~Engine() override {
+    while (thread_.joinable() && stop(std::chrono::seconds(60)) != 0) {
+    }
+  }
+
+  const char* name() const override { return "cufile"; }
+  const CufileLibrary& library() const override { return lib_; }
+
+  Status start(CompletionSink sink) override {
+    sink_ = std::move(sink);
+    thread_ = std::thread([this] { run(); });
+    return Status::OK();
+  }
+
+  size_t stop(std::chrono::milliseconds timeout) override {
+    if (!thread_.joinable()) return 0;
+    {
+      std::lock_guard lk(mu_);
+      stop_req_ = true;
+    }
+    cv_.notify_all();
+    std::unique_lock lk(done_mu_);
+    if (!done_cv_.wait_for(lk, timeout, [&] { return done_; })) {
+      size_t left = outstanding_.load();
+      HLOG_ERROR("file/cufile: {} I/O(s) did not finish within {} ms of shutdown; their batches and memory are "
+                 "quarantined (never freed)",
+                 left, timeout.count());
+      return left ? left : 1;
+    }
+    lk.unlock();
+    thread_.join();
+    return 0;
+  }
+
+  Status registerFile(int fd, int& token) override {
+    cufile::Descr d{};
+    d.type = cufile::kHandleTypeOpaqueFd;
+    d.handle.fd = fd;
+    cufile::Handle h = nullptr;
+    cufile::Error e = a_.HandleRegister(&h, &d);
+    if (e.err != cufile::kSuccess)
+      return {Code::kNotSupported, fmt::format("cuFileHandleRegister: {}", CufileLibrary::describe(e))};
+    std::lock_guard lk(reg_mu_);
+    if (!free_files_.empty()) {
+      token = free_files_.back();
+      free_files_.pop_back();
+      files_[static_cast<size_t>(token)] = h;
+    } else {
+      token = static_cast<int>(files_.size());
+      files_.push_back(h);
+    }
+    return Status::OK();
+  }
+
+  void removeFile(int token) override {
+    if (token < 0) return;
+    cufile::Handle h;
+    {
+      std::lock_guard lk(reg_mu_);
+      if (static_cast<size_t>(token) >= files_.size() || !files_[static_cast<size_t>(token)]) return;
+      h = files_[static_cast<size_t>(token)];
+      files_[static_cast<size_t>(token)] = nullptr;
+      free_files_.push_back(token);
+    }
+    a_.HandleDeregister(h);
+  }
+
+  void addMemory(void* addr, size_t len) override {
+    onThread([&] {
+      const gpu::CudaDriver* d = gpu::CudaDriver::get();
+      int dev = d ? d->pointer(addr).ordinal : -1;
+      if (d && dev >= 0) (void)d->bindDevice(dev);
+      cufile::Error e = a_.BufRegister(addr, len, 0);
+      if (e.err == cufile::kSuccess) {
+        std::unique_lock bl(buf_mu_);
+        bufs_[reinterpret_cast<uint64_t>(addr)] = Buf{len, dev};
+      } else {
+        // Unregistered GPU memory still works: the library stages it itself.
+        HLOG_INFO("file/cufile: cuFileBufRegister({:p}, {}) failed: {}; its I/O goes through the library's own "
+                  "bounce buffers",
+                  addr, len, CufileLibrary::describe(e));
+      }
+    });
+  }
+
+  void removeMemory(void* addr, size_t len) override {
+    onThread([&] {
+      auto base = reinterpret_cast<uint64_t>(addr);
+      std::vector<uint64_t> gone;
+      {
+        std::unique_lock bl(buf_mu_);
+        for (auto it = bufs_.lower_bound(base); it != bufs_.end() && it->first < base + len;) {
+          gone.push_back(it->first);
+          it = bufs_.erase(it);
+        }
+      }
+      for (uint64_t b : gone) {
+        cufile::Error e = a_.BufDeregister(reinterpret_cast<void*>(b));
+        if (e.err != cufile::kSuccess)
+          HLOG_WARN("file/cufile: cuFileBufDeregister({:#x}): {}", b, CufileLibrary::describe(e));
+      }
+    });
+  }
+
+  void submit(std::span<const IoOp> ops) override {
+    if (ops.empty()) return;
+    outstanding_ += ops.size();
+    {
+      std::lock_guard lk(mu_);
+      queue_.insert(queue_.end(), ops.begin(), ops.end());
+    }
+    cv_.notify_all();
+  }
+
+  void cancel(std::span<const uint64_t> cookies) override {
+    if (cookies.empty()) return;
+    {
+      std::lock_guard lk(mu_);
+      cancel_q_.insert(cancel_q_.end(), cookies.begin(), cookies.end());
+    }
+    cv_.notify_all();
+  }
+
+  bool needsAlignment() const override { return false; }
+
+  IoEngineStats stats() const override {
+    IoEngineStats s;
+    s.submitted = st_submitted_;
+    s.submit_calls = st_batches_;
+    s.cancels = st_cancels_;
+    return s;
+  }
+
+ private:
+  struct Buf {
+    size_t len;
+    int device;
+  };
+  struct Batch {
+    cufile::BatchHandle h = nullptr;
+    size_t outstanding = 0;
+    std::vector<uint64_t> cookies;
+    bool cancel_sent = false;
+  };
+  struct Live {
+    Batch* batch;
+    bool cancel;
+  };
+
+  // Runs fn on the engine thread and waits (directly when already there or
+  // when the thread has not started or has exited).
+  void onThread(std::function<void()> fn) {
+    if (std::this_thread::get_id() == thread_.get_id()) return fn();
+    std::promise<void> done;
+    auto fut = done.get_future();
+    {
+      std::lock_guard lk(mu_);
+      if (!thread_.joinable() || exited_) {
+        fn();
+        return;
+      }
+      cmd_q_.push_back(Command{std::move(fn), &done});
+    }
+    cv_.notify_all();
+    fut.wait();
+  }
+
+  // The registered buffer holding `p` (base and its GPU), or p itself.
+  void locate(void* p, void*& base, off_t& off, int& dev) const {
+    auto a = reinterpret_cast<uint64_t>(p);
+    std::shared_lock bl(buf_mu_);
+    auto it = bufs_.upper_bound(a);
+    if (it != bufs_.begin()) {
+      --it;
+      if (a < it->first + it->second.len) {
+        base = reinterpret_cast<void*>(it->first);
+        off = static_cast<off_t>(a - it->first);
+        dev = it->second.device;
+        return;
+      }
+    }
+    base = p;
+    off = 0;
+    dev = -1;
+  }
+
+  cufile::Handle fileHandle(int token) const {
+    std::lock_guard lk(reg_mu_);
+    if (token < 0 || static_cast<size_t>(token) >= files_.size()) return nullptr;
+    return files_[static_cast<size_t>(token)];
+  }
+
+  // A batch handle from the pool, set up on first need; nullptr when every
+  // allowed handle is busy, or set-up failed (`err` then says why).
+  cufile::BatchHandle takeHandle(std::string& err) {
+    if (!pool_.empty()) {
+      auto h = pool_.back();
+      pool_.pop_back();
+      return h;
+    }
+    if (handles_ >= max_handles_) return nullptr;
+    cufile::BatchHandle h = nullptr;
+    cufile::Error e = a_.BatchIOSetUp(&h, batch_);
+    if (e.err != cufile::kSuccess) {
+      err = fmt::format("cuFileBatchIOSetUp({}): {}", batch_, CufileLibrary::describe(e));
+      return nullptr;
+    }
+    handles_++;
+    return h;
+  }
+
+  static int64_t resultOf(const cufile::IoEvents& ev) {
+    const auto ret = static_cast<int64_t>(static_cast<ssize_t>(ev.ret));
+    switch (ev.status) {
+      case cufile::kStatusComplete:
+        return ret < 0 ? (ret >= -4095 ? ret : -EIO) : ret;
+      case cufile::kStatusCanceled: return -ECANCELED;
+      case cufile::kStatusTimeout: return -ETIMEDOUT;
+      case cufile::kStatusInvalid: return -EINVAL;
+      default:  // kStatusFailed
+        return ret < 0 && ret >= -4095 ? ret : -EIO;
+    }
+  }
+
+  void takeEvents(Batch* b, const cufile::IoEvents* evs, unsigned n, std::vector<IoCompletion>& done) {
+    for (unsigned i = 0; i < n; ++i) {
+      const auto& ev = evs[i];
+      if (ev.status == cufile::kStatusWaiting || ev.status == cufile::kStatusPending) continue;
+      const auto cookie = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(ev.cookie));
+      auto it = live_.find(cookie);
+      if (it == live_.end() || it->second.batch != b) {
+        HLOG_WARN("file/cufile: completion for unknown cookie {:#x} (status {:#x}) ignored", cookie, ev.status);
+        continue;
+      }
+      live_.erase(it);
+      b->outstanding--;
+      done.push_back(IoCompletion{cookie, resultOf(ev)});
+    }
+  }
+
+  // Polls every batch in flight (min_nr 0; `wait_oldest`: waits a little
+  // for the oldest one) and retires batches with nothing outstanding.
+  void reap(bool wait_oldest, std::vector<IoCompletion>& done) {
+    std::vector<cufile::IoEvents> evs(batch_);
+    for (size_t i = 0; i < batches_.size(); ++i) {
+      Batch* b = batches_[i].get();
+      unsigned nr = batch_;
+      timespec ts{0, (wait_oldest && i == 0) ? 200 * 1000 : 0};
+      cufile::Error e = a_.BatchIOGetStatus(b->h, (wait_oldest && i == 0) ? 1 : 0, &nr, evs.data(), &ts);
+      if (e.err != cufile::kSuccess) {
+        HLOG_WARN("file/cufile: cuFileBatchIOGetStatus: {}", CufileLibrary::describe(e));
+        continue;
+      }
+      takeEvents(b, evs.data(), std::min(nr, batch_), done);
+    }
+    for (auto it = batches_.begin(); it != batches_.end();) {
+      if ((*it)->outstanding == 0) {
+        pool_.push_back((*it)->h);
+        it = batches_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void submitBacklog(std::vector<IoCompletion>& done) {
+    while (!backlog_.empty() && inflight() < depth_) {
+      std::string err;
+      cufile::BatchHandle h = takeHandle(err);
+      if (!h) {
+        if (!err.empty() && batches_.empty()) {
+          // Nothing in flight will free a handle: fail what waits.
+          HLOG_WARN("file/cufile: {}", err);
+          for (auto& op : backlog_) done.push_back(IoCompletion{op.cookie, -EIO});
+          backlog_.clear();
+        }
+        return;
+      }
+      const size_t n = std::min<size_t>({backlog_.size(), batch_, depth_ - inflight()});
+      std::vector<cufile::IoParams> params;
+      auto b = std::make_unique<Batch>();
+      b->h = h;
+      int dev = -1;
+      for (size_t i = 0; i < n; ++i) {
+        IoOp op = backlog_.front();
+        backlog_.pop_front();
+        cufile::Handle fh = fileHandle(op.file_token);
+        if (!fh) {
+          done.push_back(IoCompletion{op.cookie, -EBADF});
+          continue;
+        }
+        cufile::IoParams p{};
+        p.mode = cufile::kBatchMode;
+        int d = -1;
+        locate(op.buf, p.u.batch.devPtr_base, p.u.batch.devPtr_offset, d);
+        if (dev < 0) dev = d;
+        p.u.batch.file_offset = static_cast<off_t>(op.offset);
+        p.u.batch.size = op.len;
+        p.fh = fh;
+        p.opcode = op.write ? cufile::kOpWrite : cufile::kOpRead;
+        p.cookie = reinterpret_cast<void*>(static_cast<uintptr_t>(op.cookie));
+        params.push_back(p);
+      }
+      if (params.empty()) {
+        pool_.push_back(h);
+        continue;
+      }
+      if (dev < 0) dev = deviceOf(params.front().u.batch.devPtr_base);
+      if (const gpu::CudaDriver* d = gpu::CudaDriver::get(); d && dev >= 0) (void)d->bindDevice(dev);
+      cufile::Error e = a_.BatchIOSubmit(h, static_cast<unsigned>(params.size()), params.data(), 0);
+      if (e.err != cufile::kSuccess) {
+        HLOG_WARN("file/cufile: cuFileBatchIOSubmit of {} entries: {}", params.size(), CufileLibrary::describe(e));
+        for (auto& p : params) done.push_back(IoCompletion{reinterpret_cast<uintptr_t>(p.cookie), -EIO});
+        pool_.push_back(h);
+        continue;
+      }
+      st_batches_++;
+      st_submitted_ += params.size();
+      detail::counters().cufile_batches++;
+      for (auto& p : params) {
+        const auto c = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p.cookie));
+        b->cookies.push_back(c);
+        live_[c] = Live{b.get(), false};
+      }
+      b->outstanding = params.size();
+      batches_.push_back(std::move(b));
+    }
+  }
+
+  static int deviceOf(void* p) {
+    const gpu::CudaDriver* d = gpu::CudaDriver::get();
+    return d ? d->pointer(p).ordinal : -1;
+  }
+
+  size_t inflight() const { return live_.size(); }
+
+  void applyCancels(std::vector<uint64_t>& cancels, std::vector<IoCompletion>& done) {
+    for (uint64_t c : cancels) {
+      auto q = std::find_if(backlog_.begin(), backlog_.end(), [&](const IoOp& op) { return op.cookie == c; });
+      if (q != backlog_.end()) {
+        done.push_back(IoCompletion{c, -ECANCELED});
+        backlog_.erase(q);
+        continue;
+      }
+      auto it = live_.find(c);
+      if (it == live_.end()) continue;
+      it->second.cancel = true;
+      maybeCancelBatch(it->second.batch);
+    }
+    cancels.clear();
+  }
+
+  // cuFileBatchIOCancel stops a whole batch: only once every entry still
+  // running in it was asked to stop.
+  void maybeCancelBatch(Batch* b) {
+    if (b->cancel_sent) return;
+    for (uint64_t c : b->cookies) {
+      auto it = live_.find(c);
+      if (it != live_.end() && !it->second.cancel) return;
+    }
+    cufile::Error e = a_.BatchIOCancel(b->h);
+    b->cancel_sent = true;
+    st_cancels_++;
+    if (e.err != cufile::kSuccess)
+      HLOG_WARN("file/cufile: cuFileBatchIOCancel: {} (its entries end on their own)", CufileLibrary::describe(e));
+  }
+
+  void run() {
+    std::vector<IoOp> incoming;
+    std::vector<uint64_t> cancels;
+    std::vector<Command> cmds;
+    std::vector<IoCompletion> done;
+    bool stopping = false;
+    for (;;) {
+      {
+        std::unique_lock lk(mu_);
+        if (queue_.empty() && cancel_q_.empty() && cmd_q_.empty() && !stop_req_ && batches_.empty() &&
+            backlog_.empty())
+          cv_.wait(lk, [&] { return !queue_.empty() || !cancel_q_.empty() || !cmd_q_.empty() || stop_req_; });
+        incoming.swap(queue_);
+        cancels.swap(cancel_q_);
+        cmds.swap(cmd_q_);
+        stopping = stop_req_;
+      }
+      for (auto& c : cmds) {
+        c.fn();
+        if (c.done) c.done->set_value();
+      }
+      cmds.clear();
+      backlog_.insert(backlog_.end(), incoming.begin(), incoming.end());
+      incoming.clear();
+      if (stopping) {
+        for (auto& op : backlog_) cancels.push_back(op.cookie);
+        for (auto& [c, l] : live_) cancels.push_back(c);
+      }
+      applyCancels(cancels, done);
+      if (!stopping) submitBacklog(done);
+      const bool idle = done.empty();
+      reap(idle && !batches_.empty(), done);
+      if (!done.empty()) {
+        outstanding_ -= done.size();
+        sink_(done);
+        done.clear();
+      }
+      if (stopping && backlog_.empty() && batches_.empty()) break;
+    }
+    for (auto h : pool_) a_.BatchIODestroy(h);
+    pool_.clear();
+    {
+      std::lock_guard lk(mu_);
+      exited_ = true;
+      for (auto& c : cmd_q_) {
+        c.fn();
+        if (c.done) c.done->set_value();
+      }
+      cmd_q_.clear();
+    }
+    {
+      std::lock_guard lk(done_mu_);
+      done_ = true;
+    }
+    done_cv_.notify_all();
+  }
+
+  const CufileLibrary& lib_;
+  const cufile::Api& a_;
+  const uint32_t depth_;
+  const uint32_t batch_;
+  uint32_t max_handles_ = 1;
+  CompletionSink sink_;
+  std::thread thread_;
+
+  // Shared with callers.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<IoOp> queue_;
+  std::vector<uint64_t> cancel_q_;
+  std::vector<Command> cmd_q_;
+  bool stop_req_ = false;
+  bool exited_ = false;
+  std::atomic<size_t> outstanding_{0};
+
+  // Engine thread only.
+  std::deque<IoOp> backlog_;
+  std::vector<std::unique_ptr<Batch>> batches_;  // submitted, oldest first
+  std::unordered_map<uint64_t, Live> live_;      // cookie -> its batch
+  std::vector<cufile::BatchHandle> pool_;
+  uint32_t handles_ = 0;
+
+  std::mutex done_mu_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+
+  mutable std::mutex reg_mu_;
+  std::vector<cufile::Handle> files_;
+  std::vector<int> free_files_;
+  mutable std::shared_mutex buf_mu_;
+  std::map<uint64_t, Buf> bufs_;
+
+  std::atomic<uint64_t> st_submitted_{0}, st_batches_{0}, st_cancels_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<CufileEngine> makeCufileEngine(const CufileLibrary& lib, uint32_t depth, uint32_t batch) {
+  return std::make_unique<Engine>(lib, depth, batch);
+}
+
+}  // namespace hawser::file

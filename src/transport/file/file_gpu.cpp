@@ -1,0 +1,195 @@
+// The file transport's GPU side: GPU regions, cuFile (library, engine, file
+// handles, the fallback rule), staging, and what the doctor says of them.
+// Slices themselves: file_sub_batch.cpp (which path) and file_inflight.cpp.
+//
+// The rule, per descriptor a GPU slice needs:
+//   file.cufile=off  -> staged (io_uring/POSIX into pinned slots + GPU copies);
+//   file.cufile=on   -> cuFile, or the request is refused (kNotSupported) when
+//                       the library is absent or refuses the file;
+//   file.cufile=auto -> cuFile when the library loads and registers the file
+//                       (cuFileHandleRegister), else staged, logged once per file.
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include <fmt/format.h>
+
+#include "base/log.h"
+#include "gpu/cuda_driver.h"
+#include "transport/file/cufile_engine.h"
+#include "transport/file/file_handles.h"
+#include "transport/file/file_inflight.h"
+#include "transport/file/file_plan.h"
+#include "transport/file/file_transport.h"
+#include "transport/file/gpu_staging.h"
+
+namespace hawser::file {
+
+namespace {
+
+int ordinalOf(const std::string& location) {
+  auto colon = location.find(':');
+  return colon == std::string::npos ? 0 : std::atoi(location.c_str() + colon + 1);
+}
+
+// For a refusal: what the doctor would say of the file's device.
+std::string udevHint(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return "";
+  const unsigned maj = major(st.st_dev), min = minor(st.st_dev);
+  if (maj == 0) return fmt::format(" (device {}:{} is not a block device: tmpfs or similar)", maj, min);
+  return fmt::format(" (cuFile needs a udev record /run/udev/data/b{}:{} with E:ID_FS_USAGE=filesystem for this "
+                     "file's device; `hawser doctor` explains)",
+                     maj, min);
+}
+
+}  // namespace
+
+bool FileTransport::gpuMemory(const void* addr, size_t len, int& device) const {
+  auto a = reinterpret_cast<uint64_t>(addr);
+  std::shared_lock lk(regions_mu_);
+  auto it = gpu_regions_.upper_bound(a);
+  if (it == gpu_regions_.begin()) return false;
+  --it;
+  if (a < it->first || a + len > it->first + it->second.len) return false;
+  device = it->second.device;
+  return true;
+}
+
+Status FileTransport::registerGpuMemory(void* addr, size_t length, const std::string& location) {
+  {
+    std::unique_lock lk(regions_mu_);
+    gpu_regions_[reinterpret_cast<uint64_t>(addr)] = GpuRegion{length, ordinalOf(location)};
+  }
+  ensureCufile();
+  if (CufileEngine* cf = cufile_ptr_.load()) cf->addMemory(addr, length);
+  return Status::OK();
+}
+
+bool FileTransport::unregisterGpuMemory(void* addr, size_t length) {
+  {
+    std::unique_lock lk(regions_mu_);
+    if (!gpu_regions_.erase(reinterpret_cast<uint64_t>(addr))) return false;
+  }
+  if (CufileEngine* cf = cufile_ptr_.load()) cf->removeMemory(addr, length);
+  return true;
+}
+
+void FileTransport::ensureCufile() {
+  std::lock_guard lk(gpu_mu_);
+  if (cufile_tried_ || !installed_) return;
+  cufile_tried_ = true;
+  if (settings_.cufile == "off") {
+    cufile_note_ = "not used (file.cufile=off)";
+    return;
+  }
+  std::string why;
+  const CufileLibrary* lib = CufileLibrary::load(settings_.cufile_lib, why);
+  if (!lib) {
+    cufile_note_ = why;
+    if (settings_.cufile == "on")
+      HLOG_ERROR("file: file.cufile=on but {}: GPU memory <-> file requests will be refused", why);
+    else
+      HLOG_INFO("file: {}; GPU memory <-> files goes through pinned staging buffers", why);
+    return;
+  }
+  auto engine = makeCufileEngine(*lib, settings_.io.io_depth, settings_.cufile_batch);
+  Status s = engine->start([this](std::span<const IoCompletion> cs) { inflight_->onComplete(cs); });
+  if (!s.ok()) {
+    cufile_note_ = "cuFile engine did not start: " + s.message();
+    return;
+  }
+  inflight_->setCufileMode(lib->gds());
+  cufile_ = std::move(engine);
+  cufile_ptr_.store(cufile_.get());
+}
+
+CufileEngine* FileTransport::cufileEngine(std::string* why) {
+  ensureCufile();
+  CufileEngine* cf = cufile_ptr_.load();
+  if (!cf && why) {
+    std::lock_guard lk(gpu_mu_);
+    *why = cufile_note_;
+  }
+  return cf;
+}
+
+Status FileTransport::ensureStaging() {
+  if (staging_ready_.load()) return Status::OK();
+  std::lock_guard lk(gpu_mu_);
+  if (staging_) return Status::OK();
+  auto st = std::make_unique<GpuStaging>();
+  Status s = st->init(settings_.gpu_staging_buffers, settings_.max_io_size + 2 * kPage, uring_.get(),
+                      [this](uint64_t cookie, const Status& r) { inflight_->onCopyDone(cookie, r); });
+  if (!s.ok()) return {s.code(), "GPU staging buffers (file.gpu_staging_buffers): " + s.message()};
+  inflight_->setStaging(st.get());
+  staging_ = std::move(st);
+  staging_ready_.store(true);
+  return Status::OK();
+}
+
+size_t FileTransport::stagingSlotSize() const { return settings_.max_io_size + 2 * kPage; }
+
+void FileTransport::noteFallback(const std::string& path, const std::string& why, bool warn) {
+  {
+    std::lock_guard lk(fallback_mu_);
+    if (!fallback_logged_.insert(path).second) return;
+  }
+  if (warn)
+    HLOG_WARN("file: GPU I/O of '{}' goes through pinned staging buffers: {}", path, why);
+  else
+    HLOG_INFO("file: GPU I/O of '{}' goes through pinned staging buffers: {}", path, why);
+}
+
+Status FileTransport::gpuRoute(OpenFile& f, CufileEngine* cf, Route& out) {
+  out = Route::kStaged;
+  if (settings_.cufile == "off") return Status::OK();
+  if (!cf) {
+    std::string why;
+    (void)cufileEngine(&why);
+    if (settings_.cufile == "on")
+      return {Code::kNotSupported, fmt::format("file.cufile=on but cuFile is unavailable: {}", why)};
+    noteFallback(f.path, why, false);
+    return Status::OK();
+  }
+  std::lock_guard lk(f.cufile_mu);
+  if (!f.cufile_tried) {
+    f.cufile_tried = true;
+    int token = -1;
+    Status s = static_cast<CufileEngine*>(cf)->registerFile(f.fd, token);
+    if (s.ok()) {
+      f.cufile = cf;
+      f.cufile_token = token;
+    } else {
+      f.cufile_refusal = Status(s.code(), s.message() + udevHint(f.fd));
+      detail::counters().cufile_refused_files++;
+    }
+  }
+  if (f.cufile_token >= 0) {
+    out = Route::kCufile;
+    return Status::OK();
+  }
+  if (settings_.cufile == "on")
+    return {Code::kNotSupported,
+            fmt::format("file.cufile=on but cuFile refuses '{}': {}", f.path, f.cufile_refusal.message())};
+  noteFallback(f.path, "cuFile refuses it: " + f.cufile_refusal.message(), true);
+  return Status::OK();
+}
+
+void FileTransport::diagnoseGpu(TransportDiagnosis& out, const std::string& dir) const {
+  out.facts.emplace_back("file.cufile", settings_.cufile);
+  const CufileProbe p = probeCufile(settings_.cufile_lib, dir);
+  out.facts.emplace_back("cuFile library", settings_.cufile == "off" ? "not used (file.cufile=off)" : p.library);
+  out.facts.emplace_back("nvidia-fs", p.nvidia_fs);
+  out.facts.emplace_back("cuFile udev record", p.udev);
+  out.facts.emplace_back("GPU paths",
+                         "GPU memory <-> files: cuFile (gds when nvidia-fs drives it, else compat) where the "
+                         "library loads and registers the file; otherwise io_uring/POSIX into pinned staging "
+                         "slots with pipelined GPU copies (file.cufile=on refuses instead)");
+  out.facts.emplace_back("GPU staging", fmt::format("{} slots of {} bytes (file.gpu_staging_buffers)",
+                                                    settings_.gpu_staging_buffers, stagingSlotSize()));
+  out.facts.emplace_back("cuFile batch", fmt::format("at most {} entries (file.cufile_batch; clamped to the "
+                                                     "library's max_batch_io_size), {} in flight (file.io_depth)",
+                                                     settings_.cufile_batch, settings_.io.io_depth));
+}
+
+}  // namespace hawser::file

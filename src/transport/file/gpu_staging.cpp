@@ -1,0 +1,140 @@
+// Staging slots and pipelined GPU copies. See gpu_staging.h.
+#include "transport/file/gpu_staging.h"
+
+#include <condition_variable>
+#include <deque>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "base/log.h"
+#include "gpu/copy_stream.h"
+#include "transport/file/file_transport.h"
+#include "transport/file/io_engine.h"
+
+namespace hawser::file {
+
+// One thread and one stream of one GPU, for copies of one direction.
+class GpuStaging::Lane {
+ public:
+  Lane(int device, bool to_gpu, const CopySink& sink) : device_(device), to_gpu_(to_gpu), sink_(sink) {
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Lane() {
+    {
+      std::lock_guard lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  void push(void* dst, const void* src, size_t len, uint64_t cookie) {
+    {
+      std::lock_guard lk(mu_);
+      queue_.push_back(Job{dst, src, len, cookie, 0});
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  struct Job {
+    void* dst;
+    const void* src;
+    size_t len;
+    uint64_t cookie;
+    uint64_t ticket;
+  };
+
+  void run() {
+    std::unique_ptr<gpu::CopyStream> stream;
+    Status opened = gpu::CopyStream::open(device_, stream);
+    if (!opened.ok())
+      HLOG_ERROR("file: cannot open a copy stream on GPU {}: {}; its staged slices fail", device_,
+                 opened.toString());
+    std::deque<Job> issued;  // queued on the stream, oldest first
+    std::vector<Job> fresh;
+    for (;;) {
+      {
+        std::unique_lock lk(mu_);
+        if (issued.empty()) cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+        if (stop_ && queue_.empty() && issued.empty()) break;
+        fresh.assign(queue_.begin(), queue_.end());
+        queue_.clear();
+      }
+      // Queue every new copy on the stream first, then wait for the oldest:
+      // the stream always holds all the work there is.
+      for (Job& j : fresh) {
+        Status s = opened.ok() ? stream->copy(j.dst, j.src, j.len, j.ticket) : opened;
+        if (!s.ok()) {
+          sink_(j.cookie, Status(Code::kIoError, fmt::format("GPU {} copy of {} bytes ({}): {}", device_, j.len,
+                                                             to_gpu_ ? "to the GPU" : "from the GPU", s.message())));
+          continue;
+        }
+        detail::counters().gpu_copies++;
+        issued.push_back(j);
+      }
+      fresh.clear();
+      if (issued.empty()) continue;
+      Job j = issued.front();
+      issued.pop_front();
+      Status s = stream->wait(j.ticket);
+      sink_(j.cookie, s.ok() ? s : Status(Code::kIoError, fmt::format("GPU {} copy failed: {}", device_, s.message())));
+      // Whatever else has finished goes out too, without waiting.
+      while (!issued.empty()) {
+        bool done = false;
+        Status p = stream->poll(issued.front().ticket, done);
+        if (!p.ok() || !done) break;
+        sink_(issued.front().cookie, Status::OK());
+        issued.pop_front();
+      }
+    }
+  }
+
+  const int device_;
+  const bool to_gpu_;
+  const CopySink& sink_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+GpuStaging::GpuStaging() = default;
+GpuStaging::~GpuStaging() { stop(); }
+
+Status GpuStaging::init(size_t slots, size_t slot_size, IoEngine* uring, CopySink sink) {
+  Status s = gpu::PinnedBuffers::create(slots, slot_size, buffers_);
+  if (!s.ok()) return s;
+  sink_ = std::move(sink);
+  uring_ = uring;
+  // Registered outside any lock of the transport (a round trip to the ring's thread).
+  if (uring_) uring_->addMemory(buffers_->base(), buffers_->bytes());
+  return Status::OK();
+}
+
+GpuStaging::Lane* GpuStaging::lane(int device, bool to_gpu) {
+  std::lock_guard lk(mu_);
+  auto& l = lanes_[{device, to_gpu}];
+  if (!l) l = std::make_unique<Lane>(device, to_gpu, sink_);
+  return l.get();
+}
+
+void GpuStaging::copy(int device, bool to_gpu, void* dst, const void* src, size_t len, uint64_t cookie) {
+  lane(device, to_gpu)->push(dst, src, len, cookie);
+}
+
+void GpuStaging::stop() {
+  std::map<std::pair<int, bool>, std::unique_ptr<Lane>> lanes;
+  {
+    std::lock_guard lk(mu_);
+    lanes.swap(lanes_);
+  }
+  lanes.clear();  // each lane finishes its copies first
+  if (buffers_ && uring_) uring_->removeMemory(buffers_->base(), buffers_->bytes());
+  uring_ = nullptr;
+}
+
+}  // namespace hawser::file
