@@ -20,8 +20,6 @@ for src in tests/gpu/*_test.cpp; do
 done
 cp "${bins[@]}" "$out/bin/"
 [ -f "$build/lib/libhawser_softverbs.so" ] && cp "$build/lib/libhawser_softverbs.so" "$out/lib/"
-# The stand-in drivers too: the gpu_sim cases can then run there as well.
-cp "$build"/tests/libhawser_fake_cu*.so "$out/lib/" 2>/dev/null || true
 # Libraries of the base system (glibc, the C++ runtime) stay the machine's own.
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libstdc\+\+|libgcc_s|libresolv)'
 for b in "$out"/bin/* "$out"/lib/*.so; do
