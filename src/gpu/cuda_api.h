@@ -50,6 +50,7 @@ struct Api {
   Result (*DeviceGetPCIBusId)(char*, int, Device);                      // cuDeviceGetPCIBusId
   Result (*DevicePrimaryCtxRetain)(Context*, Device);                   // cuDevicePrimaryCtxRetain
   Result (*CtxSetCurrent)(Context);                                     // cuCtxSetCurrent
+  Result (*CtxGetCurrent)(Context*);                                    // cuCtxGetCurrent
   Result (*PointerGetAttribute)(void*, int, DevicePtr);                 // cuPointerGetAttribute
   Result (*MemGetAddressRange)(DevicePtr*, size_t*, DevicePtr);         // cuMemGetAddressRange_v2
   Result (*MemAlloc)(DevicePtr*, size_t);                               // cuMemAlloc_v2

@@ -62,6 +62,7 @@ const CudaDriver* CudaDriver::load(const std::string& path) {
   need("cuDeviceGetPCIBusId", a.DeviceGetPCIBusId);
   need("cuDevicePrimaryCtxRetain", a.DevicePrimaryCtxRetain);
   need("cuCtxSetCurrent", a.CtxSetCurrent);
+  need("cuCtxGetCurrent", a.CtxGetCurrent);
   need("cuPointerGetAttribute", a.PointerGetAttribute);
   need("cuMemGetAddressRange_v2", a.MemGetAddressRange);
   need("cuMemAlloc_v2", a.MemAlloc);
@@ -162,6 +163,17 @@ Status CudaDriver::bindDevice(int ordinal) const {
   return check(api_.CtxSetCurrent(ctx), fmt::format("cuCtxSetCurrent(GPU {})", ordinal));
 }
 
+ContextScope::ContextScope(const CudaDriver* d, int ordinal) : d_(d) {
+  if (ordinal < 0) return;
+  if (d_->api().CtxGetCurrent(&saved_) != cu::kSuccess) saved_ = nullptr;
+  status_ = d_->bindDevice(ordinal);
+  bound_ = status_.ok();
+}
+
+ContextScope::~ContextScope() {
+  if (bound_) d_->api().CtxSetCurrent(saved_);
+}
+
 Status CudaDriver::allocation(const void* addr, uint64_t& base, size_t& size) const {
   cu::DevicePtr b = 0;
   size_t s = 0;
@@ -169,10 +181,8 @@ Status CudaDriver::allocation(const void* addr, uint64_t& base, size_t& size) co
   // The range queries need a current context: the caller's thread may never
   // have touched CUDA (a registration from any thread must work).
   PointerInfo info = pointer(addr);
-  if (info.device) {
-    Status bs = bindDevice(info.ordinal < 0 ? 0 : info.ordinal);
-    if (!bs.ok()) return bs;
-  }
+  ContextScope scope(this, info.device ? (info.ordinal < 0 ? 0 : info.ordinal) : -1);
+  if (!scope.status().ok()) return scope.status();
   Status st = check(api_.MemGetAddressRange(&b, &s, p), fmt::format("cuMemGetAddressRange({:#x})", p),
                     Code::kInvalidArgument);
   if (!st.ok()) return st;

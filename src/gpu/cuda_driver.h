@@ -58,4 +58,22 @@ class CudaDriver {
   int devices_ = 0;
 };
 
+// Makes GPU `ordinal`'s primary context current for a scope and puts back
+// whatever the thread had before (an application thread's own context is
+// left as it was). ordinal < 0: does nothing.
+class ContextScope {
+ public:
+  ContextScope(const CudaDriver* d, int ordinal);
+  ~ContextScope();
+  ContextScope(const ContextScope&) = delete;
+  ContextScope& operator=(const ContextScope&) = delete;
+  const Status& status() const { return status_; }
+
+ private:
+  const CudaDriver* d_;
+  cu::Context saved_ = nullptr;
+  bool bound_ = false;
+  Status status_;
+};
+
 }  // namespace hawser::gpu

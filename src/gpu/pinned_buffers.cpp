@@ -27,6 +27,10 @@ Status PinnedBuffers::create(size_t count, size_t size, std::unique_ptr<PinnedBu
   p->base_ = static_cast<char*>(m);
   p->count_ = count;
   p->size_ = size;
+  // Registration needs a current context; the buffers are portable (every
+  // GPU's context may use them), so the first GPU's does, for this call only.
+  ContextScope scope(d, 0);
+  if (!scope.status().ok()) return scope.status();
   Status st = d->check(d->api().MemHostRegister(m, p->mapped_, cu::kMemHostRegisterPortable),
                        fmt::format("cuMemHostRegister of {} bytes of staging buffers", p->mapped_));
   if (!st.ok()) return st;
@@ -38,7 +42,10 @@ Status PinnedBuffers::create(size_t count, size_t size, std::unique_ptr<PinnedBu
 
 PinnedBuffers::~PinnedBuffers() {
   if (registered_) {
-    if (const CudaDriver* d = CudaDriver::get()) d->api().MemHostUnregister(base_);
+    if (const CudaDriver* d = CudaDriver::get()) {
+      ContextScope scope(d, 0);
+      d->api().MemHostUnregister(base_);
+    }
   }
   if (base_) munmap(base_, mapped_);
 }

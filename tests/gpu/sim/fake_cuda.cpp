@@ -205,6 +205,11 @@ Result cuCtxSetCurrent(void* ctx) {
   return kOk;
 }
 
+Result cuCtxGetCurrent(void** ctx) {
+  *ctx = t_device < 0 ? nullptr : reinterpret_cast<void*>(static_cast<uintptr_t>(t_device + 1));
+  return kOk;
+}
+
 Result cuPointerGetAttribute(void* out, int attr, DevicePtr p) {
   std::lock_guard lk(g_mu);
   if (Allocation* a = findAlloc(p)) {
