@@ -42,8 +42,10 @@ SuiteParam nvlinkParam() {
   p.local_location = "cuda:0";
   p.target_location = "cuda:0";
   // A GPU copies 16 MiB in microseconds: keep far more in flight there so
-  // the target dies mid-batch.
-  p.kill_rounds = simulated() ? 8 : 1024;
+  // the target dies mid-batch. On an H200, 1024 rounds (512 GiB) were done
+  // before the owner's death was noticed; 8192 rounds are 4 TiB, seconds of
+  // copying within one GPU.
+  p.kill_rounds = simulated() ? 8 : 8192;
   p.open_handles = openedHandles;
   return p;
 }

@@ -52,7 +52,7 @@ struct Owner;
 
 struct NvlinkSettings {
   uint32_t streams = 4;             // nvlink.streams (per local GPU)
-  uint64_t stripe_size = 8ull << 20;  // nvlink.stripe_size
+  uint64_t stripe_size = 64ull << 20;  // nvlink.stripe_size
   uint32_t stream_depth = 4;        // nvlink.stream_depth (copies queued per stream)
 };
 
