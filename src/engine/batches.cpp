@@ -1,5 +1,7 @@
 // Batches: allocate, submit (validate, select, prepare all-or-nothing, post),
 // status, wait, cancel, free, and the synchronous transfer built on them.
+#include <thread>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -195,20 +197,33 @@ Status EngineImpl::cancel(BatchID id) {
   return Status::OK();
 }
 
-Status EngineImpl::freeBatch(BatchID id) {
+Status EngineImpl::freeBatch(BatchID id, bool settle) {
   std::shared_ptr<Batch> batch;
-  {
-    std::unique_lock lk(batch_mu_);
-    auto it = batches_.find(id);
-    if (it == batches_.end()) return notAllocated(id);
-    batch = it->second;
-    std::lock_guard sl(batch->submitMutex());
-    size_t left = batch->unfinished();
-    if (left > 0) return {Code::kBatchBusy, fmt::format("batch {} has {} unfinished task(s)", id, left)};
-    if (Transport* t = batch->busyTransport())
-      return {Code::kBatchBusy,
-              fmt::format("batch {}: transport {} still has I/O referencing its memory", id, t->name())};
-    batches_.erase(it);
+  // A transport completes a slice's task before it lets go of the slice, so
+  // a batch whose last task just ended can look busy for a moment: give
+  // the transports a short grace (not I/O that cannot stop: that stays busy).
+  const auto grace = std::chrono::steady_clock::now() + std::chrono::milliseconds(settle ? 50 : 0);
+  for (;;) {
+    bool settling = false;
+    {
+      std::unique_lock lk(batch_mu_);
+      auto it = batches_.find(id);
+      if (it == batches_.end()) return notAllocated(id);
+      batch = it->second;
+      std::lock_guard sl(batch->submitMutex());
+      size_t left = batch->unfinished();
+      if (left > 0) return {Code::kBatchBusy, fmt::format("batch {} has {} unfinished task(s)", id, left)};
+      if (Transport* t = batch->busyTransport()) {
+        if (std::chrono::steady_clock::now() >= grace)
+          return {Code::kBatchBusy,
+                  fmt::format("batch {}: transport {} still has I/O referencing its memory", id, t->name())};
+        settling = true;
+      } else {
+        batches_.erase(it);
+      }
+    }
+    if (!settling) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   // Nobody can reach the batch now.
   batch->dropSubBatches();
@@ -219,7 +234,7 @@ void EngineImpl::reapOrphans() {
   std::vector<BatchID> left;
   std::lock_guard lk(orphan_mu_);
   for (BatchID b : orphans_) {
-    if (freeBatch(b).code() == Code::kBatchBusy)
+    if (freeBatch(b, false).code() == Code::kBatchBusy)
       left.push_back(b);
     else
       n_reaped_.fetch_add(1, std::memory_order_relaxed);

@@ -52,7 +52,9 @@ class EngineImpl {
   Status batchStatus(BatchID id, TransferStatus& st);
   Status wait(BatchID id, std::chrono::milliseconds timeout);
   Status cancel(BatchID id);
-  Status freeBatch(BatchID id);
+  // settle: wait a moment (50 ms at most) for transports still letting go
+  // of slices whose tasks ended, before answering kBatchBusy.
+  Status freeBatch(BatchID id, bool settle = true);
   Status transferSync(const std::vector<TransferRequest>& reqs, std::chrono::milliseconds timeout,
                       std::vector<TransferStatus>* statuses, std::chrono::milliseconds cancel_wait);
 

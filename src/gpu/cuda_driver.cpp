@@ -194,6 +194,10 @@ Status CudaDriver::allocation(const void* addr, uint64_t& base, size_t& size) co
 Status CudaDriver::dmabuf(const void* addr, size_t len, int& fd, uint64_t& offset) const {
   if (!api_.MemGetHandleForAddressRange)
     return Status(Code::kNotSupported, "CUDA driver has no cuMemGetHandleForAddressRange (needs CUDA 11.7+)");
+  // Both calls need a current context, for the whole export.
+  PointerInfo info = pointer(addr);
+  ContextScope scope(this, info.device ? (info.ordinal < 0 ? 0 : info.ordinal) : -1);
+  if (!scope.status().ok()) return scope.status();
   uint64_t base = 0;
   size_t size = 0;
   Status st = allocation(addr, base, size);
@@ -208,9 +212,11 @@ Status CudaDriver::dmabuf(const void* addr, size_t len, int& fd, uint64_t& offse
   uint64_t end = (base + size + page - 1) & ~(page - 1);
   int out = -1;
   cu::Result rc = api_.MemGetHandleForAddressRange(&out, start, end - start, cu::kRangeHandleDmaBufFd, 0);
+  // Only "not supported" means the driver cannot export one; any other
+  // error is a failure to report as such.
   if (rc != cu::kSuccess || out < 0)
     return check(rc == cu::kSuccess ? cu::kErrorNotSupported : rc, "cuMemGetHandleForAddressRange(dma-buf)",
-                 Code::kNotSupported);
+                 rc == cu::kSuccess || rc == cu::kErrorNotSupported ? Code::kNotSupported : Code::kIoError);
   fd = out;
   offset = p - start;
   return Status::OK();

@@ -228,7 +228,10 @@ Result cuPointerGetAttribute(void* out, int attr, DevicePtr p) {
   return kInvalidValue;  // memory the driver does not know
 }
 
+// As the real driver, these need a current context (CUresult 201 without):
+// an H200 run showed hawser calling them from threads that had none.
 Result cuMemGetAddressRange_v2(DevicePtr* base, size_t* size, DevicePtr p) {
+  if (t_device < 0) return kInvalidContext;
   std::lock_guard lk(g_mu);
   uint64_t b = 0;
   Allocation* a = findAlloc(p, &b);
@@ -289,6 +292,7 @@ Result cuMemFreeHost(void* p) {
   return kOk;
 }
 Result cuMemHostRegister_v2(void* p, size_t n, unsigned) {
+  if (t_device < 0) return kInvalidContext;
   std::lock_guard lk(g_mu);
   auto a = reinterpret_cast<uint64_t>(p);
   if (g_host.count(a)) return kAlreadyRegistered;
@@ -296,6 +300,7 @@ Result cuMemHostRegister_v2(void* p, size_t n, unsigned) {
   return kOk;
 }
 Result cuMemHostUnregister(void* p) {
+  if (t_device < 0) return kInvalidContext;
   std::lock_guard lk(g_mu);
   if (!g_host.erase(reinterpret_cast<uint64_t>(p))) return kNotRegistered;
   return kOk;
@@ -418,6 +423,7 @@ Result cuGetErrorString(Result rc, const char** text) {
 // offset 0 is the allocation's start (p must be that start, as hawser asks).
 Result cuMemGetHandleForAddressRange(void* handle, DevicePtr p, size_t n, int type, unsigned long long) {
   if (type != 1) return kNotSupported;
+  if (t_device < 0) return kInvalidContext;
   std::lock_guard lk(g_mu);
   auto it = g_allocs.find(p);
   if (it == g_allocs.end() || it->second.opened || n < it->second.size) return kInvalidValue;
