@@ -42,6 +42,12 @@ struct SuiteParam {
   // Optional: mappings of the target's memory this process still holds (-1:
   // cannot tell); must drop to 0 once the target died.
   std::function<int()> open_handles;
+  // The killed owner's memory may outlive it until the copies that use it
+  // end (CUDA IPC on a real GPU: the driver holds the exiting process's
+  // memory while another process's copies reference it), so the whole
+  // batch may complete. Then only "every task ends, in time, and the dead
+  // peer is noticed afterwards" is checked.
+  bool kill_may_complete = false;
 };
 
 // A buffer of the initiator: host memory, or GPU memory of the driver the
@@ -260,7 +266,8 @@ TEST_P(TransportSuite, peer_killed_mid_batch_fails_the_tasks_and_nothing_hangs) 
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
   TransferStatus agg;
   ASSERT_TRUE(engine_.getBatchTransferStatus(b, agg).ok());
-  EXPECT_EQ(agg.s, TransferState::kFailed) << "expected some task to fail after SIGKILL";
+  const bool all_done = GetParam().kill_may_complete && agg.s == TransferState::kCompleted;
+  if (!all_done) EXPECT_EQ(agg.s, TransferState::kFailed) << "expected some task to fail after SIGKILL";
   size_t failed = 0;
   for (size_t i = 0; i < reqs.size() * rounds; ++i) {
     TransferStatus st;
@@ -272,7 +279,8 @@ TEST_P(TransportSuite, peer_killed_mid_batch_fails_the_tasks_and_nothing_hangs) 
       EXPECT_FALSE(st.error.ok());
     }
   }
-  EXPECT_GT(failed, 0u);
+  if (!all_done) EXPECT_GT(failed, 0u);
+  if (all_done) EXPECT_EQ(local.check(0, len, kSeed), -1) << "a batch that completed must hold the target's bytes";
   EXPECT_TRUE(engine_.freeBatchID(b).ok());
   // A fresh batch to the dead peer: the engine checks requests against the
   // cached descriptor (nobody told it the peer died), so the submit is
