@@ -50,9 +50,8 @@ while [ $# -gt 0 ]; do
 done
 
 here=$(cd "$(dirname "$0")/.." && pwd)
-find_bin() {  # name -> path
-  for c in "$here"/build/bin/"$1" "$here"/build-*/bin/"$1"; do [ -x "$c" ] && { echo "$c"; return; }; done
-}
+# shellcheck source=bench/lib.sh
+source "$here/bench/lib.sh"  # find_bin
 [ -n "$HAWSER" ] || HAWSER=$(find_bin hawser)
 [ -n "$BASELINE" ] || BASELINE=$(find_bin gpu_file_baseline)
 [ -n "$HAWSER" ] && [ -x "$HAWSER" ] || { echo "hawser binary not found (use --hawser BIN)" >&2; exit 77; }

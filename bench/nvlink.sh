@@ -15,7 +15,7 @@
 # Usage: bench/nvlink.sh            (from the repository root)
 # Environment (all optional):
 #   HAWSER        path of the hawser binary        (default: build/bin/hawser, then build-*/bin/hawser)
-#   BASELINE      path of nvlink_baseline          (default: next to hawser, build/bench/, build/bin/)
+#   BASELINE      path of nvlink_baseline          (default: next to hawser)
 #   PORT          hawser serve port                 (default 17820)
 #   SIZES         sizes in MiB                      (default "1 16 64 256")
 #   BATCH         requests per batch                (default 4)
@@ -28,21 +28,12 @@ set -euo pipefail
 export NCCL_NVLS_ENABLE=0  # never NVLink multicast
 
 here=$(cd "$(dirname "$0")/.." && pwd)
-HAWSER=${HAWSER:-}
-if [[ -z "$HAWSER" ]]; then
-  for c in "$here/build/bin/hawser" "$here"/build-*/bin/hawser "$here/.device/bin/hawser"; do
-    if [[ -x "$c" ]]; then HAWSER=$c; break; fi
-  done
-fi
-[[ -x "${HAWSER:-}" ]] || { echo "hawser binary not found; set HAWSER=/path/to/hawser" >&2; exit 2; }
-BASELINE=${BASELINE:-}
-if [[ -z "$BASELINE" ]]; then
-  hb=$(dirname "$HAWSER")
-  for c in "$hb/nvlink_baseline" "$hb/../bench/nvlink_baseline" "$here/build/bench/nvlink_baseline"; do
-    if [[ -x "$c" ]]; then BASELINE=$c; break; fi
-  done
-fi
-[[ -x "${BASELINE:-}" ]] || { echo "nvlink_baseline not found (cmake --build build --target nvlink_baseline); set BASELINE=" >&2; exit 2; }
+# shellcheck source=bench/lib.sh
+source "$here/bench/lib.sh"
+find_hawser
+# The baseline lives next to hawser (bin/ of a build, or a gpu_bundle.sh bundle).
+BASELINE=${BASELINE:-$(dirname "$HAWSER")/nvlink_baseline}
+[[ -x "$BASELINE" ]] || { echo "nvlink_baseline not found (cmake --build build --target nvlink_baseline); set BASELINE=" >&2; exit 2; }
 command -v python3 >/dev/null || { echo "python3 is needed to read the JSON results" >&2; exit 2; }
 
 read -r gpus why <<<"$("$BASELINE" --count)"

@@ -27,13 +27,9 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
-HAWSER=${HAWSER:-}
-if [[ -z "$HAWSER" ]]; then
-  for c in "$here/build/bin/hawser" "$here"/build-*/bin/hawser; do
-    if [[ -x "$c" ]]; then HAWSER=$c; break; fi
-  done
-fi
-[[ -x "${HAWSER:-}" ]] || { echo "hawser binary not found; set HAWSER=/path/to/hawser" >&2; exit 2; }
+# shellcheck source=bench/lib.sh
+source "$here/bench/lib.sh"
+find_hawser
 command -v python3 >/dev/null || { echo "python3 is needed to read the JSON results" >&2; exit 2; }
 CXX=${CXX:-c++}
 command -v "$CXX" >/dev/null || { echo "no C++ compiler ($CXX) for the memcpy baseline" >&2; exit 2; }

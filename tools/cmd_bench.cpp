@@ -19,6 +19,7 @@
 #include "hawser/device_memory.h"
 #include "hawser/engine.h"
 #include "tools/commands.h"
+#include "tools/location.h"
 #include "tools/pattern.h"
 
 namespace hawser::tools {
@@ -101,20 +102,12 @@ int runBench(const BenchOpts& o) {
   }
   double seconds = o.seconds > 0 ? o.seconds : (total_bytes ? 0 : 5.0);
   const OpCode op = o.op == "read" ? OpCode::kRead : OpCode::kWrite;
-  int gpu = -1;  // the local buffers' GPU, or -1: host memory
-  if (o.local_location.rfind("cuda:", 0) == 0) {
-    try {
-      size_t used = 0;
-      gpu = std::stoi(o.local_location.substr(5), &used);
-      if (used != o.local_location.size() - 5 || gpu < 0) throw std::invalid_argument("gpu");
-    } catch (...) {
-      fmt::print(stderr, "hawser bench: --local-location '{}' is not cpu or cuda:N\n", o.local_location);
-      return 2;
-    }
-  } else if (o.local_location != "cpu") {
+  const std::optional<int> place = parseMemoryPlace(o.local_location);
+  if (!place) {
     fmt::print(stderr, "hawser bench: --local-location '{}' is not cpu or cuda:N\n", o.local_location);
     return 2;
   }
+  const int gpu = *place;  // the local buffers' GPU, or -1: host memory
 
   TransferEngine engine;
   // With a named store (etcd) every engine needs its own name: default to a

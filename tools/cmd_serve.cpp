@@ -17,6 +17,7 @@
 #include "hawser/device_memory.h"
 #include "hawser/engine.h"
 #include "tools/commands.h"
+#include "tools/location.h"
 #include "tools/pattern.h"
 
 namespace hawser::tools {
@@ -71,20 +72,12 @@ int runServe(const ServeOpts& o) {
     fmt::print(stderr, "hawser serve: --listen '{}': port is not a number in 0..65535\n", o.listen);
     return 2;
   }
-  int gpu = -1;
-  if (o.location.rfind("cuda:", 0) == 0) {
-    try {
-      size_t used = 0;
-      gpu = std::stoi(o.location.substr(5), &used);
-      if (used != o.location.size() - 5 || gpu < 0) throw std::invalid_argument("gpu");
-    } catch (...) {
-      gpu = -2;
-    }
-  }
-  if (gpu == -2 || (gpu < 0 && o.location != "cpu")) {
+  const std::optional<int> place = parseMemoryPlace(o.location);
+  if (!place) {
     fmt::print(stderr, "hawser serve: --location '{}' is not cpu or cuda:N\n", o.location);
     return 2;
   }
+  const int gpu = *place;  // -1: host memory
   void* mem = nullptr;
   if (gpu >= 0) {
     Status ls = loadCudaDriver();

@@ -3,6 +3,7 @@
 // for a host without a GPU.
 #pragma once
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -25,6 +26,18 @@ inline std::string testCudaDriverPath() {
 inline std::map<std::string, std::string> gpuConfig() { return {{"gpu.cuda_driver", testCudaDriverPath()}}; }
 
 inline const gpu::CudaDriver* testCudaDriver() { return gpu::CudaDriver::load(testCudaDriverPath()); }
+
+// IPC mappings this process holds: the stand-in driver counts them; the real
+// one cannot tell (-1).
+inline int openedIpcHandles() {
+  void* h = dlopen(testCudaDriverPath().c_str(), RTLD_NOW | RTLD_NOLOAD);
+  auto count = h ? reinterpret_cast<int (*)()>(dlsym(h, "hawserFakeCudaOpenedHandles")) : nullptr;
+  int n = count ? count() : -1;
+  if (h) dlclose(h);
+  const char* sim = getenv("HAWSER_TEST_CUDA_DRIVER");
+  EXPECT_TRUE(n >= 0 || !sim || !*sim) << "the stand-in driver's hawserFakeCudaOpenedHandles was not found";
+  return n;
+}
 
 // Skips the test (with the reason) where there is no GPU.
 #define HAWSER_REQUIRE_GPU(n)                                                                              \

@@ -3,7 +3,6 @@
 // target `hawser serve --location cuda:0`. As gpu_sim.* it runs against the
 // stand-in driver (whose IPC handles cross processes too); as gpu.* on a
 // host with a GPU; elsewhere every case is skipped with the reason.
-#include <dlfcn.h>
 
 #include "common/transport_suite.h"
 #include "gpu/gpu_env.h"
@@ -16,18 +15,6 @@ using hawser::test::TransportSuite;
 bool simulated() {
   const char* e = getenv("HAWSER_TEST_CUDA_DRIVER");
   return e && *e;
-}
-
-// IPC mappings this process holds: the stand-in driver counts them; the real
-// one cannot tell (-1).
-int openedHandles() {
-  void* h = dlopen(hawser::test::testCudaDriverPath().c_str(), RTLD_NOW | RTLD_NOLOAD);
-  auto count = h ? reinterpret_cast<int (*)()>(dlsym(h, "hawserFakeCudaOpenedHandles")) : nullptr;
-  int n = count ? count() : -1;
-  if (h) dlclose(h);
-  const char* sim = getenv("HAWSER_TEST_CUDA_DRIVER");
-  EXPECT_TRUE(n >= 0 || !sim || !*sim) << "the stand-in driver's hawserFakeCudaOpenedHandles was not found";
-  return n;
 }
 
 SuiteParam nvlinkParam() {
@@ -49,7 +36,7 @@ SuiteParam nvlinkParam() {
   // Seen on an H200: the killed owner exited only once the copies that used
   // its memory had ended, in two runs of three, so the batch completed.
   p.kill_may_complete = !simulated();
-  p.open_handles = openedHandles;
+  p.open_handles = hawser::test::openedIpcHandles;
   return p;
 }
 

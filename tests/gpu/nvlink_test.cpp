@@ -3,7 +3,6 @@
 // very process, striping, host memory never taking nvlink, one handle per
 // allocation, handles closed once the owner withdraws a region, install
 // without a driver, and what doctor and bench say of it.
-#include <dlfcn.h>
 #include <signal.h>
 
 #include <gtest/gtest.h>
@@ -38,17 +37,6 @@ uint64_t counter(const TransferEngine& e, const std::string& key) {
   return 0;
 }
 
-// IPC mappings this process holds (the stand-in driver counts them; -1 with
-// the real one).
-int openedHandles() {
-  void* h = dlopen(testCudaDriverPath().c_str(), RTLD_NOW | RTLD_NOLOAD);
-  auto count = h ? reinterpret_cast<int (*)()>(dlsym(h, "hawserFakeCudaOpenedHandles")) : nullptr;
-  int n = count ? count() : -1;
-  if (h) dlclose(h);
-  const char* sim = getenv("HAWSER_TEST_CUDA_DRIVER");
-  EXPECT_TRUE(n >= 0 || !sim || !*sim) << "the stand-in driver's hawserFakeCudaOpenedHandles was not found";
-  return n;
-}
 
 // `hawser serve` with its memory on a GPU, filled with pattern(kSeed).
 struct Served {
@@ -222,7 +210,7 @@ TEST(nvlink, a_withdrawn_region_is_refused_and_its_handle_closed_once_the_descri
   Status s = e.transferSync({{OpCode::kRead, local.data(), seg, t.base, 65536}}, std::chrono::seconds(30));
   ASSERT_TRUE(s.ok()) << s.toString();
   EXPECT_EQ(counter(e, "handles_opened"), 1u);
-  const int mapped = openedHandles();
+  const int mapped = openedIpcHandles();
   if (mapped >= 0) {
     EXPECT_EQ(mapped, 1);
   }
@@ -242,7 +230,7 @@ TEST(nvlink, a_withdrawn_region_is_refused_and_its_handle_closed_once_the_descri
   EXPECT_TRUE(eventually([&] { return counter(e, "handles_closed") == counter(e, "handles_opened"); }))
       << "the handle of a region no descriptor lists stays open";
   if (mapped >= 0) {
-    EXPECT_TRUE(eventually([] { return openedHandles() == 0; })) << openedHandles();
+    EXPECT_TRUE(eventually([] { return openedIpcHandles() == 0; })) << openedIpcHandles();
   }
 }
 
