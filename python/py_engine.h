@@ -1,6 +1,6 @@
 // The Python TransferEngine: Mooncake's method names and return conventions
 // over hawser::TransferEngine (public API only). Sync calls go through the
-// engine's transferSync; async batches are tracked here until collected.
+// engine's transferSync; async batches are kept in a BatchTable (py_batches.h).
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -26,6 +26,7 @@
 
 #include "hawser/config.h"
 #include "hawser/engine.h"
+#include "py_batches.h"
 #include "py_managed.h"
 #include "py_support.h"
 
@@ -152,9 +153,9 @@ class PyEngine {
         const auto now = Clock::now();
         const Millis limit = sub.deadline > now ? std::chrono::ceil<Millis>(sub.deadline - now) : Millis(0);
         std::vector<TransferStatus> st;
-        Status r = engine_->transferSync(reqs, limit, &st, Millis(cancel_wait_ms_));
+        Status r = engine_->transferSync(reqs, limit, &st, Millis(limits_.cancel_wait_ms));
         if (!r.ok() && st.empty()) s = context(r, fmt::format("{} to '{}'", what, target));  // refused at submit
-        else s = outcome(sub, st, r.code() == Code::kTimeout, fmt::format("{} to '{}'", what, target));
+        else s = outcome(limits_, sub, st, r.code() == Code::kTimeout, fmt::format("{} to '{}'", what, target));
       }
     }
     return ret(s);
@@ -171,8 +172,7 @@ class PyEngine {
       reap();
       s = submit(what, target, buffers, peers, lengths, op, hint, sub);
       if (s.ok()) {
-        std::lock_guard lk(batch_mu_);
-        async_[sub.id] = sub;
+        batches_.track(sub);
       }
     }
     if (!s.ok()) return ret(s);
@@ -325,20 +325,10 @@ class PyEngine {
     if (TransferEngine* e = live())
       for (auto& [k, v] : e->stats().engine)
         if (k == "orphan_batches") engine_orphans = v;
-    std::lock_guard lk(batch_mu_);
-    return unreclaimed_.size() + engine_orphans;
+    return batches_.unreclaimed() + engine_orphans;
   }
 
  private:
-  struct Submitted {
-    BatchID id = 0;
-    size_t tasks = 0;
-    uint64_t bytes = 0;
-    Clock::time_point deadline;
-    std::string what;    // the call that submitted it
-    std::string target;  // segment name
-  };
-
   TransferEngine* live() const { return inited_.load(std::memory_order_acquire) ? engine_.get() : nullptr; }
 
   Status engine(TransferEngine*& e) const {
@@ -381,7 +371,7 @@ class PyEngine {
       if (src == ConfigSource::kDefault) opts.config["rdma.devices"] = device_name;
     }
 
-    if (!(s = configInt("python.sync_timeout_ms", opts, sync_timeout_ms_, &src)).ok())
+    if (!(s = configInt("python.sync_timeout_ms", opts, limits_.sync_timeout_ms, &src)).ok())
       return context(s, "initialize");
     if (src == ConfigSource::kDefault) {
       // Mooncake's knob (seconds) is honoured when ours is not set.
@@ -392,12 +382,12 @@ class PyEngine {
         if (t.empty() || ec != std::errc() || p != t.data() + t.size() || sec < 1 || sec > 86400)
           return {Code::kInvalidArgument,
                   fmt::format("initialize: MC_TRANSFER_TIMEOUT = '{}' is not a number of seconds in 1..86400", mc)};
-        sync_timeout_ms_ = sec * 1000;
+        limits_.sync_timeout_ms = sec * 1000;
       }
     }
     int64_t pool = 0;
-    if (!(s = configInt("python.sync_timeout_ns_per_byte", opts, ns_per_byte_)).ok() ||
-        !(s = configInt("python.cancel_wait_ms", opts, cancel_wait_ms_)).ok() ||
+    if (!(s = configInt("python.sync_timeout_ns_per_byte", opts, limits_.ns_per_byte)).ok() ||
+        !(s = configInt("python.cancel_wait_ms", opts, limits_.cancel_wait_ms)).ok() ||
         !(s = configInt("python.managed_pool_size", opts, pool)).ok())
       return context(s, "initialize");
     managed_.setPoolSize(static_cast<uint64_t>(pool));
@@ -515,8 +505,8 @@ class PyEngine {
     out.what = what;
     out.target = target;
     // Timeout: python.sync_timeout_ms + bytes * python.sync_timeout_ns_per_byte.
-    double ns = static_cast<double>(bytes) * static_cast<double>(ns_per_byte_);
-    double total_ms = static_cast<double>(sync_timeout_ms_) + ns / 1e6;
+    double ns = static_cast<double>(bytes) * static_cast<double>(limits_.ns_per_byte);
+    double total_ms = static_cast<double>(limits_.sync_timeout_ms) + ns / 1e6;
     total_ms = std::min(total_ms, 1e12);
     out.deadline = Clock::now() + Millis(static_cast<int64_t>(total_ms));
     return Status::OK();
@@ -543,127 +533,23 @@ class PyEngine {
     return Status::OK();
   }
 
-  // Waits for the batch until its deadline (cancels it past that, then waits
-  // up to cancel_wait_ms for every task to end), frees it, and says how it ended.
-  Status finish(const Submitted& sub) {
-    TransferEngine* e = engine_.get();
-    const std::string where = fmt::format("{} to '{}'", sub.what, sub.target);
-    auto now = Clock::now();
-    Millis left = sub.deadline > now ? std::chrono::ceil<Millis>(sub.deadline - now) : Millis(0);
-    Status w = e->waitTransfer(sub.id, left);
-    bool timed_out = false;
-    if (w.code() == Code::kTimeout) {
-      timed_out = true;
-      (void)e->cancelTransfer(sub.id);
-      w = e->waitTransfer(sub.id, Millis(cancel_wait_ms_));
-    }
-    if (!w.ok() && w.code() != Code::kTimeout) return context(w, where);
-    std::vector<TransferStatus> st(sub.tasks);
-    for (size_t i = 0; i < sub.tasks; ++i) {
-      Status s = e->getTransferStatus(sub.id, i, st[i]);
-      if (!s.ok()) return context(s, where);
-    }
-    Status result = outcome(sub, st, timed_out, where);
-    freeOrKeep(sub.id);
-    return result;
-  }
-
-  // How a finished (or timed-out) transfer ended, from its tasks' statuses.
-  Status outcome(const Submitted& sub, const std::vector<TransferStatus>& st, bool timed_out,
-                 const std::string& where) {
-    size_t failed = 0, first = st.size();
-    bool all_terminal = true;
-    int worst = 0;
-    Status worst_error;
-    for (size_t i = 0; i < st.size(); ++i) {
-      if (!isTerminal(st[i].s)) all_terminal = false;
-      if (st[i].s == TransferState::kCompleted) continue;
-      if (isTerminal(st[i].s)) {
-        ++failed;
-        if (first == st.size()) first = i;
-      }
-      const int r = failureRank(st[i].s);
-      if (r > worst) {
-        worst = r;
-        worst_error = st[i].error;
-      }
-    }
-    if (all_terminal && failed == 0) return Status::OK();  // every byte moved (even if late)
-    const uint64_t limit_ms =
-        static_cast<uint64_t>(sync_timeout_ms_) + sub.bytes * static_cast<uint64_t>(ns_per_byte_) / 1000000;
-    if (!all_terminal)
-      return {Code::kTimeout,
-              fmt::format("{}: not finished after {} ms (python.sync_timeout_ms + bytes * "
-                          "python.sync_timeout_ns_per_byte); canceled, but I/O still runs after a further {} ms: "
-                          "the batch is kept and freed once it ends",
-                          where, limit_ms, cancel_wait_ms_)};
-    // The batch's state: the worst task's, FAILED > TIMEOUT > CANCELED > INVALID.
-    TransferState batch_state = TransferState::kFailed;
-    for (auto t : {TransferState::kFailed, TransferState::kTimeout, TransferState::kCanceled, TransferState::kInvalid})
-      if (failureRank(t) == worst) batch_state = t;
-    Code code = worst_error.ok() ? Code::kIoError : worst_error.code();
-    if (batch_state == TransferState::kTimeout || timed_out) code = Code::kTimeout;
-    std::string msg = fmt::format("{}: {} of {} task(s) did not complete (batch {})", where, failed, sub.tasks,
-                                  stateName(batch_state));
-    if (first < st.size())
-      msg += fmt::format("; first is requests[{}] {}{}", first, stateName(st[first].s),
-                         st[first].error.ok() ? std::string() : ": " + st[first].error.toString());
-    if (timed_out)
-      msg += fmt::format(" [not finished after {} ms (python.sync_timeout_ms + bytes * "
-                         "python.sync_timeout_ns_per_byte), so canceled]",
-                         limit_ms);
-    return {code, msg};
-  }
-
-  // Frees a batch whose tasks all ended; one whose I/O still references
-  // memory is kept and freed by a later call (reap).
-  void freeOrKeep(BatchID id) {
-    Status s = engine_->freeBatchID(id);
-    if (s.code() == Code::kBatchBusy) {
-      std::lock_guard lk(batch_mu_);
-      unreclaimed_.push_back(id);
-    }
-  }
-
   void reap() {
-    TransferEngine* e = live();
-    if (!e) return;
-    std::lock_guard lk(batch_mu_);
-    std::erase_if(unreclaimed_, [&](BatchID id) {
-      Status s = e->freeBatchID(id);
-      return s.ok() || s.code() == Code::kInvalidBatch;
-    });
+    if (TransferEngine* e = live()) batches_.reap(*e);
   }
 
-  // Finds an async batch without taking it.
   Status peek(int64_t id, const char* what, Submitted& out) {
     TransferEngine* e = nullptr;
     Status s = engine(e);
-    if (!s.ok()) return context(s, what);
-    if (id <= 0)
-      return {Code::kInvalidBatch,
-              fmt::format("{}: batch id {} is not a batch (a negative id is the error code of a failed submit)", what,
-                          id)};
-    std::lock_guard lk(batch_mu_);
-    auto it = async_.find(static_cast<BatchID>(id));
-    if (it == async_.end())
-      return {Code::kInvalidBatch,
-              fmt::format("{}: batch id {} was not returned by a batch_transfer_async_* / transfer_submit_* call "
-                          "of this engine, or its outcome was already collected",
-                          what, id)};
-    out = it->second;
-    return Status::OK();
+    return s.ok() ? batches_.peek(id, what, out) : context(s, what);
   }
 
-  // Takes an async batch: this caller now owns finishing and freeing it.
   Status take(int64_t id, const char* what, Submitted& out) {
-    Status s = peek(id, what, out);
-    if (!s.ok()) return s;
-    std::lock_guard lk(batch_mu_);
-    if (async_.erase(static_cast<BatchID>(id)) == 0)
-      return {Code::kInvalidBatch, fmt::format("{}: batch id {}: its outcome was already collected", what, id)};
-    return Status::OK();
+    TransferEngine* e = nullptr;
+    Status s = engine(e);
+    return s.ok() ? batches_.take(id, what, out) : context(s, what);
   }
+
+  Status finish(const Submitted& sub) { return batches_.finish(*engine_, limits_, sub); }
 
   Status checkLocal(uint64_t addr, uint64_t length) {
     TransferEngine* e = nullptr;
@@ -691,16 +577,12 @@ class PyEngine {
   std::mutex init_mu_;
   std::unique_ptr<TransferEngine> engine_;
   std::atomic<bool> inited_{false};
-  int64_t sync_timeout_ms_ = 30000;
-  int64_t ns_per_byte_ = 1;
-  int64_t cancel_wait_ms_ = 5000;
+  Limits limits_;
 
   std::mutex seg_mu_;
   std::unordered_map<std::string, SegmentID> segments_;
 
-  std::mutex batch_mu_;
-  std::unordered_map<BatchID, Submitted> async_;
-  std::vector<BatchID> unreclaimed_;
+  BatchTable batches_;
 
   ManagedBuffers managed_;
 };
