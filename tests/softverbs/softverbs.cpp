@@ -15,6 +15,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -44,7 +45,7 @@
 namespace {
 
 constexpr uint64_t kMagic = 0x3147455242565348ull;  // "HSVBREG1"
-constexpr uint32_t kRegVersion = 3;
+constexpr uint32_t kRegVersion = 4;
 constexpr uint32_t kMaxDevs = 32;
 constexpr uint32_t kMaxQps = 4096;   // qpn = gen << 12 | slot
 constexpr uint32_t kMaxMrs = 16384;  // key = slot << 8 | gen
@@ -55,6 +56,7 @@ constexpr uint32_t kMaxSge = 30;
 constexpr uint32_t kMaxInline = 256;
 constexpr int kMaxCqe = 4194303;
 constexpr uint8_t kMaxRdAtom = 16;
+constexpr uint32_t kPsnMask = 0xffffff;
 
 // ---------------------------------------------------------------- registry
 struct DevRec {
@@ -63,23 +65,41 @@ struct DevRec {
   uint32_t down;
   int32_t fail_count;
   int32_t fail_status;
-  int32_t badkey_count;  // next WRs present a corrupted rkey
-  int32_t pad;
+  int32_t badkey_count;   // next WRs present a corrupted rkey
+  int32_t postfail_count;  // next ibv_post_send calls fail (ENOMEM)
+  uint32_t stalled;       // the NIC executes nothing
+  uint32_t fatal;         // the NIC died without flushing anything
+  uint32_t cqerr;         // bumped: its CQs overrun now
+  uint32_t pad;
 };
+// A QP as the wire sees it: what each end programmed, for the pairwise
+// checks an RC connection makes on every packet.
 struct QpRec {
   uint32_t used, gen;
   int32_t pid;
   uint32_t dev, qpn, state;
   uint32_t dest_dev, dest_qpn;
   uint32_t access;
-  uint32_t pad;
+  uint32_t path_mtu;        // ibv_mtu, 0 before RTR
   uint64_t pd_id;
+  uint32_t next_psn;        // requester: PSN of its next packet (sq_psn at RTS, then advancing)
+  uint32_t expected_psn;    // responder: PSN it expects next (rq_psn at RTR, then advancing)
+  uint32_t max_rd_atomic;   // READs it may have outstanding as requester
+  uint32_t max_dest_rd_atomic;  // READs it serves at once as responder
+  uint32_t ib;              // link layer of its port: 1 IB, 0 Ethernet
+  uint32_t is_global;       // AV with a GRH
+  uint32_t sgid_type;       // ibv_gid_type of the source GID entry
+  uint16_t lid, dlid;       // IB: own port LID, destination LID
+  uint8_t sgid[16];         // the GID its packets come from
+  uint8_t dgid[16];         // the GID its packets go to
 };
 struct MrRec {
   uint32_t used, gen;
   int32_t pid;
   uint32_t dev, key, access;
   uint64_t pd_id, addr, length, iova;
+  int32_t busy;  // copies through this MR in progress (deregistration waits for them)
+  int32_t pad;
 };
 struct Registry {
   uint64_t magic;
@@ -200,7 +220,17 @@ struct DevSpec {
   int mtu = 4096;
   bool ib = false;
   bool v1only = false;
+  bool v6only = false;   // RoCE with link-local and global IPv6 GIDs, no IPv4
   bool port_down = false;
+  int rd_atom = kMaxRdAtom;       // max_qp_rd_atom: READs served at once per QP
+  int init_rd_atom = kMaxRdAtom;  // max_qp_init_rd_atom: READs issued at once per QP
+  int slowpost_us = 0;            // ibv_post_send takes this long (widens races)
+
+  std::string key() const {
+    return name + "|" + std::to_string(numa) + "|" + std::to_string(mtu) + (ib ? "|ib" : "") + (v1only ? "|v1" : "") +
+           (v6only ? "|v6" : "") + (port_down ? "|down" : "") + "|" + std::to_string(rd_atom) + "|" +
+           std::to_string(init_rd_atom) + "|" + std::to_string(slowpost_us);
+  }
 };
 
 ibv_mtu mtuEnum(int bytes) {
@@ -241,6 +271,18 @@ ibv_gid linkLocalGid(uint32_t slot) {
   return g;
 }
 
+// 2001:db8::<slot>:1, a global IPv6 address.
+ibv_gid ipv6Gid(uint32_t slot) {
+  ibv_gid g{};
+  g.raw[0] = 0x20;
+  g.raw[1] = 0x01;
+  g.raw[2] = 0x0d;
+  g.raw[3] = 0xb8;
+  g.raw[13] = static_cast<uint8_t>(slot);
+  g.raw[15] = 1;
+  return g;
+}
+
 ibv_gid ipv4Gid(uint32_t slot) {
   ibv_gid g{};
   g.raw[10] = 0xff;
@@ -259,6 +301,11 @@ void gidTable(const DevSpec& s, uint32_t slot, GidEnt out[kGidTblLen]) {
   } else if (s.v1only) {
     out[0] = {linkLocalGid(slot), IBV_GID_TYPE_ROCE_V1};
     out[1] = {ipv4Gid(slot), IBV_GID_TYPE_ROCE_V1};
+  } else if (s.v6only) {
+    out[0] = {linkLocalGid(slot), IBV_GID_TYPE_ROCE_V1};
+    out[1] = {linkLocalGid(slot), IBV_GID_TYPE_ROCE_V2};
+    out[2] = {ipv6Gid(slot), IBV_GID_TYPE_ROCE_V1};
+    out[3] = {ipv6Gid(slot), IBV_GID_TYPE_ROCE_V2};
   } else {
     out[0] = {linkLocalGid(slot), IBV_GID_TYPE_ROCE_V1};
     out[1] = {linkLocalGid(slot), IBV_GID_TYPE_ROCE_V2};
@@ -279,7 +326,14 @@ uint32_t devOfGid(const ibv_gid& g) {
   if (std::memcmp(g.raw, ll.raw, 14) == 0) return (uint32_t(g.raw[14]) << 8) | g.raw[15];
   ibv_gid v4 = ipv4Gid(0);
   if (std::memcmp(g.raw, v4.raw, 14) == 0 && g.raw[15] == 1) return g.raw[14];
+  ibv_gid v6 = ipv6Gid(0);
+  if (std::memcmp(g.raw, v6.raw, 13) == 0 && g.raw[14] == 0 && g.raw[15] == 1) return g.raw[13];
   return kNoDev;
+}
+
+bool gidIpv4(const uint8_t* g) {
+  static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return std::memcmp(g, prefix, 12) == 0;
 }
 
 std::vector<DevSpec> parseDevices() {
@@ -310,8 +364,16 @@ std::vector<DevSpec> parseDevices() {
         s.ib = true;
       } else if (tok == "v1") {
         s.v1only = true;
+      } else if (tok == "v6") {
+        s.v6only = true;
       } else if (tok == "down") {
         s.port_down = true;
+      } else if (tok.rfind("rd_atom=", 0) == 0) {
+        s.rd_atom = std::clamp(std::atoi(tok.c_str() + 8), 0, 255);
+      } else if (tok.rfind("init_rd_atom=", 0) == 0) {
+        s.init_rd_atom = std::clamp(std::atoi(tok.c_str() + 13), 0, 255);
+      } else if (tok.rfind("slowpost=", 0) == 0) {
+        s.slowpost_us = std::max(0, std::atoi(tok.c_str() + 9));
       }
     }
     if (!s.name.empty() && s.name.size() < 32) out.push_back(s);
@@ -334,9 +396,7 @@ void writeSysfs(const SvDevice& d) {
 SvDevice* getDevice(const std::string& dir, const DevSpec& spec) {
   static std::mutex mu;
   static auto* devs = new std::map<std::string, std::unique_ptr<SvDevice>>();
-  std::string key = dir + "|" + spec.name + "|" + std::to_string(spec.numa) + "|" +
-                    std::to_string(spec.mtu) + (spec.ib ? "|ib" : "") + (spec.v1only ? "|v1" : "") +
-                    (spec.port_down ? "|down" : "");
+  std::string key = dir + "|" + spec.key();
   std::lock_guard<std::mutex> lock(mu);
   auto it = devs->find(key);
   if (it != devs->end()) return it->second.get();
@@ -380,7 +440,8 @@ struct SvChannel {
 
 struct CqEntry {
   ibv_wc wc;
-  SvQp* qp;  // whose SQ slot this completion frees; null once the QP is gone
+  SvQp* qp;        // whose SQ slots this completion frees
+  uint32_t slots;  // its own slot and those of the unsignaled WRs before it
 };
 
 struct SvCq {
@@ -389,6 +450,7 @@ struct SvCq {
   std::deque<CqEntry> q;
   uint32_t cap = 0;
   bool armed = false;
+  bool err = false;  // overrun: the CQ is in error and every later completion is lost
   SvChannel* ch = nullptr;
   std::atomic<int> qp_refs{0};
 };
@@ -430,20 +492,24 @@ struct SvQp {
   bool sig_all = false;
   ibv_mtu path_mtu = IBV_MTU_1024;
   std::deque<Wr> sq;                 // under sc->mu
-  std::atomic<uint32_t> sq_used{0};  // posted, completion not yet polled
+  std::atomic<uint32_t> sq_used{0};  // slots taken: posted, and not yet freed by a polled completion
+  uint32_t unsig_done = 0;           // under sc->exec_mu: executed unsignaled WRs, slots still taken
   bool in_ready = false;             // under sc->mu
 };
 
 struct SvContext {
   ibv_context ctx;  // first
   SvDevice* dev = nullptr;
-  std::mutex mu;       // sq, ready, qps, async queue
+  std::mutex mu;       // sq, ready, qps, cqs, async queue
   std::mutex exec_mu;  // held while the NIC thread executes WRs
   std::condition_variable cv;
   std::deque<SvQp*> ready;
   std::set<SvQp*> qps;
+  std::set<SvCq*> cqs;
   bool stop = false;
   std::atomic<bool> dead{false};
+  bool silent = false;  // dead without flushing: its WRs never complete ("fatal")
+  uint32_t cqerr_seen = 0;
   int async_wfd = -1;
   std::deque<ibv_async_event> async_q;
   std::thread nic;
@@ -459,20 +525,29 @@ void pushAsync(SvContext* sc, const ibv_async_event& ev) {
   (void)n;
 }
 
-void pushCqe(SvCq* cq, const ibv_wc& wc, SvQp* qp) {
+// The CQ overran (or is made to): it goes to error, raises IBV_EVENT_CQ_ERR,
+// and from now on loses every completion. Locked (cq->mu).
+void overrunLocked(SvCq* cq) {
+  if (cq->err) return;
+  cq->err = true;
+  ibv_async_event ev{};
+  ev.element.cq = &cq->cq;
+  ev.event_type = IBV_EVENT_CQ_ERR;
+  pushAsync(sctx(cq->cq.context), ev);
+}
+
+// False when the completion was lost (the CQ is full or in error): its QP
+// can no longer complete anything and goes to ERR (the caller does that).
+bool pushCqe(SvCq* cq, const ibv_wc& wc, SvQp* qp, uint32_t slots) {
   SvChannel* notify = nullptr;
   {
     std::lock_guard<std::mutex> lock(cq->mu);
+    if (cq->err) return false;
     if (cq->q.size() >= cq->cap) {
-      // CQ overrun: the completion is lost and an async CQ error raised, as
-      // on hardware.
-      ibv_async_event ev{};
-      ev.element.cq = &cq->cq;
-      ev.event_type = IBV_EVENT_CQ_ERR;
-      pushAsync(sctx(cq->cq.context), ev);
-      return;
+      overrunLocked(cq);
+      return false;
     }
-    cq->q.push_back(CqEntry{wc, qp});
+    cq->q.push_back(CqEntry{wc, qp, slots});
     if (cq->armed && cq->ch) {
       cq->armed = false;
       notify = cq->ch;
@@ -485,6 +560,7 @@ void pushCqe(SvCq* cq, const ibv_wc& wc, SvQp* qp) {
     ssize_t n = write(notify->wfd, &b, 1);
     (void)n;
   }
+  return true;
 }
 
 // Is [addr, addr+len) mapped in this process? (ibv_reg_mr pins pages; a
@@ -503,9 +579,32 @@ bool rangeMapped(uint64_t addr, uint64_t len) {
   return true;
 }
 
+// Is every page of [addr, addr+len) mapped writable? (Pinning for a NIC that
+// writes, LOCAL_WRITE or REMOTE_WRITE, takes the pages for writing: a
+// read-only mapping fails with EFAULT.)
+bool rangeWritable(uint64_t addr, uint64_t len) {
+  FILE* f = std::fopen("/proc/self/maps", "r");
+  if (!f) return false;
+  uint64_t covered = addr;
+  const uint64_t end = addr + len;
+  char line[512];
+  while (covered < end && std::fgets(line, sizeof(line), f)) {
+    unsigned long lo = 0, hi = 0;
+    char perms[8] = {0};
+    if (std::sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3) continue;
+    if (hi <= covered || lo > covered) continue;
+    if (perms[1] != 'w') break;
+    covered = hi;
+  }
+  std::fclose(f);
+  return covered >= end;
+}
+
 // ---------------------------------------------------------------- NIC
+// The MR `key` of device `dev`, process `pid`, PD `pd_id` covering
+// [addr, +len) with `need` access: its host address of addr and its slot.
 bool lookupMr(Registry* r, uint32_t key, uint32_t dev, int32_t pid, uint64_t pd_id, uint64_t addr,
-              uint64_t len, uint32_t need, uint64_t& va) {
+              uint64_t len, uint32_t need, uint64_t& va, uint32_t& slot_out) {
   uint32_t slot = key >> 8;
   if (slot >= kMaxMrs) return false;
   const MrRec& m = r->mrs[slot];
@@ -513,6 +612,7 @@ bool lookupMr(Registry* r, uint32_t key, uint32_t dev, int32_t pid, uint64_t pd_
   if (addr < m.iova || len > m.length || addr - m.iova > m.length - len) return false;
   if ((m.access & need) != need) return false;
   va = m.addr + (addr - m.iova);
+  slot_out = slot;
   return true;
 }
 
@@ -539,6 +639,90 @@ int cmaCopy(bool read, int32_t pid, const std::vector<iovec>& local, uint64_t ra
 
 void setQpStateLocked(Registry* r, uint32_t slot, uint32_t state) { r->qps[slot].state = state; }
 
+int mtuBytesOf(uint32_t m) { return m >= IBV_MTU_256 && m <= IBV_MTU_4096 ? 128 << m : 4096; }
+
+// What the wire makes of a WR of `total` bytes from `me` to the QP `rq` it
+// is connected to (and that is connected back): IBV_WC_SUCCESS or the
+// requester's error status, checked on every WR, so the first WR of a
+// connection already meets every rule. `land` is set false for a WRITE the
+// responder takes for a duplicate (it acknowledges it without executing it,
+// as an RC responder does with a PSN it has already seen). Locked.
+int wireCheck(QpRec& me, QpRec& rq, bool is_read, uint64_t total, bool& land) {
+  land = true;
+  // Addressing: each end must send to where the other one is, in the same
+  // packet format, or nothing arrives (or no ACK comes back): the requester
+  // retries until its retry count runs out.
+  if (me.ib != rq.ib) return IBV_WC_RETRY_EXC_ERR;
+  if (!me.ib) {
+    if (me.sgid_type != rq.sgid_type) return IBV_WC_RETRY_EXC_ERR;  // RoCE v1 and v2 never meet
+    if (std::memcmp(me.dgid, rq.sgid, 16) != 0 || std::memcmp(rq.dgid, me.sgid, 16) != 0)
+      return IBV_WC_RETRY_EXC_ERR;
+    if (me.sgid_type == IBV_GID_TYPE_ROCE_V2 &&
+        (gidIpv4(me.sgid) != gidIpv4(me.dgid) || gidIpv4(rq.sgid) != gidIpv4(rq.dgid)))
+      return IBV_WC_RETRY_EXC_ERR;  // an IPv4 source cannot reach an IPv6 destination
+  } else if (me.dlid != rq.lid || rq.dlid != me.lid) {
+    return IBV_WC_RETRY_EXC_ERR;
+  }
+  // Path MTU: both ends segment and check packets by their own path MTU.
+  // A WRITE's packets are refused by the responder (invalid request); a
+  // READ's responses are dropped by the requester until it gives up.
+  if (me.path_mtu != rq.path_mtu) {
+    if (is_read) return IBV_WC_RETRY_EXC_ERR;
+    rq.state = IBV_QPS_ERR;
+    return IBV_WC_REM_INV_REQ_ERR;
+  }
+  // Read resources: a requester may have max_rd_atomic READs outstanding; a
+  // responder serves max_dest_rd_atomic. More than it serves is an invalid
+  // request (the soft NIC runs one WR at a time, so the rule is checked on
+  // the programmed depths, not on a count of READs in flight).
+  if (is_read) {
+    if (me.max_rd_atomic == 0) return IBV_WC_LOC_QP_OP_ERR;  // this QP may issue no READ
+    if (me.max_rd_atomic > rq.max_dest_rd_atomic) {
+      rq.state = IBV_QPS_ERR;
+      return IBV_WC_REM_INV_REQ_ERR;
+    }
+  }
+  // PSNs: the requester's next PSN must be the one the responder expects.
+  const uint32_t mtu = static_cast<uint32_t>(mtuBytesOf(me.path_mtu));
+  const uint32_t pkts = total == 0 ? 1 : static_cast<uint32_t>((total + mtu - 1) / mtu);
+  const uint32_t ahead = (me.next_psn - rq.expected_psn) & kPsnMask;
+  if (ahead != 0 && ahead < 0x800000) {
+    // Later than expected: the responder NAKs every try (PSN sequence error).
+    std::fprintf(stderr, "softverbs: QP %#x sends PSN %#x, responder QP %#x expects %#x: sequence error\n", me.qpn,
+                 me.next_psn, rq.qpn, rq.expected_psn);
+    return IBV_WC_RETRY_EXC_ERR;
+  }
+  if (ahead != 0) {
+    // Earlier than expected: a duplicate. Acknowledged; a READ is served
+    // again, a WRITE is not executed.
+    std::fprintf(stderr, "softverbs: QP %#x sends PSN %#x, responder QP %#x expects %#x: duplicate, %s\n", me.qpn,
+                 me.next_psn, rq.qpn, rq.expected_psn, is_read ? "served again" : "WRITE dropped");
+    land = is_read;
+  } else {
+    rq.expected_psn = (rq.expected_psn + pkts) & kPsnMask;
+  }
+  me.next_psn = (me.next_psn + pkts) & kPsnMask;
+  return IBV_WC_SUCCESS;
+}
+
+// Fields a completion with an error status leaves undefined: poisoned, so
+// that reading them is visible.
+void poisonErrorCqe(ibv_wc& wc) {
+  wc.opcode = static_cast<ibv_wc_opcode>(0x5eb);
+  wc.byte_len = 0xbadbad;
+  wc.wc_flags = 0xbad;
+  wc.imm_data = 0xbadbadba;
+  wc.src_qp = 0xbad;
+  wc.pkey_index = 0xbad;
+  wc.slid = 0xbad;
+  wc.sl = 0xb;
+  wc.dlid_path_bits = 0xb;
+}
+
+void unpin(Registry* r, const std::vector<uint32_t>& slots) {
+  for (uint32_t s : slots) __atomic_fetch_sub(&r->mrs[s].busy, 1, __ATOMIC_ACQ_REL);
+}
+
 void execute(SvContext* sc, SvQp* qp, Wr& wr) {
   Registry* r = sc->dev->reg;
   const uint32_t me_dev = sc->dev->slot;
@@ -546,12 +730,13 @@ void execute(SvContext* sc, SvQp* qp, Wr& wr) {
   ibv_wc wc{};
   wc.wr_id = wr.wr_id;
   wc.qp_num = qp->qp.qp_num;
-  wc.opcode = is_read ? IBV_WC_RDMA_READ : IBV_WC_RDMA_WRITE;
   int status = IBV_WC_SUCCESS;
+  bool land = true;
   int32_t rpid = 0;
   uint64_t rva = 0;
   uint64_t total = 0;
   std::vector<iovec> local;
+  std::vector<uint32_t> pinned;  // MRs whose pages this copy uses
   for (const ibv_sge& s : wr.sge) total += s.length;
   {
     RegLock l(r);
@@ -569,44 +754,56 @@ void execute(SvContext* sc, SvQp* qp, Wr& wr) {
         wr.rkey ^= 0x80000000u;  // names no MR anywhere
       }
       // Local SGEs: lkey of this device, this process, this QP's PD.
+      std::vector<uint32_t> lslots;
       if (!wr.inl.empty()) {
         local.push_back(iovec{wr.inl.data(), wr.inl.size()});
         total = wr.inl.size();
       } else {
         for (const ibv_sge& s : wr.sge) {
           uint64_t va = 0;
+          uint32_t slot = 0;
           if (!lookupMr(r, s.lkey, me_dev, getpid(), qp->pd->id, s.addr, s.length,
-                        is_read ? IBV_ACCESS_LOCAL_WRITE : 0, va)) {
+                        is_read ? IBV_ACCESS_LOCAL_WRITE : 0, va, slot)) {
             status = IBV_WC_LOC_PROT_ERR;
             break;
           }
           if (s.length) local.push_back(iovec{reinterpret_cast<void*>(va), s.length});
+          lslots.push_back(slot);
         }
       }
       // The responder: a live QP connected back to this one, on a live NIC.
+      uint32_t rslot = me.dest_qpn & (kMaxQps - 1);
+      QpRec* rq = me.dest_dev == kNoDev ? nullptr : &r->qps[rslot];
       if (status == IBV_WC_SUCCESS) {
-        uint32_t rslot = me.dest_qpn & (kMaxQps - 1);
-        const QpRec* rq = me.dest_dev == kNoDev ? nullptr : &r->qps[rslot];
-        if (!rq || !rq->used || rq->qpn != me.dest_qpn || rq->dev != me.dest_dev ||
-            r->devs[me.dest_dev].down || !pidAlive(rq->pid) ||
+        if (!rq || !rq->used || rq->qpn != me.dest_qpn || rq->dev != me.dest_dev || r->devs[me.dest_dev].down ||
+            r->devs[me.dest_dev].stalled || !pidAlive(rq->pid) ||
             (rq->state != IBV_QPS_RTR && rq->state != IBV_QPS_RTS) || rq->dest_qpn != me.qpn ||
             rq->dest_dev != me_dev) {
           status = IBV_WC_RETRY_EXC_ERR;
-        } else if (total > 0) {
-          uint32_t need = is_read ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
-          if ((rq->access & need) != need ||
-              !lookupMr(r, wr.rkey, rq->dev, rq->pid, rq->pd_id, wr.raddr, total, need, rva)) {
-            status = IBV_WC_REM_ACCESS_ERR;
-            // An RC responder that NAKs an access violation goes to ERR too.
-            setQpStateLocked(r, rslot, IBV_QPS_ERR);
-          }
-          rpid = rq->pid;
+        } else {
+          status = wireCheck(me, *rq, is_read, total, land);
         }
       }
+      if (status == IBV_WC_SUCCESS && total > 0 && land) {
+        uint32_t need = is_read ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
+        uint32_t mslot = 0;
+        if ((rq->access & need) != need ||
+            !lookupMr(r, wr.rkey, rq->dev, rq->pid, rq->pd_id, wr.raddr, total, need, rva, mslot)) {
+          status = IBV_WC_REM_ACCESS_ERR;
+          // An RC responder that NAKs an access violation goes to ERR too.
+          setQpStateLocked(r, rslot, IBV_QPS_ERR);
+        } else {
+          pinned = lslots;
+          pinned.push_back(mslot);
+        }
+        rpid = rq->pid;
+      }
     }
+    // The copy holds its MRs: deregistration waits for it to end.
+    for (uint32_t s : pinned) __atomic_fetch_add(&r->mrs[s].busy, 1, __ATOMIC_ACQ_REL);
     if (status != IBV_WC_SUCCESS) setQpStateLocked(r, qp->slot, IBV_QPS_ERR);
   }
-  if (status == IBV_WC_SUCCESS && total > 0) {
+  if (status == IBV_WC_SUCCESS && total > 0 && land) {
     int err = cmaCopy(is_read, rpid, local, rva);
     if (err != 0) {
       if (err == ESRCH) {
@@ -624,28 +821,71 @@ void execute(SvContext* sc, SvQp* qp, Wr& wr) {
       setQpStateLocked(r, qp->slot, IBV_QPS_ERR);
     }
   }
+  unpin(r, pinned);
   wc.status = static_cast<ibv_wc_status>(status);
   wc.vendor_err = status == IBV_WC_SUCCESS ? 0 : 0x80 + status;
-  wc.byte_len = static_cast<uint32_t>(total);
-  if (qp->sig_all || wr.signaled || status != IBV_WC_SUCCESS) {
-    pushCqe(qp->scq, wc, qp);
+  if (status == IBV_WC_SUCCESS) {
+    wc.opcode = is_read ? IBV_WC_RDMA_READ : IBV_WC_RDMA_WRITE;
+    wc.byte_len = static_cast<uint32_t>(total);
   } else {
-    qp->sq_used.fetch_sub(1);
+    poisonErrorCqe(wc);
+  }
+  if (qp->sig_all || wr.signaled || status != IBV_WC_SUCCESS) {
+    // The completion frees this WR's SQ slot and those of the unsignaled
+    // WRs executed before it, once polled.
+    const uint32_t slots = 1 + qp->unsig_done;
+    qp->unsig_done = 0;
+    if (!pushCqe(qp->scq, wc, qp, slots)) {
+      RegLock l(r);
+      setQpStateLocked(r, qp->slot, IBV_QPS_ERR);
+    }
+  } else {
+    qp->unsig_done++;  // its slot stays taken until a later completion is polled
   }
 }
 
-// The NIC disappeared: fatal event, every QP of this context to ERR.
-void checkDown(SvContext* sc) {
-  if (sc->dead.load()) return;
+// The NIC disappeared ("down": its WRs flush; "fatal": they never complete),
+// or its CQs are made to overrun ("cqerr"). Under exec_mu.
+void checkDevice(SvContext* sc) {
   Registry* r = sc->dev->reg;
+  uint32_t cqerr = 0;
+  bool down = false, fatal = false;
+  {
+    RegLock l(r);
+    const DevRec& d = r->devs[sc->dev->slot];
+    cqerr = d.cqerr;
+    down = d.down != 0;
+    fatal = d.fatal != 0;
+  }
+  if (cqerr != sc->cqerr_seen) {
+    sc->cqerr_seen = cqerr;
+    std::vector<SvCq*> cqs;
+    {
+      std::lock_guard<std::mutex> lock(sc->mu);
+      cqs.assign(sc->cqs.begin(), sc->cqs.end());
+    }
+    for (SvCq* cq : cqs) {
+      std::lock_guard<std::mutex> lock(cq->mu);
+      overrunLocked(cq);
+    }
+  }
+  if (sc->dead.load() || (!down && !fatal)) return;
   std::vector<uint32_t> slots;
   {
     std::lock_guard<std::mutex> lock(sc->mu);
     for (SvQp* qp : sc->qps) slots.push_back(qp->slot);
+    if (fatal) {
+      // A dead device completes nothing: what was posted is simply gone.
+      sc->silent = true;
+      for (SvQp* qp : sc->qps) {
+        qp->sq.clear();
+        qp->in_ready = false;
+      }
+      sc->ready.clear();
+    }
   }
   {
     RegLock l(r);
-    if (!r->devs[sc->dev->slot].down) return;
     for (uint32_t s : slots) setQpStateLocked(r, s, IBV_QPS_ERR);
   }
   sc->dead.store(true);
@@ -657,6 +897,11 @@ void checkDown(SvContext* sc) {
   pushAsync(sc, ev);
 }
 
+bool devStalled(SvContext* sc) {
+  RegLock l(sc->dev->reg);
+  return sc->dev->reg->devs[sc->dev->slot].stalled != 0;
+}
+
 void nicLoop(SvContext* sc) {
   for (;;) {
     {
@@ -664,14 +909,18 @@ void nicLoop(SvContext* sc) {
       sc->cv.wait_for(lk, std::chrono::milliseconds(20), [&] { return sc->stop || !sc->ready.empty(); });
       if (sc->stop) return;
     }
-    checkDown(sc);
     std::lock_guard<std::mutex> ex(sc->exec_mu);
+    checkDevice(sc);
+    if (devStalled(sc)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      continue;
+    }
     for (int burst = 0; burst < 64; ++burst) {
       SvQp* qp = nullptr;
       Wr wr;
       {
         std::lock_guard<std::mutex> lk(sc->mu);
-        if (sc->ready.empty()) break;
+        if (sc->ready.empty() || sc->silent) break;
         qp = sc->ready.front();
         sc->ready.pop_front();
         if (qp->sq.empty()) {
@@ -701,10 +950,20 @@ uint32_t qpStateOf(SvQp* qp) {
 int svPostSend(ibv_qp* q, ibv_send_wr* wr, ibv_send_wr** bad) {
   auto* qp = reinterpret_cast<SvQp*>(q);
   SvContext* sc = qp->sc;
+  if (sc->dev->spec.slowpost_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(sc->dev->spec.slowpost_us));
   uint32_t state = qpStateOf(qp);
   if (state != IBV_QPS_RTS && state != IBV_QPS_ERR && state != IBV_QPS_SQD) {
     if (bad) *bad = wr;
     return EINVAL;
+  }
+  {
+    Registry* r = sc->dev->reg;
+    RegLock l(r);
+    if (r->devs[sc->dev->slot].postfail_count > 0) {
+      r->devs[sc->dev->slot].postfail_count--;
+      if (bad) *bad = wr;
+      return ENOMEM;
+    }
   }
   std::lock_guard<std::mutex> lock(sc->mu);
   int rc = 0;
@@ -742,8 +1001,8 @@ int svPostSend(ibv_qp* q, ibv_send_wr* wr, ibv_send_wr** bad) {
       if (bad) *bad = w;
       break;
     }
-    qp->sq.push_back(std::move(x));
     qp->sq_used.fetch_add(1);
+    if (!sc->silent) qp->sq.push_back(std::move(x));  // a dead device never runs (or completes) it
   }
   if (!qp->sq.empty() && !qp->in_ready) {
     qp->in_ready = true;
@@ -771,7 +1030,7 @@ int svPollCq(ibv_cq* c, int n, ibv_wc* wc) {
   while (got < n && !cq->q.empty()) {
     CqEntry& e = cq->q.front();
     wc[got++] = e.wc;
-    if (e.qp) e.qp->sq_used.fetch_sub(1);
+    e.qp->sq_used.fetch_sub(e.slots);
     cq->q.pop_front();
   }
   return got;
@@ -821,6 +1080,19 @@ int parseStatus(const std::string& s) {
   long v = std::strtol(s.c_str(), &end, 10);
   if (end && *end == '\0' && v > 0 && v <= IBV_WC_GENERAL_ERR) return static_cast<int>(v);
   return -1;
+}
+
+// Waits until no copy holds MR `slot` (bounded: a copier that died holding
+// it is given up on after 30 s).
+void waitUnpinned(Registry* r, uint32_t slot) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (__atomic_load_n(&r->mrs[slot].busy, __ATOMIC_ACQUIRE) > 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::fprintf(stderr, "softverbs: MR slot %u still in use by a copy after 30 s\n", slot);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
 }
 
 }  // namespace
@@ -916,9 +1188,9 @@ SV_EXPORT int ibv_query_device(ibv_context* c, ibv_device_attr* a) {
   a->max_cqe = kMaxCqe;
   a->max_mr = kMaxMrs;
   a->max_pd = 1 << 16;
-  a->max_qp_rd_atom = kMaxRdAtom;
-  a->max_qp_init_rd_atom = kMaxRdAtom;
-  a->max_res_rd_atom = kMaxRdAtom * kMaxQps;
+  a->max_qp_rd_atom = sc->dev->spec.rd_atom;
+  a->max_qp_init_rd_atom = sc->dev->spec.init_rd_atom;
+  a->max_res_rd_atom = sc->dev->spec.rd_atom * kMaxQps;
   a->atomic_cap = IBV_ATOMIC_NONE;
   a->max_pkeys = 1;
   a->phys_port_cnt = 1;
@@ -1018,6 +1290,13 @@ SV_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* p, void* addr, size_t length, uint64_
     errno = EFAULT;
     return nullptr;
   }
+  // A NIC that may write there pins the pages for writing: read-only
+  // memory cannot be.
+  if ((access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)) &&
+      !rangeWritable(reinterpret_cast<uint64_t>(addr), length)) {
+    errno = EFAULT;
+    return nullptr;
+  }
   Registry* r = sc->dev->reg;
   auto* mr = new SvMr();
   {
@@ -1040,6 +1319,7 @@ SV_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* p, void* addr, size_t length, uint64_
     m.addr = reinterpret_cast<uint64_t>(addr);
     m.length = length;
     m.iova = iova;
+    m.busy = 0;
     mr->slot = slot;
     mr->mr.lkey = m.key;
     mr->mr.rkey = m.key;
@@ -1065,7 +1345,43 @@ SV_EXPORT ibv_mr* ibv_reg_mr_iova(ibv_pd* pd, void* addr, size_t length, uint64_
 // A dma-buf (device memory exported by its driver) is reached through a
 // mapping of the fd: the soft NIC copies with process_vm_*, so the pages
 // need a host address in this process. iova is what work requests use.
+namespace {
+std::mutex g_dmabuf_mu;
+std::vector<hawser_softverbs_dmabuf_call> g_dmabuf_calls;
+
+// What the fd is, at the call: open, its size (a dma-buf reports it through
+// lseek), what /proc says it is.
+void recordDmabufCall(uint64_t offset, size_t length, uint64_t iova, int fd, int access) {
+  hawser_softverbs_dmabuf_call c{};
+  c.fd = fd;
+  c.offset = offset;
+  c.length = length;
+  c.iova = iova;
+  c.access = access;
+  c.fd_open = fd >= 0 && fcntl(fd, F_GETFD) != -1;
+  c.fd_size = -1;
+  if (c.fd_open) {
+    off_t end = lseek(fd, 0, SEEK_END);
+    c.fd_size = end;
+    if (end >= 0) lseek(fd, 0, SEEK_SET);
+    char path[64];
+    std::snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, c.fd_target, sizeof(c.fd_target) - 1);
+    if (n > 0) c.fd_target[n] = '\0';
+  }
+  std::lock_guard<std::mutex> lock(g_dmabuf_mu);
+  g_dmabuf_calls.push_back(c);
+}
+}  // namespace
+
+SV_EXPORT int hawser_softverbs_dmabuf_calls(hawser_softverbs_dmabuf_call* out, int max) {
+  std::lock_guard<std::mutex> lock(g_dmabuf_mu);
+  for (int i = 0; i < max && i < static_cast<int>(g_dmabuf_calls.size()); ++i) out[i] = g_dmabuf_calls[i];
+  return static_cast<int>(g_dmabuf_calls.size());
+}
+
 SV_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access) {
+  recordDmabufCall(offset, length, iova, fd, access);
   if (fd < 0 || length == 0) {
     errno = EINVAL;
     return nullptr;
@@ -1098,6 +1414,9 @@ SV_EXPORT int ibv_dereg_mr(ibv_mr* m) {
     MrRec& rec = sc->dev->reg->mrs[mr->slot];
     if (rec.used && rec.key == m->lkey && rec.pid == getpid()) rec.used = 0;
   }
+  // As on a NIC, no access through the key once this returns: wait for the
+  // copies that hold it.
+  waitUnpinned(sc->dev->reg, mr->slot);
   mr->pd->refs.fetch_sub(1);
   if (mr->dmabuf_map) munmap(mr->dmabuf_map, mr->dmabuf_len);
   delete mr;
@@ -1143,12 +1462,22 @@ SV_EXPORT ibv_cq* ibv_create_cq(ibv_context* c, int cqe, void* cq_context, ibv_c
   cq->cap = static_cast<uint32_t>(cqe);
   cq->ch = reinterpret_cast<SvChannel*>(channel);
   if (cq->ch) cq->ch->cq_refs.fetch_add(1);
+  {
+    std::lock_guard<std::mutex> lock(sc->mu);
+    sc->cqs.insert(cq);
+  }
   return &cq->cq;
 }
 
 SV_EXPORT int ibv_destroy_cq(ibv_cq* c) {
   auto* cq = reinterpret_cast<SvCq*>(c);
   if (cq->qp_refs.load() > 0) return EBUSY;
+  {
+    SvContext* sc = sctx(c->context);
+    std::lock_guard<std::mutex> ex(sc->exec_mu);  // checkDevice() may be overrunning it
+    std::lock_guard<std::mutex> lock(sc->mu);
+    sc->cqs.erase(cq);
+  }
   if (cq->ch) {
     std::lock_guard<std::mutex> lock(cq->ch->mu);
     for (auto& e : cq->ch->events)
@@ -1182,6 +1511,7 @@ SV_EXPORT ibv_qp* ibv_create_qp(ibv_pd* p, ibv_qp_init_attr* ia) {
   auto* pd = reinterpret_cast<SvPd*>(p);
   SvContext* sc = sctx(p->context);
   if (!ia || ia->qp_type != IBV_QPT_RC || !ia->send_cq || !ia->recv_cq || ia->srq ||
+      ia->send_cq->context != p->context || ia->recv_cq->context != p->context ||  // CQs of this context only
       ia->cap.max_send_wr == 0 || ia->cap.max_send_wr > kMaxQpWr || ia->cap.max_recv_wr > kMaxQpWr ||
       ia->cap.max_send_sge > kMaxSge || ia->cap.max_recv_sge > kMaxSge || ia->cap.max_inline_data > kMaxInline) {
     errno = EINVAL;
@@ -1287,13 +1617,16 @@ SV_EXPORT int ibv_modify_qp(ibv_qp* q, ibv_qp_attr* a, int mask) {
   if ((mask & IBV_QP_DEST_QPN) && a->dest_qp_num >= (1u << 24)) return EINVAL;
   if ((mask & IBV_QP_RQ_PSN) && a->rq_psn >= (1u << 24)) return EINVAL;
   if ((mask & IBV_QP_SQ_PSN) && a->sq_psn >= (1u << 24)) return EINVAL;
-  if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a->max_dest_rd_atomic > kMaxRdAtom) return EINVAL;
-  if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a->max_rd_atomic > kMaxRdAtom) return EINVAL;
+  // Read resources within what the device has: responder resources up to
+  // max_qp_rd_atom, initiator depth up to max_qp_init_rd_atom.
+  if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a->max_dest_rd_atomic > s.rd_atom) return EINVAL;
+  if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a->max_rd_atomic > s.init_rd_atom) return EINVAL;
   if ((mask & IBV_QP_TIMEOUT) && a->timeout > 31) return EINVAL;
   if ((mask & IBV_QP_RETRY_CNT) && a->retry_cnt > 7) return EINVAL;
   if ((mask & IBV_QP_RNR_RETRY) && a->rnr_retry > 7) return EINVAL;
   if ((mask & IBV_QP_MIN_RNR_TIMER) && a->min_rnr_timer > 31) return EINVAL;
   uint32_t dest_dev = kNoDev;
+  GidEnt sgid{};
   if (mask & IBV_QP_AV) {
     const ibv_ah_attr& ah = a->ah_attr;
     if (ah.port_num != 1) return EINVAL;
@@ -1303,6 +1636,7 @@ SV_EXPORT int ibv_modify_qp(ibv_qp* q, ibv_qp_attr* a, int mask) {
       GidEnt t[kGidTblLen];
       gidTable(s, sc->dev->slot, t);
       if (ah.grh.sgid_index >= kGidTblLen || gidZero(t[ah.grh.sgid_index].gid)) return EINVAL;
+      sgid = t[ah.grh.sgid_index];
       dest_dev = devOfGid(ah.grh.dgid);
     } else {
       if (ah.dlid == 0 && !ah.is_global) return EINVAL;
@@ -1315,12 +1649,37 @@ SV_EXPORT int ibv_modify_qp(ibv_qp* q, ibv_qp_attr* a, int mask) {
     QpRec& rec = r->qps[qp->slot];
     rec.state = target;
     if (mask & IBV_QP_ACCESS_FLAGS) rec.access = a->qp_access_flags;
-    if (mask & IBV_QP_AV) rec.dest_dev = dest_dev;
+    if (mask & IBV_QP_AV) {
+      const ibv_ah_attr& ah = a->ah_attr;
+      rec.dest_dev = dest_dev;
+      rec.ib = s.ib ? 1 : 0;
+      rec.is_global = ah.is_global;
+      rec.sgid_type = sgid.type;
+      std::memcpy(rec.sgid, sgid.gid.raw, 16);
+      std::memcpy(rec.dgid, ah.is_global ? ah.grh.dgid.raw : sgid.gid.raw, 16);
+      if (!ah.is_global) std::memset(rec.dgid, 0, 16);
+      rec.lid = s.ib ? static_cast<uint16_t>(sc->dev->slot + 1) : 0;
+      rec.dlid = ah.dlid;
+    }
     if (mask & IBV_QP_DEST_QPN) rec.dest_qpn = a->dest_qp_num;
+    if (mask & IBV_QP_PATH_MTU) rec.path_mtu = a->path_mtu;
+    if (mask & IBV_QP_RQ_PSN) rec.expected_psn = a->rq_psn;
+    if (mask & IBV_QP_SQ_PSN) rec.next_psn = a->sq_psn;
+    if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) rec.max_dest_rd_atomic = a->max_dest_rd_atomic;
+    if (mask & IBV_QP_MAX_QP_RD_ATOMIC) rec.max_rd_atomic = a->max_rd_atomic;
     if (target == IBV_QPS_RESET) {
+      const uint32_t keep_used = rec.used, keep_gen = rec.gen, keep_dev = rec.dev, keep_qpn = rec.qpn;
+      const int32_t keep_pid = rec.pid;
+      const uint64_t keep_pd = rec.pd_id;
+      std::memset(&rec, 0, sizeof(rec));
+      rec.used = keep_used;
+      rec.gen = keep_gen;
+      rec.pid = keep_pid;
+      rec.dev = keep_dev;
+      rec.qpn = keep_qpn;
+      rec.pd_id = keep_pd;
+      rec.state = IBV_QPS_RESET;
       rec.dest_dev = kNoDev;
-      rec.dest_qpn = 0;
-      rec.access = 0;
     }
   }
   if (mask & IBV_QP_PATH_MTU) qp->path_mtu = a->path_mtu;
@@ -1329,6 +1688,7 @@ SV_EXPORT int ibv_modify_qp(ibv_qp* q, ibv_qp_attr* a, int mask) {
     std::lock_guard<std::mutex> lock(sc->mu);
     qp->sq.clear();  // RESET discards work requests without completions
     qp->sq_used.store(0);
+    qp->unsig_done = 0;
   }
   q->state = target;
   return 0;
@@ -1345,6 +1705,10 @@ SV_EXPORT int ibv_query_qp(ibv_qp* q, ibv_qp_attr* a, int, ibv_qp_init_attr* ia)
     a->cur_qp_state = a->qp_state;
     a->dest_qp_num = rec.dest_qpn;
     a->qp_access_flags = rec.access;
+    a->sq_psn = rec.next_psn;
+    a->rq_psn = rec.expected_psn;
+    a->max_rd_atomic = static_cast<uint8_t>(rec.max_rd_atomic);
+    a->max_dest_rd_atomic = static_cast<uint8_t>(rec.max_dest_rd_atomic);
   }
   a->path_mtu = qp->path_mtu;
   a->port_num = 1;
@@ -1372,10 +1736,11 @@ SV_EXPORT int ibv_destroy_qp(ibv_qp* q) {
     for (auto it = sc->ready.begin(); it != sc->ready.end();)
       it = (*it == qp) ? sc->ready.erase(it) : it + 1;
   }
+  // Its completions not yet polled are removed from the CQs, as the
+  // provider cleans the CQ of a destroyed QP.
   for (SvCq* cq : {qp->scq, qp->rcq}) {
     std::lock_guard<std::mutex> lock(cq->mu);
-    for (CqEntry& e : cq->q)
-      if (e.qp == qp) e.qp = nullptr;
+    for (auto it = cq->q.begin(); it != cq->q.end();) it = it->qp == qp ? cq->q.erase(it) : it + 1;
   }
   {
     Registry* r = sc->dev->reg;
@@ -1452,11 +1817,26 @@ SV_EXPORT int hawser_softverbs_control(const char* command) {
   DevRec& d = r->devs[slot];
   if (tok[0] == "down" && tok.size() == 2) {
     d.down = 1;
+  } else if (tok[0] == "fatal" && tok.size() == 2) {
+    d.down = 1;
+    d.fatal = 1;
   } else if (tok[0] == "up" && tok.size() == 2) {
     d.down = 0;
+    d.fatal = 0;
+  } else if (tok[0] == "stall" && tok.size() == 2) {
+    d.stalled = 1;
+  } else if (tok[0] == "resume" && tok.size() == 2) {
+    d.stalled = 0;
+  } else if (tok[0] == "cqerr" && tok.size() == 2) {
+    d.cqerr++;
+  } else if (tok[0] == "postfail" && tok.size() == 3) {
+    int n = std::atoi(tok[2].c_str());
+    if (n <= 0) return EINVAL;
+    d.postfail_count = n;
   } else if (tok[0] == "clear" && tok.size() == 2) {
     d.fail_count = 0;
     d.badkey_count = 0;
+    d.postfail_count = 0;
   } else if (tok[0] == "badkey" && tok.size() == 3) {
     int n = std::atoi(tok[2].c_str());
     if (n <= 0) return EINVAL;

@@ -41,6 +41,26 @@
 //     "clear <dev>"  cancels pending "fail"/"badkey" counts.
 #pragma once
 
+#include <stdint.h>
+
 extern "C" {
 typedef int (*hawser_softverbs_control_fn)(const char* command);
+
+// One ibv_reg_dmabuf_mr call as the provider saw it (the GPU check stops at
+// this call: no NIC there). fd_open, fd_size (lseek to its end; -1 when that
+// fails) and fd_target (readlink of /proc/self/fd/N: "/dmabuf:" for a
+// dma-buf) describe the fd at the moment of the call.
+struct hawser_softverbs_dmabuf_call {
+  int fd;
+  int fd_open;
+  int64_t fd_size;
+  char fd_target[96];
+  uint64_t offset;
+  uint64_t length;
+  uint64_t iova;
+  int access;
+};
+// Fills up to `max` of the calls this process made (oldest first); returns
+// how many there were.
+typedef int (*hawser_softverbs_dmabuf_calls_fn)(struct hawser_softverbs_dmabuf_call* out, int max);
 }
