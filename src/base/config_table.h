@@ -161,6 +161,8 @@ inline constexpr Knob kKnobs[] = {
    "QP handshake RPC timeout"},
   {"rdma.poll_spin_us", "HAWSER_RDMA_POLL_SPIN_US", KnobType::kInt, "50", 0, 1000000, {},
    "microseconds a CQ worker busy-polls before it sleeps on the channel"},
+  {"rdma.flush_timeout_ms", "HAWSER_RDMA_FLUSH_TIMEOUT_MS", KnobType::kDurationMs, "2000", 1, 600000, {},
+   "after a NIC's fatal or CQ error: wait this long for its flushes, then retry its slices elsewhere"},
   // ---- file ---------------------------------------------------------------------------------------------------------
   {"file.engine", "HAWSER_FILE_ENGINE", KnobType::kEnum, "auto", 0, 0, "auto|uring|posix",
    "file I/O engine: auto (io_uring when available), uring (required) or posix"},

@@ -2,7 +2,9 @@
 // the target is a child process (this binary re-executed in the
 // RdmaChild.serve role) that registers seeded memory and then only answers
 // checksum/registration commands on a pipe; its CPU takes no part in the
-// RDMA READs and WRITEs.
+// RDMA READs and WRITEs. The two processes are two hosts: each has soft NICs
+// of its own (the parent sv*, the child pv*), so a NIC failure injected on
+// one side leaves the other side's NICs alone.
 #include <gtest/gtest.h>
 
 #if HAWSER_TEST_RDMA
@@ -104,8 +106,9 @@ class ChildTarget {
     if (out_ >= 0) ::close(out_);
   }
 
-  // Starts the child with `bytes` of memory seeded with `seed`.
-  bool start(size_t bytes, uint64_t seed) {
+  // Starts the child with `bytes` of memory seeded with `seed`, on the soft
+  // NICs `devices`.
+  bool start(size_t bytes, uint64_t seed, const std::string& devices) {
     int to_child[2], from_child[2];
     if (::pipe(to_child) != 0 || ::pipe(from_child) != 0) return false;
     std::string exe = "/proc/self/exe";
@@ -118,6 +121,7 @@ class ChildTarget {
       ::setenv("HAWSER_RDMA_CHILD_OUT_FD", std::to_string(from_child[1]).c_str(), 1);
       ::setenv("HAWSER_RDMA_CHILD_BYTES", std::to_string(bytes).c_str(), 1);
       ::setenv("HAWSER_RDMA_CHILD_SEED", std::to_string(seed).c_str(), 1);
+      ::setenv("HAWSER_SOFTVERBS_DEVICES", devices.c_str(), 1);
       int devnull = ::open("/dev/null", O_WRONLY);
       if (devnull >= 0) ::dup2(devnull, 1);  // gtest chatter of the child
       ::execl(exe.c_str(), exe.c_str(), "--gtest_filter=RdmaChild.serve", static_cast<char*>(nullptr));
@@ -174,12 +178,14 @@ class ChildTarget {
 
 class RdmaMultiProcess : public ::testing::Test {
  protected:
-  void start(const std::string& devices, size_t bytes, uint64_t seed,
+  // This process on the soft NICs `devices`, the child target on
+  // `child_devices` (same registry: one fabric, two hosts).
+  void start(const std::string& devices, const std::string& child_devices, size_t bytes, uint64_t seed,
              std::vector<std::pair<std::string, std::string>> cfg = {}) {
     env_ = std::make_unique<SoftVerbsEnv>(devices);
     for (auto& [k, v] : cfg) env_->set(Config::envName(k), v);
     rdma::stats().reset();
-    ASSERT_TRUE(child_.start(bytes, seed)) << "child target did not start";
+    ASSERT_TRUE(child_.start(bytes, seed, child_devices)) << "child target did not start";
     EngineOptions o;
     o.config["transport"] = "rdma";
     Status s = engine_.init("p2p", "parent", "127.0.0.1", 0, o);
@@ -199,7 +205,7 @@ class RdmaMultiProcess : public ::testing::Test {
 
 TEST_F(RdmaMultiProcess, checksummed_transfers_over_two_nics) {
   const size_t bytes = 64u << 20;
-  start("sv0,sv1", bytes, 9);
+  start("sv0,sv1", "pv0,pv1", bytes, 9);
   Buffer local(bytes);
   ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
   std::vector<TransferRequest> reqs;
@@ -215,13 +221,19 @@ TEST_F(RdmaMultiProcess, checksummed_transfers_over_two_nics) {
   auto st = test::runBatch(engine_, seg_, {{OpCode::kWrite, local.p, seg_, child_.base() + woff, wlen}}, 60000);
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
   EXPECT_EQ(child_.request("check 21 " + std::to_string(woff) + " " + std::to_string(wlen)), "ok");
-  EXPECT_GT(rdma::stats().wrs_posted[0].load(), 0u);
-  EXPECT_GT(rdma::stats().wrs_posted[1].load(), 0u);
-  EXPECT_GE(rdma::stats().handshakes_sent.load(), 2u);  // one endpoint per NIC pair used
+  // Each task's slices alternate over both NICs here, rail-aligned with the
+  // peer's (sv0 -> pv0, sv1 -> pv1): 1024 READ + 512 WRITE slices.
+  const rdma::Stats& s = rdma::stats();
+  for (int n = 0; n < 2; ++n) {
+    EXPECT_EQ(s.wrs_posted[n].load(), 768u) << "local NIC " << n;
+    EXPECT_EQ(s.peer_nic_wrs[n].load(), 768u) << "peer NIC " << n;
+  }
+  EXPECT_EQ(s.handshakes_sent.load(), 2u);  // one endpoint per NIC pair used
+  EXPECT_EQ(s.slice_retries.load() + s.slice_requeues.load(), 0u);
 }
 
-TEST_F(RdmaMultiProcess, wrong_rkey_is_a_remote_access_error_on_every_nic) {
-  start("sv0,sv1", 1 << 20, 3, {{"rdma.retry_limit", "3"}});
+TEST_F(RdmaMultiProcess, wrong_rkey_is_refused_at_once_as_out_of_range) {
+  start("sv0,sv1", "pv0,pv1", 1 << 20, 3, {{"rdma.retry_limit", "3"}});
   Buffer local(1 << 20);
   ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
   // Every work request of this host presents a corrupted rkey.
@@ -229,9 +241,11 @@ TEST_F(RdmaMultiProcess, wrong_rkey_is_a_remote_access_error_on_every_nic) {
   ASSERT_EQ(SoftVerbsEnv::control("badkey sv1 1000000"), 0);
   auto st = test::runBatch(engine_, seg_, {{OpCode::kRead, local.p, seg_, child_.base(), 65536}});
   ASSERT_EQ(st[0].s, TransferState::kFailed);
-  EXPECT_EQ(st[0].error.code(), Code::kIoError);
+  // No other NIC pair makes the target accept a key it refused: not retried.
+  EXPECT_EQ(st[0].error.code(), Code::kOutOfRange) << st[0].error.toString();
   EXPECT_NE(st[0].error.message().find("IBV_WC_REM_ACCESS_ERR"), std::string::npos) << st[0].error.toString();
-  EXPECT_NE(st[0].error.message().find("4 attempt(s)"), std::string::npos) << st[0].error.toString();
+  EXPECT_NE(st[0].error.message().find("not retried"), std::string::npos) << st[0].error.toString();
+  EXPECT_EQ(rdma::stats().slice_retries.load(), 0u);
   EXPECT_EQ(st[0].transferred_bytes, 0u);
   ASSERT_EQ(SoftVerbsEnv::control("clear sv0"), 0);
   ASSERT_EQ(SoftVerbsEnv::control("clear sv1"), 0);
@@ -242,7 +256,7 @@ TEST_F(RdmaMultiProcess, wrong_rkey_is_a_remote_access_error_on_every_nic) {
 }
 
 TEST_F(RdmaMultiProcess, deregistered_region_is_a_remote_access_error) {
-  start("sv0,sv1", 1 << 20, 4, {{"rdma.retry_limit", "3"}});
+  start("sv0,sv1", "pv0,pv1", 1 << 20, 4, {{"rdma.retry_limit", "3"}});
   Buffer local(1 << 20);
   ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
   auto st = test::runBatch(engine_, seg_, {{OpCode::kWrite, local.p, seg_, child_.base(), 4096}});
@@ -254,7 +268,7 @@ TEST_F(RdmaMultiProcess, deregistered_region_is_a_remote_access_error) {
 }
 
 TEST_F(RdmaMultiProcess, unregistered_region_is_never_written) {
-  start("sv0,sv1", 1 << 20, 8, {{"rdma.retry_limit", "3"}});
+  start("sv0,sv1", "pv0,pv1", 1 << 20, 8, {{"rdma.retry_limit", "3"}});
   Buffer local(1 << 20);
   ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
   auto st = test::runBatch(engine_, seg_, {{OpCode::kRead, local.p, seg_, child_.base(), 4096}});
@@ -280,7 +294,7 @@ TEST_F(RdmaMultiProcess, unregistered_region_is_never_written) {
 }
 
 TEST_F(RdmaMultiProcess, peer_killed_fails_the_tasks_with_the_verbs_status) {
-  start("sv0,sv1", 16 << 20, 5, {{"rdma.retry_limit", "3"}});
+  start("sv0,sv1", "pv0,pv1", 16 << 20, 5, {{"rdma.retry_limit", "3"}});
   Buffer local(16 << 20);
   ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
   auto st = test::runBatch(engine_, seg_, {{OpCode::kRead, local.p, seg_, child_.base(), 16 << 20}});
@@ -313,7 +327,7 @@ TEST_F(RdmaMultiProcess, peer_killed_fails_the_tasks_with_the_verbs_status) {
 }
 
 TEST_F(RdmaMultiProcess, cancel_while_the_handshake_hangs_cancels_the_queued_slices) {
-  start("sv0", 4 << 20, 10, {{"rdma.connect_timeout_ms", "3000"}});
+  start("sv0", "pv0", 4 << 20, 10, {{"rdma.connect_timeout_ms", "3000"}});
   Buffer local(4 << 20);
   ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
   // The target is stopped before any endpoint exists: the handshake hangs and
@@ -346,32 +360,104 @@ TEST_F(RdmaMultiProcess, cancel_while_the_handshake_hangs_cancels_the_queued_sli
 
 TEST_F(RdmaMultiProcess, nic_that_disappears_is_replaced_by_the_second_nic) {
   const size_t bytes = 16u << 20;
-  start("sv0,sv1", bytes, 6, {{"rdma.retry_limit", "2"}});
+  start("sv0,sv1", "pv0,pv1", bytes, 6, {{"rdma.retry_limit", "2"}});
   Buffer local(bytes);
   ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
   auto st = test::runBatch(engine_, seg_, {{OpCode::kRead, local.p, seg_, child_.base(), bytes}});
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
-  ASSERT_EQ(SoftVerbsEnv::control("down sv0"), 0);  // gone for both processes
+  ASSERT_EQ(SoftVerbsEnv::control("down sv0"), 0);  // this host's NIC only: the peer keeps pv0
   std::memset(local.p, 0, bytes);
   st = test::runBatch(engine_, seg_, {{OpCode::kRead, local.p, seg_, child_.base(), bytes}}, 60000);
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
   EXPECT_EQ(std::to_string(test::checksum(local.p, bytes)), child_.request("sum 0 " + std::to_string(bytes)));
   test::fillPattern(local.p, bytes, 44);
+  const uint64_t sv1_before = rdma::stats().wrs_posted[1].load();
   st = test::runBatch(engine_, seg_, {{OpCode::kWrite, local.p, seg_, child_.base(), bytes}}, 60000);
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
   EXPECT_EQ(child_.request("check 44 0 " + std::to_string(bytes)), "ok");
+  // sv0 is gone from this engine's routes: all 256 WRITE slices took sv1.
+  EXPECT_EQ(rdma::stats().wrs_posted[1].load() - sv1_before, 256u);
 }
 
-TEST_F(RdmaMultiProcess, injected_error_completions_retry_onto_the_second_nic) {
+TEST_F(RdmaMultiProcess, nic_that_disappears_on_the_peer_only_is_replaced_by_its_other_nic) {
+  const size_t bytes = 16u << 20;
+  start("sv0,sv1", "pv0,pv1", bytes, 12, {{"rdma.retry_limit", "2"}});
+  Buffer local(bytes);
+  ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  auto st = test::runBatch(engine_, seg_, {{OpCode::kRead, local.p, seg_, child_.base(), bytes}});
+  ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+  ASSERT_EQ(SoftVerbsEnv::control("down pv0"), 0);  // the peer's NIC; both of ours stay
+  std::memset(local.p, 0, bytes);
+  rdma::stats().reset();
+  st = test::runBatch(engine_, seg_, {{OpCode::kRead, local.p, seg_, child_.base(), bytes}}, 60000);
+  ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+  EXPECT_EQ(std::to_string(test::checksum(local.p, bytes)), child_.request("sum 0 " + std::to_string(bytes)));
+  const rdma::Stats& s = rdma::stats();
+  // Our NICs are fine: both still carry slices. What went to pv0 timed out
+  // (or was flushed behind that) and was retried towards pv1, where every
+  // one of the 256 slices landed.
+  EXPECT_GT(s.wrs_posted[0].load(), 0u);
+  EXPECT_GT(s.wrs_posted[1].load(), 0u);
+  EXPECT_GT(s.peer_nic_wrs[0].load(), 0u) << "nothing was sent to the dead peer NIC (our descriptor of it is stale)";
+  EXPECT_EQ(s.peer_nic_wrs[0].load(),
+            s.wc_errors[0].load() + s.wc_errors[1].load() + s.wc_flushes[0].load() + s.wc_flushes[1].load())
+      << "every WR sent to pv0 ended in an error or a flush";
+  EXPECT_EQ(s.peer_nic_wrs[1].load(), 256u) << "every slice landed through pv1, once";
+  test::fillPattern(local.p, bytes, 45);
+  st = test::runBatch(engine_, seg_, {{OpCode::kWrite, local.p, seg_, child_.base(), bytes}}, 60000);
+  ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+  EXPECT_EQ(child_.request("check 45 0 " + std::to_string(bytes)), "ok");
+}
+
+TEST_F(RdmaMultiProcess, one_nic_here_stripes_over_the_peers_three) {
+  // Unequal NIC counts: 96 slices from sv0 spread evenly over pv0..pv2.
+  const size_t bytes = 6u << 20;
+  start("sv0", "pv0,pv1,pv2", bytes, 13);
+  Buffer local(bytes);
+  ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  auto st = test::runBatch(engine_, seg_, {{OpCode::kRead, local.p, seg_, child_.base(), bytes}}, 60000);
+  ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+  EXPECT_EQ(test::checkPattern(local.p, bytes, 13), -1);
+  const rdma::Stats& s = rdma::stats();
+  EXPECT_EQ(s.wrs_posted[0].load(), 96u);
+  for (int p = 0; p < 3; ++p) EXPECT_EQ(s.peer_nic_wrs[p].load(), 32u) << "peer NIC pv" << p;
+  EXPECT_EQ(s.handshakes_sent.load(), 3u);
+}
+
+TEST_F(RdmaMultiProcess, three_nics_here_stripe_onto_the_peers_one) {
+  const size_t bytes = 6u << 20;
+  start("sv0,sv1,sv2", "pv0", bytes, 14);
+  Buffer local(bytes);
+  ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  test::fillPattern(local.p, bytes, 15);
+  auto st = test::runBatch(engine_, seg_, {{OpCode::kWrite, local.p, seg_, child_.base(), bytes}}, 60000);
+  ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+  EXPECT_EQ(child_.request("check 15 0 " + std::to_string(bytes)), "ok");
+  const rdma::Stats& s = rdma::stats();
+  for (int n = 0; n < 3; ++n) EXPECT_EQ(s.wrs_posted[n].load(), 32u) << "local NIC sv" << n;
+  EXPECT_EQ(s.peer_nic_wrs[0].load(), 96u);
+}
+
+TEST_F(RdmaMultiProcess, injected_error_completions_are_retried_on_the_other_nic_and_counted_there) {
+  // The buffer is on node 0, sv0 too: every first attempt goes through sv0,
+  // so sv1 carries retries only.
   const size_t bytes = 8u << 20;
-  start("sv0,sv1", bytes, 7, {{"rdma.retry_limit", "2"}});
+  start("sv0:numa=0,sv1:numa=1", "pv0,pv1", bytes, 7, {{"rdma.retry_limit", "2"}});
   Buffer local(bytes);
   ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
   ASSERT_EQ(SoftVerbsEnv::control("fail sv0 5 IBV_WC_RETRY_EXC_ERR"), 0);
   auto st = test::runBatch(engine_, seg_, {{OpCode::kRead, local.p, seg_, child_.base(), bytes}}, 60000);
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
   EXPECT_EQ(test::checkPattern(local.p, bytes, 7), -1);
-  EXPECT_GE(rdma::stats().slice_retries.load(), 1u);
+  const rdma::Stats& s = rdma::stats();
+  EXPECT_EQ(s.wc_errors[0].load(), 5u);
+  EXPECT_EQ(s.slice_retries.load(), 5u);
+  EXPECT_EQ(s.retries_to[1].load(), 5u);
+  EXPECT_EQ(s.wrs_posted[1].load(), 5u);
+  // Flushed slices went again where they were (no attempt used).
+  EXPECT_EQ(s.wc_flushes[0].load(), s.slice_requeues.load());
+  EXPECT_EQ(s.wrs_posted[0].load(), 128u + s.slice_requeues.load());
+  EXPECT_EQ(s.wc_errors[1].load() + s.wc_flushes[1].load(), 0u);
 }
 
 }  // namespace

@@ -90,6 +90,7 @@ class SoftVerbs : public ::testing::Test {
     ASSERT_TRUE(qpToInit(*v_, a, na.info).ok());
     ASSERT_TRUE(qpToInit(*v_, b, nb.info).ok());
     RtrParams p;
+    p.max_dest_rd_atomic = 16;
     p.mtu = IBV_MTU_4096;
     p.remote_qpn = b->qp_num;
     p.remote_psn = 7;
@@ -101,8 +102,8 @@ class SoftVerbs : public ::testing::Test {
     p.remote_gid = na.info.gid;
     p.remote_lid = na.info.lid;
     ASSERT_TRUE(qpToRtr(*v_, b, nb.info, p).ok());
-    ASSERT_TRUE(qpToRts(*v_, a, na.info, 9, 14, 7, 7).ok());
-    ASSERT_TRUE(qpToRts(*v_, b, nb.info, 7, 14, 7, 7).ok());
+    ASSERT_TRUE(qpToRts(*v_, a, na.info, 9, 14, 7, 7, 16).ok());
+    ASSERT_TRUE(qpToRts(*v_, b, nb.info, 7, 14, 7, 7, 16).ok());
   }
 
   int post(ibv_qp* qp, bool read, void* local, uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey,
@@ -1003,6 +1004,7 @@ TEST_F(SoftVerbs, one_sided_write_lands_in_another_process_without_its_cpu) {
     uint64_t peer_qpn = 0;
     if (read(to_child[0], &peer_qpn, sizeof(peer_qpn)) != sizeof(peer_qpn)) _exit(6);
     RtrParams p;
+    p.max_dest_rd_atomic = 16;
     p.remote_qpn = static_cast<uint32_t>(peer_qpn);
     p.remote_psn = 1;
     NicInfo peer_info = info;
@@ -1013,7 +1015,7 @@ TEST_F(SoftVerbs, one_sided_write_lands_in_another_process_without_its_cpu) {
     v->close_device(c0);
     p.remote_gid = peer_info.gid;
     p.mtu = IBV_MTU_4096;
-    if (!qpToRtr(*v, qp, info, p).ok() || !qpToRts(*v, qp, info, 1, 14, 7, 7).ok()) _exit(8);
+    if (!qpToRtr(*v, qp, info, p).ok() || !qpToRts(*v, qp, info, 1, 14, 7, 7, 16).ok()) _exit(8);
     char ok = 'r';
     if (write(to_parent[1], &ok, 1) != 1) _exit(9);
     char cmd = 0;
@@ -1042,12 +1044,13 @@ TEST_F(SoftVerbs, one_sided_write_lands_in_another_process_without_its_cpu) {
   v_->close_device(c1);
   v_->free_device_list(list);
   RtrParams p;
+  p.max_dest_rd_atomic = 16;
   p.remote_qpn = static_cast<uint32_t>(msg[0]);
   p.remote_psn = 1;
   p.remote_gid = i1.gid;
   p.mtu = IBV_MTU_4096;
   ASSERT_TRUE(qpToRtr(*v_, qa, a.info, p).ok());
-  ASSERT_TRUE(qpToRts(*v_, qa, a.info, 1, 14, 7, 7).ok());
+  ASSERT_TRUE(qpToRts(*v_, qa, a.info, 1, 14, 7, 7, 16).ok());
   test::Buffer src(len), back(len);
   test::fillPattern(src.p, len, 77);
   std::memset(back.p, 0, len);

@@ -75,6 +75,59 @@ struct RdmaPair {
   }
 };
 
+// Two engines of this process on soft NICs of their own (one registry, one
+// host): the target opens `target_devices`, the initiator `init_devices`,
+// each with its own config, as two hosts that differ would.
+struct SplitPair {
+  Buffer tmem, lmem;
+  TransferEngine target, init;
+  SegmentID seg = kInvalidSegment;
+  uint64_t base = 0;
+  Status status;
+
+  SplitPair(SoftVerbsEnv& env, const std::string& target_devices, const std::string& init_devices, size_t bytes,
+            const std::vector<std::pair<std::string, std::string>>& target_cfg = {},
+            const std::vector<std::pair<std::string, std::string>>& init_cfg = {},
+            const std::string& local_location = "cpu:0")
+      : tmem(bytes), lmem(bytes) {
+    env.set("HAWSER_SOFTVERBS_DEVICES", target_devices);
+    if (!(status = target.init("p2p", "target", "127.0.0.1", 0, forcedRdma(target_cfg))).ok()) return;
+    env.set("HAWSER_SOFTVERBS_DEVICES", init_devices);
+    if (!(status = init.init("p2p", "init", "127.0.0.1", 0, forcedRdma(init_cfg))).ok()) return;
+    test::fillPattern(tmem.p, tmem.n, 5);
+    if (!(status = target.registerLocalMemory(tmem.p, tmem.n, "cpu:0", true)).ok()) return;
+    if (!(status = init.registerLocalMemory(lmem.p, lmem.n, local_location, false)).ok()) return;
+    if (!(status = init.openSegment(target.segmentName(), seg)).ok()) return;
+    base = reinterpret_cast<uint64_t>(tmem.p);
+  }
+};
+
+// A counter of `e`'s rdma transport (rdma_transport.cpp: stats()).
+uint64_t counter(TransferEngine& e, const std::string& key) {
+  for (auto& t : e.stats().transports)
+    if (t.transport == "rdma")
+      for (auto& [k, v] : t.counters)
+        if (k == key) return v;
+  ADD_FAILURE() << "no rdma counter " << key;
+  return 0;
+}
+
+// READ then WRITE of `len` bytes both ways, byte-exact; the first failure.
+std::string roundTrip(SplitPair& p, size_t len) {
+  std::memset(p.lmem.p, 0, len);
+  auto st = test::runBatch(p.init, p.seg, {{OpCode::kRead, p.lmem.p, p.seg, p.base, len}});
+  if (st.size() != 1 || st[0].s != TransferState::kCompleted)
+    return "READ: " + (st.empty() ? std::string("no status") : st[0].error.toString());
+  if (test::checkPattern(p.lmem.p, len, 5) != -1) return "READ: bytes differ";
+  test::fillPattern(p.lmem.p, len, 66);
+  st = test::runBatch(p.init, p.seg, {{OpCode::kWrite, p.lmem.p, p.seg, p.base, len}});
+  if (st.size() != 1 || st[0].s != TransferState::kCompleted)
+    return "WRITE: " + (st.empty() ? std::string("no status") : st[0].error.toString());
+  if (test::checkPattern(p.tmem.p, len, 66) != -1) return "WRITE: bytes differ";
+  test::fillPattern(p.tmem.p, len, 5);
+  return "";
+}
+
 class RdmaTransportTest : public ::testing::Test {
  protected:
   void SetUp() override { rdma::stats().reset(); }
@@ -447,7 +500,9 @@ TEST_F(RdmaTransportTest, failure_after_the_retry_limit_names_the_verbs_status) 
 }
 
 TEST_F(RdmaTransportTest, injected_error_completion_is_retried_on_the_second_nic) {
-  SoftVerbsEnv env("sv0,sv1");
+  // The buffer is on node 0: every first attempt goes through sv0, so what
+  // sv1 carries is retries, counted exactly.
+  SoftVerbsEnv env("sv0:numa=0,sv1:numa=1");
   RdmaPair p(4 << 20, 4 << 20, {{"rdma.retry_limit", "1"}});
   ASSERT_TRUE(p.status.ok()) << p.status.toString();
   // sv0 fails everything: with one retry allowed, only the other NIC can help.
@@ -455,8 +510,17 @@ TEST_F(RdmaTransportTest, injected_error_completion_is_retried_on_the_second_nic
   auto st = test::runBatch(p.init, p.seg, {{OpCode::kRead, p.lmem.p, p.seg, p.base, 4 << 20}});
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
   EXPECT_EQ(test::checkPattern(p.lmem.p, 4 << 20, 5), -1);
-  EXPECT_GE(rdma::stats().slice_retries.load(), 1u);
-  EXPECT_GT(rdma::stats().wrs_posted[1].load(), 0u);
+  const rdma::Stats& s = rdma::stats();
+  // 64 slices: each failed on sv0 (or was flushed there, and failed on its
+  // next try there), then was retried on sv1, where all of them landed.
+  EXPECT_EQ(s.wc_errors[0].load(), 64u);
+  EXPECT_EQ(s.slice_retries.load(), 64u);
+  EXPECT_EQ(s.retries_to[1].load(), 64u);
+  EXPECT_EQ(s.retries_to[0].load(), 0u);
+  EXPECT_EQ(s.wrs_posted[1].load(), 64u);
+  EXPECT_EQ(s.wrs_posted[0].load(), 64u + s.slice_requeues.load());
+  EXPECT_EQ(s.wc_flushes[0].load(), s.slice_requeues.load());
+  EXPECT_EQ(s.wc_errors[1].load() + s.wc_flushes[1].load(), 0u);
   ASSERT_EQ(SoftVerbsEnv::control("clear sv0"), 0);
 }
 
@@ -486,8 +550,10 @@ TEST_F(RdmaTransportTest, outstanding_work_stays_within_qp_depth_and_cq_size) {
   // 512 slices in flight at once against QPs of 4 WRs and a CQ of 16
   // entries: posting must wait for room. Going past the SQ depth would fail
   // posts (ENOMEM -> retries), a CQ overrun would lose completions.
+  // 8 QPs x 4 WRs = 32 could be posted at once: the CQ (16) is the bound,
+  // so endpoints wait for CQ room (and are woken when it frees).
   RdmaPair p(8 << 20, 8 << 20,
-             {{"rdma.cq_entries", "16"}, {"rdma.max_wr", "4"}, {"rdma.qps_per_peer", "3"},
+             {{"rdma.cq_entries", "16"}, {"rdma.max_wr", "4"}, {"rdma.qps_per_peer", "8"},
               {"rdma.slice_size", "16K"}});
   ASSERT_TRUE(p.status.ok()) << p.status.toString();
   std::vector<TransferRequest> reqs;
@@ -498,6 +564,215 @@ TEST_F(RdmaTransportTest, outstanding_work_stays_within_qp_depth_and_cq_size) {
   EXPECT_EQ(test::checkPattern(p.lmem.p, 8 << 20, 5), -1);
   EXPECT_EQ(rdma::stats().wrs_posted[0].load(), 512u);
   EXPECT_EQ(rdma::stats().slice_retries.load(), 0u);  // no post was refused, no completion lost
+  EXPECT_GT(rdma::stats().cq_waits.load(), 0u) << "posting never waited for CQ room";
+}
+
+TEST_F(RdmaTransportTest, path_mtu_is_agreed_when_one_side_caps_it_lower) {
+  // Both ends of every QP pair must program one path MTU: a host capped
+  // with rdma.mtu pairs with a default one, both ways round.
+  for (bool capped_target : {false, true}) {
+    SoftVerbsEnv env("sv0");
+    std::vector<std::pair<std::string, std::string>> cap = {{"rdma.mtu", "1024"}};
+    SplitPair p(env, "sv0", "sv1", 1 << 20, capped_target ? cap : decltype(cap){}, capped_target ? decltype(cap){} : cap);
+    ASSERT_TRUE(p.status.ok()) << p.status.toString();
+    EXPECT_EQ(roundTrip(p, 1 << 20), "") << (capped_target ? "target" : "initiator") << " capped at 1024";
+  }
+}
+
+TEST_F(RdmaTransportTest, read_depth_follows_the_initiator_limit_and_the_peers_resources) {
+  // The initiator's NIC issues at most 4 READs per QP; the target's serves
+  // 2: READ depth must come from the first and stay within the second.
+  SoftVerbsEnv env("sv0");
+  SplitPair p(env, "sv1:rd_atom=2", "sv0:init_rd_atom=4", 4 << 20);
+  ASSERT_TRUE(p.status.ok()) << p.status.toString();
+  EXPECT_EQ(roundTrip(p, 4 << 20), "");
+  EXPECT_EQ(rdma::stats().slice_retries.load(), 0u);
+}
+
+TEST_F(RdmaTransportTest, roce_v1_only_peer_is_reached_with_gids_of_one_type_at_both_ends) {
+  SoftVerbsEnv env("sv0");
+  SplitPair p(env, "sv1:v1", "sv0", 1 << 20);  // the initiator prefers RoCE v2, the target has only v1
+  ASSERT_TRUE(p.status.ok()) << p.status.toString();
+  EXPECT_EQ(roundTrip(p, 1 << 20), "");
+  EXPECT_EQ(rdma::stats().slice_retries.load(), 0u);
+}
+
+TEST_F(RdmaTransportTest, ipv6_only_peer_is_reached_with_gids_of_one_family_at_both_ends) {
+  SoftVerbsEnv env("sv0");
+  SplitPair p(env, "sv1:v6", "sv0", 1 << 20);  // IPv4 RoCE v2 preferred here, IPv6 only there
+  ASSERT_TRUE(p.status.ok()) << p.status.toString();
+  EXPECT_EQ(roundTrip(p, 1 << 20), "");
+  EXPECT_EQ(rdma::stats().slice_retries.load(), 0u);
+}
+
+TEST_F(RdmaTransportTest, peers_without_a_common_gid_type_and_family_are_refused_with_the_reason) {
+  SoftVerbsEnv env("sv0");
+  // The initiator is pinned to its RoCE v2 IPv4 GID; the target has RoCE v1 only.
+  SplitPair p(env, "sv1:v1", "sv0", 1 << 20, {}, {{"rdma.gid_index", "3"}, {"rdma.retry_limit", "0"}});
+  ASSERT_TRUE(p.status.ok()) << p.status.toString();
+  auto st = test::runBatch(p.init, p.seg, {{OpCode::kRead, p.lmem.p, p.seg, p.base, 4096}});
+  ASSERT_EQ(st[0].s, TransferState::kFailed);
+  EXPECT_EQ(st[0].error.code(), Code::kNotSupported) << st[0].error.toString();
+  EXPECT_NE(st[0].error.message().find("sv0 (RoCE v2 IPv4) and sv1 (RoCE v1 IPv4, RoCE v1 IPv6 link-local) share no "
+                                       "RoCE GID type and address family"),
+            std::string::npos)
+      << st[0].error.message();
+  EXPECT_EQ(rdma::stats().wrs_posted[0].load(), 0u) << "nothing was posted on QPs that could not reach each other";
+}
+
+TEST_F(RdmaTransportTest, concurrent_endpoints_never_overrun_the_nics_shared_cq) {
+  // One local NIC with a 16-entry CQ, four endpoints on it (one per target
+  // NIC), posted to from four threads while completions repost too; each
+  // ibv_post_send takes 2 ms, so room checked and then posted would be
+  // spent twice. An overrun loses completions: tasks would never end.
+  SoftVerbsEnv env("sv0");
+  SplitPair p(env, "sv1,sv2,sv3,sv4", "sv0:slowpost=2000", 8 << 20, {},
+              {{"rdma.cq_entries", "16"}, {"rdma.max_wr", "16"}, {"rdma.qps_per_peer", "1"},
+               {"rdma.slice_size", "16K"}, {"rdma.retry_limit", "0"}});
+  ASSERT_TRUE(p.status.ok()) << p.status.toString();
+  std::vector<std::thread> ts;
+  std::atomic<int> done{0};
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&, t] {
+      const size_t off = static_cast<size_t>(t) * (2 << 20);
+      auto st = test::runBatch(p.init, p.seg, {{OpCode::kRead, p.lmem.p + off, p.seg, p.base + off, 2 << 20}}, 60000);
+      done += st.size() == 1 && st[0].s == TransferState::kCompleted;
+      EXPECT_EQ(st.size() == 1 ? st[0].s : TransferState::kInvalid, TransferState::kCompleted)
+          << (st.empty() ? "" : st[0].error.toString());
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(done.load(), 4);
+  EXPECT_EQ(test::checkPattern(p.lmem.p, 8 << 20, 5), -1);
+  const rdma::Stats& s = rdma::stats();
+  EXPECT_EQ(s.wrs_posted[0].load(), 512u);
+  for (int n = 1; n <= 4; ++n) EXPECT_EQ(s.peer_nic_wrs[n - 1].load(), 128u) << "target NIC " << n;
+  EXPECT_GT(s.cq_waits.load(), 0u) << "the CQ never filled: the test did not press on it";
+  EXPECT_EQ(s.slices_abandoned.load(), 0u);
+  EXPECT_EQ(counter(p.init, "wc_errors.nic0"), 0u);
+}
+
+TEST_F(RdmaTransportTest, flushed_slices_use_no_attempt) {
+  // No retries allowed: one injected error fails its own slice's task; the
+  // slices flushed behind it (on the QP that went to ERR) are posted again
+  // and their tasks complete.
+  SoftVerbsEnv env("sv0");
+  RdmaPair p(4 << 20, 4 << 20, {{"rdma.retry_limit", "0"}, {"rdma.qps_per_peer", "1"}});
+  ASSERT_TRUE(p.status.ok()) << p.status.toString();
+  ASSERT_EQ(SoftVerbsEnv::control("stall sv0"), 0);  // everything queues on the QP first
+  ASSERT_EQ(SoftVerbsEnv::control("fail sv0 1 IBV_WC_RETRY_EXC_ERR"), 0);
+  BatchID b;
+  ASSERT_TRUE(p.init.allocateBatchID(64, b).ok());
+  std::vector<TransferRequest> reqs;
+  for (int i = 0; i < 64; ++i)
+    reqs.push_back({OpCode::kRead, p.lmem.p + i * 65536, p.seg, p.base + i * 65536, 65536});
+  ASSERT_TRUE(p.init.submitTransfer(b, reqs).ok());
+  ASSERT_TRUE(test::eventually([] { return rdma::stats().wrs_posted[0].load() == 64; }));
+  ASSERT_EQ(SoftVerbsEnv::control("resume sv0"), 0);
+  ASSERT_TRUE(p.init.waitTransfer(b, std::chrono::seconds(30)).ok());
+  int failed = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    TransferStatus t;
+    ASSERT_TRUE(p.init.getTransferStatus(b, i, t).ok());
+    if (t.s == TransferState::kFailed) {
+      ++failed;
+      EXPECT_NE(t.error.message().find("IBV_WC_RETRY_EXC_ERR"), std::string::npos) << t.error.toString();
+    } else {
+      EXPECT_EQ(t.s, TransferState::kCompleted) << i << ": " << t.error.toString();
+      EXPECT_EQ(test::checkPattern(p.lmem.p + i * 65536, 65536, 5, i * 65536), -1) << i;
+    }
+  }
+  EXPECT_EQ(failed, 1) << "only the slice that met the error may fail";
+  EXPECT_EQ(rdma::stats().wc_flushes[0].load(), 63u);
+  EXPECT_EQ(rdma::stats().slice_requeues.load(), 63u);
+  EXPECT_TRUE(p.init.freeBatchID(b).ok());
+}
+
+TEST_F(RdmaTransportTest, remote_access_error_is_refused_at_once_without_retries) {
+  SoftVerbsEnv env("sv0,sv1");
+  RdmaPair p(1 << 20, 1 << 20, {{"rdma.retry_limit", "8"}});
+  ASSERT_TRUE(p.status.ok()) << p.status.toString();
+  // One WR presents a wrong rkey: no other path makes the target accept it.
+  ASSERT_EQ(SoftVerbsEnv::control("badkey sv0 1"), 0);
+  ASSERT_EQ(SoftVerbsEnv::control("badkey sv1 1"), 0);
+  auto st = test::runBatch(p.init, p.seg, {{OpCode::kWrite, p.lmem.p, p.seg, p.base, 4096}});
+  ASSERT_EQ(st[0].s, TransferState::kFailed);
+  EXPECT_EQ(st[0].error.code(), Code::kOutOfRange) << st[0].error.toString();
+  EXPECT_NE(st[0].error.message().find("IBV_WC_REM_ACCESS_ERR"), std::string::npos) << st[0].error.toString();
+  EXPECT_NE(st[0].error.message().find("not retried"), std::string::npos) << st[0].error.toString();
+  EXPECT_EQ(rdma::stats().slice_retries.load(), 0u);
+  EXPECT_EQ(rdma::stats().slices_refused.load(), 1u);
+  EXPECT_EQ(test::checkPattern(p.tmem.p, 4096, 5), -1) << "the refused WRITE landed";
+}
+
+TEST_F(RdmaTransportTest, post_failure_with_nothing_outstanding_does_not_strand_queued_slices) {
+  // The first ibv_post_send on sv0 fails with nothing posted yet: the
+  // endpoint must not stay draining with slices queued behind the failure.
+  SoftVerbsEnv env("sv0,sv1");
+  RdmaPair p(8 << 20, 8 << 20, {{"rdma.retry_limit", "2"}});
+  ASSERT_TRUE(p.status.ok()) << p.status.toString();
+  ASSERT_EQ(SoftVerbsEnv::control("postfail sv0 1"), 0);
+  auto st = test::runBatch(p.init, p.seg, {{OpCode::kRead, p.lmem.p, p.seg, p.base, 8 << 20}}, 20000);
+  ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+  EXPECT_EQ(test::checkPattern(p.lmem.p, 8 << 20, 5), -1);
+  EXPECT_EQ(rdma::stats().handshakes_sent.load(), 3u) << "the sv0 endpoint reconnected once";
+}
+
+// Slices posted on sv0 (the buffer's NUMA node) wait on the stalled NIC;
+// then `kill` happens to it. They must end on sv1, byte-exact.
+void failOverFromStalledNic(const char* kill, const char* then = nullptr) {
+  SoftVerbsEnv env("sv0:numa=0,sv1:numa=1");
+  RdmaPair p(4 << 20, 4 << 20, {{"rdma.flush_timeout_ms", "300"}, {"rdma.retry_limit", "2"}});
+  ASSERT_TRUE(p.status.ok()) << p.status.toString();
+  ASSERT_EQ(SoftVerbsEnv::control("stall sv0"), 0);
+  BatchID b;
+  ASSERT_TRUE(p.init.allocateBatchID(1, b).ok());
+  ASSERT_TRUE(p.init.submitTransfer(b, {{OpCode::kRead, p.lmem.p, p.seg, p.base, 4 << 20}}).ok());
+  ASSERT_TRUE(test::eventually([] { return rdma::stats().wrs_posted[0].load() == 64; }));
+  ASSERT_EQ(SoftVerbsEnv::control(kill), 0);
+  // Both engines' contexts on sv0 (the target's too) report it.
+  ASSERT_TRUE(test::eventually([] { return rdma::stats().nic_failures.load() == 2; }));
+  if (then) {
+    ASSERT_EQ(SoftVerbsEnv::control(then), 0);
+  }
+  ASSERT_TRUE(p.init.waitTransfer(b, std::chrono::seconds(20)).ok()) << "slices posted on the dead NIC never ended";
+  TransferStatus t;
+  ASSERT_TRUE(p.init.getTransferStatus(b, 0, t).ok());
+  ASSERT_EQ(t.s, TransferState::kCompleted) << t.error.toString();
+  EXPECT_EQ(test::checkPattern(p.lmem.p, 4 << 20, 5), -1);
+  EXPECT_EQ(rdma::stats().slices_abandoned.load(), 64u);
+  EXPECT_EQ(rdma::stats().wrs_posted[1].load(), 64u);
+  EXPECT_TRUE(p.init.freeBatchID(b).ok());
+}
+
+TEST_F(RdmaTransportTest, slices_on_a_nic_that_died_without_flushing_are_failed_over) {
+  // DEVICE_FATAL, and the dead device never completes what it held.
+  failOverFromStalledNic("fatal sv0");
+}
+
+TEST_F(RdmaTransportTest, cq_overrun_fails_the_nics_work_over_to_another_nic) {
+  // The NIC's CQ overruns (IBV_EVENT_CQ_ERR): the completions of what runs
+  // next are lost. The NIC carries nothing more; its work moves to sv1.
+  failOverFromStalledNic("cqerr sv0", "resume sv0");
+}
+
+TEST_F(RdmaTransportTest, passive_qps_are_released_when_the_requester_lets_go) {
+  SoftVerbsEnv env("sv0,sv1");
+  RdmaPair p(4 << 20, 4 << 20);
+  ASSERT_TRUE(p.status.ok()) << p.status.toString();
+  auto st = test::runBatch(p.init, p.seg, {{OpCode::kRead, p.lmem.p, p.seg, p.base, 4 << 20}});
+  ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+  EXPECT_EQ(counter(p.target, "passive_qp_sets"), 2u) << "one per NIC pair used";
+  // Closing the segment lets the endpoints' QPs go: the target's too.
+  ASSERT_TRUE(p.init.closeSegment(p.seg).ok());
+  EXPECT_TRUE(test::eventually([&] { return counter(p.target, "passive_qp_sets") == 0; }))
+      << counter(p.target, "passive_qp_sets") << " passive QP set(s) left";
+  // And a requester that shuts down releases its peers' QPs as well.
+  ASSERT_TRUE(p.init.openSegment(p.target.segmentName(), p.seg).ok());
+  st = test::runBatch(p.init, p.seg, {{OpCode::kRead, p.lmem.p, p.seg, p.base, 4 << 20}});
+  ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+  EXPECT_EQ(counter(p.target, "passive_qp_sets"), 2u);
+  EngineAccess::of(p.init).shutdown();
+  EXPECT_EQ(counter(p.target, "passive_qp_sets"), 0u);
 }
 
 // Pages of [p, p + n) resident in memory (mincore).

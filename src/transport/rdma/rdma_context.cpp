@@ -49,6 +49,34 @@ Status RdmaContext::init(uint32_t cq_entries) {
   return Status::OK();
 }
 
+int64_t RdmaContext::reserveCq(int64_t want) {
+  int64_t cur = outstanding.load();
+  for (;;) {
+    const int64_t room = cq_cap_ - cur;
+    if (room <= 0 || want <= 0) return 0;
+    const int64_t take = std::min(want, room);
+    if (outstanding.compare_exchange_weak(cur, cur + take)) return take;
+  }
+}
+
+void RdmaContext::markFatal(const std::string& why) {
+  std::lock_guard<std::mutex> lock(fatal_mu_);
+  if (fatal_.load()) return;
+  fatal_since_ = std::chrono::steady_clock::now();
+  fatal_why_ = why;
+  fatal_.store(true);
+}
+
+std::chrono::steady_clock::time_point RdmaContext::fatalSince() const {
+  std::lock_guard<std::mutex> lock(fatal_mu_);
+  return fatal_since_;
+}
+
+std::string RdmaContext::fatalReason() const {
+  std::lock_guard<std::mutex> lock(fatal_mu_);
+  return fatal_why_;
+}
+
 void RdmaContext::addStarved(const std::shared_ptr<Endpoint>& ep) {
   std::lock_guard<std::mutex> lock(starved_mu_);
   for (auto& e : starved_)

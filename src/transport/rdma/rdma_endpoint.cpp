@@ -56,8 +56,8 @@ Status qpToRtr(const VerbsApi& v, ibv_qp* qp, const NicInfo& nic, const RtrParam
   a.path_mtu = p.mtu;
   a.dest_qp_num = p.remote_qpn;
   a.rq_psn = p.remote_psn;
-  // Responder resources for incoming RDMA READs.
-  a.max_dest_rd_atomic = static_cast<uint8_t>(std::clamp(nic.dev_attr.max_qp_rd_atom, 1, 16));
+  // Responder resources for incoming RDMA READs (what the peer was told).
+  a.max_dest_rd_atomic = p.max_dest_rd_atomic;
   a.min_rnr_timer = p.min_rnr_timer;
   a.ah_attr.port_num = nic.port;
   a.ah_attr.sl = p.service_level;
@@ -66,7 +66,7 @@ Status qpToRtr(const VerbsApi& v, ibv_qp* qp, const NicInfo& nic, const RtrParam
     // RoCE: every packet carries a GRH addressed by GIDs.
     a.ah_attr.is_global = 1;
     a.ah_attr.grh.dgid = p.remote_gid;
-    a.ah_attr.grh.sgid_index = static_cast<uint8_t>(nic.gid_index);
+    a.ah_attr.grh.sgid_index = static_cast<uint8_t>(p.sgid_index >= 0 ? p.sgid_index : nic.gid_index);
     a.ah_attr.grh.hop_limit = p.hop_limit;
     a.ah_attr.grh.traffic_class = p.traffic_class;
     a.ah_attr.grh.flow_label = 0;
@@ -83,16 +83,25 @@ Status qpToRtr(const VerbsApi& v, ibv_qp* qp, const NicInfo& nic, const RtrParam
   return Status::OK();
 }
 
+uint8_t responderResources(const NicInfo& nic) {
+  return static_cast<uint8_t>(std::clamp(nic.dev_attr.max_qp_rd_atom, 0, 16));
+}
+
+uint8_t initiatorDepth(const NicInfo& nic) {
+  return static_cast<uint8_t>(std::clamp(nic.dev_attr.max_qp_init_rd_atom, 0, 16));
+}
+
 Status qpToRts(const VerbsApi& v, ibv_qp* qp, const NicInfo& nic, uint32_t psn, uint8_t timeout, uint8_t retry_cnt,
-               uint8_t rnr_retry) {
+               uint8_t rnr_retry, uint8_t max_rd_atomic) {
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_RTS;
   a.timeout = timeout;
   a.retry_cnt = retry_cnt;
   a.rnr_retry = rnr_retry;
   a.sq_psn = psn;
-  // Outstanding RDMA READs this QP may issue.
-  a.max_rd_atomic = static_cast<uint8_t>(std::clamp(nic.dev_attr.max_qp_rd_atom, 1, 16));
+  // Outstanding RDMA READs this QP may issue: within this NIC's initiator
+  // depth and the responder resources of the QP at the other end.
+  a.max_rd_atomic = max_rd_atomic;
   int rc = v.modify_qp(qp, &a,
                        IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
                            IBV_QP_MAX_QP_RD_ATOMIC);
@@ -122,6 +131,20 @@ void Endpoint::destroyQpsLocked() {
   qps_.clear();
 }
 
+void Endpoint::linkPosted(Slice* s) {
+  s->posted_prev = nullptr;
+  s->posted_next = posted_;
+  if (posted_) posted_->posted_prev = s;
+  posted_ = s;
+}
+
+void Endpoint::unlinkPosted(Slice* s) {
+  if (s->posted_prev) s->posted_prev->posted_next = s->posted_next;
+  if (s->posted_next) s->posted_next->posted_prev = s->posted_prev;
+  if (posted_ == s) posted_ = s->posted_next;
+  s->posted_prev = s->posted_next = nullptr;
+}
+
 Endpoint::State Endpoint::state() {
   std::lock_guard<std::mutex> lock(mu_);
   return state_;
@@ -138,10 +161,20 @@ bool Endpoint::idle() {
 }
 
 void Endpoint::deliver(Outcome& o) {
-  if (o.starved) ctx_->addStarved(shared_from_this());
   if (o.connect) host_->connectAsync(shared_from_this());
   for (Slice* s : o.canceled) host_->sliceCanceled(s);
   for (auto& [s, why] : o.failed) host_->sliceFailed(s, why, -1);
+}
+
+void Endpoint::settleLocked(Outcome& o) {
+  if (state_ != State::kDraining || outstanding_ != 0) return;
+  destroyQpsLocked();
+  if (!waiting_.empty()) {
+    state_ = State::kConnecting;
+    o.connect = true;
+  } else {
+    state_ = State::kIdle;
+  }
 }
 
 void Endpoint::postLocked(Outcome& o) {
@@ -160,16 +193,22 @@ void Endpoint::postLocked(Outcome& o) {
       }
     }
     if (qi == qps_.size()) return;  // every QP full: completions will post more
-    int64_t cq_room = ctx_->cqCapacity() - ctx_->outstanding.load();
-    if (cq_room <= 0) {
-      o.starved = true;
-      return;
+    Qp& q = qps_[qi];
+    const int64_t want = static_cast<int64_t>(std::min<size_t>({kPostBatch, max_wr - q.outstanding, waiting_.size()}));
+    // Room in the NIC's CQ, taken before posting: every endpoint of the NIC
+    // posts into the same CQ, concurrently.
+    int64_t room = ctx_->reserveCq(want);
+    if (room == 0) {
+      // Wait for the worker's kick: registered first, then one more look, so
+      // that room freed in between is not missed.
+      ctx_->addStarved(shared_from_this());
+      rdma::stats().cq_waits++;
+      room = ctx_->reserveCq(want);
+      if (room == 0) return;
     }
     rr_ = qi + 1;
-    Qp& q = qps_[qi];
-    size_t room = std::min<size_t>({kPostBatch, max_wr - q.outstanding, static_cast<size_t>(cq_room)});
     size_t n = 0;
-    while (n < room && !waiting_.empty()) {
+    while (n < static_cast<size_t>(room) && !waiting_.empty()) {
       Slice* s = waiting_.front();
       waiting_.pop_front();
       if (host_->sliceCanceledFlag(s)) {
@@ -194,24 +233,29 @@ void Endpoint::postLocked(Outcome& o) {
       batch[n] = s;
       ++n;
     }
-    if (n == 0) continue;
-    ibv_send_wr* bad = nullptr;
-    int rc = ibv_post_send(q.qp, &wrs[0], &bad);
     size_t posted = n;
-    if (rc != 0) {
-      posted = 0;
-      while (posted < n && &wrs[posted] != bad) ++posted;
-      Status why(Code::kIoError, fmt::format("ibv_post_send on {} QP {}: {}", ctx_->info().name, q.qp->qp_num,
-                                             std::strerror(rc)));
-      for (size_t i = posted; i < n; ++i) o.failed.emplace_back(batch[i], why);
-      HLOG_WARN("rdma endpoint {}: {}; draining", id_, why.message());
-      state_ = State::kDraining;
+    if (n > 0) {
+      ibv_send_wr* bad = nullptr;
+      int rc = ibv_post_send(q.qp, &wrs[0], &bad);
+      if (rc != 0) {
+        posted = 0;
+        while (posted < n && &wrs[posted] != bad) ++posted;
+        Status why(Code::kIoError, fmt::format("ibv_post_send on {} QP {}: {}", ctx_->info().name, q.qp->qp_num,
+                                               std::strerror(rc)));
+        for (size_t i = posted; i < n; ++i) o.failed.emplace_back(batch[i], why);
+        HLOG_WARN("rdma endpoint {}: {}; draining", id_, why.message());
+        state_ = State::kDraining;
+      }
     }
+    if (static_cast<int64_t>(posted) < room) ctx_->releaseCq(room - static_cast<int64_t>(posted));
+    for (size_t i = 0; i < posted; ++i) linkPosted(batch[i]);
     q.outstanding += static_cast<uint32_t>(posted);
     outstanding_ += static_cast<uint32_t>(posted);
-    ctx_->outstanding.fetch_add(static_cast<int64_t>(posted));
     if (ctx_->index() < Stats::kMaxNics) stats().wrs_posted[ctx_->index()] += posted;
+    if (peer_nic_ < Stats::kMaxNics) stats().peer_nic_wrs[peer_nic_] += posted;
   }
+  // A post that failed with nothing outstanding has nothing left to flush.
+  settleLocked(o);
 }
 
 void Endpoint::submit(std::vector<Slice*>& slices) {
@@ -231,11 +275,8 @@ void Endpoint::submit(std::vector<Slice*>& slices) {
         o.connect = true;
       } else if (state_ == State::kConnected) {
         postLocked(o);
-      }
-      if (state_ == State::kDraining && outstanding_ == 0) {
-        destroyQpsLocked();
-        state_ = State::kConnecting;
-        o.connect = true;
+      } else {
+        settleLocked(o);
       }
     }
   }
@@ -258,7 +299,8 @@ void Endpoint::complete(Slice* s, const ibv_wc& wc) {
     std::lock_guard<std::mutex> lock(mu_);
     if (s->qp_index < qps_.size() && qps_[s->qp_index].outstanding > 0) qps_[s->qp_index].outstanding--;
     if (outstanding_ > 0) outstanding_--;
-    ctx_->outstanding.fetch_sub(1);
+    unlinkPosted(s);
+    ctx_->releaseCq(1);
     if (wc.status != IBV_WC_SUCCESS && state_ == State::kConnected) {
       // The QP is in the error state now: stop posting, let the rest flush,
       // then re-establish.
@@ -268,22 +310,20 @@ void Endpoint::complete(Slice* s, const ibv_wc& wc) {
     }
     if (state_ == State::kConnected) {
       postLocked(o);
-    } else if (state_ == State::kDraining && outstanding_ == 0) {
-      destroyQpsLocked();
-      if (!waiting_.empty()) {
-        state_ = State::kConnecting;
-        o.connect = true;
-      } else {
-        state_ = State::kIdle;
-      }
+    } else if (state_ == State::kDraining) {
+      settleLocked(o);
     } else if (state_ == State::kClosed && outstanding_ == 0) {
       destroyQpsLocked();
     }
   }
   deliver(o);
+  const int nic = ctx_->index();
   if (wc.status == IBV_WC_SUCCESS) {
     host_->sliceDone(s);
   } else {
+    if (nic < Stats::kMaxNics) (wc.status == IBV_WC_WR_FLUSH_ERR ? stats().wc_flushes : stats().wc_errors)[nic]++;
+    // Only status, wr_id, qp_num and vendor_err are defined on an error
+    // completion: nothing else of `wc` is read.
     const char* text = ctx_->verbs().wc_status_str ? ctx_->verbs().wc_status_str(wc.status) : "";
     Status why(Code::kIoError, fmt::format("{} ({}, vendor_err {:#x}) on {} -> {}@{}", wcStatusName(wc.status), text,
                                            wc.vendor_err, ctx_->info().name, peer_->nics[peer_nic_].name,
@@ -302,6 +342,7 @@ void Endpoint::connect() {
       qps_.clear();
       for (ibv_qp* q : qps) qps_.push_back(Qp{q, 0});
       state_ = State::kConnected;
+      handshaken_ = true;
       rr_ = 0;
       postLocked(o);
     } else {
@@ -351,12 +392,56 @@ void Endpoint::close() {
   deliver(o);
 }
 
+void Endpoint::abandon(const Status& why) {
+  Outcome o;
+  uint32_t lost = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Stop the QPs before their slices are reused elsewhere; the device is
+    // gone or its CQ broken, so nothing more completes here.
+    for (Qp& q : qps_) {
+      if (!q.qp) continue;
+      ibv_qp_attr a{};
+      a.qp_state = IBV_QPS_ERR;
+      ctx_->verbs().modify_qp(q.qp, &a, IBV_QP_STATE);
+    }
+    for (Slice* s = posted_; s;) {
+      Slice* next = s->posted_next;
+      s->posted_prev = s->posted_next = nullptr;
+      o.failed.emplace_back(s, why);
+      s = next;
+      ++lost;
+    }
+    posted_ = nullptr;
+    ctx_->releaseCq(outstanding_);
+    outstanding_ = 0;
+    for (Qp& q : qps_) q.outstanding = 0;
+    if (state_ != State::kClosed) state_ = State::kDraining;
+    settleLocked(o);
+    if (state_ == State::kClosed) destroyQpsLocked();
+  }
+  if (lost) {
+    HLOG_ERROR("rdma endpoint {}: {} slice(s) never completed: {}", id_, lost, why.message());
+    rdma::stats().slices_abandoned += lost;
+  }
+  deliver(o);
+}
+
 bool Endpoint::destroyIfIdle() {
   std::lock_guard<std::mutex> lock(mu_);
   if (outstanding_ != 0 || !waiting_.empty() || state_ == State::kConnecting) return false;
   destroyQpsLocked();
   if (state_ != State::kClosed) state_ = State::kIdle;
-  return true;
+  const bool tell = handshaken_;
+  handshaken_ = false;
+  return tell;
+}
+
+bool Endpoint::takeHandshaken() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool was = handshaken_;
+  handshaken_ = false;
+  return was;
 }
 
 }  // namespace hawser::rdma

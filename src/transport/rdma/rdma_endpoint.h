@@ -3,14 +3,16 @@
 //
 // An endpoint is created lazily by the first slice routed to its NIC pair.
 // That slice (and every one queued meanwhile) waits while one connector
-// thread creates `qps_per_peer` QPs, exchanges QPN/PSN/GID/LID/MTU with the
-// peer over its rpc listener and moves the QPs INIT -> RTR -> RTS; concurrent
+// thread creates `qps_per_peer` QPs, agrees with the peer over its rpc
+// listener on everything both ends of an RC pair must program alike (crossed
+// PSNs, one path MTU, READ depth within the other end's resources, GIDs of
+// one type and family) and moves the QPs INIT -> RTR -> RTS; concurrent
 // first use thus makes exactly one endpoint and one handshake. Slices are
 // posted round-robin over the QPs, at most `max_wr` outstanding per QP and
-// never more than the NIC's CQ holds. A failed completion puts the endpoint
-// into draining: nothing more is posted, the QPs' remaining work flushes,
-// and once nothing is outstanding the QPs are destroyed; queued slices then
-// trigger a fresh handshake.
+// never more than the NIC's CQ holds (room reserved before each post). A
+// failed completion or post puts the endpoint into draining: nothing more is
+// posted, the QPs' remaining work flushes, and once nothing is outstanding
+// the QPs are destroyed; queued slices then trigger a fresh handshake.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -83,10 +85,16 @@ struct Slice {
   uint32_t lkey = 0, rkey = 0;
   Endpoint* ep = nullptr;
   uint32_t qp_index = 0;
-  // Errors seen so far (the first non-flush one is reported).
+  // Its endpoint's list of posted slices (rdma_endpoint.cpp).
+  Slice* posted_prev = nullptr;
+  Slice* posted_next = nullptr;
+  // Errors seen so far (the first non-flush one is reported). Flushes
+  // (another WR's error, a shutdown) use no attempt; they are bounded apart.
   Status first_error;
   bool first_is_flush = false;
   Status last_error;
+  uint32_t flushes = 0;
+  bool retrying = false;  // the next route() is a retry after an error (counted per NIC)
 };
 
 // What an endpoint needs from the transport.
@@ -131,12 +139,21 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
   void purgeCanceled();
   // Shutdown: fail what waits, flush what is posted (QPs to ERR).
   void close();
+  // The NIC died (or its CQ) and did not flush what was posted here within
+  // rdma.flush_timeout_ms: the QPs go to ERR and are destroyed, and every
+  // slice still posted fails with `why` (retried elsewhere). Only from the
+  // worker that polls this NIC's CQ, which polls it no more afterwards.
+  void abandon(const Status& why);
   // Outstanding (posted, not completed) work requests.
   uint32_t outstanding();
   bool idle();
   State state();
-  // Destroys the QPs if nothing is outstanding (the last handle on the peer went).
+  // Destroys the QPs if nothing is outstanding (the last handle on the peer
+  // went); true when it did and the peer holds QPs for them (tell it).
   bool destroyIfIdle();
+  // Whether the peer holds passive QPs for this endpoint (a handshake
+  // succeeded since the last release); clears the mark.
+  bool takeHandshaken();
 
  private:
   struct Qp {
@@ -147,13 +164,17 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
   struct Outcome {
     std::vector<std::pair<Slice*, Status>> failed;  // to retry elsewhere or fail
     std::vector<Slice*> canceled;
-    bool starved = false;  // the CQ had no room: wait for the worker's kick
     bool connect = false;  // start a handshake
   };
   void deliver(Outcome& o);
   // Locked helpers.
   void postLocked(Outcome& o);
+  // Draining and nothing outstanding: destroy the QPs, reconnect if slices
+  // wait, else idle.
+  void settleLocked(Outcome& o);
   void destroyQpsLocked();
+  void linkPosted(Slice* s);
+  void unlinkPosted(Slice* s);
 
   EndpointHost* host_;
   RdmaContext* ctx_;
@@ -165,28 +186,40 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
   State state_ = State::kIdle;
   std::vector<Qp> qps_;
   std::deque<Slice*> waiting_;
+  Slice* posted_ = nullptr;  // posted, completion not yet handled (intrusive list)
+  bool handshaken_ = false;  // the peer holds passive QPs for this endpoint
   size_t rr_ = 0;
   uint32_t outstanding_ = 0;
 };
 
 // Moves a fresh QP RESET -> INIT (port, pkey 0, remote read/write access).
 Status qpToInit(const VerbsApi& v, ibv_qp* qp, const NicInfo& nic);
-// INIT -> RTR towards (remote QPN, PSN, GID/LID) with `mtu`.
+// INIT -> RTR towards (remote QPN, PSN, GID/LID) with `mtu`, from the GID
+// at `sgid_index` (-1: the NIC's chosen one), serving `max_dest_rd_atomic`
+// READs at once.
 struct RtrParams {
   uint32_t remote_qpn = 0;
   uint32_t remote_psn = 0;
   ibv_gid remote_gid{};
   uint16_t remote_lid = 0;
   ibv_mtu mtu = IBV_MTU_1024;
+  int sgid_index = -1;
+  uint8_t max_dest_rd_atomic = 1;
   uint8_t min_rnr_timer = 12;
   uint8_t traffic_class = 0;
   uint8_t service_level = 0;
   uint8_t hop_limit = 64;
 };
 Status qpToRtr(const VerbsApi& v, ibv_qp* qp, const NicInfo& nic, const RtrParams& p);
-// RTR -> RTS with the local PSN and the timeout/retry attributes.
+// RTR -> RTS with the local PSN, the timeout/retry attributes and the
+// number of READs it may have outstanding (max_rd_atomic).
 Status qpToRts(const VerbsApi& v, ibv_qp* qp, const NicInfo& nic, uint32_t psn, uint8_t timeout, uint8_t retry_cnt,
-               uint8_t rnr_retry);
+               uint8_t rnr_retry, uint8_t max_rd_atomic);
+// What this NIC can program: READs it serves at once per QP (responder
+// resources, max_qp_rd_atom) and READs it may issue at once per QP
+// (initiator depth, max_qp_init_rd_atom), both at most 16.
+uint8_t responderResources(const NicInfo& nic);
+uint8_t initiatorDepth(const NicInfo& nic);
 // An RC QP on `ctx` (send and recv CQ = the NIC's CQ).
 Status createQp(RdmaContext& ctx, uint32_t max_wr, ibv_qp*& out);
 

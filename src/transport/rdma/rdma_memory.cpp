@@ -172,7 +172,7 @@ Status RdmaTransport::registerMemory(void* addr, size_t length, const std::strin
       // The NIC died under us (fatal event not yet seen): leave it out.
       HLOG_WARN("rdma: {} refused [{:#x}, +{}) ({}); NIC marked unusable", ctxs_[i]->info().name, a, length,
                 std::strerror(errs[i]));
-      ctxs_[i]->markFatal();
+      ctxs_[i]->markFatal(fmt::format("ibv_reg_mr: {}", std::strerror(errs[i])));
       errs[i] = 0;
     }
   }

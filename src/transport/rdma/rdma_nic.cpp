@@ -1,5 +1,6 @@
 #include "transport/rdma/rdma_nic.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -69,6 +70,8 @@ bool readGid(const VerbsApi& v, ibv_context* ctx, const NicInfo& info, int idx, 
   return true;
 }
 
+}  // namespace
+
 const char* gidTypeName(uint32_t t) {
   switch (t) {
     case IBV_GID_TYPE_ROCE_V2: return "RoCE v2";
@@ -77,9 +80,20 @@ const char* gidTypeName(uint32_t t) {
   }
 }
 
-// Preference: RoCE v2 with an IPv4-mapped address (routable, what RoCE
-// fabrics are configured for), then RoCE v2 global IPv6, then RoCE v2
-// link-local, then RoCE v1.
+bool gidTypeFromName(const std::string& name, uint32_t& type) {
+  for (uint32_t t : {uint32_t(IBV_GID_TYPE_ROCE_V2), uint32_t(IBV_GID_TYPE_ROCE_V1), uint32_t(IBV_GID_TYPE_IB)})
+    if (name == gidTypeName(t)) {
+      type = t;
+      return true;
+    }
+  return false;
+}
+
+const char* gidFamily(const ibv_gid& g) {
+  if (ipv4Mapped(g)) return "IPv4";
+  return linkLocal(g) ? "IPv6 link-local" : "IPv6";
+}
+
 int gidScore(const ibv_gid& g, uint32_t type) {
   if (type == IBV_GID_TYPE_ROCE_V2) {
     if (ipv4Mapped(g)) return 40;
@@ -89,7 +103,20 @@ int gidScore(const ibv_gid& g, uint32_t type) {
   return 5;
 }
 
-}  // namespace
+bool pickGidPair(const std::vector<GidChoice>& a, const std::vector<GidChoice>& b, size_t& ai, size_t& bi) {
+  int best = -1;
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t j = 0; j < b.size(); ++j) {
+      if (a[i].type != b[j].type || std::strcmp(gidFamily(a[i].gid), gidFamily(b[j].gid)) != 0) continue;
+      int score = gidScore(a[i].gid, a[i].type) + gidScore(b[j].gid, b[j].type);
+      if (score > best) {
+        best = score;
+        ai = i;
+        bi = j;
+      }
+    }
+  return best >= 0;
+}
 
 // Types, defaults and ranges: the config table (base/config_table.h).
 Status Tunables::load(const Config& c) {
@@ -123,7 +150,8 @@ Status Tunables::load(const Config& c) {
       !(s = c.getInt("rdma.pretouch_threads", pretouch_threads)).ok() ||
       !(s = c.getBool("rdma.relaxed_ordering", relaxed_ordering)).ok() ||
       !(s = c.getInt("rdma.connect_timeout_ms", connect_timeout_ms)).ok() ||
-      !(s = c.getInt("rdma.poll_spin_us", poll_spin_us)).ok())
+      !(s = c.getInt("rdma.poll_spin_us", poll_spin_us)).ok() ||
+      !(s = c.getInt("rdma.flush_timeout_ms", flush_timeout_ms)).ok())
     return s;
   return Status::OK();
 }
@@ -244,11 +272,14 @@ Status inspectNic(const VerbsApi& v, ibv_device* dev, const Tunables& t, ibv_con
                                 t.gid_index, pa.gid_tbl_len));
       best = t.gid_index;
       best_type = type;
+      info.gids.push_back(GidChoice{best, best_gid, best_type});
     } else {
       for (int i = 0; i < pa.gid_tbl_len; ++i) {
         ibv_gid g{};
         uint32_t type = 0;
         if (!readGid(v, ctx, info, i, g, type)) continue;
+        if (type != IBV_GID_TYPE_ROCE_V1 && type != IBV_GID_TYPE_ROCE_V2) continue;
+        info.gids.push_back(GidChoice{i, g, type});
         int sc = gidScore(g, type);
         if (sc > best_score) {
           best = i;
@@ -257,6 +288,9 @@ Status inspectNic(const VerbsApi& v, ibv_device* dev, const Tunables& t, ibv_con
           best_type = type;
         }
       }
+      std::stable_sort(info.gids.begin(), info.gids.end(), [](const GidChoice& x, const GidChoice& y) {
+        return gidScore(x.gid, x.type) > gidScore(y.gid, y.type);
+      });
     }
     if (best < 0) return fail(Code::kUnavailable, "no usable RoCE GID (is an IP address configured on its netdev?)");
     info.gid_index = best;

@@ -42,9 +42,17 @@ struct Tunables {
   bool relaxed_ordering = true;               // rdma.relaxed_ordering
   uint32_t connect_timeout_ms = 5000;         // rdma.connect_timeout_ms
   uint32_t poll_spin_us = 50;                 // rdma.poll_spin_us
+  uint32_t flush_timeout_ms = 2000;           // rdma.flush_timeout_ms
 
   // kInvalidArgument naming the key and the value at fault.
   Status load(const Config& c);
+};
+
+// One usable entry of a port's GID table (RoCE).
+struct GidChoice {
+  int index = -1;
+  ibv_gid gid{};
+  uint32_t type = IBV_GID_TYPE_ROCE_V2;  // ibv_gid_type
 };
 
 struct NicInfo {
@@ -56,6 +64,10 @@ struct NicInfo {
   int gid_index = -1;
   ibv_gid gid{};
   std::string gid_type;
+  // RoCE: every usable GID, preferred first (gids[0] is gid_index); only
+  // the one rdma.gid_index names when it is set. The handshake picks, per
+  // peer NIC, an entry of the type and address family the peer has too.
+  std::vector<GidChoice> gids;
   uint16_t lid = 0;
   ibv_mtu active_mtu = IBV_MTU_1024;
   ibv_device_attr dev_attr{};
@@ -83,6 +95,21 @@ struct OpenNic {
 // the device list cannot be read or is empty.
 std::vector<NicReport> scanNics(const VerbsApi& v, const Tunables& t, std::vector<OpenNic>* open,
                                 std::string* error);
+
+// Preference of a GID: RoCE v2 with an IPv4-mapped address (routable, what
+// RoCE fabrics are configured for), then RoCE v2 global IPv6, then RoCE v2
+// link-local, then RoCE v1 (IPv4, then the rest). Higher is better.
+int gidScore(const ibv_gid& g, uint32_t type);
+// "RoCE v2" | "RoCE v1" | "IB"; gidTypeFromName() inverts it (false: unknown).
+const char* gidTypeName(uint32_t type);
+bool gidTypeFromName(const std::string& name, uint32_t& type);
+// "IPv4" (IPv4-mapped), "IPv6 link-local" or "IPv6": the packets of a RoCE v2
+// GID are of this family, and both ends of a connection must share it.
+const char* gidFamily(const ibv_gid& g);
+// The pair of GIDs an RC connection between two RoCE ports uses: one entry
+// of each side of the same type and address family, the best such pair by
+// the sum of gidScore(). False when the sides share no type and family.
+bool pickGidPair(const std::vector<GidChoice>& a, const std::vector<GidChoice>& b, size_t& ai, size_t& bi);
 
 std::string gidToString(const ibv_gid& g);          // "fe80:0000:...", 8 groups
 bool gidFromString(const std::string& s, ibv_gid& g);  // accepts gidToString's output

@@ -143,7 +143,9 @@ void RdmaTransport::releasePeer(const std::string& key) {
   // Idle endpoints to this peer give their QPs back. The Endpoint objects
   // stay (a completion being handled may still point at one; a later use
   // reconnects); they are freed with the transport.
-  for (auto& ep : endpointsOf(&key)) ep->destroyIfIdle();
+  // The peer is told, so it destroys its side too.
+  for (auto& ep : endpointsOf(&key))
+    if (ep->destroyIfIdle()) sendRelease(*ep, false);
 }
 
 std::shared_ptr<Endpoint> RdmaTransport::endpointFor(const std::shared_ptr<const Peer>& peer, int l, int p) {

@@ -1,6 +1,9 @@
 // Routing: which (local NIC, peer NIC) pair carries a slice, and how a slice
-// ends: done, canceled, or failed and retried on the next pair until
-// rdma.retry_limit, then FAILED naming the first verbs error.
+// ends: done, canceled, refused at once (an error no other path changes), or
+// failed and retried on the next pair until rdma.retry_limit, then FAILED
+// naming the first verbs error. A flush (another WR's error, a drain) uses
+// no attempt: the slice is posted again.
+#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -53,9 +56,14 @@ bool RdmaTransport::firstPath(Slice* s) {
         }
     return false;
   }
-  int p0 = peer[spread % peer.size()];
-  for (int p : peer)
-    if (p == l0) p0 = p;  // rail-aligned (NIC i talks to NIC i) when possible
+  int p0;
+  if (peer.size() == local.size() && std::find(peer.begin(), peer.end(), l0) != peer.end()) {
+    p0 = l0;  // as many NICs at both ends: rail-aligned (NIC i talks to NIC i)
+  } else {
+    // Unequal counts: consecutive slices walk every (local, peer) pair, so
+    // the peer's NICs are striped over too.
+    p0 = peer[(spread / local.size()) % peer.size()];
+  }
   s->l0 = l0;
   s->p0 = p0;
   return true;
@@ -104,6 +112,10 @@ void RdmaTransport::route(std::vector<Slice*>& slices) {
                                             s->attempts, why.message())));
       continue;
     }
+    if (s->retrying) {
+      s->retrying = false;
+      if (s->local_nic < Stats::kMaxNics) rdma::stats().retries_to[s->local_nic]++;
+    }
     s->lkey = s->tc->lkeys[static_cast<size_t>(s->local_nic)];
     s->rkey = s->tc->rkeys[static_cast<size_t>(s->peer_nic)];
     auto& g = groups[std::make_tuple(s->tc->peer.get(), s->local_nic, s->peer_nic)];
@@ -129,6 +141,26 @@ void RdmaTransport::sliceCanceled(Slice* s) {
   finish(s, TransferState::kCanceled, Status(Code::kUnavailable, "canceled before it was posted"));
 }
 
+namespace {
+
+// Flushes one slice may see before it fails anyway (each one is another
+// WR's error or a drain; this bounds a NIC that flushes without end).
+constexpr uint32_t kMaxFlushes = 64;
+
+// A completion status that no other QP or NIC pair changes, and the code a
+// slice that met it fails with (kOk: retry it).
+Code deterministic(int wc_status) {
+  switch (wc_status) {
+    case IBV_WC_REM_ACCESS_ERR: return Code::kOutOfRange;    // the target refuses this range (rkey, bounds, access)
+    case IBV_WC_REM_INV_REQ_ERR: return Code::kRemoteError;  // the target refuses the request itself
+    case IBV_WC_LOC_PROT_ERR: return Code::kNotRegistered;   // the local range is not (or no longer) registered
+    case IBV_WC_LOC_LEN_ERR: return Code::kInvalidArgument;  // the request exceeds what the QP takes
+    default: return Code::kOk;
+  }
+}
+
+}  // namespace
+
 void RdmaTransport::sliceFailed(Slice* s, const Status& why, int wc_status) {
   const bool flush = wc_status == IBV_WC_WR_FLUSH_ERR;
   if (s->first_error.ok() || (s->first_is_flush && !flush)) {
@@ -136,24 +168,49 @@ void RdmaTransport::sliceFailed(Slice* s, const Status& why, int wc_status) {
     s->first_is_flush = flush;
   }
   s->last_error = why;
-  s->attempts++;
+  if (flush) {
+    s->flushes++;
+  } else {
+    s->attempts++;
+  }
   if (sliceCanceledFlag(s)) {
     sliceCanceled(s);
     return;
   }
-  if (stopping_.load() || s->attempts > t_.retry_limit) {
+  const char* op = s->is_read ? "READ" : "WRITE";
+  const Code refused = deterministic(wc_status);
+  if (refused != Code::kOk) {
+    rdma::stats().slices_refused++;
+    rdma::stats().slices_failed++;
+    finish(s, TransferState::kFailed,
+           Status(refused, fmt::format("rdma {} of {} bytes [{:#x} -> {:#x}] on segment '{}' refused: {} (not "
+                                       "retried: no other path changes it)",
+                                       op, s->length, s->local_addr, s->remote_addr, s->tc->peer->segment,
+                                       why.message())));
+    return;
+  }
+  if (stopping_.load() || s->attempts > t_.retry_limit || s->flushes > kMaxFlushes) {
     std::string msg = fmt::format("rdma {} of {} bytes [{:#x} -> {:#x}] on segment '{}' failed after {} attempt(s): {}",
-                                  s->is_read ? "READ" : "WRITE", s->length, s->local_addr, s->remote_addr,
-                                  s->tc->peer->segment, s->attempts, s->first_error.message());
+                                  op, s->length, s->local_addr, s->remote_addr, s->tc->peer->segment, s->attempts,
+                                  s->first_error.message());
     if (s->attempts > 1 && s->last_error.message() != s->first_error.message())
       msg += fmt::format("; last: {}", s->last_error.message());
+    if (s->flushes > kMaxFlushes) msg += fmt::format(" (flushed {} times)", s->flushes);
     if (stopping_.load()) msg += " (transport shutting down)";
     rdma::stats().slices_failed++;
     finish(s, TransferState::kFailed, Status(s->first_error.code(), msg));
     return;
   }
-  rdma::stats().slice_retries++;
-  HLOG_DEBUG("rdma: retrying slice ({} attempt(s)): {}", s->attempts, why.message());
+  if (flush) {
+    // Not this slice's fault: posted again, on the same pair once its
+    // endpoint reconnected (or the next usable one).
+    rdma::stats().slice_requeues++;
+  } else {
+    rdma::stats().slice_retries++;
+    s->retrying = true;
+  }
+  HLOG_DEBUG("rdma: {} slice ({} attempt(s), {} flush(es)): {}", flush ? "re-posting" : "retrying", s->attempts,
+             s->flushes, why.message());
   std::vector<Slice*> one{s};
   route(one);
 }

@@ -113,6 +113,13 @@ void RdmaTransport::shutdown() {
     endpoints_.clear();  // destroys their QPs
     peer_handles_.clear();
   }
+  // Peers destroy the QPs they keep for us (in parallel, each bounded).
+  {
+    std::vector<std::thread> releases;
+    for (auto& ep : eps)
+      if (ep->takeHandshaken()) releases.emplace_back([this, ep] { sendRelease(*ep, true); });
+    for (auto& t : releases) t.join();
+  }
   eps.clear();
   {
     std::lock_guard<std::mutex> lock(passive_mu_);
@@ -170,13 +177,24 @@ Counters RdmaTransport::stats() const {
   const Stats& s = rdma::stats();
   Counters c = {{"handshakes_sent", s.handshakes_sent.load()},
                 {"handshakes_served", s.handshakes_served.load()},
+                {"passive_released", s.passive_released.load()},
+                {"passive_qp_sets", passiveSets()},
                 {"endpoints_created", s.endpoints_created.load()},
                 {"slice_retries", s.slice_retries.load()},
+                {"slice_requeues", s.slice_requeues.load()},
                 {"slices_failed", s.slices_failed.load()},
+                {"slices_refused", s.slices_refused.load()},
+                {"slices_abandoned", s.slices_abandoned.load()},
+                {"nic_failures", s.nic_failures.load()},
+                {"cq_waits", s.cq_waits.load()},
                 {"gpu_dmabuf_regs", s.gpu_dmabuf_regs.load()},
                 {"gpu_peer_memory_regs", s.gpu_peer_memory_regs.load()}};
-  for (size_t i = 0; i < ctxs_.size() && i < static_cast<size_t>(Stats::kMaxNics); ++i)
+  for (size_t i = 0; i < ctxs_.size() && i < static_cast<size_t>(Stats::kMaxNics); ++i) {
     c.emplace_back(fmt::format("wrs_posted.nic{}", i), s.wrs_posted[i].load());
+    c.emplace_back(fmt::format("wc_errors.nic{}", i), s.wc_errors[i].load());
+    c.emplace_back(fmt::format("wc_flushes.nic{}", i), s.wc_flushes[i].load());
+    c.emplace_back(fmt::format("retries_to.nic{}", i), s.retries_to[i].load());
+  }
   return c;
 }
 

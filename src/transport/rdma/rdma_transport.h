@@ -121,13 +121,23 @@ class RdmaTransport final : public Transport, public EndpointHost {
   // rdma_connect.cpp
   Status serveHandshakes(rpc::Server& server);
   Status handshake(const std::string& request, std::string& reply);
+  // The requester closed an endpoint: destroy its passive QPs.
+  Status release(const std::string& request, std::string& reply);
+  // Tells the peer that endpoint `ep` let its QPs go (rdma.release), on a
+  // connector thread; `wait` sends it now (at shutdown), bounded.
+  void sendRelease(const Endpoint& ep, bool wait);
   // RTR attributes from the tunables (remote QPN/PSN/GID/LID/MTU left to fill).
   RtrParams rtrParams() const;
+  // The largest path MTU this side accepts on `c`: its active MTU, at most rdma.mtu.
+  int mtuBound(const RdmaContext& c) const;
   // A new QP on `c`, in INIT, appended to `qps`.
   Status newQp(RdmaContext& c, std::vector<ibv_qp*>& qps);
-  // INIT -> RTR -> RTS towards one remote QP, with this side's `psn`.
-  Status connectQp(RdmaContext& c, ibv_qp* q, RtrParams p, uint32_t remote_qpn, uint32_t remote_psn, uint32_t psn);
+  // INIT -> RTR -> RTS towards one remote QP, with this side's `psn`, issuing
+  // at most `max_rd_atomic` READs at once.
+  Status connectQp(RdmaContext& c, ibv_qp* q, RtrParams p, uint32_t remote_qpn, uint32_t remote_psn, uint32_t psn,
+                   uint8_t max_rd_atomic);
   void destroyPassive(Passive& p);
+  size_t passiveSets() const;
   void joinConnectors();
 
   // rdma_route.cpp
@@ -145,6 +155,9 @@ class RdmaTransport final : public Transport, public EndpointHost {
   void stopWorkers();
   void workerLoop(std::vector<RdmaContext*> ctxs);
   void handleAsync(RdmaContext* c);
+  // A NIC that died (or whose CQ did) and has not flushed its posted work
+  // within rdma.flush_timeout_ms: fail that work over, poll its CQ no more.
+  void abandonIfOverdue(RdmaContext* c);
 
   Tunables t_;
   const VerbsApi* v_ = nullptr;
@@ -167,7 +180,7 @@ class RdmaTransport final : public Transport, public EndpointHost {
   std::map<std::string, int> peer_handles_;  // live PeerRefs per peer key
   std::map<std::tuple<std::string, int, int>, std::shared_ptr<Endpoint>> endpoints_;
 
-  std::mutex passive_mu_;
+  mutable std::mutex passive_mu_;
   std::map<std::string, Passive> passive_;  // "from|endpoint id" -> QPs
 
   std::mutex conn_mu_;

@@ -1,6 +1,9 @@
 // CQ workers: each polls the CQs of its share of the NICs (spinning briefly,
 // then sleeping on the completion channels), hands completions to their
-// endpoints and handles the NICs' async events (fatal, port down/up).
+// endpoints and handles the NICs' async events (fatal, CQ error, port
+// down/up). A NIC that died, or whose CQ did, gets rdma.flush_timeout_ms to
+// flush what was posted on it; what it never flushed is then failed over to
+// other NICs and its CQ is polled no more.
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -8,7 +11,10 @@
 #include <algorithm>
 #include <chrono>
 
+#include <fmt/format.h>
+
 #include "base/log.h"
+#include "transport/rdma/rdma_stats.h"
 #include "transport/rdma/rdma_transport.h"
 
 namespace hawser::rdma {
@@ -55,7 +61,15 @@ void RdmaTransport::handleAsync(RdmaContext* c) {
     switch (ev.event_type) {
       case IBV_EVENT_DEVICE_FATAL:
         HLOG_ERROR("rdma {}: async event DEVICE_FATAL ({}); NIC no longer used", c->info().name, what);
-        c->markFatal();
+        c->markFatal("the device reported a fatal error (IBV_EVENT_DEVICE_FATAL)");
+        rdma::stats().nic_failures++;
+        break;
+      case IBV_EVENT_CQ_ERR:
+        // The CQ overran or failed: completions are lost from now on, so the
+        // NIC can carry nothing more.
+        HLOG_ERROR("rdma {}: async event CQ_ERR ({}); its CQ is in error, NIC no longer used", c->info().name, what);
+        c->markFatal("its completion queue failed (IBV_EVENT_CQ_ERR)");
+        rdma::stats().nic_failures++;
         break;
       case IBV_EVENT_PORT_ERR:
         HLOG_WARN("rdma {}: port {} down ({})", c->info().name, ev.element.port_num, what);
@@ -73,11 +87,23 @@ void RdmaTransport::handleAsync(RdmaContext* c) {
   }
 }
 
+void RdmaTransport::abandonIfOverdue(RdmaContext* c) {
+  if (!c->fatal() || c->abandoned()) return;
+  if (std::chrono::steady_clock::now() - c->fatalSince() < std::chrono::milliseconds(t_.flush_timeout_ms)) return;
+  c->setAbandoned();
+  const Status why(Code::kIoError, fmt::format("rdma {}: {}; no completion came within rdma.flush_timeout_ms ({} ms)",
+                                              c->info().name, c->fatalReason(), t_.flush_timeout_ms));
+  for (auto& ep : endpointsOf())
+    if (&ep->context() == c) ep->abandon(why);
+  c->takeStarved();  // nothing frees room here any more
+}
+
 void RdmaTransport::workerLoop(std::vector<RdmaContext*> ctxs) {
   constexpr int kBatch = 32;
   ibv_wc wc[kBatch];
   auto drain = [&](RdmaContext* c) {
     int total = 0;
+    if (c->abandoned()) return 0;
     for (;;) {
       int n = ibv_poll_cq(c->cq(), kBatch, wc);
       if (n < 0) {
@@ -103,6 +129,7 @@ void RdmaTransport::workerLoop(std::vector<RdmaContext*> ctxs) {
   fds.push_back(pollfd{wake_fd_, POLLIN, 0});
   while (!workers_stop_.load()) {
     int got = 0;
+    for (RdmaContext* c : ctxs) abandonIfOverdue(c);
     for (RdmaContext* c : ctxs) got += drain(c);
     if (got > 0) continue;
     // Spin briefly: completions of a busy NIC arrive microseconds apart.
