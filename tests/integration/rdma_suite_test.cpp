@@ -15,10 +15,9 @@ INSTANTIATE_TEST_SUITE_P(Rdma, TransportSuite,
                                                        std::string("HAWSER_SOFTVERBS_DIR=") + HAWSER_BUILD_DIR + "/softverbs-suite"},
                                                       {},
                                                       hawser::Code::kUnavailable,
-                                                      // A remote access error (the MR is gone) ends as an I/O
-                                                      // error after the retries (issue: deterministic
-                                                      // errors should not be retried).
-                                                      hawser::Code::kIoError}),
+                                                      // A remote access error (the MR is gone) is refused at
+                                                      // once, not retried: kOutOfRange, as other transports.
+                                                      hawser::Code::kOutOfRange}),
                          hawser::test::suiteName);
 #else
 TEST(RdmaSuite, skipped) { GTEST_SKIP() << "rdma transport not built (no infiniband/verbs.h)"; }
