@@ -34,7 +34,11 @@ namespace hawser::pymod {
 
 // ---- the engine ------------------------------------------------------------------
 
+struct BlocksAccess;  // py_blocks.cpp
+
 class PyEngine {
+  friend struct BlocksAccess;
+
  public:
   explicit PyEngine(bool raise_on_error) : raise_(raise_on_error) {}
   ~PyEngine() { shutdown(); }

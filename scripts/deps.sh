@@ -7,7 +7,7 @@ PKGS=(
   libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   liburing-dev libibverbs-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev
-  python3-dev pybind11-dev python3-pytest
+  python3-dev pybind11-dev python3-pytest python3-numpy
   etcd-server etcd-client iperf3 fio iproute2 procps
 )
 missing=()

@@ -18,6 +18,7 @@
 #include "hawser/config.h"
 #include "hawser/device_memory.h"
 #include "hawser/engine.h"
+#include "tools/bench_blocks.h"
 #include "tools/commands.h"
 #include "tools/location.h"
 #include "tools/pattern.h"
@@ -43,6 +44,10 @@ struct BenchOpts {
   std::string host = "127.0.0.1";
   std::string target_offset = "0";
   std::string local_location = "cpu";  // cpu, or cuda:N: where the initiator's buffers live
+  // --blocks N: block requests instead (tools/bench_blocks.h).
+  size_t blocks = 0;
+  std::string layout = "contiguous";
+  size_t rounds = 5;
 };
 
 void fail(const std::string& what, const Status& s) { fmt::print(stderr, "hawser bench: {}: {}\n", what, s.toString()); }
@@ -391,7 +396,30 @@ void addBench(CLI::App& app, Commands& cmds) {
       ->capture_default_str();
   sub->add_option("--target-offset", o->target_offset, "start of the target range inside the segment")
       ->capture_default_str();
-  sub->callback([o, &cmds] { cmds.run = [o] { return runBench(*o); }; });
+  sub->add_option("--blocks", o->blocks,
+                  "block requests: N blocks of --block-size as one request (a plan posted each round), against "
+                  "1 MiB requests, one block alone and one request per block, in interleaved rounds");
+  sub->add_option("--layout", o->layout, "with --blocks: contiguous, scattered or strided")->capture_default_str();
+  sub->add_option("--rounds", o->rounds, "with --blocks: interleaved rounds (medians are reported)")
+      ->capture_default_str();
+  sub->callback([o, &cmds] {
+    cmds.run = [o] {
+      if (o->blocks == 0) return runBench(*o);
+      BlockBenchOpts b;
+      b.target = o->target;
+      b.op = o->op;
+      b.block_size = o->block_size;
+      b.blocks = o->blocks;
+      b.layout = o->layout;
+      b.rounds = o->rounds;
+      b.json = o->json;
+      b.no_verify = o->no_verify;
+      b.metadata = o->metadata;
+      b.name = o->name;
+      b.host = o->host;
+      return runBlockBench(b);
+    };
+  });
 }
 
 }  // namespace hawser::tools

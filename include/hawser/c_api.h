@@ -218,6 +218,61 @@ int hawser_free_batch(hawser_engine_t* engine, hawser_batch_id_t batch);
 int hawser_transfer_sync(hawser_engine_t* engine, const hawser_request_t* requests, size_t count,
                          int64_t timeout_ms, hawser_status_t* statuses);
 
+/* ---- Block requests (docs/blocks.md) ------------------------------------------ */
+
+/* One block (C++ Block): `length` bytes between local registered memory at `local` and the target
+ * segment at `remote`. */
+typedef struct {
+  void* local;
+  uint64_t remote;
+  size_t length;
+} hawser_block_t;
+/* A strided layout (C++ StridedBlocks): block i at local_base + i * local_stride and
+ * remote_base + i * remote_stride, each `block_length` bytes. */
+typedef struct {
+  void* local_base;
+  uint64_t remote_base;
+  size_t block_length;
+  size_t local_stride;
+  size_t remote_stride;
+  size_t count;
+} hawser_strided_t;
+typedef uint64_t hawser_plan_id_t; /* 0 is never valid */
+/* What a plan holds (C++ PlanInfo). */
+typedef struct {
+  size_t blocks; /* as given */
+  size_t runs;   /* after merging blocks contiguous on both sides */
+  uint64_t bytes;
+} hawser_plan_info_t;
+
+/* One request of `count` blocks to `target`: one task of the batch, its id in *task_id (NULL: not
+ * wanted). Every block is checked; the last error names the bad one ("blocks[17]: ..."); blocks
+ * whose destinations overlap are refused (HAWSER_E_ADDRESS_OVERLAPPED). All or nothing. */
+int hawser_submit_blocks(hawser_engine_t* engine, hawser_batch_id_t batch, int opcode, hawser_segment_id_t target,
+                         const hawser_block_t* blocks, size_t count, size_t* task_id);
+/* The same blocks as parallel arrays: local[i], remote[i], and lengths[i] or, when lengths is NULL,
+ * block_length for every block. */
+int hawser_submit_block_arrays(hawser_engine_t* engine, hawser_batch_id_t batch, int opcode,
+                               hawser_segment_id_t target, const uint64_t* local, const uint64_t* remote,
+                               const uint64_t* lengths, uint64_t block_length, size_t count, size_t* task_id);
+/* A strided layout as one task; checked in O(1) when it lies in one local region and one remote buffer. */
+int hawser_submit_strided(hawser_engine_t* engine, hawser_batch_id_t batch, int opcode, hawser_segment_id_t target,
+                          const hawser_strided_t* blocks, size_t* task_id);
+/* Prepare once (every check of the submit functions, once), post many. */
+int hawser_prepare_blocks(hawser_engine_t* engine, int opcode, hawser_segment_id_t target,
+                          const hawser_block_t* blocks, size_t count, hawser_plan_id_t* out);
+int hawser_prepare_block_arrays(hawser_engine_t* engine, int opcode, hawser_segment_id_t target,
+                                const uint64_t* local, const uint64_t* remote, const uint64_t* lengths,
+                                uint64_t block_length, size_t count, hawser_plan_id_t* out);
+int hawser_prepare_strided(hawser_engine_t* engine, int opcode, hawser_segment_id_t target,
+                           const hawser_strided_t* blocks, hawser_plan_id_t* out);
+/* Adds one task moving the plan's blocks to the batch; no per-block work (unless local memory was
+ * unregistered since the plan was prepared: its blocks are then checked again). */
+int hawser_post_plan(hawser_engine_t* engine, hawser_batch_id_t batch, hawser_plan_id_t plan, size_t* task_id);
+int hawser_plan_info(hawser_engine_t* engine, hawser_plan_id_t plan, hawser_plan_info_t* out);
+/* Tasks already posted from the plan are not affected. */
+int hawser_release_plan(hawser_engine_t* engine, hawser_plan_id_t plan);
+
 /* ---- Introspection --------------------------------------------------------- */
 
 /* Names of the installed transports, cheapest first (see Output arrays; names library-owned). */

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -109,6 +110,31 @@ class TransferEngine {
   Status transferSync(const std::vector<TransferRequest>& requests, std::chrono::milliseconds timeout,
                       std::vector<TransferStatus>* statuses = nullptr,
                       std::chrono::milliseconds cancel_wait = std::chrono::seconds(5));
+
+  // ---- block requests (docs/blocks.md) ----
+  // One request of many blocks to `target`: one task of `batch` (its id in
+  // *task_id), with one status. Every block is checked as submitTransfer
+  // checks a request; an error names the block ("blocks[17]: ..."), and
+  // blocks whose destinations overlap are refused. All or nothing.
+  Status submitBlocks(BatchID batch, OpCode op, SegmentID target, std::span<const Block> blocks,
+                      size_t* task_id = nullptr);
+  Status submitBlocks(BatchID batch, OpCode op, SegmentID target, const BlockArrays& blocks,
+                      size_t* task_id = nullptr);
+  // A strided layout: checked in O(1) when its span lies in one local
+  // region and one remote buffer, whatever the count.
+  Status submitStrided(BatchID batch, OpCode op, SegmentID target, const StridedBlocks& blocks,
+                       size_t* task_id = nullptr);
+  // Prepare once, post many: everything submitBlocks checks is checked
+  // here, once. postPlan adds one task to `batch` and does no per-block
+  // work beyond moving the bytes (unless memory was unregistered since the
+  // plan was made: then the plan's local blocks are checked again).
+  Status prepareBlocks(OpCode op, SegmentID target, std::span<const Block> blocks, PlanID& out);
+  Status prepareBlocks(OpCode op, SegmentID target, const BlockArrays& blocks, PlanID& out);
+  Status prepareStrided(OpCode op, SegmentID target, const StridedBlocks& blocks, PlanID& out);
+  Status postPlan(BatchID batch, PlanID plan, size_t* task_id = nullptr);
+  Status planInfo(PlanID plan, PlanInfo& out) const;
+  // Tasks already posted from the plan are not affected.
+  Status releasePlan(PlanID plan);
 
   // Names of installed transports, cheapest first.
   std::vector<std::string> transports() const;

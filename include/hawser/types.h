@@ -33,6 +33,53 @@ struct TransferRequest {
   size_t length = 0;
 };
 
+// ---- block requests (docs/blocks.md) ------------------------------------------
+// One request may name many blocks of one target segment: a list, or a
+// strided layout (a paged KV cache). It is one task of its batch with one
+// status; blocks contiguous on both sides are moved as one run.
+
+// One block: `length` bytes between local registered memory at `local` and
+// the target segment at `remote` (as TransferRequest::target_offset).
+struct Block {
+  void* local = nullptr;
+  uint64_t remote = 0;
+  size_t length = 0;
+};
+
+// The same blocks as parallel arrays (numpy arrays, C callers): block i is
+// local[i], remote[i], and lengths[i], or `block_length` for every block
+// when `lengths` is null. The arrays are read during the call only.
+struct BlockArrays {
+  const uint64_t* local = nullptr;
+  const uint64_t* remote = nullptr;
+  const uint64_t* lengths = nullptr;
+  uint64_t block_length = 0;
+  size_t count = 0;
+};
+
+// `count` blocks of `block_length` bytes; block i lies at
+// local_base + i * local_stride and remote_base + i * remote_stride.
+// Strides equal to block_length on both sides make one contiguous range.
+struct StridedBlocks {
+  void* local_base = nullptr;
+  uint64_t remote_base = 0;
+  size_t block_length = 0;
+  size_t local_stride = 0;
+  size_t remote_stride = 0;
+  size_t count = 0;
+};
+
+// A transfer plan: blocks validated once by prepareBlocks/prepareStrided,
+// posted any number of times by postPlan.
+using PlanID = uint64_t;
+inline constexpr PlanID kInvalidPlan = 0;
+
+struct PlanInfo {
+  size_t blocks = 0;  // as given
+  size_t runs = 0;    // after coalescing blocks contiguous on both sides
+  uint64_t bytes = 0;
+};
+
 enum class TransferState : uint8_t {
   kWaiting = 0,    // accepted, nothing posted yet
   kPending = 1,    // in flight

@@ -59,6 +59,13 @@ inline constexpr Knob kKnobs[] = {
    "a batch of capacity N holds at most N x this many slices"},
   {"batch.max_capacity", "HAWSER_BATCH_MAX_CAPACITY", KnobType::kSize, "1M", 1, knob_detail::G, {},
    "largest capacity allocateBatchID accepts"},
+  {"block.max_run", "HAWSER_BLOCK_MAX_RUN", KnobType::kSize, "64M", 4 * knob_detail::K, knob_detail::G, {},
+   "block requests: blocks contiguous on both sides are merged into runs of at most this many bytes"},
+  {"block.window", "HAWSER_BLOCK_WINDOW", KnobType::kSize, "1024", 1, knob_detail::M, {},
+   "block requests: runs one lane hands its transport at once (engine memory per task is bounded by "
+   "2 x block.lanes x this many runs)"},
+  {"block.lanes", "HAWSER_BLOCK_LANES", KnobType::kInt, "4", 1, 64, {},
+   "block requests: windows of runs of one task in flight at once"},
   {"auth.token", "HAWSER_AUTH_TOKEN", KnobType::kString, "", 0, 0, {},
    "shared secret every peer connection must present (empty: none)"},
   {"rpc.timeout_ms", "HAWSER_RPC_TIMEOUT_MS", KnobType::kDurationMs, "5000", 10, knob_detail::kHour, {},

@@ -66,6 +66,7 @@ Status MemoryRegistry::erase(uint64_t addr, Region* removed) {
     pins = it->second.pins;
     regions_.erase(it);
     version_.fetch_add(1);
+    removals_.fetch_add(1, std::memory_order_release);
   }
   // New pins can no longer be taken; wait for the ones in flight.
   std::unique_lock lk(wait_mu_);
@@ -87,6 +88,24 @@ Status MemoryRegistry::checkLocal(uint64_t addr, uint64_t len, std::string* loca
     --it;
     const Region& r = it->second;
     if (addr >= r.addr && len <= r.length && addr - r.addr <= r.length - len) {
+      if (location) *location = r.location;
+      return Status::OK();
+    }
+  }
+  return {Code::kNotRegistered,
+          fmt::format("local range [{:#x}, +{}) is not inside one registered region", addr, len)};
+}
+
+Status MemoryRegistry::regionOf(uint64_t addr, uint64_t len, uint64_t& start, uint64_t& length,
+                                std::string* location) const {
+  std::shared_lock lk(mu_);
+  auto it = regions_.upper_bound(addr);
+  if (it != regions_.begin()) {
+    --it;
+    const Region& r = it->second;
+    if (addr >= r.addr && len <= r.length && addr - r.addr <= r.length - len) {
+      start = r.addr;
+      length = r.length;
       if (location) *location = r.location;
       return Status::OK();
     }

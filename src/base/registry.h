@@ -53,11 +53,16 @@ class MemoryRegistry {
 
   // kNotRegistered unless [addr, addr+len) lies inside one region.
   Status checkLocal(uint64_t addr, uint64_t len, std::string* location = nullptr) const;
+  // Like checkLocal, and says which region: [start, start + length).
+  Status regionOf(uint64_t addr, uint64_t len, uint64_t& start, uint64_t& length, std::string* location) const;
   // kOutOfRange unless inside one remote_accessible region; pins it on success.
   Status pinRemote(uint64_t addr, uint64_t len, Pin& pin);
 
   std::vector<Region> snapshot() const;
   uint64_t version() const { return version_.load(); }
+  // Counts erasures only: what was checked against the registry stays
+  // valid while this does not change.
+  uint64_t removals() const { return removals_.load(std::memory_order_acquire); }
 
  private:
   friend class Pin;
@@ -65,6 +70,7 @@ class MemoryRegistry {
   mutable std::shared_mutex mu_;
   std::map<uint64_t, Region> regions_;
   std::atomic<uint64_t> version_{0};
+  std::atomic<uint64_t> removals_{0};
   std::mutex wait_mu_;
   std::condition_variable wait_cv_;
 };

@@ -40,6 +40,21 @@ void Task::completeSlice(TransferState state, uint64_t bytes, const Status& erro
   if (done == slices_total_) owner_->taskFinished();
 }
 
+void Task::failSlices(uint32_t n, TransferState state, const Status& error) {
+  if (n == 0) return;
+  int rank = failureRank(state);
+  if (rank == 0) rank = 4;
+  {
+    std::lock_guard lk(error_mu_);
+    if (rank > worst_rank_.load()) {
+      worst_rank_.store(rank);
+      error_ = error.ok() ? Status(Code::kInternal, "slice failed without a reason") : error;
+    }
+  }
+  uint32_t done = slices_done_.fetch_add(n, std::memory_order_acq_rel) + n;
+  if (done == slices_total_) owner_->taskFinished();
+}
+
 void Task::reset(const TransferRequest& request, size_t id, std::shared_ptr<const SegmentDesc> segment,
                  std::shared_ptr<PeerHandle> peer, int remote_buffer) {
   request_ = request;

@@ -50,6 +50,9 @@ class Task {
 
   // Thread-safe. `bytes` counts only when state == kCompleted.
   void completeSlice(TransferState state, uint64_t bytes, const Status& error = Status::OK());
+  // Ends `n` slices at once, none of them COMPLETED (runs of a block
+  // request that were never started: canceled, or abandoned at shutdown).
+  void failSlices(uint32_t n, TransferState state, const Status& error);
 
   // The engine's side: who is told when the last slice ends, and what the
   // task is (before submission; the task is then not yet visible).

@@ -39,6 +39,8 @@ void Batch::commit(size_t n, size_t slices) {
 Transport* Batch::busyTransport() {
   for (auto& [t, sb] : subs_)
     if (!sb->idle()) return t;
+  for (auto& r : runners_)
+    if (r->busy()) return r->transport();
   return nullptr;
 }
 
@@ -47,6 +49,7 @@ void Batch::dropSubBatches() {
   { std::lock_guard dl(done_mu_); }
   std::lock_guard sl(submit_mu_);
   subs_.clear();
+  runners_.clear();
 }
 
 TransferStatus Batch::aggregate() const {

@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "base/transport.h"
+#include "engine/block_runner.h"
 
 namespace hawser {
 
@@ -45,6 +46,9 @@ class Batch final : public TaskOwner {
   std::mutex& submitMutex() { return submit_mu_; }
   // Every sub-batch; callers hold submitMutex().
   const std::map<Transport*, std::unique_ptr<SubBatch>>& subBatches() const { return subs_; }
+  // Under submitMutex(): a block request in flight (block_runner.h).
+  void addRunner(std::shared_ptr<BlockRunner> r) { runners_.push_back(std::move(r)); }
+  const std::vector<std::shared_ptr<BlockRunner>>& runners() const { return runners_; }
   // The first transport whose sub-batch still has I/O referencing memory, or nullptr.
   Transport* busyTransport();
   // Destroys every sub-batch (freeBatch once idle; shutdown after the
@@ -59,6 +63,7 @@ class Batch final : public TaskOwner {
   std::atomic<size_t> task_count_{0};
   size_t slices_used_ = 0;  // under submit_mu_
   std::map<Transport*, std::unique_ptr<SubBatch>> subs_;  // under submit_mu_
+  std::vector<std::shared_ptr<BlockRunner>> runners_;      // under submit_mu_
   std::mutex submit_mu_;
   std::mutex done_mu_;
   std::condition_variable done_cv_;

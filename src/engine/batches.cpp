@@ -194,6 +194,8 @@ Status EngineImpl::cancel(BatchID id) {
   if (!batch) return notAllocated(id);
   std::lock_guard sl(batch->submitMutex());
   for (auto& [t, sb] : batch->subBatches()) sb->cancel();
+  for (auto& r : batch->runners())
+    r->stop(TransferState::kCanceled, {Code::kUnavailable, "canceled by cancelTransfer before it was started"}, true);
   return Status::OK();
 }
 

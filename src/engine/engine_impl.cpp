@@ -101,8 +101,12 @@ Status EngineImpl::init(const std::string& metadata_uri, const std::string& serv
   if (!(s = config_.getString("transport", forced_transport_)).ok() ||
       !(s = config_.getSize("batch.slices_per_task", slices_per_task_)).ok() ||
       !(s = config_.getSize("batch.max_capacity", max_capacity_)).ok() ||
-      !(s = config_.getString("auth.token", auth_token)).ok())
+      !(s = config_.getString("auth.token", auth_token)).ok() ||
+      !(s = config_.getSize("block.max_run", block_settings_.max_run)).ok() ||
+      !(s = config_.getSize("block.window", block_settings_.window)).ok() ||
+      !(s = config_.getInt("block.lanes", block_settings_.lanes)).ok())
     return {s.code(), "init: " + s.message()};
+  pump_ = std::make_unique<BlockPump>();
   // The CUDA driver, where there is one: registration asks it what memory
   // it is given, and the transports use it to move GPU memory.
   std::string cuda_driver;
@@ -231,6 +235,7 @@ void EngineImpl::shutdown() {
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   for (auto& b : live) b->waitUntil(deadline);
+  pump_->stop();  // block requests: runs not yet started end FAILED
   store_->stop();
   rpc_.stop();
   for (auto& t : transports_) t->shutdown();
@@ -305,6 +310,7 @@ EngineStats EngineImpl::stats() {
               {"sync_timeouts", n_sync_timeouts_.load()},
               {"orphan_batches", orphans},
               {"orphan_batches_reaped", n_reaped_.load()}};
+  for (auto& c : blockStats()) s.engine.push_back(std::move(c));
   for (auto& t : transports_) s.transports.push_back(TransportStats{t->name(), t->stats()});
   return s;
 }

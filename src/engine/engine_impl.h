@@ -64,6 +64,15 @@ class EngineImpl {
   std::vector<TransportDiagnosis> diagnose() const;
   Status explainRoute(SegmentID id, const std::string& local_location, RouteExplanation& out);
 
+  // Block requests and plans (block_requests.cpp checks, block_api.cpp posts).
+  Status submitBlocks(BatchID id, OpCode op, SegmentID target, const BlockSource& src, size_t* task_id);
+  Status submitStrided(BatchID id, OpCode op, SegmentID target, const StridedBlocks& b, size_t* task_id);
+  Status prepareBlocks(OpCode op, SegmentID target, const BlockSource& src, PlanID& out);
+  Status prepareStrided(OpCode op, SegmentID target, const StridedBlocks& b, PlanID& out);
+  Status postPlan(BatchID id, PlanID plan, size_t* task_id);
+  Status planInfo(PlanID plan, PlanInfo& out) const;
+  Status releasePlan(PlanID plan);
+
   // Installs one more transport after init (tests, embedders): it gets the
   // memory registered so far and takes part in selection by its cost rank
   // for segments opened from then on. Not safe against concurrent calls.
@@ -110,6 +119,17 @@ class EngineImpl {
   // The view to submit to: refreshed first if the store says it changed.
   std::shared_ptr<const SegmentView> currentView(SegmentID id);
 
+  // block_requests.cpp / block_api.cpp
+  Status startPlan(OpCode op, SegmentID target, BlockPlan& plan);
+  Status buildBlocks(OpCode op, SegmentID target, const BlockSource& src, BlockPlan& plan);
+  Status checkBlocks(const BlockSource& src, BlockPlan& plan, bool& refresh);
+  Status buildStrided(OpCode op, SegmentID target, const StridedBlocks& b, BlockPlan& plan);
+  Status blockRoute(const SegmentView& view, uint32_t local_kind, uint32_t remote_kind, const Route*& out);
+  Status recheckLocal(const BlockPlan& plan);
+  Status postBlocks(BatchID id, std::shared_ptr<const BlockPlan> plan, size_t* task_id);
+  Status addPlan(BlockPlan&& plan, PlanID& out);
+  Counters blockStats() const;
+
   Config config_;
   MemoryRegistry registry_;
   rpc::Server rpc_;
@@ -141,6 +161,14 @@ class EngineImpl {
   BatchID next_batch_ = 1;
   std::mutex orphan_mu_;
   std::vector<BatchID> orphans_;  // transferSync batches still referenced by I/O
+
+  // Block requests: tunables, prepared plans, the pump, counters.
+  BlockSettings block_settings_;
+  mutable std::mutex plan_mu_;
+  std::unordered_map<PlanID, std::shared_ptr<const BlockPlan>> plans_;
+  PlanID next_plan_ = 1;
+  std::unique_ptr<BlockPump> pump_;
+  BlockCounters block_counters_;
 
   // Engine counters (stats()).
   std::atomic<uint64_t> n_batches_{0}, n_tasks_{0}, n_refused_{0}, n_sync_timeouts_{0}, n_reaped_{0};

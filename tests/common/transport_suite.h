@@ -299,3 +299,5 @@ TEST_P(TransportSuite, peer_killed_mid_batch_fails_the_tasks_and_nothing_hangs) 
 }
 
 }  // namespace hawser::test
+
+#include "common/block_suite.h"  // block lists, strided layouts and plans over every transport

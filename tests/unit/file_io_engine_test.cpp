@@ -251,28 +251,41 @@ TEST_P(IoEngineTest, registered_file_is_used_for_fixed_file_ops) {
   engine->removeFile(token);
 }
 
+// Registration pins nothing; the first op in a region asks for its piece
+// and goes out plain; once the piece is registered in the background, ops
+// in it use the fixed buffer.
 TEST_P(IoEngineTest, registered_memory_is_used_as_fixed_buffers) {
   MAKE_OR_SKIP();
   Buffer buf(MiB);
   fillPattern(buf.p, buf.n, 9);
   engine->addMemory(buf.p, buf.n);
+  EXPECT_EQ(engine->stats().registered_bytes, 0u);  // nothing pinned at registration
   engine->submit(std::vector<IoOp>{op(1, true, buf.p, buf.n, 0)});
   ASSERT_TRUE(sink.waitCount(1));
+  EXPECT_EQ(sink.results[1], static_cast<int64_t>(MiB));
   Buffer back(MiB);
   engine->submit(std::vector<IoOp>{op(2, false, back.p, back.n, 0)});
   ASSERT_TRUE(sink.waitCount(2));
   EXPECT_EQ(checkPattern(back.p, back.n, 9), -1);
   if (GetParam() == "uring") {
-    EXPECT_EQ(engine->stats().fixed_buffer_ops, 1u);  // the write; `back` is not registered
-    EXPECT_EQ(engine->stats().registered_bytes, MiB);
+    EXPECT_EQ(engine->stats().fixed_buffer_ops, 0u);  // the write asked for the piece; `back` is not registered
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (engine->stats().registered_bytes != MiB && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_EQ(engine->stats().registered_bytes, MiB) << "the piece was never registered";
+    engine->submit(std::vector<IoOp>{op(4, true, buf.p, buf.n, 0)});
+    ASSERT_TRUE(sink.waitCount(3));
+    EXPECT_EQ(sink.results[4], static_cast<int64_t>(MiB));
+    EXPECT_EQ(engine->stats().fixed_buffer_ops, 1u);
   }
   engine->removeMemory(buf.p, buf.n);
   if (GetParam() == "uring") {
     EXPECT_EQ(engine->stats().registered_bytes, 0u);
   }
   // After removal the same memory still works, unregistered.
+  const size_t before = sink.count;
   engine->submit(std::vector<IoOp>{op(3, false, buf.p, buf.n, 0)});
-  ASSERT_TRUE(sink.waitCount(3));
+  ASSERT_TRUE(sink.waitCount(before + 1));
   EXPECT_EQ(sink.results[3], static_cast<int64_t>(MiB));
 }
 
@@ -364,9 +377,11 @@ TEST(UringEngine, op_blocked_in_the_kernel_is_cancelled) {
   ::close(p[1]);
 }
 
-// io_uring only: a region larger than the kernel's 1 GiB per-buffer limit is
-// registered in chunks; ops inside either chunk use a fixed buffer.
-TEST(UringEngine, region_over_1_gib_is_registered_in_chunks) {
+// io_uring only: registering a region larger than the kernel's 1 GiB
+// per-buffer limit, untouched, pins and faults nothing; each op asks for the
+// 64 MiB piece holding it, which is registered in the background (the last
+// piece is the region's 2 MiB tail), and later ops there use fixed buffers.
+TEST(UringEngine, pieces_are_registered_on_first_use_in_the_background) {
   std::unique_ptr<IoEngine> e;
   if (!makeUringEngine(IoEngineOptions{}, e).ok()) GTEST_SKIP() << "io_uring is not available here";
   const size_t n = (1ULL << 30) + 2 * MiB;
@@ -375,11 +390,10 @@ TEST(UringEngine, region_over_1_gib_is_registered_in_chunks) {
   Sink sink;
   ASSERT_TRUE(e->start(sink.fn()).ok());
   e->addMemory(m, n);
-  if (e->stats().registered_bytes == 0) {
-    ::munmap(m, n);
-    GTEST_SKIP() << "the kernel refused to pin 1 GiB (RLIMIT_MEMLOCK?)";
-  }
-  EXPECT_EQ(e->stats().registered_bytes, n);
+  EXPECT_EQ(e->stats().registered_bytes, 0u);
+  unsigned char present = 1;
+  ASSERT_EQ(::mincore(m, 4096, &present), 0);
+  EXPECT_EQ(present & 1, 0) << "registration faulted the region in";
   TempDir dir;
   std::string path = dir.path + "/f";
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_DIRECT, 0644);
@@ -394,12 +408,28 @@ TEST(UringEngine, region_over_1_gib_is_registered_in_chunks) {
   a.offset = 0;
   IoOp b = a;
   b.cookie = 2;
-  b.buf = base + (1ULL << 30);  // second chunk
+  b.buf = base + (1ULL << 30);  // the tail piece
   b.offset = MiB;
   e->submit(std::vector<IoOp>{a, b});
   ASSERT_TRUE(sink.waitCount(2));
   EXPECT_EQ(sink.results[1], static_cast<int64_t>(MiB));
   EXPECT_EQ(sink.results[2], static_cast<int64_t>(MiB));
+  EXPECT_EQ(e->stats().fixed_buffer_ops, 0u);
+  const uint64_t want = (64 + 2) * MiB;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (e->stats().registered_bytes != want && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (e->stats().registered_bytes == 0) {
+    ::munmap(m, n);
+    GTEST_SKIP() << "the kernel refused to pin 64 MiB (RLIMIT_MEMLOCK?)";
+  }
+  ASSERT_EQ(e->stats().registered_bytes, want);
+  a.cookie = 3;
+  b.cookie = 4;
+  e->submit(std::vector<IoOp>{a, b});
+  ASSERT_TRUE(sink.waitCount(4));
+  EXPECT_EQ(sink.results[3], static_cast<int64_t>(MiB));
+  EXPECT_EQ(sink.results[4], static_cast<int64_t>(MiB));
   EXPECT_EQ(e->stats().fixed_buffer_ops, 2u);
   e->removeMemory(m, n);
   EXPECT_EQ(e->stats().registered_bytes, 0u);

@@ -1,0 +1,176 @@
+// Block requests through the engine: submit (check, then post as one task),
+// prepared plans (check once, post many), their counters, and the public
+// TransferEngine methods that reach them.
+#include <fmt/format.h>
+
+#include "base/log.h"
+#include "engine/engine_impl.h"
+
+namespace hawser {
+
+Status EngineImpl::postBlocks(BatchID id, std::shared_ptr<const BlockPlan> plan, size_t* task_id) {
+  auto batch = findBatch(id);
+  if (!batch) return {Code::kInvalidBatch, fmt::format("batch id {} is not allocated (never, or already freed)", id)};
+  std::lock_guard sl(batch->submitMutex());
+  const size_t base = batch->taskCount();
+  if (base >= batch->capacity()) {
+    n_refused_.fetch_add(1, std::memory_order_relaxed);
+    return {Code::kCapacityExceeded,
+            fmt::format("batch {} holds {} of {} tasks; a block request needs one more", id, base, batch->capacity())};
+  }
+  const BlockPlan& p = *plan;
+  Task& parent = batch->task(base);
+  const Run first = p.run(0);
+  TransferRequest req{p.op, reinterpret_cast<void*>(first.local), p.target, first.remote, p.bytes};
+  parent.reset(req, base, p.view->desc, p.route->peer, p.buffer >= 0 ? p.buffer : -1);
+  parent.setSliceCount(static_cast<uint32_t>(p.runs));
+  auto runner = std::make_shared<BlockRunner>(std::move(plan), &parent, pump_.get(), block_settings_,
+                                              &block_counters_);
+  Status s = runner->prepareFirst();
+  if (!s.ok()) {
+    n_refused_.fetch_add(1, std::memory_order_relaxed);
+    return s;
+  }
+  batch->addRunner(runner);
+  batch->commit(1, 0);  // the runner bounds its own slices (block.lanes x block.window runs)
+  n_tasks_.fetch_add(1, std::memory_order_relaxed);
+  block_counters_.tasks.fetch_add(1, std::memory_order_relaxed);
+  runner->start();
+  if (task_id) *task_id = base;
+  return Status::OK();
+}
+
+Status EngineImpl::submitBlocks(BatchID id, OpCode op, SegmentID target, const BlockSource& src, size_t* task_id) {
+  if (!findBatch(id))
+    return {Code::kInvalidBatch, fmt::format("batch id {} is not allocated (never, or already freed)", id)};
+  auto plan = std::make_shared<BlockPlan>();
+  Status s = buildBlocks(op, target, src, *plan);
+  if (!s.ok()) {
+    n_refused_.fetch_add(1, std::memory_order_relaxed);
+    return s;
+  }
+  return postBlocks(id, std::move(plan), task_id);
+}
+
+Status EngineImpl::submitStrided(BatchID id, OpCode op, SegmentID target, const StridedBlocks& b, size_t* task_id) {
+  if (!findBatch(id))
+    return {Code::kInvalidBatch, fmt::format("batch id {} is not allocated (never, or already freed)", id)};
+  auto plan = std::make_shared<BlockPlan>();
+  Status s = buildStrided(op, target, b, *plan);
+  if (!s.ok()) {
+    n_refused_.fetch_add(1, std::memory_order_relaxed);
+    return s;
+  }
+  return postBlocks(id, std::move(plan), task_id);
+}
+
+Status EngineImpl::addPlan(BlockPlan&& plan, PlanID& out) {
+  auto p = std::make_shared<const BlockPlan>(std::move(plan));
+  std::lock_guard lk(plan_mu_);
+  out = next_plan_++;
+  block_counters_.plan_bytes.fetch_add(p->memoryBytes(), std::memory_order_relaxed);
+  block_counters_.plans_open.fetch_add(1, std::memory_order_relaxed);
+  plans_.emplace(out, std::move(p));
+  return Status::OK();
+}
+
+Status EngineImpl::prepareBlocks(OpCode op, SegmentID target, const BlockSource& src, PlanID& out) {
+  BlockPlan plan;
+  Status s = buildBlocks(op, target, src, plan);
+  if (!s.ok()) return s;
+  return addPlan(std::move(plan), out);
+}
+
+Status EngineImpl::prepareStrided(OpCode op, SegmentID target, const StridedBlocks& b, PlanID& out) {
+  BlockPlan plan;
+  Status s = buildStrided(op, target, b, plan);
+  if (!s.ok()) return s;
+  return addPlan(std::move(plan), out);
+}
+
+Status EngineImpl::postPlan(BatchID id, PlanID plan_id, size_t* task_id) {
+  Status s = checkInit();
+  if (!s.ok()) return s;
+  std::shared_ptr<const BlockPlan> plan;
+  {
+    std::lock_guard lk(plan_mu_);
+    auto it = plans_.find(plan_id);
+    if (it == plans_.end())
+      return {Code::kInvalidArgument, fmt::format("plan id {} is not prepared (never, or already released)", plan_id)};
+    plan = it->second;
+  }
+  // Memory unregistered since the plan was checked: check its local side again.
+  if (registry_.removals() != plan->removals) {
+    s = recheckLocal(*plan);
+    if (!s.ok()) {
+      n_refused_.fetch_add(1, std::memory_order_relaxed);
+      return {s.code(), fmt::format("plan {}: {}", plan_id, s.message())};
+    }
+  }
+  return postBlocks(id, std::move(plan), task_id);
+}
+
+Status EngineImpl::planInfo(PlanID plan_id, PlanInfo& out) const {
+  std::lock_guard lk(plan_mu_);
+  auto it = plans_.find(plan_id);
+  if (it == plans_.end())
+    return {Code::kInvalidArgument, fmt::format("plan id {} is not prepared (never, or already released)", plan_id)};
+  out = PlanInfo{it->second->blocks, it->second->runs, it->second->bytes};
+  return Status::OK();
+}
+
+Status EngineImpl::releasePlan(PlanID plan_id) {
+  std::shared_ptr<const BlockPlan> gone;  // freed outside the lock
+  std::lock_guard lk(plan_mu_);
+  auto it = plans_.find(plan_id);
+  if (it == plans_.end())
+    return {Code::kInvalidArgument, fmt::format("plan id {} is not prepared (never, or already released)", plan_id)};
+  gone = std::move(it->second);
+  plans_.erase(it);
+  block_counters_.plan_bytes.fetch_sub(gone->memoryBytes(), std::memory_order_relaxed);
+  block_counters_.plans_open.fetch_sub(1, std::memory_order_relaxed);
+  return Status::OK();
+}
+
+Counters EngineImpl::blockStats() const {
+  const BlockCounters& c = block_counters_;
+  return {{"block_tasks", c.tasks.load()},
+          {"block_runs_started", c.runs_started.load()},
+          {"block_runs_inflight", c.runs_in_flight.load()},
+          {"block_bytes_per_inflight_run", BlockRunner::bytesPerRun()},
+          {"block_window_bytes", c.window_bytes.load()},
+          {"block_window_bytes_max_per_task", 2 * block_settings_.lanes * block_settings_.window * BlockRunner::bytesPerRun()},
+          {"block_plans_open", c.plans_open.load()},
+          {"block_plan_bytes", c.plan_bytes.load()}};
+}
+
+// ---- the public methods ----------------------------------------------------------
+
+Status TransferEngine::submitBlocks(BatchID batch, OpCode op, SegmentID target, std::span<const Block> blocks,
+                                    size_t* task_id) {
+  return impl_->submitBlocks(batch, op, target, BlockSource::of(blocks), task_id);
+}
+Status TransferEngine::submitBlocks(BatchID batch, OpCode op, SegmentID target, const BlockArrays& blocks,
+                                    size_t* task_id) {
+  return impl_->submitBlocks(batch, op, target, BlockSource::of(blocks), task_id);
+}
+Status TransferEngine::submitStrided(BatchID batch, OpCode op, SegmentID target, const StridedBlocks& blocks,
+                                     size_t* task_id) {
+  return impl_->submitStrided(batch, op, target, blocks, task_id);
+}
+Status TransferEngine::prepareBlocks(OpCode op, SegmentID target, std::span<const Block> blocks, PlanID& out) {
+  return impl_->prepareBlocks(op, target, BlockSource::of(blocks), out);
+}
+Status TransferEngine::prepareBlocks(OpCode op, SegmentID target, const BlockArrays& blocks, PlanID& out) {
+  return impl_->prepareBlocks(op, target, BlockSource::of(blocks), out);
+}
+Status TransferEngine::prepareStrided(OpCode op, SegmentID target, const StridedBlocks& blocks, PlanID& out) {
+  return impl_->prepareStrided(op, target, blocks, out);
+}
+Status TransferEngine::postPlan(BatchID batch, PlanID plan, size_t* task_id) {
+  return impl_->postPlan(batch, plan, task_id);
+}
+Status TransferEngine::planInfo(PlanID plan, PlanInfo& out) const { return impl_->planInfo(plan, out); }
+Status TransferEngine::releasePlan(PlanID plan) { return impl_->releasePlan(plan); }
+
+}  // namespace hawser

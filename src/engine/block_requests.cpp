@@ -1,0 +1,320 @@
+// Block requests, checked once: every block against local registered memory
+// and the target's buffers (an error names the block), destinations that
+// overlap refused, one route for the whole request, and blocks contiguous
+// on both sides merged into runs. The result is a BlockPlan
+// (block_plan.h); block_api.cpp submits and posts plans.
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "base/log.h"
+#include "engine/engine_impl.h"
+
+namespace hawser {
+
+namespace {
+
+Status at(size_t i, Code c, const std::string& what) { return {c, fmt::format("blocks[{}]: {}", i, what)}; }
+
+const char* destinationSide(OpCode op) { return op == OpCode::kRead ? "local memory (READ)" : "the target (WRITE)"; }
+
+}  // namespace
+
+Status EngineImpl::blockRoute(const SegmentView& view, uint32_t local_kind, uint32_t remote_kind,
+                              const Route*& out) {
+  RouteQuery q;
+  q.local_kind = local_kind;
+  q.remote_kind = remote_kind;
+  out = selectRoute(view, q, forced_transport_);
+  if (out) return Status::OK();
+  std::string why;
+  (void)selectRoute(view, q, forced_transport_, &why);
+  const Status& only = view.routes.size() == 1 ? view.routes[0].refusal : Status::OK();
+  if (!only.ok() && only.code() != Code::kNotSupported)
+    return {only.code(), fmt::format("segment '{}': {}", view.desc->name, only.message())};
+  return {Code::kNoTransport, fmt::format("no installed transport ({}) can serve it to segment '{}': {}",
+                                          fmt::join(transportNames(), ","), view.desc->name, why)};
+}
+
+Status EngineImpl::startPlan(OpCode op, SegmentID target, BlockPlan& plan) {
+  Status s = checkInit();
+  if (!s.ok()) return s;
+  if (op != OpCode::kRead && op != OpCode::kWrite)
+    return {Code::kInvalidArgument, fmt::format("opcode {} is neither READ nor WRITE", int(op))};
+  plan.op = op;
+  plan.target = target;
+  plan.view = currentView(target);
+  if (!plan.view) return {Code::kSegmentNotFound, fmt::format("target_id {} is not an open segment", target)};
+  plan.removals = registry_.removals();
+  return Status::OK();
+}
+
+Status EngineImpl::buildBlocks(OpCode op, SegmentID target, const BlockSource& src, BlockPlan& plan) {
+  Status s = startPlan(op, target, plan);
+  if (!s.ok()) return s;
+  bool refreshed = false;
+  s = checkBlocks(src, plan, refreshed);
+  if (s.code() == Code::kOutOfRange && refreshed) {
+    // A block outside the target's buffers as this engine knew them: the
+    // owner may have registered it since. Check again with its descriptor
+    // fetched anew (buffer indices change with it).
+    if (auto fresh = refreshSegment(target)) {
+      plan = BlockPlan{};
+      s = startPlan(op, target, plan);
+      if (!s.ok()) return s;
+      plan.view = fresh;
+      bool again = false;
+      s = checkBlocks(src, plan, again);
+    }
+  }
+  return s;
+}
+
+Status EngineImpl::checkBlocks(const BlockSource& src, BlockPlan& plan, bool& refresh) {
+  Status s;
+  const OpCode op = plan.op;
+  const size_t n = src.count;
+  if (n == 0) return {Code::kInvalidArgument, "blocks is empty (count 0)"};
+  if (!src.blocks && (!src.arrays.local || !src.arrays.remote))
+    return {Code::kInvalidArgument, fmt::format("blocks.{} is null with count {}", src.arrays.local ? "remote" : "local", n)};
+  const bool file = plan.view->desc->kind == SegmentDesc::Kind::kFile;
+  const uint64_t file_span = file ? plan.view->desc->fileSpan() : 0;
+  const bool read = op == OpCode::kRead;
+
+  // Caches: consecutive blocks mostly lie in the region / buffer of the one before.
+  uint64_t reg_start = 0, reg_end = 0;
+  std::string loc;
+  int buf = -1;
+  uint64_t buf_start = 0, buf_end = 0;
+  uint32_t local_kind = 0, remote_kind = kHostMemory;
+  const Route* route = nullptr;
+  int run_buf = -1;  // buffer of the open run
+  uint64_t run_reg = 0;
+  bool one_buffer = true;
+  // Destinations in order so far: overlap is found in the same pass.
+  bool sorted = true;
+  uint64_t prev_dest = 0, max_end = 0;
+  size_t max_end_block = 0;
+
+  plan.list.clear();
+  plan.list.reserve(std::min<size_t>(n, 1 << 16));
+  for (size_t i = 0; i < n; ++i) {
+    const Run b = src.at(i);
+    if (b.length == 0) return at(i, Code::kInvalidArgument, "length is 0");
+    if (b.local == 0) return at(i, Code::kInvalidArgument, "local address is null");
+    if (b.local + b.length < b.local) return at(i, Code::kInvalidArgument, "local + length wraps around");
+    if (b.remote + b.length < b.remote) return at(i, Code::kOutOfRange, "remote + length wraps around");
+    bool kinds_changed = false;
+    if (b.local < reg_start || b.local + b.length > reg_end) {
+      uint64_t start = 0, len = 0;
+      std::string where;
+      s = registry_.regionOf(b.local, b.length, start, len, &where);
+      if (!s.ok()) return at(i, s.code(), s.message());
+      reg_start = start;
+      reg_end = start + len;
+      const uint32_t kind = memoryKindOf(where);
+      kinds_changed = kind != local_kind;
+      local_kind = kind;
+      loc = std::move(where);
+    }
+    if (file) {
+      if (b.remote + b.length > file_span)
+        return at(i, Code::kOutOfRange,
+                  fmt::format("range [{:#x}, +{}) lies past the end of file segment '{}' ({} bytes)", b.remote,
+                              b.length, plan.view->desc->name, file_span));
+    } else if (b.remote < buf_start || b.remote + b.length > buf_end || buf < 0) {
+      buf = plan.view->desc->findBuffer(b.remote, b.length);
+      if (buf < 0) {
+        refresh = true;
+        return at(i, Code::kOutOfRange,
+                  fmt::format("remote range [{:#x}, +{}) is not inside one registered buffer of segment '{}'",
+                              b.remote, b.length, plan.view->desc->name));
+      }
+      const BufferDesc& bd = plan.view->desc->buffers[static_cast<size_t>(buf)];
+      buf_start = bd.addr;
+      buf_end = bd.addr + bd.length;
+      const uint32_t kind = memoryKindOf(bd.location);
+      kinds_changed |= kind != remote_kind;
+      remote_kind = kind;
+    }
+    // One request takes one route: a block whose kinds of memory would take
+    // another transport is refused (split the request by kind).
+    if (kinds_changed || !route) {
+      const Route* r = nullptr;
+      s = blockRoute(*plan.view, local_kind, remote_kind, r);
+      if (!s.ok()) return at(i, s.code(), s.message());
+      if (route && r->transport != route->transport)
+        return at(i, Code::kInvalidArgument,
+                  fmt::format("local {} would go through transport {}, the blocks before it through {}: one block "
+                              "request moves through one transport (split it by kind of memory)",
+                              loc, r->transport->name(), route->transport->name()));
+      route = r;
+    }
+    // Destinations overlapping: the bytes would depend on the order of the copies.
+    const uint64_t dest = read ? b.local : b.remote;
+    if (i > 0 && sorted) {
+      if (dest < prev_dest) {
+        sorted = false;
+      } else if (dest < max_end) {
+        return at(i, Code::kAddressOverlapped,
+                  fmt::format("destination [{:#x}, +{}) in {} overlaps blocks[{}]'s", dest, b.length,
+                              destinationSide(op), max_end_block));
+      }
+    }
+    prev_dest = dest;
+    if (dest + b.length > max_end) {
+      max_end = dest + b.length;
+      max_end_block = i;
+    }
+    // Merge with the open run when contiguous on both sides, in the same
+    // local region and remote buffer, and short enough.
+    const int this_buf = file ? -1 : buf;
+    if (!plan.list.empty()) {
+      Run& last = plan.list.back();
+      if (last.local + last.length == b.local && last.remote + last.length == b.remote && run_reg == reg_start &&
+          run_buf == this_buf && last.length + b.length <= block_settings_.max_run) {
+        last.length += b.length;
+        plan.bytes += b.length;
+        continue;
+      }
+    }
+    if (!plan.list.empty() && this_buf != run_buf) one_buffer = false;
+    plan.list.push_back(b);
+    plan.bytes += b.length;
+    run_reg = reg_start;
+    run_buf = this_buf;
+  }
+  if (!sorted) {
+    // Out of order: sort the destinations (indices, 4 or 8 bytes a block).
+    std::vector<size_t> order(n);
+    for (size_t i = 0; i < n; ++i) order[i] = i;
+    auto dest = [&](size_t i) {
+      const Run b = src.at(i);
+      return read ? b.local : b.remote;
+    };
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return dest(a) < dest(b); });
+    for (size_t k = 1; k < n; ++k) {
+      const Run prev = src.at(order[k - 1]);
+      const uint64_t pd = read ? prev.local : prev.remote, d = dest(order[k]);
+      if (d < pd + prev.length) {
+        const size_t later = std::max(order[k - 1], order[k]), earlier = std::min(order[k - 1], order[k]);
+        const Run lb = src.at(later);
+        return at(later, Code::kAddressOverlapped,
+                  fmt::format("destination [{:#x}, +{}) in {} overlaps blocks[{}]'s", read ? lb.local : lb.remote,
+                              lb.length, destinationSide(op), earlier));
+      }
+    }
+  }
+  if (plan.list.size() > UINT32_MAX)
+    return {Code::kInvalidArgument,
+            fmt::format("{} blocks make {} runs; one block request holds at most {}", n, plan.list.size(), UINT32_MAX)};
+  plan.list.shrink_to_fit();
+  plan.blocks = n;
+  plan.runs = plan.list.size();
+  plan.route = route;
+  plan.buffer = file ? -1 : (one_buffer ? run_buf : BlockPlan::kPerRun);
+  return Status::OK();
+}
+
+Status EngineImpl::buildStrided(OpCode op, SegmentID target, const StridedBlocks& sb, BlockPlan& plan) {
+  Status s = startPlan(op, target, plan);
+  if (!s.ok()) return s;
+  if (sb.count == 0) return {Code::kInvalidArgument, "strided blocks: count is 0"};
+  if (sb.block_length == 0) return {Code::kInvalidArgument, "strided blocks: block_length is 0"};
+  if (sb.local_base == nullptr) return {Code::kInvalidArgument, "strided blocks: local_base is null"};
+  const uint64_t n = sb.count, len = sb.block_length;
+  const uint64_t lbase = reinterpret_cast<uint64_t>(sb.local_base), rbase = sb.remote_base;
+  // The span each side covers: base to the end of the last block.
+  uint64_t lspan = 0, rspan = 0;
+  if (__builtin_mul_overflow(n - 1, uint64_t(sb.local_stride), &lspan) || __builtin_add_overflow(lspan, len, &lspan) ||
+      lbase + lspan < lbase)
+    return {Code::kInvalidArgument, fmt::format("strided blocks: the local span of {} blocks wraps around", n)};
+  if (__builtin_mul_overflow(n - 1, uint64_t(sb.remote_stride), &rspan) ||
+      __builtin_add_overflow(rspan, len, &rspan) || rbase + rspan < rbase)
+    return {Code::kOutOfRange, fmt::format("strided blocks: the remote span of {} blocks wraps around", n)};
+  if (n > 1) {
+    const size_t dstride = op == OpCode::kRead ? sb.local_stride : sb.remote_stride;
+    if (dstride < len)
+      return at(1, Code::kAddressOverlapped,
+                fmt::format("destination in {} overlaps blocks[0]'s: {} stride {} is less than block_length {}",
+                            destinationSide(op), op == OpCode::kRead ? "local" : "remote", dstride, len));
+  }
+  // One local region and one remote buffer hold the whole span: every block
+  // is valid, checked in O(1). Otherwise each block is checked (and listed).
+  uint64_t start = 0, rlen = 0;
+  std::string loc;
+  const SegmentDesc& d = *plan.view->desc;
+  const bool file = d.kind == SegmentDesc::Kind::kFile;
+  int buf = -1;
+  bool fast = registry_.regionOf(lbase, lspan, start, rlen, &loc).ok();
+  if (fast && file) {
+    fast = rbase + rspan <= d.fileSpan();
+  } else if (fast) {
+    buf = d.findBuffer(rbase, rspan);
+    if (buf < 0) {
+      if (auto fresh = refreshSegment(target)) plan.view = fresh;
+      buf = plan.view->desc->findBuffer(rbase, rspan);
+    }
+    fast = buf >= 0;
+  }
+  if (!fast) {
+    // Slow path: the blocks span several regions or buffers, or one is bad
+    // (and the error must name it).
+    struct Gen {
+      const StridedBlocks& sb;
+      Run operator()(size_t i) const {
+        return Run{reinterpret_cast<uint64_t>(sb.local_base) + i * sb.local_stride, sb.remote_base + i * sb.remote_stride,
+                   sb.block_length};
+      }
+    };
+    std::vector<Block> blocks(n);
+    for (size_t i = 0; i < n; ++i) {
+      Run r = Gen{sb}(i);
+      blocks[i] = Block{reinterpret_cast<void*>(r.local), r.remote, r.length};
+    }
+    return buildBlocks(op, target, BlockSource::of(std::span<const Block>(blocks)), plan);
+  }
+  const uint32_t remote_kind = file ? kHostMemory : memoryKindOf(plan.view->desc->buffers[size_t(buf)].location);
+  s = blockRoute(*plan.view, memoryKindOf(loc), remote_kind, plan.route);
+  if (!s.ok()) return s;
+  plan.strided = true;
+  plan.blocks = n;
+  plan.bytes = n * len;
+  plan.buffer = file ? -1 : buf;
+  plan.local_base = lbase;
+  plan.remote_base = rbase;
+  if (sb.local_stride == len && sb.remote_stride == len) {
+    // Contiguous on both sides: runs of block.max_run (the last shorter).
+    const uint64_t run = std::min<uint64_t>(plan.bytes, std::max<uint64_t>(block_settings_.max_run, len));
+    plan.runs = (plan.bytes + run - 1) / run;
+    plan.length = plan.local_stride = plan.remote_stride = run;
+    plan.tail = plan.bytes - (plan.runs - 1) * run;
+  } else {
+    plan.runs = n;
+    plan.length = plan.tail = len;
+    plan.local_stride = sb.local_stride;
+    plan.remote_stride = sb.remote_stride;
+  }
+  if (plan.runs > UINT32_MAX)
+    return {Code::kInvalidArgument,
+            fmt::format("{} strided blocks make {} runs; one block request holds at most {}", n, plan.runs, UINT32_MAX)};
+  return Status::OK();
+}
+
+Status EngineImpl::recheckLocal(const BlockPlan& plan) {
+  uint64_t start = 0, end = 0;
+  for (size_t i = 0; i < plan.runs; ++i) {
+    const Run r = plan.run(i);
+    if (r.local >= start && r.local + r.length <= end) continue;
+    uint64_t len = 0;
+    Status s = registry_.regionOf(r.local, r.length, start, len, nullptr);
+    if (!s.ok())
+      return {s.code(), fmt::format("the plan's run {} (local [{:#x}, +{})) is no longer registered: {}", i, r.local,
+                                    r.length, s.message())};
+    end = start + len;
+  }
+  return Status::OK();
+}
+
+}  // namespace hawser

@@ -1,0 +1,245 @@
+#include "engine/block_runner.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "base/log.h"
+#include "metadata/descriptor.h"
+
+namespace hawser {
+
+size_t BlockRunner::bytesPerRun() { return sizeof(Child) + sizeof(Task*); }
+
+BlockRunner::BlockRunner(std::shared_ptr<const BlockPlan> plan, Task* parent, BlockPump* pump,
+                         const BlockSettings& settings, BlockCounters* counters)
+    : plan_(std::move(plan)),
+      parent_(parent),
+      pump_(pump),
+      settings_(settings),
+      counters_(counters),
+      lanes_(std::max<size_t>(1, std::min(settings.lanes, (plan_->runs + settings.window - 1) / settings.window))),
+      lane_(lanes_, nullptr) {}
+
+BlockRunner::~BlockRunner() {
+  size_t bytes = 0;
+  for (auto& w : windows_) bytes += w->capacity * bytesPerRun() + sizeof(Window);
+  counters_->window_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+size_t BlockRunner::take(size_t max, size_t& first) {
+  size_t cur = next_.load(std::memory_order_relaxed);
+  for (;;) {
+    if (cur >= plan_->runs) return 0;
+    const size_t k = std::min(max, plan_->runs - cur);
+    if (next_.compare_exchange_weak(cur, cur + k, std::memory_order_acq_rel)) {
+      first = cur;
+      return k;
+    }
+  }
+}
+
+BlockRunner::Window* BlockRunner::windowFor(size_t lane) {
+  Window* w = lane_[lane];
+  if (!w || !w->reusable()) {
+    // The lane's last window is still let go of by its transport: take any
+    // idle one, else make one (bounded in practice: windows are idle within
+    // moments of their last child ending).
+    w = nullptr;
+    for (auto& c : windows_)
+      if (c->reusable() && std::find(lane_.begin(), lane_.end(), c.get()) == lane_.end()) {
+        w = c.get();
+        break;
+      }
+    if (!w) {
+      auto nw = std::make_unique<Window>();
+      nw->runner = this;
+      nw->capacity = std::min(settings_.window, plan_->runs);
+      nw->children.reset(new Child[nw->capacity]);
+      nw->tasks.reset(new Task*[nw->capacity]);
+      for (size_t i = 0; i < nw->capacity; ++i) {
+        nw->children[i].w = nw.get();
+        nw->children[i].task.attach(&nw->children[i]);
+        nw->tasks[i] = &nw->children[i].task;
+      }
+      counters_->window_bytes.fetch_add(nw->capacity * bytesPerRun() + sizeof(Window), std::memory_order_relaxed);
+      w = nw.get();
+      windows_.push_back(std::move(nw));
+    }
+    lane_[lane] = w;
+  }
+  w->lane = lane;
+  return w;
+}
+
+Status BlockRunner::fill(Window* w, size_t first, size_t k, std::unique_ptr<PreparedWork>& work) {
+  const BlockPlan& p = *plan_;
+  Transport* t = p.route->transport;
+  w->sb.reset();  // idle: its I/O has ended
+  Status s = t->newSubBatch(k, w->sb);
+  if (!s.ok() || !w->sb)
+    return {s.ok() ? Code::kInternal : s.code(),
+            fmt::format("transport {}: cannot allocate a sub-batch: {}", t->name(), s.message())};
+  const SegmentDesc& d = *p.view->desc;
+  for (size_t j = 0; j < k; ++j) {
+    const Run r = p.run(first + j);
+    int buf = p.buffer;
+    if (buf == BlockPlan::kPerRun) {
+      if (last_buf_ < 0 || r.remote < d.buffers[size_t(last_buf_)].addr ||
+          r.remote + r.length > d.buffers[size_t(last_buf_)].addr + d.buffers[size_t(last_buf_)].length)
+        last_buf_ = d.findBuffer(r.remote, r.length);
+      buf = last_buf_;
+    }
+    TransferRequest req{p.op, reinterpret_cast<void*>(r.local), p.target, r.remote, r.length};
+    w->children[j].task.reset(req, parent_->id(), p.view->desc, p.route->peer, buf);
+  }
+  w->n = k;
+  s = w->sb->prepare(std::span<Task* const>(w->tasks.get(), k), work);
+  if (s.ok() && !work) s = {Code::kInternal, fmt::format("transport {}: prepare returned no work", t->name())};
+  if (!s.ok()) {
+    w->n = 0;
+    return s;
+  }
+  for (size_t j = 0; j < k; ++j) w->children[j].task.markSubmitted();
+  w->left.store(k, std::memory_order_relaxed);
+  w->exited.store(0, std::memory_order_release);
+  return Status::OK();
+}
+
+void BlockRunner::post(Window* w, std::unique_ptr<PreparedWork> work) {
+  counters_->runs_started.fetch_add(w->n, std::memory_order_relaxed);
+  counters_->runs_in_flight.fetch_add(w->n, std::memory_order_relaxed);
+  w->sb->post(std::move(work));
+}
+
+Status BlockRunner::prepareFirst() {
+  std::lock_guard lk(mu_);
+  size_t first = 0;
+  const size_t k = take(settings_.window, first);
+  Window* w = windowFor(0);
+  Status s = fill(w, first, k, first_work_);
+  if (!s.ok()) {
+    next_.store(0);  // nothing was posted; the runner is dropped
+    return s;
+  }
+  first_w_ = w;
+  return Status::OK();
+}
+
+void BlockRunner::start() {
+  {
+    std::lock_guard lk(mu_);
+    post(first_w_, std::move(first_work_));
+  }
+  for (size_t lane = 1; lane < lanes_; ++lane) {
+    if (next_.load(std::memory_order_acquire) >= plan_->runs) break;
+    if (!pump_->schedule(shared_from_this(), lane)) {
+      stop(TransferState::kFailed, {Code::kUnavailable, "engine shut down before these blocks were started"}, false);
+      break;
+    }
+  }
+}
+
+void BlockRunner::dispatch(size_t lane) {
+  std::lock_guard lk(mu_);
+  if (failed_.load(std::memory_order_acquire)) return;
+  size_t first = 0;
+  const size_t k = take(settings_.window, first);
+  if (k == 0) return;
+  Window* w = windowFor(lane);
+  std::unique_ptr<PreparedWork> work;
+  Status s = fill(w, first, k, work);
+  if (!s.ok()) {
+    // The transport refused a later window (it shut down, say): these runs
+    // and all after them fail with its reason.
+    failed_.store(true);
+    parent_->failSlices(static_cast<uint32_t>(k), TransferState::kFailed, s);
+    stop(TransferState::kFailed, s, false);
+    return;
+  }
+  post(w, std::move(work));
+}
+
+void BlockRunner::stop(TransferState state, const Status& why, bool cancel_inflight) {
+  const size_t first = next_.exchange(plan_->runs, std::memory_order_acq_rel);
+  if (first < plan_->runs) parent_->failSlices(static_cast<uint32_t>(plan_->runs - first), state, why);
+  if (!cancel_inflight) return;
+  std::lock_guard lk(mu_);
+  for (auto& w : windows_)
+    if (w->sb) w->sb->cancel();
+}
+
+bool BlockRunner::busy() const {
+  std::lock_guard lk(mu_);
+  for (auto& w : windows_)
+    if (!w->reusable()) return true;
+  return false;
+}
+
+void BlockRunner::Child::taskFinished() { w->runner->childDone(this); }
+
+void BlockRunner::childDone(Child* c) {
+  Window* w = c->w;
+  const TransferStatus st = c->task.status();
+  counters_->runs_in_flight.fetch_sub(1, std::memory_order_relaxed);
+  if (st.s != TransferState::kCompleted && !failed_.exchange(true))
+    stop(TransferState::kCanceled,
+         {st.error.code() == Code::kOk ? Code::kInternal : st.error.code(),
+          fmt::format("not started: an earlier run of this block request ended {}: {}", stateName(st.s),
+                      st.error.message())},
+         false);
+  if (w->left.fetch_sub(1, std::memory_order_acq_rel) == 1) windowDone(w->lane);
+  // May end the parent (and let its batch be freed): from here on only the
+  // window's exit count is touched, which busy() waits for.
+  parent_->completeSlice(st.s, st.transferred_bytes, st.error);
+  w->exited.fetch_add(1, std::memory_order_acq_rel);
+}
+
+void BlockRunner::windowDone(size_t lane) {
+  if (next_.load(std::memory_order_acquire) >= plan_->runs) return;
+  if (!pump_->schedule(shared_from_this(), lane))
+    stop(TransferState::kFailed, {Code::kUnavailable, "engine shut down before these blocks were started"}, false);
+}
+
+// ---- pump ----------------------------------------------------------------------
+
+bool BlockPump::schedule(std::shared_ptr<BlockRunner> r, size_t lane) {
+  {
+    std::lock_guard lk(mu_);
+    if (stopped_) return false;
+    q_.emplace_back(std::move(r), lane);
+    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+  }
+  cv_.notify_one();
+  return true;
+}
+
+void BlockPump::loop() {
+  std::unique_lock lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [&] { return stopped_ || !q_.empty(); });
+    if (stopped_) return;
+    auto [r, lane] = std::move(q_.front());
+    q_.pop_front();
+    lk.unlock();
+    r->dispatch(lane);
+    r.reset();  // may destroy the runner: not under mu_
+    lk.lock();
+  }
+}
+
+void BlockPump::stop() {
+  std::deque<std::pair<std::shared_ptr<BlockRunner>, size_t>> left;
+  {
+    std::lock_guard lk(mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    left.swap(q_);
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  for (auto& [r, lane] : left)
+    r->stop(TransferState::kFailed, {Code::kUnavailable, "engine shut down before these blocks were started"}, false);
+}
+
+}  // namespace hawser

@@ -1,0 +1,141 @@
+// One block request in flight: the runs of its plan handed to the
+// transport a window at a time, so that the engine's memory per task is
+// bounded (block.lanes x block.window runs) whatever the number of blocks,
+// and posting a plan of a million blocks touches none of them.
+//
+// The task the user sees (the batch's Task, "parent") has one slice per
+// run. Each run of a window becomes an internal task ("child") of the
+// window's own sub-batch of the route's transport: transports see ordinary
+// tasks and cut them into slices as they always do. When a child ends, it
+// ends one slice of the parent; when a window's children have all ended,
+// the lane asks the pump (one engine thread) for its next window.
+//
+// The first window is cut on the caller's thread, so that a transport's
+// refusal (prepare) fails the call with nothing posted; the other lanes
+// start on the pump.
+//
+// Lifetime: the batch holds the runner; the pump holds it while a lane
+// waits for a window. A child's callback touches the runner only before
+// it ends the parent's slice, or its window's `exited` count, which busy()
+// waits for; the batch drops the runner only when !busy().
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "base/task.h"
+#include "base/transport.h"
+#include "engine/block_plan.h"
+
+namespace hawser {
+
+class BlockPump;
+
+// Engine-wide counters of block requests (stats()).
+struct BlockCounters {
+  std::atomic<uint64_t> tasks{0};          // block tasks posted
+  std::atomic<uint64_t> runs_started{0};   // runs handed to transports
+  std::atomic<uint64_t> runs_in_flight{0};  // gauge
+  std::atomic<uint64_t> window_bytes{0};   // gauge: memory the runners' windows hold
+  std::atomic<uint64_t> plan_bytes{0};     // gauge: memory prepared plans hold
+  std::atomic<uint64_t> plans_open{0};     // gauge
+};
+
+class BlockRunner : public std::enable_shared_from_this<BlockRunner> {
+ public:
+  // Engine memory one run in flight holds (its internal task and pointer),
+  // besides the transport's slices.
+  static size_t bytesPerRun();
+
+  BlockRunner(std::shared_ptr<const BlockPlan> plan, Task* parent, BlockPump* pump, const BlockSettings& settings,
+              BlockCounters* counters);
+  ~BlockRunner();
+  BlockRunner(const BlockRunner&) = delete;
+
+  // Caller's thread, under the batch's submit lock, before the parent is
+  // visible: cuts and prepares the first window (nothing posted).
+  Status prepareFirst();
+  // Once the parent is committed: posts the first window, starts the other lanes.
+  void start();
+  // The pump: the next window of `lane`.
+  void dispatch(size_t lane);
+  // Runs not yet started end `state` with `why`; windows in flight are
+  // canceled when `cancel_inflight`.
+  void stop(TransferState state, const Status& why, bool cancel_inflight);
+  // Some window's I/O or callbacks still reference the runner.
+  bool busy() const;
+  Transport* transport() const { return plan_->route->transport; }
+
+ private:
+  struct Window;
+  struct Child final : TaskOwner {
+    Task task;
+    Window* w = nullptr;
+    void taskFinished() override;
+  };
+  struct Window {
+    BlockRunner* runner = nullptr;
+    size_t lane = 0;
+    std::unique_ptr<SubBatch> sb;
+    std::unique_ptr<Child[]> children;
+    std::unique_ptr<Task*[]> tasks;
+    size_t capacity = 0;
+    size_t n = 0;                     // children of the current window
+    std::atomic<size_t> left{0};      // children not yet ended
+    std::atomic<size_t> exited{0};    // children whose callback has returned
+    bool reusable() const { return exited.load(std::memory_order_acquire) == n && (!sb || sb->idle()); }
+  };
+
+  // Takes up to `max` runs not yet started: [first, first + k).
+  size_t take(size_t max, size_t& first);
+  // Under mu_: a window for `lane` that no I/O references.
+  Window* windowFor(size_t lane);
+  // Under mu_: fills `w` with runs [first, first + k) and prepares them.
+  Status fill(Window* w, size_t first, size_t k, std::unique_ptr<PreparedWork>& work);
+  void post(Window* w, std::unique_ptr<PreparedWork> work);
+  void childDone(Child* c);
+  void windowDone(size_t lane);
+
+  const std::shared_ptr<const BlockPlan> plan_;
+  Task* const parent_;
+  BlockPump* const pump_;
+  const BlockSettings settings_;
+  BlockCounters* const counters_;
+  const size_t lanes_;
+  std::atomic<size_t> next_{0};  // first run not yet taken
+  std::atomic<bool> failed_{false};
+  mutable std::mutex mu_;  // windows_ and their sub-batches (not the callbacks)
+  std::vector<std::unique_ptr<Window>> windows_;
+  std::vector<Window*> lane_;  // each lane's latest window
+  // The first window, prepared and not yet posted.
+  Window* first_w_ = nullptr;
+  std::unique_ptr<PreparedWork> first_work_;
+  // Remote buffer lookups of kPerRun plans (under mu_).
+  int last_buf_ = -1;
+};
+
+// One engine thread that cuts and posts the next window of lanes whose
+// window ended (never a transport's completion thread).
+class BlockPump {
+ public:
+  ~BlockPump() { stop(); }
+  // False once stopped.
+  bool schedule(std::shared_ptr<BlockRunner> r, size_t lane);
+  // Joins the thread; lanes still waiting end their runs FAILED.
+  void stop();
+
+ private:
+  void loop();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<std::shared_ptr<BlockRunner>, size_t>> q_;
+  std::thread thread_;
+  bool stopped_ = false;
+};
+
+}  // namespace hawser

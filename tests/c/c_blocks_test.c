@@ -1,0 +1,263 @@
+/* Block requests and plans through the C API (hawser/c_api.h, "Block
+ * requests"), from C: two engines in one process over tcp. Bytes verified
+ * for a block list, parallel arrays, a strided layout and a plan posted
+ * twice; each bad block's exact code, with its index in the last error.
+ *
+ * Usage: c_c_blocks_test [case]   (no argument: every case)
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "hawser/c_api.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char* g_case = "";
+
+#define CHECK(cond)                                                                                       \
+  do {                                                                                                    \
+    if (!(cond)) {                                                                                        \
+      fprintf(stderr, "FAIL %s: %s:%d: %s (last error: %s)\n", g_case, __FILE__, __LINE__, #cond,      \
+              hawser_last_error());                                                                       \
+      return 1;                                                                                           \
+    }                                                                                                     \
+  } while (0)
+
+#define CHECK_RC(call, want)                                                                              \
+  do {                                                                                                    \
+    int rc_ = (call);                                                                                     \
+    int want_ = (want);                                                                                   \
+    if (rc_ != want_) {                                                                                   \
+      fprintf(stderr, "FAIL %s: %s:%d: %s returned %d (%s), want %d (%s); last error: %s\n", g_case,     \
+              __FILE__, __LINE__, #call, rc_, hawser_code_name(rc_), want_, hawser_code_name(want_),      \
+              hawser_last_error());                                                                       \
+      return 1;                                                                                           \
+    }                                                                                                     \
+  } while (0)
+
+#define CHECK_OK(call) CHECK_RC(call, HAWSER_OK)
+#define CHECK_ERROR_NAMES(needle) CHECK(strstr(hawser_last_error(), (needle)) != NULL)
+
+#define MIB ((size_t)1 << 20)
+#define N 500
+
+static unsigned char byte_at(size_t off, unsigned seed) { return (unsigned char)(off * 131u + seed * 7u + (off >> 12)); }
+
+/* Two engines forced to tcp: `init` with local memory `lmem`, the target with
+ * `tmem` (filled), and the target opened as `seg`. */
+struct pair {
+  hawser_engine_t *init, *target;
+  unsigned char *lmem, *tmem;
+  hawser_segment_id_t seg;
+};
+
+static int open_pair(struct pair* p) {
+  hawser_kv_t cfg[1] = {{"transport", "tcp"}};
+  hawser_engine_options_t opts = {cfg, 1};
+  char name[64];
+  memset(p, 0, sizeof *p);
+  p->lmem = aligned_alloc(4096, 4 * MIB);
+  p->tmem = aligned_alloc(4096, 4 * MIB);
+  CHECK(p->lmem && p->tmem);
+  memset(p->lmem, 0, 4 * MIB);
+  for (size_t i = 0; i < 4 * MIB; ++i) p->tmem[i] = byte_at(i, 3);
+  CHECK_OK(hawser_engine_create_with_options("p2p", "blocks-target", "127.0.0.1", 0, &opts, &p->target));
+  CHECK_OK(hawser_engine_create_with_options("p2p", "blocks-init", "127.0.0.1", 0, &opts, &p->init));
+  CHECK_OK(hawser_register_memory(p->target, p->tmem, 4 * MIB, "cpu:0", 1));
+  CHECK_OK(hawser_register_memory(p->init, p->lmem, 4 * MIB, "cpu:0", 0));
+  CHECK_OK(hawser_segment_name(p->target, name, sizeof name));
+  CHECK_OK(hawser_open_segment(p->init, name, &p->seg));
+  return 0;
+}
+
+static void close_pair(struct pair* p) {
+  hawser_engine_destroy(p->init);
+  hawser_engine_destroy(p->target);
+  free(p->lmem);
+  free(p->tmem);
+}
+
+/* Waits for task `task` of `b` and checks it COMPLETED with `bytes`. */
+static int completed(hawser_engine_t* e, hawser_batch_id_t b, size_t task, size_t bytes) {
+  hawser_status_t st;
+  CHECK_OK(hawser_wait(e, b, 30000));
+  CHECK_OK(hawser_task_status(e, b, task, &st));
+  CHECK(st.state == HAWSER_COMPLETED);
+  CHECK(st.transferred_bytes == bytes);
+  return 0;
+}
+
+static int block_list_arrays_and_strided_move_the_bytes(void) {
+  struct pair p;
+  if (open_pair(&p)) return 1;
+  uint64_t tbase = (uint64_t)(uintptr_t)p.tmem;
+  hawser_block_t blocks[N];
+  uint64_t l[N], r[N];
+  hawser_batch_id_t b;
+  size_t task = 99;
+  /* Block i: 1000 bytes from target offset (N-1-i)*4096+1 to local i*2048. */
+  for (size_t i = 0; i < N; ++i) {
+    blocks[i].local = p.lmem + i * 2048;
+    blocks[i].remote = tbase + (N - 1 - i) * 4096 + 1;
+    blocks[i].length = 1000;
+  }
+  CHECK_OK(hawser_allocate_batch(p.init, 3, &b));
+  CHECK_OK(hawser_submit_blocks(p.init, b, HAWSER_OP_READ, p.seg, blocks, N, &task));
+  CHECK(task == 0);
+  if (completed(p.init, b, 0, N * 1000)) return 1;
+  for (size_t i = 0; i < N; ++i)
+    for (size_t k = 0; k < 1000; k += 97) CHECK(p.lmem[i * 2048 + k] == byte_at((N - 1 - i) * 4096 + 1 + k, 3));
+
+  /* Parallel arrays, one length for all: a WRITE of local i*2048 to target 2 MiB + i*1000 (packed). */
+  for (size_t i = 0; i < N; ++i) {
+    l[i] = (uint64_t)(uintptr_t)(p.lmem + i * 2048);
+    r[i] = tbase + 2 * MIB + i * 1000;
+  }
+  CHECK_OK(hawser_submit_block_arrays(p.init, b, HAWSER_OP_WRITE, p.seg, l, r, NULL, 1000, N, &task));
+  CHECK(task == 1);
+  if (completed(p.init, b, 1, N * 1000)) return 1;
+  for (size_t i = 0; i < N; ++i) CHECK(memcmp(p.tmem + 2 * MIB + i * 1000, p.lmem + i * 2048, 1000) == 0);
+
+  /* Strided: read those packed blocks back into every 3000th byte at 1 MiB. */
+  hawser_strided_t sb = {p.lmem + MIB, tbase + 2 * MIB, 1000, 3000, 1000, N};
+  CHECK_OK(hawser_submit_strided(p.init, b, HAWSER_OP_READ, p.seg, &sb, &task));
+  CHECK(task == 2);
+  if (completed(p.init, b, 2, N * 1000)) return 1;
+  for (size_t i = 0; i < N; ++i) CHECK(memcmp(p.lmem + MIB + i * 3000, p.lmem + i * 2048, 1000) == 0);
+  CHECK_OK(hawser_free_batch(p.init, b));
+  close_pair(&p);
+  return 0;
+}
+
+static int a_plan_is_prepared_once_and_posted_twice(void) {
+  struct pair p;
+  if (open_pair(&p)) return 1;
+  uint64_t tbase = (uint64_t)(uintptr_t)p.tmem;
+  hawser_plan_id_t plan = 0;
+  hawser_plan_info_t info;
+  hawser_batch_id_t b;
+  /* 1024 blocks of 1 KiB, contiguous on both sides: one run. */
+  hawser_strided_t sb = {p.lmem, tbase + 8192, 1024, 1024, 1024, 1024};
+  CHECK_OK(hawser_prepare_strided(p.init, HAWSER_OP_WRITE, p.seg, &sb, &plan));
+  CHECK_OK(hawser_plan_info(p.init, plan, &info));
+  CHECK(info.blocks == 1024 && info.runs == 1 && info.bytes == MIB);
+  CHECK_OK(hawser_allocate_batch(p.init, 2, &b));
+  for (unsigned round = 0; round < 2; ++round) {
+    size_t task = 99;
+    for (size_t i = 0; i < MIB; ++i) p.lmem[i] = byte_at(i, 10 + round);
+    CHECK_OK(hawser_post_plan(p.init, b, plan, &task));
+    CHECK(task == round);
+    if (completed(p.init, b, round, MIB)) return 1;
+    CHECK(memcmp(p.tmem + 8192, p.lmem, MIB) == 0);
+  }
+  CHECK_RC(hawser_post_plan(p.init, b, plan, NULL), HAWSER_E_CAPACITY_EXCEEDED);
+  CHECK_OK(hawser_free_batch(p.init, b));
+  /* A plan from a block list. */
+  hawser_block_t blocks[2] = {{p.lmem, tbase, 100}, {p.lmem + 100, tbase + 100, 100}};
+  hawser_plan_id_t plan2 = 0;
+  CHECK_OK(hawser_prepare_blocks(p.init, HAWSER_OP_READ, p.seg, blocks, 2, &plan2));
+  CHECK_OK(hawser_plan_info(p.init, plan2, &info));
+  CHECK(info.blocks == 2 && info.runs == 1 && info.bytes == 200);
+  CHECK_OK(hawser_release_plan(p.init, plan));
+  CHECK_OK(hawser_release_plan(p.init, plan2));
+  CHECK_RC(hawser_release_plan(p.init, plan), HAWSER_E_INVALID_ARGUMENT);
+  CHECK_ERROR_NAMES("not prepared");
+  CHECK_RC(hawser_plan_info(p.init, plan, &info), HAWSER_E_INVALID_ARGUMENT);
+  close_pair(&p);
+  return 0;
+}
+
+static int bad_blocks_get_their_exact_codes_and_index(void) {
+  struct pair p;
+  if (open_pair(&p)) return 1;
+  uint64_t tbase = (uint64_t)(uintptr_t)p.tmem;
+  hawser_block_t blocks[8];
+  hawser_batch_id_t b;
+  hawser_plan_id_t plan = 0;
+  for (size_t i = 0; i < 8; ++i) {
+    blocks[i].local = p.lmem + i * 8192;
+    blocks[i].remote = tbase + i * 8192;
+    blocks[i].length = 4096;
+  }
+  CHECK_OK(hawser_allocate_batch(p.init, 1, &b));
+  blocks[6].remote = tbase + 4 * MIB - 100;
+  CHECK_RC(hawser_submit_blocks(p.init, b, HAWSER_OP_READ, p.seg, blocks, 8, NULL), HAWSER_E_OUT_OF_RANGE);
+  CHECK_ERROR_NAMES("blocks[6]");
+  CHECK_RC(hawser_prepare_blocks(p.init, HAWSER_OP_READ, p.seg, blocks, 8, &plan), HAWSER_E_OUT_OF_RANGE);
+  CHECK_ERROR_NAMES("blocks[6]");
+  blocks[6].remote = tbase + 6 * 8192;
+  blocks[2].local = p.lmem + 8192 + 10; /* overlaps blocks[1] locally: refused for a READ */
+  CHECK_RC(hawser_submit_blocks(p.init, b, HAWSER_OP_READ, p.seg, blocks, 8, NULL), HAWSER_E_ADDRESS_OVERLAPPED);
+  CHECK_ERROR_NAMES("blocks[2]");
+  blocks[2].local = (void*)(uintptr_t)4096;
+  CHECK_RC(hawser_submit_blocks(p.init, b, HAWSER_OP_WRITE, p.seg, blocks, 8, NULL), HAWSER_E_NOT_REGISTERED);
+  CHECK_ERROR_NAMES("blocks[2]");
+  CHECK_RC(hawser_submit_blocks(p.init, b, HAWSER_OP_READ, p.seg, blocks, 0, NULL), HAWSER_E_INVALID_ARGUMENT);
+  CHECK_ERROR_NAMES("blocks is empty");
+  CHECK_RC(hawser_submit_blocks(p.init, b, HAWSER_OP_READ, p.seg, NULL, 3, NULL), HAWSER_E_INVALID_ARGUMENT);
+  CHECK_ERROR_NAMES("blocks is null");
+  CHECK_RC(hawser_submit_blocks(p.init, b, 9, p.seg, blocks, 8, NULL), HAWSER_E_INVALID_ARGUMENT);
+  CHECK_ERROR_NAMES("opcode 9");
+  {
+    uint64_t l[2] = {(uint64_t)(uintptr_t)p.lmem, (uint64_t)(uintptr_t)(p.lmem + 4096)};
+    uint64_t r[2] = {tbase, tbase + 4096};
+    uint64_t lens[2] = {4096, 0};
+    CHECK_RC(hawser_submit_block_arrays(p.init, b, HAWSER_OP_READ, p.seg, l, r, lens, 0, 2, NULL),
+             HAWSER_E_INVALID_ARGUMENT);
+    CHECK_ERROR_NAMES("blocks[1]: length is 0");
+    CHECK_RC(hawser_submit_block_arrays(p.init, b, HAWSER_OP_READ, p.seg, NULL, r, NULL, 64, 2, NULL),
+             HAWSER_E_INVALID_ARGUMENT);
+    CHECK_ERROR_NAMES("blocks.local is null");
+  }
+  {
+    hawser_strided_t sb = {p.lmem, tbase, 4096, 4096, 4096, 0};
+    CHECK_RC(hawser_submit_strided(p.init, b, HAWSER_OP_READ, p.seg, &sb, NULL), HAWSER_E_INVALID_ARGUMENT);
+    CHECK_ERROR_NAMES("count is 0");
+    sb.count = 4;
+    sb.remote_stride = 100; /* a WRITE's destinations overlap */
+    CHECK_RC(hawser_submit_strided(p.init, b, HAWSER_OP_WRITE, p.seg, &sb, NULL), HAWSER_E_ADDRESS_OVERLAPPED);
+    CHECK_ERROR_NAMES("blocks[1]");
+    CHECK_RC(hawser_submit_strided(p.init, b, HAWSER_OP_READ, p.seg, NULL, NULL), HAWSER_E_INVALID_ARGUMENT);
+    CHECK_RC(hawser_prepare_strided(p.init, HAWSER_OP_READ, p.seg, &sb, NULL), HAWSER_E_INVALID_ARGUMENT);
+    CHECK_ERROR_NAMES("out is null");
+  }
+  CHECK_RC(hawser_post_plan(p.init, b, 4242, NULL), HAWSER_E_INVALID_ARGUMENT);
+  CHECK_RC(hawser_post_plan(NULL, b, 1, NULL), HAWSER_E_INVALID_ARGUMENT);
+  CHECK_RC(hawser_submit_blocks(p.init, b + 77, HAWSER_OP_READ, p.seg, blocks, 1, NULL), HAWSER_E_INVALID_BATCH);
+  CHECK_OK(hawser_free_batch(p.init, b));
+  close_pair(&p);
+  return 0;
+}
+
+struct test_case {
+  const char* name;
+  int (*run)(void);
+};
+
+static const struct test_case cases[] = {
+    {"block_list_arrays_and_strided_move_the_bytes", block_list_arrays_and_strided_move_the_bytes},
+    {"a_plan_is_prepared_once_and_posted_twice", a_plan_is_prepared_once_and_posted_twice},
+    {"bad_blocks_get_their_exact_codes_and_index", bad_blocks_get_their_exact_codes_and_index},
+};
+
+int main(int argc, char** argv) {
+  int failed = 0, ran = 0;
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+    if (argc > 1 && strcmp(argv[1], cases[i].name) != 0) continue;
+    g_case = cases[i].name;
+    ++ran;
+    if (cases[i].run() != 0) {
+      ++failed;
+    } else {
+      printf("ok - %s\n", cases[i].name);
+    }
+    fflush(stdout);
+  }
+  if (ran == 0) {
+    fprintf(stderr, "no case named '%s'\n", argv[1]);
+    return 2;
+  }
+  printf("%d of %d case(s) passed\n", ran - failed, ran);
+  return failed ? 1 : 0;
+}

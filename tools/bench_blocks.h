@@ -1,0 +1,33 @@
+// `hawser bench --blocks N`: block requests (docs/blocks.md) against a
+// segment, with the limits they are judged by measured in the same run,
+// interleaved round by round (medians):
+//   - the same bytes moved as 1 MiB requests (bytes/s),
+//   - one block alone, round trip (blocks/s),
+//   - the N blocks as N separate requests of one batch (blocks/s: what a
+//     caller without block requests does).
+// The block request is a plan prepared once and posted every round; the CPU
+// time of the first submit and of each post is reported too.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace hawser::tools {
+
+struct BlockBenchOpts {
+  std::string target;
+  std::string op = "read";
+  std::string block_size = "4K";
+  size_t blocks = 0;
+  std::string layout = "contiguous";  // contiguous | scattered | strided
+  size_t rounds = 5;
+  bool json = false;
+  bool no_verify = false;
+  std::string metadata = "p2p";
+  std::string name;
+  std::string host = "127.0.0.1";
+};
+
+int runBlockBench(const BlockBenchOpts& o);
+
+}  // namespace hawser::tools
