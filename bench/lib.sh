@@ -15,3 +15,24 @@ find_hawser() {
   [[ -n "${HAWSER:-}" ]] || HAWSER=$(find_bin hawser)
   [[ -x "${HAWSER:-}" ]] || { echo "hawser binary not found; set HAWSER=/path/to/hawser" >&2; exit 2; }
 }
+
+# start_serve PORT MEMORY LOG: starts `hawser serve` on 127.0.0.1:PORT in the
+# background, sets serve_pid, waits until it is ready (exits 1 if it is not).
+start_serve() {
+  "$HAWSER" serve --listen "127.0.0.1:$1" --memory "$2" >"$3" 2>&1 &
+  serve_pid=$!
+  local _
+  for _ in $(seq 100); do
+    grep -q '^ready' "$3" 2>/dev/null && return 0
+    kill -0 "$serve_pid" 2>/dev/null || { cat "$3" >&2; exit 1; }
+    sleep 0.1
+  done
+  echo "hawser serve did not become ready" >&2
+  cat "$3" >&2
+  exit 1
+}
+
+# host_line: one line saying what ran the figures (cores, kernel, load).
+host_line() {
+  echo "host: $(nproc) cores, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+}

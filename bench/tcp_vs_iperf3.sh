@@ -1,113 +1,141 @@
 #!/usr/bin/env bash
-# hawser tcp transport vs iperf3 on loopback, in one run.
+# hawser's tcp transport against parallel iperf3 on loopback, in one run.
 #
-# Starts `hawser serve` in the background, then for every block size runs,
-# REPEAT times in turn, iperf3 (server + client, -P = the engine's TCP data
-# connections) and `hawser bench` read and write; prints the median GB/s
-# (10^9 bytes/s) of each and the ratio to the iperf3 median measured in the
-# same rounds (interleaving makes a busy machine's load hit both alike).
+# The limit: as many iperf3 processes as the bench has threads, one stream
+# each, run at once and summed (iperf3 3.12 drives all -P streams from one
+# thread, so one process with -P 2 is capped by one core). Each iperf3 client
+# writes in blocks of the bench's block size (-l). Starts `hawser serve` and
+# THREADS `iperf3 -s` servers in the background, then for every block size
+# runs, REPEAT times in turn, the iperf3 clients, `hawser bench` read and
+# `hawser bench` write (HAWSER_TRANSPORT=tcp: loopback would otherwise take
+# shm). Prints every round's figures and ratio, then the medians. CPU time
+# is counted on both sides: iperf3 clients + servers over the run; hawser
+# bench + serve over the bench's timed run (not its set-up and check).
+# "cores" is CPU seconds per second, "cpu/GB" CPU seconds per 10^9 bytes.
 #
 # Usage: bench/tcp_vs_iperf3.sh            (from the repository root)
 # Environment (all optional):
 #   HAWSER        path of the hawser binary   (default: build/bin/hawser, then build-*/bin/hawser)
-#   PORT          hawser serve port            (default 17800; iperf3 uses PORT+1)
+#   PORT          hawser serve port            (default 17800; iperf3 uses PORT+1 ...)
 #   MEMORY        memory the target exposes    (default 1G)
 #   BLOCKS        block sizes                  (default "64K 1M 4M")
 #   BATCH         requests per batch           (default 32)
-#   THREADS       bench threads                (default 2)
+#   THREADS       bench threads = iperf3 processes (default 2)
 #   DURATION      seconds per run              (default 3)
 #   REPEAT        rounds per block size        (default 3)
-#   HAWSER_TCP_CONNECTIONS  data connections per peer (default 2, the engine's default);
-#                 every HAWSER_TCP_* tunable reaches both engines.
+#   Every HAWSER_* variable (HAWSER_TCP_CONNECTIONS, HAWSER_TCP_IO_THREADS, ...)
+#   reaches both engines.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=bench/lib.sh
 source "$here/bench/lib.sh"
 find_hawser
-command -v iperf3 >/dev/null || { echo "iperf3 is not installed" >&2; exit 2; }
+command -v iperf3 >/dev/null || { echo "iperf3 is not installed (apt-get install iperf3)" >&2; exit 2; }
 command -v python3 >/dev/null || { echo "python3 is needed to read the JSON results" >&2; exit 2; }
 
 PORT=${PORT:-17800}
-IPORT=$((PORT + 1))
 MEMORY=${MEMORY:-1G}
 BLOCKS=${BLOCKS:-"64K 1M 4M"}
 BATCH=${BATCH:-32}
 THREADS=${THREADS:-2}
 DURATION=${DURATION:-3}
 REPEAT=${REPEAT:-3}
-STREAMS=${HAWSER_TCP_CONNECTIONS:-2}
+export HAWSER_TRANSPORT=tcp
 
 work=$(mktemp -d /tmp/hawser-tcp-bench-XXXXXX)
-serve_pid=""
-iperf_pid=""
+pids=()
 cleanup() {
-  [[ -n "$iperf_pid" ]] && kill "$iperf_pid" 2>/dev/null || true
-  [[ -n "$serve_pid" ]] && kill "$serve_pid" 2>/dev/null || true
-  [[ -n "$serve_pid" ]] && wait "$serve_pid" 2>/dev/null || true
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-"$HAWSER" serve --listen "127.0.0.1:$PORT" --memory "$MEMORY" >"$work/serve.log" 2>&1 &
-serve_pid=$!
-for _ in $(seq 100); do
-  grep -q '^ready' "$work/serve.log" 2>/dev/null && break
-  kill -0 "$serve_pid" 2>/dev/null || { cat "$work/serve.log" >&2; exit 1; }
-  sleep 0.1
+start_serve "$PORT" "$MEMORY" "$work/serve.log"
+pids+=("$serve_pid")
+iperf_pids=()
+for i in $(seq "$THREADS"); do
+  iperf3 -s -p $((PORT + i)) >"$work/iperf_s$i.log" 2>&1 &
+  iperf_pids+=($!)
+  pids+=($!)
 done
-grep -q '^ready' "$work/serve.log" || { echo "hawser serve did not become ready" >&2; cat "$work/serve.log" >&2; exit 1; }
+sleep 0.3
+iperf_watch=$(IFS=,; echo "${iperf_pids[*]}")
 
-# GB/s of one iperf3 run (receiver side), -P $STREAMS.
+# One iperf3 round: THREADS clients at once, one stream each. Prints
+# "GB/s cores cpu_per_GB".
 run_iperf() {
-  iperf3 -s -1 -p "$IPORT" >"$work/iperf_s.log" 2>&1 &
-  iperf_pid=$!
-  sleep 0.3
-  iperf3 -c 127.0.0.1 -p "$IPORT" -P "$STREAMS" -t "$DURATION" -J >"$work/iperf.json"
-  wait "$iperf_pid" 2>/dev/null || true
-  iperf_pid=""
-  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.3f" % (d["end"]["sum_received"]["bytes"]/d["end"]["sum_received"]["seconds"]/1e9))' "$work/iperf.json"
+  local block=$1 cmds=() i
+  for i in $(seq "$THREADS"); do
+    cmds+=("iperf3 -c 127.0.0.1 -p $((PORT + i)) -t $DURATION -l $block -J")
+  done
+  python3 "$here/bench/run_timed.py" --watch "$iperf_watch" --out "$work/iperf" -- "${cmds[@]}" >"$work/iperf.cpu"
+  python3 - "$work/iperf" "$THREADS" "$work/iperf.cpu" <<'EOF'
+import json, sys
+prefix, n, cpu = sys.argv[1], int(sys.argv[2]), json.load(open(sys.argv[3]))
+gbps = 0.0
+for i in range(n):
+    try:
+        d = json.load(open(f"{prefix}.{i}"))
+        gbps += d["end"]["sum_received"]["bytes"] / d["end"]["sum_received"]["seconds"] / 1e9
+    except Exception as e:
+        sys.exit(f"iperf3 client {i} failed: {e}: {open(prefix + '.' + str(i) + '.err').read()}")
+total = cpu["cpu_s"] + cpu["watched_cpu_s"]
+wall = cpu["wall_s"]
+print("%.3f %.2f %.3f" % (gbps, total / wall, total / (gbps * wall)))
+EOF
 }
 
-# GB/s of one hawser bench case (its JSON summary is the last line).
+# One hawser bench run. Prints "GB/s cores cpu_per_GB p50_us p99_us"; CPU
+# over the timed run only (the bench's own and, --cpu-pid, the target's).
 run_bench() {
   local op=$1 block=$2
   "$HAWSER" bench --target "127.0.0.1:$PORT" --op "$op" --block-size "$block" --batch-size "$BATCH" \
-    --threads "$THREADS" --seconds "$DURATION" --json >"$work/bench.out" 2>"$work/bench.err" || {
+    --threads "$THREADS" --seconds "$DURATION" --cpu-pid "$serve_pid" --json >"$work/bench.out" 2>"$work/bench.err" || {
     echo "hawser bench $op $block failed:" >&2; cat "$work/bench.err" >&2; tail -1 "$work/bench.out" >&2; exit 1; }
   tail -1 "$work/bench.out" | python3 -c '
-import json,sys
-d=json.loads(sys.stdin.read())
-if not d.get("verified", False): sys.exit("bench data not verified: %s" % d)
-print("%.3f %.0f %.0f" % (d["gbps"], d["p50_us"], d["p99_us"]))'
+import json, sys
+d = json.loads(sys.stdin.read())
+if not d.get("verified", False): sys.exit("hawser bench: data not verified: %s" % d)
+if d.get("transports") != ["tcp"]: sys.exit("hawser bench: carried by %s, not tcp" % d.get("transports"))
+total = d["cpu_s"] + d["peer_cpu_s"]
+print("%.3f %.2f %.3f %.0f %.0f" % (d["gbps"], total / d["seconds"], total / (d["gbps"] * d["seconds"]), d["p50_us"], d["p99_us"]))'
 }
 
-median() { python3 -c 'import statistics,sys; print("%.3f" % statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
-
 echo "hawser: $HAWSER"
-echo "host: $(nproc) cores, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg); iperf3 $(iperf3 --version | head -1 | awk '{print $2}')"
-echo "case: loopback, serve --memory $MEMORY, bench --batch-size $BATCH --threads $THREADS --seconds $DURATION;" \
-     "iperf3 -P $STREAMS -t $DURATION; median of $REPEAT interleaved rounds"
-env | grep '^HAWSER_TCP_' | sed 's/^/env: /' || true
+host_line
+echo "iperf3 $(iperf3 --version | head -1 | awk '{print $2}'): $THREADS processes x 1 stream, -l BLOCK -t $DURATION" \
+     "| hawser serve --memory $MEMORY, bench --batch-size $BATCH --threads $THREADS --seconds $DURATION (tcp)"
+env | grep '^HAWSER_' | grep -v '^HAWSER=' | sed 's/^/env: /' || true
 echo
-printf '%-6s %-6s %10s %10s %8s %9s %9s   %s\n' block op hawser iperf3 ratio p50_us p99_us "runs (GB/s)"
+printf '%-5s %-6s %-5s %9s %9s %7s   %-22s %-22s\n' round block op hawser iperf3 ratio "cores hawser/iperf3" "cpu/GB hawser/iperf3"
+rows=()
 for block in $BLOCKS; do
-  ip=(); rd=(); wr=(); rdl=(); wrl=()
-  for _ in $(seq "$REPEAT"); do
-    ip+=("$(run_iperf)")
-    read -r g p50 p99 < <(run_bench read "$block"); rd+=("$g"); rdl+=("$p50 $p99")
-    read -r g p50 p99 < <(run_bench write "$block"); wr+=("$g"); wrl+=("$p50 $p99")
-  done
-  base=$(median "${ip[@]}")
-  for op in read write; do
-    if [[ $op == read ]]; then runs=("${rd[@]}"); lat=("${rdl[@]}"); else runs=("${wr[@]}"); lat=("${wrl[@]}"); fi
-    g=$(median "${runs[@]}")
-    p50=$(median $(for l in "${lat[@]}"; do echo "${l% *}"; done))
-    p99=$(median $(for l in "${lat[@]}"; do echo "${l#* }"; done))
-    ratio=$(python3 -c "print('%.2f' % ($g / $base))")
-    printf '%-6s %-6s %10s %10s %8s %9.0f %9.0f   %s | iperf3 %s\n' "$block" "$op" "$g" "$base" "$ratio" "$p50" "$p99" \
-      "${runs[*]}" "${ip[*]}"
+  for r in $(seq "$REPEAT"); do
+    read -r ig icores icpu < <(run_iperf "$block")
+    for op in read write; do
+      read -r g cores cpu p50 p99 < <(run_bench "$op" "$block")
+      ratio=$(python3 -c "print('%.3f' % ($g / $ig))")
+      printf '%-5s %-6s %-5s %9s %9s %7s   %-22s %-22s\n' "$r" "$block" "$op" "$g" "$ig" "$ratio" \
+        "$cores / $icores" "$cpu / $icpu"
+      rows+=("$block $op $g $ig $ratio $cores $icores $cpu $icpu $p50 $p99")
+    done
   done
 done
 echo
-echo "GB/s = 10^9 bytes/s. ratio = hawser median / iperf3 median of the same rounds."
+python3 - "${rows[@]}" <<'EOF'
+import statistics as st, sys
+rows = [r.split() for r in sys.argv[1:]]
+print("medians of the rounds (GB/s = 10^9 bytes/s; ratio = median of the per-round ratios):")
+print(f"{'block':<6} {'op':<5} {'hawser':>8} {'iperf3':>8} {'ratio':>6} {'cores h/i':>11} {'cpu/GB h/i':>13} {'cpu ratio':>9} {'p50/p99 ms':>12}")
+seen = []
+for r in rows:
+    if (r[0], r[1]) not in seen: seen.append((r[0], r[1]))
+for block, op in seen:
+    sel = [r for r in rows if r[0] == block and r[1] == op]
+    m = lambda k: st.median(float(r[k]) for r in sel)
+    print(f"{block:<6} {op:<5} {m(2):8.3f} {m(3):8.3f} {m(4):6.2f} {m(5):5.2f}/{m(6):<5.2f} {m(7):6.3f}/{m(8):<6.3f}"
+          f" {m(7) / m(8):9.2f} {m(9) / 1000:5.1f}/{m(10) / 1000:<6.1f}")
+EOF

@@ -2,12 +2,15 @@
 // segment (a `hawser serve` target, or a file segment), with verification,
 // live progress and a summary (text, or one JSON object on the last line).
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <mutex>
@@ -35,6 +38,9 @@ struct BenchOpts {
   std::string block_size = "1M";
   size_t batch_size = 32;
   size_t threads = 2;
+  size_t depth = 1;         // batches in flight per thread
+  bool huge_pages = false;  // local buffers on reserved huge pages (MAP_HUGETLB)
+  int cpu_pid = 0;          // a local process (the target) whose CPU time is counted too
   double seconds = 0;
   std::string total;
   bool json = false;
@@ -70,6 +76,27 @@ Status bulk(TransferEngine& e, SegmentID seg, OpCode op, char* local, uint64_t o
   return Status::OK();
 }
 
+// CPU time (user + system) of this process, all threads.
+double selfCpuSeconds() {
+  rusage r{};
+  ::getrusage(RUSAGE_SELF, &r);
+  auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
+  return sec(r.ru_utime) + sec(r.ru_stime);
+}
+
+// CPU time of process `pid` (utime + stime of /proc/PID/stat), or -1.
+double procCpuSeconds(int pid) {
+  std::ifstream f(fmt::format("/proc/{}/stat", pid));
+  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto close = s.rfind(')');
+  if (close == std::string::npos) return -1;
+  // After "(comm) ": state is field 3 of proc(5); utime and stime are fields 14 and 15.
+  unsigned long long ut = 0, st = 0;
+  if (std::sscanf(s.c_str() + close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+    return -1;
+  return static_cast<double>(ut + st) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
 double pct(std::vector<double>& v, double p) {
   if (v.empty()) return 0;
   size_t k = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
@@ -92,8 +119,12 @@ int runBench(const BenchOpts& o) {
     fmt::print(stderr, "hawser bench: --op must be read or write, got '{}'\n", o.op);
     return 2;
   }
-  if (o.batch_size == 0 || o.threads == 0) {
-    fmt::print(stderr, "hawser bench: --batch-size and --threads must be >= 1\n");
+  if (o.batch_size == 0 || o.threads == 0 || o.depth == 0) {
+    fmt::print(stderr, "hawser bench: --batch-size, --threads and --depth must be >= 1\n");
+    return 2;
+  }
+  if (o.cpu_pid > 0 && procCpuSeconds(o.cpu_pid) < 0) {
+    fmt::print(stderr, "hawser bench: --cpu-pid {}: no such process here\n", o.cpu_pid);
     return 2;
   }
   uint64_t total_bytes = 0;
@@ -147,18 +178,29 @@ int runBench(const BenchOpts& o) {
     fmt::print(stderr, "hawser bench: block size {} is larger than the target's {} bytes\n", *block, tlen);
     return 2;
   }
-  const size_t nslots = o.threads * o.batch_size;
-  const uint64_t local_len = nslots * *block;
-  void* lmem = ::mmap(nullptr, local_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (lmem != MAP_FAILED) {
+  // Each thread owns batch_size x depth slots: one set per batch in flight.
+  const size_t per_thread = o.batch_size * o.depth;
+  const size_t nslots = o.threads * per_thread;
+  const uint64_t huge = 2ull << 20;
+  const uint64_t local_len = o.huge_pages ? (nslots * *block + huge - 1) / huge * huge : nslots * *block;
+  void* lmem = ::mmap(nullptr, local_len, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | (o.huge_pages ? MAP_HUGETLB : 0), -1, 0);
+  if (lmem == MAP_FAILED && o.huge_pages) {
+    fmt::print(stderr,
+               "hawser bench: --huge-pages: cannot map {} bytes of 2 MiB huge pages ({}); reserve {} more in "
+               "/proc/sys/vm/nr_hugepages\n",
+               local_len, std::strerror(errno), local_len / huge);
+    return 1;
+  }
+  if (lmem != MAP_FAILED && !o.huge_pages) {
     // Transparent huge pages (THP is often "madvise" only): a 1 MiB O_DIRECT
     // I/O into scattered 4 KiB pages needs ~256 block segments, and on
     // virtio-blk such requests exhaust the virtqueue and get requeued (reads
     // ran at ~60% of fio's speed). Physically contiguous memory takes a few
     // segments. Best effort; then fault everything in before timing.
     (void)::madvise(lmem, local_len, MADV_HUGEPAGE);
-    std::memset(lmem, 0, local_len);
   }
+  if (lmem != MAP_FAILED) std::memset(lmem, 0, local_len);
   if (lmem == MAP_FAILED) {
     fmt::print(stderr, "hawser bench: cannot allocate {} bytes of local memory\n", local_len);
     return 1;
@@ -218,36 +260,93 @@ int runBench(const BenchOpts& o) {
   std::mutex lat_mu;
   std::vector<double> lat_us;
   const uint64_t batch_bytes = o.batch_size * *block;
-  auto t0 = Clock::now();
-  std::vector<std::thread> workers;
-  for (size_t t = 0; t < o.threads; ++t) {
-    workers.emplace_back([&, t] {
-      std::vector<TransferRequest> reqs(o.batch_size);
+  auto failed = [&](const Status& st) {
+    std::lock_guard lk(err_mu);
+    if (first_error.ok()) first_error = st;
+    errors++;
+    stop = true;
+  };
+  // One thread: batches of its own slots, `depth` of them in flight; with
+  // depth 1, transferSync (submit, wait, free) one after another.
+  auto worker = [&](size_t t) {
+    std::vector<std::vector<TransferRequest>> reqs(o.depth, std::vector<TransferRequest>(o.batch_size));
+    for (size_t d = 0; d < o.depth; ++d)
       for (size_t i = 0; i < o.batch_size; ++i) {
-        size_t k = t * o.batch_size + i;
-        reqs[i] = TransferRequest{op, local + k * *block, seg, tbase + targetOf(k), *block};
+        size_t k = t * per_thread + d * o.batch_size + i;
+        reqs[d][i] = TransferRequest{op, local + k * *block, seg, tbase + targetOf(k), *block};
       }
-      std::vector<double> mine;
-      while (!stop.load(std::memory_order_relaxed)) {
-        if (total_bytes && budget.fetch_add(batch_bytes) >= total_bytes) break;
+    std::vector<double> mine;
+    auto done = [&](Clock::time_point b0) {
+      mine.push_back(std::chrono::duration<double, std::micro>(Clock::now() - b0).count());
+      wrote[t].store(true, std::memory_order_relaxed);
+      bytes_done += batch_bytes;
+      ops_done += o.batch_size;
+    };
+    auto more = [&] {
+      return !stop.load(std::memory_order_relaxed) && !(total_bytes && budget.fetch_add(batch_bytes) >= total_bytes);
+    };
+    if (o.depth == 1) {
+      while (more()) {
         auto b0 = Clock::now();
-        Status st = engine.transferSync(reqs, std::chrono::seconds(60));
+        Status st = engine.transferSync(reqs[0], std::chrono::seconds(60));
         if (!st.ok()) {
-          std::lock_guard lk(err_mu);
-          if (first_error.ok()) first_error = st;
-          errors++;
-          stop = true;
+          failed(st);
           break;
         }
-        mine.push_back(std::chrono::duration<double, std::micro>(Clock::now() - b0).count());
-        wrote[t].store(true, std::memory_order_relaxed);
-        bytes_done += batch_bytes;
-        ops_done += o.batch_size;
+        done(b0);
       }
-      std::lock_guard lk(lat_mu);
-      lat_us.insert(lat_us.end(), mine.begin(), mine.end());
-    });
-  }
+    } else {
+      struct Flight {
+        BatchID id = kInvalidBatch;
+        Clock::time_point t0;
+      };
+      std::vector<Flight> ring(o.depth);
+      auto launch = [&](size_t d) {
+        if (!more()) return;
+        Flight f{kInvalidBatch, Clock::now()};
+        Status st = engine.allocateBatchID(o.batch_size, f.id);
+        if (st.ok()) st = engine.submitTransfer(f.id, reqs[d]);
+        if (!st.ok()) {
+          if (f.id != kInvalidBatch) (void)engine.freeBatchID(f.id);
+          return failed(st);
+        }
+        ring[d] = f;
+      };
+      for (size_t d = 0; d < o.depth; ++d) launch(d);
+      // Oldest first: wait, check, free, submit the same slots again.
+      for (size_t d = 0, idle = 0; idle < o.depth; d = (d + 1) % o.depth) {
+        Flight f = ring[d];
+        if (f.id == kInvalidBatch) {
+          ++idle;
+          continue;
+        }
+        idle = 0;
+        ring[d].id = kInvalidBatch;
+        Status st = engine.waitTransfer(f.id, std::chrono::seconds(60));
+        if (!st.ok()) {
+          (void)engine.cancelTransfer(f.id);
+          (void)engine.waitTransfer(f.id, std::chrono::seconds(5));
+        }
+        TransferStatus bs;
+        if (st.ok()) st = engine.getBatchTransferStatus(f.id, bs);
+        if (st.ok() && bs.s != TransferState::kCompleted)
+          st = bs.error.ok() ? Status(Code::kInternal, fmt::format("batch ended {}", stateName(bs.s))) : bs.error;
+        (void)engine.freeBatchID(f.id);
+        if (!st.ok()) {
+          failed(st);
+          continue;
+        }
+        done(f.t0);
+        launch(d);
+      }
+    }
+    std::lock_guard lk(lat_mu);
+    lat_us.insert(lat_us.end(), mine.begin(), mine.end());
+  };
+  const double cpu0 = selfCpuSeconds(), peer_cpu0 = o.cpu_pid > 0 ? procCpuSeconds(o.cpu_pid) : 0;
+  auto t0 = Clock::now();
+  std::vector<std::thread> workers;
+  for (size_t t = 0; t < o.threads; ++t) workers.emplace_back(worker, t);
   const bool tty = ::isatty(2);
   auto last = t0;
   uint64_t last_bytes = 0;
@@ -270,6 +369,8 @@ int runBench(const BenchOpts& o) {
   }
   for (auto& w : workers) w.join();
   double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double cpu_s = selfCpuSeconds() - cpu0;
+  const double peer_cpu_s = o.cpu_pid > 0 ? procCpuSeconds(o.cpu_pid) - peer_cpu0 : 0;
   if (tty) fmt::print(stderr, "\n");
   if (errors) {
     fail("transfer", first_error);
@@ -287,7 +388,7 @@ int runBench(const BenchOpts& o) {
         verify_error = "copy from GPU memory failed: " + s.toString();
       }
       for (size_t k = 0; k < nslots && verified; ++k) {
-        if (!wrote[k / o.batch_size].load()) continue;  // its thread ran no batch: nothing read there
+        if (!wrote[k / per_thread].load()) continue;  // its thread ran no batch: nothing read there
         int64_t bad = checkPattern(host + k * *block, *block, seed_read, targetOf(k));
         if (bad >= 0) {
           verified = false;
@@ -309,7 +410,7 @@ int runBench(const BenchOpts& o) {
         // The block holds the written pattern if a thread owning a slot that
         // maps to it ran a batch, else the prepared one.
         bool written = false;
-        for (size_t j = k; j < nslots && !written; j += slots_per_target) written = wrote[j / o.batch_size].load();
+        for (size_t j = k; j < nslots && !written; j += slots_per_target) written = wrote[j / per_thread].load();
         int64_t bad = checkPattern(host + k * *block, *block, written ? seed_write : seed_read, targetOf(k));
         if (bad >= 0) {
           verified = false;
@@ -343,6 +444,8 @@ int runBench(const BenchOpts& o) {
                o.batch_size, o.threads, gpu >= 0 ? o.local_location : "cpu", o.target, fmt::join(carried, "+"));
     fmt::print("moved {:.3f} GB in {:.2f} s: {:.3f} GB/s, {:.0f} ops/s, batch latency p50 {:.0f} us p99 {:.0f} us\n",
                bytes / 1e9, elapsed, gbps, ops / elapsed, p50, p99);
+    fmt::print("cpu: {:.2f} cores busy here{}\n", cpu_s / elapsed,
+               o.cpu_pid > 0 ? fmt::format(", {:.2f} in process {}", peer_cpu_s / elapsed, o.cpu_pid) : "");
     fmt::print("verified: {}{}\n", verify ? (verified ? "yes" : "NO") : "skipped (--no-verify)",
                verify_error.empty() ? "" : " — " + verify_error);
   } else {
@@ -355,6 +458,9 @@ int runBench(const BenchOpts& o) {
     j["ops_per_s"] = ops / elapsed;
     j["p50_us"] = p50;
     j["p99_us"] = p99;
+    j["cpu_s"] = cpu_s;  // this process, over the timed run
+    if (o.cpu_pid > 0) j["peer_cpu_s"] = peer_cpu_s;
+    j["depth"] = o.depth;
     j["verified"] = verified;
     j["block_size"] = *block;
     j["batch_size"] = o.batch_size;
@@ -382,7 +488,16 @@ void addBench(CLI::App& app, Commands& cmds) {
   sub->add_option("--op", o->op, "read or write")->capture_default_str();
   sub->add_option("--block-size", o->block_size, "bytes per request (K/M/G)")->capture_default_str();
   sub->add_option("--batch-size", o->batch_size, "requests per batch")->capture_default_str();
-  sub->add_option("--threads", o->threads, "initiator threads, one batch in flight each")->capture_default_str();
+  sub->add_option("--threads", o->threads, "initiator threads")->capture_default_str();
+  sub->add_option("--depth", o->depth,
+                  "batches in flight per thread (1: transferSync, one after another; more: submit, then wait for "
+                  "the oldest and submit it again, so the queue never drains)")
+      ->capture_default_str();
+  sub->add_flag("--huge-pages", o->huge_pages,
+                "local buffers on reserved 2 MiB huge pages (MAP_HUGETLB; see /proc/sys/vm/nr_hugepages) "
+                "instead of transparent huge pages");
+  sub->add_option("--cpu-pid", o->cpu_pid,
+                  "also report the CPU time this local process (the target) spent over the timed run");
   auto* secs = sub->add_option("--seconds", o->seconds, "run this long (default 5 when --total is not given)");
   auto* tot = sub->add_option("--total", o->total, "move this many bytes (K/M/G), then stop");
   secs->excludes(tot);
