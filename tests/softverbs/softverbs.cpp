@@ -1393,6 +1393,10 @@ SV_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t offset, size_t length, 
   }
   size_t maplen = offset + length;
   void* map = mmap(nullptr, maplen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  {
+    std::lock_guard<std::mutex> lock(g_dmabuf_mu);
+    g_dmabuf_calls.back().mapped = map != MAP_FAILED;
+  }
   if (map == MAP_FAILED) {
     errno = EOPNOTSUPP;  // not a mappable dma-buf
     return nullptr;

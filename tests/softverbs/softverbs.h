@@ -59,6 +59,7 @@ struct hawser_softverbs_dmabuf_call {
   uint64_t length;
   uint64_t iova;
   int access;
+  int mapped;  // the provider could map the fd's pages (its soft NIC copies through them)
 };
 // Fills up to `max` of the calls this process made (oldest first); returns
 // how many there were.
