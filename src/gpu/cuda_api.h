@@ -26,6 +26,8 @@ inline constexpr Result kErrorNotSupported = 801;
 
 inline constexpr int kPointerAttributeMemoryType = 2;     // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
 inline constexpr int kPointerAttributeDeviceOrdinal = 9;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+inline constexpr int kPointerAttributeIsLegacyCudaIpcCapable = 10;  // CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE
+inline constexpr int kPointerAttributeIsGpuDirectRdmaCapable = 15;  // CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE
 inline constexpr unsigned kMemoryTypeHost = 1;            // CU_MEMORYTYPE_HOST
 inline constexpr unsigned kMemoryTypeDevice = 2;          // CU_MEMORYTYPE_DEVICE
 inline constexpr unsigned kMemoryTypeUnified = 4;         // CU_MEMORYTYPE_UNIFIED
@@ -40,6 +42,40 @@ inline constexpr size_t kIpcHandleSize = 64;              // CU_IPC_HANDLE_SIZE
 
 struct IpcMemHandle {  // CUipcMemHandle
   char reserved[kIpcHandleSize];
+};
+
+// Virtual memory management (cuMemCreate / cuMemAddressReserve / cuMemMap):
+// how applications (PyTorch's expandable segments, NCCL) allocate device
+// memory that hawser may be given to register.
+using MemHandle = unsigned long long;                     // CUmemGenericAllocationHandle
+inline constexpr int kMemAllocationTypePinned = 1;        // CU_MEM_ALLOCATION_TYPE_PINNED
+inline constexpr int kMemLocationTypeDevice = 1;          // CU_MEM_LOCATION_TYPE_DEVICE
+inline constexpr int kMemHandleTypeNone = 0;              // CU_MEM_HANDLE_TYPE_NONE
+inline constexpr int kMemHandleTypePosixFd = 1;           // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+inline constexpr int kMemAccessProtReadWrite = 3;         // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+inline constexpr int kMemAllocGranularityMinimum = 0;     // CU_MEM_ALLOC_GRANULARITY_MINIMUM
+
+struct MemLocation {  // CUmemLocation
+  int type;
+  int id;
+};
+
+struct MemAllocationProp {  // CUmemAllocationProp
+  int type;                  // kMemAllocationType*
+  int requestedHandleTypes;  // kMemHandleType*
+  MemLocation location;
+  void* win32HandleMetaData;
+  struct {
+    unsigned char compressionType;
+    unsigned char gpuDirectRDMACapable;  // the NIC may reach it (GPUDirect RDMA, dma-buf export for a NIC)
+    unsigned short usage;
+    unsigned char reserved[4];
+  } allocFlags;
+};
+
+struct MemAccessDesc {  // CUmemAccessDesc
+  MemLocation location;
+  int flags;  // kMemAccessProt*
 };
 
 // The entry points, by the symbol each is resolved from.
@@ -77,6 +113,15 @@ struct Api {
   Result (*GetErrorString)(Result, const char**);                       // cuGetErrorString
   // Optional (nullptr when the driver lacks it): CUDA 11.7+.
   Result (*MemGetHandleForAddressRange)(void*, DevicePtr, size_t, int, unsigned long long);
+  // Optional: virtual memory management (CUDA 10.2+).
+  Result (*MemCreate)(MemHandle*, size_t, const MemAllocationProp*, unsigned long long);  // cuMemCreate
+  Result (*MemRelease)(MemHandle);                                                        // cuMemRelease
+  Result (*MemAddressReserve)(DevicePtr*, size_t, size_t, DevicePtr, unsigned long long);  // cuMemAddressReserve
+  Result (*MemAddressFree)(DevicePtr, size_t);                                            // cuMemAddressFree
+  Result (*MemMap)(DevicePtr, size_t, size_t, MemHandle, unsigned long long);             // cuMemMap
+  Result (*MemUnmap)(DevicePtr, size_t);                                                  // cuMemUnmap
+  Result (*MemSetAccess)(DevicePtr, size_t, const MemAccessDesc*, size_t);                // cuMemSetAccess
+  Result (*MemGetAllocationGranularity)(size_t*, const MemAllocationProp*, int);          // cuMemGetAllocationGranularity
 };
 
 }  // namespace hawser::gpu::cu

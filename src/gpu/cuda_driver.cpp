@@ -88,6 +88,14 @@ const CudaDriver* CudaDriver::load(const std::string& path) {
   need("cuIpcCloseMemHandle", a.IpcCloseMemHandle);
   need("cuGetErrorString", a.GetErrorString);
   resolve(lib, "cuMemGetHandleForAddressRange", a.MemGetHandleForAddressRange);
+  resolve(lib, "cuMemCreate", a.MemCreate);
+  resolve(lib, "cuMemRelease", a.MemRelease);
+  resolve(lib, "cuMemAddressReserve", a.MemAddressReserve);
+  resolve(lib, "cuMemAddressFree", a.MemAddressFree);
+  resolve(lib, "cuMemMap", a.MemMap);
+  resolve(lib, "cuMemUnmap", a.MemUnmap);
+  resolve(lib, "cuMemSetAccess", a.MemSetAccess);
+  resolve(lib, "cuMemGetAllocationGranularity", a.MemGetAllocationGranularity);
   if (!missing.empty()) {
     g_reason = fmt::format("CUDA driver '{}' lacks entry points: {}", path, missing);
     HLOG_WARN("{}", g_reason);
@@ -139,6 +147,13 @@ PointerInfo CudaDriver::pointer(const void* addr) const {
   int ordinal = -1;
   if (api_.PointerGetAttribute(&ordinal, cu::kPointerAttributeDeviceOrdinal, p) == cu::kSuccess)
     info.ordinal = ordinal;
+  int legacy = 1;
+  if (type == cu::kMemoryTypeDevice &&
+      api_.PointerGetAttribute(&legacy, cu::kPointerAttributeIsLegacyCudaIpcCapable, p) == cu::kSuccess)
+    info.mapped = legacy == 0;
+  int rdma = 1;
+  if (api_.PointerGetAttribute(&rdma, cu::kPointerAttributeIsGpuDirectRdmaCapable, p) == cu::kSuccess)
+    info.rdma_capable = rdma != 0;
   return info;
 }
 
@@ -203,9 +218,18 @@ Status CudaDriver::dmabuf(const void* addr, size_t len, int& fd, uint64_t& offse
   Status st = allocation(addr, base, size);
   if (!st.ok()) return st;
   auto p = reinterpret_cast<uint64_t>(addr);
+  // Mapped memory: cuMemGetAddressRange names only the mapping holding an
+  // address; a range may run on into the next mappings of its reservation.
+  while (info.mapped && base + size < p + len) {
+    uint64_t next = 0;
+    size_t next_size = 0;
+    if (!allocation(reinterpret_cast<const void*>(base + size), next, next_size).ok() || next != base + size) break;
+    size += next_size;
+  }
   if (p + len > base + size)
     return Status(Code::kInvalidArgument,
-                  fmt::format("GPU range [{:#x}, +{}) crosses the end of its allocation", p, len));
+                  fmt::format("GPU range [{:#x}, +{}) crosses the end of its {}", p, len,
+                              info.mapped ? "mapped range (an unmapped gap, or another reservation)" : "allocation"));
   // dma-buf export works on whole host pages of the allocation.
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   uint64_t start = base & ~(page - 1);
@@ -214,9 +238,15 @@ Status CudaDriver::dmabuf(const void* addr, size_t len, int& fd, uint64_t& offse
   cu::Result rc = api_.MemGetHandleForAddressRange(&out, start, end - start, cu::kRangeHandleDmaBufFd, 0);
   // Only "not supported" means the driver cannot export one; any other
   // error is a failure to report as such.
-  if (rc != cu::kSuccess || out < 0)
-    return check(rc == cu::kSuccess ? cu::kErrorNotSupported : rc, "cuMemGetHandleForAddressRange(dma-buf)",
-                 rc == cu::kSuccess || rc == cu::kErrorNotSupported ? Code::kNotSupported : Code::kIoError);
+  if (rc != cu::kSuccess || out < 0) {
+    Status why = check(rc == cu::kSuccess ? cu::kErrorNotSupported : rc, "cuMemGetHandleForAddressRange(dma-buf)",
+                       rc == cu::kSuccess || rc == cu::kErrorNotSupported ? Code::kNotSupported : Code::kIoError);
+    if (info.mapped && !info.rdma_capable)
+      return Status(why.code(), why.message() + " (this memory was mapped with cuMemMap from an allocation made "
+                                                "without CUmemAllocationProp.allocFlags.gpuDirectRDMACapable = 1: "
+                                                "a NIC cannot reach it)");
+    return why;
+  }
   fd = out;
   offset = p - start;
   return Status::OK();

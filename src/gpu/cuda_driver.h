@@ -15,8 +15,13 @@ namespace hawser::gpu {
 
 // What the driver says of an address.
 struct PointerInfo {
-  bool device = false;  // device memory (cudaMalloc, cuMemAlloc, managed)
+  bool device = false;  // device memory (cudaMalloc, cuMemAlloc, cuMemMap, managed)
   int ordinal = -1;     // its GPU, when device
+  // Device memory that is not a cuMemAlloc allocation: mapped with cuMemMap
+  // (virtual memory management) or from a memory pool. A range of it may
+  // span several mappings.
+  bool mapped = false;
+  bool rdma_capable = true;  // CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE (true when unknown)
 };
 
 class CudaDriver {
@@ -43,7 +48,10 @@ class CudaDriver {
   Status allocation(const void* addr, uint64_t& base, size_t& size) const;
   // A dma-buf fd (caller closes it) for the allocation holding
   // [addr, addr + len) and the offset of addr in it; kNotSupported when the
-  // driver cannot export one.
+  // driver cannot export one. For mapped memory (cuMemMap), the allocations
+  // of every mapping the range touches, which must be contiguous and all
+  // mapped (the driver exports a fully mapped reserved range). Works from a
+  // thread that never used CUDA.
   Status dmabuf(const void* addr, size_t len, int& fd, uint64_t& offset) const;
   // NUMA node of GPU `ordinal` (from its PCI device in sysfs); -1 unknown.
   int numaNode(int ordinal) const;

@@ -3,6 +3,8 @@
 // against cuda.h, at compile time.
 #include <gtest/gtest.h>
 
+#include <cstddef>
+
 #include "gpu/cuda_api.h"
 
 #if HAWSER_HAVE_CUDA_H
@@ -28,6 +30,27 @@ static_assert(cu::kRangeHandleDmaBufFd == CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD);
 static_assert(cu::kIpcHandleSize == CU_IPC_HANDLE_SIZE);
 static_assert(sizeof(cu::IpcMemHandle) == sizeof(CUipcMemHandle));
 static_assert(sizeof(cu::DevicePtr) == sizeof(CUdeviceptr));
+static_assert(cu::kPointerAttributeIsLegacyCudaIpcCapable == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE);
+static_assert(cu::kPointerAttributeIsGpuDirectRdmaCapable == CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE);
+// Virtual memory management: constants, and the structs' layout field by field.
+static_assert(sizeof(cu::MemHandle) == sizeof(CUmemGenericAllocationHandle));
+static_assert(cu::kMemAllocationTypePinned == CU_MEM_ALLOCATION_TYPE_PINNED);
+static_assert(cu::kMemLocationTypeDevice == CU_MEM_LOCATION_TYPE_DEVICE);
+static_assert(cu::kMemHandleTypeNone == CU_MEM_HANDLE_TYPE_NONE);
+static_assert(cu::kMemHandleTypePosixFd == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+static_assert(cu::kMemAccessProtReadWrite == CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+static_assert(cu::kMemAllocGranularityMinimum == CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+static_assert(sizeof(cu::MemLocation) == sizeof(CUmemLocation));
+static_assert(offsetof(cu::MemLocation, id) == offsetof(CUmemLocation, id));
+static_assert(sizeof(cu::MemAllocationProp) == sizeof(CUmemAllocationProp));
+static_assert(offsetof(cu::MemAllocationProp, requestedHandleTypes) == offsetof(CUmemAllocationProp, requestedHandleTypes));
+static_assert(offsetof(cu::MemAllocationProp, location) == offsetof(CUmemAllocationProp, location));
+static_assert(offsetof(cu::MemAllocationProp, win32HandleMetaData) == offsetof(CUmemAllocationProp, win32HandleMetaData));
+static_assert(offsetof(cu::MemAllocationProp, allocFlags) == offsetof(CUmemAllocationProp, allocFlags));
+static_assert(offsetof(cu::MemAllocationProp, allocFlags.gpuDirectRDMACapable) ==
+              offsetof(CUmemAllocationProp, allocFlags.gpuDirectRDMACapable));
+static_assert(sizeof(cu::MemAccessDesc) == sizeof(CUmemAccessDesc));
+static_assert(offsetof(cu::MemAccessDesc, flags) == offsetof(CUmemAccessDesc, flags));
 
 // (The checks above are static_asserts: this file does not build if one fails.)
 TEST(cuda_abi, toolkit_is_new_enough_for_dmabuf_export) { EXPECT_GE(CUDA_VERSION, 11070) << CUDA_VERSION; }

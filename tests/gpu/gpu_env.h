@@ -99,4 +99,100 @@ class DeviceBuffer {
   char* p_ = nullptr;
 };
 
+// Device memory as PyTorch's expandable segments and NCCL allocate it
+// (virtual memory management): `chunks` physical allocations of the
+// driver's granularity (cuMemCreate, gpuDirectRDMACapable as asked), mapped
+// back to back (cuMemMap) one granularity into a larger reservation, and
+// made read-write for `device`. reason() says why it could not be made
+// (a driver without the API): skip then.
+class MappedBuffer {
+ public:
+  MappedBuffer(int device, int chunks, bool rdma_capable = true) : device_(device) {
+    const gpu::CudaDriver* d = gpu::CudaDriver::get();
+    const gpu::cu::Api& a = d->api();
+    if (!a.MemCreate || !a.MemMap || !a.MemAddressReserve || !a.MemSetAccess || !a.MemGetAllocationGranularity) {
+      reason_ = "the CUDA driver has no virtual memory management API";
+      return;
+    }
+    gpu::cu::MemAllocationProp prop{};
+    prop.type = gpu::cu::kMemAllocationTypePinned;
+    prop.requestedHandleTypes = gpu::cu::kMemHandleTypeNone;
+    prop.location = {gpu::cu::kMemLocationTypeDevice, device};
+    prop.allocFlags.gpuDirectRDMACapable = rdma_capable ? 1 : 0;
+    if (a.MemGetAllocationGranularity(&gran_, &prop, gpu::cu::kMemAllocGranularityMinimum) != gpu::cu::kSuccess) {
+      reason_ = "cuMemGetAllocationGranularity failed";
+      return;
+    }
+    EXPECT_TRUE(d->bindDevice(device).ok());
+    reserved_ = gran_ * static_cast<size_t>(chunks + 2);
+    if (a.MemAddressReserve(&base_, reserved_, gran_, 0, 0) != gpu::cu::kSuccess) {
+      reason_ = "cuMemAddressReserve failed";
+      return;
+    }
+    n_ = gran_ * static_cast<size_t>(chunks);
+    for (int i = 0; i < chunks; ++i) {
+      gpu::cu::MemHandle h = 0;
+      gpu::cu::Result rc = a.MemCreate(&h, gran_, &prop, 0);
+      if (rc != gpu::cu::kSuccess) {
+        ADD_FAILURE() << "cuMemCreate: CUresult " << rc;
+        return;
+      }
+      handles_.push_back(h);
+      rc = a.MemMap(base_ + gran_ * static_cast<size_t>(1 + i), gran_, 0, h, 0);
+      if (rc != gpu::cu::kSuccess) {
+        ADD_FAILURE() << "cuMemMap: CUresult " << rc;
+        return;
+      }
+      mapped_ += gran_;
+    }
+    gpu::cu::MemAccessDesc access{{gpu::cu::kMemLocationTypeDevice, device}, gpu::cu::kMemAccessProtReadWrite};
+    gpu::cu::Result rc = a.MemSetAccess(base_ + gran_, n_, &access, 1);
+    if (rc != gpu::cu::kSuccess) {
+      ADD_FAILURE() << "cuMemSetAccess: CUresult " << rc;
+      return;
+    }
+    p_ = reinterpret_cast<char*>(base_ + gran_);
+  }
+  ~MappedBuffer() {
+    const gpu::CudaDriver* d = gpu::CudaDriver::get();
+    if (!d || !base_) return;
+    const gpu::cu::Api& a = d->api();
+    (void)d->bindDevice(device_);
+    if (mapped_) a.MemUnmap(base_ + gran_, mapped_);
+    for (gpu::cu::MemHandle h : handles_) a.MemRelease(h);
+    a.MemAddressFree(base_, reserved_);
+  }
+  MappedBuffer(const MappedBuffer&) = delete;
+  MappedBuffer& operator=(const MappedBuffer&) = delete;
+
+  const std::string& reason() const { return reason_; }
+  char* data() const { return p_; }
+  size_t size() const { return n_; }
+  size_t granularity() const { return gran_; }
+  void upload(const std::vector<char>& host, size_t at = 0) const {
+    const gpu::CudaDriver* d = gpu::CudaDriver::get();
+    (void)d->bindDevice(device_);
+    ASSERT_EQ(d->api().Memcpy(reinterpret_cast<gpu::cu::DevicePtr>(p_ + at),
+                              reinterpret_cast<gpu::cu::DevicePtr>(host.data()), host.size()),
+              gpu::cu::kSuccess);
+  }
+  std::vector<char> download(size_t at, size_t n) const {
+    std::vector<char> host(n);
+    const gpu::CudaDriver* d = gpu::CudaDriver::get();
+    (void)d->bindDevice(device_);
+    EXPECT_EQ(d->api().Memcpy(reinterpret_cast<gpu::cu::DevicePtr>(host.data()),
+                              reinterpret_cast<gpu::cu::DevicePtr>(p_ + at), n),
+              gpu::cu::kSuccess);
+    return host;
+  }
+
+ private:
+  int device_;
+  std::string reason_;
+  size_t gran_ = 0, reserved_ = 0, n_ = 0, mapped_ = 0;
+  gpu::cu::DevicePtr base_ = 0;
+  std::vector<gpu::cu::MemHandle> handles_;
+  char* p_ = nullptr;
+};
+
 }  // namespace hawser::test

@@ -225,11 +225,12 @@ struct DevSpec {
   int rd_atom = kMaxRdAtom;       // max_qp_rd_atom: READs served at once per QP
   int init_rd_atom = kMaxRdAtom;  // max_qp_init_rd_atom: READs issued at once per QP
   int slowpost_us = 0;            // ibv_post_send takes this long (widens races)
+  int slowpoll_us = 0;            // ibv_poll_cq takes this long (a poller that falls behind)
 
   std::string key() const {
     return name + "|" + std::to_string(numa) + "|" + std::to_string(mtu) + (ib ? "|ib" : "") + (v1only ? "|v1" : "") +
            (v6only ? "|v6" : "") + (port_down ? "|down" : "") + "|" + std::to_string(rd_atom) + "|" +
-           std::to_string(init_rd_atom) + "|" + std::to_string(slowpost_us);
+           std::to_string(init_rd_atom) + "|" + std::to_string(slowpost_us) + "|" + std::to_string(slowpoll_us);
   }
 };
 
@@ -374,6 +375,8 @@ std::vector<DevSpec> parseDevices() {
         s.init_rd_atom = std::clamp(std::atoi(tok.c_str() + 13), 0, 255);
       } else if (tok.rfind("slowpost=", 0) == 0) {
         s.slowpost_us = std::max(0, std::atoi(tok.c_str() + 9));
+      } else if (tok.rfind("slowpoll=", 0) == 0) {
+        s.slowpoll_us = std::max(0, std::atoi(tok.c_str() + 9));
       }
     }
     if (!s.name.empty() && s.name.size() < 32) out.push_back(s);
@@ -1025,6 +1028,8 @@ int svPostSrqRecv(ibv_srq*, ibv_recv_wr* wr, ibv_recv_wr** bad) {
 int svPollCq(ibv_cq* c, int n, ibv_wc* wc) {
   auto* cq = reinterpret_cast<SvCq*>(c);
   if (n < 0) return -1;
+  const int slow = sctx(c->context)->dev->spec.slowpoll_us;
+  if (slow > 0) std::this_thread::sleep_for(std::chrono::microseconds(slow));
   std::lock_guard<std::mutex> lock(cq->mu);
   int got = 0;
   while (got < n && !cq->q.empty()) {
@@ -1388,6 +1393,10 @@ SV_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t offset, size_t length, 
   }
   size_t maplen = offset + length;
   void* map = mmap(nullptr, maplen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  {
+    std::lock_guard<std::mutex> lock(g_dmabuf_mu);
+    g_dmabuf_calls.back().mapped = map != MAP_FAILED;
+  }
   if (map == MAP_FAILED) {
     errno = EOPNOTSUPP;  // not a mappable dma-buf
     return nullptr;

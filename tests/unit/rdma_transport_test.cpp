@@ -624,9 +624,10 @@ TEST_F(RdmaTransportTest, concurrent_endpoints_never_overrun_the_nics_shared_cq)
   // One local NIC with a 16-entry CQ, four endpoints on it (one per target
   // NIC), posted to from four threads while completions repost too; each
   // ibv_post_send takes 2 ms, so room checked and then posted would be
-  // spent twice. An overrun loses completions: tasks would never end.
+  // spent twice, and each poll takes 1 ms, so completions pile up in the CQ
+  // between polls. An overrun loses completions: tasks would never end.
   SoftVerbsEnv env("sv0");
-  SplitPair p(env, "sv1,sv2,sv3,sv4", "sv0:slowpost=2000", 8 << 20, {},
+  SplitPair p(env, "sv1,sv2,sv3,sv4", "sv0:slowpost=2000:slowpoll=1000", 8 << 20, {},
               {{"rdma.cq_entries", "16"}, {"rdma.max_wr", "16"}, {"rdma.qps_per_peer", "1"},
                {"rdma.slice_size", "16K"}, {"rdma.retry_limit", "0"}});
   ASSERT_TRUE(p.status.ok()) << p.status.toString();

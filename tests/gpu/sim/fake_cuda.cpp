@@ -13,6 +13,16 @@
 // - Each allocation is its own memfd. IPC handles name the owner's fd;
 //   another process opens them through /proc/<pid>/fd, as CUDA IPC maps the
 //   owner's memory. A dma-buf export is a duplicate of that fd.
+// - Virtual memory management: cuMemCreate makes a physical allocation (a
+//   memfd), cuMemAddressReserve a range of device addresses, cuMemMap maps
+//   an allocation (or part of one) into it. cuMemGetAddressRange names one
+//   mapping, as the real driver does. A dma-buf of a mapped range is a new
+//   memfd laid out in address order, onto which the mapped pages are moved
+//   (copied, then the allocations' pages remapped there), so that the fd
+//   and the device addresses keep sharing the bytes; a later export of an
+//   overlapping range moves them again and detaches the earlier fd.
+//   cuPointerGetAttribute tells mapped memory (not legacy-IPC capable) and
+//   whether its allocation asked for gpuDirectRDMACapable.
 //
 // HAWSER_FAKE_CUDA_DEVICES sets the GPU count (default 2); 0 makes cuInit
 // fail as it does on a host with a driver and no GPU.
@@ -20,6 +30,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -30,6 +41,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -47,7 +59,21 @@ struct Allocation {
   int fd;        // the memfd holding them (own allocations), -1 for opened ones
   int device;
   bool opened;   // mapped from another process's handle
+  bool mapped = false;      // a cuMemMap mapping of a physical allocation
+  uint64_t handle = 0;      // that allocation (cuMemCreate handle)
 };
+
+// A cuMemCreate allocation.
+struct Physical {
+  uint64_t size;
+  char* shadow;  // its bytes, for this library (what mappings point into)
+  int fd;
+  int device;
+  bool rdma;     // allocFlags.gpuDirectRDMACapable
+  int maps = 0;  // live mappings
+  bool released = false;
+};
+constexpr uint64_t kGranularity = 2ull << 20;  // as the real driver reports for device memory
 
 std::mutex g_mu;
 bool g_init = false;
@@ -56,6 +82,9 @@ char* g_space = nullptr;  // PROT_NONE: device addresses
 uint64_t g_next = 0;      // bump allocator over g_space (addresses are never reused)
 std::map<uint64_t, Allocation> g_allocs;  // by device address
 std::map<uint64_t, uint64_t> g_host;      // page-locked host ranges: addr -> size
+std::map<uint64_t, Physical> g_phys;      // cuMemCreate allocations by handle
+uint64_t g_next_handle = 1;
+std::map<uint64_t, uint64_t> g_reserved;  // cuMemAddressReserve ranges: base -> size
 thread_local int t_device = -1;           // current context's device
 
 Allocation* findAlloc(uint64_t p, uint64_t* base = nullptr) {
@@ -72,14 +101,36 @@ bool inSpace(uint64_t p) {
   return g_space && p >= s && p < s + kDeviceSpace;
 }
 
-// Host address of [p, p + n): device memory through its shadow, host as is;
-// nullptr when it is device space but not inside one live allocation.
-char* translate(uint64_t p, size_t n) {
-  if (!inSpace(p)) return reinterpret_cast<char*>(p);
+// Host address of the first bytes of [p, p + n) and how many of them are
+// contiguous there: device memory through its shadow (up to the end of its
+// allocation or mapping), host memory as is. 0 when p is device space but
+// not inside a live allocation.
+size_t piece(uint64_t p, size_t n, char** host) {
+  if (!inSpace(p)) {
+    *host = reinterpret_cast<char*>(p);
+    return n;
+  }
   uint64_t base = 0;
   Allocation* a = findAlloc(p, &base);
-  if (!a || p + n > base + a->size) return nullptr;
-  return a->shadow + (p - base);
+  if (!a) return 0;
+  *host = a->shadow + (p - base);
+  return std::min<uint64_t>(n, base + a->size - p);
+}
+
+// Whether all of [p, p + n) is live: one allocation, or mappings back to
+// back (a range of cuMemMap mappings is one range to the driver's copies).
+bool rangeLive(uint64_t p, size_t n) {
+  while (n > 0) {
+    char* h = nullptr;
+    size_t k = piece(p, n, &h);
+    if (k == 0) return false;
+    uint64_t base = 0;
+    Allocation* a = inSpace(p) ? findAlloc(p, &base) : nullptr;
+    if (k < n && !(a && a->mapped)) return false;  // a cuMemAlloc allocation ends there
+    p += k;
+    n -= k;
+  }
+  return true;
 }
 
 // A stream: its own thread runs its operations in order.
@@ -153,14 +204,23 @@ struct IpcHandle {
 constexpr uint32_t kIpcMagic = 0x48465743;  // "HFWC"
 
 Result copyNow(uint64_t dst, uint64_t src, size_t n) {
-  char *d, *s;
   {
     std::lock_guard lk(g_mu);
-    d = translate(dst, n);
-    s = translate(src, n);
+    if (!rangeLive(dst, n) || !rangeLive(src, n)) return kInvalidValue;
   }
-  if (!d || !s) return kInvalidValue;
-  std::memmove(d, s, n);
+  while (n > 0) {
+    char *d = nullptr, *s = nullptr;
+    size_t k;
+    {
+      std::lock_guard lk(g_mu);
+      k = std::min(piece(dst, n, &d), piece(src, n, &s));
+    }
+    if (k == 0) return kInvalidValue;
+    std::memmove(d, s, k);
+    dst += k;
+    src += k;
+    n -= k;
+  }
   return kOk;
 }
 
@@ -215,6 +275,8 @@ Result cuPointerGetAttribute(void* out, int attr, DevicePtr p) {
   if (Allocation* a = findAlloc(p)) {
     if (attr == 2) *static_cast<unsigned*>(out) = 2;                 // device
     else if (attr == 9) *static_cast<int*>(out) = a->device;         // ordinal
+    else if (attr == 10) *static_cast<int*>(out) = a->mapped ? 0 : 1;  // legacy IPC capable
+    else if (attr == 15) *static_cast<int*>(out) = a->mapped ? g_phys[a->handle].rdma : 1;  // GPUDirect RDMA
     else return kInvalidValue;
     return kOk;
   }
@@ -268,10 +330,144 @@ Result cuMemAlloc_v2(DevicePtr* p, size_t n) {
 Result cuMemFree_v2(DevicePtr p) {
   std::lock_guard lk(g_mu);
   auto it = g_allocs.find(p);
-  if (it == g_allocs.end() || it->second.opened) return kInvalidValue;
+  if (it == g_allocs.end() || it->second.opened || it->second.mapped) return kInvalidValue;
   munmap(it->second.shadow, it->second.size);
   close(it->second.fd);
   g_allocs.erase(it);
+  return kOk;
+}
+
+// ---- virtual memory management
+
+struct Location {
+  int type, id;
+};
+struct AllocationProp {  // CUmemAllocationProp
+  int type;
+  int requestedHandleTypes;
+  Location location;
+  void* win32HandleMetaData;
+  unsigned char compressionType;
+  unsigned char gpuDirectRDMACapable;
+  unsigned short usage;
+  unsigned char reserved[4];
+};
+struct AccessDesc {
+  Location location;
+  int flags;
+};
+
+Result cuMemGetAllocationGranularity(size_t* g, const AllocationProp* prop, int) {
+  if (!g || !prop || prop->location.type != 1) return kInvalidValue;
+  *g = kGranularity;
+  return kOk;
+}
+
+Result cuMemCreate(unsigned long long* handle, size_t size, const AllocationProp* prop, unsigned long long) {
+  std::lock_guard lk(g_mu);
+  if (!g_init) return kNotInitialized;
+  if (!handle || !prop || prop->type != 1 || prop->location.type != 1 || prop->location.id < 0 ||
+      prop->location.id >= g_devices || size == 0 || size % kGranularity != 0)
+    return kInvalidValue;
+  int fd = memfd_create("hawser-fake-cuda-vmm", MFD_CLOEXEC);
+  if (fd < 0) return 2;
+  void* shadow = MAP_FAILED;
+  if (ftruncate(fd, static_cast<off_t>(size)) == 0)
+    shadow = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (shadow == MAP_FAILED) {
+    close(fd);
+    return 2;
+  }
+  const uint64_t h = g_next_handle++;
+  g_phys[h] = Physical{size, static_cast<char*>(shadow), fd, prop->location.id, prop->gpuDirectRDMACapable != 0};
+  *handle = h;
+  return kOk;
+}
+
+static void dropPhysicalLocked(uint64_t h) {
+  auto it = g_phys.find(h);
+  if (it == g_phys.end() || !it->second.released || it->second.maps > 0) return;
+  munmap(it->second.shadow, it->second.size);
+  close(it->second.fd);
+  g_phys.erase(it);
+}
+
+Result cuMemRelease(unsigned long long handle) {
+  std::lock_guard lk(g_mu);
+  auto it = g_phys.find(handle);
+  if (it == g_phys.end() || it->second.released) return kInvalidValue;
+  it->second.released = true;  // the mappings keep it alive
+  dropPhysicalLocked(handle);
+  return kOk;
+}
+
+Result cuMemAddressReserve(DevicePtr* ptr, size_t size, size_t, DevicePtr, unsigned long long) {
+  std::lock_guard lk(g_mu);
+  if (!g_init) return kNotInitialized;
+  if (!ptr || size == 0 || size % kGranularity != 0) return kInvalidValue;
+  uint64_t off = (g_next + kGranularity - 1) / kGranularity * kGranularity;
+  if (off + size > kDeviceSpace) return 2;
+  g_next = off + size + kGranularity;  // a gap after each reservation
+  uint64_t addr = reinterpret_cast<uint64_t>(g_space) + off;
+  g_reserved[addr] = size;
+  *ptr = addr;
+  return kOk;
+}
+
+Result cuMemAddressFree(DevicePtr ptr, size_t size) {
+  std::lock_guard lk(g_mu);
+  auto it = g_reserved.find(ptr);
+  if (it == g_reserved.end() || it->second != size) return kInvalidValue;
+  auto a = g_allocs.lower_bound(ptr);
+  if (a != g_allocs.end() && a->first < ptr + size) return kInvalidValue;  // still mapped
+  g_reserved.erase(it);
+  return kOk;
+}
+
+Result cuMemMap(DevicePtr ptr, size_t size, size_t offset, unsigned long long handle, unsigned long long) {
+  std::lock_guard lk(g_mu);
+  auto ph = g_phys.find(handle);
+  if (ph == g_phys.end() || size == 0 || ptr % kGranularity || size % kGranularity || offset % kGranularity ||
+      offset + size > ph->second.size)
+    return kInvalidValue;
+  auto r = g_reserved.upper_bound(ptr);
+  if (r == g_reserved.begin() || ptr + size > std::prev(r)->first + std::prev(r)->second) return kInvalidValue;
+  auto next = g_allocs.lower_bound(ptr);
+  if (next != g_allocs.end() && next->first < ptr + size) return kInvalidValue;  // already mapped
+  if (findAlloc(ptr)) return kInvalidValue;
+  Allocation a{size, ph->second.shadow + offset, -1, ph->second.device, false};
+  a.mapped = true;
+  a.handle = handle;
+  g_allocs[ptr] = a;
+  ph->second.maps++;
+  return kOk;
+}
+
+Result cuMemSetAccess(DevicePtr ptr, size_t size, const AccessDesc* desc, size_t count) {
+  std::lock_guard lk(g_mu);
+  if (!desc || count == 0) return kInvalidValue;
+  for (uint64_t p = ptr; p < ptr + size;) {
+    uint64_t base = 0;
+    Allocation* a = findAlloc(p, &base);
+    if (!a || !a->mapped) return kInvalidValue;  // only mapped ranges
+    p = base + a->size;
+  }
+  return kOk;
+}
+
+Result cuMemUnmap(DevicePtr ptr, size_t size) {
+  std::lock_guard lk(g_mu);
+  std::vector<uint64_t> gone;
+  for (auto it = g_allocs.lower_bound(ptr); it != g_allocs.end() && it->first < ptr + size; ++it) {
+    if (!it->second.mapped || it->first + it->second.size > ptr + size) return kInvalidValue;
+    gone.push_back(it->first);
+  }
+  for (uint64_t p : gone) {
+    uint64_t h = g_allocs[p].handle;
+    g_allocs.erase(p);
+    g_phys[h].maps--;
+    dropPhysicalLocked(h);
+  }
   return kOk;
 }
 
@@ -311,7 +507,7 @@ Result cuMemcpy(DevicePtr dst, DevicePtr src, size_t n) { return copyNow(dst, sr
 Result cuMemcpyAsync(DevicePtr dst, DevicePtr src, size_t n, void* stream) {
   {
     std::lock_guard lk(g_mu);
-    if (!translate(dst, n) || !translate(src, n)) return kInvalidValue;
+    if (!rangeLive(dst, n) || !rangeLive(src, n)) return kInvalidValue;
   }
   streamOf(stream)->push([=] { (void)copyNow(dst, src, n); });
   return kOk;
@@ -321,9 +517,14 @@ Result cuMemcpyPeerAsync(DevicePtr dst, void*, DevicePtr src, void*, size_t n, v
 }
 Result cuMemsetD8_v2(DevicePtr p, unsigned char v, size_t n) {
   std::lock_guard lk(g_mu);
-  char* d = translate(p, n);
-  if (!d) return kInvalidValue;
-  std::memset(d, v, n);
+  if (!rangeLive(p, n)) return kInvalidValue;
+  while (n > 0) {
+    char* d = nullptr;
+    size_t k = piece(p, n, &d);
+    std::memset(d, v, k);
+    p += k;
+    n -= k;
+  }
   return kOk;
 }
 
@@ -374,7 +575,7 @@ Result cuIpcGetMemHandle(void* handle, DevicePtr p) {
   std::lock_guard lk(g_mu);
   uint64_t base = 0;
   Allocation* a = findAlloc(p, &base);
-  if (!a || a->opened) return kInvalidValue;
+  if (!a || a->opened || a->mapped) return kInvalidValue;  // mapped memory is not legacy-IPC capable
   IpcHandle h{kIpcMagic, static_cast<int32_t>(getpid()), a->fd, a->device, a->size};
   std::memset(handle, 0, 64);
   std::memcpy(handle, &h, sizeof(h));
@@ -421,10 +622,56 @@ Result cuGetErrorString(Result rc, const char** text) {
 
 // A dma-buf of [p, p + n): a duplicate of the allocation's memfd, whose
 // offset 0 is the allocation's start (p must be that start, as hawser asks).
+// A dma-buf of a fully mapped range [p, p + n) of cuMemMap mappings, all on
+// one device: see the top of this file.
+static Result exportMappedLocked(int* out, DevicePtr p, size_t n) {
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (p % page || n % page || n == 0) return kInvalidValue;
+  struct Piece {
+    char* shadow;
+    uint64_t at, len;
+  };
+  std::vector<Piece> pieces;
+  int device = -1;
+  for (uint64_t q = p; q < p + n;) {
+    uint64_t base = 0;
+    Allocation* a = findAlloc(q, &base);
+    if (!a || !a->mapped) return kInvalidValue;  // a gap, or not mapped memory
+    if (device >= 0 && a->device != device) return kInvalidValue;
+    device = a->device;
+    const uint64_t len = std::min<uint64_t>(base + a->size, p + n) - q;
+    pieces.push_back(Piece{a->shadow + (q - base), q - p, len});
+    q += len;
+  }
+  int fd = memfd_create("hawser-fake-cuda-dmabuf", MFD_CLOEXEC);
+  if (fd < 0) return kInvalidValue;
+  void* view = MAP_FAILED;
+  if (ftruncate(fd, static_cast<off_t>(n)) == 0) view = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (view == MAP_FAILED) {
+    close(fd);
+    return kInvalidValue;
+  }
+  for (const Piece& pc : pieces) {
+    std::memcpy(static_cast<char*>(view) + pc.at, pc.shadow, pc.len);
+    // The allocation's pages now live in the dma-buf: both see one copy.
+    if (mmap(pc.shadow, pc.len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, static_cast<off_t>(pc.at)) ==
+        MAP_FAILED)
+      std::abort();  // the shadow is gone: nothing sane is left to simulate
+  }
+  munmap(view, n);
+  *out = fd;
+  return kOk;
+}
+
 Result cuMemGetHandleForAddressRange(void* handle, DevicePtr p, size_t n, int type, unsigned long long) {
   if (type != 1) return kNotSupported;
   if (t_device < 0) return kInvalidContext;
   std::lock_guard lk(g_mu);
+  uint64_t base = 0;
+  Allocation* a = findAlloc(p, &base);
+  if (a && a->mapped) return exportMappedLocked(static_cast<int*>(handle), p, n);
+  // A dma-buf of a cuMemAlloc allocation: a duplicate of its memfd, whose
+  // offset 0 is the allocation's start (p must be that start, as hawser asks).
   auto it = g_allocs.find(p);
   if (it == g_allocs.end() || it->second.opened || n < it->second.size) return kInvalidValue;
   int fd = fcntl(it->second.fd, F_DUPFD_CLOEXEC, 0);
