@@ -18,6 +18,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>

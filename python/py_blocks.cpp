@@ -131,6 +131,8 @@ struct BlocksAccess {
     return p;
   }
 
+  static Status engine(PyEngine& pe, TransferEngine*& e) { return pe.engine(e); }
+
   static Status target(PyEngine& pe, const char* what, const std::string& name, TransferEngine*& e, SegmentID& seg) {
     Status s = pe.engine(e);
     if (!s.ok()) return context(s, what);
@@ -326,7 +328,7 @@ void defineBlocks(py::class_<PyEngine>& cls) {
           "plan_info",
           [](PyEngine& pe, int64_t plan) -> py::object {
             TransferEngine* e = nullptr;
-            Status s = pe.engine(e);
+            Status s = A::engine(pe, e);
             PlanInfo info;
             if (s.ok()) s = e->planInfo(static_cast<PlanID>(plan), info);
             if (!s.ok()) {
@@ -346,7 +348,7 @@ void defineBlocks(py::class_<PyEngine>& cls) {
           "release_plan",
           [](PyEngine& pe, int64_t plan) -> int {
             TransferEngine* e = nullptr;
-            Status s = pe.engine(e);
+            Status s = A::engine(pe, e);
             if (s.ok()) s = e->releasePlan(static_cast<PlanID>(plan));
             if (s.ok()) {
               std::lock_guard lk(A::planMu());

@@ -139,7 +139,7 @@ Counters EngineImpl::blockStats() const {
           {"block_runs_inflight", c.runs_in_flight.load()},
           {"block_bytes_per_inflight_run", BlockRunner::bytesPerRun()},
           {"block_window_bytes", c.window_bytes.load()},
-          {"block_window_bytes_max_per_task", 2 * block_settings_.lanes * block_settings_.window * BlockRunner::bytesPerRun()},
+          {"block_window_bytes_max_per_task", BlockRunner::maxWindowBytes(block_settings_)},
           {"block_plans_open", c.plans_open.load()},
           {"block_plan_bytes", c.plan_bytes.load()}};
 }

@@ -11,6 +11,10 @@ namespace hawser {
 
 size_t BlockRunner::bytesPerRun() { return sizeof(Child) + sizeof(Task*); }
 
+size_t BlockRunner::maxWindowBytes(const BlockSettings& s) {
+  return 2 * (s.lanes + 1) * (s.window * bytesPerRun() + sizeof(Window));
+}
+
 BlockRunner::BlockRunner(std::shared_ptr<const BlockPlan> plan, Task* parent, BlockPump* pump,
                          const BlockSettings& settings, BlockCounters* counters)
     : plan_(std::move(plan)),
@@ -39,22 +43,24 @@ size_t BlockRunner::take(size_t max, size_t& first) {
   }
 }
 
-BlockRunner::Window* BlockRunner::windowFor(size_t lane) {
+BlockRunner::Window* BlockRunner::windowFor(size_t lane, size_t runs) {
+  const size_t need = std::min(runs, plan_->runs);
   Window* w = lane_[lane];
-  if (!w || !w->reusable()) {
-    // The lane's last window is still let go of by its transport: take any
-    // idle one, else make one (bounded in practice: windows are idle within
-    // moments of their last child ending).
+  if (!w || !w->reusable() || w->capacity < need) {
+    // The lane's last window is in flight, or still let go of by its
+    // transport: take any idle one, else make one. Windows in flight are at
+    // most lanes + 1 (each ended window starts one more), and as many may be
+    // ending: at most 2 x (lanes + 1) windows.
     w = nullptr;
     for (auto& c : windows_)
-      if (c->reusable() && std::find(lane_.begin(), lane_.end(), c.get()) == lane_.end()) {
+      if (c->reusable() && c->capacity >= need) {
         w = c.get();
         break;
       }
     if (!w) {
       auto nw = std::make_unique<Window>();
       nw->runner = this;
-      nw->capacity = std::min(settings_.window, plan_->runs);
+      nw->capacity = need;
       nw->children.reset(new Child[nw->capacity]);
       nw->tasks.reset(new Task*[nw->capacity]);
       for (size_t i = 0; i < nw->capacity; ++i) {
@@ -114,9 +120,10 @@ void BlockRunner::post(Window* w, std::unique_ptr<PreparedWork> work) {
 
 Status BlockRunner::prepareFirst() {
   std::lock_guard lk(mu_);
+  // A short first window: the caller's thread pays for it (the pump cuts the rest).
+  Window* w = windowFor(0, std::min(settings_.window, kFirstWindow));
   size_t first = 0;
-  const size_t k = take(settings_.window, first);
-  Window* w = windowFor(0);
+  const size_t k = take(w->capacity, first);
   Status s = fill(w, first, k, first_work_);
   if (!s.ok()) {
     next_.store(0);  // nothing was posted; the runner is dropped
@@ -131,7 +138,8 @@ void BlockRunner::start() {
     std::lock_guard lk(mu_);
     post(first_w_, std::move(first_work_));
   }
-  for (size_t lane = 1; lane < lanes_; ++lane) {
+  // Lane 0 goes on with a full window at once; the other lanes start too.
+  for (size_t lane = 0; lane < lanes_; ++lane) {
     if (next_.load(std::memory_order_acquire) >= plan_->runs) break;
     if (!pump_->schedule(shared_from_this(), lane)) {
       stop(TransferState::kFailed, {Code::kUnavailable, "engine shut down before these blocks were started"}, false);
@@ -143,10 +151,11 @@ void BlockRunner::start() {
 void BlockRunner::dispatch(size_t lane) {
   std::lock_guard lk(mu_);
   if (failed_.load(std::memory_order_acquire)) return;
+  if (next_.load(std::memory_order_acquire) >= plan_->runs) return;
+  Window* w = windowFor(lane, settings_.window);
   size_t first = 0;
-  const size_t k = take(settings_.window, first);
+  const size_t k = take(w->capacity, first);
   if (k == 0) return;
-  Window* w = windowFor(lane);
   std::unique_ptr<PreparedWork> work;
   Status s = fill(w, first, k, work);
   if (!s.ok()) {

@@ -51,6 +51,8 @@ class BlockRunner : public std::enable_shared_from_this<BlockRunner> {
   // Engine memory one run in flight holds (its internal task and pointer),
   // besides the transport's slices.
   static size_t bytesPerRun();
+  // The most the windows of one block request hold: 2 x (lanes + 1) windows.
+  static size_t maxWindowBytes(const BlockSettings& s);
 
   BlockRunner(std::shared_ptr<const BlockPlan> plan, Task* parent, BlockPump* pump, const BlockSettings& settings,
               BlockCounters* counters);
@@ -93,8 +95,10 @@ class BlockRunner : public std::enable_shared_from_this<BlockRunner> {
 
   // Takes up to `max` runs not yet started: [first, first + k).
   size_t take(size_t max, size_t& first);
-  // Under mu_: a window for `lane` that no I/O references.
-  Window* windowFor(size_t lane);
+  // Under mu_: a window for `lane` that no I/O references, holding up to
+  // `runs` runs (fewer when the plan has fewer).
+  Window* windowFor(size_t lane, size_t runs);
+  static constexpr size_t kFirstWindow = 64;
   // Under mu_: fills `w` with runs [first, first + k) and prepares them.
   Status fill(Window* w, size_t first, size_t k, std::unique_ptr<PreparedWork>& work);
   void post(Window* w, std::unique_ptr<PreparedWork> work);
