@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/log.h"
+#include "transport/rdma/rdma_json.h"
 #include "transport/rdma/rdma_stats.h"
 #include "transport/rdma/rdma_transport.h"
 
@@ -34,11 +35,14 @@ void putQps(json& j, const QpSet& q) {
 
 // Throws (json or runtime_error) on anything missing or malformed.
 void getQps(const json& j, QpSet& q) {
-  for (auto& x : j.at("qpn")) q.qpn.push_back(x.get<uint32_t>());
-  for (auto& x : j.at("psn")) q.psn.push_back(x.get<uint32_t>());
+  const json& qpn = j.at("qpn");
+  const json& psn = j.at("psn");
+  if (!qpn.is_array() || !psn.is_array()) throw std::runtime_error("qpn and psn must be arrays");
+  for (auto& x : qpn) q.qpn.push_back(integerValue<uint32_t>(x, "qpn"));
+  for (auto& x : psn) q.psn.push_back(integerValue<uint32_t>(x, "psn"));
   if (!gidFromString(j.at("gid").get<std::string>(), q.gid)) throw std::runtime_error("bad gid");
-  q.lid = j.at("lid").get<uint16_t>();
-  q.mtu = j.at("mtu").get<int>();
+  q.lid = integerAt<uint16_t>(j, "lid");
+  q.mtu = integerAt<int>(j, "mtu");
 }
 
 template <typename F>
@@ -74,7 +78,7 @@ std::string encode(const HandshakeReply& r) {
 
 Status decode(const std::string& text, HandshakeRequest& out) {
   return parse(text, [&](const json& j) {
-    if (j.at("v").get<int>() != 1) throw std::runtime_error("unsupported version");
+    if (integerAt<int>(j, "v") != 1) throw std::runtime_error("unsupported version");
     out.from = j.at("from").get<std::string>();
     out.instance = j.at("instance").get<std::string>();
     out.key = j.at("key").get<std::string>();
