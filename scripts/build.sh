@@ -13,8 +13,9 @@
 # Env: HAWSER_BUILD_JOBS (default: the CPUs); HAWSER_TEST_PROGRAMS=OFF leaves
 # the test programs out of a release build (scripts/test.sh does: the
 # sanitizer build runs them); HAWSER_UNITY=ON compiles each layer's files
-# as one unit per 16 files (scripts/test.sh does: a cold build is a third
-# cheaper; a developer's incremental build is better without).
+# as one unit per 16 files, and HAWSER_PCH=ON gives the test programs one
+# precompiled header (scripts/test.sh sets both: a cold build is much
+# cheaper; a developer's incremental, ccache-backed build is better without).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:-release}
@@ -41,7 +42,8 @@ if [ "$kind" != release ]; then
     rm -rf "$dir/CMakeCache.txt" "$dir/CMakeFiles"
   fi
 fi
-flags+=(-DCMAKE_UNITY_BUILD="${HAWSER_UNITY:-OFF}" -DCMAKE_UNITY_BUILD_BATCH_SIZE=16)
+flags+=(-DCMAKE_UNITY_BUILD="${HAWSER_UNITY:-OFF}" -DCMAKE_UNITY_BUILD_BATCH_SIZE=16
+        -DHAWSER_TEST_PCH="${HAWSER_PCH:-OFF}")
 jobs=${HAWSER_BUILD_JOBS:-$(nproc)}
 # Build the Python module for Debian's interpreter (the one python3-pytest
 # belongs to), whatever python3 comes first on PATH.

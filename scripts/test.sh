@@ -35,7 +35,9 @@ report_times() {
 trap report_times EXIT
 stage "deps" bash scripts/deps.sh
 jobs=${HAWSER_TEST_JOBS:-2}
-export HAWSER_UNITY=${HAWSER_UNITY:-ON}
+# Cold builds are the bulk of a CI run: unity builds and a shared precompiled
+# header for the test programs (docs/testing.md).
+export HAWSER_UNITY=${HAWSER_UNITY:-ON} HAWSER_PCH=${HAWSER_PCH:-ON}
 stage "build (Release)" env HAWSER_TEST_PROGRAMS=OFF bash scripts/build.sh release
 stage "ctest (Release)" ctest --test-dir build -j "$jobs" --output-on-failure --timeout 600
 if [ -d python ] && ls python/tests/test_*.py >/dev/null 2>&1; then
