@@ -28,7 +28,7 @@ constexpr size_t kMaxControlAhead = 64;  // response headers read ahead in one r
 }  // namespace
 
 IoThread::IoThread(const TcpSettings& settings, InitiatorCounters* counters, size_t staging_slots)
-    : settings_(settings), counters_(counters), staging_slots_(staging_slots) {}
+    : staging_slots_(staging_slots), settings_(settings), counters_(counters) {}
 
 IoThread::~IoThread() {
   stop();
