@@ -23,6 +23,9 @@ function(hawser_layer target dir)
   target_link_libraries(${target} PUBLIC ${L_DEPENDS} Threads::Threads
     PRIVATE spdlog::spdlog nlohmann_json::nlohmann_json ${L_PRIVATE_LIBS})
   target_compile_definitions(${target} PRIVATE SPDLOG_ACTIVE_LEVEL=SPDLOG_LEVEL_DEBUG)
+  if(HAWSER_FUZZ)
+    target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link)
+  endif()
   set_property(GLOBAL APPEND PROPERTY HAWSER_LAYER_TARGETS ${target})
 endfunction()
 

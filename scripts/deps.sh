@@ -9,6 +9,9 @@ PKGS=(
   libgtest-dev libgmock-dev
   python3-dev pybind11-dev python3-pytest python3-numpy
   etcd-server etcd-client iperf3 fio iproute2 procps
+  # The sanitizer builds and the fuzz targets: clang, its sanitizer and
+  # libFuzzer runtimes, llvm-symbolizer for readable reports.
+  clang libclang-rt-14-dev llvm-14
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,6 +1,19 @@
 #!/usr/bin/env bash
-# Every test: install what is missing, build Release and ASan+UBSan, run
-# ctest on both, then the Python tests (when the binding is built).
+# Every test, as CI runs it (.ci/run calls only this). Stages, each timed:
+#   deps                 install what is missing (scripts/deps.sh)
+#   build (Release)      gcc -O3: library, CLI, Python module, bench helpers
+#   ctest (Release)      the checks that need an unsanitized build: packaging
+#                        (find_package of an installed copy), docs' config tables
+#   pytest               the Python binding against the Release build
+#   build (ASan+UBSan)   clang: every test program and the libFuzzer targets,
+#                        linked against the same sanitized objects
+#   ctest (ASan+UBSan)   every test program's cases, the C tests, and each fuzz
+#                        target's corpus replayed (regression inputs included)
+#   fuzz                 each fuzz target for HAWSER_FUZZ_SECONDS (20) on its
+#                        corpus plus new inputs (scripts/fuzz.sh)
+#   build (TSan)         clang ThreadSanitizer: the programs labelled tsan
+#   ctest (TSan)         their cases; any race report fails the test
+# docs/testing.md says why each test runs where it does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -22,14 +35,11 @@ report_times() {
 trap report_times EXIT
 stage "deps" bash scripts/deps.sh
 jobs=${HAWSER_TEST_JOBS:-2}
-stage "build (Release)" bash scripts/build.sh release
-stage "ctest (Release)" ctest --test-dir build -j "$jobs" --output-on-failure --timeout 300
-stage "build (ASan+UBSan)" bash scripts/build.sh asan
-asan_ctest() {
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan -j "$jobs" --output-on-failure --timeout 600
-}
-stage "ctest (ASan+UBSan)" asan_ctest
+# Cold builds are the bulk of a CI run: unity builds and a shared precompiled
+# header for the test programs (docs/testing.md).
+export HAWSER_UNITY=${HAWSER_UNITY:-ON} HAWSER_PCH=${HAWSER_PCH:-ON}
+stage "build (Release)" env HAWSER_TEST_PROGRAMS=OFF bash scripts/build.sh release
+stage "ctest (Release)" ctest --test-dir build -j "$jobs" --output-on-failure --timeout 600
 if [ -d python ] && ls python/tests/test_*.py >/dev/null 2>&1; then
   echo "== pytest =="
   t0=$(date +%s)
@@ -62,4 +72,19 @@ PY
   [ "${passed:-0}" -gt 0 ] || { echo "pytest passed no test (all skipped or none collected): a failure"; exit 1; }
   times+=("$(printf '%-24s %5d s' "pytest" $(( $(date +%s) - t0 )))")
 fi
+stage "build (ASan+UBSan)" bash scripts/build.sh asan
+asan_ctest() {
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan -j "$jobs" --output-on-failure --timeout 600
+}
+stage "ctest (ASan+UBSan)" asan_ctest
+stage "fuzz" bash scripts/fuzz.sh "${HAWSER_FUZZ_SECONDS:-20}" build-asan
+stage "build (TSan)" bash scripts/build.sh tsan
+tsan_ctest() {
+  # halt_on_error: a race fails its test. The suppressions file names each
+  # third-party frame it silences and why (tests/tsan.supp).
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
+    ctest --test-dir build-tsan -L tsan -j "$jobs" --output-on-failure --timeout 600
+}
+stage "ctest (TSan)" tsan_ctest
 echo "all tests passed in $(( $(date +%s) - start )) s"

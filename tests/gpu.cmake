@@ -22,8 +22,11 @@ foreach(src ${gpu_tests})
   add_executable(${name} ${src})
   target_link_libraries(${name} PRIVATE hawser_testlib GTest::gtest_main)
   add_dependencies(${name} hawser_cli hawser_fake_cuda hawser_fake_cufile)
-  # With the stand-in driver, the stand-in libcufile too (gpu_env.h: testCufilePath).
-  target_compile_definitions(${name} PRIVATE HAWSER_FAKE_CUFILE="$<TARGET_FILE:hawser_fake_cufile>")
+  # With the stand-in driver, the stand-in libcufile too (gpu_env.h:
+  # testCufilePath): HAWSER_FAKE_CUFILE comes with hawser_testlib.
+  if(NOT name STREQUAL "cuda_abi_test")  # its own include path and definitions
+    hawser_test_pch(${name})
+  endif()
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST TEST_PREFIX "gpu."
     PROPERTIES LABELS gpu TIMEOUT 300)
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST TEST_PREFIX "gpu_sim."
@@ -33,8 +36,6 @@ endforeach()
 
 # The rdma GPU test runs the rdma transport over the software verbs provider.
 if(HAWSER_RDMA_BUILT AND TARGET rdma_gpu_test)
-  target_compile_definitions(rdma_gpu_test PRIVATE HAWSER_TEST_RDMA=1
-    HAWSER_SOFTVERBS_LIB="$<TARGET_FILE:hawser_softverbs>")
   add_dependencies(rdma_gpu_test hawser_softverbs)
 endif()
 

@@ -16,8 +16,7 @@ foreach(tier unit integration faults)
   foreach(src ${rdma_tests})
     get_filename_component(name ${src} NAME_WE)
     if(HAWSER_RDMA_BUILT)
-      target_compile_definitions(${name} PRIVATE HAWSER_TEST_RDMA=1
-        HAWSER_SOFTVERBS_LIB="$<TARGET_FILE:hawser_softverbs>")
+      # HAWSER_TEST_RDMA and HAWSER_SOFTVERBS_LIB come with hawser_testlib.
       add_dependencies(${name} hawser_softverbs)
     endif()
   endforeach()

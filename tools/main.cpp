@@ -21,7 +21,3 @@ int main(int argc, char** argv) {
   return cmds.run ? cmds.run() : 0;
 }
 
-// Fallback until tools/cmd_segment.cpp is linked in.
-namespace hawser::tools {
-__attribute__((weak)) void addSegment(CLI::App&, Commands&) {}
-}  // namespace hawser::tools

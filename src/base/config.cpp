@@ -52,9 +52,11 @@ std::string_view sourceName(ConfigSource s) {
   return "?";
 }
 
-Config Config::fromEnv(std::vector<std::string>* unknown) {
+Config Config::fromEnv(std::vector<std::string>* unknown) { return fromEnv(environ, unknown); }
+
+Config Config::fromEnv(const char* const* env, std::vector<std::string>* unknown) {
   Config c;
-  for (char** e = environ; e && *e; ++e) {
+  for (const char* const* e = env; e && *e; ++e) {
     std::string_view kv(*e);
     if (kv.substr(0, 7) != "HAWSER_") continue;
     // The test tools' own variables (tests/, scripts/) are not config keys.

@@ -41,6 +41,9 @@ class Config {
   // given, receives each HAWSER_* variable of the environment that is no
   // knob's (other programs may set HAWSER_ variables: not an error).
   static Config fromEnv(std::vector<std::string>* unknown = nullptr);
+  // The same over an environment block given as `environ` is (NAME=VALUE
+  // strings, null-terminated); fuzzed by tests/fuzz/config_fuzz.cpp.
+  static Config fromEnv(const char* const* env, std::vector<std::string>* unknown);
 
   // Sets `key` (any text: validate() refuses a key that is not in the table).
   void set(std::string_view key, std::string value, ConfigSource source = ConfigSource::kOptions);

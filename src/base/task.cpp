@@ -36,8 +36,15 @@ void Task::completeSlice(TransferState state, uint64_t bytes, const Status& erro
       error_ = error.ok() ? Status(Code::kInternal, "slice failed without a reason") : error;
     }
   }
-  uint32_t done = slices_done_.fetch_add(1, std::memory_order_acq_rel) + 1;
-  if (done == slices_total_) owner_->taskFinished();
+  // Nothing of the task may be read after the increment: once another
+  // thread's increment makes the task terminal, its batch may be freed
+  // (a completer of an earlier slice read slices_total_ afterwards; found by
+  // ThreadSanitizer in rdma_transport_test). The last completer is safe: the
+  // batch stays until taskFinished() has counted the task.
+  const uint32_t total = slices_total_;
+  TaskOwner* const owner = owner_;
+  const uint32_t done = slices_done_.fetch_add(1, std::memory_order_acq_rel) + 1;
+  if (done == total) owner->taskFinished();
 }
 
 void Task::failSlices(uint32_t n, TransferState state, const Status& error) {

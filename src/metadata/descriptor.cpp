@@ -172,6 +172,13 @@ Status decodeSegment(const json& j, SegmentDesc& out) {
       s.buffers.push_back(std::move(bd));
     }
     std::sort(s.buffers.begin(), s.buffers.end(), [](auto& x, auto& y) { return x.addr < y.addr; });
+    // Registered regions never overlap; findBuffer relies on it.
+    for (size_t k = 1; k < s.buffers.size(); ++k) {
+      const BufferDesc& prev = s.buffers[k - 1];
+      if (s.buffers[k].addr - prev.addr < prev.length)
+        return {Code::kMetadataError, fmt::format("descriptor: buffers [{:#x}, +{}) and [{:#x}, +{}) overlap", prev.addr,
+                                                  prev.length, s.buffers[k].addr, s.buffers[k].length)};
+    }
   } else {
     return {Code::kMetadataError, fmt::format("descriptor: field 'kind' must be \"memory\" or \"file\", got \"{}\"", kind)};
   }

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "base/log.h"
+#include "metadata/etcd_replies.h"
 
 namespace hawser::etcd {
 
@@ -120,34 +121,10 @@ Status Client::postOnce(Handle* h, const Endpoint& ep, const std::string& url_pa
   }
   long http = 0;
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &http);
-  nlohmann::json j = nlohmann::json::parse(h->reply, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    // Not the etcd gateway (or a truncated answer): another endpoint may do.
-    return Status(Code::kMetadataError, ep.text() + ": HTTP " + std::to_string(http) + " on " + url_path +
-                                            " with a non-JSON body (is this an etcd v3 endpoint?)");
-  }
-  // Streaming methods wrap errors as {"error":{...}} with HTTP 200.
-  const nlohmann::json* err = nullptr;
-  if (http != 200) {
-    err = &j;
-  } else if (j.contains("error") && j["error"].is_object()) {
-    err = &j["error"];
-  }
-  if (err != nullptr) {
-    int gc = static_cast<int>(jsonInt(*err, "code", 2));
-    if (grpc_code) *grpc_code = gc;
-    std::string msg = err->value("message", std::string());
-    if (msg.empty() && err->contains("error") && (*err)["error"].is_string()) msg = (*err)["error"].get<std::string>();
-    std::string text = ep.text() + ": etcd refused " + url_path + ": " + msg + " (grpc code " +
-                       std::to_string(gc) + ", HTTP " + std::to_string(http) + ")";
-    if (gc == 14) return Status(Code::kUnavailable, text);  // no leader, stopping
-    if (gc == 4) return Status(Code::kTimeout, text);       // etcd's own deadline
-    transient = false;
-    return Status(Code::kMetadataError, text);
-  }
-  transient = false;
-  reply = std::move(j);
-  return Status::OK();
+  int gc = 0;
+  Status st = decodeReply(http, h->reply, ep.text(), url_path, reply, transient, gc);
+  if (grpc_code) *grpc_code = gc;
+  return st;
 }
 
 Status Client::call(std::string_view path, const nlohmann::json& body, nlohmann::json& reply) {

@@ -1,5 +1,6 @@
 // etcd_client.h, key-value calls: range, put, compare-and-swap put and delete.
 #include "metadata/etcd_client.h"
+#include "metadata/etcd_replies.h"
 
 namespace hawser::etcd {
 
@@ -8,12 +9,12 @@ Status Client::get(const std::string& key, std::optional<KeyValue>& out, int64_t
   nlohmann::json reply;
   Status st = call("kv/range", {{"key", base64Encode(key)}}, reply);
   if (!st.ok()) return st;
-  if (revision) *revision = jsonInt(reply.value("header", nlohmann::json::object()), "revision");
-  auto kvs = reply.find("kvs");
-  if (kvs == reply.end() || !kvs->is_array() || kvs->empty()) return Status::OK();
-  KeyValue kv;
-  if (!parseKv((*kvs)[0], kv)) return Status(Code::kMetadataError, "etcd returned a malformed kv for key '" + key + "'");
-  out = std::move(kv);
+  std::vector<KeyValue> kvs;
+  int64_t rev = 0;
+  st = decodeRange(reply, kvs, rev);
+  if (!st.ok()) return Status(st.code(), st.message() + " for key '" + key + "'");
+  if (revision) *revision = rev;
+  if (!kvs.empty()) out = std::move(kvs[0]);
   return Status::OK();
 }
 
@@ -25,14 +26,13 @@ Status Client::getPrefix(const std::string& prefix, std::vector<KeyValue>& out, 
   nlohmann::json reply;
   Status st = call("kv/range", body, reply, co);
   if (!st.ok()) return st;
-  if (revision) *revision = jsonInt(reply.value("header", nlohmann::json::object()), "revision");
-  auto kvs = reply.find("kvs");
-  if (kvs == reply.end() || !kvs->is_array()) return Status::OK();
-  for (const auto& j : *kvs) {
-    KeyValue kv;
-    if (!parseKv(j, kv)) return Status(Code::kMetadataError, "etcd returned a malformed kv under '" + prefix + "'");
-    out.push_back(std::move(kv));
+  int64_t rev = 0;
+  st = decodeRange(reply, out, rev);
+  if (!st.ok()) {
+    out.clear();
+    return Status(st.code(), st.message() + " under '" + prefix + "'");
   }
+  if (revision) *revision = rev;
   return Status::OK();
 }
 
@@ -65,18 +65,13 @@ Status Client::putIf(const std::string& key, const std::string& value, int64_t e
   co.idempotent = false;
   Status st = call("kv/txn", body, reply, co);
   if (!st.ok()) return st;
-  succeeded = reply.value("succeeded", false);
+  succeeded = txnSucceeded(reply);
   if (succeeded) return Status::OK();
-  const auto& responses = reply.value("responses", nlohmann::json::array());
-  if (!responses.empty() && responses[0].contains("response_range")) {
-    const auto& rr = responses[0]["response_range"];
-    auto kvs = rr.find("kvs");
-    if (kvs != rr.end() && kvs->is_array() && !kvs->empty()) {
-      KeyValue kv;
-      if (!parseKv((*kvs)[0], kv))
-        return Status(Code::kMetadataError, "etcd returned a malformed kv for key '" + key + "'");
-      current = std::move(kv);
-    }
+  const auto& kvs = member(txnResponse(reply, 0, "response_range"), "kvs");
+  if (kvs.is_array() && !kvs.empty()) {
+    KeyValue kv;
+    if (!parseKv(kvs[0], kv)) return Status(Code::kMetadataError, "etcd returned a malformed kv for key '" + key + "'");
+    current = std::move(kv);
   }
   return Status::OK();
 }
@@ -101,10 +96,8 @@ Status Client::removeIf(const std::string& key, int64_t expect_mod_revision, int
   co.idempotent = false;
   Status st = call("kv/txn", body, reply, co);
   if (!st.ok()) return st;
-  if (!reply.value("succeeded", false)) return Status::OK();
-  const auto& responses = reply.value("responses", nlohmann::json::array());
-  if (!responses.empty() && responses[0].contains("response_delete_range"))
-    deleted = jsonInt(responses[0]["response_delete_range"], "deleted");
+  if (!txnSucceeded(reply)) return Status::OK();
+  deleted = jsonInt(txnResponse(reply, 0, "response_delete_range"), "deleted");
   return Status::OK();
 }
 

@@ -1,5 +1,6 @@
 // etcd_client.h, leases: grant, keepalive, revoke.
 #include "metadata/etcd_client.h"
+#include "metadata/etcd_replies.h"
 
 namespace hawser::etcd {
 
@@ -9,10 +10,9 @@ Status Client::leaseGrant(int64_t ttl_s, int64_t& id, int64_t& granted_ttl_s, co
   co.idempotent = false;
   Status st = call("lease/grant", {{"TTL", std::to_string(ttl_s)}}, reply, co);
   if (!st.ok()) return st;
-  id = jsonInt(reply, "ID");
-  granted_ttl_s = jsonInt(reply, "TTL");
+  std::string err;
+  decodeLeaseGrant(reply, id, granted_ttl_s, err);
   if (id == 0 || granted_ttl_s <= 0) {
-    std::string err = reply.value("error", std::string());
     return Status(Code::kMetadataError, "etcd at " + endpointsText() + " did not grant a lease of " +
                                             std::to_string(ttl_s) + " s" + (err.empty() ? "" : ": " + err));
   }
@@ -30,8 +30,7 @@ Status Client::leaseKeepAlive(int64_t id, int64_t& ttl_s, const CallOptions& co_
     if (gc == 5) return Status::OK();  // lease not found: lost
     return st;
   }
-  const auto& result = reply.value("result", nlohmann::json::object());
-  ttl_s = jsonInt(result, "TTL");
+  ttl_s = decodeKeepAlive(reply);
   return Status::OK();
 }
 

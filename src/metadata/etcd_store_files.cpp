@@ -7,6 +7,7 @@
 
 #include "base/config.h"
 #include "base/log.h"
+#include "metadata/etcd_replies.h"
 #include "metadata/etcd_txn.h"
 
 namespace hawser {
@@ -33,7 +34,7 @@ Status EtcdStore::putFileSegment(const SegmentDesc& desc) {
   nlohmann::json reply;
   st = client_.call("kv/txn", body, reply);  // the put is idempotent: retry is safe
   if (!st.ok()) return st;
-  if (!reply.value("succeeded", false)) {
+  if (!etcd::txnSucceeded(reply)) {
     return Status(Code::kInvalidArgument,
                   "segment name '" + desc.name + "' is taken by a memory segment (" + segmentKey(desc.name) + ")");
   }
@@ -55,7 +56,7 @@ Status EtcdStore::createFileSegment(const SegmentDesc& desc) {
   co.idempotent = false;
   st = client_.call("kv/txn", body, reply, co);
   if (!st.ok()) return st;
-  if (reply.value("succeeded", false)) return Status::OK();
+  if (etcd::txnSucceeded(reply)) return Status::OK();
   bool malformed = false;
   bool memory = rangeResult(reply, 0, malformed).has_value();
   return Status(Code::kInvalidArgument, "segment name '" + desc.name + "' already exists as a " +
@@ -123,9 +124,7 @@ Status EtcdStore::removeSegment(const std::string& name) {
   nlohmann::json reply;
   st = client_.call("kv/txn", body, reply);
   if (!st.ok()) return st;
-  int64_t deleted = 0;
-  for (const auto& r : reply.value("responses", nlohmann::json::array()))
-    deleted += etcd::jsonInt(r.value("response_delete_range", nlohmann::json::object()), "deleted");
+  const int64_t deleted = etcd::txnDeleted(reply);
   if (deleted == 0) {
     return Status(Code::kSegmentNotFound, "segment '" + name + "' not found in etcd at " + client_.endpointsText());
   }

@@ -22,6 +22,7 @@ struct WatchEvent {
 };
 
 struct WatchStream {
+  static constexpr size_t kMaxMessage = 64u << 20;  // bytes of one message
   std::string buffer;  // bytes of an incomplete message
   bool created = false;
   bool canceled = false;
@@ -32,7 +33,7 @@ struct WatchStream {
   const std::function<void(int64_t, const std::vector<WatchEvent>&)>* on_events = nullptr;
 
   // Appends bytes of the body and handles every complete message. False once
-  // the stream should stop (canceled or malformed).
+  // the stream should stop (canceled, or malformed: `bad`, with `reason`).
   bool feed(std::string_view data);
   // One message (a line without its newline).
   void handleLine(std::string_view line);

@@ -13,7 +13,34 @@
 
 namespace hawser {
 
-Status loadFileSegments(const std::string& path, std::map<std::string, SegmentDesc>& out) {
+Status decodeFileSegments(std::string_view text, FileSegmentMap& out) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return {Code::kMetadataError, "not a JSON object"};
+  auto segs = j.find("segments");
+  if (segs == j.end() || !segs->is_array()) return {Code::kMetadataError, "field 'segments' must be an array"};
+  FileSegmentMap got;
+  for (auto& js : *segs) {
+    SegmentDesc d;
+    Status s = decodeSegment(js, d);
+    if (!s.ok()) return s;
+    if (d.kind != SegmentDesc::Kind::kFile)
+      return {Code::kMetadataError, fmt::format("segment '{}' is not of kind file", d.name)};
+    if (got.count(d.name)) return {Code::kMetadataError, fmt::format("segment '{}' is listed twice", d.name)};
+    got[d.name] = std::move(d);
+  }
+  out = std::move(got);
+  return Status::OK();
+}
+
+std::string encodeFileSegments(const FileSegmentMap& segs) {
+  nlohmann::json j;
+  j["version"] = fmt::format("{}.{}", kDescriptorMajor, kDescriptorMinor);
+  j["segments"] = nlohmann::json::array();
+  for (auto& [n, d] : segs) j["segments"].push_back(encodeSegment(d));
+  return j.dump(2);
+}
+
+Status loadFileSegments(const std::string& path, FileSegmentMap& out) {
   std::ifstream in(path);
   if (!in) {
     if (errno == ENOENT) return Status::OK();  // nothing yet
@@ -21,35 +48,17 @@ Status loadFileSegments(const std::string& path, std::map<std::string, SegmentDe
   }
   std::stringstream ss;
   ss << in.rdbuf();
-  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    return {Code::kMetadataError, fmt::format("file segments '{}': not a JSON object", path)};
-  auto segs = j.find("segments");
-  if (segs == j.end() || !segs->is_array())
-    return {Code::kMetadataError, fmt::format("file segments '{}': field 'segments' must be an array", path)};
-  std::map<std::string, SegmentDesc> got;
-  for (auto& js : *segs) {
-    SegmentDesc d;
-    Status s = decodeSegment(js, d);
-    if (!s.ok()) return {s.code(), fmt::format("file segments '{}': {}", path, s.message())};
-    if (d.kind != SegmentDesc::Kind::kFile)
-      return {Code::kMetadataError, fmt::format("file segments '{}': segment '{}' is not of kind file", path, d.name)};
-    got[d.name] = std::move(d);
-  }
-  out = std::move(got);
+  Status s = decodeFileSegments(ss.str(), out);
+  if (!s.ok()) return {s.code(), fmt::format("file segments '{}': {}", path, s.message())};
   return Status::OK();
 }
 
-Status saveFileSegments(const std::string& path, const std::map<std::string, SegmentDesc>& segs) {
-  nlohmann::json j;
-  j["version"] = fmt::format("{}.{}", kDescriptorMajor, kDescriptorMinor);
-  j["segments"] = nlohmann::json::array();
-  for (auto& [n, d] : segs) j["segments"].push_back(encodeSegment(d));
+Status saveFileSegments(const std::string& path, const FileSegmentMap& segs) {
   std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
   {
     std::ofstream out(tmp, std::ios::trunc);
     if (!out) return {Code::kMetadataError, fmt::format("cannot write '{}': {}", tmp, std::strerror(errno))};
-    out << j.dump(2) << "\n";
+    out << encodeFileSegments(segs) << "\n";
     if (!out.flush()) return {Code::kMetadataError, fmt::format("cannot write '{}'", tmp)};
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0)

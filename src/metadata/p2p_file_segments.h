@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "hawser/status.h"
 #include "metadata/descriptor.h"
@@ -16,6 +17,11 @@ namespace hawser {
 
 using FileSegmentMap = std::map<std::string, SegmentDesc>;  // by segment name
 
+// The file's text: kMetadataError naming what is wrong (not JSON, a segment
+// that does not decode, is not of kind file, or is listed twice). Fuzzed by
+// tests/fuzz/file_segments_fuzz.cpp.
+Status decodeFileSegments(std::string_view text, FileSegmentMap& out);
+std::string encodeFileSegments(const FileSegmentMap& segs);
 // A file that does not exist holds no segments (Ok, empty map).
 Status loadFileSegments(const std::string& path, FileSegmentMap& out);
 Status saveFileSegments(const std::string& path, const FileSegmentMap& segs);

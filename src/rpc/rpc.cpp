@@ -14,7 +14,6 @@ namespace hawser::rpc {
 namespace {
 std::mutex g_token_mu;
 std::string g_token;
-constexpr uint32_t kMaxHelloBody = 4096;
 }  // namespace
 
 void setAuthToken(const std::string& token) {
@@ -27,13 +26,35 @@ std::string authToken() {
   return g_token;
 }
 
-Status readFrame(int fd, Frame& f, uint32_t max_body) {
-  Status s = net::recvAll(fd, &f, sizeof(f));
-  if (!s.ok()) return s;
+Status checkFrame(const Frame& f, uint32_t max_body) {
   if (f.magic != kMagic) return {Code::kRemoteError, fmt::format("bad frame magic {:#x}", f.magic)};
   if (f.version != kVersion) return {Code::kRemoteError, fmt::format("unsupported frame version {}", f.version)};
   if (f.length > max_body) return {Code::kRemoteError, fmt::format("frame body {} bytes exceeds limit {}", f.length, max_body)};
   return Status::OK();
+}
+
+Status checkHello(const Frame& hello, std::string_view token, std::string_view want) {
+  if (token.size() != hello.length)
+    return {Code::kRemoteError, fmt::format("hello carries {} token bytes, its header says {}", token.size(), hello.length)};
+  if (hello.type & kReplyBit) return {Code::kRemoteError, fmt::format("hello names connection kind {:#x}", hello.type)};
+  if (!want.empty() && token != want) return {Code::kPermissionDenied, "bad auth token"};
+  return Status::OK();
+}
+
+Status checkReply(const Frame& r, uint16_t method, uint64_t id, std::string_view body) {
+  if (body.size() != r.length)
+    return {Code::kRemoteError, fmt::format("reply carries {} bytes, its header says {}", body.size(), r.length)};
+  if (r.type != (method | kReplyBit) || r.id != id) return {Code::kRemoteError, "reply does not match request"};
+  if (r.status == 0) return Status::OK();
+  Code c = static_cast<Code>(r.status);
+  if (r.status < 0 || r.status > static_cast<int32_t>(Code::kInternal)) c = Code::kRemoteError;
+  return {c, std::string(body)};
+}
+
+Status readFrame(int fd, Frame& f, uint32_t max_body) {
+  Status s = net::recvAll(fd, &f, sizeof(f));
+  if (!s.ok()) return s;
+  return checkFrame(f, max_body);
 }
 
 Server::~Server() { stop(); }
@@ -134,8 +155,7 @@ void Server::serve(net::Fd fd) {
     token.resize(hello.length);
     s = net::recvAll(raw, token.data(), token.size());
   }
-  const std::string want = authToken();
-  if (s.ok() && !want.empty() && token != want) s = Status(Code::kPermissionDenied, "bad auth token");
+  if (s.ok()) s = checkHello(hello, token, authToken());
   StreamHandler stream;
   if (s.ok() && hello.type != kConnControl) {
     std::lock_guard lk(mu_);
@@ -248,13 +268,8 @@ Status call(const std::string& host, uint16_t port, uint16_t method, const std::
     s = net::recvAll(fd.get(), body.data(), body.size());
     if (!s.ok()) return s;
   }
-  if (r.type != (method | kReplyBit) || r.id != 1)
-    return {Code::kRemoteError, fmt::format("{}:{}: reply does not match request", host, port)};
-  if (r.status != 0) {
-    Code c = static_cast<Code>(r.status);
-    if (r.status < 0 || r.status > static_cast<int32_t>(Code::kInternal)) c = Code::kRemoteError;
-    return {c, fmt::format("{}:{}: {}", host, port, body)};
-  }
+  s = checkReply(r, method, f.id, body);
+  if (!s.ok()) return {s.code(), fmt::format("{}:{}: {}", host, port, s.message())};
   reply = std::move(body);
   return Status::OK();
 }

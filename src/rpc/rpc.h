@@ -66,7 +66,22 @@ Channel channel(std::string_view name);
 void setAuthToken(const std::string& token);
 std::string authToken();
 
-// Reads one frame header and checks magic/version/length <= max_body.
+// The decode steps, separated from the socket I/O (and fuzzed on their own,
+// tests/fuzz/rpc_fuzz.cpp). Every refusal is kRemoteError naming the field,
+// except a wrong token (kPermissionDenied).
+//
+// A frame header as it arrived: magic, version, and length <= max_body.
+Status checkFrame(const Frame& f, uint32_t max_body);
+// The Hello of an incoming connection (header already checked): its body is
+// the auth token, which must equal `want` when one is set.
+Status checkHello(const Frame& hello, std::string_view token, std::string_view want);
+// The reply to a call of `method` with request id `id` (header already
+// checked): Ok, or the peer's refusal as a Status whose message is `body`
+// (an out-of-range code reads as kRemoteError).
+Status checkReply(const Frame& r, uint16_t method, uint64_t id, std::string_view body);
+inline constexpr uint32_t kMaxHelloBody = 4096;
+
+// Reads one frame header and checks it (checkFrame).
 Status readFrame(int fd, Frame& f, uint32_t max_body);
 
 class Server {

@@ -139,4 +139,44 @@ TEST(DescriptorFuzz, random_mutations_never_crash_the_decoder) {
   EXPECT_GT(bad, 0);
 }
 
+// The decode steps alone (the fuzz target's invariants, pinned).
+TEST(RpcDecode, hello_needs_the_token_when_one_is_set) {
+  rpc::Frame h;
+  h.type = rpc::kConnControl;
+  h.length = 3;
+  EXPECT_TRUE(rpc::checkHello(h, "abc", "").ok());
+  EXPECT_TRUE(rpc::checkHello(h, "abc", "abc").ok());
+  EXPECT_EQ(rpc::checkHello(h, "abd", "abc").code(), Code::kPermissionDenied);
+  EXPECT_EQ(rpc::checkHello(h, "ab", "").code(), Code::kRemoteError);  // fewer bytes than the header says
+  h.type = rpc::kConnControl | rpc::kReplyBit;
+  EXPECT_EQ(rpc::checkHello(h, "abc", "").code(), Code::kRemoteError);
+}
+
+TEST(RpcDecode, reply_must_answer_the_call_and_maps_unknown_codes_to_remote_error) {
+  rpc::Frame r;
+  r.type = rpc::kPing | rpc::kReplyBit;
+  r.id = 1;
+  r.length = 2;
+  EXPECT_TRUE(rpc::checkReply(r, rpc::kPing, 1, "ok").ok());
+  EXPECT_EQ(rpc::checkReply(r, rpc::kPing, 2, "ok").code(), Code::kRemoteError);
+  EXPECT_EQ(rpc::checkReply(r, 5, 1, "ok").code(), Code::kRemoteError);
+  r.status = static_cast<int32_t>(Code::kSegmentNotFound);
+  Status s = rpc::checkReply(r, rpc::kPing, 1, "no");
+  EXPECT_EQ(s.code(), Code::kSegmentNotFound);
+  EXPECT_EQ(s.message(), "no");
+  r.status = 999;
+  EXPECT_EQ(rpc::checkReply(r, rpc::kPing, 1, "no").code(), Code::kRemoteError);
+  r.status = -1;
+  EXPECT_EQ(rpc::checkReply(r, rpc::kPing, 1, "no").code(), Code::kRemoteError);
+}
+
+TEST(RpcDecode, frame_over_its_bound_or_of_another_version_is_refused) {
+  rpc::Frame f;
+  f.length = 10;
+  EXPECT_TRUE(rpc::checkFrame(f, 10).ok());
+  EXPECT_EQ(rpc::checkFrame(f, 9).code(), Code::kRemoteError);
+  f.version = 1;
+  EXPECT_EQ(rpc::checkFrame(f, 10).code(), Code::kRemoteError);
+}
+
 }  // namespace

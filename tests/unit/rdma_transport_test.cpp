@@ -25,6 +25,7 @@
 #include "metadata/descriptor.h"
 #include "rpc/rpc.h"
 #include "softverbs/soft_env.h"
+#include "transport/rdma/rdma_connect.h"
 #include "transport/rdma/rdma_probe.h"
 #include "transport/rdma/rdma_stats.h"
 
@@ -869,6 +870,31 @@ TEST_F(RdmaTransportTest, shutdown_with_transfers_in_flight_finishes_every_slice
   EXPECT_EQ(rdma::stats().slices_failed.load(), 0u);
   EXPECT_EQ(rdma::stats().slice_retries.load(), 0u);
   p.reset();  // then both engines are destroyed
+}
+
+// The handshake's integers must be JSON integers within their field's range
+// (a float out of range is undefined behaviour to convert; found by
+// tests/fuzz/rdma_handshake_fuzz.cpp).
+TEST(RdmaHandshake, integers_out_of_range_or_not_integers_are_refused) {
+  rdma::HandshakeReply ok;
+  ok.nic = "rxe0";
+  ok.qps.qpn = {17};
+  ok.qps.psn = {5};
+  ok.qps.lid = 3;
+  ok.qps.mtu = 1024;
+  const nlohmann::json good = nlohmann::json::parse(rdma::encode(ok));
+  rdma::HandshakeReply out;
+  ASSERT_TRUE(rdma::decode(good.dump(), out).ok());
+  EXPECT_EQ(out.qps.qpn, std::vector<uint32_t>{17});
+  EXPECT_EQ(out.qps.lid, 3);
+  for (auto [key, value] : std::vector<std::pair<const char*, nlohmann::json>>{
+           {"lid", 70000}, {"lid", -1}, {"mtu", 1e300}, {"mtu", 4096.5}, {"qpn", {1e20}}, {"psn", {-3}},
+           {"qpn", {{"a", 1}}}, {"psn", "x"}}) {
+    nlohmann::json bad = good;
+    bad[key] = value;
+    Status s = rdma::decode(bad.dump(), out);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << key << "=" << value.dump();
+  }
 }
 
 }  // namespace

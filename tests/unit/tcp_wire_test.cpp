@@ -96,6 +96,60 @@ TEST(TcpWire, request_with_non_zero_status_is_rejected) {
   EXPECT_EQ(tcp::checkRequest(h, 1 << 20).code(), Code::kRemoteError);
 }
 
+tcp::Awaited awaitedRead(uint32_t len) { return tcp::Awaited{true, 7, true, len}; }
+
+WireHeader readResp(uint32_t size) {
+  WireHeader h;
+  h.type = tcp::kReadResp;
+  h.size = size;
+  h.length = size;
+  h.id = 7;
+  return h;
+}
+
+TEST(TcpWire, response_answering_the_awaited_request_is_accepted) {
+  EXPECT_TRUE(tcp::checkResponse(readResp(4096), awaitedRead(4096)).ok());
+  WireHeader w = readResp(4096);
+  w.type = tcp::kWriteResp;
+  w.length = 0;
+  EXPECT_TRUE(tcp::checkResponse(w, tcp::Awaited{true, 7, false, 4096}).ok());
+  WireHeader err = readResp(0);
+  err.status = static_cast<uint8_t>(Code::kOutOfRange);
+  err.length = 12;
+  EXPECT_TRUE(tcp::checkResponse(err, awaitedRead(4096)).ok());
+}
+
+TEST(TcpWire, response_with_no_request_awaiting_is_rejected) {
+  Status s = tcp::checkResponse(readResp(4096), tcp::Awaited{});
+  EXPECT_EQ(s.code(), Code::kRemoteError);
+  EXPECT_NE(s.message().find("no request awaiting"), std::string::npos) << s.message();
+}
+
+TEST(TcpWire, response_with_wrong_id_type_or_length_is_rejected) {
+  WireHeader h = readResp(4096);
+  h.id = 8;
+  EXPECT_NE(tcp::checkResponse(h, awaitedRead(4096)).message().find("response id 8 where 7"), std::string::npos);
+  h = readResp(4096);
+  h.type = tcp::kWriteResp;
+  EXPECT_NE(tcp::checkResponse(h, awaitedRead(4096)).message().find("WRITE_RESP answers a READ_REQ"),
+            std::string::npos);
+  h = readResp(4095);
+  EXPECT_EQ(tcp::checkResponse(h, awaitedRead(4096)).code(), Code::kRemoteError);
+  h = readResp(4096);
+  h.magic = 0;
+  EXPECT_EQ(tcp::checkResponse(h, awaitedRead(4096)).code(), Code::kRemoteError);
+}
+
+TEST(TcpWire, error_response_with_unknown_code_or_long_reason_is_rejected) {
+  WireHeader h = readResp(0);
+  h.status = 200;
+  h.length = 4;
+  EXPECT_EQ(tcp::checkResponse(h, awaitedRead(4096)).code(), Code::kRemoteError);
+  h.status = static_cast<uint8_t>(Code::kOutOfRange);
+  h.length = tcp::kMaxReason + 1;
+  EXPECT_EQ(tcp::checkResponse(h, awaitedRead(4096)).code(), Code::kRemoteError);
+}
+
 TEST(TcpSettings, defaults_when_nothing_is_set) {
   Config c;
   TcpSettings s;

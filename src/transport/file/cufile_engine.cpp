@@ -212,7 +212,7 @@ CufileProbe probeCufile(const std::string& path, const std::string& dir) {
 
 namespace {
 
-struct Command {
+struct CufileCommand {
   std::function<void()> fn;
   std::promise<void>* done = nullptr;
 };
@@ -385,7 +385,7 @@ class Engine final : public CufileEngine {
         fn();
         return;
       }
-      cmd_q_.push_back(Command{std::move(fn), &done});
+      cmd_q_.push_back(CufileCommand{std::move(fn), &done});
     }
     cv_.notify_all();
     fut.wait();
@@ -594,7 +594,7 @@ class Engine final : public CufileEngine {
   void run() {
     std::vector<IoOp> incoming;
     std::vector<uint64_t> cancels;
-    std::vector<Command> cmds;
+    std::vector<CufileCommand> cmds;
     std::vector<IoCompletion> done;
     bool stopping = false;
     for (;;) {
@@ -661,7 +661,7 @@ class Engine final : public CufileEngine {
   std::condition_variable cv_;
   std::vector<IoOp> queue_;
   std::vector<uint64_t> cancel_q_;
-  std::vector<Command> cmd_q_;
+  std::vector<CufileCommand> cmd_q_;
   bool stop_req_ = false;
   bool exited_ = false;
   std::atomic<size_t> outstanding_{0};

@@ -18,6 +18,7 @@
 
 #include "base/transport.h"
 #include "gpu/cuda_api.h"
+#include "metadata/descriptor.h"
 #include "transport/nvlink/nvlink_transport.h"
 
 namespace hawser::nvlink {
@@ -125,6 +126,13 @@ struct BufferInfo {
   uint32_t slot = 0;
   uint64_t gen = 0;
 };
+
+// Reads attrs.nvlink of one buffer of a peer's descriptor (peer-written):
+// true with b's handle, base, size, slot and gen and the GPU's PCI `bus`
+// ("" when not published) when the buffer is GPU memory whose published
+// allocation [base, base+size) holds it; else false with b.why saying why.
+// Fuzzed by tests/fuzz/descriptor_fuzz.cpp.
+bool decodeBufferAttrs(const BufferDesc& bd, BufferInfo& b, std::string& bus);
 
 // One owner process, shared by every view of its segment.
 struct Owner {

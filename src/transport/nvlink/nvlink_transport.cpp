@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <limits>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -42,15 +43,53 @@ bool parseHex(const std::string& hex, std::string& out) {
   return true;
 }
 
+// A non-negative JSON integer that fits T.
 template <typename T>
 bool field(const nlohmann::json& j, const char* key, T& out) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_number_integer()) return false;
-  out = it->get<T>();
+  if (!it->is_number_unsigned() && it->get<int64_t>() < 0) return false;
+  const uint64_t v = it->get<uint64_t>();
+  if (v > std::numeric_limits<T>::max()) return false;
+  out = static_cast<T>(v);
   return true;
 }
 
 }  // namespace
+
+namespace nvlink {
+
+bool decodeBufferAttrs(const BufferDesc& bd, BufferInfo& b, std::string& bus) {
+  bus.clear();
+  if (memoryKindOf(bd.location) != kGpuMemory) {
+    b.why = fmt::format("it is {} memory", bd.location);
+    return false;
+  }
+  auto a = bd.attrs.find("nvlink");
+  if (a == bd.attrs.end() || !a->is_object()) {
+    b.why = "its owner published no IPC handle for it";
+    return false;
+  }
+  if (auto e = a->find("error"); e != a->end() && e->is_string()) {
+    b.why = "its owner could not export it: " + e->get<std::string>();
+    return false;
+  }
+  if (auto h = a->find("handle"); h == a->end() || !h->is_string() || !parseHex(h->get<std::string>(), b.handle) ||
+                                  !field(*a, "base", b.base) || !field(*a, "size", b.size) ||
+                                  !field(*a, "slot", b.slot) || !field(*a, "gen", b.gen)) {
+    b.why = fmt::format("malformed attrs.nvlink {}", a->dump());
+    return false;
+  }
+  if (auto bs = a->find("bus"); bs != a->end() && bs->is_string()) bus = bs->get<std::string>();
+  // Inside [base, base+size), without wrapping around.
+  if (bd.addr < b.base || bd.length > b.size || bd.addr - b.base > b.size - bd.length) {
+    b.why = "its published allocation does not hold it";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace nvlink
 
 Status NvlinkTransport::loadSettings(const Config& cfg, NvlinkSettings& out) {
   NvlinkSettings s;
@@ -241,34 +280,11 @@ Status NvlinkTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHan
   for (size_t i = 0; i < seg.buffers.size(); ++i) {
     const BufferDesc& bd = seg.buffers[i];
     nvlink::BufferInfo& b = ref->bufs[i];
-    auto a = bd.attrs.find("nvlink");
-    if (memoryKindOf(bd.location) != kGpuMemory) {
-      b.why = fmt::format("it is {} memory", bd.location);
-      continue;
-    }
-    if (a == bd.attrs.end() || !a->is_object()) {
-      b.why = "its owner published no IPC handle for it";
-      continue;
-    }
-    if (auto e = a->find("error"); e != a->end() && e->is_string()) {
-      b.why = "its owner could not export it: " + e->get<std::string>();
-      continue;
-    }
     std::string bus;
-    if (auto h = a->find("handle"); h == a->end() || !h->is_string() || !parseHex(h->get<std::string>(), b.handle) ||
-                                    !field(*a, "base", b.base) || !field(*a, "size", b.size) ||
-                                    !field(*a, "slot", b.slot) || !field(*a, "gen", b.gen)) {
-      b.why = fmt::format("malformed attrs.nvlink {}", a->dump());
-      continue;
-    }
-    if (auto bs = a->find("bus"); bs != a->end() && bs->is_string()) bus = bs->get<std::string>();
+    if (!nvlink::decodeBufferAttrs(bd, b, bus)) continue;
     b.device = ordinalOfBus(bus);
     if (b.device < 0) {
       b.why = fmt::format("its GPU (PCI {}) is not visible to this process", bus.empty() ? "unknown" : bus);
-      continue;
-    }
-    if (bd.addr < b.base || bd.addr + bd.length > b.base + b.size) {
-      b.why = "its published allocation does not hold it";
       continue;
     }
     b.exported = true;

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/log.h"
+#include "transport/rdma/rdma_json.h"
 #include "transport/rdma/rdma_stats.h"
 #include "transport/rdma/rdma_transport.h"
 
@@ -36,23 +37,26 @@ void putQps(json& j, const QpSet& q) {
 
 // Throws (json or runtime_error) on anything missing or malformed.
 void getQps(const json& j, QpSet& q) {
-  for (auto& x : j.at("qpn")) q.qpn.push_back(x.get<uint32_t>());
-  for (auto& x : j.at("psn")) {
-    q.psn.push_back(x.get<uint32_t>());
+  const json& qpn = j.at("qpn");
+  const json& psn = j.at("psn");
+  if (!qpn.is_array() || !psn.is_array()) throw std::runtime_error("qpn and psn must be arrays");
+  for (auto& x : qpn) q.qpn.push_back(integerValue<uint32_t>(x, "qpn"));
+  for (auto& x : psn) {
+    q.psn.push_back(integerValue<uint32_t>(x, "psn"));
     if (q.psn.back() > 0xffffff) throw std::runtime_error("psn above 2^24");
   }
   if (!gidFromString(j.at("gid").get<std::string>(), q.gid)) throw std::runtime_error("bad gid");
-  q.lid = j.at("lid").get<uint16_t>();
-  q.mtu = j.at("mtu").get<int>();
+  q.lid = integerAt<uint16_t>(j, "lid");
+  q.mtu = integerAt<int>(j, "mtu");
   if (mtuBytes(mtuFromBytes(q.mtu)) != q.mtu) throw std::runtime_error("mtu is not 256..4096, a power of two");
-  q.rd_atom = j.at("rd_atom").get<int>();
-  q.init_rd_atom = j.at("init_rd_atom").get<int>();
+  q.rd_atom = integerAt<int>(j, "rd_atom");
+  q.init_rd_atom = integerAt<int>(j, "init_rd_atom");
   if (q.rd_atom < 0 || q.rd_atom > 255 || q.init_rd_atom < 0 || q.init_rd_atom > 255)
     throw std::runtime_error("rd_atom/init_rd_atom out of 0..255");
 }
 
 void checkVersion(const json& j) {
-  int v = j.at("v").get<int>();
+  int v = integerAt<int>(j, "v");
   if (v != kHandshakeVersion)
     throw std::runtime_error(fmt::format("rdma handshake version {} (this engine speaks {})", v, kHandshakeVersion));
 }
@@ -109,7 +113,7 @@ Status decode(const std::string& text, HandshakeRequest& out) {
     getQps(j, out.qps);
     for (const json& g : j.at("gids")) {
       GidChoice c;
-      c.index = g.at("index").get<int>();
+      c.index = integerAt<int>(g, "index");
       if (c.index < 0 || c.index > 255) throw std::runtime_error("gid index out of 0..255");
       if (!gidFromString(g.at("gid").get<std::string>(), c.gid)) throw std::runtime_error("bad gid in gids");
       if (!gidTypeFromName(g.at("type").get<std::string>(), c.type)) throw std::runtime_error("unknown gid type");
@@ -122,7 +126,7 @@ Status decode(const std::string& text, HandshakeReply& out) {
   return parse(text, [&](const json& j) {
     checkVersion(j);
     out.nic = j.value("nic", std::string());
-    out.gid_index = j.at("gid_index").get<int>();
+    out.gid_index = integerAt<int>(j, "gid_index");
     out.gid_type = j.at("gid_type").get<std::string>();
     getQps(j, out.qps);
   });

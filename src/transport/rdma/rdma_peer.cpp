@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "metadata/descriptor.h"
+#include "transport/rdma/rdma_json.h"
 #include "transport/rdma/rdma_stats.h"
 #include "transport/rdma/rdma_transport.h"
 
@@ -30,9 +31,9 @@ Status decodeNics(const SegmentDesc& seg, const json& attrs, std::vector<PeerNic
       if (!gidFromString(n.at("gid").get<std::string>(), pn.gid))
         return Status(Code::kNotSupported,
                       fmt::format("segment '{}': transports.rdma.nics[{}].gid is malformed", seg.name, i));
-      pn.lid = n.at("lid").get<uint16_t>();
-      pn.numa = n.value("numa", -1);
-      pn.mtu = n.value("mtu", 4096);
+      pn.lid = integerAt<uint16_t>(n, "lid");
+      pn.numa = integerOr<int>(n, "numa", -1);
+      pn.mtu = integerOr<int>(n, "mtu", 4096);
       pn.up = n.value("up", true);
     } catch (const std::exception& e) {
       return Status(Code::kNotSupported,

@@ -136,9 +136,7 @@ Status TableView::open(int64_t pid, int fd, uint64_t nonce, std::unique_ptr<Tabl
   std::unique_ptr<TableView> v(new TableView());
   v->map_ = m;
   v->bytes_ = bytes;
-  const TableHeader* h = header(m);
-  if (load(h->magic, std::memory_order_acquire) != kTableMagic || h->version != kTableVersion ||
-      h->capacity != kTableCapacity || h->nonce != nonce)
+  if (!tableHeaderMatches(m, nonce))
     return {Code::kNotSupported, fmt::format("{} is not the peer's shm table (magic, version or nonce differ)", path)};
   out = std::move(v);
   return Status::OK();
@@ -148,9 +146,39 @@ bool TableView::closed() const { return load(header(map_)->closed, std::memory_o
 
 uint64_t TableView::seq() const { return load(header(map_)->seq, std::memory_order_acquire); }
 
+bool tableHeaderMatches(const void* map, uint64_t nonce) {
+  const TableHeader* h = header(map);
+  // The writer fills the header before it stores the magic (release).
+  return load(h->magic, std::memory_order_acquire) == kTableMagic && h->version == kTableVersion &&
+         h->capacity == kTableCapacity && h->nonce == nonce;
+}
+
+bool lookupOnce(const void* map, uint64_t addr, uint64_t len, bool& in, uint64_t& seq) {
+  const TableHeader* h = header(map);
+  const TableEntry* e = entries(map);
+  const uint64_t s1 = load(h->seq, std::memory_order_acquire);
+  if (s1 & 1) return false;
+  const uint64_t n = std::min<uint64_t>(load(h->count), kTableCapacity);
+  // Last entry with entry.addr <= addr (a peer that broke the order gets a
+  // wrong answer about its own ranges, never a read outside the table).
+  uint64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    if (load(e[mid].addr) <= addr) lo = mid + 1;
+    else hi = mid;
+  }
+  in = false;
+  if (lo > 0) {
+    const uint64_t a = load(e[lo - 1].addr), l = load(e[lo - 1].length);
+    in = addr >= a && len <= l && addr - a <= l - len;
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (load(h->seq) != s1) return false;
+  seq = s1;
+  return true;
+}
+
 bool TableView::contains(uint64_t addr, uint64_t len, uint64_t* seq_out) const {
-  const TableHeader* h = header(map_);
-  const TableEntry* e = entries(map_);
   // A writer killed mid-update leaves seq odd: give up after a bound (the
   // range then counts as not exposed).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
@@ -159,24 +187,10 @@ bool TableView::contains(uint64_t addr, uint64_t len, uint64_t* seq_out) const {
       if (std::chrono::steady_clock::now() > deadline) return false;
       std::this_thread::yield();
     }
-    const uint64_t s1 = load(h->seq, std::memory_order_acquire);
-    if (s1 & 1) continue;
-    const uint64_t n = std::min<uint64_t>(load(h->count), kTableCapacity);
-    // Last entry with entry.addr <= addr.
-    uint64_t lo = 0, hi = n;
-    while (lo < hi) {
-      const uint64_t mid = (lo + hi) / 2;
-      if (load(e[mid].addr) <= addr) lo = mid + 1;
-      else hi = mid;
-    }
     bool in = false;
-    if (lo > 0) {
-      const uint64_t a = load(e[lo - 1].addr), l = load(e[lo - 1].length);
-      in = addr >= a && len <= l && addr - a <= l - len;
-    }
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (load(h->seq) == s1) {
-      if (seq_out) *seq_out = s1;
+    uint64_t seq = 0;
+    if (lookupOnce(map_, addr, len, in, seq)) {
+      if (seq_out) *seq_out = seq;
       return in;
     }
   }

@@ -74,6 +74,18 @@ class TableWriter {
   std::map<uint64_t, uint64_t> ranges_;  // addr -> length
 };
 
+// The reader's decode steps over a mapping of tableBytes(kTableCapacity)
+// bytes that the peer writes (and so may fill with anything); each word is
+// read atomically. Fuzzed by tests/fuzz/shm_table_fuzz.cpp.
+//
+// Whether the mapping's header is the peer's table: magic, version,
+// capacity and nonce.
+bool tableHeaderMatches(const void* map, uint64_t nonce);
+// One lookup: false when the writer was mid-update (seq odd, or moved
+// during the lookup); else `in` says whether [addr, addr+len) lies inside
+// one exposed range and `seq` is the sequence number it was read under.
+bool lookupOnce(const void* map, uint64_t addr, uint64_t len, bool& in, uint64_t& seq);
+
 // An initiator's read-only mapping of a peer's table. Unmapped at destruction.
 class TableView {
  public:

@@ -28,7 +28,7 @@ constexpr size_t kMaxControlAhead = 64;  // response headers read ahead in one r
 }  // namespace
 
 IoThread::IoThread(const TcpSettings& settings, InitiatorCounters* counters, size_t staging_slots)
-    : settings_(settings), counters_(counters), staging_slots_(staging_slots) {}
+    : staging_slots_(staging_slots), settings_(settings), counters_(counters) {}
 
 IoThread::~IoThread() {
   stop();
@@ -466,20 +466,11 @@ bool IoThread::parse(Conn* c) {
     std::memcpy(&h, c->rxbuf + c->rx_begin, kHeaderSize);
     c->rx_begin += kHeaderSize;
     Slice* f = c->inflight.head;
-    std::string bad;
-    if (h.magic != kWireMagic) bad = fmt::format("bad magic {:#010x}", h.magic);
-    else if (h.version != kWireVersion) bad = fmt::format("unsupported version {}", h.version);
-    else if (!f || f == c->tx) bad = fmt::format("{} id {} with no request awaiting a response", typeName(h.type), h.id);
-    else if (h.id != f->hdr.id) bad = fmt::format("response id {} where {} was expected", h.id, f->hdr.id);
-    else if (h.type != (f->is_read ? kReadResp : kWriteResp))
-      bad = fmt::format("{} answers a {}", typeName(h.type), f->is_read ? "READ_REQ" : "WRITE_REQ");
-    else if (h.status == 0 && (h.length != (f->is_read ? f->len : 0) || h.size != f->len))
-      bad = fmt::format("{} length {} size {} for a {}-byte request", typeName(h.type), h.length, h.size, f->len);
-    else if (h.status != 0 && (h.status > static_cast<uint8_t>(Code::kInternal) || h.length > kMaxReason))
-      bad = fmt::format("error response with status {} and {} reason bytes", h.status, h.length);
-    if (!bad.empty()) {
+    Awaited want;
+    if (f && f != c->tx) want = Awaited{true, f->hdr.id, f->is_read, f->len};
+    if (Status bad = checkResponse(h, want); !bad.ok()) {
       failConn(c, Status(Code::kRemoteError,
-                         fmt::format("tcp: malformed response from {}: {}", c->peer->name, bad)));
+                         fmt::format("tcp: malformed response from {}: {}", c->peer->name, bad.message())));
       return false;
     }
     if (h.status != 0) {

@@ -21,33 +21,6 @@
 
 namespace hawser::tcp {
 
-const char* typeName(uint8_t type) {
-  switch (type) {
-    case kReadReq: return "READ_REQ";
-    case kWriteReq: return "WRITE_REQ";
-    case kReadResp: return "READ_RESP";
-    case kWriteResp: return "WRITE_RESP";
-    default: return "UNKNOWN";
-  }
-}
-
-Status checkRequest(const WireHeader& h, uint64_t max_frame) {
-  if (h.magic != kWireMagic) return {Code::kRemoteError, fmt::format("bad magic {:#010x}", h.magic)};
-  if (h.version != kWireVersion) return {Code::kRemoteError, fmt::format("unsupported version {}", h.version)};
-  if (h.type != kReadReq && h.type != kWriteReq)
-    return {Code::kRemoteError, fmt::format("unexpected message type {} in a request", h.type)};
-  if (h.status != 0) return {Code::kRemoteError, fmt::format("{} has status {} (must be 0)", typeName(h.type), h.status)};
-  if (h.size == 0) return {Code::kRemoteError, fmt::format("{} has size 0", typeName(h.type))};
-  if (h.size > max_frame)
-    return {Code::kRemoteError,
-            fmt::format("{} size {} exceeds tcp.max_frame {}", typeName(h.type), h.size, max_frame)};
-  if (h.type == kReadReq && h.length != 0)
-    return {Code::kRemoteError, fmt::format("READ_REQ carries {} payload bytes (must be 0)", h.length)};
-  if (h.type == kWriteReq && h.length != h.size)
-    return {Code::kRemoteError, fmt::format("WRITE_REQ length {} != size {}", h.length, h.size)};
-  return Status::OK();
-}
-
 namespace {
 
 std::string peerName(int fd) {

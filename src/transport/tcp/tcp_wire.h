@@ -53,9 +53,25 @@ struct alignas(8) WireHeader {
 static_assert(sizeof(WireHeader) == kHeaderSize);
 static_assert(offsetof(WireHeader, length) == 8 && offsetof(WireHeader, id) == 16 && offsetof(WireHeader, addr) == 24);
 
+// The decode steps (tcp_wire.cpp), apart from the socket I/O; fuzzed by
+// tests/fuzz/tcp_wire_fuzz.cpp.
+//
 // Target side: is `h` a well-formed request whose payload fits `max_frame`?
 // The message names the offending field; the connection must be closed.
 Status checkRequest(const WireHeader& h, uint64_t max_frame);
+
+// Initiator side: the request whose response comes next on a connection.
+struct Awaited {
+  bool any = false;  // false: no request awaits a response
+  uint64_t id = 0;
+  bool is_read = false;
+  uint32_t len = 0;  // bytes the request addresses
+};
+// Is `h` a well-formed response to `want`: an OK one carrying exactly the
+// request's bytes (reads) or none (writes), or an error one with a known
+// code and at most kMaxReason bytes of reason? kRemoteError naming the
+// offending field otherwise; the connection must be closed.
+Status checkResponse(const WireHeader& h, const Awaited& want);
 
 // Human-readable name of a message type ("READ_REQ", ...).
 const char* typeName(uint8_t type);

@@ -1,0 +1,51 @@
+// The tcp wire's decode steps (tcp_wire.h): what a target accepts as a
+// request and an initiator as a response.
+#include "transport/tcp/tcp_wire.h"
+
+#include <fmt/format.h>
+
+namespace hawser::tcp {
+
+const char* typeName(uint8_t type) {
+  switch (type) {
+    case kReadReq: return "READ_REQ";
+    case kWriteReq: return "WRITE_REQ";
+    case kReadResp: return "READ_RESP";
+    case kWriteResp: return "WRITE_RESP";
+    default: return "UNKNOWN";
+  }
+}
+
+Status checkRequest(const WireHeader& h, uint64_t max_frame) {
+  if (h.magic != kWireMagic) return {Code::kRemoteError, fmt::format("bad magic {:#010x}", h.magic)};
+  if (h.version != kWireVersion) return {Code::kRemoteError, fmt::format("unsupported version {}", h.version)};
+  if (h.type != kReadReq && h.type != kWriteReq)
+    return {Code::kRemoteError, fmt::format("unexpected message type {} in a request", h.type)};
+  if (h.status != 0) return {Code::kRemoteError, fmt::format("{} has status {} (must be 0)", typeName(h.type), h.status)};
+  if (h.size == 0) return {Code::kRemoteError, fmt::format("{} has size 0", typeName(h.type))};
+  if (h.size > max_frame)
+    return {Code::kRemoteError,
+            fmt::format("{} size {} exceeds tcp.max_frame {}", typeName(h.type), h.size, max_frame)};
+  if (h.type == kReadReq && h.length != 0)
+    return {Code::kRemoteError, fmt::format("READ_REQ carries {} payload bytes (must be 0)", h.length)};
+  if (h.type == kWriteReq && h.length != h.size)
+    return {Code::kRemoteError, fmt::format("WRITE_REQ length {} != size {}", h.length, h.size)};
+  return Status::OK();
+}
+
+Status checkResponse(const WireHeader& h, const Awaited& want) {
+  auto bad = [](std::string why) { return Status(Code::kRemoteError, std::move(why)); };
+  if (h.magic != kWireMagic) return bad(fmt::format("bad magic {:#010x}", h.magic));
+  if (h.version != kWireVersion) return bad(fmt::format("unsupported version {}", h.version));
+  if (!want.any) return bad(fmt::format("{} id {} with no request awaiting a response", typeName(h.type), h.id));
+  if (h.id != want.id) return bad(fmt::format("response id {} where {} was expected", h.id, want.id));
+  if (h.type != (want.is_read ? kReadResp : kWriteResp))
+    return bad(fmt::format("{} answers a {}", typeName(h.type), want.is_read ? "READ_REQ" : "WRITE_REQ"));
+  if (h.status == 0 && (h.length != (want.is_read ? want.len : 0) || h.size != want.len))
+    return bad(fmt::format("{} length {} size {} for a {}-byte request", typeName(h.type), h.length, h.size, want.len));
+  if (h.status != 0 && (h.status > static_cast<uint8_t>(Code::kInternal) || h.length > kMaxReason))
+    return bad(fmt::format("error response with status {} and {} reason bytes", h.status, h.length));
+  return Status::OK();
+}
+
+}  // namespace hawser::tcp
