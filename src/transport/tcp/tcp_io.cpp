@@ -28,7 +28,7 @@ constexpr size_t kMaxControlAhead = 64;  // response headers read ahead in one r
 }  // namespace
 
 IoThread::IoThread(const TcpSettings& settings, InitiatorCounters* counters, size_t staging_slots)
-    : settings_(settings), counters_(counters), staging_slots_(staging_slots) {}
+    : staging_slots_(staging_slots), settings_(settings), counters_(counters) {}
 
 IoThread::~IoThread() {
   stop();
@@ -242,6 +242,7 @@ void IoThread::drainConnectResults() {
       int fd = r.fd.get();
       int fl = ::fcntl(fd, F_GETFL);
       net::setBufferSizes(fd, static_cast<int>(settings_.sock_buf));
+      net::setKeepAlive(fd, std::chrono::milliseconds(settings_.timeout_ms));
       epoll_event ev{};
       ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
       ev.data.ptr = c;
@@ -584,6 +585,13 @@ void IoThread::failList(SliceList& l, bool committed, const Status& why) {
 
 void IoThread::failConn(Conn* c, const Status& why, bool failure) {
   if (c->fd >= 0) {
+    // Requests on the wire are abandoned (they FAIL below): reset the
+    // connection rather than close it, so the kernel drops what it has not
+    // sent yet instead of delivering it once a partition heals, after we
+    // reported the write FAILED and perhaps completed another one over it.
+    // (The target, for its part, applies no write whose connection it sees
+    // closed: tcp_target.cpp.)
+    if (!c->inflight.empty()) net::setResetOnClose(c->fd);
     ::close(c->fd);  // also leaves the epoll set
     c->fd = -1;
   }
