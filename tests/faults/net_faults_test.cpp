@@ -392,6 +392,30 @@ TEST_F(NetFaults, a_write_failed_by_a_partition_never_lands_after_the_network_he
       << "byte " << bad << " of the range changed after the write that completed: the failed write landed late";
 }
 
+// An initiator process stopped for longer than its timeout (SIGSTOP, a
+// paused VM, a starved thread) while writes were on the wire: its kernel
+// kept the connections going, so the target applied them and answered; on
+// resuming, the initiator reads those answers and completes the writes
+// instead of calling the quiet stretch a silent peer.
+TEST_F(NetFaults, an_initiator_stopped_past_its_timeout_completes_what_moved_meanwhile) {
+  const int fds_idle = targetFds();
+  Child bench;
+  ASSERT_TRUE(bench.start({"bench", "--target", segment_, "--host", ip_b_, "--op", "write", "--block-size", "64K",
+                           "--batch-size", "8", "--threads", "2", "--seconds", "6"},
+                          {"HAWSER_TCP_TIMEOUT_MS=1000"}));
+  // Until its batches flow: the target serves its two data connections.
+  ASSERT_TRUE(eventually([&] { return targetFds() >= fds_idle + 2; }, 10s));
+  std::this_thread::sleep_for(1500ms);  // mid-run
+  ASSERT_EQ(::kill(bench.pid, SIGSTOP), 0);
+  std::this_thread::sleep_for(2500ms);  // the property is about time passing: 2.5 x its timeout
+  ::kill(bench.pid, SIGCONT);
+  const int rc = bench.wait();
+  std::string out;
+  sh("cat " + bench.out_path, &out);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("verified: yes"), std::string::npos) << out;
+}
+
 // The same for a target that stops (SIGSTOP: a frozen process, a paused
 // VM) while a write is on its way: its kernel buffers the request, the
 // initiator times out and closes; when the target resumes, the buffered
