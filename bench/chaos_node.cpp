@@ -26,6 +26,7 @@
 //
 // Usage: chaos_node --name N --index I --nodes K --host IP --port P
 //                   --metadata URI --peers NAME,NAME,... [--slot BYTES] [--hang-ms MS]
+//                   [--rate ROUNDS_PER_S]
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -94,6 +95,7 @@ struct Options {
   std::vector<std::string> peers;
   size_t slot = 2u << 20;
   int hang_ms = 30000;
+  double rate = 0;  // rounds per second at most (0: as fast as it goes)
 };
 
 // A write that did not complete: its bytes may be in the range, or land later.
@@ -150,7 +152,15 @@ class Node {
         report();
       }
     });
-    while (!g_stop) round();
+    auto next = Clock::now();
+    while (!g_stop) {
+      round();
+      if (o_.rate > 0) {  // a gentler load, for long runs on a shared machine
+        next += std::chrono::microseconds(static_cast<int64_t>(1e6 / o_.rate));
+        if (next < Clock::now()) next = Clock::now();
+        std::this_thread::sleep_until(next);
+      }
+    }
     reporter.join();
     report();
     engine_.reset();  // stops serving; bounded wait for in-flight work
@@ -373,6 +383,7 @@ bool parse(int argc, char** argv, Options& o) {
     else if (k == "--metadata") o.metadata = v;
     else if (k == "--slot") o.slot = std::stoull(v);
     else if (k == "--hang-ms") o.hang_ms = std::stoi(v);
+    else if (k == "--rate") o.rate = std::stod(v);
     else if (k == "--peers") {
       size_t a = 0;
       while (a <= v.size()) {
@@ -396,7 +407,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception&) {
     std::fprintf(stderr,
                  "usage: %s --name N --index I --nodes K --host IP --port P --metadata URI --peers A,B "
-                 "[--slot BYTES] [--hang-ms MS]\n",
+                 "[--slot BYTES] [--hang-ms MS] [--rate ROUNDS_PER_S]\n",
                  argv[0]);
     return 2;
   }

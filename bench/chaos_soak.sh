@@ -18,7 +18,8 @@
 #        printed), CHAOS_NODE (the driver; default build/bin/chaos_node),
 #        HAWSER_ETCD_BIN (default: etcd on PATH; without one, metadata is
 #        p2p and etcd is not restarted), SAMPLE_S (sampling period: 2 s, or
-#        5 s for runs over 10 minutes).
+#        5 s for runs over 10 minutes), RATE (rounds per second per engine at
+#        most; default 0: as fast as they go).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/lib.sh"
@@ -118,7 +119,7 @@ start_node() {
   local i=$1
   inc[$i]=$(( inc[$i] + 1 ))
   ip netns exec "${ns[$i]}" "$node_bin" --name "node-$i" --index "$i" --nodes "$nodes" \
-    --host "10.215.0.$(( i + 1 ))" --port 7000 --metadata "$meta" --peers "$(peers_of "$i")" \
+    --host "10.215.0.$(( i + 1 ))" --port 7000 --metadata "$meta" --peers "$(peers_of "$i")" --rate "${RATE:-0}" \
     > "$dir/node-$i.${inc[$i]}.log" 2>&1 &
   pid[$i]=$!
   echo "${pid[$i]} ${inc[$i]}" > "$dir/pids/node-$i"
