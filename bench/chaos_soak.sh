@@ -14,6 +14,8 @@
 # descriptors stayed flat (docs/faults.md: what flat means here).
 #
 # Usage: bench/chaos_soak.sh [SECONDS]        (default 60; needs root)
+# Exits 77 (skipped, with the reason) where it cannot run: not root, no
+# network namespaces.
 # Env:   NODES (3), SEED (random), KEEP=1 (keep the logs; their folder is
 #        printed), CHAOS_NODE (the driver; default build/bin/chaos_node),
 #        HAWSER_ETCD_BIN (default: etcd on PATH; without one, metadata is
@@ -28,8 +30,8 @@ duration=${1:-60}
 nodes=${NODES:-3}
 seed=${SEED:-$(( $(date +%s) % 32768 ))}
 RANDOM=$seed
-[ "$(id -u)" -eq 0 ] || { echo "chaos soak: needs root (network namespaces)" >&2; exit 2; }
-command -v ip >/dev/null || { echo "chaos soak: ip (iproute2) is not installed" >&2; exit 2; }
+[ "$(id -u)" -eq 0 ] || { echo "chaos soak: SKIPPED: needs root (network namespaces)" >&2; exit 77; }
+command -v ip >/dev/null || { echo "chaos soak: SKIPPED: ip (iproute2) is not installed" >&2; exit 77; }
 node_bin=${CHAOS_NODE:-$(find_bin chaos_node)}
 [ -x "$node_bin" ] || { echo "chaos soak: chaos_node not built (cmake --build build --target chaos_node)" >&2; exit 2; }
 etcd_bin=${HAWSER_ETCD_BIN:-$(command -v etcd || true)}
@@ -67,7 +69,10 @@ pick() { echo $(( RANDOM % ($2 - $1 + 1) + $1 )); }  # an integer in [$1, $2]
 record() { echo "{\"kind\":\"$1\",\"target\":\"$2\",\"start\":$3,\"end\":$4,\"detail\":\"$5\"}" >> "$dir/faults.jsonl"; }
 
 # ---- the hosts: a bridge in namespace $sw, one veth per node -----------------
-ip netns add "$sw"
+if ! err=$(ip netns add "$sw" 2>&1); then
+  echo "chaos soak: SKIPPED: cannot create a network namespace here: $err" >&2
+  exit 77
+fi
 ip -n "$sw" link set lo up
 ip -n "$sw" link add br0 type bridge
 ip -n "$sw" addr add "$etcd_ip/24" dev br0

@@ -8,7 +8,7 @@ PKGS=(
   liburing-dev libibverbs-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev
   python3-dev pybind11-dev python3-pytest
-  etcd-server etcd-client iperf3 fio iproute2 procps
+  etcd-server etcd-client iperf3 fio iproute2 procps nftables
 )
 missing=()
 for p in "${PKGS[@]}"; do
