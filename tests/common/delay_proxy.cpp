@@ -60,12 +60,13 @@ void reader(DelayProxy::Link* link, auto* pipe, std::chrono::milliseconds delay,
     }
     ssize_t n = ::recv(pipe->from, buf, sizeof(buf), 0);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {  // a reset: both directions end now
+      link->breakAll();
+      return;
+    }
     std::lock_guard lk(pipe->mu);
-    if (n <= 0) {
-      // End of stream, or a reset: the other side learns it after the
-      // bytes already held (a reset turns into a reset there too).
+    if (n == 0) {  // end of stream: passed on after the bytes already held
       pipe->eof = true;
-      if (n < 0) link->breakAll();
       pipe->cv.notify_all();
       return;
     }
