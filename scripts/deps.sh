@@ -8,7 +8,7 @@ PKGS=(
   liburing-dev libibverbs-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev
   python3-dev pybind11-dev python3-pytest python3-numpy
-  etcd-server etcd-client iperf3 fio iproute2 procps
+  etcd-server etcd-client iperf3 fio iproute2 procps nftables
   # The sanitizer builds and the fuzz targets: clang, its sanitizer and
   # libFuzzer runtimes, llvm-symbolizer for readable reports.
   clang libclang-rt-14-dev llvm-14

@@ -69,7 +69,7 @@ inline constexpr Knob kKnobs[] = {
   {"auth.token", "HAWSER_AUTH_TOKEN", KnobType::kString, "", 0, 0, {},
    "shared secret every peer connection must present (empty: none)"},
   {"rpc.timeout_ms", "HAWSER_RPC_TIMEOUT_MS", KnobType::kDurationMs, "5000", 10, knob_detail::kHour, {},
-   "control-plane calls (descriptor fetch)"},
+   "control-plane calls (descriptor fetch); also the keepalive interval of control connections"},
   {"log.level", "HAWSER_LOG_LEVEL", KnobType::kEnum, "warn", 0, 0, "trace|debug|info|warn|error|off",
    "log level of the process, applied at engine init (the last engine initialized wins)"},
   // ---- metadata -----------------------------------------------------------------------------------------------------
@@ -106,7 +106,8 @@ inline constexpr Knob kKnobs[] = {
   {"tcp.inflight", "HAWSER_TCP_INFLIGHT", KnobType::kInt, "64", 1, 65536, {},
    "unanswered slices per connection"},
   {"tcp.timeout_ms", "HAWSER_TCP_TIMEOUT_MS", KnobType::kDurationMs, "5000", 10, knob_detail::kHour, {},
-   "no progress this long with slices outstanding: the connection's tasks FAIL (also the target's stall bound)"},
+   "no progress this long with slices outstanding: the connection's tasks FAIL (also the target's stall bound and "
+   "the keepalive interval of data connections)"},
   {"tcp.connect_timeout_ms", "HAWSER_TCP_CONNECT_TIMEOUT_MS", KnobType::kDurationMs, "3000", 10, knob_detail::kHour,
    {}, "bound of one connect + Hello"},
   {"tcp.io_threads", "HAWSER_TCP_IO_THREADS", KnobType::kInt, "1", 1, 16, {},

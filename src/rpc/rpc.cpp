@@ -129,6 +129,7 @@ void Server::acceptLoop() {
       break;
     }
     net::setNoDelay(fd);
+    net::setKeepAlive(fd, keepalive_);
     std::lock_guard lk(mu_);
     if (stopping_) {
       ::close(fd);

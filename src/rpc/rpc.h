@@ -95,6 +95,11 @@ class Server {
 
   Status start(const std::string& host, uint16_t port);
   void stop();
+  // TCP keepalive on every accepted connection (net::setKeepAlive), so a
+  // connection whose peer vanished in silence (a partition, a host gone)
+  // does not keep its thread waiting for the next frame forever. A stream
+  // handler may set its own. 0 (the default) leaves it off. Before start().
+  void setKeepAlive(std::chrono::milliseconds interval) { keepalive_ = interval; }
   uint16_t port() const { return port_; }
   const std::string& host() const { return host_; }
 
@@ -112,6 +117,7 @@ class Server {
 
   std::string host_;
   uint16_t port_ = 0;
+  std::chrono::milliseconds keepalive_{0};
   net::Fd listen_fd_;
   std::atomic<bool> stopping_{false};
   std::thread accept_thread_;

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fmt/format.h>
 
@@ -42,6 +43,22 @@ void setBufferSizes(int fd, int bytes) {
   if (bytes <= 0) return;
   ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
   ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+}
+
+void setKeepAlive(int fd, std::chrono::milliseconds interval) {
+  if (interval.count() <= 0) return;
+  int on = 1;
+  int secs = static_cast<int>(std::max<int64_t>(1, (interval.count() + 999) / 1000));
+  int probes = 3;
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &secs, sizeof(secs));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &secs, sizeof(secs));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
+}
+
+void setResetOnClose(int fd) {
+  linger lg{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 }
 
 Status splitHostPort(const std::string& text, std::string& host, uint16_t& port) {

@@ -45,6 +45,16 @@ Status discard(int fd, size_t len);
 void setNoDelay(int fd);
 void setTimeouts(int fd, std::chrono::milliseconds timeout);  // SO_RCVTIMEO/SO_SNDTIMEO; 0 = none
 void setBufferSizes(int fd, int bytes);  // SO_SNDBUF/SO_RCVBUF; 0 = leave
+// TCP keepalive: a connection silent for `interval` is probed, once per
+// `interval`; after 3 unanswered probes the kernel ends it (ETIMEDOUT), and a
+// peer whose host no longer knows the connection answers a probe with a
+// reset. So a peer that vanished without a word (a partition, a host gone)
+// does not hold a socket and its thread forever. Whole seconds, at least 1;
+// 0 leaves keepalive off.
+void setKeepAlive(int fd, std::chrono::milliseconds interval);
+// close() then resets the connection and drops unsent bytes (SO_LINGER 0),
+// instead of handing them to the kernel to deliver after the socket is gone.
+void setResetOnClose(int fd);
 // Splits "host:port". kInvalidArgument naming the text when malformed.
 Status splitHostPort(const std::string& text, std::string& host, uint16_t& port);
 

@@ -4,6 +4,7 @@
 #include <linux/io_uring.h>
 #include <sys/syscall.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -145,6 +146,9 @@ bool Child::exec(const std::vector<std::string>& args, const std::vector<std::st
   pid = ::fork();
   if (pid < 0) return false;
   if (pid == 0) {
+    // The child dies with the test, even when the test is killed (a ctest
+    // timeout) before its destructors run.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     ::dup2(fd, 1);
     for (auto& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
     std::vector<char*> argv;

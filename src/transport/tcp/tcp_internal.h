@@ -319,6 +319,7 @@ struct TargetState {
 
   std::atomic<uint64_t> refused{0};
   std::atomic<uint64_t> malformed{0};
+  std::atomic<uint64_t> abandoned_writes{0};  // writes not applied: the initiator had closed the connection
   std::atomic<uint64_t> served_reads{0};
   std::atomic<uint64_t> served_writes{0};
   std::atomic<uint64_t> served_bytes{0};

@@ -242,6 +242,14 @@ void IoThread::drainConnectResults() {
       int fd = r.fd.get();
       int fl = ::fcntl(fd, F_GETFL);
       net::setBufferSizes(fd, static_cast<int>(settings_.sock_buf));
+      net::setKeepAlive(fd, std::chrono::milliseconds(settings_.timeout_ms));
+      // Closing a data connection resets it: requests still on it were
+      // abandoned (they FAIL), and the kernel must drop what it has not sent
+      // yet rather than deliver it once a partition heals, after the write
+      // was reported FAILED and perhaps another one completed over it. This
+      // holds when the process dies too. (The target, for its part, applies
+      // no write whose connection it sees closed: tcp_target.cpp.)
+      net::setResetOnClose(fd);
       epoll_event ev{};
       ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
       ev.data.ptr = c;
@@ -306,7 +314,17 @@ int IoThread::checkTimeouts() {
     if (c->state != ConnState::kConnected || (c->inflight.empty() && c->unsent.empty())) continue;
     if (!busy) now = Clock::now();
     busy = true;
-    if (now - c->last_progress >= std::chrono::milliseconds(settings_.timeout_ms))
+    if (now - c->last_progress < std::chrono::milliseconds(settings_.timeout_ms)) continue;
+    // Before calling the peer silent, look: bytes may be waiting that this
+    // thread has not read (it was not scheduled for that long, or the
+    // process was stopped and its kernel kept the connection going).
+    doRecv(c);
+    if (c->state == ConnState::kConnected) {
+      c->writable = true;  // a missed EPOLLOUT edge: sendmsg says EAGAIN if not
+      doSend(c);
+    }
+    if (c->state == ConnState::kConnected &&
+        Clock::now() - c->last_progress >= std::chrono::milliseconds(settings_.timeout_ms))
       failConn(c, Status(Code::kTimeout, fmt::format("tcp: no progress on the connection to {} for {} ms",
                                                      c->peer->name, settings_.timeout_ms)));
   }
@@ -575,7 +593,7 @@ void IoThread::failList(SliceList& l, bool committed, const Status& why) {
 
 void IoThread::failConn(Conn* c, const Status& why, bool failure) {
   if (c->fd >= 0) {
-    ::close(c->fd);  // also leaves the epoll set
+    ::close(c->fd);  // a reset (see drainConnectResults); also leaves the epoll set
     c->fd = -1;
   }
   if (failure && c->state == ConnState::kConnected)

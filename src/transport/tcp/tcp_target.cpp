@@ -47,7 +47,8 @@ std::string peerName(int fd) {
 // until the transport stops.
 class Channel {
  public:
-  Channel(TargetState& st, int fd) : st_(st), fd_(fd), timeout_(std::chrono::milliseconds(st.timeout_ms)) {}
+  Channel(TargetState& st, int fd, std::chrono::milliseconds tick)
+      : st_(st), fd_(fd), timeout_(std::chrono::milliseconds(st.timeout_ms)), tick_(tick) {}
 
   Status recvExact(void* buf, size_t len, bool idle_ok) {
     char* p = static_cast<char*>(buf);
@@ -78,6 +79,53 @@ class Channel {
         continue;
       }
       return {Code::kUnavailable, fmt::format("recv: {}", std::strerror(e))};
+    }
+    return Status::OK();
+  }
+
+  // A write's payload, received into registered memory (or a staging slot
+  // bound for it) only while the initiator still holds the connection. An
+  // initiator closes a connection with requests outstanding only when it
+  // gave up on them (its timeout, its shutdown) and reported them FAILED;
+  // bytes of such a request still buffered here (this process was stopped,
+  // or busy, while they arrived) must not land: the initiator may already
+  // have written that range again. Each recv is preceded by a poll that
+  // sees the close (POLLRDHUP: the FIN queued behind the data; POLLHUP /
+  // POLLERR: a reset), and takes only what is already there.
+  Status recvPayload(void* buf, size_t len) {
+    char* p = static_cast<char*>(buf);
+    size_t got = 0;
+    auto last = Clock::now();
+    while (got < len) {
+      pollfd pfd{fd_, POLLIN | POLLRDHUP, 0};
+      int r = ::poll(&pfd, 1, static_cast<int>(tick_.count()));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return {Code::kUnavailable, fmt::format("poll: {}", std::strerror(errno))};
+      }
+      if (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+        st_.abandoned_writes.fetch_add(1, std::memory_order_relaxed);
+        return {Code::kUnavailable,
+                fmt::format("the initiator closed the connection with {} of a {}-byte write still to come: the "
+                            "write was abandoned and is not applied",
+                            len - got, len)};
+      }
+      if (r > 0) {
+        ssize_t n = ::recv(fd_, p + got, len - got, MSG_DONTWAIT);
+        if (n > 0) {
+          got += static_cast<size_t>(n);
+          last = Clock::now();
+          continue;
+        }
+        if (n == 0) return {Code::kUnavailable, "peer closed the connection in the middle of a message"};
+        int e = errno;
+        if (e != EINTR && e != EAGAIN && e != EWOULDBLOCK)
+          return {Code::kUnavailable, fmt::format("recv: {}", std::strerror(e))};
+      }
+      if (st_.stopping.load(std::memory_order_relaxed)) return {Code::kUnavailable, "transport shutting down"};
+      if (Clock::now() - last >= timeout_)
+        return {Code::kTimeout,
+                fmt::format("no bytes from the peer for {} ms (got {} of {})", st_.timeout_ms, got, len)};
     }
     return Status::OK();
   }
@@ -145,6 +193,7 @@ class Channel {
   TargetState& st_;
   int fd_;
   std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds tick_;  // poll interval: notices stop() and stalls
 };
 
 // The GPU requests of one connection in flight, oldest first, as chunks of
@@ -199,7 +248,7 @@ class GpuPipe {
       if (is_read) {
         s = cs->copy(e.data, dev, n, e.ticket);
       } else {
-        s = ch_.recvExact(e.data, n, false);
+        s = ch_.recvPayload(e.data, n);
         if (s.ok()) s = cs->copy(dev, e.data, n, e.ticket);
       }
       if (!s.ok()) {
@@ -363,14 +412,19 @@ void TargetState::serve(net::Fd fd) {
   open_connections.fetch_add(1, std::memory_order_relaxed);
   net::setBufferSizes(raw, static_cast<int>(sock_buf));
   net::setNoDelay(raw);
+  // An initiator that vanished in silence (a partition: its close never
+  // arrives) leaves this connection idle, waiting for the next request:
+  // keepalive ends it within a few timeouts, or at once when the network is
+  // back and the initiator's host answers a probe with a reset.
+  net::setKeepAlive(raw, std::chrono::milliseconds(timeout_ms));
   // Poll interval for the blocking calls: lets the thread notice stop() and
   // bound stalls mid-message by timeout_ms.
-  uint32_t tick = std::clamp<uint32_t>(timeout_ms / 4, 20, 500);
-  net::setTimeouts(raw, std::chrono::milliseconds(tick));
+  const std::chrono::milliseconds tick(std::clamp<uint32_t>(timeout_ms / 4, 20, 500));
+  net::setTimeouts(raw, tick);
   const std::string who = peerName(raw);
   HLOG_DEBUG("tcp target: serving data connection from {}", who);
 
-  Channel ch(*this, raw);
+  Channel ch(*this, raw, tick);
   GpuPipe pipe(*this, ch);
   Status s;
   WireHeader h, r;
@@ -421,7 +475,7 @@ void TargetState::serve(net::Fd fd) {
     if (h.type == kWriteReq) {
       r.type = kWriteResp;
       if (ps.ok()) {
-        s = ch.recvExact(reinterpret_cast<void*>(h.addr), h.length, false);
+        s = ch.recvPayload(reinterpret_cast<void*>(h.addr), h.length);
         pin.release();
         if (!s.ok()) break;
         served_writes.fetch_add(1, std::memory_order_relaxed);

@@ -199,6 +199,7 @@ Counters TcpTransport::stats() const {
   const TcpStats s = counters();
   return {{"refused_requests", s.refused_requests},
           {"malformed_frames", s.malformed_frames},
+          {"abandoned_writes", s.abandoned_writes},
           {"served_reads", s.served_reads},
           {"served_writes", s.served_writes},
           {"served_bytes", s.served_bytes},
@@ -224,6 +225,7 @@ TcpStats TcpTransport::counters() const {
   if (target_) {
     s.refused_requests = target_->refused.load();
     s.malformed_frames = target_->malformed.load();
+    s.abandoned_writes = target_->abandoned_writes.load();
     s.served_reads = target_->served_reads.load();
     s.served_writes = target_->served_writes.load();
     s.served_bytes = target_->served_bytes.load();

@@ -67,6 +67,7 @@ struct TcpStats {
   // Target side.
   uint64_t refused_requests = 0;  // out-of-range / not remote-accessible requests
   uint64_t malformed_frames = 0;  // connections closed for a bad frame
+  uint64_t abandoned_writes = 0;  // writes not applied: their initiator had closed the connection (gave up on them)
   uint64_t served_reads = 0;
   uint64_t served_writes = 0;
   uint64_t served_bytes = 0;
