@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "py_engine.h"
+#include "py_metrics.h"
 #include "py_support.h"
 
 namespace py = pybind11;
@@ -228,4 +229,5 @@ PYBIND11_MODULE(hawser, m) {
            "Batches canceled after a timeout whose I/O had not ended yet (freed as soon as it does).")
       .def_static("last_error", [] { return hawser::pymod::t_last_error.ok() ? std::string() : hawser::pymod::t_last_error.toString(); })
       .def_static("last_error_code", [] { return std::string(hawser::codeName(hawser::pymod::t_last_error.code())); });
+  bindMetrics(cls);
 }

@@ -1,5 +1,6 @@
 #include "base/task.h"
 
+#include "base/traffic_metrics.h"
 #include "base/transport.h"
 
 namespace hawser {
@@ -24,7 +25,25 @@ TransferState stateOfRank(int rank) {
   }
 }
 
+namespace {
+
+// The code a failed slice is counted under: its error's, else its state's.
+Code failureCode(TransferState state, const Status& error) {
+  if (!error.ok()) return error.code();
+  return state == TransferState::kTimeout ? Code::kTimeout : Code::kInternal;
+}
+
+}  // namespace
+
 void Task::completeSlice(TransferState state, uint64_t bytes, const Status& error) {
+  metrics::PeerTraffic* traffic = traffic_.get();
+  const int dir = metrics::PeerTraffic::dir(request_.opcode);
+  uint64_t ns = 0;
+  if (traffic) {
+    ns = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - submitted_at_).count());
+    traffic->sliceEnded(dir, state == TransferState::kCompleted ? Code::kOk : failureCode(state, error), bytes, ns);
+  }
   if (state == TransferState::kCompleted) {
     bytes_done_.fetch_add(bytes, std::memory_order_relaxed);
   } else {
@@ -36,16 +55,34 @@ void Task::completeSlice(TransferState state, uint64_t bytes, const Status& erro
       error_ = error.ok() ? Status(Code::kInternal, "slice failed without a reason") : error;
     }
   }
+  // Once another slice may be the last, this task can be reused by its
+  // owner: nothing of it is touched after the add below unless this was the
+  // last slice.
   uint32_t done = slices_done_.fetch_add(1, std::memory_order_acq_rel) + 1;
-  if (done == slices_total_) owner_->taskFinished();
+  if (done != slices_total_) return;
+  if (traffic) {
+    Code code = Code::kOk;
+    if (worst_rank_.load() != 0) {
+      std::lock_guard lk(error_mu_);
+      code = error_.code();
+    }
+    traffic->taskEnded(dir, code, ns);
+  }
+  owner_->taskFinished();
+}
+
+void Task::countRetry() {
+  if (traffic_) traffic_->retried();
 }
 
 void Task::reset(const TransferRequest& request, size_t id, std::shared_ptr<const SegmentDesc> segment,
-                 std::shared_ptr<PeerHandle> peer, int remote_buffer) {
+                 std::shared_ptr<PeerHandle> peer, int remote_buffer,
+                 std::shared_ptr<metrics::PeerTraffic> traffic) {
   request_ = request;
   id_ = id;
   segment_ = std::move(segment);
   peer_ = std::move(peer);
+  traffic_ = std::move(traffic);
   remote_buffer_ = remote_buffer;
   slices_total_ = 0;
   slices_done_.store(0, std::memory_order_relaxed);
@@ -54,6 +91,12 @@ void Task::reset(const TransferRequest& request, size_t id, std::shared_ptr<cons
   submitted_.store(false, std::memory_order_relaxed);
   std::lock_guard lk(error_mu_);
   error_ = Status::OK();
+}
+
+void Task::markSubmitted(std::chrono::steady_clock::time_point now) {
+  submitted_at_ = now;
+  if (traffic_) traffic_->slicesPosted(slices_total_);
+  submitted_.store(true, std::memory_order_release);
 }
 
 bool Task::terminal() const {

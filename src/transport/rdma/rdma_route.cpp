@@ -153,6 +153,7 @@ void RdmaTransport::sliceFailed(Slice* s, const Status& why, int wc_status) {
     return;
   }
   rdma::stats().slice_retries++;
+  s->tc->task->countRetry();
   HLOG_DEBUG("rdma: retrying slice ({} attempt(s)): {}", s->attempts, why.message());
   std::vector<Slice*> one{s};
   route(one);
