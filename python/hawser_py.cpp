@@ -21,6 +21,7 @@
 
 #include "py_blocks.h"
 #include "py_engine.h"
+#include "py_metrics.h"
 #include "py_support.h"
 
 namespace py = pybind11;
@@ -230,4 +231,5 @@ PYBIND11_MODULE(hawser, m) {
       .def_static("last_error", [] { return hawser::pymod::t_last_error.ok() ? std::string() : hawser::pymod::t_last_error.toString(); })
       .def_static("last_error_code", [] { return std::string(hawser::codeName(hawser::pymod::t_last_error.code())); });
   hawser::pymod::defineBlocks(cls);  // block requests and plans (py_blocks.cpp)
+  bindMetrics(cls);
 }

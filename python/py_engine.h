@@ -322,6 +322,20 @@ class PyEngine {
     return out;
   }
 
+  // The engine's stats (py_metrics.cpp turns them into Python objects);
+  // false (last_error set) when it is not initialized.
+  bool stats(EngineStats& out, const char* what) {
+    TransferEngine* e = nullptr;
+    Status s = engine(e);
+    if (!s.ok()) {
+      fail(context(s, what));
+      return false;
+    }
+    py::gil_scoped_release nogil;
+    out = e->stats();
+    return true;
+  }
+
   size_t unreclaimed() {
     py::gil_scoped_release nogil;
     reap();

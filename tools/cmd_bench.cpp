@@ -24,6 +24,7 @@
 #include "tools/bench_blocks.h"
 #include "tools/commands.h"
 #include "tools/location.h"
+#include "tools/metrics_json.h"
 #include "tools/pattern.h"
 
 namespace hawser::tools {
@@ -470,6 +471,7 @@ int runBench(const BenchOpts& o) {
     j["transports"] = carried;  // the ones that carried the data
     j["installed_transports"] = engine.transports();
     j["stats"] = jstats;
+    j["metrics"] = metricsJson(stats_after.metrics);  // since the engine started (pattern preparation included)
     fmt::print("{}\n", j.dump());
   }
   (void)engine.unregisterLocalMemory(local);

@@ -18,6 +18,7 @@
 #include "hawser/engine.h"
 #include "tools/commands.h"
 #include "tools/location.h"
+#include "tools/metrics_http.h"
 #include "tools/pattern.h"
 
 namespace hawser::tools {
@@ -35,6 +36,7 @@ struct ServeOpts {
   std::string name;
   int64_t fill_seed = -1;
   std::string location = "cpu";  // cpu, or cuda:N
+  std::string metrics;           // HOST:PORT of the Prometheus endpoint; empty: none
 };
 
 // Fills GPU memory with the pattern through a host buffer, in pieces.
@@ -77,6 +79,12 @@ int runServe(const ServeOpts& o) {
     fmt::print(stderr, "hawser serve: --location '{}' is not cpu or cuda:N\n", o.location);
     return 2;
   }
+  std::string metrics_host;
+  uint16_t metrics_port = 0;
+  if (!o.metrics.empty() && !splitHostPort(o.metrics, metrics_host, metrics_port)) {
+    fmt::print(stderr, "hawser serve: --metrics '{}' is not HOST:PORT\n", o.metrics);
+    return 2;
+  }
   const int gpu = *place;  // -1: host memory
   void* mem = nullptr;
   if (gpu >= 0) {
@@ -106,6 +114,15 @@ int runServe(const ServeOpts& o) {
     fmt::print(stderr, "hawser serve: register {} bytes: {}\n", *size, s.toString());
     return 1;
   }
+  // Declared after the engine: stops before it.
+  MetricsServer metrics;
+  if (!o.metrics.empty()) {
+    s = metrics.start(metrics_host, metrics_port, [&engine] { return prometheusText(engine.stats().metrics); });
+    if (!s.ok()) {
+      fmt::print(stderr, "hawser serve: --metrics {}: {}\n", o.metrics, s.toString());
+      return 1;
+    }
+  }
   ::signal(SIGINT, onSignal);
   ::signal(SIGTERM, onSignal);
   ::signal(SIGUSR1, onWithdraw);
@@ -113,6 +130,9 @@ int runServe(const ServeOpts& o) {
   fmt::print("memory: {:#x} {} bytes\n", reinterpret_cast<uint64_t>(mem), *size);
   fmt::print("location: {}\n", gpu >= 0 ? o.location : "cpu");
   fmt::print("transports: {}\n", fmt::join(engine.transports(), ","));
+  if (!o.metrics.empty())
+    fmt::print("metrics: http://{}:{}/metrics\n",
+               metrics_host.find(':') != std::string::npos ? "[" + metrics_host + "]" : metrics_host, metrics.port());
   fmt::print("ready\n");
   std::fflush(stdout);
   bool exposed = true;
@@ -144,6 +164,9 @@ void addServe(CLI::App& app, Commands& cmds) {
   sub->add_option("--location", o->location, "where the memory lives: cpu, or cuda:N (GPU memory)")
       ->capture_default_str();
   sub->add_option("--fill-seed", o->fill_seed, "fill the memory with the verification pattern of this seed");
+  sub->add_option("--metrics", o->metrics,
+                  "HOST:PORT to serve the engine's metrics on, at /metrics in the Prometheus text format (port 0 = "
+                  "any free; the address is printed)");
   sub->callback([o, &cmds] { cmds.run = [o] { return runServe(*o); }; });
 }
 

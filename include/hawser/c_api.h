@@ -130,6 +130,17 @@ typedef struct {
   uint64_t value;
 } hawser_counter_t;
 
+/* One sample of hawser_metrics (C++ EngineStats::metrics), flattened as the Prometheus text format
+ * writes it: a histogram gives name_bucket samples (the last label "le", cumulative, ending at
+ * "+Inf"), name_sum and name_count. docs/metrics.md lists the families. All strings library-owned. */
+typedef struct {
+  const char* name;         /* "hawser_transferred_bytes_total", "hawser_task_duration_seconds_bucket", ... */
+  const char* type;         /* the family's type: "counter", "gauge" or "histogram" */
+  const hawser_kv_t* labels;
+  size_t label_count;
+  double value;
+} hawser_metric_t;
+
 /* One transport of this build (C++ TransportDiagnosis). All strings library-owned. */
 typedef struct {
   const char* transport;
@@ -279,6 +290,12 @@ int hawser_release_plan(hawser_engine_t* engine, hawser_plan_id_t plan);
 int hawser_transports(hawser_engine_t* engine, const char** out, size_t* count);
 /* Counters of the engine and of every installed transport, flattened (see Output arrays). */
 int hawser_stats(hawser_engine_t* engine, hawser_counter_t* out, size_t* count);
+/* The engine's metrics, one entry per sample (see Output arrays and hawser_metric_t). */
+int hawser_metrics(hawser_engine_t* engine, hawser_metric_t* out, size_t* count);
+/* The engine's metrics in the Prometheus text exposition format 0.0.4 (what `hawser serve --metrics`
+ * serves), NUL-terminated: *len is buf's size on entry and the size needed (NUL included) on return.
+ * buf NULL is a size query; a buf too small gets nothing and HAWSER_E_CAPACITY_EXCEEDED. */
+int hawser_metrics_text(hawser_engine_t* engine, char* buf, size_t* len);
 /* Every transport this build has: installed or why not, what it moves, what it found (see Output arrays). */
 int hawser_diagnose(hawser_engine_t* engine, hawser_diagnosis_t* out, size_t* count);
 /* Which transport a request from local memory at `local_location` (NULL = "cpu:0") to open segment

@@ -70,6 +70,8 @@ inline constexpr Knob kKnobs[] = {
    "shared secret every peer connection must present (empty: none)"},
   {"rpc.timeout_ms", "HAWSER_RPC_TIMEOUT_MS", KnobType::kDurationMs, "5000", 10, knob_detail::kHour, {},
    "control-plane calls (descriptor fetch); also the keepalive interval of control connections"},
+  {"metrics.max_peers", "HAWSER_METRICS_MAX_PEERS", KnobType::kInt, "1024", 1, 1 << 20, {},
+   "(transport, peer) pairs counted under their own peer label; later peers share the series of peer \"_other\""},
   {"log.level", "HAWSER_LOG_LEVEL", KnobType::kEnum, "warn", 0, 0, "trace|debug|info|warn|error|off",
    "log level of the process, applied at engine init (the last engine initialized wins)"},
   // ---- metadata -----------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 #include "base/task.h"
 
+#include "base/traffic_metrics.h"
 #include "base/transport.h"
 
 namespace hawser {
@@ -24,50 +25,87 @@ TransferState stateOfRank(int rank) {
   }
 }
 
+namespace {
+
+// The code a failed slice is counted under: its error's, else its state's.
+Code failureCode(TransferState state, const Status& error) {
+  if (!error.ok()) return error.code();
+  return state == TransferState::kTimeout ? Code::kTimeout : Code::kInternal;
+}
+
+}  // namespace
+
+uint64_t Task::sinceSubmitNs() const {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - submitted_at_).count());
+}
+
 void Task::completeSlice(TransferState state, uint64_t bytes, const Status& error) {
+  const uint64_t ns = traffic_ ? sinceSubmitNs() : 0;
+  if (traffic_) {
+    traffic_->sliceEnded(metrics::PeerTraffic::dir(request_.opcode),
+                         state == TransferState::kCompleted ? Code::kOk : failureCode(state, error), bytes, ns);
+  }
   if (state == TransferState::kCompleted) {
     bytes_done_.fetch_add(bytes, std::memory_order_relaxed);
   } else {
-    int rank = failureRank(state);
-    if (rank == 0) rank = 4;  // a non-terminal state reported as an end is a failure
-    std::lock_guard lk(error_mu_);
-    if (rank > worst_rank_.load()) {
-      worst_rank_.store(rank);
-      error_ = error.ok() ? Status(Code::kInternal, "slice failed without a reason") : error;
-    }
+    noteFailure(state, error);
   }
-  // Nothing of the task may be read after the increment: once another
-  // thread's increment makes the task terminal, its batch may be freed
-  // (a completer of an earlier slice read slices_total_ afterwards; found by
-  // ThreadSanitizer in rdma_transport_test). The last completer is safe: the
-  // batch stays until taskFinished() has counted the task.
-  const uint32_t total = slices_total_;
-  TaskOwner* const owner = owner_;
-  const uint32_t done = slices_done_.fetch_add(1, std::memory_order_acq_rel) + 1;
-  if (done == total) owner->taskFinished();
+  slicesEnded(1, ns);
 }
 
 void Task::failSlices(uint32_t n, TransferState state, const Status& error) {
   if (n == 0) return;
+  const uint64_t ns = traffic_ ? sinceSubmitNs() : 0;
+  if (traffic_) traffic_->slicesEnded(metrics::PeerTraffic::dir(request_.opcode), failureCode(state, error), n, 0, ns);
+  noteFailure(state, error);
+  slicesEnded(n, ns);
+}
+
+void Task::noteFailure(TransferState state, const Status& error) {
   int rank = failureRank(state);
-  if (rank == 0) rank = 4;
-  {
-    std::lock_guard lk(error_mu_);
-    if (rank > worst_rank_.load()) {
-      worst_rank_.store(rank);
-      error_ = error.ok() ? Status(Code::kInternal, "slice failed without a reason") : error;
-    }
+  if (rank == 0) rank = 4;  // a non-terminal state reported as an end is a failure
+  std::lock_guard lk(error_mu_);
+  if (rank > worst_rank_.load()) {
+    worst_rank_.store(rank);
+    error_ = error.ok() ? Status(Code::kInternal, "slice failed without a reason") : error;
   }
-  uint32_t done = slices_done_.fetch_add(n, std::memory_order_acq_rel) + n;
-  if (done == slices_total_) owner_->taskFinished();
+}
+
+void Task::slicesEnded(uint32_t n, uint64_t ns) {
+  // Nothing of the task may be read after the increment unless it made the
+  // task terminal: once another thread's increment does, its batch may be
+  // freed or the task reused (a completer of an earlier slice read
+  // slices_total_ afterwards; found by ThreadSanitizer in
+  // rdma_transport_test). The last completer is safe: the batch stays until
+  // taskFinished() has counted the task.
+  const uint32_t total = slices_total_;
+  TaskOwner* const owner = owner_;
+  const uint32_t done = slices_done_.fetch_add(n, std::memory_order_acq_rel) + n;
+  if (done != total) return;
+  if (traffic_) {
+    Code code = Code::kOk;
+    if (worst_rank_.load() != 0) {
+      std::lock_guard lk(error_mu_);
+      code = error_.code();
+    }
+    traffic_->taskEnded(metrics::PeerTraffic::dir(request_.opcode), code, ns);
+  }
+  owner->taskFinished();
+}
+
+void Task::countRetry() {
+  if (traffic_) traffic_->retried();
 }
 
 void Task::reset(const TransferRequest& request, size_t id, std::shared_ptr<const SegmentDesc> segment,
-                 std::shared_ptr<PeerHandle> peer, int remote_buffer) {
+                 std::shared_ptr<PeerHandle> peer, int remote_buffer,
+                 std::shared_ptr<metrics::PeerTraffic> traffic) {
   request_ = request;
   id_ = id;
   segment_ = std::move(segment);
   peer_ = std::move(peer);
+  traffic_ = std::move(traffic);
   remote_buffer_ = remote_buffer;
   slices_total_ = 0;
   slices_done_.store(0, std::memory_order_relaxed);
@@ -76,6 +114,12 @@ void Task::reset(const TransferRequest& request, size_t id, std::shared_ptr<cons
   submitted_.store(false, std::memory_order_relaxed);
   std::lock_guard lk(error_mu_);
   error_ = Status::OK();
+}
+
+void Task::markSubmitted(std::chrono::steady_clock::time_point now) {
+  submitted_at_ = now;
+  if (traffic_) traffic_->slicesPosted(slices_total_);
+  submitted_.store(true, std::memory_order_release);
 }
 
 bool Task::terminal() const {

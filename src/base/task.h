@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -14,6 +15,9 @@ namespace hawser {
 
 struct SegmentDesc;
 class PeerHandle;
+namespace metrics {
+class PeerTraffic;
+}
 
 // Told when a task's last slice has ended (the engine's batch).
 class TaskOwner {
@@ -48,18 +52,25 @@ class Task {
   void setSliceCount(uint32_t n) { slices_total_ = n; }
   uint32_t sliceCount() const { return slices_total_; }
 
-  // Thread-safe. `bytes` counts only when state == kCompleted.
+  // Thread-safe. `bytes` counts only when state == kCompleted. Also counts
+  // the slice (and the task, at its last slice) in the peer's traffic metrics.
   void completeSlice(TransferState state, uint64_t bytes, const Status& error = Status::OK());
   // Ends `n` slices at once, none of them COMPLETED (runs of a block
   // request that were never started: canceled, or abandoned at shutdown).
   void failSlices(uint32_t n, TransferState state, const Status& error);
+  // A transport retried one of this task's slices after an error (counted
+  // in the peer's hawser_retries_total).
+  void countRetry();
 
   // The engine's side: who is told when the last slice ends, and what the
   // task is (before submission; the task is then not yet visible).
   void attach(TaskOwner* owner) { owner_ = owner; }
+  // `traffic` (may be null): where its slices are counted.
   void reset(const TransferRequest& request, size_t id, std::shared_ptr<const SegmentDesc> segment,
-             std::shared_ptr<PeerHandle> peer, int remote_buffer);
-  void markSubmitted() { submitted_.store(true, std::memory_order_release); }
+             std::shared_ptr<PeerHandle> peer, int remote_buffer,
+             std::shared_ptr<metrics::PeerTraffic> traffic = nullptr);
+  // Before its slices are posted; `now` starts its latency clock.
+  void markSubmitted(std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now());
 
   // Snapshot of this task's aggregated status.
   TransferStatus status() const;
@@ -69,6 +80,13 @@ class Task {
   TransferRequest request_;
   std::shared_ptr<const SegmentDesc> segment_;
   std::shared_ptr<PeerHandle> peer_;
+  // The end of `n` slices (their failure, if any, already noted).
+  void slicesEnded(uint32_t n, uint64_t ns);
+  void noteFailure(TransferState state, const Status& error);
+  uint64_t sinceSubmitNs() const;
+
+  std::shared_ptr<metrics::PeerTraffic> traffic_;
+  std::chrono::steady_clock::time_point submitted_at_{};
   int remote_buffer_ = -1;
   size_t id_ = 0;
   TaskOwner* owner_ = nullptr;

@@ -31,6 +31,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "base/metrics.h"
 #include "base/task.h"
 #include "hawser/stats.h"
 #include "hawser/status.h"
@@ -72,6 +73,9 @@ struct TransportContext {
   std::string server_name;             // local_server_name given to init
   std::string host;                    // advertised host
   uint16_t rpc_port = 0;
+  // Where the transport's own counters go (base/transport_metrics.h): the
+  // engine's registry; a context made elsewhere (tests) has its own.
+  std::shared_ptr<metrics::Registry> metrics = std::make_shared<metrics::Registry>();
 };
 
 // One peer (segment) as one transport sees it: its descriptor decoded once.

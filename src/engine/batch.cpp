@@ -32,7 +32,8 @@ void Batch::commit(size_t n, size_t slices) {
   slices_used_ += slices;
   const size_t base = task_count_.load(std::memory_order_relaxed);
   unfinished_.fetch_add(n);
-  for (size_t i = 0; i < n; ++i) tasks_[base + i].markSubmitted();
+  const auto now = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < n; ++i) tasks_[base + i].markSubmitted(now);
   task_count_.store(base + n, std::memory_order_release);
 }
 

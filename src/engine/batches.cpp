@@ -135,7 +135,7 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs) 
   std::map<Transport*, std::vector<Task*>> groups;
   for (size_t i = 0; i < reqs.size(); ++i) {
     Task& t = batch->task(base + i);
-    t.reset(reqs[i], base + i, res[i].view->desc, res[i].route->peer, res[i].remote_buffer);
+    t.reset(reqs[i], base + i, res[i].view->desc, res[i].route->peer, res[i].remote_buffer, res[i].route->traffic);
     groups[res[i].route->transport].push_back(&t);
   }
   size_t slices = 0;

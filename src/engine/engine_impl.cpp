@@ -43,6 +43,7 @@ TransportContext EngineImpl::transportContext() {
   ctx.server_name = server_name_;
   ctx.host = host_;
   ctx.rpc_port = rpc_.port();
+  ctx.metrics = metrics_;
   return ctx;
 }
 
@@ -109,6 +110,9 @@ Status EngineImpl::init(const std::string& metadata_uri, const std::string& serv
       !(s = config_.getInt("block.lanes", block_settings_.lanes)).ok())
     return {s.code(), "init: " + s.message()};
   pump_ = std::make_unique<BlockPump>();
+  uint32_t max_peers = 0;
+  if (!(s = config_.getInt("metrics.max_peers", max_peers)).ok()) return {s.code(), "init: " + s.message()};
+  traffic_ = std::make_unique<metrics::TrafficTable>(metrics_, max_peers);
   // The CUDA driver, where there is one: registration asks it what memory
   // it is given, and the transports use it to move GPU memory.
   std::string cuda_driver;
@@ -317,6 +321,8 @@ EngineStats EngineImpl::stats() {
               {"orphan_batches_reaped", n_reaped_.load()}};
   for (auto& c : blockStats()) s.engine.push_back(std::move(c));
   for (auto& t : transports_) s.transports.push_back(TransportStats{t->name(), t->stats()});
+  s.metrics = metrics_->collect();
+  appendEngineMetrics(s, rpc_.refusedFrames());
   return s;
 }
 

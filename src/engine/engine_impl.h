@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "base/config.h"
+#include "base/metrics.h"
 #include "base/registry.h"
+#include "base/traffic_metrics.h"
 #include "base/transport.h"
 #include "engine/batch.h"
 #include "engine/selection.h"
@@ -131,6 +133,10 @@ class EngineImpl {
   Counters blockStats() const;
 
   Config config_;
+  // Metrics of this engine and its transports (docs/metrics.md); the
+  // traffic table made at init (metrics.max_peers).
+  std::shared_ptr<metrics::Registry> metrics_ = std::make_shared<metrics::Registry>();
+  std::unique_ptr<metrics::TrafficTable> traffic_;
   MemoryRegistry registry_;
   rpc::Server rpc_;
   std::unique_ptr<MetadataStore> store_;
@@ -173,6 +179,10 @@ class EngineImpl {
   // Engine counters (stats()).
   std::atomic<uint64_t> n_batches_{0}, n_tasks_{0}, n_refused_{0}, n_sync_timeouts_{0}, n_reaped_{0};
 };
+
+// Adds the engine's own counters (s.engine) and the rpc listener's refused
+// frames to s.metrics (engine_metrics.cpp).
+void appendEngineMetrics(EngineStats& s, uint64_t rpc_refused_frames);
 
 // Reads /proc/sys/kernel/random/boot_id + this network namespace: two
 // engines with the same host id share memory reachability (shm, CMA).

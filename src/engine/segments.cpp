@@ -39,6 +39,8 @@ std::shared_ptr<const SegmentView> EngineImpl::makeView(SegmentDesc desc) const 
       if (!r.refusal.ok()) {
         r.peer.reset();
         HLOG_DEBUG("segment '{}': transport {} cannot serve it: {}", d.name, t->name(), r.refusal.toString());
+      } else {
+        r.traffic = traffic_->get(t->name(), d.name);
       }
     }
     view->routes.push_back(std::move(r));

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "base/traffic_metrics.h"
 #include "base/transport.h"
 #include "hawser/status.h"
 #include "metadata/descriptor.h"
@@ -37,6 +38,7 @@ struct Route {
   TransportCaps caps;                // transport->caps(), taken once when the view is made
   std::shared_ptr<PeerHandle> peer;  // null when the transport refused the peer
   Status refusal;                    // why (when peer is null)
+  std::shared_ptr<metrics::PeerTraffic> traffic;  // where its tasks are counted (when peer is set)
 };
 
 // An open segment's descriptor and every installed transport's view of it.

@@ -208,6 +208,7 @@ void RdmaTransport::sliceFailed(Slice* s, const Status& why, int wc_status) {
   } else {
     rdma::stats().slice_retries++;
     s->retrying = true;
+    s->tc->task->countRetry();
   }
   HLOG_DEBUG("rdma: {} slice ({} attempt(s), {} flush(es)): {}", flush ? "re-posting" : "retrying", s->attempts,
              s->flushes, why.message());

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/registry.h"
+#include "base/transport_metrics.h"
 #include "base/transport.h"
 #include "gpu/copy_stream.h"
 #include "gpu/pinned_buffers.h"
@@ -146,6 +147,7 @@ struct Peer {
   std::vector<std::unique_ptr<Conn>> conns;
   std::atomic<uint32_t> rr{0};  // round-robin cursor over conns
   int handles = 0;              // PeerHandles open on it (under the transport's peers_mu_)
+  metrics::ConnectionMetrics metrics;  // peer label: name
 };
 
 // The engine's handle on one peer: decoded once per descriptor.
@@ -317,14 +319,11 @@ struct TargetState {
   uint32_t sock_buf = 0;
   std::atomic<bool> stopping{false};
 
-  std::atomic<uint64_t> refused{0};
-  std::atomic<uint64_t> malformed{0};
+  // What it serves, refuses and accepts (base/transport_metrics.h); the
+  // registry lives as long as this state.
+  std::shared_ptr<metrics::Registry> registry_ref;
+  metrics::ServedMetrics served;
   std::atomic<uint64_t> abandoned_writes{0};  // writes not applied: the initiator had closed the connection
-  std::atomic<uint64_t> served_reads{0};
-  std::atomic<uint64_t> served_writes{0};
-  std::atomic<uint64_t> served_bytes{0};
-  std::atomic<uint64_t> connections{0};
-  std::atomic<uint64_t> open_connections{0};
 
   // GPU memory: requests for it go through pinned staging slots shared by
   // every data connection (docs/tcp.md "GPU memory").

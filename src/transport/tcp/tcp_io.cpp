@@ -223,6 +223,7 @@ void IoThread::startConnect(Conn* c) {
   } catch (const std::system_error& e) {
     c->state = ConnState::kDisconnected;
     counters_->connect_failures.fetch_add(1, std::memory_order_relaxed);
+    c->peer->metrics.connect_failures->add();
     failList(c->unsent, false,
              Status(Code::kUnavailable, fmt::format("tcp {}: cannot start a connect thread: {}", c->peer->name,
                                                     e.what())));
@@ -258,6 +259,7 @@ void IoThread::drainConnectResults() {
     }
     if (!s.ok()) {
       counters_->connect_failures.fetch_add(1, std::memory_order_relaxed);
+      c->peer->metrics.connect_failures->add();
       c->state = ConnState::kDisconnected;
       HLOG_WARN("tcp: data connection {} to {}: {}", c->index, c->peer->name, s.toString());
       Status why(s.code(), fmt::format("tcp: cannot connect to {}: {}", c->peer->name, s.message()));
@@ -266,6 +268,8 @@ void IoThread::drainConnectResults() {
       continue;
     }
     counters_->connects.fetch_add(1, std::memory_order_relaxed);
+    c->peer->metrics.connects->add();
+    c->peer->metrics.open->add(1);
     c->fd = r.fd.release();
     c->state = ConnState::kConnected;
     c->writable = true;
@@ -595,9 +599,12 @@ void IoThread::failConn(Conn* c, const Status& why, bool failure) {
   if (c->fd >= 0) {
     ::close(c->fd);  // a reset (see drainConnectResults); also leaves the epoll set
     c->fd = -1;
+    c->peer->metrics.open->add(-1);
   }
-  if (failure && c->state == ConnState::kConnected)
+  if (failure && c->state == ConnState::kConnected) {
     counters_->connection_failures.fetch_add(1, std::memory_order_relaxed);
+    c->peer->metrics.failures->add();
+  }
   c->state = ConnState::kDisconnected;
   size_t n = c->inflight.n + c->unsent.n;
   if (n > 0) HLOG_WARN("tcp: data connection {} to {} lost ({}); failing {} slice(s)", c->index, c->peer->name,

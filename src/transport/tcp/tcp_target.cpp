@@ -287,8 +287,8 @@ class GpuPipe {
       iov[n++] = {e.data, e.len};
       st_.gpu_from_device.fetch_add(e.len, std::memory_order_relaxed);
       if (e.last) {
-        st_.served_reads.fetch_add(1, std::memory_order_relaxed);
-        st_.served_bytes.fetch_add(e.resp.size, std::memory_order_relaxed);
+        st_.served.requests[0]->add();
+        st_.served.bytes[0]->add(e.resp.size);
       }
       s = ch_.sendExact(iov, n);
       release(e);
@@ -296,8 +296,8 @@ class GpuPipe {
       release(e);
       st_.gpu_to_device.fetch_add(e.len, std::memory_order_relaxed);
       if (e.last) {
-        st_.served_writes.fetch_add(1, std::memory_order_relaxed);
-        st_.served_bytes.fetch_add(e.resp.size, std::memory_order_relaxed);
+        st_.served.requests[1]->add();
+        st_.served.bytes[1]->add(e.resp.size);
         iovec iov{&e.resp, sizeof(e.resp)};
         s = ch_.sendExact(&iov, 1);
       }
@@ -408,8 +408,8 @@ void TargetState::serve(net::Fd fd) {
     if (stopping.load()) return;
     fds_.push_back(raw);
   }
-  connections.fetch_add(1, std::memory_order_relaxed);
-  open_connections.fetch_add(1, std::memory_order_relaxed);
+  served.accepted->add();
+  served.open->add(1);
   net::setBufferSizes(raw, static_cast<int>(sock_buf));
   net::setNoDelay(raw);
   // An initiator that vanished in silence (a partition: its close never
@@ -445,7 +445,7 @@ void TargetState::serve(net::Fd fd) {
     if (!s.ok()) break;
     Status v = checkRequest(h, max_frame);
     if (!v.ok()) {
-      malformed.fetch_add(1, std::memory_order_relaxed);
+      served.refused_frames->add();
       HLOG_WARN("tcp target: closing data connection from {}: malformed frame: {}", who, v.message());
       s = v;
       break;
@@ -469,7 +469,7 @@ void TargetState::serve(net::Fd fd) {
     r = WireHeader{};
     r.id = h.id;
     if (!ps.ok()) {
-      refused.fetch_add(1, std::memory_order_relaxed);
+      served.refused->add();
       HLOG_DEBUG("tcp target: refused {} from {}: {}", typeName(h.type), who, ps.message());
     }
     if (h.type == kWriteReq) {
@@ -478,8 +478,8 @@ void TargetState::serve(net::Fd fd) {
         s = ch.recvPayload(reinterpret_cast<void*>(h.addr), h.length);
         pin.release();
         if (!s.ok()) break;
-        served_writes.fetch_add(1, std::memory_order_relaxed);
-        served_bytes.fetch_add(h.size, std::memory_order_relaxed);
+        served.requests[1]->add();
+        served.bytes[1]->add(h.size);
         r.size = h.size;
         iovec iov{&r, sizeof(r)};
         s = ch.sendExact(&iov, 1);
@@ -493,8 +493,8 @@ void TargetState::serve(net::Fd fd) {
       if (ps.ok()) {
         r.length = h.size;
         r.size = h.size;
-        served_reads.fetch_add(1, std::memory_order_relaxed);
-        served_bytes.fetch_add(h.size, std::memory_order_relaxed);
+        served.requests[0]->add();
+        served.bytes[0]->add(h.size);
         iovec iov[2] = {{&r, sizeof(r)}, {reinterpret_cast<void*>(h.addr), h.size}};
         s = ch.sendExact(iov, 2);
         pin.release();
@@ -507,7 +507,7 @@ void TargetState::serve(net::Fd fd) {
   pipe.abort();
   if (s.code() == Code::kTimeout) HLOG_WARN("tcp target: closing data connection from {}: {}", who, s.message());
   else HLOG_DEBUG("tcp target: data connection from {} ends: {}", who, s.toString());
-  open_connections.fetch_sub(1, std::memory_order_relaxed);
+  served.open->add(-1);
   std::lock_guard lk(mu_);
   fds_.erase(std::remove(fds_.begin(), fds_.end(), raw), fds_.end());
   // fd closes here, after it left fds_ (stop() never shuts down a reused number).

@@ -81,8 +81,11 @@ Status TcpTransport::install(const TransportContext& ctx) {
     io_.push_back(std::move(io));
   }
 
+  metrics_ = ctx.metrics ? ctx.metrics : std::make_shared<metrics::Registry>();
   target_ = std::make_shared<tcp::TargetState>();
   target_->registry = ctx.registry;
+  target_->registry_ref = metrics_;
+  target_->served = metrics::ServedMetrics::of(*metrics_, "tcp");
   target_->max_frame = settings_.max_frame;
   target_->timeout_ms = settings_.timeout_ms;
   target_->sock_buf = settings_.sock_buf;
@@ -157,6 +160,7 @@ Status TcpTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle
     p->host = seg.host;
     p->port = seg.rpc_port;
     p->name = key;
+    p->metrics = metrics::ConnectionMetrics::of(*metrics_, "tcp", key);
     for (uint32_t i = 0; i < settings_.connections; ++i) {
       auto c = std::make_unique<tcp::Conn>();
       c->peer = p.get();
@@ -223,14 +227,15 @@ Counters TcpTransport::stats() const {
 TcpStats TcpTransport::counters() const {
   TcpStats s;
   if (target_) {
-    s.refused_requests = target_->refused.load();
-    s.malformed_frames = target_->malformed.load();
+    const metrics::ServedMetrics& m = target_->served;
+    s.refused_requests = m.refused->value();
+    s.malformed_frames = m.refused_frames->value();
+    s.served_reads = m.requests[0]->value();
+    s.served_writes = m.requests[1]->value();
+    s.served_bytes = m.bytes[0]->value() + m.bytes[1]->value();
+    s.data_connections = m.accepted->value();
+    s.open_data_connections = static_cast<uint64_t>(std::max<int64_t>(0, m.open->value()));
     s.abandoned_writes = target_->abandoned_writes.load();
-    s.served_reads = target_->served_reads.load();
-    s.served_writes = target_->served_writes.load();
-    s.served_bytes = target_->served_bytes.load();
-    s.data_connections = target_->connections.load();
-    s.open_data_connections = target_->open_connections.load();
     s.served_gpu_to_device_bytes = target_->gpu_to_device.load();
     s.served_gpu_from_device_bytes = target_->gpu_from_device.load();
     s.served_gpu_staging_waits = target_->staging_waits.load();

@@ -127,6 +127,7 @@ class TcpTransport final : public Transport {
   TcpSettings settings_;
   bool installed_ = false;
   std::atomic<bool> stopping_{false};
+  std::shared_ptr<metrics::Registry> metrics_;  // the engine's (base/transport_metrics.h)
   std::shared_ptr<tcp::GpuRegions> gpu_;
   std::shared_ptr<tcp::TargetState> target_;
   std::unique_ptr<tcp::InitiatorCounters> counters_;
