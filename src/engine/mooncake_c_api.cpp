@@ -65,7 +65,7 @@ int asError(const Status& s) {
   return sc == MC_STATUS_NOT_IMPLEMENTED ? MC_ERR_NOT_IMPLEMENTED : -sc;
 }
 
-template <class F, class R>
+template <class R, class F>
 R guarded(R on_exception, F&& f) noexcept {
   try {
     return f();

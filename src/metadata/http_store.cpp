@@ -324,7 +324,8 @@ Status makeHttpStore(const std::string& uri, Config& config, std::unique_ptr<Met
   HttpStoreOptions opt;
   Status st = config.getString("metadata.prefix", opt.prefix);
   if (st.ok() && (opt.prefix.empty() || opt.prefix.back() == '/'))
-    st = Status(Code::kInvalidArgument, "metadata.prefix '" + opt.prefix + "' must be non-empty without a trailing '/'");
+    st = Status(Code::kInvalidArgument,
+                "metadata.prefix '" + opt.prefix + "' must be non-empty without a trailing '/'");
   if (st.ok()) st = config.getDuration("metadata.http_timeout_ms", opt.timeout);
   if (st.ok()) st = config.getDuration("metadata.http_poll_ms", opt.poll);
   if (!st.ok()) return st;

@@ -326,7 +326,8 @@ TEST_P(TransportSuite, notification_arrives_after_the_writes_it_follows_in_issue
   ASSERT_TRUE(engine_.allocateBatchID(8, b).ok());
   // n0: four writes of 16 MiB; n1: one byte elsewhere, likely done first.
   std::vector<TransferRequest> w;
-  for (size_t i = 0; i < big / part; ++i) w.push_back({OpCode::kWrite, src.p + i * part, seg_, base_ + off + i * part, part});
+  for (size_t i = 0; i < big / part; ++i)
+    w.push_back({OpCode::kWrite, src.p + i * part, seg_, base_ + off + i * part, part});
   const std::string msg0 = "pattern " + std::to_string(off) + " " + std::to_string(big) + " " + std::to_string(seed);
   ASSERT_TRUE(engine_.submitTransfer(b, w, Notification{"n0", msg0}).ok());
   ASSERT_TRUE(engine_.submitTransfer(b, {{OpCode::kWrite, src.p + big, seg_, base_ + 4096, 1}},

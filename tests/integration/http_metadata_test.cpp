@@ -170,8 +170,10 @@ TEST(HttpMetadataEngine, a_stale_name_left_by_a_dead_engine_is_taken_over) {
     ASSERT_TRUE(gone.init("p2p", "x", "127.0.0.1", 0).ok());
     port = gone.rpcPort();
   }
-  server.set("hawser/segments/node-a", R"({"version":"1.0","kind":"memory","name":"node-a","host":"127.0.0.1",
-    "rpc_port":)" + std::to_string(port) + R"(,"host_id":"x","server_name":"node-a","pid":1,"transports":{},"buffers":[]})");
+  server.set("hawser/segments/node-a",
+             R"({"version":"1.0","kind":"memory","name":"node-a","host":"127.0.0.1","rpc_port":)" +
+                 std::to_string(port) +
+                 R"(,"host_id":"x","server_name":"node-a","pid":1,"transports":{},"buffers":[]})");
   TransferEngine a;
   Status s = a.init(server.url(), "node-a", "127.0.0.1", 0);
   ASSERT_TRUE(s.ok()) << s.toString();

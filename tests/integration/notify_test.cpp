@@ -7,6 +7,9 @@
 // transfer) are in the transport suite (common/transport_suite.h).
 #include <gtest/gtest.h>
 
+#include <future>
+
+#include "common/engine_pair.h"
 #include "common/util.h"
 #include "hawser/engine.h"
 
@@ -75,7 +78,8 @@ TEST_F(Notify, a_full_queue_is_an_error_at_the_sender_naming_the_receiver_and_dr
   fillPattern(local_.p, 4096, 9);
   BatchID b;
   ASSERT_TRUE(sender_.allocateBatchID(1, b).ok());
-  ASSERT_TRUE(sender_.submitTransfer(b, {{OpCode::kWrite, local_.p, seg_, remote(0), 4096}}, Notification{"d", "4"}).ok());
+  ASSERT_TRUE(
+      sender_.submitTransfer(b, {{OpCode::kWrite, local_.p, seg_, remote(0), 4096}}, Notification{"d", "4"}).ok());
   ASSERT_TRUE(sender_.waitTransfer(b, std::chrono::seconds(20)).ok());
   TransferStatus st;
   ASSERT_TRUE(sender_.getTransferStatus(b, 0, st).ok());
@@ -161,6 +165,55 @@ TEST_F(Notify, a_receiver_that_is_gone_is_unavailable_at_the_sender) {
   Status s = sender_.sendNotify(seg_, Notification{"y", ""});
   EXPECT_EQ(s.code(), Code::kUnavailable) << s.toString();
   EXPECT_NE(s.message().find("'y' to segment '" + name + "'"), std::string::npos) << s.toString();
+}
+
+// Issue order, pinned with a transport whose slices can be held: a
+// notification waits for an earlier one whose transfer has not ended, and a
+// failed transfer's notification is skipped, never sent.
+TEST(NotifyOrder, a_later_notification_waits_for_an_earlier_ones_transfer_and_a_failed_one_is_skipped) {
+  EnginePair p;
+  ASSERT_TRUE(p.setup_status.ok()) << p.setup_status.toString();
+  p.fake_init->hold(true);
+  BatchID b1, b2;
+  ASSERT_TRUE(p.init.allocateBatchID(1, b1).ok());
+  ASSERT_TRUE(p.init.allocateBatchID(1, b2).ok());
+  ASSERT_TRUE(p.init.submitTransfer(b1, {{OpCode::kWrite, p.local(0), p.seg, p.remote(0), 8192}},
+                                    Notification{"first", ""})
+                  .ok());
+  auto second = std::async(std::launch::async, [&] { return p.init.sendNotify(p.seg, Notification{"second", ""}); });
+  ASSERT_TRUE(p.init.submitTransfer(b2, {{OpCode::kWrite, p.local(8192), p.seg, p.remote(8192), 4096}},
+                                    Notification{"third", ""})
+                  .ok());
+  std::vector<ReceivedNotification> got;
+  // Held: nothing may arrive, and sendNotify waits behind "first".
+  EXPECT_TRUE(holdsFor(
+      [&] { return p.target.getNotifies(got).ok() && got.empty() &&
+                   second.wait_for(std::chrono::seconds(0)) == std::future_status::timeout; },
+      std::chrono::milliseconds(300)));
+  std::vector<NotifyStatus> ns;
+  ASSERT_TRUE(p.init.getNotifyStatus(b1, ns).ok());
+  ASSERT_EQ(ns.size(), 1u);
+  EXPECT_EQ(ns[0].s, NotifyState::kWaiting);
+  // The first transfer fails; the rest go, in order.
+  p.fake_init->setVerdict([&](const FakeTransport::Slice& s) {
+    return s.remote < p.remote(8192) ? TransferState::kFailed : TransferState::kCompleted;
+  });
+  p.fake_init->hold(false);
+  ASSERT_TRUE(second.get().ok());
+  ASSERT_TRUE(p.init.waitTransfer(b1, std::chrono::seconds(20)).ok());
+  ASSERT_TRUE(p.init.waitTransfer(b2, std::chrono::seconds(20)).ok());
+  ASSERT_TRUE(p.init.getNotifyStatus(b1, ns).ok());
+  EXPECT_EQ(ns[0].s, NotifyState::kNotSent);
+  EXPECT_NE(ns[0].error.message().find("'first' not sent: task 0 of batch"), std::string::npos)
+      << ns[0].error.toString();
+  ASSERT_TRUE(p.init.getNotifyStatus(b2, ns).ok());
+  EXPECT_EQ(ns[0].s, NotifyState::kDelivered) << "waitTransfer returns once the notification is settled";
+  ASSERT_TRUE(p.target.getNotifies(got).ok());
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].name, "second");
+  EXPECT_EQ(got[1].name, "third");
+  EXPECT_TRUE(p.init.freeBatchID(b1).ok());
+  EXPECT_TRUE(p.init.freeBatchID(b2).ok());
 }
 
 // Across processes: a `hawser serve` that never drains, with a queue of 3.
