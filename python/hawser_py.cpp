@@ -22,6 +22,7 @@
 #include "py_blocks.h"
 #include "py_engine.h"
 #include "py_metrics.h"
+#include "py_notify.h"
 #include "py_support.h"
 
 namespace py = pybind11;
@@ -98,9 +99,6 @@ PYBIND11_MODULE(hawser, m) {
     return e.ret({Code::kInvalidArgument,
                   fmt::format("{}: opcode {} is neither TransferOpcode.Read (0) nor TransferOpcode.Write (1)", what, op)});
   };
-  auto noNotify = [](PyEngine& e, const char* what) {
-    return e.ret({Code::kNotSupported, fmt::format("{}: notify is not supported by hawser", what)});
-  };
 
   using Addrs = std::vector<uint64_t>;
   py::class_<PyEngine> cls(m, "TransferEngine");
@@ -139,12 +137,13 @@ PYBIND11_MODULE(hawser, m) {
           py::arg("transport_hint") = "")
       .def(
           "transfer_sync",
-          [toOp, badOp, noNotify](PyEngine& e, const std::string& t, uint64_t b, uint64_t p, uint64_t l, int op,
-                                  py::object notify, const std::string& h) {
+          [toOp, badOp](PyEngine& e, const std::string& t, uint64_t b, uint64_t p, uint64_t l, int op,
+                        py::object notify, const std::string& h) {
             OpCode o;
             if (!toOp(op, o)) return badOp(e, "transfer_sync", op);
-            if (!notify.is_none()) return noNotify(e, "transfer_sync");
-            return e.transferSync(t, b, p, l, o, "transfer_sync", h);
+            Notification n;
+            const bool with = notificationFrom(notify, n);
+            return e.transferSync(t, b, p, l, o, "transfer_sync", h, with ? &n : nullptr);
           },
           py::arg("target_hostname"), py::arg("buffer"), py::arg("peer_buffer_address"), py::arg("length"),
           py::arg("opcode"), py::arg("notify") = py::none(), py::arg("transport_hint") = "")
@@ -164,12 +163,13 @@ PYBIND11_MODULE(hawser, m) {
           py::arg("transport_hint") = "")
       .def(
           "batch_transfer_sync",
-          [toOp, badOp, noNotify](PyEngine& e, const std::string& t, const Addrs& b, const Addrs& p, const Addrs& l,
-                                  int op, py::object notify, const std::string& h) {
+          [toOp, badOp](PyEngine& e, const std::string& t, const Addrs& b, const Addrs& p, const Addrs& l, int op,
+                        py::object notify, const std::string& h) {
             OpCode o;
             if (!toOp(op, o)) return badOp(e, "batch_transfer_sync", op);
-            if (!notify.is_none()) return noNotify(e, "batch_transfer_sync");
-            return e.batchSync(t, b, p, l, o, "batch_transfer_sync", h);
+            Notification n;
+            const bool with = notificationFrom(notify, n);
+            return e.batchSync(t, b, p, l, o, "batch_transfer_sync", h, with ? &n : nullptr);
           },
           py::arg("target_hostname"), py::arg("buffers"), py::arg("peer_buffer_addresses"), py::arg("lengths"),
           py::arg("opcode"), py::arg("notify") = py::none(), py::arg("transport_hint") = "")
@@ -190,13 +190,15 @@ PYBIND11_MODULE(hawser, m) {
       .def(
           "batch_transfer_async",
           [toOp, badOp](PyEngine& e, const std::string& t, const Addrs& b, const Addrs& p, const Addrs& l, int op,
-                        const std::string& h) -> int64_t {
+                        py::object notify, const std::string& h) -> int64_t {
             OpCode o;
             if (!toOp(op, o)) return badOp(e, "batch_transfer_async", op);
-            return e.batchAsync(t, b, p, l, o, "batch_transfer_async", h);
+            Notification n;
+            const bool with = notificationFrom(notify, n);
+            return e.batchAsync(t, b, p, l, o, "batch_transfer_async", h, with ? &n : nullptr);
           },
           py::arg("target_hostname"), py::arg("buffers"), py::arg("peer_buffer_addresses"), py::arg("lengths"),
-          py::arg("opcode"), py::arg("transport_hint") = "")
+          py::arg("opcode"), py::arg("notify") = py::none(), py::arg("transport_hint") = "")
       .def(
           "transfer_submit_write",
           [](PyEngine& e, const std::string& t, uint64_t b, uint64_t p, uint64_t l, const std::string& h) {
@@ -232,4 +234,5 @@ PYBIND11_MODULE(hawser, m) {
       .def_static("last_error_code", [] { return std::string(hawser::codeName(hawser::pymod::t_last_error.code())); });
   hawser::pymod::defineBlocks(cls);  // block requests and plans (py_blocks.cpp)
   bindMetrics(cls);
+  bindNotify(m, cls);
 }

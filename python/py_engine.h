@@ -83,6 +83,15 @@ class PyEngine {
     return ret(s);
   }
 
+  // Drains the notifications received so far (py_notify.cpp: get_notifies).
+  Status getNotifies(std::vector<ReceivedNotification>& out) {
+    py::gil_scoped_release nogil;
+    TransferEngine* e = nullptr;
+    Status s = engine(e);
+    if (s.ok()) s = e->getNotifies(out);
+    return context(s, "get_notifies");
+  }
+
   int rpcPort() const {
     auto* e = live();
     return e ? e->rpcPort() : 0;
@@ -137,13 +146,13 @@ class PyEngine {
 
   // -- transfers --
   int transferSync(const std::string& target, uint64_t buffer, uint64_t peer, uint64_t length, OpCode op,
-                   const char* what, const std::string& hint) {
-    return batchSync(target, {buffer}, {peer}, {length}, op, what, hint);
+                   const char* what, const std::string& hint, const Notification* notify = nullptr) {
+    return batchSync(target, {buffer}, {peer}, {length}, op, what, hint, notify);
   }
 
   int batchSync(const std::string& target, const std::vector<uint64_t>& buffers,
                 const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
-                const char* what, const std::string& hint) {
+                const char* what, const std::string& hint, const Notification* notify = nullptr) {
     Status s;
     {
       py::gil_scoped_release nogil;
@@ -157,8 +166,16 @@ class PyEngine {
         const auto now = Clock::now();
         const Millis limit = sub.deadline > now ? std::chrono::ceil<Millis>(sub.deadline - now) : Millis(0);
         std::vector<TransferStatus> st;
-        Status r = engine_->transferSync(reqs, limit, &st, Millis(limits_.cancel_wait_ms));
-        if (!r.ok() && st.empty()) s = context(r, fmt::format("{} to '{}'", what, target));  // refused at submit
+        // With a notification: sent once every request completed; its refusal is the result.
+        Status r = notify ? engine_->transferSync(reqs, *notify, limit, &st, Millis(limits_.cancel_wait_ms))
+                          : engine_->transferSync(reqs, limit, &st, Millis(limits_.cancel_wait_ms));
+        bool notify_failed = false;  // the transfer completed, its notification did not go
+        if (notify && !r.ok() && !st.empty()) {
+          notify_failed = true;
+          for (auto& t : st) notify_failed &= t.s == TransferState::kCompleted;
+        }
+        if ((!r.ok() && st.empty()) || notify_failed)
+          s = context(r, fmt::format("{} to '{}'", what, target));  // refused at submit, or the notification failed
         else s = outcome(limits_, sub, st, r.code() == Code::kTimeout, fmt::format("{} to '{}'", what, target));
       }
     }
@@ -168,13 +185,13 @@ class PyEngine {
   // Positive batch id, or the negative code.
   int64_t batchAsync(const std::string& target, const std::vector<uint64_t>& buffers,
                      const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
-                     const char* what, const std::string& hint) {
+                     const char* what, const std::string& hint, const Notification* notify = nullptr) {
     Status s;
     Submitted sub;
     {
       py::gil_scoped_release nogil;
       reap();
-      s = submit(what, target, buffers, peers, lengths, op, hint, sub);
+      s = submit(what, target, buffers, peers, lengths, op, hint, sub, notify);
       if (s.ok()) {
         batches_.track(sub);
       }
@@ -533,7 +550,7 @@ class PyEngine {
   // An async batch: requests() then allocate and submit.
   Status submit(const char* what, const std::string& target, const std::vector<uint64_t>& buffers,
                 const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
-                const std::string& hint, Submitted& out) {
+                const std::string& hint, Submitted& out, const Notification* notify = nullptr) {
     std::vector<TransferRequest> reqs;
     Status s = requests(what, target, buffers, peers, lengths, op, hint, reqs, out);
     if (!s.ok()) return s;
@@ -542,7 +559,7 @@ class PyEngine {
     BatchID b = kInvalidBatch;
     s = e->allocateBatchID(reqs.size(), b);
     if (!s.ok()) return context(s, where);
-    s = e->submitTransfer(b, reqs);
+    s = notify ? e->submitTransfer(b, reqs, *notify) : e->submitTransfer(b, reqs);
     if (!s.ok()) {
       (void)e->freeBatchID(b);  // nothing was accepted: the batch is empty
       return context(s, where);

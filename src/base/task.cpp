@@ -81,6 +81,7 @@ void Task::slicesEnded(uint32_t n, uint64_t ns) {
   // taskFinished() has counted the task.
   const uint32_t total = slices_total_;
   TaskOwner* const owner = owner_;
+  const size_t id = id_;
   const uint32_t done = slices_done_.fetch_add(n, std::memory_order_acq_rel) + n;
   if (done != total) return;
   if (traffic_) {
@@ -91,7 +92,7 @@ void Task::slicesEnded(uint32_t n, uint64_t ns) {
     }
     traffic_->taskEnded(metrics::PeerTraffic::dir(request_.opcode), code, ns);
   }
-  owner->taskFinished();
+  owner->taskFinished(id);
 }
 
 void Task::countRetry() {

@@ -185,7 +185,7 @@ bool BlockRunner::busy() const {
   return false;
 }
 
-void BlockRunner::Child::taskFinished() { w->runner->childDone(this); }
+void BlockRunner::Child::taskFinished(size_t) { w->runner->childDone(this); }
 
 void BlockRunner::childDone(Child* c) {
   Window* w = c->w;

@@ -78,7 +78,7 @@ class BlockRunner : public std::enable_shared_from_this<BlockRunner> {
   struct Child final : TaskOwner {
     Task task;
     Window* w = nullptr;
-    void taskFinished() override;
+    void taskFinished(size_t task_id) override;
   };
   struct Window {
     BlockRunner* runner = nullptr;
