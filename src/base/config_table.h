@@ -59,6 +59,9 @@ inline constexpr Knob kKnobs[] = {
    "a batch of capacity N holds at most N x this many slices"},
   {"batch.max_capacity", "HAWSER_BATCH_MAX_CAPACITY", KnobType::kSize, "1M", 1, knob_detail::G, {},
    "largest capacity allocateBatchID accepts"},
+  {"batch.wait_spin_us", "HAWSER_BATCH_WAIT_SPIN_US", KnobType::kInt, "50", 0, 1000000, {},
+   "waitTransfer and transferSync poll the batch this many microseconds before they sleep: a transfer that ends "
+   "by then is seen without a wake-up (0: sleep at once)"},
   {"auth.token", "HAWSER_AUTH_TOKEN", KnobType::kString, "", 0, 0, {},
    "shared secret every peer connection must present (empty: none)"},
   {"rpc.timeout_ms", "HAWSER_RPC_TIMEOUT_MS", KnobType::kDurationMs, "5000", 10, knob_detail::kHour, {},

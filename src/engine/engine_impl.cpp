@@ -101,6 +101,7 @@ Status EngineImpl::init(const std::string& metadata_uri, const std::string& serv
   if (!(s = config_.getString("transport", forced_transport_)).ok() ||
       !(s = config_.getSize("batch.slices_per_task", slices_per_task_)).ok() ||
       !(s = config_.getSize("batch.max_capacity", max_capacity_)).ok() ||
+      !(s = config_.getInt("batch.wait_spin_us", wait_spin_us_)).ok() ||
       !(s = config_.getString("auth.token", auth_token)).ok())
     return {s.code(), "init: " + s.message()};
   // The CUDA driver, where there is one: registration asks it what memory

@@ -72,16 +72,123 @@ std::string peerName(int fd) {
 // interval: waits are bounded by "no progress for timeout_ms", except the wait
 // for the first byte of a request (an idle connection), which is unbounded
 // until the transport stops.
+//
+// Receiving: request headers are read ahead into a buffer together with
+// whatever follows (more headers, the payload of small writes), so a burst
+// of small requests costs one recv; after a large write only the next
+// header is read, so large payloads go straight to memory. Sending: OK
+// responses queue and leave together in one sendmsg when the connection
+// would otherwise wait for its next request (or the queue is full); every
+// other send goes after what is queued.
 class Channel {
  public:
-  Channel(TargetState& st, int fd) : st_(st), fd_(fd), timeout_(std::chrono::milliseconds(st.timeout_ms)) {}
+  static constexpr size_t kReadAhead = 64 * 1024;
+  static constexpr uint32_t kSmallWrite = 16 * 1024;  // larger write payloads are not read ahead of
+  static constexpr int kMaxQueued = 32;                // responses sent together
+  static constexpr size_t kMaxQueuedBytes = 256 * 1024;
+
+  Channel(TargetState& st, int fd)
+      : st_(st), fd_(fd), timeout_(std::chrono::milliseconds(st.timeout_ms)), in_(new char[kReadAhead]) {}
+
+  // The next request's header. `idle_ok`: waiting for its first byte is not
+  // a stall.
+  Status recvHeader(WireHeader& h, bool idle_ok) {
+    size_t have = in_end_ - in_begin_;
+    if (have < sizeof(h)) {
+      if (in_begin_ > 0) {
+        std::memmove(in_.get(), in_.get() + in_begin_, have);
+        in_begin_ = 0;
+        in_end_ = have;
+      }
+      const size_t need = sizeof(h) - have;
+      size_t got = 0;
+      Status s = recvAtLeast(in_.get() + in_end_, need, ahead_ ? kReadAhead - in_end_ : need, idle_ok && have == 0,
+                             got);
+      in_end_ += got;
+      if (!s.ok()) return s;
+    }
+    std::memcpy(&h, in_.get() + in_begin_, sizeof(h));
+    in_begin_ += sizeof(h);
+    ahead_ = !(h.type == kWriteReq && h.length > kSmallWrite);
+    return Status::OK();
+  }
+
+  // A whole header is already here: serving it needs no wait.
+  bool headerBuffered() const { return in_end_ - in_begin_ >= sizeof(WireHeader); }
 
   Status recvExact(void* buf, size_t len, bool idle_ok) {
     char* p = static_cast<char*>(buf);
+    const size_t t = std::min(len, in_end_ - in_begin_);
+    std::memcpy(p, in_.get() + in_begin_, t);
+    in_begin_ += t;
+    if (t == len) return Status::OK();
     size_t got = 0;
+    return recvAtLeast(p + t, len - t, len - t, idle_ok && t == 0, got);
+  }
+
+  // Queues an OK response: its header, then `len` bytes at `data` (kept
+  // pinned by `pin` until sent).
+  Status queue(const WireHeader& r, const void* data, size_t len, MemoryRegistry::Pin pin) {
+    hdrs_[nq_] = r;
+    iov_[niov_++] = {&hdrs_[nq_++], sizeof(WireHeader)};
+    if (len > 0) iov_[niov_++] = {const_cast<void*>(data), len};
+    queued_bytes_ += sizeof(WireHeader) + len;
+    if (pin) pins_.push_back(std::move(pin));
+    if (nq_ == kMaxQueued || queued_bytes_ >= kMaxQueuedBytes) return flush();
+    return Status::OK();
+  }
+
+  // Sends what is queued.
+  Status flush() {
+    if (niov_ == 0) return Status::OK();
+    Status s = sendAll(iov_, niov_);
+    niov_ = nq_ = 0;
+    queued_bytes_ = 0;
+    pins_.clear();
+    return s;
+  }
+
+  // Sends after what is queued.
+  Status sendExact(iovec* iov, int cnt) {
+    Status s = flush();
+    return s.ok() ? sendAll(iov, cnt) : s;
+  }
+
+  Status drain(size_t len) {
+    char buf[16384];
+    while (len > 0) {
+      size_t n = std::min(len, sizeof(buf));
+      Status s = recvExact(buf, n, false);
+      if (!s.ok()) return s;
+      len -= n;
+    }
+    return Status::OK();
+  }
+
+  // Bytes (or EOF) are waiting: reading now will not block.
+  bool readable() const {
+    if (in_end_ > in_begin_) return true;
+    pollfd p{fd_, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
+  }
+
+  Status sendError(WireHeader& r, const Status& why) {
+    std::string reason = why.message().substr(0, kMaxReason);
+    r.status = static_cast<uint8_t>(why.code());
+    r.length = static_cast<uint32_t>(reason.size());
+    r.size = 0;
+    iovec iov[2] = {{&r, sizeof(r)}, {reason.data(), reason.size()}};
+    return sendExact(iov, reason.empty() ? 1 : 2);
+  }
+
+ private:
+  // Receives into [p, p+max) until at least `min` bytes came (`got` says how
+  // many did, also on failure).
+  Status recvAtLeast(char* p, size_t min, size_t max, bool idle_ok, size_t& got) {
+    got = 0;
     auto last = Clock::now();
-    while (got < len) {
-      ssize_t n = ::recv(fd_, p + got, len - got, MSG_WAITALL);
+    while (got < min) {
+      ssize_t n = ::recv(fd_, p + got, max - got, max == min ? MSG_WAITALL : 0);
       if (n > 0) {
         got += static_cast<size_t>(n);
         last = Clock::now();
@@ -101,7 +208,7 @@ class Channel {
         }
         if (now - last >= timeout_)
           return {Code::kTimeout, fmt::format("no bytes from the peer for {} ms (got {} of {})", st_.timeout_ms, got,
-                                              len)};
+                                              min)};
         continue;
       }
       return {Code::kUnavailable, fmt::format("recv: {}", std::strerror(e))};
@@ -109,7 +216,7 @@ class Channel {
     return Status::OK();
   }
 
-  Status sendExact(iovec* iov, int cnt) {
+  Status sendAll(iovec* iov, int cnt) {
     auto last = Clock::now();
     while (cnt > 0) {
       msghdr m{};
@@ -142,36 +249,17 @@ class Channel {
     return Status::OK();
   }
 
-  Status drain(size_t len) {
-    char buf[16384];
-    while (len > 0) {
-      size_t n = std::min(len, sizeof(buf));
-      Status s = recvExact(buf, n, false);
-      if (!s.ok()) return s;
-      len -= n;
-    }
-    return Status::OK();
-  }
-
-  // Bytes (or EOF) are waiting: reading now will not block.
-  bool readable() const {
-    pollfd p{fd_, POLLIN, 0};
-    return ::poll(&p, 1, 0) > 0;
-  }
-
-  Status sendError(WireHeader& r, const Status& why) {
-    std::string reason = why.message().substr(0, kMaxReason);
-    r.status = static_cast<uint8_t>(why.code());
-    r.length = static_cast<uint32_t>(reason.size());
-    r.size = 0;
-    iovec iov[2] = {{&r, sizeof(r)}, {reason.data(), reason.size()}};
-    return sendExact(iov, reason.empty() ? 1 : 2);
-  }
-
- private:
   TargetState& st_;
   int fd_;
   std::chrono::milliseconds timeout_;
+  std::unique_ptr<char[]> in_;
+  size_t in_begin_ = 0, in_end_ = 0;  // unread bytes of in_
+  bool ahead_ = true;                 // read ahead with the next header
+  WireHeader hdrs_[kMaxQueued];
+  iovec iov_[2 * kMaxQueued];
+  int nq_ = 0, niov_ = 0;
+  size_t queued_bytes_ = 0;
+  std::vector<MemoryRegistry::Pin> pins_;
 };
 
 // The GPU requests of one connection in flight, oldest first, as chunks of
@@ -414,7 +502,9 @@ void TargetState::serve(net::Fd fd) {
         continue;
       }
     }
-    s = ch.recvExact(&h, sizeof(h), pipe.empty());
+    // About to wait for the next request: what is answered leaves first.
+    if (!ch.headerBuffered() && !(s = ch.flush()).ok()) break;
+    s = ch.recvHeader(h, pipe.empty());
     if (!s.ok()) break;
     Status v = checkRequest(h, max_frame);
     if (!v.ok()) {
@@ -454,8 +544,7 @@ void TargetState::serve(net::Fd fd) {
         served_writes.fetch_add(1, std::memory_order_relaxed);
         served_bytes.fetch_add(h.size, std::memory_order_relaxed);
         r.size = h.size;
-        iovec iov{&r, sizeof(r)};
-        s = ch.sendExact(&iov, 1);
+        s = ch.queue(r, nullptr, 0, {});
       } else {
         s = ch.drain(h.length);
         if (!s.ok()) break;
@@ -468,9 +557,7 @@ void TargetState::serve(net::Fd fd) {
         r.size = h.size;
         served_reads.fetch_add(1, std::memory_order_relaxed);
         served_bytes.fetch_add(h.size, std::memory_order_relaxed);
-        iovec iov[2] = {{&r, sizeof(r)}, {reinterpret_cast<void*>(h.addr), h.size}};
-        s = ch.sendExact(iov, 2);
-        pin.release();
+        s = ch.queue(r, reinterpret_cast<void*>(h.addr), h.size, std::move(pin));
       } else {
         s = ch.sendError(r, ps);
       }

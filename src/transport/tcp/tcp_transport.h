@@ -78,6 +78,7 @@ struct TcpStats {
   uint64_t connection_failures = 0;  // established connections lost (EOF/RST/timeout/protocol)
   uint64_t slices_completed = 0;
   uint64_t slices_failed = 0;
+  uint64_t inline_submits = 0;  // submissions sent by the submitting thread (the io thread slept)
   // GPU memory through pinned staging (docs/tcp.md "GPU memory").
   uint64_t gpu_staged_to_device_bytes = 0;    // initiator: read bytes copied staging -> GPU
   uint64_t gpu_staged_from_device_bytes = 0;  // initiator: write bytes copied GPU -> staging
