@@ -261,7 +261,7 @@ class IoThread {
   Slice* commitNext(Conn* c);
   void advanceTx(Conn* c, size_t n);
   // Bytes that may be received into rxbuf from the response to `s` on.
-  size_t bufferedBytesFrom(const Conn* c, const Slice* s) const;
+  size_t bufferedBytesFrom(const Slice* s) const;
   void completeFront(Conn* c, bool ok, const Status& why);
   // Closes the connection and fails what it held; `failure` counts it in
   // connection_failures (not for an idle connection released on purpose).

@@ -450,7 +450,7 @@ void IoThread::doSend(Conn* c) {
 // no larger read is awaited, whatever fits: nothing else can arrive, and
 // asking for more than comes tells that the socket is drained without
 // another recvmsg.
-size_t IoThread::bufferedBytesFrom(const Conn* c, const Slice* s) const {
+size_t IoThread::bufferedBytesFrom(const Slice* s) const {
   size_t total = 0;
   for (size_t k = 0; k < kMaxControlAhead; s = s->next, ++k) {
     if (!s) return Conn::kRxBuf;
@@ -460,7 +460,6 @@ size_t IoThread::bufferedBytesFrom(const Conn* c, const Slice* s) const {
       total += s->len;
     }
   }
-  (void)c;
   return total;
 }
 
@@ -563,12 +562,12 @@ void IoThread::doRecv(Conn* c) {
     if (c->rx_mode == RxMode::kPayload) {
       iov[cnt++] = {c->rx_dst, c->rx_left};
       want = c->rx_left;
-      ctl = bufferedBytesFrom(c, f->next);
+      ctl = bufferedBytesFrom(f->next);
     } else if (c->rx_mode == RxMode::kReason) {
-      ctl = c->rx_left + bufferedBytesFrom(c, f->next);
+      ctl = c->rx_left + bufferedBytesFrom(f->next);
     } else {
       // Unanswered requests: their responses; none: an EOF (or a stray byte).
-      ctl = f ? bufferedBytesFrom(c, f) : kHeaderSize;
+      ctl = f ? bufferedBytesFrom(f) : kHeaderSize;
     }
     ctl = ctl > have ? ctl - have : 0;
     if (c->rx_begin > 0) {
