@@ -1,6 +1,7 @@
 // Target side of the tcp transport: serves one data connection on the rpc
 // listener thread that accepted it. Requests for host memory are served
-// straight out of / into registered memory (no staging buffer); requests for
+// straight out of / into registered memory (no staging buffer; only the
+// payload of small writes comes through the read-ahead buffer); requests for
 // GPU memory go through pinned staging slots, a few in flight at once so the
 // copies of some overlap the wire of others (GpuPipe); anything outside the
 // registered, remote-accessible regions is refused with an error response.
