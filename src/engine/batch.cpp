@@ -2,8 +2,25 @@
 
 #include <fmt/format.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 namespace hawser {
 
+namespace {
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+}  // namespace
+
+// The count drops under done_mu_, so that dropSubBatches() (which takes it
+// once) waits out a completer still here; a wake-up (a futex call, and one
+// for the waiter when it takes the mutex back) only when someone sleeps.
 void Batch::taskFinished(size_t task_id) {
   if (has_notifies_.load(std::memory_order_acquire)) {
     // Settled before the task counts as finished: once waitUntil() returns,
@@ -21,12 +38,25 @@ void Batch::taskFinished(size_t task_id) {
     }
   }
   std::lock_guard lk(done_mu_);
-  if (unfinished_.fetch_sub(1) == 1) done_cv_.notify_all();
+  if (unfinished_.fetch_sub(1) == 1 && sleepers_ > 0) done_cv_.notify_all();
 }
 
 bool Batch::waitUntil(std::chrono::steady_clock::time_point deadline) {
+  if (unfinished_.load(std::memory_order_acquire) == 0) return true;
+  if (spin_.count() > 0) {
+    const auto end = std::min(deadline, std::chrono::steady_clock::now() + spin_);
+    do {
+      for (int i = 0; i < 64; ++i) {
+        cpuRelax();
+        if (unfinished_.load(std::memory_order_acquire) == 0) return true;
+      }
+    } while (std::chrono::steady_clock::now() < end);
+  }
   std::unique_lock lk(done_mu_);
-  return done_cv_.wait_until(lk, deadline, [&] { return unfinished_.load() == 0; });
+  ++sleepers_;
+  bool done = done_cv_.wait_until(lk, deadline, [&] { return unfinished_.load() == 0; });
+  --sleepers_;
+  return done;
 }
 
 Status Batch::subBatch(Transport* t, SubBatch*& out) {

@@ -19,8 +19,9 @@ namespace hawser {
 
 class Batch final : public TaskOwner {
  public:
-  Batch(BatchID id, size_t capacity, size_t slice_capacity)
-      : id_(id), capacity_(capacity), slice_capacity_(slice_capacity), tasks_(new Task[capacity]) {
+  // `spin`: how long waitUntil polls before it sleeps (batch.wait_spin_us).
+  Batch(BatchID id, size_t capacity, size_t slice_capacity, std::chrono::microseconds spin = {})
+      : id_(id), capacity_(capacity), slice_capacity_(slice_capacity), spin_(spin), tasks_(new Task[capacity]) {
     for (size_t i = 0; i < capacity; ++i) tasks_[i].attach(this);
   }
 
@@ -35,6 +36,8 @@ class Batch final : public TaskOwner {
   // Tasks submitted and not yet terminal.
   size_t unfinished() const { return unfinished_.load(); }
   // Waits until every submitted task is terminal; false at the deadline.
+  // Polls for up to the spin time first, then sleeps until taskFinished()
+  // wakes it (a completer wakes only sleepers: nobody when the poll saw it).
   bool waitUntil(std::chrono::steady_clock::time_point deadline);
 
   TransferStatus aggregate() const;
@@ -68,6 +71,7 @@ class Batch final : public TaskOwner {
   const BatchID id_;
   const size_t capacity_;
   const size_t slice_capacity_;
+  const std::chrono::microseconds spin_;
   std::unique_ptr<Task[]> tasks_;
   std::atomic<size_t> task_count_{0};
   size_t slices_used_ = 0;  // under submit_mu_
@@ -76,6 +80,7 @@ class Batch final : public TaskOwner {
   std::mutex submit_mu_;
   std::mutex done_mu_;
   std::condition_variable done_cv_;
+  int sleepers_ = 0;  // waiters blocked on done_cv_ (under done_mu_)
   std::atomic<size_t> unfinished_{0};
 
   // Notifying submits: by first task id.

@@ -104,6 +104,7 @@ Status EngineImpl::init(const std::string& metadata_uri, const std::string& serv
       !(s = config_.getDuration("rpc.timeout_ms", rpc_timeout)).ok() ||
       !(s = config_.getSize("batch.slices_per_task", slices_per_task_)).ok() ||
       !(s = config_.getSize("batch.max_capacity", max_capacity_)).ok() ||
+      !(s = config_.getInt("batch.wait_spin_us", wait_spin_us_)).ok() ||
       !(s = config_.getString("auth.token", auth_token)).ok() ||
       !(s = config_.getSize("block.max_run", block_settings_.max_run)).ok() ||
       !(s = config_.getSize("block.window", block_settings_.window)).ok() ||

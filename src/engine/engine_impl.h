@@ -164,6 +164,7 @@ class EngineImpl {
   std::string forced_transport_;
   size_t slices_per_task_ = 0;
   size_t max_capacity_ = 0;
+  uint32_t wait_spin_us_ = 0;  // batch.wait_spin_us
 
   std::mutex reg_mu_;  // serialises registrations
   mutable std::mutex attrs_mu_;

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/log_capture.h"
 #include "common/util.h"
 #include "hawser/engine.h"
@@ -551,4 +553,67 @@ TEST(FileTransportConfig, bad_tunable_fails_init_naming_the_key_and_value) {
   EXPECT_NE(s.message().find("'turbo'"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("HAWSER_FILE_ENGINE"), std::string::npos) << s.message();
   clearFileEnv();
+}
+
+// `hawser bench` against a file with several batches in flight per thread
+// (--depth: the queue never drains between batches): every slot's bytes are
+// checked, both directions.
+TEST(FileBench, batches_in_flight_per_thread_move_and_verify_every_block) {
+  clearFileEnv();
+  TempDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  const std::string path = dir.path + "/bench.bin";
+  {
+    std::vector<char> zeros(4 * MiB, 0);
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::write(fd, zeros.data(), zeros.size()), static_cast<ssize_t>(zeros.size()));
+    ::close(fd);
+  }
+  for (const char* op : {"write", "read"}) {
+    std::string out;
+    ASSERT_EQ(sh(hawserBin() + " bench --target file://" + path + " --op " + op +
+                     " --block-size 64K --batch-size 4 --threads 2 --depth 3 --total 24M --json",
+                 &out),
+              0)
+        << out;
+    auto nl = out.find_last_of('\n', out.size() >= 2 ? out.size() - 2 : 0);
+    auto j = nlohmann::json::parse(nl == std::string::npos ? out : out.substr(nl + 1));
+    EXPECT_TRUE(j["verified"].get<bool>()) << j.dump();
+    EXPECT_EQ(j["depth"], 3) << j.dump();
+    EXPECT_EQ(j["transports"], nlohmann::json::array({"file"})) << j.dump();
+    EXPECT_GE(j["bytes"].get<uint64_t>(), 24 * MiB) << j.dump();
+    EXPECT_GT(j["cpu_s"].get<double>(), 0.0) << j.dump();
+  }
+}
+
+// --huge-pages maps the bench's buffers from the reserved pool; with none
+// free it says so and which knob reserves them.
+TEST(FileBench, huge_pages_come_from_the_reserved_pool_or_the_bench_says_how_to_reserve_them) {
+  clearFileEnv();
+  TempDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  const std::string path = dir.path + "/bench.bin";
+  {
+    std::vector<char> zeros(4 * MiB, 0);
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::write(fd, zeros.data(), zeros.size()), static_cast<ssize_t>(zeros.size()));
+    ::close(fd);
+  }
+  std::string meminfo;
+  ASSERT_EQ(sh("awk '/HugePages_Free/ {print $2}' /proc/meminfo", &meminfo), 0);
+  const long free_pages = std::atol(meminfo.c_str());
+  std::string out;
+  const int rc = sh(hawserBin() + " bench --target file://" + path +
+                        " --op read --block-size 1M --batch-size 2 --threads 1 --huge-pages --total 8M --json 2>&1",
+                    &out);
+  if (free_pages < 1) {
+    EXPECT_NE(rc, 0) << out;
+    EXPECT_NE(out.find("--huge-pages"), std::string::npos) << out;
+    EXPECT_NE(out.find("nr_hugepages"), std::string::npos) << out;
+  } else {
+    ASSERT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find("\"verified\":true"), std::string::npos) << out;
+  }
 }

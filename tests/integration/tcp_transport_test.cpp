@@ -230,6 +230,168 @@ TEST(TcpTransport, many_small_tasks_in_one_batch_are_pipelined_and_all_complete)
   EXPECT_EQ(test::checkPattern(in.mem.p, 4 << 20, 5), -1);
 }
 
+uint64_t counter(TransferEngine& e, const std::string& transport, const std::string& name) {
+  for (auto& t : e.stats().transports)
+    if (t.transport == transport)
+      for (auto& [k, v] : t.counters)
+        if (k == name) return v;
+  return ~uint64_t{0};
+}
+
+TEST(TcpTransport, one_small_transfer_at_a_time_leaves_from_the_submitting_thread_with_every_byte) {
+  PartsTarget t(1 << 20);
+  ASSERT_TRUE(t.status.ok());
+  Initiator in(1 << 20, {{"tcp.connections", "1"}});
+  ASSERT_TRUE(in.status.ok());
+  ASSERT_TRUE(in.open(t.name()).ok());
+  char* src = in.mem.p;
+  char* dst = in.mem.p + (512 << 10);
+  for (int i = 0; i < 200; ++i) {
+    const size_t len = i % 3 == 0 ? 64 : 4096;
+    const size_t off = static_cast<size_t>(i % 64) * 4096;
+    test::fillPattern(src, len, 100 + i);
+    Status s = in.engine.transferSync({{OpCode::kWrite, src, in.seg, t.remote(off), len}}, std::chrono::seconds(30));
+    ASSERT_TRUE(s.ok()) << i << ": " << s.toString();
+    ASSERT_EQ(test::checkPattern(t.mem.p + off, len, 100 + i), -1) << i;
+    std::memset(dst, 0, len);
+    s = in.engine.transferSync({{OpCode::kRead, dst, in.seg, t.remote(off), len}}, std::chrono::seconds(30));
+    ASSERT_TRUE(s.ok()) << i << ": " << s.toString();
+    ASSERT_EQ(test::checkPattern(dst, len, 100 + i), -1) << i;
+  }
+  // With the io thread asleep between transfers, submitters send themselves
+  // (one transfer may find it still awake after the previous completion).
+  EXPECT_GT(counter(in.engine, "tcp", "inline_submits"), 0u);
+  EXPECT_LE(counter(in.engine, "tcp", "inline_submits"), 400u);
+  EXPECT_EQ(counter(in.engine, "tcp", "slices_completed"), 400u);
+  EXPECT_EQ(counter(in.engine, "tcp", "slices_failed"), 0u);
+  EXPECT_EQ(t.tcp.counters().data_connections, 1u);
+}
+
+TEST(TcpTransport, pipelined_responses_of_mixed_sizes_and_refusals_land_where_they_belong) {
+  PartsTarget t(8 << 20);
+  ASSERT_TRUE(t.status.ok());
+  t.extra.push_back({addrOf(t.priv.p), t.priv.n});  // published, not remote-accessible: refused by the target
+  std::memset(t.priv.p, 0x5a, t.priv.n);
+  // One connection: every response shares one stream, small read payloads
+  // arrive with the headers around them.
+  Initiator in(16 << 20, {{"tcp.connections", "1"}, {"tcp.slice_size", "1M"}});
+  ASSERT_TRUE(in.status.ok());
+  ASSERT_TRUE(in.open(t.name()).ok());
+  test::fillPattern(t.mem.p, 6 << 20, 31);
+  struct Op {
+    OpCode op;
+    size_t remote;  // offset in t.mem, or ~0: the private region
+    size_t len;
+  };
+  const size_t kPriv = ~size_t{0};
+  const std::vector<Op> ops = {
+      {OpCode::kRead, 0, 64},           {OpCode::kRead, 4096, 4096},       {OpCode::kRead, kPriv, 4096},
+      {OpCode::kRead, 8192, 16384},     {OpCode::kRead, 40000, 16385},     {OpCode::kWrite, 7 << 20, 4096},
+      {OpCode::kRead, 2 << 20, 1 << 20}, {OpCode::kRead, 4000, 100},       {OpCode::kWrite, kPriv, 8192},
+      {OpCode::kRead, (3 << 20) + 5, 12}, {OpCode::kRead, 100000, 3 << 20}, {OpCode::kRead, 77, 1},
+  };
+  for (int round = 0; round < 5; ++round) {
+    std::memset(in.mem.p, 0, in.mem.n);
+    std::vector<TransferRequest> reqs;
+    size_t local = 0;
+    std::vector<size_t> locals;
+    for (const Op& o : ops) {
+      locals.push_back(local);
+      if (o.op == OpCode::kWrite) test::fillPattern(in.mem.p + local, o.len, 50 + round);
+      reqs.push_back({o.op, in.mem.p + local, in.seg, o.remote == kPriv ? addrOf(t.priv.p) : t.remote(o.remote), o.len});
+      local += o.len + 8;  // odd local alignment too
+    }
+    auto st = in.run(reqs);
+    ASSERT_EQ(st.size(), ops.size());
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const Op& o = ops[i];
+      if (o.remote == kPriv) {
+        EXPECT_EQ(st[i].s, TransferState::kFailed) << round << "/" << i;
+        EXPECT_EQ(st[i].error.code(), Code::kOutOfRange) << st[i].error.toString();
+        continue;
+      }
+      ASSERT_EQ(st[i].s, TransferState::kCompleted) << round << "/" << i << ": " << st[i].error.toString();
+      EXPECT_EQ(st[i].transferred_bytes, o.len);
+      if (o.op == OpCode::kRead)
+        EXPECT_EQ(test::checkPattern(in.mem.p + locals[i], o.len, 31, o.remote), -1) << round << "/" << i;
+      else
+        EXPECT_EQ(test::checkPattern(t.mem.p + o.remote, o.len, 50 + round), -1) << round << "/" << i;
+    }
+    for (size_t i = 0; i < t.priv.n; ++i) ASSERT_EQ(static_cast<unsigned char>(t.priv.p[i]), 0x5a) << i;
+  }
+  EXPECT_EQ(t.tcp.counters().refused_requests, 10u);
+  EXPECT_EQ(t.tcp.counters().malformed_frames, 0u);
+  EXPECT_EQ(counter(in.engine, "tcp", "connection_failures"), 0u);
+}
+
+TEST(TcpTransport, target_answers_a_burst_of_pipelined_requests_in_order_with_the_right_bytes) {
+  PartsTarget t(4 << 20);
+  ASSERT_TRUE(t.status.ok());
+  test::fillPattern(t.mem.p, 2 << 20, 41);
+  std::memset(t.priv.p, 0x11, t.priv.n);
+  RawClient c(t.srv.port());
+  ASSERT_TRUE(c.status.ok()) << c.status.toString();
+  // 120 requests in one stream: small reads, small writes (payload right
+  // behind the header), refusals in between, one large write and one large
+  // read; the target reads them in bursts and answers them in order.
+  struct Req {
+    WireHeader h;
+    std::vector<char> payload;
+  };
+  std::vector<Req> reqs;
+  for (uint64_t i = 0; i < 120; ++i) {
+    Req r;
+    if (i == 60) {
+      r.h = request(tcp::kWriteReq, t.remote(3 << 20), (256 << 10) + 1, i);
+      r.payload.assign((256 << 10) + 1, 0x66);
+    } else if (i == 61) {
+      r.h = request(tcp::kReadReq, t.remote(4096), 1 << 20, i);
+    } else if (i % 7 == 3) {
+      r.h = request(i % 2 ? tcp::kReadReq : tcp::kWriteReq, addrOf(t.priv.p), 512, i);
+      if (r.h.type == tcp::kWriteReq) r.payload.assign(512, 0x22);
+    } else if (i % 5 == 0) {
+      r.h = request(tcp::kWriteReq, t.remote((2 << 20) + i * 4096), 4096, i);
+      r.payload.assign(4096, static_cast<char>(i));
+    } else {
+      r.h = request(tcp::kReadReq, t.remote(i * 1000), 4096, i);
+    }
+    reqs.push_back(std::move(r));
+  }
+  Status sent;
+  std::thread sender([&] {
+    for (auto& r : reqs) {
+      sent = c.send(r.h, r.payload.data(), r.payload.size());
+      if (!sent.ok()) return;
+    }
+  });
+  for (auto& r : reqs) {
+    WireHeader h;
+    ASSERT_TRUE(c.recvHeader(h).ok()) << r.h.id;
+    ASSERT_EQ(h.id, r.h.id);
+    const bool is_read = r.h.type == tcp::kReadReq;
+    EXPECT_EQ(h.type, is_read ? tcp::kReadResp : tcp::kWriteResp) << h.id;
+    if (r.h.addr == addrOf(t.priv.p)) {
+      EXPECT_EQ(h.status, static_cast<uint8_t>(Code::kOutOfRange)) << h.id;
+      c.recvText(h.length);
+      continue;
+    }
+    ASSERT_EQ(h.status, 0) << h.id;
+    ASSERT_EQ(h.length, is_read ? r.h.size : 0u) << h.id;
+    if (is_read) {
+      std::string data = c.recvText(h.length);
+      EXPECT_EQ(test::checkPattern(data.data(), data.size(), 41, r.h.addr - t.remote()), -1) << h.id;
+    }
+  }
+  sender.join();
+  ASSERT_TRUE(sent.ok()) << sent.toString();
+  for (auto& r : reqs) {
+    if (r.h.type != tcp::kWriteReq || r.h.addr == addrOf(t.priv.p)) continue;
+    EXPECT_EQ(std::memcmp(reinterpret_cast<void*>(r.h.addr), r.payload.data(), r.payload.size()), 0) << r.h.id;
+  }
+  for (size_t i = 0; i < t.priv.n; ++i) ASSERT_EQ(t.priv.p[i], 0x11) << i;
+  EXPECT_EQ(t.tcp.counters().malformed_frames, 0u);
+}
+
 TEST(TcpTransport, target_max_frame_bounds_the_initiators_slices) {
   PartsTarget t(4 << 20, {{"tcp.max_frame", "64K"}, {"tcp.slice_size", "64K"}});
   ASSERT_TRUE(t.status.ok()) << t.status.toString();

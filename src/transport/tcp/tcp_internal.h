@@ -193,8 +193,12 @@ struct Conn {
   size_t rx_left = 0;      // payload / reason bytes still expected
   uint8_t err_code = 0;
   std::string reason;
-  static constexpr size_t kRxBuf = 4096;
-  uint32_t rx_begin = 0, rx_end = 0;  // unparsed control bytes in rxbuf
+  // Response headers, and the payload of reads of at most kSmallRead bytes,
+  // are received here (one recvmsg takes many small responses; their
+  // payload is copied out); larger payloads go straight to their buffer.
+  static constexpr size_t kRxBuf = 64 * 1024;
+  static constexpr uint32_t kSmallRead = 16 * 1024;
+  uint32_t rx_begin = 0, rx_end = 0;  // unparsed bytes in rxbuf
   alignas(16) char rxbuf[kRxBuf];
 };
 
@@ -205,6 +209,7 @@ struct InitiatorCounters {
   std::atomic<uint64_t> connection_failures{0};
   std::atomic<uint64_t> slices_completed{0};
   std::atomic<uint64_t> slices_failed{0};
+  std::atomic<uint64_t> inline_submits{0};   // submit() calls that ran the loop's work themselves
   std::atomic<uint64_t> gpu_to_device{0};    // read bytes copied staging -> GPU
   std::atomic<uint64_t> gpu_from_device{0};  // write bytes copied GPU -> staging
   std::atomic<uint64_t> staging_waits{0};    // GPU slices that found no free staging slot
@@ -224,6 +229,11 @@ class IoThread {
   // Hands over a chain of slices linked through `next`, newest first
   // (first..last); thread-safe, lock-free.
   void post(Slice* first, Slice* last);
+  // The submitting thread's way in: when the loop is asleep (in epoll_wait,
+  // or between rounds), takes it and queues and sends the slices itself, so
+  // a request to an idle connection leaves without waking this thread;
+  // otherwise post(). Thread-safe.
+  void submit(Slice* first, Slice* last);
   // Drop canceled slices from the unsent queues; returns a ticket for
   // waitPurged().
   uint64_t requestPurge();
@@ -240,6 +250,7 @@ class IoThread {
   };
 
   void run();
+  void relock(std::unique_lock<std::mutex>& lk);  // takes loop_mu_ back after epoll_wait
   void wake();
   void drainInbox();
   void drainConnectResults();
@@ -251,7 +262,8 @@ class IoThread {
   bool parse(Conn* c);  // false when the connection failed
   Slice* commitNext(Conn* c);
   void advanceTx(Conn* c, size_t n);
-  size_t controlBytesFrom(const Slice* s) const;
+  // Bytes that may be received into rxbuf from the response to `s` on.
+  size_t bufferedBytesFrom(const Slice* s) const;
   void completeFront(Conn* c, bool ok, const Status& why);
   // Closes the connection and fails what it held; `failure` counts it in
   // connection_failures (not for an idle connection released on purpose).
@@ -260,7 +272,9 @@ class IoThread {
   void dropCanceled(Slice* s);
   // Last touch of a slice: frees its staging slot, completes it.
   void finishSlice(Slice* s, bool ok, const Status& why);
-  int checkTimeouts();  // epoll timeout to use (ms, -1 = none)
+  // epoll timeout to use (ms, -1 = none): a tick while any connection is
+  // open, since a submitter may put slices on one while the loop sleeps.
+  int checkTimeouts();
 
   // GPU memory (tcp_gpu.cpp): slices whose local buffer is GPU memory wait
   // in slot_wait_ for a staging slot; a write then copies GPU -> slot and
@@ -290,6 +304,11 @@ class IoThread {
 
   const TcpSettings& settings_;
   InitiatorCounters* counters_;
+  // Held by whoever runs the loop's work: this thread except while it waits
+  // in epoll_wait, or a submitter (submit()) meanwhile. Everything the loop
+  // owns (connections, lists, scratch) is touched only under it.
+  std::mutex loop_mu_;
+  bool exited_ = false;  // under loop_mu_: the loop has ended
   int epfd_ = -1;
   int evfd_ = -1;
   std::thread thread_;

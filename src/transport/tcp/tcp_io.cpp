@@ -1,6 +1,8 @@
 // Initiator side of the tcp transport: epoll threads that own the data
 // connections. Edge-triggered, non-blocking sockets; many requests per
-// sendmsg; read data received straight into the user's buffer.
+// sendmsg; read data received straight into the user's buffer (small reads:
+// with their headers into the connection's buffer, then copied). A submitter
+// that finds the loop asleep sends its requests itself (submit()).
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/epoll.h>
@@ -24,7 +26,7 @@ namespace {
 constexpr int kMaxIov = 64;
 constexpr size_t kMaxSendBytes = 16u << 20;  // per sendmsg
 constexpr int kMaxEvents = 64;
-constexpr size_t kMaxControlAhead = 64;  // response headers read ahead in one recv
+constexpr size_t kMaxControlAhead = 64;  // responses read ahead in one recv
 }  // namespace
 
 IoThread::IoThread(const TcpSettings& settings, InitiatorCounters* counters, size_t staging_slots)
@@ -81,6 +83,25 @@ void IoThread::post(Slice* first, Slice* last) {
   wake();
 }
 
+void IoThread::submit(Slice* first, Slice* last) {
+  std::unique_lock lk(loop_mu_, std::try_to_lock);
+  if (!lk.owns_lock() || exited_) {
+    if (lk.owns_lock()) lk.unlock();
+    post(first, last);
+    return;
+  }
+  // The loop waits in epoll_wait (or is between rounds): do its work here.
+  // Through the inbox, so slices posted before ours go first.
+  counters_->inline_submits.fetch_add(1, std::memory_order_relaxed);
+  Slice* old = inbox_.load(std::memory_order_relaxed);
+  do {
+    last->next = old;
+  } while (!inbox_.compare_exchange_weak(old, first, std::memory_order_seq_cst, std::memory_order_relaxed));
+  drainInbox();
+  // GPU slices wait for a staging slot, which only the loop hands out.
+  if (!slot_wait_.empty()) wake();
+}
+
 uint64_t IoThread::requestPurge() {
   uint64_t ticket = purge_epoch_.fetch_add(1) + 1;
   events_.store(true);
@@ -100,8 +121,24 @@ void IoThread::requestCloseIdle() {
 
 // ---- the loop ------------------------------------------------------------------
 
+// A submitter holds the loop for one sendmsg: wait for it briefly before
+// sleeping on the mutex (that sleep would cost a wake-up on each side).
+void IoThread::relock(std::unique_lock<std::mutex>& lk) {
+  if (lk.try_lock()) return;
+  const auto end = Clock::now() + std::chrono::microseconds(20);
+  for (unsigned i = 1;; ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    if (lk.try_lock()) return;
+    if (i % 64 == 0 && Clock::now() >= end) break;
+  }
+  lk.lock();
+}
+
 void IoThread::run() {
   epoll_event evs[kMaxEvents];
+  std::unique_lock lk(loop_mu_);
   while (!stop_.load(std::memory_order_relaxed)) {
     drainInbox();
     if (events_.exchange(false)) {
@@ -122,11 +159,14 @@ void IoThread::run() {
       sleeping_.store(false);
       wait_ms = 0;
     }
+    lk.unlock();  // a submitter may send meanwhile (submit())
     int n = ::epoll_wait(epfd_, evs, kMaxEvents, wait_ms);
+    const int err = errno;
     sleeping_.store(false, std::memory_order_relaxed);
+    relock(lk);
     if (n < 0) {
-      if (errno == EINTR) continue;
-      HLOG_ERROR("tcp: epoll_wait: {}", std::strerror(errno));
+      if (err == EINTR) continue;
+      HLOG_ERROR("tcp: epoll_wait: {}", std::strerror(err));
       break;
     }
     for (int i = 0; i < n; ++i) {
@@ -162,6 +202,7 @@ void IoThread::run() {
     c->state = ConnState::kDisconnected;
   }
   failStaging(why);
+  exited_ = true;
 }
 
 void IoThread::drainInbox() {
@@ -312,9 +353,10 @@ void IoThread::closeIdle() {
 }
 
 int IoThread::checkTimeouts() {
-  bool busy = false;
+  bool busy = false, open = false;
   Clock::time_point now{};
   for (Conn* c : conns_) {
+    open |= c->state == ConnState::kConnected;
     if (c->state != ConnState::kConnected || (c->inflight.empty() && c->unsent.empty())) continue;
     if (!busy) now = Clock::now();
     busy = true;
@@ -332,7 +374,7 @@ int IoThread::checkTimeouts() {
       failConn(c, Status(Code::kTimeout, fmt::format("tcp: no progress on the connection to {} for {} ms",
                                                      c->peer->name, settings_.timeout_ms)));
   }
-  if (!busy) return -1;
+  if (!busy && !open) return -1;
   return static_cast<int>(std::clamp<uint32_t>(settings_.timeout_ms / 8, 5, 250));
 }
 
@@ -424,14 +466,21 @@ void IoThread::doSend(Conn* c) {
 
 // ---- receive -----------------------------------------------------------------------
 
-// Bytes of response control data (headers) that may follow starting with the
-// response to `s`, without any read payload among them: one header per slice,
-// up to and including the first read (its payload comes next).
-size_t IoThread::controlBytesFrom(const Slice* s) const {
+// Bytes of the responses from the one to `s` on that may be received into
+// rxbuf: every header, and the payload of small reads, up to and including
+// the header of the first larger read (its payload goes to its buffer). When
+// no larger read is awaited, whatever fits: nothing else can arrive, and
+// asking for more than comes tells that the socket is drained without
+// another recvmsg.
+size_t IoThread::bufferedBytesFrom(const Slice* s) const {
   size_t total = 0;
-  for (size_t k = 0; s && k < kMaxControlAhead; s = s->next, ++k) {
+  for (size_t k = 0; k < kMaxControlAhead; s = s->next, ++k) {
+    if (!s) return Conn::kRxBuf;
     total += kHeaderSize;
-    if (s->is_read) break;
+    if (s->is_read) {
+      if (s->len > Conn::kSmallRead) return total;
+      total += s->len;
+    }
   }
   return total;
 }
@@ -522,16 +571,18 @@ void IoThread::doRecv(Conn* c) {
     size_t want = 0;
     size_t ctl = 0;
     Slice* f = c->inflight.head;
+    const size_t have = c->rx_end - c->rx_begin;
     if (c->rx_mode == RxMode::kPayload) {
       iov[cnt++] = {c->rx_dst, c->rx_left};
       want = c->rx_left;
-      ctl = controlBytesFrom(f->next);
+      ctl = bufferedBytesFrom(f->next);
     } else if (c->rx_mode == RxMode::kReason) {
-      ctl = c->rx_left + controlBytesFrom(f->next);
+      ctl = c->rx_left + bufferedBytesFrom(f->next);
     } else {
-      size_t have = c->rx_end - c->rx_begin;
-      ctl = (f ? controlBytesFrom(f) : kHeaderSize) - have;
+      // Unanswered requests: their responses; none: an EOF (or a stray byte).
+      ctl = f ? bufferedBytesFrom(f) : kHeaderSize;
     }
+    ctl = ctl > have ? ctl - have : 0;
     if (c->rx_begin > 0) {
       std::memmove(c->rxbuf, c->rxbuf + c->rx_begin, c->rx_end - c->rx_begin);
       c->rx_end -= c->rx_begin;

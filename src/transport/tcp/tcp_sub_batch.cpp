@@ -106,8 +106,10 @@ void SubBatchImpl::post(std::unique_ptr<PreparedWork> base) {
     first[t] = s;
     if (!lastp[t]) lastp[t] = s;
   }
+  // Sent from this thread where the io thread sleeps (an idle connection):
+  // no wake-up between submitTransfer and the wire.
   for (size_t t = 0; t < io.size(); ++t)
-    if (first[t]) io[t]->post(first[t], lastp[t]);
+    if (first[t]) io[t]->submit(first[t], lastp[t]);
 }
 
 void SubBatchImpl::cancel() {

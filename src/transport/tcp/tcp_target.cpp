@@ -1,6 +1,7 @@
 // Target side of the tcp transport: serves one data connection on the rpc
 // listener thread that accepted it. Requests for host memory are served
-// straight out of / into registered memory (no staging buffer); requests for
+// straight out of / into registered memory (no staging buffer; only the
+// payload of small writes comes through the read-ahead buffer); requests for
 // GPU memory go through pinned staging slots, a few in flight at once so the
 // copies of some overlap the wire of others (GpuPipe); anything outside the
 // registered, remote-accessible regions is refused with an error response.
@@ -45,42 +46,58 @@ std::string peerName(int fd) {
 // interval: waits are bounded by "no progress for timeout_ms", except the wait
 // for the first byte of a request (an idle connection), which is unbounded
 // until the transport stops.
+//
+// Receiving: request headers are read ahead into a buffer together with
+// whatever follows (more headers, the payload of small writes), so a burst
+// of small requests costs one recv; after a large write only the next
+// header is read, so large payloads go straight to memory. Sending: OK
+// responses queue and leave together in one sendmsg when the connection
+// would otherwise wait for its next request (or the queue is full); every
+// other send goes after what is queued.
 class Channel {
  public:
+  static constexpr size_t kReadAhead = 64 * 1024;
+  static constexpr uint32_t kSmallWrite = 16 * 1024;  // larger write payloads are not read ahead of
+  static constexpr int kMaxQueued = 32;                // responses sent together
+  static constexpr size_t kMaxQueuedBytes = 256 * 1024;
+
   Channel(TargetState& st, int fd, std::chrono::milliseconds tick)
-      : st_(st), fd_(fd), timeout_(std::chrono::milliseconds(st.timeout_ms)), tick_(tick) {}
+      : st_(st), fd_(fd), timeout_(std::chrono::milliseconds(st.timeout_ms)), tick_(tick), in_(new char[kReadAhead]) {}
+
+  // The next request's header. `idle_ok`: waiting for its first byte is not
+  // a stall.
+  Status recvHeader(WireHeader& h, bool idle_ok) {
+    size_t have = in_end_ - in_begin_;
+    if (have < sizeof(h)) {
+      if (in_begin_ > 0) {
+        std::memmove(in_.get(), in_.get() + in_begin_, have);
+        in_begin_ = 0;
+        in_end_ = have;
+      }
+      const size_t need = sizeof(h) - have;
+      size_t got = 0;
+      Status s = recvAtLeast(in_.get() + in_end_, need, ahead_ ? kReadAhead - in_end_ : need, idle_ok && have == 0,
+                             got);
+      in_end_ += got;
+      if (!s.ok()) return s;
+    }
+    std::memcpy(&h, in_.get() + in_begin_, sizeof(h));
+    in_begin_ += sizeof(h);
+    ahead_ = !(h.type == kWriteReq && h.length > kSmallWrite);
+    return Status::OK();
+  }
+
+  // A whole header is already here: serving it needs no wait.
+  bool headerBuffered() const { return in_end_ - in_begin_ >= sizeof(WireHeader); }
 
   Status recvExact(void* buf, size_t len, bool idle_ok) {
     char* p = static_cast<char*>(buf);
+    const size_t t = std::min(len, in_end_ - in_begin_);
+    std::memcpy(p, in_.get() + in_begin_, t);
+    in_begin_ += t;
+    if (t == len) return Status::OK();
     size_t got = 0;
-    auto last = Clock::now();
-    while (got < len) {
-      ssize_t n = ::recv(fd_, p + got, len - got, MSG_WAITALL);
-      if (n > 0) {
-        got += static_cast<size_t>(n);
-        last = Clock::now();
-        continue;
-      }
-      if (n == 0)
-        return {Code::kUnavailable, got || !idle_ok ? "peer closed the connection in the middle of a message"
-                                                   : "peer closed the connection"};
-      int e = errno;
-      if (e == EINTR) continue;
-      if (e == EAGAIN || e == EWOULDBLOCK) {
-        if (st_.stopping.load(std::memory_order_relaxed)) return {Code::kUnavailable, "transport shutting down"};
-        auto now = Clock::now();
-        if (got == 0 && idle_ok) {
-          last = now;
-          continue;
-        }
-        if (now - last >= timeout_)
-          return {Code::kTimeout, fmt::format("no bytes from the peer for {} ms (got {} of {})", st_.timeout_ms, got,
-                                              len)};
-        continue;
-      }
-      return {Code::kUnavailable, fmt::format("recv: {}", std::strerror(e))};
-    }
-    return Status::OK();
+    return recvAtLeast(p + t, len - t, len - t, idle_ok && t == 0, got);
   }
 
   // A write's payload, received into registered memory (or a staging slot
@@ -88,17 +105,21 @@ class Channel {
   // initiator closes a connection with requests outstanding only when it
   // gave up on them (its timeout, its shutdown) and reported them FAILED;
   // bytes of such a request still buffered here (this process was stopped,
-  // or busy, while they arrived) must not land: the initiator may already
-  // have written that range again. Each recv is preceded by a poll that
-  // sees the close (POLLRDHUP: the FIN queued behind the data; POLLHUP /
-  // POLLERR: a reset), and takes only what is already there.
+  // or busy, while they arrived; read ahead with an earlier header, too)
+  // must not land: the initiator may already have written that range again.
+  // Before bytes land a poll sees the close (POLLRDHUP: the FIN queued
+  // behind the data; POLLHUP / POLLERR: a reset); each recv takes only what
+  // is already there.
   Status recvPayload(void* buf, size_t len) {
     char* p = static_cast<char*>(buf);
     size_t got = 0;
     auto last = Clock::now();
+    bool first = true;
     while (got < len) {
+      const size_t buffered = in_end_ - in_begin_;
       pollfd pfd{fd_, POLLIN | POLLRDHUP, 0};
-      int r = ::poll(&pfd, 1, static_cast<int>(tick_.count()));
+      // Bytes already read ahead need only a look (timeout 0) before landing.
+      int r = ::poll(&pfd, 1, buffered > 0 ? 0 : static_cast<int>(tick_.count()));
       if (r < 0) {
         if (errno == EINTR) continue;
         return {Code::kUnavailable, fmt::format("poll: {}", std::strerror(errno))};
@@ -110,6 +131,15 @@ class Channel {
                             "write was abandoned and is not applied",
                             len - got, len)};
       }
+      if (first && buffered > 0) {
+        first = false;
+        const size_t t = std::min(len, buffered);
+        std::memcpy(p, in_.get() + in_begin_, t);
+        in_begin_ += t;
+        got += t;
+        continue;
+      }
+      first = false;
       if (r > 0) {
         ssize_t n = ::recv(fd_, p + got, len - got, MSG_DONTWAIT);
         if (n > 0) {
@@ -130,7 +160,97 @@ class Channel {
     return Status::OK();
   }
 
+  // Queues an OK response: its header, then `len` bytes at `data` (kept
+  // pinned by `pin` until sent).
+  Status queue(const WireHeader& r, const void* data, size_t len, MemoryRegistry::Pin pin) {
+    hdrs_[nq_] = r;
+    iov_[niov_++] = {&hdrs_[nq_++], sizeof(WireHeader)};
+    if (len > 0) iov_[niov_++] = {const_cast<void*>(data), len};
+    queued_bytes_ += sizeof(WireHeader) + len;
+    if (pin) pins_.push_back(std::move(pin));
+    if (nq_ == kMaxQueued || queued_bytes_ >= kMaxQueuedBytes) return flush();
+    return Status::OK();
+  }
+
+  // Sends what is queued.
+  Status flush() {
+    if (niov_ == 0) return Status::OK();
+    Status s = sendAll(iov_, niov_);
+    niov_ = nq_ = 0;
+    queued_bytes_ = 0;
+    pins_.clear();
+    return s;
+  }
+
+  // Sends after what is queued.
   Status sendExact(iovec* iov, int cnt) {
+    Status s = flush();
+    return s.ok() ? sendAll(iov, cnt) : s;
+  }
+
+  Status drain(size_t len) {
+    char buf[16384];
+    while (len > 0) {
+      size_t n = std::min(len, sizeof(buf));
+      Status s = recvExact(buf, n, false);
+      if (!s.ok()) return s;
+      len -= n;
+    }
+    return Status::OK();
+  }
+
+  // Bytes (or EOF) are waiting: reading now will not block.
+  bool readable() const {
+    if (in_end_ > in_begin_) return true;
+    pollfd p{fd_, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
+  }
+
+  Status sendError(WireHeader& r, const Status& why) {
+    std::string reason = why.message().substr(0, kMaxReason);
+    r.status = static_cast<uint8_t>(why.code());
+    r.length = static_cast<uint32_t>(reason.size());
+    r.size = 0;
+    iovec iov[2] = {{&r, sizeof(r)}, {reason.data(), reason.size()}};
+    return sendExact(iov, reason.empty() ? 1 : 2);
+  }
+
+ private:
+  // Receives into [p, p+max) until at least `min` bytes came (`got` says how
+  // many did, also on failure).
+  Status recvAtLeast(char* p, size_t min, size_t max, bool idle_ok, size_t& got) {
+    got = 0;
+    auto last = Clock::now();
+    while (got < min) {
+      ssize_t n = ::recv(fd_, p + got, max - got, max == min ? MSG_WAITALL : 0);
+      if (n > 0) {
+        got += static_cast<size_t>(n);
+        last = Clock::now();
+        continue;
+      }
+      if (n == 0)
+        return {Code::kUnavailable, got || !idle_ok ? "peer closed the connection in the middle of a message"
+                                                   : "peer closed the connection"};
+      int e = errno;
+      if (e == EINTR) continue;
+      if (e == EAGAIN || e == EWOULDBLOCK) {
+        if (st_.stopping.load(std::memory_order_relaxed)) return {Code::kUnavailable, "transport shutting down"};
+        auto now = Clock::now();
+        if (got == 0 && idle_ok) {
+          last = now;
+          continue;
+        }
+        if (now - last >= timeout_)
+          return {Code::kTimeout, fmt::format("no bytes from the peer for {} ms (got {} of {})", st_.timeout_ms, got,
+                                              min)};
+        continue;
+      }
+      return {Code::kUnavailable, fmt::format("recv: {}", std::strerror(e))};
+    }
+    return Status::OK();
+  }
+
+  Status sendAll(iovec* iov, int cnt) {
     auto last = Clock::now();
     while (cnt > 0) {
       msghdr m{};
@@ -163,37 +283,18 @@ class Channel {
     return Status::OK();
   }
 
-  Status drain(size_t len) {
-    char buf[16384];
-    while (len > 0) {
-      size_t n = std::min(len, sizeof(buf));
-      Status s = recvExact(buf, n, false);
-      if (!s.ok()) return s;
-      len -= n;
-    }
-    return Status::OK();
-  }
-
-  // Bytes (or EOF) are waiting: reading now will not block.
-  bool readable() const {
-    pollfd p{fd_, POLLIN, 0};
-    return ::poll(&p, 1, 0) > 0;
-  }
-
-  Status sendError(WireHeader& r, const Status& why) {
-    std::string reason = why.message().substr(0, kMaxReason);
-    r.status = static_cast<uint8_t>(why.code());
-    r.length = static_cast<uint32_t>(reason.size());
-    r.size = 0;
-    iovec iov[2] = {{&r, sizeof(r)}, {reason.data(), reason.size()}};
-    return sendExact(iov, reason.empty() ? 1 : 2);
-  }
-
- private:
   TargetState& st_;
   int fd_;
   std::chrono::milliseconds timeout_;
   std::chrono::milliseconds tick_;  // poll interval: notices stop() and stalls
+  std::unique_ptr<char[]> in_;
+  size_t in_begin_ = 0, in_end_ = 0;  // unread bytes of in_
+  bool ahead_ = true;                 // read ahead with the next header
+  WireHeader hdrs_[kMaxQueued];
+  iovec iov_[2 * kMaxQueued];
+  int nq_ = 0, niov_ = 0;
+  size_t queued_bytes_ = 0;
+  std::vector<MemoryRegistry::Pin> pins_;
 };
 
 // The GPU requests of one connection in flight, oldest first, as chunks of
@@ -441,7 +542,9 @@ void TargetState::serve(net::Fd fd) {
         continue;
       }
     }
-    s = ch.recvExact(&h, sizeof(h), pipe.empty());
+    // About to wait for the next request: what is answered leaves first.
+    if (!ch.headerBuffered() && !(s = ch.flush()).ok()) break;
+    s = ch.recvHeader(h, pipe.empty());
     if (!s.ok()) break;
     Status v = checkRequest(h, max_frame);
     if (!v.ok()) {
@@ -481,8 +584,7 @@ void TargetState::serve(net::Fd fd) {
         served.requests[1]->add();
         served.bytes[1]->add(h.size);
         r.size = h.size;
-        iovec iov{&r, sizeof(r)};
-        s = ch.sendExact(&iov, 1);
+        s = ch.queue(r, nullptr, 0, {});
       } else {
         s = ch.drain(h.length);
         if (!s.ok()) break;
@@ -495,9 +597,7 @@ void TargetState::serve(net::Fd fd) {
         r.size = h.size;
         served.requests[0]->add();
         served.bytes[0]->add(h.size);
-        iovec iov[2] = {{&r, sizeof(r)}, {reinterpret_cast<void*>(h.addr), h.size}};
-        s = ch.sendExact(iov, 2);
-        pin.release();
+        s = ch.queue(r, reinterpret_cast<void*>(h.addr), h.size, std::move(pin));
       } else {
         s = ch.sendError(r, ps);
       }

@@ -214,6 +214,7 @@ Counters TcpTransport::stats() const {
           {"connection_failures", s.connection_failures},
           {"slices_completed", s.slices_completed},
           {"slices_failed", s.slices_failed},
+          {"inline_submits", s.inline_submits},
           {"gpu_staged_to_device_bytes", s.gpu_staged_to_device_bytes},
           {"gpu_staged_from_device_bytes", s.gpu_staged_from_device_bytes},
           {"gpu_staging_waits", s.gpu_staging_waits},
@@ -247,6 +248,7 @@ TcpStats TcpTransport::counters() const {
     s.connection_failures = counters_->connection_failures.load();
     s.slices_completed = counters_->slices_completed.load();
     s.slices_failed = counters_->slices_failed.load();
+    s.inline_submits = counters_->inline_submits.load();
     s.gpu_staged_to_device_bytes = counters_->gpu_to_device.load();
     s.gpu_staged_from_device_bytes = counters_->gpu_from_device.load();
     s.gpu_staging_waits = counters_->staging_waits.load();

@@ -7,7 +7,8 @@
 // triggered, non-blocking): they batch many requests into one sendmsg
 // (header + payload straight from the user's buffer), pipeline up to
 // tcp.inflight slices per connection, and receive read data straight into the
-// user's buffer. A connection that sees EOF/RST, a malformed response or no
+// user's buffer (small reads: with their headers, then copied). A submitter
+// that finds its io thread asleep sends its requests itself. A connection that sees EOF/RST, a malformed response or no
 // progress for tcp.timeout_ms is closed and every slice on it FAILS.
 // Slices whose local buffer is GPU memory go through pinned staging slots,
 // their copies on CUDA streams overlapped with the network.
@@ -15,7 +16,9 @@
 // Target: the rpc listener hands each data connection to a handler that
 // serves it on that connection's thread: requests are checked against the
 // registry (pinRemote: inside one remote-accessible region) and served by
-// recv() into / sendmsg() out of the registered memory itself; anything else
+// recv() into / sendmsg() out of the registered memory itself (headers and
+// small write payloads are read ahead in bursts; the answers to a burst leave
+// in one sendmsg); anything else
 // gets an error response and is counted; a malformed or oversized frame
 // closes that connection only. Requests for GPU memory are staged through
 // pinned slots, a few in flight per connection (copies overlap the wire).
@@ -79,6 +82,7 @@ struct TcpStats {
   uint64_t connection_failures = 0;  // established connections lost (EOF/RST/timeout/protocol)
   uint64_t slices_completed = 0;
   uint64_t slices_failed = 0;
+  uint64_t inline_submits = 0;  // submissions sent by the submitting thread (the io thread slept)
   // GPU memory through pinned staging (docs/tcp.md "GPU memory").
   uint64_t gpu_staged_to_device_bytes = 0;    // initiator: read bytes copied staging -> GPU
   uint64_t gpu_staged_from_device_bytes = 0;  // initiator: write bytes copied GPU -> staging
