@@ -17,7 +17,9 @@ import sys
 GRACE_MS = 15000  # a failure this long after a fault ended is still its doing (timeouts + reconnect)
 WARMUP_MS = 20000  # samples of a process's first 20 s are not judged (allocations settle)
 RSS_GROWTH_KB = 8 * 1024  # flat: last third's mean RSS at most this much (or 10 %) over the first third's
-FD_GROWTH = 6  # flat: last third's mean descriptor count at most this many over the first third's
+# flat: last third's mean descriptor count at most this many over the first third's (the data
+# connections to and from two peers, 2 x 2 x 2, come and go with the faults)
+FD_GROWTH = 8
 
 
 def load(path):

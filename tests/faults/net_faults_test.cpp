@@ -25,6 +25,8 @@
 #include "common/delay_proxy.h"
 #include "common/util.h"
 #include "hawser/engine.h"
+#include "rpc/rpc.h"
+#include "rpc/socket.h"
 
 using namespace hawser;
 using namespace hawser::test;
@@ -355,6 +357,25 @@ TEST_F(NetFaults, link_down_shorter_than_the_timeout_is_ridden_out) {
 TEST_F(NetFaults, link_down_longer_than_the_timeout_fails_the_batch_then_fresh_connections_serve) {
   open();
   outageLongerThanTimeout([&] { linkDown(); }, [&] { linkUp(); });
+}
+
+// A control connection (descriptor fetches, change notices) whose client
+// vanished during a partition: the listener's thread waiting for its next
+// frame must not wait forever (keepalive, every rpc.timeout_ms).
+TEST_F(NetFaults, a_control_connection_abandoned_in_a_partition_is_released_by_the_target) {
+  const int fds_before = targetFds();
+  std::string host;
+  uint16_t port = 0;
+  ASSERT_TRUE(net::splitHostPort(segment_, host, port).ok());
+  net::Fd fd;
+  ASSERT_TRUE(rpc::openStream(host, port, rpc::kConnControl, 2s, fd).ok());
+  ASSERT_TRUE(eventually([&] { return targetFds() == fds_before + 1; }, 5s)) << "the target did not take it";
+  partition();
+  net::setResetOnClose(fd.get());
+  fd.reset();  // the reset is lost in the partition
+  heal();
+  EXPECT_TRUE(eventually([&] { return targetFds() <= fds_before; }, std::chrono::milliseconds(kConnectTimeoutMs * 6)))
+      << "target holds " << targetFds() << " descriptors, " << fds_before << " before";
 }
 
 // A write that FAILED must not land later over a write that completed after
