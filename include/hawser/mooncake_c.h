@@ -4,9 +4,10 @@
  * and return numbers of Mooncake Transfer Engine's C header
  * (transfer_engine_c.h), implemented over hawser::TransferEngine, so that a
  * C program (or a Rust/Go binding) written for Mooncake builds against this
- * header and links with -lhawser unchanged. docs/porting-from-mooncake.md
- * lists what differs; hawser's own C API is hawser/c_api.h (do not include
- * both in one translation unit: this header defines Mooncake's macro names).
+ * header and links with -lhawser unchanged. docs/c_api.md ("Mooncake-
+ * compatible API") lists what differs; hawser's own C API is hawser/c_api.h
+ * (do not include both in one translation unit: this header defines
+ * Mooncake's macro names).
  *
  * Return numbers, as Mooncake's:
  *   - functions Mooncake implements over its Status (submitTransfer,

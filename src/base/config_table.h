@@ -86,7 +86,7 @@ inline constexpr Knob kKnobs[] = {
   {"file_segments", "HAWSER_FILE_SEGMENTS", KnobType::kString, "", 0, 0, {},
    "p2p: JSON file holding named file segments (hawser segment --file-segments); empty: none"},
   {"metadata.prefix", "HAWSER_METADATA_PREFIX", KnobType::kString, "hawser", 0, 0, {},
-   "etcd key prefix, no trailing '/' (several clusters can share one etcd)"},
+   "etcd and http:// metadata key prefix, no trailing '/' (several clusters can share one store)"},
   {"metadata.http_timeout_ms", "HAWSER_METADATA_HTTP_TIMEOUT_MS", KnobType::kDurationMs, "3000", 10, 600000, {},
    "http:// metadata (Mooncake's HTTP metadata server): deadline of one request"},
   {"metadata.http_poll_ms", "HAWSER_METADATA_HTTP_POLL_MS", KnobType::kDurationMs, "1000", 10, knob_detail::kHour,
