@@ -14,6 +14,9 @@ thread_local Status t_last_error;
 
 PyObject* g_error_type = nullptr;
 
+std::string lastErrorText() { return t_last_error.ok() ? std::string() : t_last_error.toString(); }
+std::string lastErrorCode() { return std::string(codeName(t_last_error.code())); }
+
 
 Status context(const Status& s, const std::string& where) {
   if (s.ok()) return s;

@@ -24,6 +24,10 @@ struct Failure {
   Status status;
 };
 
+// last_error(): "code_name: message" of t_last_error ("" if none); last_error_code(): its code name.
+std::string lastErrorText();
+std::string lastErrorCode();
+
 extern PyObject* g_error_type;  // hawser.Error, owned by the module for the process lifetime
 
 inline int negative(const Status& s) { return -static_cast<int>(s.code()); }
