@@ -97,8 +97,9 @@ class TransferEngine {
   Status getTransferStatus(BatchID batch, size_t task_id, TransferStatus& status);
   // Aggregate over all tasks of the batch (state ranked, bytes summed).
   Status getBatchTransferStatus(BatchID batch, TransferStatus& status);
-  // Blocks until every task of the batch is terminal (Ok, whatever the task
-  // states) or the timeout passes (kTimeout).
+  // Blocks until every task of the batch is terminal and the notification of
+  // every notifying submit is settled (Ok, whatever the task states), or the
+  // timeout passes (kTimeout).
   Status waitTransfer(BatchID batch, std::chrono::milliseconds timeout);
   // Cancels what has not completed; tasks end CANCELED (or FAILED).
   Status cancelTransfer(BatchID batch);
@@ -114,6 +115,39 @@ class TransferEngine {
   // task COMPLETED; else the first failed task's error, or kTimeout.
   Status transferSync(const std::vector<TransferRequest>& requests, std::chrono::milliseconds timeout,
                       std::vector<TransferStatus>* statuses = nullptr,
+                      std::chrono::milliseconds cancel_wait = std::chrono::seconds(5));
+
+  // ---- Notifications ----------------------------------------------------
+  // A notification goes to the engine that owns a memory segment and waits
+  // in that engine's receiving queue until it drains it with getNotifies.
+  // Per sender and receiver, notifications are delivered in the order they
+  // were issued (submitTransfer with one, sendNotify), whatever order their
+  // transfers finish in. The queue is bounded (config notify.queue_depth):
+  // a notification that finds it full is refused, and the sender learns it
+  // (kCapacityExceeded naming the receiver) — nothing is dropped silently.
+
+  // As submitTransfer, and once every request of this submit COMPLETED
+  // (written bytes are then in the target's memory), `notify` is sent to the
+  // segment of requests[0]. When a request fails, it is never sent. Its
+  // outcome: getNotifyStatus. kInvalidArgument for an empty request list, a
+  // file segment target or a notification over notify.max_message_bytes.
+  Status submitTransfer(BatchID batch, const std::vector<TransferRequest>& requests, const Notification& notify);
+  // Sends `notify` to the owner of memory segment `target` and waits for it
+  // to be queued there (after any notification issued earlier to that peer).
+  // kCapacityExceeded when the receiver's queue is full, kUnavailable when it
+  // cannot be reached, kSegmentNotFound for a segment that is not open.
+  Status sendNotify(SegmentID target, const Notification& notify);
+  // Moves every notification received so far into `out` (replacing its
+  // contents), oldest first.
+  Status getNotifies(std::vector<ReceivedNotification>& out);
+  // One entry per notifying submit of the batch, in submit order. waitTransfer
+  // also waits until each is settled (delivered, not sent, or failed).
+  Status getNotifyStatus(BatchID batch, std::vector<NotifyStatus>& out);
+  // transferSync, then `notify` to the segment of requests[0] once every
+  // request completed; Ok only when the transfer completed and the
+  // notification was delivered (else why not, e.g. kCapacityExceeded).
+  Status transferSync(const std::vector<TransferRequest>& requests, const Notification& notify,
+                      std::chrono::milliseconds timeout, std::vector<TransferStatus>* statuses = nullptr,
                       std::chrono::milliseconds cancel_wait = std::chrono::seconds(5));
 
   // Names of installed transports, cheapest first.

@@ -81,4 +81,36 @@ struct SegmentBuffer {
   std::string location;  // "cpu:0", "cuda:1", or the file path for file segments
 };
 
+// A notification: a short message for the engine that owns a segment
+// (TransferEngine::sendNotify, or submitTransfer with a notification:
+// delivered only once every request of that submit COMPLETED). Both strings
+// may hold any bytes.
+struct Notification {
+  std::string name;
+  std::string message;
+};
+
+// A notification as its receiver drains it (TransferEngine::getNotifies).
+struct ReceivedNotification {
+  std::string peer;  // the sender's segment name (what the receiver would openSegment to reach it)
+  std::string name;
+  std::string message;
+};
+
+// Where the notification of one notifying submit stands.
+enum class NotifyState : uint8_t {
+  kWaiting = 0,    // its transfer is not finished
+  kSending = 1,    // the transfer completed; on its way (or queued behind earlier ones to that peer)
+  kDelivered = 2,  // the receiver queued it
+  kNotSent = 3,    // a request of the submit did not complete: never sent (error says which and why)
+  kFailed = 4,     // the transfer completed but delivery failed (error: queue full, peer unreachable, ...)
+};
+
+std::string_view notifyStateName(NotifyState s);
+
+struct NotifyStatus {
+  NotifyState s = NotifyState::kWaiting;
+  Status error;  // why, for kNotSent and kFailed
+};
+
 }  // namespace hawser

@@ -65,6 +65,11 @@ inline constexpr Knob kKnobs[] = {
    "control-plane calls (descriptor fetch)"},
   {"log.level", "HAWSER_LOG_LEVEL", KnobType::kEnum, "warn", 0, 0, "trace|debug|info|warn|error|off",
    "log level of the process, applied at engine init (the last engine initialized wins)"},
+  {"notify.queue_depth", "HAWSER_NOTIFY_QUEUE_DEPTH", KnobType::kInt, "4096", 1, 1 << 20, {},
+   "notifications received and not yet drained (getNotifies) this engine holds; a sender whose notification "
+   "finds the queue full gets kCapacityExceeded"},
+  {"notify.max_message_bytes", "HAWSER_NOTIFY_MAX_MESSAGE_BYTES", KnobType::kSize, "64K", 1, 8 * knob_detail::M, {},
+   "largest notification (name + message) this engine sends or accepts"},
   // ---- metadata -----------------------------------------------------------------------------------------------------
   {"file_segments", "HAWSER_FILE_SEGMENTS", KnobType::kString, "", 0, 0, {},
    "p2p: JSON file holding named file segments (hawser segment --file-segments); empty: none"},

@@ -37,7 +37,7 @@ void Task::completeSlice(TransferState state, uint64_t bytes, const Status& erro
     }
   }
   uint32_t done = slices_done_.fetch_add(1, std::memory_order_acq_rel) + 1;
-  if (done == slices_total_) owner_->taskFinished();
+  if (done == slices_total_) owner_->taskFinished(id_);
 }
 
 void Task::reset(const TransferRequest& request, size_t id, std::shared_ptr<const SegmentDesc> segment,

@@ -18,7 +18,7 @@ class PeerHandle;
 // Told when a task's last slice has ended (the engine's batch).
 class TaskOwner {
  public:
-  virtual void taskFinished() = 0;
+  virtual void taskFinished(size_t task_id) = 0;
 
  protected:
   ~TaskOwner() = default;

@@ -4,7 +4,22 @@
 
 namespace hawser {
 
-void Batch::taskFinished() {
+void Batch::taskFinished(size_t task_id) {
+  if (has_notifies_.load(std::memory_order_acquire)) {
+    // Settled before the task counts as finished: once waitUntil() returns,
+    // no notification of this batch is still waiting for its transfer.
+    std::unique_lock nl(notify_mu_);
+    auto it = notify_groups_.upper_bound(task_id);
+    if (it != notify_groups_.begin()) {
+      --it;
+      if (task_id < it->first + it->second.count && --it->second.left == 0) {
+        const size_t first = it->first;
+        const NotifyGroup g = it->second;
+        nl.unlock();
+        settleNotify(first, g);
+      }
+    }
+  }
   std::lock_guard lk(done_mu_);
   if (unfinished_.fetch_sub(1) == 1) done_cv_.notify_all();
 }
@@ -34,6 +49,35 @@ void Batch::commit(size_t n, size_t slices) {
   unfinished_.fetch_add(n);
   for (size_t i = 0; i < n; ++i) tasks_[base + i].markSubmitted();
   task_count_.store(base + n, std::memory_order_release);
+}
+
+void Batch::addNotify(size_t n, std::shared_ptr<OutgoingNotify> o, NotifyOutbox* outbox) {
+  std::lock_guard nl(notify_mu_);
+  outbox_ = outbox;
+  notify_groups_[task_count_.load(std::memory_order_relaxed)] = NotifyGroup{n, n, std::move(o)};
+  has_notifies_.store(true, std::memory_order_release);
+}
+
+std::vector<std::shared_ptr<OutgoingNotify>> Batch::notifies() const {
+  std::vector<std::shared_ptr<OutgoingNotify>> out;
+  std::lock_guard nl(notify_mu_);
+  for (auto& [first, g] : notify_groups_) out.push_back(g.item);
+  return out;
+}
+
+void Batch::settleNotify(size_t first, const NotifyGroup& g) {
+  for (size_t i = first; i < first + g.count; ++i) {
+    TransferStatus st = tasks_[i].status();
+    if (st.s != TransferState::kCompleted) {
+      const Notification& n = g.item->notification();
+      outbox_->notSent(g.item, Status(st.error.ok() ? Code::kInternal : st.error.code(),
+                                      fmt::format("notification '{}' not sent: task {} of batch {} ended {}{}{}",
+                                                  n.name, i, id_, stateName(st.s), st.error.ok() ? "" : ": ",
+                                                  st.error.message())));
+      return;
+    }
+  }
+  outbox_->ready(g.item);
 }
 
 Transport* Batch::busyTransport() {

@@ -9,8 +9,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "base/transport.h"
+#include "engine/notify.h"
 
 namespace hawser {
 
@@ -28,7 +30,7 @@ class Batch final : public TaskOwner {
   Task& task(size_t i) { return tasks_[i]; }
 
   // Called by Task when its last slice ends.
-  void taskFinished() override;
+  void taskFinished(size_t task_id) override;
   // Tasks submitted and not yet terminal.
   size_t unfinished() const { return unfinished_.load(); }
   // Waits until every submitted task is terminal; false at the deadline.
@@ -51,6 +53,13 @@ class Batch final : public TaskOwner {
   // transports stopped).
   void dropSubBatches();
 
+  // Under submitMutex(), before commit(): the `n` tasks about to be
+  // committed (from taskCount()) carry notification `o`; when the last of
+  // them ends, `outbox` sends it if all COMPLETED, else marks it not sent.
+  void addNotify(size_t n, std::shared_ptr<OutgoingNotify> o, NotifyOutbox* outbox);
+  // The notifications of this batch's notifying submits, in submit order.
+  std::vector<std::shared_ptr<OutgoingNotify>> notifies() const;
+
  private:
   const BatchID id_;
   const size_t capacity_;
@@ -63,6 +72,18 @@ class Batch final : public TaskOwner {
   std::mutex done_mu_;
   std::condition_variable done_cv_;
   std::atomic<size_t> unfinished_{0};
+
+  // Notifying submits: by first task id.
+  struct NotifyGroup {
+    size_t count = 0;
+    size_t left = 0;  // tasks not yet ended
+    std::shared_ptr<OutgoingNotify> item;
+  };
+  void settleNotify(size_t first, const NotifyGroup& g);
+  std::atomic<bool> has_notifies_{false};
+  mutable std::mutex notify_mu_;
+  std::map<size_t, NotifyGroup> notify_groups_;  // under notify_mu_
+  NotifyOutbox* outbox_ = nullptr;
 };
 
 }  // namespace hawser

@@ -54,11 +54,15 @@ std::shared_ptr<Batch> EngineImpl::findBatch(BatchID id) const {
   return it == batches_.end() ? nullptr : it->second;
 }
 
-Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs) {
+Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, const Notification* notify) {
   Status s = checkInit();
   if (!s.ok()) return s;
   auto batch = findBatch(id);
   if (!batch) return notAllocated(id);
+  if (reqs.empty() && notify)
+    return {Code::kInvalidArgument,
+            fmt::format("notification '{}' follows the requests of its submit, and there are none: use sendNotify",
+                        notify->name)};
   if (reqs.empty()) return Status::OK();
   if (reqs.size() > batch->capacity())
     return {Code::kCapacityExceeded,
@@ -123,6 +127,14 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs) 
     res[i] = Resolved{view, route, buf};
   }
 
+  // The notification goes to the owner of requests[0]'s segment.
+  std::string notify_host;
+  uint16_t notify_port = 0;
+  if (notify && !(s = notifyTarget(*res[0].view, *notify, notify_host, notify_port)).ok()) {
+    n_refused_.fetch_add(1, std::memory_order_relaxed);
+    return s;
+  }
+
   // 2. Under the batch's lock: lay the tasks out (not yet visible), prepare
   //    in every transport involved, all or nothing, then commit and post.
   std::lock_guard sl(batch->submitMutex());
@@ -158,6 +170,9 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs) 
     return {Code::kCapacityExceeded, fmt::format("batch {} holds {} of {} slices; these requests need {} more", id,
                                                  batch->slicesUsed(), batch->sliceCapacity(), slices)};
   }
+  if (notify)  // queued now, so that it keeps its place among this peer's notifications
+    batch->addNotify(reqs.size(),
+                     outbox_.queue(notify_host, notify_port, res[0].view->desc->name, *notify, false), &outbox_);
   batch->commit(reqs.size(), slices);
   n_tasks_.fetch_add(reqs.size(), std::memory_order_relaxed);
   for (auto& [sb, w] : work) sb->post(std::move(w));
@@ -184,9 +199,15 @@ Status EngineImpl::batchStatus(BatchID id, TransferStatus& st) {
 Status EngineImpl::wait(BatchID id, std::chrono::milliseconds timeout) {
   auto batch = findBatch(id);
   if (!batch) return notAllocated(id);
-  if (batch->waitUntil(std::chrono::steady_clock::now() + timeout)) return Status::OK();
-  return {Code::kTimeout,
-          fmt::format("batch {}: {} task(s) unfinished after {} ms", id, batch->unfinished(), timeout.count())};
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  if (!batch->waitUntil(deadline))
+    return {Code::kTimeout,
+            fmt::format("batch {}: {} task(s) unfinished after {} ms", id, batch->unfinished(), timeout.count())};
+  for (auto& o : batch->notifies())
+    if (!o->waitSettled(deadline))
+      return {Code::kTimeout, fmt::format("batch {}: notification '{}' to '{}' still on its way after {} ms", id,
+                                          o->notification().name, o->target(), timeout.count())};
+  return Status::OK();
 }
 
 Status EngineImpl::cancel(BatchID id) {
@@ -243,14 +264,19 @@ void EngineImpl::reapOrphans() {
 }
 
 Status EngineImpl::transferSync(const std::vector<TransferRequest>& reqs, std::chrono::milliseconds timeout,
-                                std::vector<TransferStatus>* statuses, std::chrono::milliseconds cancel_wait) {
+                                std::vector<TransferStatus>* statuses, std::chrono::milliseconds cancel_wait,
+                                const Notification* notify) {
   if (statuses) statuses->clear();
-  if (reqs.empty()) return Status::OK();
+  if (reqs.empty() && !notify) return Status::OK();
+  if (reqs.empty())
+    return {Code::kInvalidArgument,
+            fmt::format("notification '{}' follows the requests of its transfer, and there are none: use sendNotify",
+                        notify->name)};
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   BatchID b = kInvalidBatch;
   Status s = allocateBatch(reqs.size(), b);
   if (!s.ok()) return s;
-  s = submit(b, reqs);
+  s = submit(b, reqs, notify);
   if (!s.ok()) {
     (void)freeBatch(b);  // nothing was posted
     return s;
@@ -271,6 +297,18 @@ Status EngineImpl::transferSync(const std::vector<TransferRequest>& reqs, std::c
       first = st.error.ok() ? Status(Code::kInternal, fmt::format("task {} ended {}", i, stateName(st.s))) : st.error;
     if (statuses) statuses->push_back(std::move(st));
   }
+  // The notification, once the transfer completed: delivered or why not.
+  // Its outcome is known once the peer answered (bounded by rpc.timeout_ms).
+  Status notified;
+  if (notify && !timed_out && first.ok()) {
+    auto items = batch->notifies();
+    const auto& o = items.front();
+    if (!o->waitSettled(std::max(deadline, std::chrono::steady_clock::now() + cancel_wait)))
+      notified = {Code::kTimeout, fmt::format("notification '{}' to '{}' still on its way after the transfer",
+                                              notify->name, o->target())};
+    else
+      notified = o->status().error;
+  }
   if (freeBatch(b).code() == Code::kBatchBusy) {
     std::lock_guard lk(orphan_mu_);
     orphans_.push_back(b);  // freed by a later allocateBatch once its I/O ends
@@ -278,7 +316,7 @@ Status EngineImpl::transferSync(const std::vector<TransferRequest>& reqs, std::c
   if (timed_out)
     return {Code::kTimeout, fmt::format("transfer of {} request(s) did not finish in {} ms{}{}", reqs.size(),
                                         timeout.count(), first.ok() ? "" : "; first failure: ", first.message())};
-  return first;
+  return first.ok() ? notified : first;
 }
 
 }  // namespace hawser

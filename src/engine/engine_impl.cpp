@@ -132,6 +132,10 @@ Status EngineImpl::init(const std::string& metadata_uri, const std::string& serv
   s = rpc_.start(host_, rpc_port);
   if (!s.ok()) return {s.code(), fmt::format("init: rpc listener on {}:{}: {}", host_, rpc_port, s.message())};
   segment_name_ = store_->localSegmentName(server_name_, host_, rpc_.port());
+  if (!(s = startNotifications()).ok()) {
+    abandonInit();
+    return s;
+  }
 
   // Install every transport of the build. One that cannot run on this host
   // says kNotSupported and is left out (doctor shows why); any other error
@@ -231,6 +235,7 @@ void EngineImpl::shutdown() {
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   for (auto& b : live) b->waitUntil(deadline);
+  outbox_.stop();  // sends what is ready; what still waits for its transfer fails
   store_->stop();
   rpc_.stop();
   for (auto& t : transports_) t->shutdown();
@@ -305,7 +310,11 @@ EngineStats EngineImpl::stats() {
               {"submits_refused", n_refused_.load()},
               {"sync_timeouts", n_sync_timeouts_.load()},
               {"orphan_batches", orphans},
-              {"orphan_batches_reaped", n_reaped_.load()}};
+              {"orphan_batches_reaped", n_reaped_.load()},
+              {"notifies_delivered", outbox_.delivered()},
+              {"notifies_failed", outbox_.failed()},
+              {"notifies_received", inbox_.received()},
+              {"notifies_refused_queue_full", inbox_.refusedFull()}};
   for (auto& t : transports_) s.transports.push_back(TransportStats{t->name(), t->stats()});
   return s;
 }

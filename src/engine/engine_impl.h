@@ -4,6 +4,7 @@
 //   segments.cpp      open segments, their descriptors and per-transport peer handles
 //   selection.cpp     which transport serves a request (the table is in selection.h)
 //   batches.cpp       allocate, submit, status, wait, cancel, free, transferSync
+//   notifications.cpp sendNotify, getNotifies, notification status (notify.h: the queues)
 #pragma once
 
 #include <chrono>
@@ -20,6 +21,7 @@
 #include "base/registry.h"
 #include "base/transport.h"
 #include "engine/batch.h"
+#include "engine/notify.h"
 #include "engine/selection.h"
 #include "hawser/engine.h"
 #include "metadata/descriptor.h"
@@ -48,7 +50,8 @@ class EngineImpl {
   Status unregisterFileSegment(const std::string& name);
 
   Status allocateBatch(size_t capacity, BatchID& out);
-  Status submit(BatchID id, const std::vector<TransferRequest>& reqs);
+  // notify: null, or the notification to send once these requests completed.
+  Status submit(BatchID id, const std::vector<TransferRequest>& reqs, const Notification* notify = nullptr);
   Status taskStatus(BatchID id, size_t task, TransferStatus& st);
   Status batchStatus(BatchID id, TransferStatus& st);
   Status wait(BatchID id, std::chrono::milliseconds timeout);
@@ -57,7 +60,13 @@ class EngineImpl {
   // of slices whose tasks ended, before answering kBatchBusy.
   Status freeBatch(BatchID id, bool settle = true);
   Status transferSync(const std::vector<TransferRequest>& reqs, std::chrono::milliseconds timeout,
-                      std::vector<TransferStatus>* statuses, std::chrono::milliseconds cancel_wait);
+                      std::vector<TransferStatus>* statuses, std::chrono::milliseconds cancel_wait,
+                      const Notification* notify = nullptr);
+
+  // notifications.cpp
+  Status sendNotify(SegmentID target, const Notification& n);
+  Status getNotifies(std::vector<ReceivedNotification>& out);
+  Status notifyStatus(BatchID id, std::vector<NotifyStatus>& out);
 
   SegmentDesc localDescriptor() const;
   std::vector<std::string> transportNames() const;
@@ -98,6 +107,10 @@ class EngineImpl {
   std::shared_ptr<Batch> findBatch(BatchID id) const;
   // Frees batches transferSync gave up on once their I/O has ended.
   void reapOrphans();
+  // notifications.cpp: checks a notification and finds where its target
+  // listens (a memory segment's owner engine).
+  Status notifyTarget(const SegmentView& view, const Notification& n, std::string& host, uint16_t& port) const;
+  Status startNotifications();
 
   // segments.cpp
   Transport* schemeOwner(const std::string& name) const;
@@ -115,6 +128,9 @@ class EngineImpl {
   MemoryRegistry registry_;
   rpc::Server rpc_;
   std::unique_ptr<MetadataStore> store_;
+  NotifyInbox inbox_;
+  NotifyOutbox outbox_;
+  size_t notify_max_bytes_ = 0;
   std::vector<std::unique_ptr<Transport>> transports_;  // installed, cheapest first
   std::vector<TransportDiagnosis> diagnoses_;            // every transport of the build
   std::vector<std::pair<std::string, Transport*>> schemes_;  // segment-name schemes of installed transports

@@ -60,6 +60,22 @@ Status TransferEngine::transferSync(const std::vector<TransferRequest>& requests
                                     std::vector<TransferStatus>* statuses, std::chrono::milliseconds cancel_wait) {
   return impl_->transferSync(requests, timeout, statuses, cancel_wait);
 }
+Status TransferEngine::submitTransfer(BatchID batch, const std::vector<TransferRequest>& requests,
+                                      const Notification& notify) {
+  return impl_->submit(batch, requests, &notify);
+}
+Status TransferEngine::sendNotify(SegmentID target, const Notification& notify) {
+  return impl_->sendNotify(target, notify);
+}
+Status TransferEngine::getNotifies(std::vector<ReceivedNotification>& out) { return impl_->getNotifies(out); }
+Status TransferEngine::getNotifyStatus(BatchID batch, std::vector<NotifyStatus>& out) {
+  return impl_->notifyStatus(batch, out);
+}
+Status TransferEngine::transferSync(const std::vector<TransferRequest>& requests, const Notification& notify,
+                                    std::chrono::milliseconds timeout, std::vector<TransferStatus>* statuses,
+                                    std::chrono::milliseconds cancel_wait) {
+  return impl_->transferSync(requests, timeout, statuses, cancel_wait, &notify);
+}
 std::vector<std::string> TransferEngine::transports() const { return impl_->transportNames(); }
 EngineStats TransferEngine::stats() const { return impl_->stats(); }
 std::vector<TransportDiagnosis> TransferEngine::diagnose() const { return impl_->diagnose(); }
