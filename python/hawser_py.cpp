@@ -30,6 +30,7 @@ using namespace hawser::pymod;
 PYBIND11_MODULE(hawser, m) {
   using hawser::Code;
   using hawser::OpCode;
+  using hawser::pymod::Notify;
   using hawser::pymod::PyEngine;
   m.doc() =
       "hawser transfer engine. TransferEngine follows Mooncake's Python API "
@@ -91,7 +92,12 @@ PYBIND11_MODULE(hawser, m) {
       .def(py::init<std::string, std::string>(), py::arg("name"), py::arg("msg"))
       .def_readwrite("name", &Notify::name)
       .def_readwrite("msg", &Notify::msg)
-      .def("__repr__", [](const Notify& n) { return fmt::format("TransferNotify(name={!r}, msg={!r})", n.name, n.msg); })
+      .def_readonly("peer", &Notify::peer, "The sender's segment name (received notifications).")
+      .def("__repr__",
+           [](const Notify& n) {
+             return "TransferNotify(name=" + py::repr(py::str(n.name)).cast<std::string>() +
+                    ", msg=" + py::repr(py::str(n.msg)).cast<std::string>() + ")";
+           })
       .def("__eq__", [](const Notify& a, const Notify& b) { return a.name == b.name && a.msg == b.msg; });
 
   // What Mooncake's module says of its build: hawser finds GPUs at run time.

@@ -37,6 +37,16 @@ namespace hawser::pymod {
 
 // ---- the engine ------------------------------------------------------------------
 
+// Python's TransferNotify (Mooncake's: name, msg); get_notifies() also says
+// which peer sent it.
+struct Notify {
+  Notify() = default;
+  Notify(std::string n, std::string m) : name(std::move(n)), msg(std::move(m)) {}
+  std::string name;
+  std::string msg;
+  std::string peer;  // the sender's segment name (received notifications only)
+};
+
 class PyEngine {
  public:
   explicit PyEngine(bool raise_on_error) : raise_(raise_on_error) {}
@@ -139,10 +149,51 @@ class PyEngine {
     Status s;
     {
       py::gil_scoped_release nogil;
-      Status r = syncTransfer(target, buffers, peers, lengths, op, what, hint);
-      s = r;
+      s = syncTransfer(target, buffers, peers, lengths, op, what, hint, nullptr);
     }
     return ret(s);
+  }
+
+  // transfer_sync / batch_transfer_sync: with notify=TransferNotify(name,
+  // msg), the target receives it once every byte is in its memory (an empty
+  // batch sends it alone); never when the transfer failed. 0 only when the
+  // transfer completed and the notification was delivered.
+  int batchSyncNotify(const std::string& target, const std::vector<uint64_t>& buffers,
+                      const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
+                      const py::object& notify, const char* what, const std::string& hint) {
+    if (notify.is_none()) return batchSync(target, buffers, peers, lengths, op, what, hint);
+    if (!py::isinstance<Notify>(notify))
+      throw py::type_error(fmt::format("{}: notify must be a TransferNotify or None", what));
+    const auto& n = notify.cast<const Notify&>();
+    Notification note{n.name, n.msg};
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = syncTransfer(target, buffers, peers, lengths, op, what, hint, &note);
+    }
+    return ret(s);
+  }
+
+  // Every notification received since the last call, oldest first.
+  std::vector<Notify> getNotifies() {
+    std::vector<ReceivedNotification> got;
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      TransferEngine* e = nullptr;
+      s = engine(e);
+      if (s.ok()) s = e->getNotifies(got);
+    }
+    std::vector<Notify> out;
+    if (!s.ok()) {
+      fail(context(s, "get_notifies"));
+      return out;
+    }
+    for (auto& g : got) {
+      out.emplace_back(std::move(g.name), std::move(g.message));
+      out.back().peer = std::move(g.peer);
+    }
+    return out;
   }
 
   // Positive batch id; 0 on failure, as Mooncake (last_error() says why).
@@ -356,8 +407,9 @@ class PyEngine {
       py::gil_scoped_release nogil;
       TransferEngine* e = nullptr;
       s = engine(e);
-      if (s.ok()) s = context(synchronizeStream(reinterpret_cast<void*>(stream)), fmt::format("{}: stream {}", what, hex(stream)));
-      if (s.ok()) s = syncTransfer(target, buffers, peers, lengths, op, what, hint);
+      if (s.ok())
+        s = context(synchronizeStream(reinterpret_cast<void*>(stream)), fmt::format("{}: stream {}", what, hex(stream)));
+      if (s.ok()) s = syncTransfer(target, buffers, peers, lengths, op, what, hint, nullptr);
     }
     if (!s.ok()) {
       t_last_error = s;
@@ -601,19 +653,31 @@ class PyEngine {
   // until its I/O ends).
   Status syncTransfer(const std::string& target, const std::vector<uint64_t>& buffers,
                       const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
-                      const char* what, const std::string& hint) {
+                      const char* what, const std::string& hint, const Notification* notify) {
     reap();
     Submitted sub;
     std::vector<TransferRequest> reqs;
     Status s = requests(what, target, buffers, peers, lengths, op, hint, reqs, sub);
-    if (!s.ok() || reqs.empty()) return s;
+    if (!s.ok()) return s;
+    const std::string where = fmt::format("{} to '{}'", what, target);
+    if (reqs.empty()) {
+      if (!notify) return Status::OK();
+      SegmentID seg = kInvalidSegment;  // nothing to move: the notification goes alone
+      s = segment(engine_.get(), target, seg);
+      if (s.ok()) s = engine_->sendNotify(seg, *notify);
+      return context(s, where);
+    }
     const auto now = Clock::now();
     const Millis limit = sub.deadline > now ? std::chrono::ceil<Millis>(sub.deadline - now) : Millis(0);
     std::vector<TransferStatus> st;
-    Status r = engine_->transferSync(reqs, limit, &st, Millis(limits_.cancel_wait_ms));
-    const std::string where = fmt::format("{} to '{}'", what, target);
+    const Millis cancel_wait(limits_.cancel_wait_ms);
+    Status r = notify ? engine_->transferSync(reqs, *notify, limit, &st, cancel_wait)
+                      : engine_->transferSync(reqs, limit, &st, cancel_wait);
     if (!r.ok() && st.empty()) return context(r, where);  // refused at submit
-    return outcome(limits_, sub, st, r.code() == Code::kTimeout, where);
+    Status o = outcome(limits_, sub, st, r.code() == Code::kTimeout, where);
+    // Every byte moved, the notification did not arrive (queue full, peer gone).
+    if (notify && o.ok() && !r.ok()) return context(r, where + ": the notification");
+    return o;
   }
 
   // A batch id from Python: one that fits no int64 is no batch (-1).

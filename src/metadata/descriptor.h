@@ -30,8 +30,8 @@ struct BufferDesc {
   uint64_t addr = 0;
   uint64_t length = 0;
   std::string location = "cpu:0";
-  uint64_t seq = 0;  // the owner's registration order (optional in the JSON: 0 = unknown)
   nlohmann::json attrs = nlohmann::json::object();  // per-transport: {"rdma":{"lkey":[],"rkey":[]}}
+  uint64_t seq = 0;  // the owner's registration order (optional in the JSON: 0 = unknown)
 };
 
 struct SegmentDesc {
