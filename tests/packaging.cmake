@@ -12,7 +12,8 @@ endif()
 # hawser CLI and the Python module run from its extracted tree.
 if(NOT HAWSER_SANITIZE)
   add_test(NAME packaging.debian_package
-    COMMAND bash ${CMAKE_SOURCE_DIR}/tests/packaging/deb_check.sh ${CMAKE_BINARY_DIR} ${PROJECT_VERSION})
+    COMMAND bash ${CMAKE_SOURCE_DIR}/tests/packaging/deb_check.sh ${CMAKE_BINARY_DIR} ${PROJECT_VERSION}
+            $<$<BOOL:${HAWSER_WITH_PYTHON}>:${HAWSER_PYTHON_EXECUTABLE}>)
   set_tests_properties(packaging.debian_package PROPERTIES LABELS packaging TIMEOUT 600 RUN_SERIAL TRUE)
 endif()
 
@@ -22,6 +23,6 @@ endif()
 if(NOT HAWSER_SANITIZE AND HAWSER_WITH_PYTHON)
   add_test(NAME packaging.pip_install
     COMMAND bash ${CMAKE_SOURCE_DIR}/tests/packaging/pip_check.sh ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}
-            ${Python3_EXECUTABLE})
+            ${HAWSER_PYTHON_EXECUTABLE})
   set_tests_properties(packaging.pip_install PROPERTIES LABELS packaging TIMEOUT 600 RUN_SERIAL TRUE)
 endif()
