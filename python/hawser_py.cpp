@@ -74,7 +74,8 @@ PYBIND11_MODULE(hawser, m) {
         return std::string(hawser::codeName(static_cast<Code>(c)));
       },
       py::arg("code"), "Name of a hawser code; accepts the negative value a method returned.");
-  m.def("last_error", &lastErrorText, "'code_name: message' of the last failed call made from this thread ('' if none).");
+  m.def("last_error", &lastErrorText,
+        "'code_name: message' of the last failed call made from this thread ('' if none).");
   m.def("last_error_code", &lastErrorCode, "Code name of the last failed call made from this thread ('ok' if none).");
 
   // Mooncake's TransferOpcode (Read = 0, Write = 1; READ and WRITE, which
@@ -137,7 +138,8 @@ PYBIND11_MODULE(hawser, m) {
       .def("transports", &PyEngine::transports, "Installed transports, in preference order.")
       .def("get_engine", [](py::object self) { return self; },
            "This engine (Mooncake returns its inner C++ engine, which only Mooncake Store takes).")
-      .def("get_engine_ptr", &PyEngine::enginePtr, "Address of the C++ hawser::TransferEngine (0 before initialize).")
+      .def("get_engine_ptr", &PyEngine::enginePtr,
+           "Address of the C++ hawser::TransferEngine (0 before initialize).")
       .def("register_memory", &PyEngine::registerMemory, py::arg("buffer_addr"), py::arg("capacity"),
            py::arg("location") = "*", py::arg("remote_accessible") = true,
            "location '*' (the default) asks the CUDA driver and the kernel: CUDA tensors are found as such.")
@@ -151,7 +153,8 @@ PYBIND11_MODULE(hawser, m) {
             return e.transferSync(t, b, p, l, OpCode::kWrite, "transfer_sync_write", h);
           },
           py::arg("target_hostname"), py::arg("buffer"), py::arg("peer_buffer_address"), py::arg("length"),
-          py::arg("transport_hint") = "", "0 or a negative code. transport_hint is ignored (as Mooncake's classic engine).")
+          py::arg("transport_hint") = "",
+          "0 or a negative code. transport_hint is ignored (as Mooncake's classic engine).")
       .def(
           "transfer_sync_read",
           [](PyEngine& e, const std::string& t, uint64_t b, uint64_t p, uint64_t l, const std::string& h) {
@@ -252,26 +255,34 @@ PYBIND11_MODULE(hawser, m) {
       .def(
           "transfer_write_on_cuda",
           [](PyEngine& e, const std::string& t, uint64_t b, uint64_t p, uint64_t l, uint64_t stream,
-             const std::string& h) { e.transferOnCuda(t, {b}, {p}, {l}, OpCode::kWrite, stream, "transfer_write_on_cuda", h); },
+             const std::string& h) {
+            e.transferOnCuda(t, {b}, {p}, {l}, OpCode::kWrite, stream, "transfer_write_on_cuda", h);
+          },
           py::arg("target_hostname"), py::arg("buffer"), py::arg("peer_buffer_address"), py::arg("length"),
           py::arg("stream_ptr") = 0, py::arg("transport_hint") = "",
           "Waits for CUDA stream stream_ptr, then writes; returns once the bytes are in place, raises hawser.Error.")
       .def(
           "transfer_read_on_cuda",
           [](PyEngine& e, const std::string& t, uint64_t b, uint64_t p, uint64_t l, uint64_t stream,
-             const std::string& h) { e.transferOnCuda(t, {b}, {p}, {l}, OpCode::kRead, stream, "transfer_read_on_cuda", h); },
+             const std::string& h) {
+            e.transferOnCuda(t, {b}, {p}, {l}, OpCode::kRead, stream, "transfer_read_on_cuda", h);
+          },
           py::arg("target_hostname"), py::arg("buffer"), py::arg("peer_buffer_address"), py::arg("length"),
           py::arg("stream_ptr") = 0, py::arg("transport_hint") = "")
       .def(
           "batch_transfer_write_on_cuda",
           [](PyEngine& e, const std::string& t, const Addrs& b, const Addrs& p, const Addrs& l, uint64_t stream,
-             const std::string& h) { e.transferOnCuda(t, b, p, l, OpCode::kWrite, stream, "batch_transfer_write_on_cuda", h); },
+             const std::string& h) {
+            e.transferOnCuda(t, b, p, l, OpCode::kWrite, stream, "batch_transfer_write_on_cuda", h);
+          },
           py::arg("target_hostname"), py::arg("buffers"), py::arg("peer_buffer_addresses"), py::arg("lengths"),
           py::arg("stream_ptr") = 0, py::arg("transport_hint") = "")
       .def(
           "batch_transfer_read_on_cuda",
           [](PyEngine& e, const std::string& t, const Addrs& b, const Addrs& p, const Addrs& l, uint64_t stream,
-             const std::string& h) { e.transferOnCuda(t, b, p, l, OpCode::kRead, stream, "batch_transfer_read_on_cuda", h); },
+             const std::string& h) {
+            e.transferOnCuda(t, b, p, l, OpCode::kRead, stream, "batch_transfer_read_on_cuda", h);
+          },
           py::arg("target_hostname"), py::arg("buffers"), py::arg("peer_buffer_addresses"), py::arg("lengths"),
           py::arg("stream_ptr") = 0, py::arg("transport_hint") = "")
       .def("allocate_managed_buffer", &PyEngine::allocateManaged, py::arg("length"),
@@ -293,7 +304,8 @@ PYBIND11_MODULE(hawser, m) {
 
   // `from hawser.mooncake import TransferEngine` (the one import a Mooncake
   // connector changes): the same classes under Mooncake's names.
-  py::module_ mc = m.def_submodule("mooncake", "Mooncake's mooncake.engine names over hawser (docs/porting-from-mooncake.md).");
+  py::module_ mc =
+      m.def_submodule("mooncake", "Mooncake's mooncake.engine names over hawser (docs/porting-from-mooncake.md).");
   for (const char* name : {"TransferEngine", "TransferOpcode", "TransferNotify", "Read", "Write", "SUPPORT_CUDA",
                            "SUPPORT_EFA", "SUPPORT_HIP", "SUPPORT_MNNVL", "SUPPORT_INTRA_NVLINK", "Error"})
     mc.attr(name) = m.attr(name);

@@ -408,7 +408,8 @@ class PyEngine {
       TransferEngine* e = nullptr;
       s = engine(e);
       if (s.ok())
-        s = context(synchronizeStream(reinterpret_cast<void*>(stream)), fmt::format("{}: stream {}", what, hex(stream)));
+        s = context(synchronizeStream(reinterpret_cast<void*>(stream)),
+                    fmt::format("{}: stream {}", what, hex(stream)));
       if (s.ok()) s = syncTransfer(target, buffers, peers, lengths, op, what, hint, nullptr);
     }
     if (!s.ok()) {
@@ -514,7 +515,8 @@ class PyEngine {
       e = std::make_unique<TransferEngine>();
       s = e->init(uri, local_hostname, host, port, opts);
     } else if (not_built && !forced.empty()) {
-      return {Code::kNotSupported, fmt::format("initialize: protocol '{}' is not supported: {}", protocol, s.message())};
+      return {Code::kNotSupported,
+              fmt::format("initialize: protocol '{}' is not supported: {}", protocol, s.message())};
     } else if (cannot_install && !forced.empty()) {
       return {s.code(), fmt::format("initialize: protocol '{}': {}; pass an installed transport or \"auto\" "
                                     "(or set HAWSER_TRANSPORT, which wins over the argument)",

@@ -26,8 +26,7 @@ class DecodePeer:
         hw = require_hawser()
         env = dict(os.environ)
         # The child imports the same module as this process.
-        module_dir = os.path.dirname(os.path.dirname(os.path.abspath(hw.__file__))) \
-            if os.path.basename(os.path.dirname(hw.__file__)) == "hawser" else os.path.dirname(hw.__file__)
+        module_dir = os.path.dirname(os.path.abspath(hw.__file__))
         env["PYTHONPATH"] = os.pathsep.join([module_dir, env.get("PYTHONPATH", "")])
         self.proc = subprocess.Popen([sys.executable, PEER, str(LAYERS), str(BLOCKS), str(BLOCK_LEN)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
