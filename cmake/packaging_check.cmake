@@ -34,8 +34,12 @@ find_program(PKG_CONFIG NAMES pkg-config pkgconf REQUIRED)
 find_program(CC NAMES cc gcc REQUIRED)
 execute_process(COMMAND ${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${pcdir} ${PKG_CONFIG} --cflags --libs hawser
                 OUTPUT_VARIABLE pcflags OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc)
-if(rc OR NOT pcflags MATCHES "-lhawser" OR NOT pcflags MATCHES "-I${prefix}/include")
-  message(FATAL_ERROR "pkg-config --cflags --libs hawser: '${pcflags}' (${rc})")
+# The paths are relative to the .pc file (${pcfiledir}): they must land in this prefix.
+string(REGEX MATCH "-I([^ ]+)" _ "${pcflags}")
+get_filename_component(incdir "${CMAKE_MATCH_1}" REALPATH)
+get_filename_component(want "${prefix}/include" REALPATH)
+if(rc OR NOT pcflags MATCHES "-lhawser" OR NOT incdir STREQUAL want)
+  message(FATAL_ERROR "pkg-config --cflags --libs hawser: '${pcflags}' (${rc}); want -I${want} and -lhawser")
 endif()
 execute_process(COMMAND ${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${pcdir} ${PKG_CONFIG} --modversion hawser
                 OUTPUT_VARIABLE pcversion OUTPUT_STRIP_TRAILING_WHITESPACE)
@@ -67,8 +71,12 @@ find_program(PKG_CONFIG NAMES pkg-config pkgconf REQUIRED)
 find_program(CC NAMES cc gcc REQUIRED)
 execute_process(COMMAND ${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${pcdir} ${PKG_CONFIG} --cflags --libs hawser
                 OUTPUT_VARIABLE pcflags OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc)
-if(rc OR NOT pcflags MATCHES "-lhawser" OR NOT pcflags MATCHES "-I${prefix}/include")
-  message(FATAL_ERROR "pkg-config --cflags --libs hawser: '${pcflags}' (${rc})")
+# The paths are relative to the .pc file (${pcfiledir}): they must land in this prefix.
+string(REGEX MATCH "-I([^ ]+)" _ "${pcflags}")
+get_filename_component(incdir "${CMAKE_MATCH_1}" REALPATH)
+get_filename_component(want "${prefix}/include" REALPATH)
+if(rc OR NOT pcflags MATCHES "-lhawser" OR NOT incdir STREQUAL want)
+  message(FATAL_ERROR "pkg-config --cflags --libs hawser: '${pcflags}' (${rc}); want -I${want} and -lhawser")
 endif()
 execute_process(COMMAND ${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${pcdir} ${PKG_CONFIG} --modversion hawser
                 OUTPUT_VARIABLE pcversion OUTPUT_STRIP_TRAILING_WHITESPACE)
