@@ -78,6 +78,10 @@ class CMakeBuild(build_ext):
 setup(
     version=project_version(),
     ext_modules=[Extension("hawser", sources=[])],
+    # The module is the extension alone: no Python packages (the tree's src/
+    # is C++, not a src-layout package).
+    packages=[],
+    py_modules=[],
     cmdclass={"build_ext": CMakeBuild},
     zip_safe=False,
 )
