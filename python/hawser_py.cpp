@@ -1,10 +1,13 @@
 // hawser Python binding: module `hawser`, class `TransferEngine`.
 //
-// Method names, argument order and keyword names follow Mooncake's Python
-// binding (mooncake.engine.TransferEngine), so existing callers port with an
-// import change. Int results keep Mooncake's convention (0 = ok, negative =
-// error); the negative value is the hawser Code (-1 invalid_argument,
-// -5 segment_not_found, ...). Where Mooncake is wrong, this binding is not:
+// Method names, arguments, defaults and return values follow Mooncake's
+// Python binding (mooncake.engine.TransferEngine); the submodule
+// hawser.mooncake holds them under Mooncake's names, so a connector ports by
+// changing its import. Int results keep Mooncake's convention (0 = ok,
+// negative = error; the negative value is the hawser Code: -1
+// invalid_argument, -5 segment_not_found, ...), and where Mooncake returns
+// something else on failure, so does this binding (0 from async submits,
+// -1/-2 from transfer_check_status). Where Mooncake is wrong, this binding is not:
 // - sync calls release the GIL and block in the engine's transferSync (no busy-poll);
 // - a call that runs past its timeout cancels its batch, waits for every task
 //   to end, then frees it; a batch whose I/O still references memory is kept
