@@ -93,14 +93,18 @@ PYBIND11_MODULE(hawser, m) {
 
   py::class_<Notify>(m, "TransferNotify", "A notification for the target of a transfer (Mooncake's TransferNotify).")
       .def(py::init<>())
-      .def(py::init<std::string, std::string>(), py::arg("name"), py::arg("msg"))
-      .def_readwrite("name", &Notify::name)
-      .def_readwrite("msg", &Notify::msg)
-      .def_readonly("peer", &Notify::peer, "The sender's segment name (received notifications).")
+      .def(py::init<std::string, std::string>(), py::arg("name"), py::arg("msg"), "name, msg: str or bytes")
+      // Bytes that are not UTF-8 read back as surrogates (.encode('utf-8', 'surrogateescape') restores them).
+      .def_property(
+          "name", [](const Notify& n) { return strOf(n.name); }, [](Notify& n, std::string v) { n.name = std::move(v); })
+      .def_property(
+          "msg", [](const Notify& n) { return strOf(n.msg); }, [](Notify& n, std::string v) { n.msg = std::move(v); })
+      .def_property_readonly(
+          "peer", [](const Notify& n) { return strOf(n.peer); }, "The sender's segment name (received notifications).")
       .def("__repr__",
            [](const Notify& n) {
-             return "TransferNotify(name=" + py::repr(py::str(n.name)).cast<std::string>() +
-                    ", msg=" + py::repr(py::str(n.msg)).cast<std::string>() + ")";
+             return "TransferNotify(name=" + py::repr(strOf(n.name)).cast<std::string>() +
+                    ", msg=" + py::repr(strOf(n.msg)).cast<std::string>() + ")";
            })
       .def("__eq__", [](const Notify& a, const Notify& b) { return a.name == b.name && a.msg == b.msg; });
 
@@ -216,16 +220,19 @@ PYBIND11_MODULE(hawser, m) {
       .def(
           "batch_transfer_async",
           [toOp, badOp](PyEngine& e, const std::string& t, const Addrs& b, const Addrs& p, const Addrs& l, int op,
-                        const std::string& h) -> uint64_t {
+                        py::object notify, const std::string& h) -> uint64_t {
             OpCode o;
             if (!toOp(op, o)) {
               e.fail(badOp("batch_transfer_async", op));
               return 0;
             }
-            return e.batchAsync(t, b, p, l, o, "batch_transfer_async", h);
+            Notification n;
+            const bool with = PyEngine::notificationFrom(notify, n, "batch_transfer_async");
+            return e.batchAsync(t, b, p, l, o, "batch_transfer_async", h, with ? &n : nullptr);
           },
           py::arg("target_hostname"), py::arg("buffers"), py::arg("peer_buffer_addresses"), py::arg("lengths"),
-          py::arg("opcode"), py::arg("transport_hint") = "")
+          py::arg("opcode"), py::arg("notify") = py::none(), py::arg("transport_hint") = "",
+          "notify (hawser): sent once every request completed, never when one failed.")
       .def(
           "transfer_submit_write",
           [](PyEngine& e, const std::string& t, uint64_t b, uint64_t p, uint64_t l, const std::string& h) {

@@ -161,17 +161,41 @@ class PyEngine {
   int batchSyncNotify(const std::string& target, const std::vector<uint64_t>& buffers,
                       const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
                       const py::object& notify, const char* what, const std::string& hint) {
-    if (notify.is_none()) return batchSync(target, buffers, peers, lengths, op, what, hint);
-    if (!py::isinstance<Notify>(notify))
-      throw py::type_error(fmt::format("{}: notify must be a TransferNotify or None", what));
-    const auto& n = notify.cast<const Notify&>();
-    Notification note{n.name, n.msg};
+    Notification note;
+    if (!notificationFrom(notify, note, what)) return batchSync(target, buffers, peers, lengths, op, what, hint);
     Status s;
     {
       py::gil_scoped_release nogil;
       s = syncTransfer(target, buffers, peers, lengths, op, what, hint, &note);
     }
     return ret(s);
+  }
+
+  // notify= as the calls take it: None (false: nothing to send), an object
+  // with `name` and `msg` (hawser's or Mooncake's TransferNotify), or a
+  // (name, msg) tuple; each str or bytes. TypeError for anything else.
+  static bool notificationFrom(const py::handle& notify, Notification& out, const char* what) {
+    if (notify.is_none()) return false;
+    auto text = [what](const py::handle& v, const char* field) {
+      if (py::isinstance<py::bytes>(v) || py::isinstance<py::str>(v)) return v.cast<std::string>();
+      throw py::type_error(fmt::format("{}: notify {} must be str or bytes", what, field));
+    };
+    if (py::isinstance<py::tuple>(notify)) {
+      auto t = notify.cast<py::tuple>();
+      if (t.size() != 2) throw py::type_error(fmt::format("{}: a notify tuple must be (name, msg)", what));
+      out = Notification{text(t[0], "name"), text(t[1], "msg")};
+      return true;
+    }
+    if (py::isinstance<Notify>(notify)) {
+      const auto& n = notify.cast<const Notify&>();
+      out = Notification{n.name, n.msg};
+      return true;
+    }
+    if (!py::hasattr(notify, "name") || !py::hasattr(notify, "msg"))
+      throw py::type_error(fmt::format("{}: notify must be a TransferNotify(name, msg), a (name, msg) tuple or None",
+                                       what));
+    out = Notification{text(notify.attr("name"), "name"), text(notify.attr("msg"), "msg")};
+    return true;
   }
 
   // Every notification received since the last call, oldest first.
@@ -197,15 +221,17 @@ class PyEngine {
   }
 
   // Positive batch id; 0 on failure, as Mooncake (last_error() says why).
+  // With a notification (hawser: Mooncake's async calls take none), it is
+  // sent once every request completed, never when one failed.
   uint64_t batchAsync(const std::string& target, const std::vector<uint64_t>& buffers,
                       const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
-                      const char* what, const std::string& hint) {
+                      const char* what, const std::string& hint, const Notification* notify = nullptr) {
     Status s;
     Submitted sub;
     {
       py::gil_scoped_release nogil;
       reap();
-      s = submit(what, target, buffers, peers, lengths, op, hint, sub);
+      s = submit(what, target, buffers, peers, lengths, op, hint, sub, notify);
       if (s.ok()) batches_.track(sub);
     }
     if (!s.ok()) {
@@ -632,7 +658,7 @@ class PyEngine {
   // An async batch: requests() then allocate and submit.
   Status submit(const char* what, const std::string& target, const std::vector<uint64_t>& buffers,
                 const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
-                const std::string& hint, Submitted& out) {
+                const std::string& hint, Submitted& out, const Notification* notify = nullptr) {
     std::vector<TransferRequest> reqs;
     Status s = requests(what, target, buffers, peers, lengths, op, hint, reqs, out);
     if (!s.ok()) return s;
@@ -641,7 +667,13 @@ class PyEngine {
     BatchID b = kInvalidBatch;
     s = e->allocateBatchID(std::max<size_t>(reqs.size(), 1), b);
     if (!s.ok()) return context(s, where);
-    if (!reqs.empty()) s = e->submitTransfer(b, reqs);  // an empty batch is complete as it is
+    if (!reqs.empty()) {
+      s = notify ? e->submitTransfer(b, reqs, *notify) : e->submitTransfer(b, reqs);
+    } else if (notify) {  // an empty batch is complete as it is: the notification goes alone
+      SegmentID seg = kInvalidSegment;
+      s = segment(e, target, seg);
+      if (s.ok()) s = e->sendNotify(seg, *notify);
+    }
     if (!s.ok()) {
       (void)e->freeBatchID(b);  // nothing was accepted: the batch is empty
       return context(s, where);

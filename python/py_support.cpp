@@ -77,4 +77,10 @@ std::string metadataUri(const std::string& server) {
 
 std::string hex(uint64_t v) { return fmt::format("{:#x}", v); }
 
+py::str strOf(const std::string& s) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogateescape");
+  if (!o) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(o);
+}
+
 }  // namespace hawser::pymod

@@ -2,12 +2,20 @@
 // SIGUSR1 withdraws the memory (unregisters it, prints "withdrawn") while the
 // process keeps running: a drained node, and the way tests make a peer
 // refuse a range it published before.
+// --print-notifies drains the notifications the engine receives and prints
+// one line each: "notify: PEER NAME MESSAGE" (bytes outside printable ASCII
+// as \xNN). A message "pattern OFF LEN SEED" is also checked against the
+// memory as it is when the notification is taken: its bytes [OFF, OFF+LEN)
+// must hold the --fill-seed pattern of SEED (logical offsets 0..LEN), and the
+// line ends "pattern ok" or "pattern bad at N" — how tests show that a
+// notification arrives only after the writes it follows.
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
+#include <string>
 #include <cstring>
 #include <fmt/format.h>
 #include <thread>
@@ -35,7 +43,36 @@ struct ServeOpts {
   std::string name;
   int64_t fill_seed = -1;
   std::string location = "cpu";  // cpu, or cuda:N
+  bool print_notifies = false;
 };
+
+std::string printable(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f && c != '\\') out.push_back(static_cast<char>(c));
+    else out += fmt::format("\\x{:02x}", c);
+  }
+  return out;
+}
+
+// For a message "pattern OFF LEN SEED": " pattern ok" / " pattern bad at N"
+// (or why it cannot be checked); "" for any other message.
+std::string checkNotified(const std::string& msg, const char* mem, uint64_t size, bool gpu) {
+  unsigned long long off = 0, len = 0, seed = 0;
+  char tail = 0;
+  if (std::sscanf(msg.c_str(), "pattern %llu %llu %llu%c", &off, &len, &seed, &tail) != 3) return "";
+  if (off > size || len > size - off) return " pattern out of range";
+  std::vector<char> host;
+  const char* p = mem + off;
+  if (gpu) {
+    host.resize(len);
+    Status s = copyMemory(host.data(), mem + off, len);
+    if (!s.ok()) return " pattern unreadable: " + s.toString();
+    p = host.data();
+  }
+  const int64_t bad = checkPattern(p, len, seed, 0);
+  return bad < 0 ? " pattern ok" : fmt::format(" pattern bad at {}", bad);
+}
 
 // Fills GPU memory with the pattern through a host buffer, in pieces.
 Status fillDevice(char* dev, uint64_t size, uint64_t seed) {
@@ -116,7 +153,15 @@ int runServe(const ServeOpts& o) {
   fmt::print("ready\n");
   std::fflush(stdout);
   bool exposed = true;
+  std::vector<ReceivedNotification> notes;
   while (!g_stop) {
+    if (o.print_notifies && engine.getNotifies(notes).ok() && !notes.empty()) {
+      for (auto& n : notes)
+        fmt::print("notify: {} {} {}{}\n", printable(n.peer), printable(n.name), printable(n.message),
+                   checkNotified(n.message, static_cast<const char*>(mem), *size, gpu >= 0));
+      std::fflush(stdout);
+      continue;  // drain again at once: a sender may be waiting on a full queue
+    }
     if (g_withdraw.exchange(false) && exposed) {
       s = engine.unregisterLocalMemory(mem);
       exposed = !s.ok();
@@ -144,6 +189,9 @@ void addServe(CLI::App& app, Commands& cmds) {
   sub->add_option("--location", o->location, "where the memory lives: cpu, or cuda:N (GPU memory)")
       ->capture_default_str();
   sub->add_option("--fill-seed", o->fill_seed, "fill the memory with the verification pattern of this seed");
+  sub->add_flag("--print-notifies", o->print_notifies,
+                "print each notification received (\"notify: PEER NAME MESSAGE\"); a message \"pattern OFF LEN "
+                "SEED\" is checked against the memory when taken");
   sub->callback([o, &cmds] { cmds.run = [o] { return runServe(*o); }; });
 }
 

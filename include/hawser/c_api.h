@@ -219,6 +219,63 @@ int hawser_free_batch(hawser_engine_t* engine, hawser_batch_id_t batch);
 int hawser_transfer_sync(hawser_engine_t* engine, const hawser_request_t* requests, size_t count,
                          int64_t timeout_ms, hawser_status_t* statuses);
 
+/* ---- Notifications (C++ sendNotify, getNotifies, ...) ------------------------ */
+
+/* Where a notifying submit's notification stands (C++ NotifyState). */
+enum {
+  HAWSER_NOTIFY_WAITING = 0,   /* its transfer is not finished */
+  HAWSER_NOTIFY_SENDING = 1,   /* the transfer completed; on its way */
+  HAWSER_NOTIFY_DELIVERED = 2, /* the receiver queued it */
+  HAWSER_NOTIFY_NOT_SENT = 3,  /* a request of its submit did not complete: never sent */
+  HAWSER_NOTIFY_FAILED = 4     /* delivery failed: receiver's queue full, unreachable, ... */
+};
+
+/* A notification to send: any bytes (name and message need no NUL; NULL with length 0 = empty). */
+typedef struct {
+  const char* name;
+  size_t name_len;
+  const char* message;
+  size_t message_len;
+} hawser_notification_t;
+
+/* A notification received. Strings library-owned (see Strings); each is also NUL-terminated. */
+typedef struct {
+  const char* peer; /* the sender's segment name */
+  const char* name;
+  size_t name_len;
+  const char* message;
+  size_t message_len;
+} hawser_received_notification_t;
+
+/* The notification of one notifying submit (C++ NotifyStatus). */
+typedef struct {
+  int state;                 /* HAWSER_NOTIFY_* */
+  int error_code;            /* 0, or why (NOT_SENT: the failed task's code; FAILED: e.g. HAWSER_E_CAPACITY_EXCEEDED) */
+  const char* error_message; /* "" when error_code is 0; library-owned */
+} hawser_notify_status_t;
+
+/* As hawser_submit; once every one of these requests COMPLETED, `notify` goes to the segment of requests[0]
+ * (never when one fails). count >= 1. The receiver's queue is bounded (config notify.queue_depth): see
+ * hawser_notify_status for the outcome. Per receiver, notifications arrive in the order they were issued. */
+int hawser_submit_with_notify(hawser_engine_t* engine, hawser_batch_id_t batch, const hawser_request_t* requests,
+                              size_t count, const hawser_notification_t* notify);
+/* Sends `notify` to the owner of open memory segment `target` and waits until it is queued there:
+ * HAWSER_E_CAPACITY_EXCEEDED when the receiver's queue is full, HAWSER_E_UNAVAILABLE when unreachable. */
+int hawser_send_notify(hawser_engine_t* engine, hawser_segment_id_t target, const hawser_notification_t* notify);
+/* The notifications received and not yet taken, oldest first (see Output arrays). Taken ones are removed;
+ * when `out` is too small (or NULL) nothing is taken. */
+int hawser_get_notifies(hawser_engine_t* engine, hawser_received_notification_t* out, size_t* count);
+/* One entry per notifying submit of the batch, in submit order (see Output arrays). */
+int hawser_notify_status(hawser_engine_t* engine, hawser_batch_id_t batch, hawser_notify_status_t* out,
+                         size_t* count);
+/* hawser_transfer_sync, then `notify` to the segment of requests[0]: 0 only when every task COMPLETED and the
+ * notification was delivered (else why not, e.g. HAWSER_E_CAPACITY_EXCEEDED). */
+int hawser_transfer_sync_with_notify(hawser_engine_t* engine, const hawser_request_t* requests, size_t count,
+                                     const hawser_notification_t* notify, int64_t timeout_ms,
+                                     hawser_status_t* statuses);
+/* Name of a notification state ("DELIVERED", ...; "UNKNOWN" otherwise); static. */
+const char* hawser_notify_state_name(int state);
+
 /* ---- Introspection --------------------------------------------------------- */
 
 /* Names of the installed transports, cheapest first (see Output arrays; names library-owned). */

@@ -29,6 +29,32 @@ int ret(const Status& s) {
 
 int nullArg(const char* what) { return fail(Code::kInvalidArgument, std::string(what) + " is null"); }
 
+// The message is kept in `strings` (the calling function's slot).
+void toC(const TransferStatus& st, hawser_status_t* out, Strings& strings) {
+  out->state = static_cast<int>(st.s);
+  out->transferred_bytes = st.transferred_bytes;
+  out->error_code = -static_cast<int>(st.error.code());
+  out->error_message = st.error.ok() ? "" : strings.keep(st.error.toString());
+}
+
+// Requests from C; the opcode is checked here because OpCode is 8 bits wide
+// (an int of 256 must not become a READ).
+int toCpp(const hawser_request_t* requests, size_t count, std::vector<TransferRequest>& out) {
+  out.resize(count);
+  for (size_t i = 0; i < count; ++i) {
+    const hawser_request_t& r = requests[i];
+    if (r.opcode != HAWSER_OP_READ && r.opcode != HAWSER_OP_WRITE)
+      return fail(Code::kInvalidArgument, "requests[" + std::to_string(i) + "]: opcode " + std::to_string(r.opcode) +
+                                              " is neither HAWSER_OP_READ nor HAWSER_OP_WRITE");
+    out[i].opcode = static_cast<OpCode>(r.opcode);
+    out[i].source = r.source;
+    out[i].target_id = r.target_id;
+    out[i].target_offset = r.target_offset;
+    out[i].length = r.length;
+  }
+  return 0;
+}
+
 }  // namespace hawser::capi
 
 namespace {
@@ -63,32 +89,6 @@ static_assert(std::is_same_v<hawser_segment_id_t, hawser::SegmentID> &&
               std::is_same_v<hawser_batch_id_t, hawser::BatchID>);
 
 std::chrono::milliseconds millis(int64_t ms) { return std::chrono::milliseconds(ms < 0 ? 0 : ms); }
-
-// The message is kept in `strings` (the calling function's slot).
-void toC(const hawser::TransferStatus& st, hawser_status_t* out, Strings& strings) {
-  out->state = static_cast<int>(st.s);
-  out->transferred_bytes = st.transferred_bytes;
-  out->error_code = -static_cast<int>(st.error.code());
-  out->error_message = st.error.ok() ? "" : strings.keep(st.error.toString());
-}
-
-// Requests from C; the opcode is checked here because OpCode is 8 bits wide
-// (an int of 256 must not become a READ).
-int toCpp(const hawser_request_t* requests, size_t count, std::vector<hawser::TransferRequest>& out) {
-  out.resize(count);
-  for (size_t i = 0; i < count; ++i) {
-    const hawser_request_t& r = requests[i];
-    if (r.opcode != HAWSER_OP_READ && r.opcode != HAWSER_OP_WRITE)
-      return fail(Code::kInvalidArgument, "requests[" + std::to_string(i) + "]: opcode " + std::to_string(r.opcode) +
-                                              " is neither HAWSER_OP_READ nor HAWSER_OP_WRITE");
-    out[i].opcode = static_cast<hawser::OpCode>(r.opcode);
-    out[i].source = r.source;
-    out[i].target_id = r.target_id;
-    out[i].target_offset = r.target_offset;
-    out[i].length = r.length;
-  }
-  return 0;
-}
 
 int create(const char* metadata_uri, const char* local_server_name, const char* host, uint16_t rpc_port,
            const hawser_engine_options_t* options, hawser_engine_t** out) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <deque>
+#include <mutex>
 #include <new>
 #include <string>
 #include <vector>
@@ -14,6 +15,10 @@
 
 struct hawser_engine {
   hawser::TransferEngine engine;
+  // Notifications drained from the engine and not yet taken by
+  // hawser_get_notifies (a call whose array is too small takes none).
+  std::mutex notify_mu;
+  std::vector<hawser::ReceivedNotification> notify_pending;
 };
 
 namespace hawser::capi {
@@ -74,5 +79,10 @@ inline bool fitsOrReport(const void* out, size_t* count, size_t needed, const ch
   }
   return true;
 }
+
+// Requests from C (checks the opcodes); 0 or the error return.
+int toCpp(const hawser_request_t* requests, size_t count, std::vector<TransferRequest>& out);
+// A task's status for C; the message is kept in `strings`.
+void toC(const TransferStatus& st, hawser_status_t* out, Strings& strings);
 
 }  // namespace hawser::capi

@@ -72,7 +72,8 @@ std::shared_ptr<OutgoingNotify> NotifyOutbox::queue(const std::string& host, uin
 
 void NotifyOutbox::wake(NotifyPeer* p) {
   std::lock_guard lk(mu_);
-  if (p) p->cv.notify_one();
+  // After stop() the peers are gone; what they held was settled then.
+  if (p && !stopping_) p->cv.notify_one();
 }
 
 void NotifyOutbox::ready(const std::shared_ptr<OutgoingNotify>& o) {
@@ -111,7 +112,8 @@ void NotifyOutbox::run(NotifyPeer* p) {
         if (q->status().s != NotifyState::kNotSent) {
           settle(*q, NotifyState::kFailed,
                  Status(Code::kUnavailable,
-                        fmt::format("notification '{}' to '{}' not sent: the engine stopped before its transfer ended",
+                        fmt::format("notification '{}' to '{}' not sent: the engine stopped while a transfer "
+                                    "before it (or its own) was unfinished",
                                     q->notification().name, q->target())));
           failed_.fetch_add(1, std::memory_order_relaxed);
         }

@@ -11,7 +11,8 @@
 // Endpoints: a list of "host:port"; a call goes to the endpoint that last
 // answered and fails over to the next one when it cannot be reached. A call
 // is retried (bounded rounds, exponential backoff) while its deadline allows.
-// Thread-safe: curl handles come from a pool, one per concurrent call.
+// Thread-safe: requests go through http::Client (http_client.h), whose curl
+// handles come from a pool, one per concurrent call.
 #pragma once
 
 #include <atomic>
@@ -30,6 +31,7 @@
 #include "metadata/etcd_codec.h"
 #include "metadata/etcd_uri.h"
 #include "metadata/etcd_watch_stream.h"
+#include "metadata/http_client.h"
 
 namespace hawser::etcd {
 
@@ -115,19 +117,15 @@ class Client {
                bool& compacted);
 
  private:
-  struct Handle;
-  Handle* acquire();
-  void release(Handle* h);
   // One POST to one endpoint. transient=true when another endpoint or a retry may help.
-  Status postOnce(Handle* h, const Endpoint& ep, const std::string& url_path, const std::string& body,
+  Status postOnce(const Endpoint& ep, const std::string& url_path, const std::string& body,
                   std::chrono::milliseconds timeout, nlohmann::json& reply, bool& transient,
                   bool& maybe_sent, int* grpc_code);
 
   std::vector<Endpoint> endpoints_;
   Options options_;
   std::atomic<size_t> preferred_{0};
-  std::mutex pool_mu_;
-  std::vector<Handle*> pool_;
+  http::Client http_;  // the HTTP mechanism (pooled curl handles)
 };
 
 }  // namespace hawser::etcd

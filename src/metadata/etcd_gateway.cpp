@@ -1,8 +1,6 @@
-// etcd_client.h, the transport: pooled curl handles, one POST per attempt,
-// failover across endpoints, bounded retries with backoff, error mapping.
+// etcd_client.h, the transport: one POST per attempt (http::Client,
+// http_client.h), failover across endpoints, bounded retries with backoff, error mapping.
 #include "metadata/etcd_client.h"
-
-#include <curl/curl.h>
 
 #include <algorithm>
 #include <mutex>
@@ -21,39 +19,12 @@ using std::chrono::milliseconds;
 // 1.5 MiB request limit; a listing of many of them stays far below).
 constexpr size_t kMaxReplyBytes = 256u << 20;
 
-void globalInit() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
-
-size_t appendBody(char* data, size_t size, size_t nmemb, void* user) {
-  auto* s = static_cast<std::string*>(user);
-  size_t n = size * nmemb;
-  if (s->size() + n > kMaxReplyBytes) return 0;  // aborts the transfer
-  s->append(data, n);
-  return n;
-}
-
 }  // namespace
 
-struct Client::Handle {
-  CURL* easy = nullptr;
-  curl_slist* headers = nullptr;
-  std::string reply;
-};
-
 Client::Client(std::vector<Endpoint> endpoints, Options options)
-    : endpoints_(std::move(endpoints)), options_(options) {
-  globalInit();
-}
+    : endpoints_(std::move(endpoints)), options_(options), http_(kMaxReplyBytes) {}
 
-Client::~Client() {
-  for (Handle* h : pool_) {
-    curl_slist_free_all(h->headers);
-    curl_easy_cleanup(h->easy);
-    delete h;
-  }
-}
+Client::~Client() = default;
 
 std::string Client::endpointsText() const {
   std::string s;
@@ -64,63 +35,28 @@ std::string Client::endpointsText() const {
   return s;
 }
 
-Client::Handle* Client::acquire() {
-  {
-    std::lock_guard<std::mutex> lk(pool_mu_);
-    if (!pool_.empty()) {
-      Handle* h = pool_.back();
-      pool_.pop_back();
-      return h;
-    }
-  }
-  auto* h = new Handle;
-  h->easy = curl_easy_init();
-  h->headers = curl_slist_append(nullptr, "Content-Type: application/json");
-  if (h->easy == nullptr || h->headers == nullptr) {
-    curl_slist_free_all(h->headers);
-    if (h->easy) curl_easy_cleanup(h->easy);
-    delete h;
-    return nullptr;
-  }
-  return h;
-}
-
-void Client::release(Handle* h) {
-  std::lock_guard<std::mutex> lk(pool_mu_);
-  pool_.push_back(h);
-}
-
-Status Client::postOnce(Handle* h, const Endpoint& ep, const std::string& url_path, const std::string& body,
+Status Client::postOnce(const Endpoint& ep, const std::string& url_path, const std::string& body,
                         milliseconds timeout, nlohmann::json& reply, bool& transient, bool& maybe_sent,
                         int* grpc_code) {
   transient = true;
   maybe_sent = true;
-  const std::string url = "http://" + ep.text() + url_path;
-  CURL* c = h->easy;
-  h->reply.clear();
-  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(c, CURLOPT_POST, 1L);
-  curl_easy_setopt(c, CURLOPT_POSTFIELDS, body.data());
-  curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, h->headers);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, appendBody);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &h->reply);
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
-  curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
-  long total_ms = std::max<long>(1, static_cast<long>(timeout.count()));
-  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, total_ms);
-  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
-                   std::min<long>(total_ms, static_cast<long>(options_.connect_timeout.count())));
-  CURLcode rc = curl_easy_perform(c);
-  if (rc != CURLE_OK) {
-    if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST) maybe_sent = false;
-    Code code = rc == CURLE_OPERATION_TIMEDOUT ? Code::kTimeout : Code::kUnavailable;
-    return Status(code, ep.text() + ": " + curl_easy_strerror(rc));
+  http::Request req;
+  req.method = "POST";
+  req.url = "http://" + ep.text() + url_path;
+  req.body = &body;
+  req.content_type = "application/json";
+  req.timeout = timeout;
+  req.connect_timeout = options_.connect_timeout;
+  http::Response res;
+  Status sent = http_.send(req, res, &maybe_sent);
+  if (!sent.ok()) {
+    // http::Client names the method and URL; etcd's messages name the endpoint.
+    const std::string& m = sent.message();
+    const size_t colon = m.find(": ");
+    return Status(sent.code(), ep.text() + ": " + (colon == std::string::npos ? m : m.substr(colon + 2)));
   }
-  long http = 0;
-  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &http);
-  nlohmann::json j = nlohmann::json::parse(h->reply, nullptr, /*allow_exceptions=*/false);
+  const long http = res.status;
+  nlohmann::json j = nlohmann::json::parse(res.body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     // Not the etcd gateway (or a truncated answer): another endpoint may do.
     return Status(Code::kMetadataError, ep.text() + ": HTTP " + std::to_string(http) + " on " + url_path +
@@ -162,8 +98,6 @@ Status Client::call(std::string_view path, const nlohmann::json& body, nlohmann:
   const int retries = co.retries >= 0 ? co.retries : options_.retries;
   if (grpc_code) *grpc_code = 0;
   if (endpoints_.empty()) return Status(Code::kInvalidArgument, "etcd client has no endpoint");
-  Handle* h = acquire();
-  if (h == nullptr) return Status(Code::kInternal, "curl_easy_init failed");
   const std::string url_path = "/v3/" + std::string(path);
   const std::string text = body.dump();
   const auto deadline = Clock::now() + timeout;
@@ -185,16 +119,12 @@ Status Client::call(std::string_view path, const nlohmann::json& body, nlohmann:
       }
       size_t idx = (start + i) % n;
       bool transient = false, maybe_sent = false;
-      Status st = postOnce(h, endpoints_[idx], url_path, text, remaining, reply, transient, maybe_sent, grpc_code);
+      Status st = postOnce(endpoints_[idx], url_path, text, remaining, reply, transient, maybe_sent, grpc_code);
       if (st.ok()) {
         preferred_.store(idx);
-        release(h);
         return st;
       }
-      if (!transient) {
-        release(h);
-        return st;
-      }
+      if (!transient) return st;
       HLOG_DEBUG("etcd {} failed: {}", url_path, st.message());
       ++attempts;
       const std::string ep = endpoints_[idx].text();
@@ -217,7 +147,6 @@ Status Client::call(std::string_view path, const nlohmann::json& body, nlohmann:
     }
     std::this_thread::sleep_for(pause);
   }
-  release(h);
   Code code = all_timeouts && last == Code::kTimeout ? Code::kTimeout : last;
   std::string what = code == Code::kTimeout ? "did not answer within " + std::to_string(timeout.count()) +
                                                   " ms (etcd.timeout_ms)"

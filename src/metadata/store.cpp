@@ -5,6 +5,7 @@
 #include "metadata/p2p_store.h"
 #if HAWSER_HAVE_ETCD
 #include "metadata/etcd_store.h"
+#include "metadata/http_store.h"
 #endif
 
 namespace hawser {
@@ -43,8 +44,17 @@ Status makeMetadataStore(const std::string& uri, Config& config, rpc::Server* rp
     return {Code::kNotSupported, fmt::format("metadata_uri '{}': this build has no etcd support", uri)};
 #endif
   }
+  if (uri.rfind("http://", 0) == 0) {
+#if HAWSER_HAVE_ETCD  // libcurl: the same HTTP client
+    return makeHttpStore(uri, config, out);
+#else
+    return {Code::kNotSupported, fmt::format("metadata_uri '{}': this build has no HTTP (libcurl) support", uri)};
+#endif
+  }
   return {Code::kInvalidArgument,
-          fmt::format("metadata_uri '{}' is not supported: use \"p2p\" or \"etcd://host:port[,host:port]\"", uri)};
+          fmt::format("metadata_uri '{}' is not supported: use \"p2p\", \"etcd://host:port[,host:port]\" or "
+                      "\"http://host:port/metadata\" (Mooncake's HTTP metadata server)",
+                      uri)};
 }
 
 }  // namespace hawser

@@ -1,6 +1,7 @@
 // Where segment descriptors live. "p2p": each engine serves its own over its
 // rpc listener, file segments are kept in-process (and loadable from JSON).
-// "etcd://": keys under <prefix>/segments/<name> and <prefix>/files/<name>.
+// "etcd://": keys under <prefix>/segments/<name> and <prefix>/files/<name>;
+// "http://": the same keys on Mooncake's HTTP metadata server (http_store.h).
 #pragma once
 
 #include <functional>
@@ -86,7 +87,8 @@ class MetadataStore {
   virtual Status removeEntry(const std::string& name, bool force);
 };
 
-// Builds the store for a metadata URI: "p2p" or "etcd://h:p[,h:p]".
+// Builds the store for a metadata URI: "p2p", "etcd://h:p[,h:p]" or
+// "http://h:p/path" (Mooncake's HTTP metadata server).
 // kInvalidArgument on a malformed URI; kUnavailable if etcd cannot be reached.
 Status makeMetadataStore(const std::string& uri, Config& config, rpc::Server* rpc,
                          std::unique_ptr<MetadataStore>& out);

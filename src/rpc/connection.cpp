@@ -54,8 +54,9 @@ Status Connection::call(uint16_t method, const std::string& request, std::string
   if (!s.ok()) {
     fd_.reset();
     if (s.code() == Code::kUnavailable)
-      return {Code::kUnavailable, fmt::format("{} closed the connection (auth token mismatch, shutting down or gone): {}",
-                                              peer, s.message())};
+      return {Code::kUnavailable,
+              fmt::format("{} closed the connection (auth token mismatch, shutting down or gone): {}", peer,
+                          s.message())};
     return {s.code(), fmt::format("{}: {}", peer, s.message())};
   }
   if (r.status != 0) {

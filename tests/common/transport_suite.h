@@ -20,6 +20,7 @@
 #include <stdlib.h>
 
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <thread>
 
@@ -127,7 +128,7 @@ class TransportSuite : public ::testing::TestWithParam<SuiteParam> {
     env_.push_back("HAWSER_TRANSPORT=" + p.transport);
     for (auto& kv : env_) ::putenv(const_cast<char*>(kv.c_str()));
     std::vector<std::string> args = {"serve", "--listen", "127.0.0.1:0", "--memory", std::to_string(kTargetBytes),
-                                     "--fill-seed", std::to_string(kSeed)};
+                                     "--fill-seed", std::to_string(kSeed), "--print-notifies"};
     if (p.target_location != "cpu") args.insert(args.end(), {"--location", p.target_location});
     ASSERT_TRUE(child_.start(args, env_));
     std::string seg = child_.waitFor("segment: ", 20000);
@@ -148,6 +149,17 @@ class TransportSuite : public ::testing::TestWithParam<SuiteParam> {
   }
 
   const std::string& loc() const { return GetParam().local_location; }
+
+  // The notifications the target printed so far (`hawser serve
+  // --print-notifies`), in the order it took them: "PEER NAME MESSAGE...".
+  std::vector<std::string> notified() const {
+    std::vector<std::string> out;
+    std::ifstream in(child_.out_path);
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind("notify: ", 0) == 0) out.push_back(line.substr(8));
+    return out;
+  }
 
   Child child_;
   std::vector<std::string> env_;
@@ -296,6 +308,79 @@ TEST_P(TransportSuite, peer_killed_mid_batch_fails_the_tasks_and_nothing_hangs) 
   if (auto& open = GetParam().open_handles; open && open() >= 0) {
     EXPECT_TRUE(eventually([&] { return open() == 0; })) << open() << " mapping(s) of the dead peer left open";
   }
+}
+
+// Notifications ride the engines' rpc listeners, after the transfer: the
+// target must see the written bytes when it takes the notification (its
+// `serve --print-notifies` checks the range the message names the moment it
+// drains it), and notifications arrive in the order they were issued, not
+// the order their transfers finished.
+TEST_P(TransportSuite, notification_arrives_after_the_writes_it_follows_in_issue_order) {
+  const size_t big = 64u << 20, part = 16u << 20;
+  SuiteBuffer src(loc(), big + 4096);
+  ASSERT_TRUE(engine_.registerLocalMemory(src.p, src.n, src.location(), false).ok());
+  const uint64_t seed = 31337, off = 8u << 20;
+  src.fill(0, big, seed);
+  src.fill(big, 1, seed + 1);
+  BatchID b;
+  ASSERT_TRUE(engine_.allocateBatchID(8, b).ok());
+  // n0: four writes of 16 MiB; n1: one byte elsewhere, likely done first.
+  std::vector<TransferRequest> w;
+  for (size_t i = 0; i < big / part; ++i)
+    w.push_back({OpCode::kWrite, src.p + i * part, seg_, base_ + off + i * part, part});
+  const std::string msg0 = "pattern " + std::to_string(off) + " " + std::to_string(big) + " " + std::to_string(seed);
+  ASSERT_TRUE(engine_.submitTransfer(b, w, Notification{"n0", msg0}).ok());
+  ASSERT_TRUE(engine_.submitTransfer(b, {{OpCode::kWrite, src.p + big, seg_, base_ + 4096, 1}},
+                                     Notification{"n1", "pattern 4096 1 " + std::to_string(seed + 1)})
+                  .ok());
+  // Issued after both: delivered after both, whenever they finish.
+  Status sent = engine_.sendNotify(seg_, Notification{"n2", "alone"});
+  ASSERT_TRUE(sent.ok()) << sent.toString();
+  ASSERT_TRUE(engine_.waitTransfer(b, std::chrono::seconds(60)).ok());
+  std::vector<NotifyStatus> ns;
+  ASSERT_TRUE(engine_.getNotifyStatus(b, ns).ok());
+  ASSERT_EQ(ns.size(), 2u);
+  for (auto& n : ns) EXPECT_EQ(n.s, NotifyState::kDelivered) << notifyStateName(n.s) << ": " << n.error.toString();
+  EXPECT_TRUE(engine_.freeBatchID(b).ok());
+  const std::string me = engine_.segmentName();
+  ASSERT_TRUE(eventually([&] { return notified().size() >= 3; })) << "the target printed " << notified().size();
+  auto lines = notified();
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], me + " n0 " + msg0 + " pattern ok");
+  EXPECT_EQ(lines[1], me + " n1 pattern 4096 1 " + std::to_string(seed + 1) + " pattern ok");
+  EXPECT_EQ(lines[2], me + " n2 alone");
+}
+
+// A transfer that fails is never notified: the target refuses a range it
+// withdrew, the notification stays unsent with the task's error, and the
+// next one to that peer still goes out.
+TEST_P(TransportSuite, notification_of_a_failed_write_is_never_delivered) {
+  SuiteBuffer local(loc(), 1u << 20);
+  ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, local.location(), false).ok());
+  local.fill(0, local.n, 5);
+  child_.kill(SIGUSR1);
+  ASSERT_FALSE(child_.waitFor("withdrawn").empty()) << "hawser serve did not withdraw its memory";
+  auto* store = detail::EngineAccess::of(engine_).store();
+  ASSERT_TRUE(eventually([&] { return store->mayHaveChanged(segment_, 0); }));
+  BatchID b;
+  ASSERT_TRUE(engine_.allocateBatchID(1, b).ok());
+  ASSERT_TRUE(engine_.submitTransfer(b, {{OpCode::kWrite, local.p, seg_, base_ + 4096, 65536}},
+                                     Notification{"lost", "pattern 4096 65536 5"})
+                  .ok());
+  ASSERT_TRUE(engine_.waitTransfer(b, std::chrono::seconds(20)).ok());
+  TransferStatus st;
+  ASSERT_TRUE(engine_.getTransferStatus(b, 0, st).ok());
+  ASSERT_EQ(st.s, TransferState::kFailed);
+  std::vector<NotifyStatus> ns;
+  ASSERT_TRUE(engine_.getNotifyStatus(b, ns).ok());
+  ASSERT_EQ(ns.size(), 1u);
+  EXPECT_EQ(ns[0].s, NotifyState::kNotSent) << notifyStateName(ns[0].s);
+  EXPECT_EQ(ns[0].error.code(), GetParam().refused_code) << ns[0].error.toString();
+  EXPECT_NE(ns[0].error.message().find("'lost' not sent: task 0"), std::string::npos) << ns[0].error.toString();
+  EXPECT_TRUE(engine_.freeBatchID(b).ok());
+  ASSERT_TRUE(engine_.sendNotify(seg_, Notification{"after", "x"}).ok());
+  ASSERT_TRUE(eventually([&] { return !notified().empty(); }));
+  EXPECT_EQ(notified(), std::vector<std::string>{engine_.segmentName() + " after x"});
 }
 
 }  // namespace hawser::test

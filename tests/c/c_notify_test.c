@@ -1,0 +1,195 @@
+/* hawser's C API for notifications (hawser/c_api.h, "Notifications") from C
+ * (C11, -Wpedantic -Werror): two engines in one process over tcp.
+ *
+ * Usage: c_c_notify_test [case]   (no argument: every case)
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hawser/c_api.h"
+
+static const char* g_case = "";
+
+#define CHECK(cond)                                                                                  \
+  do {                                                                                               \
+    if (!(cond)) {                                                                                   \
+      fprintf(stderr, "FAIL %s: %s:%d: %s (last error: %s)\n", g_case, __FILE__, __LINE__, #cond, \
+              hawser_last_error());                                                                  \
+      return 1;                                                                                      \
+    }                                                                                                \
+  } while (0)
+
+#define CHECK_RC(call, want)                                                                             \
+  do {                                                                                                   \
+    int rc_ = (call);                                                                                    \
+    int want_ = (want);                                                                                  \
+    if (rc_ != want_) {                                                                                  \
+      fprintf(stderr, "FAIL %s: %s:%d: %s returned %d (%s), want %d (%s); last error: %s\n", g_case,    \
+              __FILE__, __LINE__, #call, rc_, hawser_code_name(rc_), want_, hawser_code_name(want_),     \
+              hawser_last_error());                                                                      \
+      return 1;                                                                                          \
+    }                                                                                                    \
+  } while (0)
+
+#define CHECK_OK(call) CHECK_RC(call, HAWSER_OK)
+
+struct pair {
+  hawser_engine_t *target, *init;
+  unsigned char *mem, *local;
+  hawser_segment_id_t seg;
+};
+
+static int pair_open(struct pair* p, const char* depth) {
+  memset(p, 0, sizeof(*p));
+  hawser_kv_t cfg[2] = {{"transport", "tcp"}, {"notify.queue_depth", depth}};
+  hawser_engine_options_t o = {cfg, 2};
+  CHECK_OK(hawser_engine_create_with_options("p2p", "target", "127.0.0.1", 0, &o, &p->target));
+  CHECK_OK(hawser_engine_create_with_options("p2p", "init", "127.0.0.1", 0, &o, &p->init));
+  p->mem = calloc(1, 1 << 20);
+  p->local = calloc(1, 1 << 20);
+  CHECK(p->mem && p->local);
+  CHECK_OK(hawser_register_memory(p->target, p->mem, 1 << 20, "cpu:0", 1));
+  CHECK_OK(hawser_register_memory(p->init, p->local, 1 << 20, "cpu:0", 0));
+  char name[128];
+  CHECK_OK(hawser_segment_name(p->target, name, sizeof(name)));
+  CHECK_OK(hawser_open_segment(p->init, name, &p->seg));
+  return 0;
+}
+
+static void pair_close(struct pair* p) {
+  hawser_engine_destroy(p->init);
+  hawser_engine_destroy(p->target);
+  free(p->mem);
+  free(p->local);
+}
+
+static hawser_notification_t note(const char* name, const char* msg, size_t msg_len) {
+  hawser_notification_t n;
+  n.name = name;
+  n.name_len = strlen(name);
+  n.message = msg;
+  n.message_len = msg_len;
+  return n;
+}
+
+static int sent_alone_and_after_a_write_received_in_order_with_exact_bytes(void) {
+  struct pair p;
+  if (pair_open(&p, "16")) return 1;
+  hawser_notification_t a = note("bin", "x\0y", 3);
+  CHECK_OK(hawser_send_notify(p.init, p.seg, &a));
+  for (size_t i = 0; i < 4096; ++i) p.local[i] = (unsigned char)(i * 7u);
+  hawser_request_t w = {HAWSER_OP_WRITE, p.local, p.seg, (uint64_t)(uintptr_t)p.mem, 4096};
+  hawser_notification_t b = note("after", "w", 1);
+  hawser_status_t st;
+  CHECK_OK(hawser_transfer_sync_with_notify(p.init, &w, 1, &b, 20000, &st));
+  CHECK(st.state == HAWSER_COMPLETED);
+  /* A size query takes nothing; the peer is the sender's segment name. */
+  size_t count = 0;
+  CHECK_OK(hawser_get_notifies(p.target, NULL, &count));
+  CHECK(count == 2);
+  hawser_received_notification_t one[1];
+  count = 1;
+  CHECK_RC(hawser_get_notifies(p.target, one, &count), HAWSER_E_CAPACITY_EXCEEDED);
+  CHECK(count == 2);
+  hawser_received_notification_t got[4];
+  count = 4;
+  CHECK_OK(hawser_get_notifies(p.target, got, &count));
+  CHECK(count == 2);
+  char me[128];
+  CHECK_OK(hawser_segment_name(p.init, me, sizeof(me)));
+  CHECK(strcmp(got[0].peer, me) == 0);
+  CHECK(got[0].name_len == 3 && memcmp(got[0].name, "bin", 3) == 0);
+  CHECK(got[0].message_len == 3 && memcmp(got[0].message, "x\0y", 3) == 0);
+  CHECK(strcmp(got[1].name, "after") == 0 && got[1].message_len == 1);
+  for (size_t i = 0; i < 4096; ++i) CHECK(p.mem[i] == (unsigned char)(i * 7u));
+  count = 4;
+  CHECK_OK(hawser_get_notifies(p.target, got, &count));
+  CHECK(count == 0); /* taken */
+  pair_close(&p);
+  return 0;
+}
+
+static int a_full_queue_fails_the_notification_and_the_batch_says_why(void) {
+  struct pair p;
+  if (pair_open(&p, "1")) return 1;
+  hawser_notification_t n = note("first", "", 0);
+  CHECK_OK(hawser_send_notify(p.init, p.seg, &n));
+  CHECK_RC(hawser_send_notify(p.init, p.seg, &n), HAWSER_E_CAPACITY_EXCEEDED);
+  CHECK(strstr(hawser_last_error(), "notify.queue_depth") != NULL);
+  hawser_batch_id_t b;
+  CHECK_OK(hawser_allocate_batch(p.init, 2, &b));
+  hawser_request_t w = {HAWSER_OP_WRITE, p.local, p.seg, (uint64_t)(uintptr_t)p.mem, 64};
+  hawser_notification_t m = note("second", "", 0);
+  CHECK_OK(hawser_submit_with_notify(p.init, b, &w, 1, &m));
+  CHECK_OK(hawser_wait(p.init, b, 20000));
+  hawser_notify_status_t ns[2];
+  size_t count = 2;
+  CHECK_OK(hawser_notify_status(p.init, b, ns, &count));
+  CHECK(count == 1);
+  CHECK(ns[0].state == HAWSER_NOTIFY_FAILED);
+  CHECK(ns[0].error_code == HAWSER_E_CAPACITY_EXCEEDED);
+  CHECK(strcmp(hawser_notify_state_name(ns[0].state), "FAILED") == 0);
+  CHECK(strstr(ns[0].error_message, "is full") != NULL);
+  CHECK_OK(hawser_free_batch(p.init, b));
+  pair_close(&p);
+  return 0;
+}
+
+static int bad_arguments_are_invalid(void) {
+  struct pair p;
+  if (pair_open(&p, "4")) return 1;
+  hawser_notification_t n = note("x", "", 0);
+  CHECK_RC(hawser_send_notify(NULL, p.seg, &n), HAWSER_E_INVALID_ARGUMENT);
+  CHECK_RC(hawser_send_notify(p.init, p.seg, NULL), HAWSER_E_INVALID_ARGUMENT);
+  hawser_notification_t bad = {NULL, 3, "", 0};
+  CHECK_RC(hawser_send_notify(p.init, p.seg, &bad), HAWSER_E_INVALID_ARGUMENT);
+  CHECK(strstr(hawser_last_error(), "notify->name") != NULL);
+  CHECK_RC(hawser_send_notify(p.init, p.seg + 7, &n), HAWSER_E_SEGMENT_NOT_FOUND);
+  hawser_batch_id_t b;
+  CHECK_OK(hawser_allocate_batch(p.init, 1, &b));
+  CHECK_RC(hawser_submit_with_notify(p.init, b, NULL, 0, &n), HAWSER_E_INVALID_ARGUMENT);
+  CHECK_RC(hawser_get_notifies(p.target, NULL, NULL), HAWSER_E_INVALID_ARGUMENT);
+  size_t count = 0;
+  CHECK_RC(hawser_notify_status(p.init, b + 5, NULL, &count), HAWSER_E_INVALID_BATCH);
+  CHECK_OK(hawser_notify_status(p.init, b, NULL, &count));
+  CHECK(count == 0);
+  CHECK(strcmp(hawser_notify_state_name(99), "UNKNOWN") == 0);
+  CHECK_OK(hawser_free_batch(p.init, b));
+  pair_close(&p);
+  return 0;
+}
+
+static const struct {
+  const char* name;
+  int (*run)(void);
+} cases[] = {
+    {"sent_alone_and_after_a_write_received_in_order_with_exact_bytes",
+     sent_alone_and_after_a_write_received_in_order_with_exact_bytes},
+    {"a_full_queue_fails_the_notification_and_the_batch_says_why",
+     a_full_queue_fails_the_notification_and_the_batch_says_why},
+    {"bad_arguments_are_invalid", bad_arguments_are_invalid},
+};
+
+int main(int argc, char** argv) {
+  int failed = 0, ran = 0;
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+    if (argc > 1 && strcmp(argv[1], cases[i].name) != 0) continue;
+    g_case = cases[i].name;
+    ++ran;
+    if (cases[i].run() != 0) {
+      ++failed;
+    } else {
+      printf("ok - %s\n", cases[i].name);
+    }
+    fflush(stdout);
+  }
+  if (ran == 0) {
+    fprintf(stderr, "no case named '%s'\n", argv[1]);
+    return 2;
+  }
+  printf("%d of %d case(s) passed\n", ran - failed, ran);
+  return failed ? 1 : 0;
+}
