@@ -60,8 +60,8 @@ void BatchTable::track(const Submitted& sub) {
 Status BatchTable::peek(int64_t id, const char* what, Submitted& out) {
   if (id <= 0)
     return {Code::kInvalidBatch,
-            fmt::format("{}: batch id {} is not a batch (a negative id is the error code of a failed submit)", what,
-                        id)};
+            fmt::format("{}: batch id {} is not a batch (a submit that failed returned 0; last_error() said why)",
+                        what, id)};
   std::lock_guard lk(mu_);
   auto it = async_.find(static_cast<BatchID>(id));
   if (it == async_.end())
@@ -85,6 +85,10 @@ Status BatchTable::take(int64_t id, const char* what, Submitted& out) {
 Status BatchTable::finish(TransferEngine& engine, const Limits& limits, const Submitted& sub) {
   TransferEngine* e = &engine;
   const std::string where = fmt::format("{} to '{}'", sub.what, sub.target);
+  if (sub.tasks == 0) {  // an empty batch: nothing was submitted, nothing to wait for
+    freeOrKeep(engine, sub.id);
+    return Status::OK();
+  }
   auto now = Clock::now();
   Millis left = sub.deadline > now ? std::chrono::ceil<Millis>(sub.deadline - now) : Millis(0);
   Status w = e->waitTransfer(sub.id, left);

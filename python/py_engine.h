@@ -19,15 +19,18 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
 
 #include "hawser/config.h"
+#include "hawser/device_memory.h"
 #include "hawser/engine.h"
 #include "py_batches.h"
 #include "py_managed.h"
+#include "py_mooncake.h"
 #include "py_support.h"
 
 namespace hawser::pymod {
@@ -35,6 +38,16 @@ namespace hawser::pymod {
 // ---- the engine ------------------------------------------------------------------
 
 struct BlocksAccess;  // py_blocks.cpp
+
+// Python's TransferNotify (Mooncake's: name, msg); get_notifies() also says
+// which peer sent it.
+struct Notify {
+  Notify() = default;
+  Notify(std::string n, std::string m) : name(std::move(n)), msg(std::move(m)) {}
+  std::string name;
+  std::string msg;
+  std::string peer;  // the sender's segment name (received notifications only)
+};
 
 class PyEngine {
   friend struct BlocksAccess;
@@ -59,37 +72,19 @@ class PyEngine {
 
   // -- setup --
   int initialize(const std::string& local_hostname, const std::string& metadata_server, const std::string& protocol,
-                 const std::string& device_name) {
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = init(local_hostname, metadataUri(metadata_server), protocol, device_name);
-    }
-    return ret(s);
+                 const std::optional<std::string>& device_name) {
+    return initializeUri(local_hostname, metadataUri(metadata_server), protocol, device_name);
   }
 
   int initializeExt(const std::string& local_hostname, const std::string& metadata_server,
-                    const std::string& protocol, const std::string& device_name, const std::string& metadata_type) {
+                    const std::string& protocol, const std::optional<std::string>& device_name,
+                    const std::string& metadata_type) {
     std::string uri = metadata_server;
     if (metadata_server == "P2PHANDSHAKE" || metadata_server == "p2p" || metadata_server.empty())
       uri = "p2p";
     else if (metadata_server.find("://") == std::string::npos)
       uri = (metadata_type.empty() ? std::string("etcd") : metadata_type) + "://" + metadata_server;
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = init(local_hostname, uri, protocol, device_name);
-    }
-    return ret(s);
-  }
-
-  // Drains the notifications received so far (py_notify.cpp: get_notifies).
-  Status getNotifies(std::vector<ReceivedNotification>& out) {
-    py::gil_scoped_release nogil;
-    TransferEngine* e = nullptr;
-    Status s = engine(e);
-    if (s.ok()) s = e->getNotifies(out);
-    return context(s, "get_notifies");
+    return initializeUri(local_hostname, uri, protocol, device_name);
   }
 
   int rpcPort() const {
@@ -146,84 +141,134 @@ class PyEngine {
 
   // -- transfers --
   int transferSync(const std::string& target, uint64_t buffer, uint64_t peer, uint64_t length, OpCode op,
-                   const char* what, const std::string& hint, const Notification* notify = nullptr) {
-    return batchSync(target, {buffer}, {peer}, {length}, op, what, hint, notify);
+                   const char* what, const std::string& hint) {
+    return batchSync(target, {buffer}, {peer}, {length}, op, what, hint);
   }
 
+  // 0 when every byte moved; else the negative code (last_error() says why).
+  // An empty batch moves nothing and succeeds, as in Mooncake.
   int batchSync(const std::string& target, const std::vector<uint64_t>& buffers,
                 const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
-                const char* what, const std::string& hint, const Notification* notify = nullptr) {
+                const char* what, const std::string& hint) {
     Status s;
     {
       py::gil_scoped_release nogil;
-      reap();
-      Submitted sub;
-      std::vector<TransferRequest> reqs;
-      s = requests(what, target, buffers, peers, lengths, op, hint, reqs, sub);
-      if (s.ok()) {
-        // The engine's synchronous transfer: deadline, cancel, bounded wait,
-        // free (or keep an orphan until its I/O ends).
-        const auto now = Clock::now();
-        const Millis limit = sub.deadline > now ? std::chrono::ceil<Millis>(sub.deadline - now) : Millis(0);
-        std::vector<TransferStatus> st;
-        // With a notification: sent once every request completed; its refusal is the result.
-        Status r = notify ? engine_->transferSync(reqs, *notify, limit, &st, Millis(limits_.cancel_wait_ms))
-                          : engine_->transferSync(reqs, limit, &st, Millis(limits_.cancel_wait_ms));
-        bool notify_failed = false;  // the transfer completed, its notification did not go
-        if (notify && !r.ok() && !st.empty()) {
-          notify_failed = true;
-          for (auto& t : st) notify_failed &= t.s == TransferState::kCompleted;
-        }
-        if ((!r.ok() && st.empty()) || notify_failed)
-          s = context(r, fmt::format("{} to '{}'", what, target));  // refused at submit, or the notification failed
-        else s = outcome(limits_, sub, st, r.code() == Code::kTimeout, fmt::format("{} to '{}'", what, target));
-      }
+      s = syncTransfer(target, buffers, peers, lengths, op, what, hint, nullptr);
     }
     return ret(s);
   }
 
-  // Positive batch id, or the negative code.
-  int64_t batchAsync(const std::string& target, const std::vector<uint64_t>& buffers,
-                     const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
-                     const char* what, const std::string& hint, const Notification* notify = nullptr) {
+  // transfer_sync / batch_transfer_sync: with notify=TransferNotify(name,
+  // msg), the target receives it once every byte is in its memory (an empty
+  // batch sends it alone); never when the transfer failed. 0 only when the
+  // transfer completed and the notification was delivered.
+  int batchSyncNotify(const std::string& target, const std::vector<uint64_t>& buffers,
+                      const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
+                      const py::object& notify, const char* what, const std::string& hint) {
+    Notification note;
+    if (!notificationFrom(notify, note, what)) return batchSync(target, buffers, peers, lengths, op, what, hint);
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = syncTransfer(target, buffers, peers, lengths, op, what, hint, &note);
+    }
+    return ret(s);
+  }
+
+  // notify= as the calls take it: None (false: nothing to send), an object
+  // with `name` and `msg` (hawser's or Mooncake's TransferNotify), or a
+  // (name, msg) tuple; each str or bytes. TypeError for anything else.
+  static bool notificationFrom(const py::handle& notify, Notification& out, const char* what) {
+    if (notify.is_none()) return false;
+    auto text = [what](const py::handle& v, const char* field) {
+      if (py::isinstance<py::bytes>(v) || py::isinstance<py::str>(v)) return v.cast<std::string>();
+      throw py::type_error(fmt::format("{}: notify {} must be str or bytes", what, field));
+    };
+    if (py::isinstance<py::tuple>(notify)) {
+      auto t = notify.cast<py::tuple>();
+      if (t.size() != 2) throw py::type_error(fmt::format("{}: a notify tuple must be (name, msg)", what));
+      out = Notification{text(t[0], "name"), text(t[1], "msg")};
+      return true;
+    }
+    if (py::isinstance<Notify>(notify)) {
+      const auto& n = notify.cast<const Notify&>();
+      out = Notification{n.name, n.msg};
+      return true;
+    }
+    if (!py::hasattr(notify, "name") || !py::hasattr(notify, "msg"))
+      throw py::type_error(fmt::format("{}: notify must be a TransferNotify(name, msg), a (name, msg) tuple or None",
+                                       what));
+    out = Notification{text(notify.attr("name"), "name"), text(notify.attr("msg"), "msg")};
+    return true;
+  }
+
+  // Every notification received since the last call, oldest first.
+  std::vector<Notify> getNotifies() {
+    std::vector<ReceivedNotification> got;
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      TransferEngine* e = nullptr;
+      s = engine(e);
+      if (s.ok()) s = e->getNotifies(got);
+    }
+    std::vector<Notify> out;
+    if (!s.ok()) {
+      fail(context(s, "get_notifies"));
+      return out;
+    }
+    for (auto& g : got) {
+      out.emplace_back(std::move(g.name), std::move(g.message));
+      out.back().peer = std::move(g.peer);
+    }
+    return out;
+  }
+
+  // Positive batch id; 0 on failure, as Mooncake (last_error() says why).
+  // With a notification (hawser: Mooncake's async calls take none), it is
+  // sent once every request completed, never when one failed.
+  uint64_t batchAsync(const std::string& target, const std::vector<uint64_t>& buffers,
+                      const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
+                      const char* what, const std::string& hint, const Notification* notify = nullptr) {
     Status s;
     Submitted sub;
     {
       py::gil_scoped_release nogil;
       reap();
       s = submit(what, target, buffers, peers, lengths, op, hint, sub, notify);
-      if (s.ok()) {
-        batches_.track(sub);
-      }
+      if (s.ok()) batches_.track(sub);
     }
-    if (!s.ok()) return ret(s);
-    return static_cast<int64_t>(sub.id);
+    if (!s.ok()) {
+      fail(s);
+      return 0;
+    }
+    return static_cast<uint64_t>(sub.id);
   }
 
-  // Blocks until each batch ends (or its timeout passes: canceled), frees it,
-  // and returns 0 or the negative code per batch.
-  std::vector<int> batchStatus(const std::vector<int64_t>& ids) {
-    std::vector<int> out(ids.size(), 0);
-    Status last;
+  // Blocks until each batch ends (or its timeout passes: canceled) and frees
+  // it. 0 when all completed; else the negative code of the first that did
+  // not (last_error() says why), as Mooncake's one int.
+  int batchStatus(const std::vector<py::int_>& ids) {
+    std::vector<int64_t> v(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) v[i] = batchId(ids[i]);
+    Status first;
     {
       py::gil_scoped_release nogil;
-      for (size_t i = 0; i < ids.size(); ++i) {
+      for (size_t i = 0; i < v.size(); ++i) {
         Submitted sub;
-        Status s = take(ids[i], "get_batch_transfer_status", sub);
+        Status s = take(v[i], "get_batch_transfer_status", sub);
         if (s.ok()) s = finish(sub);
-        if (!s.ok()) {
-          out[i] = negative(s);
-          last = s;
-        }
+        if (!s.ok() && first.ok()) first = s;
       }
     }
-    if (!last.ok()) fail(last);
-    return out;
+    return ret(first);
   }
 
-  // 1 = completed (batch freed), 0 = still running, -1 = failed (batch freed;
-  // last_error() says why). Past its timeout a batch is canceled and fails.
-  int checkStatus(int64_t id) {
+  // 1 completed (batch freed), 0 still running, -1 failed (batch freed, or
+  // the id is unknown), -2 timed out (canceled and freed): Mooncake's values.
+  // last_error() says why for -1 and -2. Past its timeout a batch is canceled.
+  int checkStatus(const py::int_& batch_id) {
+    const int64_t id = batchId(batch_id);
     Status s;
     int result = -1;
     {
@@ -232,19 +277,23 @@ class PyEngine {
       s = peek(id, "transfer_check_status", sub);
       if (s.ok()) {
         TransferEngine* e = engine_.get();
-        (void)e->waitTransfer(sub.id, Millis(0));  // drives polling transports
         TransferStatus st;
-        s = e->getBatchTransferStatus(sub.id, st);
+        if (sub.tasks > 0) {
+          (void)e->waitTransfer(sub.id, Millis(0));  // drives polling transports
+          s = e->getBatchTransferStatus(sub.id, st);
+        } else {
+          st.s = TransferState::kCompleted;  // an empty batch
+        }
         if (s.ok() && !isTerminal(st.s) && Clock::now() < sub.deadline) {
           result = 0;
         } else if (s.ok()) {
           s = take(id, "transfer_check_status", sub);
           if (s.ok()) s = finish(sub);
-          result = s.ok() ? 1 : -1;
+          result = s.ok() ? 1 : s.code() == Code::kTimeout ? -2 : -1;
         }
       }
     }
-    if (result == -1) fail(s);
+    if (result < 0) fail(s);
     return result;
   }
 
@@ -263,11 +312,14 @@ class PyEngine {
     return addr;
   }
 
+  // `length` is not checked: Mooncake's callers pass the allocated length
+  // or another one; the allocator knows what it gave out.
   int freeManaged(uint64_t addr, uint64_t length) {
+    (void)length;
     Status s;
     {
       py::gil_scoped_release nogil;
-      s = release(addr, length);
+      s = release(addr);
     }
     return ret(context(s, "free_managed_buffer"));
   }
@@ -353,6 +405,63 @@ class PyEngine {
     return true;
   }
 
+  // -- what Mooncake's connectors call besides transfers --
+
+  // 0 when the peer answers now (its descriptor fetched afresh), else the
+  // negative code (last_error() says why). SGLang probes blacklisted peers.
+  int sendProbe(const std::string& peer) {
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      TransferEngine* e = nullptr;
+      s = engine(e);
+      if (s.ok()) s = e->probeSegment(peer);
+    }
+    return ret(context(s, fmt::format("send_probe('{}')", peer)));
+  }
+
+  // Address of the hawser::TransferEngine (0 before initialize()).
+  uint64_t enginePtr() const { return reinterpret_cast<uint64_t>(live()); }
+
+  // Mooncake's topology JSON ({"cpu:N": [[NICs on node N], [others]]}) from
+  // this engine's rdma transport, or from a temporary engine (as Mooncake
+  // builds one) when this one is not initialized.
+  std::string localTopology(const std::optional<std::string>& device_name) {
+    py::gil_scoped_release nogil;
+    const std::string devices = device_name.value_or("");
+    if (TransferEngine* e = live()) return topologyJson(e->diagnose(), devices);
+    TransferEngine tmp;
+    EngineOptions opts;
+    if (!devices.empty()) opts.config["rdma.devices"] = devices;
+    Status s = tmp.init("p2p", "topology", "127.0.0.1", 0, opts);
+    return topologyJson(s.ok() ? tmp.diagnose() : std::vector<TransportDiagnosis>{}, devices);
+  }
+
+  // Mooncake's *_on_cuda: the transfer starts once the work queued on CUDA
+  // stream `stream` before the call has finished. hawser waits for that
+  // stream, then moves the bytes, and returns when they are in place (Mooncake
+  // returns at once and moves them from a stream callback, exiting the process
+  // when they fail); work queued after the call therefore sees them. Failures
+  // raise hawser.Error (Mooncake raises RuntimeError, its base class).
+  void transferOnCuda(const std::string& target, const std::vector<uint64_t>& buffers,
+                      const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
+                      uint64_t stream, const char* what, const std::string& hint) {
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      TransferEngine* e = nullptr;
+      s = engine(e);
+      if (s.ok())
+        s = context(synchronizeStream(reinterpret_cast<void*>(stream)),
+                    fmt::format("{}: stream {}", what, hex(stream)));
+      if (s.ok()) s = syncTransfer(target, buffers, peers, lengths, op, what, hint, nullptr);
+    }
+    if (!s.ok()) {
+      t_last_error = s;
+      throw Failure{s};
+    }
+  }
+
   size_t unreclaimed() {
     py::gil_scoped_release nogil;
     reap();
@@ -366,12 +475,32 @@ class PyEngine {
  private:
   TransferEngine* live() const { return inited_.load(std::memory_order_acquire) ? engine_.get() : nullptr; }
 
+  int initializeUri(const std::string& local_hostname, const std::string& uri, const std::string& protocol,
+                    const std::optional<std::string>& device_name) {
+    Status s;
+    std::vector<LogLine> lines;
+    {
+      py::gil_scoped_release nogil;
+      s = init(local_hostname, uri, protocol, device_name.value_or(""));
+      std::lock_guard lk(init_mu_);
+      lines.swap(log_);
+    }
+    emitLog(lines);
+    return ret(s);
+  }
+
   Status engine(TransferEngine*& e) const {
     e = live();
     if (!e) return {Code::kInvalidArgument, "engine is not initialized: call initialize() first"};
     return Status::OK();
   }
 
+  // Mooncake's protocol argument, as hawser reads it: "" / "auto" = the
+  // engine picks per request; an installed transport's name forces it; a
+  // name Mooncake accepts that this host cannot honour ("rdma" without a NIC,
+  // "efa", ...) falls back to tcp with one log line, as Mooncake installs tcp
+  // where it finds no RDMA NIC. HAWSER_TRANSPORT wins over all of it, then
+  // MC_FORCE_TCP (tcp); MC_FORCE_HCA keeps a forced "rdma" from falling back.
   Status init(const std::string& local_hostname, const std::string& uri, const std::string& protocol,
               const std::string& device_name) {
     std::lock_guard lk(init_mu_);
@@ -382,24 +511,20 @@ class PyEngine {
     uint16_t port = 0;
     Status s = splitHostPort(local_hostname, host, port);
     if (!s.ok()) return context(s, "initialize");
-    auto e = std::make_unique<TransferEngine>();
+    const MooncakeEnv mc = readMooncakeEnv(log_);
     EngineOptions opts;
     // Every python.* knob is in the config table (hawser/config.h): read
     // through the public API, validated as init() validates it.
     ConfigSource src = ConfigSource::kDefault;
     std::string text;
-    // HAWSER_TRANSPORT / HAWSER_RDMA_DEVICES set by the operator win over
-    // the arguments (a caller that hard-codes "rdma" can be redirected).
     std::string proto = lower(protocol);
-    bool forced_by_arg = false;
-    // Any installed transport's name forces it; the engine refuses a name
-    // that is not installed here, listing those that are.
-    if (!proto.empty() && proto != "auto") {
-      if (!(s = configValue("transport", opts, text, &src)).ok()) return context(s, "initialize");
-      if (src == ConfigSource::kDefault) {
-        opts.config["transport"] = proto;
-        forced_by_arg = true;
-      }
+    if (!(s = configValue("transport", opts, text, &src)).ok()) return context(s, "initialize");
+    const bool operator_forced = src != ConfigSource::kDefault;  // HAWSER_TRANSPORT
+    std::string forced;  // what the protocol argument (or MC_FORCE_TCP) forces
+    if (!operator_forced) {
+      if (mc.force_tcp) forced = "tcp";
+      else if (!proto.empty() && proto != "auto") forced = proto;
+      if (!forced.empty()) opts.config["transport"] = forced;
     }
     if (!device_name.empty()) {
       if (!(s = configValue("rdma.devices", opts, text, &src)).ok()) return context(s, "initialize");
@@ -408,18 +533,8 @@ class PyEngine {
 
     if (!(s = configInt("python.sync_timeout_ms", opts, limits_.sync_timeout_ms, &src)).ok())
       return context(s, "initialize");
-    if (src == ConfigSource::kDefault) {
-      // Mooncake's knob (seconds) is honoured when ours is not set.
-      if (const char* mc = std::getenv("MC_TRANSFER_TIMEOUT")) {
-        std::string_view t(mc);
-        int64_t sec = 0;
-        auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), sec);
-        if (t.empty() || ec != std::errc() || p != t.data() + t.size() || sec < 1 || sec > 86400)
-          return {Code::kInvalidArgument,
-                  fmt::format("initialize: MC_TRANSFER_TIMEOUT = '{}' is not a number of seconds in 1..86400", mc)};
-        limits_.sync_timeout_ms = sec * 1000;
-      }
-    }
+    // Mooncake's knob (seconds) is honoured when ours is not set.
+    if (src == ConfigSource::kDefault && mc.timeout_ms) limits_.sync_timeout_ms = *mc.timeout_ms;
     int64_t pool = 0;
     if (!(s = configInt("python.sync_timeout_ns_per_byte", opts, limits_.ns_per_byte)).ok() ||
         !(s = configInt("python.cancel_wait_ms", opts, limits_.cancel_wait_ms)).ok() ||
@@ -427,16 +542,30 @@ class PyEngine {
       return context(s, "initialize");
     managed_.setPoolSize(static_cast<uint64_t>(pool));
 
+    auto e = std::make_unique<TransferEngine>();
     s = e->init(uri, local_hostname, host, port, opts);
-    // A protocol this build has no transport for: init refuses the value of
-    // config `transport` (kInvalidArgument); for the protocol argument that
-    // is Mooncake's "not supported".
-    if (s.code() == Code::kInvalidArgument && forced_by_arg && s.message().find("config transport ") != std::string::npos)
-      return {Code::kNotSupported, fmt::format("initialize: protocol '{}' is not supported: {}", protocol, s.message())};
-    if (s.code() == Code::kNoTransport && forced_by_arg)
+    // The forced transport is not in this build (init refuses config
+    // `transport`), or is and cannot install here (no NIC, no verbs library).
+    const bool not_built =
+        s.code() == Code::kInvalidArgument && s.message().find("config transport ") != std::string::npos;
+    const bool cannot_install = s.code() == Code::kNoTransport;
+    if ((not_built || cannot_install) && !forced.empty() && forced != "tcp" && isMooncakeProtocol(forced) &&
+        !(forced == "rdma" && mc.force_hca)) {
+      log_.push_back(LogLine{kLogWarning,
+                             fmt::format("initialize: protocol '{}' cannot be used on this host ({}); using tcp, as "
+                                         "Mooncake does without an RDMA NIC (HAWSER_TRANSPORT={} fails instead)",
+                                         protocol, s.message(), forced)});
+      opts.config["transport"] = "tcp";
+      e = std::make_unique<TransferEngine>();
+      s = e->init(uri, local_hostname, host, port, opts);
+    } else if (not_built && !forced.empty()) {
+      return {Code::kNotSupported,
+              fmt::format("initialize: protocol '{}' is not supported: {}", protocol, s.message())};
+    } else if (cannot_install && !forced.empty()) {
       return {s.code(), fmt::format("initialize: protocol '{}': {}; pass an installed transport or \"auto\" "
                                     "(or set HAWSER_TRANSPORT, which wins over the argument)",
                                     protocol, s.message())};
+    }
     if (!s.ok()) return context(s, "initialize");
     engine_ = std::move(e);
     inited_.store(true, std::memory_order_release);
@@ -516,16 +645,15 @@ class PyEngine {
     TransferEngine* e = nullptr;
     Status s = engine(e);
     if (!s.ok()) return context(s, what);
-    if (!hint.empty())
-      return {Code::kNotSupported,
-              fmt::format("{}: transport_hint '{}' is not supported: hawser picks the transport per request "
-                          "(force one with initialize(protocol=...) or HAWSER_TRANSPORT)",
-                          where, hint)};
+    (void)hint;  // Mooncake's classic engine ignores it too; hawser picks the transport per request
     if (buffers.size() != peers.size() || buffers.size() != lengths.size())
       return {Code::kInvalidArgument,
               fmt::format("{}: buffers ({}), peer_buffer_addresses ({}) and lengths ({}) differ in length", where,
                           buffers.size(), peers.size(), lengths.size())};
-    if (buffers.empty()) return {Code::kInvalidArgument, fmt::format("{}: buffers is empty", where)};
+    out.what = what;
+    out.target = target;
+    out.deadline = Clock::now() + Millis(limits_.sync_timeout_ms);
+    if (buffers.empty()) return Status::OK();  // nothing to move: no segment is opened
     SegmentID seg = kInvalidSegment;
     s = segment(e, target, seg);
     if (!s.ok()) return context(s, what);
@@ -537,8 +665,6 @@ class PyEngine {
     }
     out.tasks = reqs.size();
     out.bytes = bytes;
-    out.what = what;
-    out.target = target;
     // Timeout: python.sync_timeout_ms + bytes * python.sync_timeout_ns_per_byte.
     double ns = static_cast<double>(bytes) * static_cast<double>(limits_.ns_per_byte);
     double total_ms = static_cast<double>(limits_.sync_timeout_ms) + ns / 1e6;
@@ -557,15 +683,64 @@ class PyEngine {
     const std::string where = fmt::format("{} to '{}'", what, target);
     TransferEngine* e = engine_.get();
     BatchID b = kInvalidBatch;
-    s = e->allocateBatchID(reqs.size(), b);
+    s = e->allocateBatchID(std::max<size_t>(reqs.size(), 1), b);
     if (!s.ok()) return context(s, where);
-    s = notify ? e->submitTransfer(b, reqs, *notify) : e->submitTransfer(b, reqs);
+    if (!reqs.empty()) {
+      s = notify ? e->submitTransfer(b, reqs, *notify) : e->submitTransfer(b, reqs);
+    } else if (notify) {  // an empty batch is complete as it is: the notification goes alone
+      SegmentID seg = kInvalidSegment;
+      s = segment(e, target, seg);
+      if (s.ok()) s = e->sendNotify(seg, *notify);
+    }
     if (!s.ok()) {
       (void)e->freeBatchID(b);  // nothing was accepted: the batch is empty
       return context(s, where);
     }
     out.id = b;
     return Status::OK();
+  }
+
+  // The sync path (GIL released): one batch through the engine's
+  // transferSync (deadline, cancel, bounded wait, free, or an orphan kept
+  // until its I/O ends).
+  Status syncTransfer(const std::string& target, const std::vector<uint64_t>& buffers,
+                      const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
+                      const char* what, const std::string& hint, const Notification* notify) {
+    reap();
+    Submitted sub;
+    std::vector<TransferRequest> reqs;
+    Status s = requests(what, target, buffers, peers, lengths, op, hint, reqs, sub);
+    if (!s.ok()) return s;
+    const std::string where = fmt::format("{} to '{}'", what, target);
+    if (reqs.empty()) {
+      if (!notify) return Status::OK();
+      SegmentID seg = kInvalidSegment;  // nothing to move: the notification goes alone
+      s = segment(engine_.get(), target, seg);
+      if (s.ok()) s = engine_->sendNotify(seg, *notify);
+      return context(s, where);
+    }
+    const auto now = Clock::now();
+    const Millis limit = sub.deadline > now ? std::chrono::ceil<Millis>(sub.deadline - now) : Millis(0);
+    std::vector<TransferStatus> st;
+    const Millis cancel_wait(limits_.cancel_wait_ms);
+    Status r = notify ? engine_->transferSync(reqs, *notify, limit, &st, cancel_wait)
+                      : engine_->transferSync(reqs, limit, &st, cancel_wait);
+    if (!r.ok() && st.empty()) return context(r, where);  // refused at submit
+    Status o = outcome(limits_, sub, st, r.code() == Code::kTimeout, where);
+    // Every byte moved, the notification did not arrive (queue full, peer gone).
+    if (notify && o.ok() && !r.ok()) return context(r, where + ": the notification");
+    return o;
+  }
+
+  // A batch id from Python: one that fits no int64 is no batch (-1).
+  static int64_t batchId(const py::int_& v) {
+    int overflow = 0;
+    long long id = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+    if (overflow != 0 || (id == -1 && PyErr_Occurred())) {
+      PyErr_Clear();
+      return -1;
+    }
+    return id;
   }
 
   void reap() {
@@ -602,10 +777,10 @@ class PyEngine {
     return s.ok() ? managed_.allocate(*e, length, out) : s;
   }
 
-  Status release(uint64_t addr, uint64_t length) {
+  Status release(uint64_t addr) {
     TransferEngine* e = nullptr;
     Status s = engine(e);
-    return s.ok() ? managed_.release(*e, addr, length) : s;
+    return s.ok() ? managed_.release(*e, addr) : s;
   }
 
   const bool raise_;
@@ -613,6 +788,7 @@ class PyEngine {
   std::unique_ptr<TransferEngine> engine_;
   std::atomic<bool> inited_{false};
   Limits limits_;
+  std::vector<LogLine> log_;  // what init() has to say, written to Python's logging once the GIL is back
 
   std::mutex seg_mu_;
   std::unordered_map<std::string, SegmentID> segments_;

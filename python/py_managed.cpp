@@ -85,7 +85,7 @@ bool ManagedBuffers::takeBlock(Pool& p, uint64_t size, uint64_t& out) {
   return false;
 }
 
-Status ManagedBuffers::release(TransferEngine& e, uint64_t addr, uint64_t length) {
+Status ManagedBuffers::release(TransferEngine& e, uint64_t addr) {
   Status s;
   std::lock_guard lk(mu_);
   auto it = allocs_.find(addr);
@@ -93,9 +93,6 @@ Status ManagedBuffers::release(TransferEngine& e, uint64_t addr, uint64_t length
     return {Code::kInvalidArgument,
             fmt::format("addr {} is not a live managed buffer (not from allocate_managed_buffer, or already freed)",
                         hex(addr))};
-  if (it->second.length != length)
-    return {Code::kInvalidArgument, fmt::format("length {} does not match the {} bytes allocated at {}", length,
-                                                it->second.length, hex(addr))};
   Alloc a = it->second;
   if (!a.pool) {
     s = e.unregisterLocalMemory(reinterpret_cast<void*>(addr));

@@ -21,8 +21,8 @@ class ManagedBuffers {
   // Pools are `bytes` (rounded up to pages) from the next one mapped on.
   void setPoolSize(uint64_t bytes);
   Status allocate(TransferEngine& e, uint64_t length, uint64_t& out);
-  // `length` must be what was allocated at `addr`.
-  Status release(TransferEngine& e, uint64_t addr, uint64_t length);
+  // Frees the buffer at `addr` (its length is the allocator's to know).
+  Status release(TransferEngine& e, uint64_t addr);
   // True when `addr` is a managed buffer or the start of a pool's mapping.
   bool owns(uint64_t addr);
   // After the engine is gone: unmaps everything, forgets every buffer.

@@ -14,6 +14,9 @@ thread_local Status t_last_error;
 
 PyObject* g_error_type = nullptr;
 
+std::string lastErrorText() { return t_last_error.ok() ? std::string() : t_last_error.toString(); }
+std::string lastErrorCode() { return std::string(codeName(t_last_error.code())); }
+
 
 Status context(const Status& s, const std::string& where) {
   if (s.ok()) return s;
@@ -73,5 +76,11 @@ std::string metadataUri(const std::string& server) {
 }
 
 std::string hex(uint64_t v) { return fmt::format("{:#x}", v); }
+
+py::str strOf(const std::string& s) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogateescape");
+  if (!o) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(o);
+}
 
 }  // namespace hawser::pymod

@@ -24,6 +24,10 @@ struct Failure {
   Status status;
 };
 
+// last_error(): "code_name: message" of t_last_error ("" if none); last_error_code(): its code name.
+std::string lastErrorText();
+std::string lastErrorCode();
+
 extern PyObject* g_error_type;  // hawser.Error, owned by the module for the process lifetime
 
 inline int negative(const Status& s) { return -static_cast<int>(s.code()); }
@@ -38,6 +42,9 @@ Status splitHostPort(const std::string& in, std::string& host, uint16_t& port);
 // Mooncake: "P2PHANDSHAKE" = no store; a string without "://" is an etcd address.
 std::string metadataUri(const std::string& server);
 std::string hex(uint64_t v);
+// str of bytes; bytes that are not UTF-8 survive as surrogates
+// (.encode('utf-8', 'surrogateescape') gives them back).
+py::str strOf(const std::string& s);
 
 // A C-contiguous read-only view of any buffer-protocol object.
 class BufferView {

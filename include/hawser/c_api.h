@@ -198,7 +198,8 @@ int hawser_check_registered(hawser_engine_t* engine, const void* addr, size_t le
 int hawser_open_segment(hawser_engine_t* engine, const char* name, hawser_segment_id_t* out);
 /* Drops one reference to an open segment; HAWSER_E_SEGMENT_NOT_FOUND if it is not open. */
 int hawser_close_segment(hawser_engine_t* engine, hawser_segment_id_t id);
-/* The buffers of an open segment, refreshed from metadata (see Output arrays; locations library-owned). */
+/* The buffers of an open segment, refreshed from metadata, memory segments' in their owner's registration
+ * order (see Output arrays; locations library-owned). */
 int hawser_segment_buffers(hawser_engine_t* engine, hawser_segment_id_t id, hawser_segment_buffer_t* out,
                            size_t* count);
 /* Publishes a named file segment made of `files` (count >= 1), concatenated in order. */

@@ -22,5 +22,10 @@ Status allocateDeviceMemory(int device, size_t bytes, void** out);
 Status freeDeviceMemory(void* ptr);
 // dst <- src, each host or device memory; returns when the copy is done.
 Status copyMemory(void* dst, const void* src, size_t bytes);
+// Returns when the work queued on CUDA stream `stream` (a CUstream /
+// cudaStream_t, e.g. torch.cuda.Stream.cuda_stream; nullptr: the legacy
+// default stream of the calling thread's context, GPU 0's primary context
+// when the thread has none) has finished. kNotSupported without a driver.
+Status synchronizeStream(void* stream);
 
 }  // namespace hawser

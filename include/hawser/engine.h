@@ -76,8 +76,14 @@ class TransferEngine {
   Status openSegment(const std::string& name, SegmentID& out);
   Status closeSegment(SegmentID id);
   // The buffers of an open segment (refreshed from metadata), e.g. to learn
-  // the remote addresses to target.
+  // the remote addresses to target. Memory segments: in the order their
+  // owner registered them (the first registered first).
   Status segmentBuffers(SegmentID id, std::vector<SegmentBuffer>& out);
+  // Fetches the segment's descriptor now, bypassing what openSegment cached:
+  // with p2p from the peer itself (so Ok means it answers), with etcd from
+  // the store (where a dead engine's segment lasts until its lease ends).
+  // The error (kUnavailable, kSegmentNotFound, kTimeout, ...) says why not.
+  Status probeSegment(const std::string& name);
 
   // Publishes a named file segment made of `files` (concatenated in order).
   Status registerFileSegment(const std::string& name, const std::vector<FileDesc>& files);

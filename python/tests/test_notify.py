@@ -1,6 +1,7 @@
 """Notifications from Python: notify= on the sync and async batch calls,
-get_notifies() on the receiver, a full receiving queue as the sender's
-error, and the accepted forms of notify=."""
+get_notifies() on the receiver (Mooncake's TransferNotify objects, with the
+sender in .peer), a full receiving queue as the sender's error, and the
+accepted forms of notify=."""
 import pytest
 
 from conftest import REGION, Region, pattern, require_hawser
@@ -41,13 +42,13 @@ def test_sync_write_with_notify_delivers_after_the_bytes(two, hw):
                                hw.TransferOpcode.Write, notify=n)
     assert rc == 0, hw.last_error()
     got = b.get_notifies()
-    assert got == [(a.get_segment_name(), "kv", "layer-0")]
+    assert [(n.peer, n.name, n.msg) for n in got] == [(a.get_segment_name(), "kv", "layer-0")]
     assert rb.read(0, 8192) == data
     assert b.get_notifies() == []
     # A (name, msg) tuple, and bytes that are not UTF-8.
     assert a.transfer_sync(seg, ra.addr, rb.addr, 16, hw.TransferOpcode.Write, notify=("t", b"\xff\x00")) == 0
-    (peer, name, msg), = b.get_notifies()
-    assert name == "t" and msg.encode("utf-8", "surrogateescape") == b"\xff\x00"
+    got, = b.get_notifies()
+    assert got.name == "t" and got.msg.encode("utf-8", "surrogateescape") == b"\xff\x00"
 
 
 def test_async_batch_with_notify(two, hw):
@@ -56,12 +57,12 @@ def test_async_batch_with_notify(two, hw):
     bid = a.batch_transfer_async(b.get_segment_name(), [ra.addr], [rb.addr + 100], [11], hw.TransferOpcode.Write,
                                  notify=hw.TransferNotify("done", "1"))
     assert bid > 0, hw.last_error()
-    assert a.get_batch_transfer_status([bid]) == [0], hw.last_error()
+    assert a.get_batch_transfer_status([bid]) == 0, hw.last_error()
     for _ in range(2000):
         got = b.get_notifies()
         if got:
             break
-    assert got == [(a.get_segment_name(), "done", "1")]
+    assert [(n.peer, n.name, n.msg) for n in got] == [(a.get_segment_name(), "done", "1")]
     assert rb.read(100, 11) == b"async-bytes"
 
 
@@ -72,7 +73,7 @@ def test_a_full_queue_is_capacity_exceeded_at_the_sender(two, hw):
         assert a.transfer_sync(seg, ra.addr, rb.addr, 8, 1, notify=("n", str(i))) == 0, hw.last_error()
     assert a.transfer_sync(seg, ra.addr, rb.addr, 8, 1, notify=("n", "3")) == neg(hw, "capacity_exceeded")
     assert "notify.queue_depth" in hw.last_error()
-    assert [m for (_, _, m) in b.get_notifies()] == ["0", "1", "2"]
+    assert [n.msg for n in b.get_notifies()] == ["0", "1", "2"]
 
 
 def test_notify_of_a_failed_transfer_is_never_delivered(two, hw):

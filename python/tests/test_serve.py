@@ -87,7 +87,7 @@ def test_write_and_read_back_through_serve_child(serve, hw):
     bid = e.batch_transfer_async_read(serve.segment, [r.addr, r.addr + 100], [serve.addr + 12345, serve.addr],
                                       [100, 50])
     assert bid > 0, hw.last_error()
-    assert e.get_batch_transfer_status([bid]) == [0]
+    assert e.get_batch_transfer_status([bid]) == 0
     assert r.read(0, 100) == data[:100]
     assert e.transfer_sync_read(serve.segment, r.addr, serve.addr + SERVE_MEMORY - 8, 16) == -hw.codes["out_of_range"]
 
@@ -142,7 +142,8 @@ def test_timed_out_batch_still_in_flight_is_kept_then_freed(serve, hw, monkeypat
     assert got.read() == r.read()
 
 
-def test_async_batch_past_its_timeout_fails_in_check_status(serve, hw, monkeypatch):
+def test_async_batch_past_its_timeout_is_minus_two_in_check_status(serve, hw, monkeypatch):
+    # Mooncake's transfer_check_status: 1 done, 0 running, -1 failed, -2 timed out.
     monkeypatch.setenv("HAWSER_PYTHON_SYNC_TIMEOUT_MS", "200")
     monkeypatch.setenv("HAWSER_PYTHON_SYNC_TIMEOUT_NS_PER_BYTE", "0")
     monkeypatch.setenv("HAWSER_PYTHON_CANCEL_WAIT_MS", "60000")
@@ -159,8 +160,10 @@ def test_async_batch_past_its_timeout_fails_in_check_status(serve, hw, monkeypat
         return rc[0] != 0
 
     assert eventually(ended, 30), f"batch {bid} still running"
-    assert rc[0] == -1
+    assert rc[0] == -2
     assert hw.last_error_code() == "timeout"
+    assert e.transfer_check_status(bid) == -1  # canceled and freed: no longer a batch
+    assert hw.last_error_code() == "invalid_batch"
     assert e.unreclaimed_batches() == 0
     serve.resume()
 

@@ -50,8 +50,8 @@ Status MemoryRegistry::insert(const Region& r) {
   Status s = checkInsert(r.addr, r.length);
   if (!s.ok()) return s;
   std::unique_lock lk(mu_);
-  regions_.emplace(r.addr, r);
-  version_.fetch_add(1);
+  auto it = regions_.emplace(r.addr, r).first;
+  it->second.seq = version_.fetch_add(1) + 1;
   return Status::OK();
 }
 

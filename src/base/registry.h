@@ -23,6 +23,7 @@ struct Region {
   uint64_t length = 0;
   std::string location;
   bool remote_accessible = true;
+  uint64_t seq = 0;  // set by insert(): registrations are numbered in the order they happened
   std::shared_ptr<std::atomic<int>> pins = std::make_shared<std::atomic<int>>(0);
 };
 

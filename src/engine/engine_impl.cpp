@@ -292,6 +292,7 @@ SegmentDesc EngineImpl::localDescriptor() const {
     b.addr = r.addr;
     b.length = r.length;
     b.location = r.location;
+    b.seq = r.seq;
     auto it = buffer_attrs_.find(r.addr);
     if (it != buffer_attrs_.end()) b.attrs = it->second;
     d.buffers.push_back(std::move(b));

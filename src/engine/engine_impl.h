@@ -47,6 +47,7 @@ class EngineImpl {
   Status openSegment(const std::string& name, SegmentID& out);
   Status closeSegment(SegmentID id);
   Status segmentBuffers(SegmentID id, std::vector<SegmentBuffer>& out);
+  Status probeSegment(const std::string& name);
   Status registerFileSegment(const std::string& name, const std::vector<FileDesc>& files);
   Status unregisterFileSegment(const std::string& name);
 

@@ -1,6 +1,8 @@
 // Open segments: descriptors fetched from metadata (or resolved by the
 // transport that owns the name's scheme, e.g. file://), decoded once per
 // transport into peer handles, refreshed when the owner changes them.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "base/log.h"
@@ -131,9 +133,21 @@ Status EngineImpl::segmentBuffers(SegmentID id, std::vector<SegmentBuffer>& out)
       off += f.length;
     }
   } else {
-    for (auto& b : d.buffers) out.push_back(SegmentBuffer{b.addr, b.length, b.location});
+    // In the owner's registration order (a descriptor without it: by address).
+    std::vector<const BufferDesc*> order;
+    for (auto& b : d.buffers) order.push_back(&b);
+    std::stable_sort(order.begin(), order.end(), [](auto* x, auto* y) { return x->seq < y->seq; });
+    for (auto* b : order) out.push_back(SegmentBuffer{b->addr, b->length, b->location});
   }
   return Status::OK();
+}
+
+Status EngineImpl::probeSegment(const std::string& name) {
+  Status s = checkInit();
+  if (!s.ok()) return s;
+  if (name.empty()) return {Code::kInvalidArgument, "segment name is empty"};
+  SegmentDesc d;
+  return fetchSegment(name, d);
 }
 
 std::shared_ptr<const SegmentView> EngineImpl::segmentView(SegmentID id) const {

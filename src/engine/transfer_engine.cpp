@@ -36,6 +36,7 @@ Status TransferEngine::closeSegment(SegmentID id) { return impl_->closeSegment(i
 Status TransferEngine::segmentBuffers(SegmentID id, std::vector<SegmentBuffer>& out) {
   return impl_->segmentBuffers(id, out);
 }
+Status TransferEngine::probeSegment(const std::string& name) { return impl_->probeSegment(name); }
 Status TransferEngine::registerFileSegment(const std::string& name, const std::vector<FileDesc>& files) {
   return impl_->registerFileSegment(name, files);
 }

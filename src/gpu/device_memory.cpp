@@ -72,4 +72,17 @@ Status copyMemory(void* dst, const void* src, size_t bytes) {
                   fmt::format("cuMemcpy({} <- {}, {} bytes)", dst, src, bytes));
 }
 
+Status synchronizeStream(void* stream) {
+  const gpu::CudaDriver* d = nullptr;
+  Status s = driver(d);
+  if (!s.ok()) return s;
+  gpu::cu::Context current = nullptr;
+  (void)d->api().CtxGetCurrent(&current);
+  // A thread without a context (not one CUDA or PyTorch ran on): GPU 0's.
+  gpu::ContextScope scope(d, current ? -1 : 0);
+  if (!scope.status().ok()) return scope.status();
+  return d->check(d->api().StreamSynchronize(static_cast<gpu::cu::Stream>(stream)),
+                  fmt::format("cuStreamSynchronize({})", stream), Code::kIoError);
+}
+
 }  // namespace hawser

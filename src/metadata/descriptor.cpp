@@ -57,6 +57,7 @@ json encodeSegment(const SegmentDesc& d) {
     jb["addr"] = b.addr;
     jb["length"] = b.length;
     jb["location"] = b.location;
+    if (b.seq != 0) jb["seq"] = b.seq;
     if (!b.attrs.empty()) jb["attrs"] = b.attrs;
     bufs.push_back(std::move(jb));
   }
@@ -160,7 +161,8 @@ Status decodeSegment(const json& j, SegmentDesc& out) {
       d.where = fmt::format(" buffers[{}]", i++);
       if (!jb.is_object()) return {Code::kMetadataError, fmt::format("descriptor{}: must be an object", d.where)};
       BufferDesc bd;
-      if (!d.u64(jb, "addr", bd.addr) || !d.u64(jb, "length", bd.length) || !d.str(jb, "location", bd.location))
+      if (!d.u64(jb, "addr", bd.addr) || !d.u64(jb, "length", bd.length) || !d.str(jb, "location", bd.location) ||
+          !d.u64(jb, "seq", bd.seq, UINT64_MAX, false))
         return d.err;
       if (bd.length == 0 || bd.addr + bd.length < bd.addr)
         return {Code::kMetadataError, fmt::format("descriptor{}: range addr={} length={} is invalid", d.where, bd.addr, bd.length)};

@@ -4,7 +4,7 @@
 //   {"version":"1.0","kind":"memory","name":"127.0.0.1:5000","host":"127.0.0.1",
 //    "rpc_port":5000,"host_id":"<boot id>","server_name":"node-a","pid":123,
 //    "transports":{"tcp":{...},"rdma":{...}},
-//    "buffers":[{"addr":N,"length":N,"location":"cpu:0","attrs":{"rdma":{...}}}]}
+//    "buffers":[{"addr":N,"length":N,"location":"cpu:0","seq":N,"attrs":{"rdma":{...}}}]}
 // File segment:
 //   {"version":"1.0","kind":"file","name":"ckpt",
 //    "files":[{"file_path":"/d/a","length":N,"local_path_map":{"node-a":"/mnt/a"}}]}
@@ -31,6 +31,7 @@ struct BufferDesc {
   uint64_t length = 0;
   std::string location = "cpu:0";
   nlohmann::json attrs = nlohmann::json::object();  // per-transport: {"rdma":{"lkey":[],"rkey":[]}}
+  uint64_t seq = 0;  // the owner's registration order (optional in the JSON: 0 = unknown)
 };
 
 struct SegmentDesc {

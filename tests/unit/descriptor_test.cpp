@@ -27,6 +27,27 @@ TEST(Descriptor, memory_segment_round_trips_and_sorts_buffers) {
   EXPECT_TRUE(out.transports.contains("tcp"));
 }
 
+TEST(Descriptor, registration_order_round_trips_and_is_optional) {
+  SegmentDesc d = memorySeg();
+  d.buffers[0].seq = 7;
+  d.buffers[1].seq = 9;
+  SegmentDesc out;
+  ASSERT_TRUE(decodeSegmentText(encodeSegmentText(d), out).ok());
+  ASSERT_EQ(out.buffers.size(), 2u);
+  EXPECT_EQ(out.buffers[0].addr, 0x1000u);  // still sorted by address
+  EXPECT_EQ(out.buffers[0].seq, 9u);
+  EXPECT_EQ(out.buffers[1].seq, 7u);
+  // A descriptor from an engine that does not publish it: 0.
+  ASSERT_TRUE(decodeSegmentText(encodeSegmentText(memorySeg()), out).ok());
+  EXPECT_FALSE(encodeSegment(memorySeg())["buffers"][0].contains("seq"));
+  EXPECT_EQ(out.buffers[0].seq, 0u);
+  json bad = encodeSegment(d);
+  bad["buffers"][0]["seq"] = "first";
+  Status s = decodeSegment(bad, out);
+  EXPECT_EQ(s.code(), Code::kMetadataError);
+  EXPECT_NE(s.message().find("seq"), std::string::npos) << s.toString();
+}
+
 TEST(Descriptor, find_buffer_requires_the_whole_range_inside_one_buffer) {
   SegmentDesc d;
   ASSERT_TRUE(decodeSegmentText(encodeSegmentText(memorySeg()), d).ok());

@@ -121,6 +121,52 @@ TEST_F(EngineApi, memory_registered_by_the_target_later_becomes_reachable) {
   EXPECT_EQ(s.code(), Code::kOutOfRange) << s.toString();
 }
 
+TEST_F(EngineApi, segment_buffers_come_in_the_owners_registration_order) {
+  // Registered at decreasing addresses: the peer sees them first-registered first.
+  Buffer pool(3 * 8192);
+  char* third = pool.p;
+  char* second = pool.p + 8192;
+  char* first = pool.p + 2 * 8192;
+  ASSERT_TRUE(p.target.registerLocalMemory(first, 4096).ok());
+  ASSERT_TRUE(p.target.registerLocalMemory(second, 4096).ok());
+  ASSERT_TRUE(p.target.registerLocalMemory(third, 4096).ok());
+  auto addrs = [&] {
+    std::vector<SegmentBuffer> bufs;
+    Status s = p.init.segmentBuffers(p.seg, bufs);
+    EXPECT_TRUE(s.ok()) << s.toString();
+    std::vector<uint64_t> out;
+    for (auto& b : bufs) out.push_back(b.addr);
+    return out;
+  };
+  auto a = [](char* x) { return reinterpret_cast<uint64_t>(x); };
+  // The fixture's own region was registered before these three.
+  EXPECT_EQ(addrs(), (std::vector<uint64_t>{p.remote(), a(first), a(second), a(third)}));
+  ASSERT_TRUE(p.target.unregisterLocalMemory(p.target_mem.p).ok());
+  ASSERT_TRUE(p.target.unregisterLocalMemory(second).ok());
+  ASSERT_TRUE(p.target.registerLocalMemory(second, 4096).ok());  // now the latest
+  EXPECT_EQ(addrs(), (std::vector<uint64_t>{a(first), a(third), a(second)}));
+  for (char* x : {first, second, third}) ASSERT_TRUE(p.target.unregisterLocalMemory(x).ok());
+}
+
+TEST_F(EngineApi, probe_segment_asks_the_peer_now) {
+  EXPECT_TRUE(p.init.probeSegment(p.target.segmentName()).ok());
+  EXPECT_EQ(p.init.probeSegment("127.0.0.1:1").code(), Code::kSegmentNotFound);  // nobody listens there
+  EXPECT_EQ(p.init.probeSegment("").code(), Code::kInvalidArgument);
+  TransferEngine idle;
+  EXPECT_EQ(idle.probeSegment(p.target.segmentName()).code(), Code::kInvalidArgument);  // not initialized
+  // A segment open (and cached) on the initiator: once its owner stopped,
+  // the probe fails where openSegment still answers from the cache.
+  auto owner = std::make_unique<TransferEngine>();
+  ASSERT_TRUE(owner->init("p2p", "owner", "127.0.0.1", 0).ok());
+  const std::string name = owner->segmentName();
+  SegmentID id;
+  ASSERT_TRUE(p.init.openSegment(name, id).ok());
+  EXPECT_TRUE(p.init.probeSegment(name).ok());
+  owner.reset();
+  EXPECT_EQ(p.init.probeSegment(name).code(), Code::kSegmentNotFound);
+  EXPECT_TRUE(p.init.openSegment(name, id).ok());
+}
+
 TEST_F(EngineApi, unknown_segment_is_segment_not_found) {
   Status s;
   runBatch(p.init, p.seg, {{OpCode::kRead, p.local(), 4242, p.remote(), 20}}, 1000, &s);
