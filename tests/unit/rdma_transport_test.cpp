@@ -570,14 +570,17 @@ TEST_F(RdmaTransportTest, outstanding_work_stays_within_qp_depth_and_cq_size) {
 
 TEST_F(RdmaTransportTest, path_mtu_is_agreed_when_one_side_caps_it_lower) {
   // Both ends of every QP pair must program one path MTU: a host capped
-  // with rdma.mtu pairs with a default one, both ways round.
-  for (bool capped_target : {false, true}) {
-    SoftVerbsEnv env("sv0");
-    std::vector<std::pair<std::string, std::string>> cap = {{"rdma.mtu", "1024"}};
-    SplitPair p(env, "sv0", "sv1", 1 << 20, capped_target ? cap : decltype(cap){}, capped_target ? decltype(cap){} : cap);
-    ASSERT_TRUE(p.status.ok()) << p.status.toString();
-    EXPECT_EQ(roundTrip(p, 1 << 20), "") << (capped_target ? "target" : "initiator") << " capped at 1024";
-  }
+  // with rdma.mtu pairs with a default one, both ways round (3000 is not a
+  // verbs MTU: it bounds the path MTU to 2048).
+  for (const char* mtu : {"1024", "3000"})
+    for (bool capped_target : {false, true}) {
+      SoftVerbsEnv env("sv0");
+      std::vector<std::pair<std::string, std::string>> cap = {{"rdma.mtu", mtu}};
+      SplitPair p(env, "sv0", "sv1", 1 << 20, capped_target ? cap : decltype(cap){},
+                  capped_target ? decltype(cap){} : cap);
+      ASSERT_TRUE(p.status.ok()) << p.status.toString();
+      EXPECT_EQ(roundTrip(p, 1 << 20), "") << (capped_target ? "target" : "initiator") << " capped at " << mtu;
+    }
 }
 
 TEST_F(RdmaTransportTest, read_depth_follows_the_initiator_limit_and_the_peers_resources) {
@@ -869,6 +872,10 @@ TEST_F(RdmaTransportTest, shutdown_with_transfers_in_flight_finishes_every_slice
   EXPECT_EQ(test::checkPattern(p->lmem.p, 32 << 20, 5), -1) << "a slice in flight at shutdown did not land";
   EXPECT_EQ(rdma::stats().slices_failed.load(), 0u);
   EXPECT_EQ(rdma::stats().slice_retries.load(), 0u);
+  EXPECT_EQ(rdma::stats().slice_requeues.load(), 0u);
+  // Every one of the 2048 slices was posted exactly once, nothing abandoned.
+  EXPECT_EQ(rdma::stats().wrs_posted[0].load() + rdma::stats().wrs_posted[1].load(), 2048u);
+  EXPECT_EQ(rdma::stats().slices_abandoned.load(), 0u);
   p.reset();  // then both engines are destroyed
 }
 

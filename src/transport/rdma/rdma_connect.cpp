@@ -152,7 +152,10 @@ RtrParams RdmaTransport::rtrParams() const {
   return p;
 }
 
-int RdmaTransport::mtuBound(const RdmaContext& c) const { return std::min(mtuBytes(c.info().active_mtu), t_.mtu); }
+int RdmaTransport::mtuBound(const RdmaContext& c) const {
+  // A path MTU is one of the verbs sizes (256..4096, powers of two).
+  return mtuBytes(mtuFromBytes(std::min(mtuBytes(c.info().active_mtu), t_.mtu)));
+}
 
 Status RdmaTransport::newQp(RdmaContext& c, std::vector<ibv_qp*>& qps) {
   ibv_qp* q = nullptr;

@@ -50,8 +50,8 @@ class RdmaContext {
   void setPortDown(bool down) { port_down_.store(down); }
   // Its CQ is no longer polled: what was posted and never flushed was
   // failed over (worker thread only).
-  bool abandoned() const { return abandoned_; }
-  void setAbandoned() { abandoned_ = true; }
+  bool abandoned() const { return abandoned_.load(); }
+  void setAbandoned() { abandoned_.store(true); }
 
   // Work requests posted on this NIC whose completion is not yet polled;
   // never more than the CQ holds, so the CQ never overruns. Room is
@@ -83,7 +83,7 @@ class RdmaContext {
   int64_t cq_cap_ = 0;
   std::atomic<bool> fatal_{false};
   std::atomic<bool> port_down_{false};
-  bool abandoned_ = false;
+  std::atomic<bool> abandoned_{false};
   mutable std::mutex fatal_mu_;
   std::chrono::steady_clock::time_point fatal_since_{};
   std::string fatal_why_;

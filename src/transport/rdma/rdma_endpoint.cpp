@@ -182,6 +182,14 @@ void Endpoint::postLocked(Outcome& o) {
   std::array<ibv_send_wr, kPostBatch> wrs;
   std::array<ibv_sge, kPostBatch> sges;
   std::array<Slice*, kPostBatch> batch;
+  if (state_ == State::kConnected && !waiting_.empty() && ctx_->fatal()) {
+    // The NIC died (or its CQ): what would be posted now might never
+    // complete. Stop here; the slices go elsewhere.
+    Status why(Code::kUnavailable, fmt::format("rdma {}: {}", ctx_->info().name, ctx_->fatalReason()));
+    for (Slice* s : waiting_) o.failed.emplace_back(s, why);
+    waiting_.clear();
+    state_ = State::kDraining;
+  }
   while (state_ == State::kConnected && !waiting_.empty()) {
     // A QP with room, round-robin.
     size_t qi = qps_.size();
