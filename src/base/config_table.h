@@ -62,8 +62,8 @@ inline constexpr Knob kKnobs[] = {
   {"block.max_run", "HAWSER_BLOCK_MAX_RUN", KnobType::kSize, "64M", 4 * knob_detail::K, knob_detail::G, {},
    "block requests: blocks contiguous on both sides are merged into runs of at most this many bytes"},
   {"block.window", "HAWSER_BLOCK_WINDOW", KnobType::kSize, "1024", 1, knob_detail::M, {},
-   "block requests: runs one lane hands its transport at once (engine memory per task is bounded by "
-   "2 x block.lanes x this many runs)"},
+   "block requests: runs one lane hands its transport at once (a block request's engine memory is bounded by "
+   "2 x (block.lanes + 1) windows)"},
   {"block.lanes", "HAWSER_BLOCK_LANES", KnobType::kInt, "4", 1, 64, {},
    "block requests: windows of runs of one task in flight at once"},
   {"batch.wait_spin_us", "HAWSER_BATCH_WAIT_SPIN_US", KnobType::kInt, "50", 0, 1000000, {},
@@ -195,7 +195,8 @@ inline constexpr Knob kKnobs[] = {
   {"file.direct", "HAWSER_FILE_DIRECT", KnobType::kBool, "true", 0, 0, {},
    "open with O_DIRECT where the file system does it"},
   {"file.fixed_buffers", "HAWSER_FILE_FIXED_BUFFERS", KnobType::kBool, "true", 0, 0, {},
-   "register engine memory as io_uring fixed buffers (pins it)"},
+   "io_uring fixed buffers for registered memory: each 64 MiB piece that I/O touches is faulted in and pinned in "
+   "the background, then used (registration itself pins nothing)"},
   {"file.fixed_files", "HAWSER_FILE_FIXED_FILES", KnobType::kBool, "true", 0, 0, {},
    "register fds as io_uring fixed files"},
   {"file.sqpoll", "HAWSER_FILE_SQPOLL", KnobType::kBool, "false", 0, 0, {},

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 
 #include "common/engine_pair.h"
@@ -380,6 +381,55 @@ TEST_P(Blocks, descriptors_do_not_grow_with_blocks) {
   for (PlanID p : plans) ASSERT_TRUE(e().releasePlan(p).ok());
   EXPECT_EQ(counter(e(), "block_plans_open"), 0u);
   EXPECT_EQ(counter(e(), "block_plan_bytes"), 0u);
+}
+
+}  // namespace
+
+namespace {
+
+// File segments: the file transport moves block requests as it moves
+// requests (runs at file offsets; contiguous blocks merged), and a block past
+// the end of the file is refused naming it.
+TEST(BlocksOnFiles, block_list_and_strided_requests_read_and_write_a_file_segment) {
+  TempDir dir;
+  const std::string path = dir.path + "/blocks.bin";
+  ASSERT_TRUE(writeFile(path, 4 * MiB, 77));
+  TransferEngine e;
+  ASSERT_TRUE(e.init("p2p", "files", "127.0.0.1", 0).ok());
+  Buffer mem(4 * MiB);
+  ASSERT_TRUE(e.registerLocalMemory(mem.p, mem.n, "cpu:0", false).ok());
+  SegmentID seg;
+  ASSERT_TRUE(e.openSegment("file://" + path, seg).ok());
+  // 300 blocks of 4 KiB read from every 3rd 4 KiB of the file (O_DIRECT aligned), reversed locally.
+  std::vector<Block> blocks;
+  for (size_t i = 0; i < 300; ++i) blocks.push_back({mem.p + (299 - i) * 4096, i * 3 * 4096, 4096});
+  BatchID b;
+  ASSERT_TRUE(e.allocateBatchID(4, b).ok());
+  ASSERT_TRUE(e.submitBlocks(b, OpCode::kRead, seg, blocks).ok());
+  ASSERT_TRUE(e.waitTransfer(b, std::chrono::seconds(30)).ok());
+  TransferStatus st;
+  ASSERT_TRUE(e.getTransferStatus(b, 0, st).ok());
+  ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
+  for (size_t i = 0; i < 300; ++i) ASSERT_EQ(checkPattern(mem.p + (299 - i) * 4096, 4096, 77, i * 3 * 4096), -1) << i;
+  // A strided write of 100 blocks of 1000 bytes (unaligned: through the file transport's bounce path), read back.
+  fillPattern(mem.p, 100 * 2000, 5);
+  ASSERT_TRUE(e.submitStrided(b, OpCode::kWrite, seg, {mem.p, 2 * MiB + 3, 1000, 2000, 1500, 100}).ok());
+  ASSERT_TRUE(e.waitTransfer(b, std::chrono::seconds(30)).ok());
+  ASSERT_TRUE(e.getTransferStatus(b, 1, st).ok());
+  ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
+  std::memset(mem.p + 3 * MiB, 0, 100 * 1500);
+  ASSERT_TRUE(e.submitStrided(b, OpCode::kRead, seg, {mem.p + 3 * MiB, 2 * MiB + 3, 1500, 1500, 1500, 100}).ok());
+  ASSERT_TRUE(e.waitTransfer(b, std::chrono::seconds(30)).ok());
+  ASSERT_TRUE(e.getTransferStatus(b, 2, st).ok());
+  ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
+  for (size_t i = 0; i < 100; ++i)
+    ASSERT_EQ(checkPattern(mem.p + 3 * MiB + i * 1500, 1000, 5, i * 2000), -1) << i;
+  // Past the end of the file: refused, naming the block.
+  blocks = {{mem.p, 0, 4096}, {mem.p + 4096, 4 * MiB - 100, 4096}};
+  Status s = e.submitBlocks(b, OpCode::kRead, seg, blocks);
+  EXPECT_EQ(s.code(), Code::kOutOfRange) << s.toString();
+  EXPECT_NE(s.message().find("blocks[1]: range"), std::string::npos) << s.message();
+  ASSERT_TRUE(e.freeBatchID(b).ok());
 }
 
 }  // namespace
