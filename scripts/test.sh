@@ -71,6 +71,7 @@ PY
   [ $rc -eq 0 ] || { echo "pytest failed (exit $rc)"; exit 1; }
   [ "${passed:-0}" -gt 0 ] || { echo "pytest passed no test (all skipped or none collected): a failure"; exit 1; }
   times+=("$(printf '%-24s %5d s' "pytest" $(( $(date +%s) - t0 )))")
+  echo "== pytest: $(( $(date +%s) - t0 )) s =="
 fi
 stage "build (ASan+UBSan)" bash scripts/build.sh asan
 asan_ctest() {
