@@ -34,7 +34,9 @@ report_times() {
 }
 trap report_times EXIT
 stage "deps" bash scripts/deps.sh
-jobs=${HAWSER_TEST_JOBS:-2}
+# ctest runs 4 tests at once on 2 cores: most of them wait (on etcd, on
+# sockets, on a peer's timeout), few compute. HAWSER_TEST_JOBS overrides.
+jobs=${HAWSER_TEST_JOBS:-4}
 # Cold builds are the bulk of a CI run: unity builds and a shared precompiled
 # header for the test programs (docs/testing.md).
 export HAWSER_UNITY=${HAWSER_UNITY:-ON} HAWSER_PCH=${HAWSER_PCH:-ON}
