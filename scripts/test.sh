@@ -11,7 +11,8 @@
 #                        target's corpus replayed (regression inputs included)
 #   fuzz                 each fuzz target for HAWSER_FUZZ_SECONDS (20) on its
 #                        corpus plus new inputs (scripts/fuzz.sh)
-#   build (TSan)         clang ThreadSanitizer: the programs labelled tsan
+#   build (TSan)         clang ThreadSanitizer: the programs labelled tsan;
+#                        compiled while the ASan tests run (they mostly wait)
 #   ctest (TSan)         their cases; any race report fails the test
 # docs/testing.md says why each test runs where it does.
 set -euo pipefail
@@ -80,9 +81,33 @@ asan_ctest() {
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan -j "$jobs" --output-on-failure --timeout 600
 }
+# The TSan build compiles while the ASan tests mostly wait (HAWSER_OVERLAP=0:
+# one after the other). Its own time is in the table; "build (TSan) rest"
+# is what was left of it after the fuzz stage.
+tsan_log=build-tsan/build.log
+if [ "${HAWSER_OVERLAP:-1}" = 1 ]; then
+  mkdir -p build-tsan
+  rm -f "$tsan_log.done"
+  # Its own session, so that a failing stage can end the whole build with the run.
+  setsid bash -c 't0=$(date +%s); rc=0; bash scripts/build.sh tsan >"$1" 2>&1 || rc=$?
+                  echo "$rc $(( $(date +%s) - t0 ))" >"$1.done"' _ "$tsan_log" &
+  tsan_pid=$!
+  trap 'kill -- -"$tsan_pid" 2>/dev/null; report_times' EXIT
+fi
 stage "ctest (ASan+UBSan)" asan_ctest
 stage "fuzz" bash scripts/fuzz.sh "${HAWSER_FUZZ_SECONDS:-20}" build-asan
-stage "build (TSan)" bash scripts/build.sh tsan
+if [ "${HAWSER_OVERLAP:-1}" = 1 ]; then
+  tsan_wait() {
+    wait "$tsan_pid" || true
+    cat "$tsan_log"
+    read -r rc secs <"$tsan_log.done"
+    times+=("$(printf '%-24s %5d s' "build (TSan) alongside" "$secs")")
+    [ "$rc" = 0 ] || { echo "the TSan build failed (exit $rc)"; return 1; }
+  }
+  stage "build (TSan) rest" tsan_wait
+else
+  stage "build (TSan)" bash scripts/build.sh tsan
+fi
 tsan_ctest() {
   # halt_on_error: a race fails its test. The suppressions file names each
   # third-party frame it silences and why (tests/tsan.supp).
