@@ -92,7 +92,7 @@ if [ "${HAWSER_OVERLAP:-1}" = 1 ]; then
   setsid bash -c 't0=$(date +%s); rc=0; bash scripts/build.sh tsan >"$1" 2>&1 || rc=$?
                   echo "$rc $(( $(date +%s) - t0 ))" >"$1.done"' _ "$tsan_log" &
   tsan_pid=$!
-  trap 'kill -- -"$tsan_pid" 2>/dev/null; report_times' EXIT
+  trap 'kill -- -"$tsan_pid" 2>/dev/null || true; report_times' EXIT
 fi
 stage "ctest (ASan+UBSan)" asan_ctest
 stage "fuzz" bash scripts/fuzz.sh "${HAWSER_FUZZ_SECONDS:-20}" build-asan
