@@ -36,7 +36,7 @@ fuzz_one() {
   local rc=$?
   local execs units
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$out/$name/log" | grep -o '[0-9]*$' || true)
-  units=$(ls "$out/$name/new" "tests/fuzz/corpus/$name" | grep -vc ':$' || true)
+  units=$(find "$out/$name/new" "tests/fuzz/corpus/$name" -type f | wc -l)
   if [ $rc -eq 0 ]; then
     printf 'fuzz %-16s %9s execs in %s s, corpus %s inputs, no crash\n' "$name" "${execs:-?}" "$secs" "$units"
   else

@@ -428,7 +428,8 @@ TEST_F(EtcdStoreTest, fresh_etcd_gets_the_segments_republished_without_restartin
   EXPECT_TRUE(eventually([&] { return peer->getSegment("node-b", d).ok(); }, 15s));
   EXPECT_EQ(d.rpc_port, 4400);
   EXPECT_NE(owner->leaseId(), lease);
-  EXPECT_GE(owner->republishCount(), 1u);
+  // The counter moves just after the put that made the key visible.
+  EXPECT_TRUE(eventually([&] { return owner->republishCount() >= 1u; })) << owner->republishCount();
 }
 
 }  // namespace
