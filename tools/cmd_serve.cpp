@@ -133,11 +133,16 @@ int runServe(const ServeOpts& o) {
       return 1;
     }
   } else {
-    mem = ::mmap(nullptr, *size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    mem = ::mmap(nullptr, *size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) {
       fmt::print(stderr, "hawser serve: cannot allocate {} bytes: {}\n", *size, std::strerror(errno));
       return 1;
     }
+    // Transparent huge pages where THP is "madvise" only, as the bench's own
+    // buffers: copies over a large region then miss the TLB far less. Best
+    // effort; then fault everything in.
+    (void)::madvise(mem, *size, MADV_HUGEPAGE);
+    std::memset(mem, 0, *size);
     if (o.fill_seed >= 0) fillPattern(mem, *size, static_cast<uint64_t>(o.fill_seed), 0);
   }
   TransferEngine engine;
