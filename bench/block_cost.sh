@@ -49,7 +49,7 @@ if [[ "$CALLGRIND" == 1 ]]; then
     HAWSER_FILE_ENGINE=posix HAWSER_TRANSPORT=tcp \
       valgrind --tool=callgrind --callgrind-out-file="$work/cg.$mode" --toggle-collect="$fn" \
       "$helper" --mode "$mode" --blocks "$CG_BLOCKS" >/dev/null 2>"$work/cg.$mode.log"
-    ir=$(callgrind_annotate "$work/cg.$mode" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1; exit}')
+    ir=$(callgrind_annotate "$work/cg.$mode" 2>/dev/null | awk '/PROGRAM TOTALS/ && !n++ {gsub(",", "", $1); print $1}')
     echo "{\"mode\":\"$mode\",\"blocks\":$CG_BLOCKS,\"ir\":${ir:-0}}" >>"$work/ir"
   done
 fi
