@@ -123,11 +123,12 @@ TEST(Descriptor, malformed_json_is_a_metadata_error) {
 
 TEST(Descriptor, overlapping_buffers_are_rejected_naming_both) {
   json j = encodeSegment(memorySeg());
-  j["buffers"][1]["addr"] = 0x1800;  // [0x1000, +4096) and [0x1800, +4096)
+  // buffers[0] is [0x2000, +4096); buffers[1] moves from 0x1000 to overlap it.
+  j["buffers"][1]["addr"] = 0x2800;
   SegmentDesc out;
   Status s = decodeSegment(j, out);
   EXPECT_EQ(s.code(), Code::kMetadataError);
   EXPECT_NE(s.message().find("overlap"), std::string::npos) << s.message();
-  j["buffers"][1]["addr"] = 0x2000;  // adjacent: fine
+  j["buffers"][1]["addr"] = 0x3000;  // adjacent: fine
   EXPECT_TRUE(decodeSegment(j, out).ok());
 }
