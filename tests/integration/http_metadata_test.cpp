@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <sstream>
+
 #include <nlohmann/json.hpp>
 
 #include "base/config.h"
@@ -210,6 +213,49 @@ TEST(HttpMetadataEngine, a_server_that_is_down_is_unavailable_naming_its_url) {
                      std::chrono::seconds(30));
   EXPECT_TRUE(s.ok()) << s.toString();
   EXPECT_EQ(test::checkPattern(local.p, local.n, 5), -1);
+}
+
+// `hawser segment` on the HTTP server: register, show, read through an
+// engine, remove; list is not in the protocol (exit code, message).
+TEST(HttpMetadataTool, hawser_segment_registers_shows_and_removes_a_file_segment) {
+  HttpMetadataServer server;
+  ASSERT_TRUE(server.start()) << server.error();
+  test::TempDir dir;
+  const std::string path = dir.path + "/part0";
+  ASSERT_TRUE(test::writeFile(path, 64 << 10, 41));
+  auto run = [&](std::vector<std::string> args, std::string* out = nullptr) {
+    test::Child c;
+    args.insert(args.begin(), "segment");
+    args.insert(args.end(), {"--metadata", server.url()});
+    if (!c.start(args)) return -1;
+    int rc = c.wait();
+    if (out) {
+      std::ifstream in(c.out_path);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      *out = ss.str();
+    }
+    return rc;
+  };
+  ASSERT_EQ(run({"register", "ckpt", path}), 0);
+  EXPECT_TRUE(server.has("hawser/files/ckpt"));
+  std::string out;
+  EXPECT_EQ(run({"show", "ckpt", "--json"}, &out), 0);
+  EXPECT_NE(out.find(path), std::string::npos) << out;
+  EXPECT_NE(run({"list"}, &out), 0) << "the protocol has no listing";
+  // An engine on the same server reads the file segment by name.
+  TransferEngine e;
+  ASSERT_TRUE(e.init(server.url(), "reader", "127.0.0.1", 0).ok());
+  test::Buffer local(64 << 10);
+  ASSERT_TRUE(e.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  SegmentID seg;
+  Status s = e.openSegment("ckpt", seg);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  s = e.transferSync({{OpCode::kRead, local.p, seg, 0, local.n}}, std::chrono::seconds(30));
+  ASSERT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(test::checkPattern(local.p, local.n, 41), -1);
+  ASSERT_EQ(run({"remove", "ckpt"}), 0);
+  EXPECT_FALSE(server.has("hawser/files/ckpt"));
 }
 
 }  // namespace
