@@ -16,35 +16,8 @@
 
 /* ---- checks ---------------------------------------------------------------- */
 
-static const char* g_case = "";
+#include "c_check.h"
 
-/* Fails the current case (returns 1 from it) with the check's text. */
-#define CHECK(cond)                                                                                       \
-  do {                                                                                                    \
-    if (!(cond)) {                                                                                        \
-      fprintf(stderr, "FAIL %s: %s:%d: %s (last error: %s)\n", g_case, __FILE__, __LINE__, #cond,      \
-              hawser_last_error());                                                                       \
-      return 1;                                                                                           \
-    }                                                                                                     \
-  } while (0)
-
-/* Fails the current case unless `call` returns `want` (both named in the message). */
-#define CHECK_RC(call, want)                                                                              \
-  do {                                                                                                    \
-    int rc_ = (call);                                                                                     \
-    int want_ = (want);                                                                                   \
-    if (rc_ != want_) {                                                                                   \
-      fprintf(stderr, "FAIL %s: %s:%d: %s returned %d (%s), want %d (%s); last error: %s\n", g_case,     \
-              __FILE__, __LINE__, #call, rc_, hawser_code_name(rc_), want_, hawser_code_name(want_),      \
-              hawser_last_error());                                                                       \
-      return 1;                                                                                           \
-    }                                                                                                     \
-  } while (0)
-
-#define CHECK_OK(call) CHECK_RC(call, HAWSER_OK)
-
-/* The last error contains `needle`. */
-#define CHECK_ERROR_NAMES(needle) CHECK(strstr(hawser_last_error(), (needle)) != NULL)
 
 /* ---- helpers --------------------------------------------------------------- */
 

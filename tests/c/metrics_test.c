@@ -13,18 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char* g_case = "";
-
-#define CHECK(cond)                                                                                  \
-  do {                                                                                               \
-    if (!(cond)) {                                                                                   \
-      fprintf(stderr, "FAIL %s: %s:%d: %s (last error: %s)\n", g_case, __FILE__, __LINE__, #cond, \
-              hawser_last_error());                                                                  \
-      return 1;                                                                                      \
-    }                                                                                                \
-  } while (0)
-
-#define CHECK_RC(call, want) CHECK((call) == (want))
+#include "c_check.h"
 
 /* The label `key` of metric sample `m`, or NULL. */
 static const char* label(const hawser_metric_t* m, const char* key) {
