@@ -36,7 +36,8 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-int fail(const std::string& what, const Status& s) {
+// (Named apart from cmd_bench.cpp's fail(): CI compiles the tools as one unity file.)
+int blocksFail(const std::string& what, const Status& s) {
   fmt::print(stderr, "hawser bench: {}: {}\n", what, s.toString());
   return 1;
 }
@@ -79,22 +80,22 @@ int runBlockBench(const BlockBenchOpts& o) {
   TransferEngine engine;
   const std::string name = o.name.empty() ? o.host : o.name;
   Status s = engine.init(o.metadata, name, o.host, 0);
-  if (!s.ok()) return fail("init", s);
+  if (!s.ok()) return blocksFail("init", s);
   SegmentID seg;
-  if (!(s = engine.openSegment(o.target, seg)).ok()) return fail(fmt::format("open segment '{}'", o.target), s);
+  if (!(s = engine.openSegment(o.target, seg)).ok()) return blocksFail(fmt::format("open segment '{}'", o.target), s);
   std::vector<SegmentBuffer> bufs;
   if (!(s = engine.segmentBuffers(seg, bufs)).ok() || bufs.empty())
-    return fail("segment buffers", s.ok() ? Status(Code::kOutOfRange, "the segment exposes no buffer") : s);
+    return blocksFail("segment buffers", s.ok() ? Status(Code::kOutOfRange, "the segment exposes no buffer") : s);
   if (bufs[0].length < span)
     return fmt::print(stderr, "hawser bench: the target's first buffer has {} bytes; --layout {} of {} x {} needs {}\n",
                       bufs[0].length, o.layout, n, block, span),
            2;
   const uint64_t tbase = bufs[0].addr;
   void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mem == MAP_FAILED) return fail("local memory", Status(Code::kInternal, "mmap failed"));
+  if (mem == MAP_FAILED) return blocksFail("local memory", Status(Code::kInternal, "mmap failed"));
   char* local = static_cast<char*>(mem);
   std::memset(local, 0, bytes);
-  if (!(s = engine.registerLocalMemory(local, bytes, "*", false)).ok()) return fail("register local memory", s);
+  if (!(s = engine.registerLocalMemory(local, bytes, "*", false)).ok()) return blocksFail("register local memory", s);
 
   // Where block i lies at the target (relative to tbase).
   std::vector<uint64_t> where(n);
@@ -105,12 +106,12 @@ int runBlockBench(const BlockBenchOpts& o) {
   const uint64_t seed = 0x6b6c6f636b73ULL;
   if (!o.no_verify || op == OpCode::kRead) {
     std::vector<char> stage(std::min<uint64_t>(span, 64ull << 20));
-    if (!(s = engine.registerLocalMemory(stage.data(), stage.size(), "*", false)).ok()) return fail("register", s);
+    if (!(s = engine.registerLocalMemory(stage.data(), stage.size(), "*", false)).ok()) return blocksFail("register", s);
     for (uint64_t off = 0; off < span; off += stage.size()) {
       const uint64_t len = std::min<uint64_t>(stage.size(), span - off);
       fillPattern(stage.data(), len, seed, off);
       s = engine.transferSync({{OpCode::kWrite, stage.data(), seg, tbase + off, len}}, std::chrono::seconds(120));
-      if (!s.ok()) return fail("prepare the target's bytes", s);
+      if (!s.ok()) return blocksFail("prepare the target's bytes", s);
     }
     (void)engine.unregisterLocalMemory(stage.data());
   }
@@ -138,7 +139,7 @@ int runBlockBench(const BlockBenchOpts& o) {
     }
   }
   prepare_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (!s.ok()) return fail("block request", s);
+  if (!s.ok()) return blocksFail("block request", s);
   PlanInfo info;
   (void)engine.planInfo(plan, info);
 
@@ -156,29 +157,29 @@ int runBlockBench(const BlockBenchOpts& o) {
   for (size_t r = 0; r < o.rounds; ++r) {
     double el = 0, cpu = 0;
     if (!(s = timed(engine, 1, [&](BatchID b) { return engine.postPlan(b, plan); }, el, &cpu)).ok())
-      return fail("post the plan", s);
+      return blocksFail("post the plan", s);
     blk_s.push_back(el);
     post_cpu.push_back(cpu);
     if (!(s = timed(engine, big.size(), [&](BatchID b) { return engine.submitTransfer(b, big); }, el)).ok())
-      return fail("1 MiB requests", s);
+      return blocksFail("1 MiB requests", s);
     big_s.push_back(el);
     // One block alone: enough round trips for about a tenth of a second.
     auto c0 = Clock::now();
     size_t trips = 0;
     do {
       if (!(s = timed(engine, 1, [&](BatchID b) { return engine.submitTransfer(b, single); }, el)).ok())
-        return fail("single block", s);
+        return blocksFail("single block", s);
       ++trips;
     } while (Clock::now() - c0 < std::chrono::milliseconds(100));
     single_s.push_back(std::chrono::duration<double>(Clock::now() - c0).count() / static_cast<double>(trips));
     if (!(s = timed(engine, per_block.size(), [&](BatchID b) { return engine.submitTransfer(b, per_block); }, el))
              .ok())
-      return fail("one request per block", s);
+      return blocksFail("one request per block", s);
     per_s.push_back(el);
   }
   // After the last round (the plan's post came first in it, so re-post it).
   double el = 0;
-  if (!(s = timed(engine, 1, [&](BatchID b) { return engine.postPlan(b, plan); }, el)).ok()) return fail("post", s);
+  if (!(s = timed(engine, 1, [&](BatchID b) { return engine.postPlan(b, plan); }, el)).ok()) return blocksFail("post", s);
   std::string verify = "skipped (--no-verify)";
   if (!o.no_verify) {
     verify = "yes";
@@ -189,7 +190,7 @@ int runBlockBench(const BlockBenchOpts& o) {
                          ? engine.submitStrided(b, OpCode::kRead, seg, {local, tbase, block, block, 2 * block, n})
                          : engine.submitBlocks(b, OpCode::kRead, seg, list);
             }, el)).ok())
-        return fail("read back", s);
+        return blocksFail("read back", s);
     }
     for (uint64_t i = 0; i < n; ++i) {
       const bool ok = op == OpCode::kRead ? checkPattern(local + i * block, block, seed, where[i]) < 0
