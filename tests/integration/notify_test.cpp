@@ -180,15 +180,18 @@ TEST(NotifyOrder, a_later_notification_waits_for_an_earlier_ones_transfer_and_a_
   ASSERT_TRUE(p.init.submitTransfer(b1, {{OpCode::kWrite, p.local(0), p.seg, p.remote(0), 8192}},
                                     Notification{"first", ""})
                   .ok());
-  auto second = std::async(std::launch::async, [&] { return p.init.sendNotify(p.seg, Notification{"second", ""}); });
   ASSERT_TRUE(p.init.submitTransfer(b2, {{OpCode::kWrite, p.local(8192), p.seg, p.remote(8192), 4096}},
-                                    Notification{"third", ""})
+                                    Notification{"second", ""})
                   .ok());
+  // Issued after both submits (the thread starts here).
+  auto third = std::async(std::launch::async, [&] { return p.init.sendNotify(p.seg, Notification{"third", ""}); });
   std::vector<ReceivedNotification> got;
   // Held: nothing may arrive, and sendNotify waits behind "first".
   EXPECT_TRUE(holdsFor(
-      [&] { return p.target.getNotifies(got).ok() && got.empty() &&
-                   second.wait_for(std::chrono::seconds(0)) == std::future_status::timeout; },
+      [&] {
+        return p.target.getNotifies(got).ok() && got.empty() &&
+               third.wait_for(std::chrono::seconds(0)) == std::future_status::timeout;
+      },
       std::chrono::milliseconds(300)));
   std::vector<NotifyStatus> ns;
   ASSERT_TRUE(p.init.getNotifyStatus(b1, ns).ok());
@@ -199,7 +202,7 @@ TEST(NotifyOrder, a_later_notification_waits_for_an_earlier_ones_transfer_and_a_
     return s.remote < p.remote(8192) ? TransferState::kFailed : TransferState::kCompleted;
   });
   p.fake_init->hold(false);
-  ASSERT_TRUE(second.get().ok());
+  ASSERT_TRUE(third.get().ok());
   ASSERT_TRUE(p.init.waitTransfer(b1, std::chrono::seconds(20)).ok());
   ASSERT_TRUE(p.init.waitTransfer(b2, std::chrono::seconds(20)).ok());
   ASSERT_TRUE(p.init.getNotifyStatus(b1, ns).ok());
