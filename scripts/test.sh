@@ -43,8 +43,10 @@ stage "deps" bash scripts/deps.sh
 jobs=${HAWSER_TEST_JOBS:-4}
 # Cold builds are the bulk of a CI run: unity builds and a shared precompiled
 # header for the test programs (docs/testing.md).
-export HAWSER_UNITY=${HAWSER_UNITY:-ON} HAWSER_PCH=${HAWSER_PCH:-ON}
-stage "build (Release)" env HAWSER_TEST_PROGRAMS=OFF bash scripts/build.sh release
+# Given to the builds only: the programs under test read HAWSER_* as config.
+unity=${HAWSER_UNITY:-ON} pch=${HAWSER_PCH:-ON}
+build() { env HAWSER_UNITY="$unity" HAWSER_PCH="$pch" bash scripts/build.sh "$@"; }
+stage "build (Release)" env HAWSER_TEST_PROGRAMS=OFF HAWSER_UNITY="$unity" HAWSER_PCH="$pch" bash scripts/build.sh release
 stage "ctest (Release)" ctest --test-dir build -j "$jobs" --output-on-failure --timeout 600
 if [ -d python ] && ls python/tests/test_*.py >/dev/null 2>&1; then
   echo "== pytest =="
@@ -87,7 +89,7 @@ chaos_soak() {
   return "$rc"
 }
 stage "chaos soak (60 s)" chaos_soak
-stage "build (ASan+UBSan)" bash scripts/build.sh asan
+stage "build (ASan+UBSan)" build asan
 asan_ctest() {
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan -j "$jobs" --output-on-failure --timeout 600
@@ -100,7 +102,7 @@ if [ "${HAWSER_OVERLAP:-1}" = 1 ]; then
   mkdir -p build-tsan
   rm -f "$tsan_log.done"
   # Its own session, so that a failing stage can end the whole build with the run.
-  setsid bash -c 't0=$(date +%s); rc=0; bash scripts/build.sh tsan >"$1" 2>&1 || rc=$?
+  setsid env HAWSER_UNITY="$unity" HAWSER_PCH="$pch" bash -c 't0=$(date +%s); rc=0; bash scripts/build.sh tsan >"$1" 2>&1 || rc=$?
                   echo "$rc $(( $(date +%s) - t0 ))" >"$1.done"' _ "$tsan_log" &
   tsan_pid=$!
   trap 'kill -- -"$tsan_pid" 2>/dev/null || true; report_times' EXIT
@@ -117,7 +119,7 @@ if [ "${HAWSER_OVERLAP:-1}" = 1 ]; then
   }
   stage "build (TSan) rest" tsan_wait
 else
-  stage "build (TSan)" bash scripts/build.sh tsan
+  stage "build (TSan)" build tsan
 fi
 tsan_ctest() {
   # halt_on_error: a race fails its test. The suppressions file names each

@@ -31,4 +31,6 @@ assert rc == 0, hawser.last_error()
 assert dst.raw == src.raw
 print(f"pip install: hawser {hawser.__version__} from {where}: 1 MiB moved and verified")
 PY
-"$tmp/venv/bin/python" -m pip show hawser | grep -q "^Version: " || { echo "pip show hawser: not installed"; exit 1; }
+# pip show's whole output first: grep -q would close the pipe under it.
+shown=$("$tmp/venv/bin/python" -m pip show hawser 2>&1 || true)
+grep -q "^Version: " <<<"$shown" || { echo "pip show hawser: not installed: $shown"; exit 1; }
