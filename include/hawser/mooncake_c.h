@@ -43,6 +43,7 @@ extern "C" {
 /* Ids, as Mooncake spells them (macros, not typedefs). */
 #define segment_handle_t int32_t
 #define segment_id_t int32_t
+#define file_id_t uint32_t
 #define batch_id_t uint64_t
 /* The engine's own memory, as a request's target_id (needs no openSegment). */
 #define LOCAL_SEGMENT (0)
@@ -53,11 +54,14 @@ extern "C" {
 
 /* One request: move `length` bytes between registered local memory at
  * `source` and segment `target_id` at `target_offset` (the remote virtual
- * address). */
+ * address). file_id: 0 (memory); hawser has no Mooncake file buffers
+ * (supportFileBuffer() is false), so any other value is refused with
+ * MC_STATUS_INVALID_ARGUMENT. */
 struct transfer_request {
   int opcode; /* OPCODE_READ | OPCODE_WRITE */
   void* source;
   segment_id_t target_id;
+  file_id_t file_id;
   uint64_t target_offset;
   uint64_t length;
 };
@@ -184,6 +188,15 @@ int registerLocalMemoryBatch(transfer_engine_t engine, buffer_entry_t* buffer_li
                              const char* location);
 /* All or nothing. 0 or MC_ERR_*. */
 int unregisterLocalMemoryBatch(transfer_engine_t engine, void** addr_list, size_t addr_len);
+
+/* Mooncake's file buffers (a local file addressed by a request's file_id)
+ * are not provided: hawser moves file data through file segments
+ * (hawser/engine.h registerFileSegment, "file://" targets). supportFileBuffer
+ * is false; registerLocalFile and unregisterLocalFile answer
+ * MC_ERR_NOT_IMPLEMENTED (and leave *id untouched). */
+bool supportFileBuffer(transfer_engine_t engine);
+int registerLocalFile(transfer_engine_t engine, const char* path, size_t size, file_id_t* id);
+int unregisterLocalFile(transfer_engine_t engine, const char* path);
 
 /* ---- Batches --------------------------------------------------------------- */
 

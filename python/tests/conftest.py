@@ -47,6 +47,25 @@ class Region:
         ctypes.memmove(self.addr + offset, data, len(data))
 
 
+class EnginePair:
+    """Unpacks as (a, ra, b, rb); when released, the engines stop before the
+    regions are freed (a tuple would release its items last to first, freeing
+    a region under an engine that may still be writing into it)."""
+
+    def __init__(self, a, ra, b, rb):
+        self._items = [a, ra, b, rb]
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __del__(self):
+        items, self._items = self._items, None
+        a, ra, b, rb = items
+        del items
+        del a, b  # the engines go first: each stops and waits for its work
+        del ra, rb
+
+
 def pattern(n, seed):
     """n deterministic, non-repeating-looking bytes."""
     return bytes(((i * 131 + seed * 17 + (i >> 8)) & 0xFF) for i in range(n))
@@ -75,9 +94,7 @@ def pair(hw):
     ra, rb = Region(REGION), Region(REGION)
     assert a.register_memory(ra.addr, REGION) == 0, hw.last_error()
     assert b.register_memory(rb.addr, REGION) == 0, hw.last_error()
-    # The tuple is released in order a, ra, b, rb: each engine stops before
-    # its own region is freed.
-    return a, ra, b, rb
+    return EnginePair(a, ra, b, rb)
 
 
 HAWSER_BIN_CANDIDATES = ("../bin/hawser",)

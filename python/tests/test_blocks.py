@@ -7,7 +7,7 @@ import array
 import numpy as np
 import pytest
 
-from conftest import REGION, Region, new_engine, pattern
+from conftest import REGION, EnginePair, Region, new_engine, pattern
 
 
 def neg(hw, name):
@@ -21,7 +21,7 @@ def blocks_pair(hw, request):
     ra, rb = Region(REGION), Region(REGION, fill=pattern(REGION, 9))
     assert a.register_memory(ra.addr, REGION) == 0, hw.last_error()
     assert b.register_memory(rb.addr, REGION) == 0, hw.last_error()
-    return a, ra, b, rb
+    return EnginePair(a, ra, b, rb)
 
 
 def test_numpy_block_list_read_lands_each_block(blocks_pair, hw):
@@ -75,7 +75,7 @@ def test_prepared_plan_posted_many_times(blocks_pair, hw):
         else:
             bid = a.post_plan(plan)
             assert bid > 0, hw.last_error()
-            assert a.get_batch_transfer_status([bid]) == [0], hw.last_error()
+            assert a.get_batch_transfer_status([bid]) == 0, hw.last_error()
         for i in range(0, n, 7):
             assert rb.read(i * 2048 + 100, 1000) == data[i * 1024:i * 1024 + 1000], (rnd, i)
     assert a.release_plan(plan) == 0

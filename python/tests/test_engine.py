@@ -368,7 +368,9 @@ def test_transport_hint_is_ignored(pair, hw):
     rc = a.transfer_sync_write(b.get_segment_name(), ra.addr, rb.addr, 6, transport_hint="rdma")
     assert rc == 0, hw.last_error()
     assert rb.read(0, 6) == b"hinted"
-    assert a.batch_transfer_async_write(b.get_segment_name(), [ra.addr], [rb.addr], [6], "nvlink") > 0
+    bid = a.batch_transfer_async_write(b.get_segment_name(), [ra.addr], [rb.addr], [6], "nvlink")
+    assert bid > 0, hw.last_error()
+    assert a.get_batch_transfer_status([bid]) == 0, hw.last_error()
 
 
 def test_rejected_submit_leaves_nothing_behind(pair, hw):

@@ -4,7 +4,7 @@ sender in .peer), a full receiving queue as the sender's error, and the
 accepted forms of notify=."""
 import pytest
 
-from conftest import REGION, Region, pattern, require_hawser
+from conftest import REGION, EnginePair, Region, pattern, require_hawser
 
 
 def neg(hw, name):
@@ -28,7 +28,7 @@ def two(hw, monkeypatch):
     ra, rb = Region(REGION), Region(REGION)
     assert a.register_memory(ra.addr, REGION) == 0, hw.last_error()
     assert b.register_memory(rb.addr, REGION) == 0, hw.last_error()
-    return a, ra, b, rb
+    return EnginePair(a, ra, b, rb)
 
 
 def test_sync_write_with_notify_delivers_after_the_bytes(two, hw):

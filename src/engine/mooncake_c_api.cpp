@@ -123,6 +123,10 @@ Status requests(McEngine* e, const transfer_request* entries, size_t count, std:
       return {Code::kInvalidArgument, "entries[" + std::to_string(i) + "]: opcode " + std::to_string(r.opcode) +
                                           " is neither OPCODE_READ nor OPCODE_WRITE"};
     out[i].opcode = r.opcode == OPCODE_READ ? hawser::OpCode::kRead : hawser::OpCode::kWrite;
+    if (r.file_id != 0)
+      return {Code::kInvalidArgument, "entries[" + std::to_string(i) + "]: file_id " + std::to_string(r.file_id) +
+                                          " names a Mooncake file buffer, which hawser does not provide "
+                                          "(file_id must be 0; file data moves through file segments)"};
     out[i].source = r.source;
     Status s = segmentOf(e, r.target_id, out[i].target_id);
     if (!s.ok()) return {s.code(), "entries[" + std::to_string(i) + "]: " + s.message()};
@@ -292,6 +296,25 @@ int unregisterLocalMemoryBatch(transfer_engine_t engine, void** addr_list, size_
     if (!engine || (!addr_list && addr_len)) return MC_ERR_INVALID_ARGUMENT;
     return asError(of(engine)->engine.unregisterLocalMemoryBatch(std::vector<void*>(addr_list, addr_list + addr_len)));
   });
+}
+
+bool supportFileBuffer(transfer_engine_t engine) {
+  (void)engine;
+  return false;
+}
+
+int registerLocalFile(transfer_engine_t engine, const char* path, size_t size, file_id_t* id) {
+  (void)engine;
+  (void)path;
+  (void)size;
+  (void)id;
+  return MC_ERR_NOT_IMPLEMENTED;
+}
+
+int unregisterLocalFile(transfer_engine_t engine, const char* path) {
+  (void)engine;
+  (void)path;
+  return MC_ERR_NOT_IMPLEMENTED;
 }
 
 batch_id_t allocateBatchID(transfer_engine_t engine, size_t batch_size) {

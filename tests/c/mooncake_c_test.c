@@ -114,6 +114,7 @@ static void pair_close(struct pair* p) {
 
 static transfer_request_t req(int op, void* src, segment_id_t seg, const void* remote, uint64_t len) {
   transfer_request_t r;
+  memset(&r, 0, sizeof(r)); /* file_id 0: memory */
   r.opcode = op;
   r.source = src;
   r.target_id = seg;
@@ -129,10 +130,11 @@ static int layouts_and_numbers_are_mooncakes(void) {
   CHECK(STATUS_WAITING == 0 && STATUS_PENDING == 1 && STATUS_INVALID == 2 && STATUS_CANCELED == 3);
   CHECK(STATUS_COMPLETED == 4 && STATUS_TIMEOUT == 5 && STATUS_FAILED == 6);
   CHECK(OPCODE_READ == 0 && OPCODE_WRITE == 1 && LOCAL_SEGMENT == 0 && INVALID_BATCH == UINT64_MAX);
-  CHECK(sizeof(segment_id_t) == 4 && sizeof(batch_id_t) == 8);
+  CHECK(sizeof(segment_id_t) == 4 && sizeof(file_id_t) == 4 && sizeof(batch_id_t) == 8);
   /* The LP64 layouts of Mooncake's structs. */
   CHECK(sizeof(transfer_request_t) == 40 && offsetof(transfer_request_t, source) == 8 &&
-        offsetof(transfer_request_t, target_id) == 16 && offsetof(transfer_request_t, target_offset) == 24 &&
+        offsetof(transfer_request_t, target_id) == 16 && offsetof(transfer_request_t, file_id) == 20 &&
+        offsetof(transfer_request_t, target_offset) == 24 &&
         offsetof(transfer_request_t, length) == 32);
   CHECK(sizeof(transfer_status_t) == 16 && offsetof(transfer_status_t, transferred_bytes) == 8);
   CHECK(sizeof(notify_msg_t) == 16 && sizeof(buffer_entry_t) == 16);
@@ -305,6 +307,14 @@ static int bad_input_gets_mooncakes_numbers(void) {
   CHECK_RC(submitTransfer(p.init, b, &r, 1), MC_STATUS_INVALID_ARGUMENT);
   r = req(OPCODE_READ, p.local, p.seg, p.mem + 8 * MIB - 10, 64); /* past the target's buffer */
   CHECK_RC(submitTransfer(p.init, b, &r, 1), MC_STATUS_INVALID_ARGUMENT);
+  r = req(OPCODE_READ, p.local, p.seg, p.mem, 64);
+  r.file_id = 3; /* a Mooncake file buffer: not provided */
+  CHECK_RC(submitTransfer(p.init, b, &r, 1), MC_STATUS_INVALID_ARGUMENT);
+  CHECK(!supportFileBuffer(p.init));
+  file_id_t fid = 77;
+  CHECK_RC(registerLocalFile(p.init, "/tmp/x", 4096, &fid), MC_ERR_NOT_IMPLEMENTED);
+  CHECK(fid == 77);
+  CHECK_RC(unregisterLocalFile(p.init, "/tmp/x"), MC_ERR_NOT_IMPLEMENTED);
   r = req(OPCODE_READ, p.local, 4242, p.mem, 64); /* not an open segment */
   CHECK_RC(submitTransfer(p.init, b, &r, 1), MC_STATUS_INVALID_ARGUMENT);
   CHECK_RC(submitTransfer(p.init, b + 1000, &r, 1), MC_STATUS_INVALID_ARGUMENT);
