@@ -131,9 +131,12 @@ class TransportSuite : public ::testing::TestWithParam<SuiteParam> {
                                      "--fill-seed", std::to_string(kSeed), "--print-notifies"};
     if (p.target_location != "cpu") args.insert(args.end(), {"--location", p.target_location});
     ASSERT_TRUE(child_.start(args, env_));
-    std::string seg = child_.waitFor("segment: ", 20000);
+    // A deadline, not an expectation: an unoptimized sanitizer build fills
+    // the 300 MiB pattern in seconds alone and far slower beside three other
+    // tests on two cores.
+    std::string seg = child_.waitFor("segment: ", 90000);
     ASSERT_FALSE(seg.empty()) << "hawser serve did not start";
-    ASSERT_FALSE(child_.waitFor("ready", 20000).empty());
+    ASSERT_FALSE(child_.waitFor("ready", 90000).empty());
     segment_ = seg.substr(9);
     Status s = engine_.init("p2p", "client", "127.0.0.1", 0);
     ASSERT_TRUE(s.ok()) << s.toString();
