@@ -271,8 +271,6 @@ TEST_F(FileGpu, cufile_batches_stay_within_the_library_limit_and_reuse_handles) 
   {
     DeviceBuffer dev(0, 4 << 20);
     ASSERT_TRUE(engine_.registerLocalMemory(dev.data(), dev.size()).ok());
-    EXPECT_TRUE(eventually([&] { return fakeCufileStats().bufs == base.bufs + 1; }))
-        << "registered with cuFileBufRegister (in the background)";
     for (int round = 0; round < 3; ++round) {
       dev.fill(0);
       Status s = run(OpCode::kRead, dev.data() + 5, 0, kFileA + kFileB);
@@ -280,6 +278,8 @@ TEST_F(FileGpu, cufile_batches_stay_within_the_library_limit_and_reuse_handles) 
       auto got = dev.download(5, kFileA + kFileB);
       ASSERT_EQ(checkPattern(got.data(), got.size(), kSeed, 0), -1) << "round " << round;
     }
+    EXPECT_TRUE(eventually([&] { return fakeCufileStats().bufs == base.bufs + 1; }))
+        << "registered with cuFileBufRegister (in the background, once the first transfer opened cuFile)";
     const FakeCufileStats now = fakeCufileStats();
     EXPECT_LE(now.max_entries, 128) << "a batch beyond the library's max_batch_io_size";
     EXPECT_GT(now.submits - base.submits, 3 * 6) << "~790 slices per round need several batches";
@@ -376,9 +376,10 @@ TEST_F(FileGpu, without_libcufile_auto_goes_through_staging) {
 }
 
 // Issue 14 item 1: registering GPU memory never waits for cuFile. The
-// library's driver opens on a thread of the transport's own, buffers are
-// registered on the engine's registration thread; the stand-in holds both
-// calls at a gate the test opens, so nothing here depends on timing.
+// library's driver opens at the first GPU <-> file transfer, on a thread of
+// the transport's own; buffers are registered on the engine's registration
+// thread. The stand-in holds both calls at a gate the test opens, so
+// nothing here depends on timing.
 TEST_F(FileGpu, gpu_registration_returns_before_cufile_opens_and_registers_and_io_meanwhile_is_exact) {
   HAWSER_REQUIRE_GPU(1);
   HAWSER_REQUIRE_CUFILE();
@@ -397,23 +398,23 @@ TEST_F(FileGpu, gpu_registration_returns_before_cufile_opens_and_registers_and_i
   const FakeCufileStats base = fakeCufileStats();
   ASSERT_EQ(base.gate_waiting, 0);
 
-  ASSERT_TRUE(registersWhileGated(engine_, dev.data(), dev.size())) << "registration waited for cuFileDriverOpen";
-  ASSERT_TRUE(eventually([&] { return fakeCufileStats().gate_waiting == 1; }))
-      << "cuFileDriverOpen was not called in the background";
-  EXPECT_EQ(fakeCufileStats().buf_register_calls, base.buf_register_calls);
-
-  // A transfer that does not need cuFile does not wait for it.
+  ASSERT_TRUE(registersWhileGated(engine_, dev.data(), dev.size())) << "registration waited for cuFile";
+  // A transfer that does not need cuFile neither opens nor waits for it.
   Buffer host(8192);
   ASSERT_TRUE(engine_.registerLocalMemory(host.p, host.n).ok());
   ASSERT_TRUE(run(OpCode::kRead, host.p, 100, 4096).ok());
   EXPECT_EQ(checkPattern(host.p, 4096, kSeed, 100), -1);
+  EXPECT_EQ(fakeCufileStats().gate_waiting, 0) << "cuFile was opened before a transfer needed it";
+  EXPECT_EQ(fakeCufileStats().buf_register_calls, base.buf_register_calls);
 
-  // A GPU transfer needs the library: it waits for the open.
+  // The first GPU <-> file transfer opens the library and waits for it.
   dev.fill(0);
   reader = std::jthread([&] {
     gpu_s = run(OpCode::kRead, dev.data() + 17, 0, kFileA + kFileB);
     gpu_done = true;
   });
+  ASSERT_TRUE(eventually([&] { return fakeCufileStats().gate_waiting == 1; }))
+      << "the first GPU transfer did not open cuFile";
   EXPECT_TRUE(holdsFor([&] { return !gpu_done.load(); }, std::chrono::milliseconds(100)))
       << "a GPU transfer went ahead of cuFileDriverOpen: " << gpu_s.toString();
 
@@ -452,6 +453,10 @@ TEST_F(FileGpu, unregistering_right_after_registering_leaves_no_cufile_registrat
   std::atomic<bool> a_gone{false}, b_gone{false};
   std::jthread unreg_a, unreg_b;
   GateOpener opener;
+  // cuFile opens at the first GPU <-> file transfer.
+  ASSERT_TRUE(engine_.registerLocalMemory(a.data(), a.size()).ok());
+  ASSERT_TRUE(run(OpCode::kRead, a.data(), 0, 4096).ok());
+  ASSERT_TRUE(engine_.unregisterLocalMemory(a.data()).ok());
   const FakeCufileStats base = fakeCufileStats();
 
   // Without a gate, many times over: nothing is left behind.
@@ -501,6 +506,16 @@ TEST_F(FileGpu, shutdown_with_registrations_pending_is_clean) {
   o.config["file.cufile"] = "on";
   o.config["file.cufile_lib"] = testCufilePath();
   ASSERT_TRUE(e->init("p2p", "file-gpu-shutdown", "127.0.0.1", 0, o).ok());
+  // cuFile opens at the first GPU <-> file transfer.
+  const std::string f = dir_.path + "/f";
+  ASSERT_TRUE(writeFile(f, 8192, kSeed, 0));
+  ASSERT_TRUE(e->registerFileSegment("f", {{f, 8192, {}}}).ok());
+  SegmentID seg = kInvalidSegment;
+  ASSERT_TRUE(e->openSegment("f", seg).ok());
+  DeviceBuffer warm(0, 8192);
+  ASSERT_TRUE(e->registerLocalMemory(warm.data(), warm.size()).ok());
+  ASSERT_TRUE(e->transferSync({{OpCode::kRead, warm.data(), seg, 0, 8192}}, std::chrono::seconds(60)).ok());
+  ASSERT_TRUE(e->unregisterLocalMemory(warm.data()).ok());
   const FakeCufileStats base = fakeCufileStats();
   gateCufile(kGateBufRegister);
   ASSERT_TRUE(registersWhileGated(*e, a.data(), a.size()));

@@ -163,7 +163,7 @@ CufileProbe probeCufile(const std::string& path, const std::string& dir) {
     if (it == probed.end()) {
       std::string what;
       if (void* h = dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL | RTLD_NODELETE)) {
-        what = fmt::format("'{}' loads (its driver opens in the background when GPU memory is first registered)", path);
+        what = fmt::format("'{}' loads (its driver opens at the first transfer between GPU memory and a file)", path);
         dlclose(h);
       } else {
         const char* e = dlerror();

@@ -37,8 +37,9 @@ class CufileLibrary {
  public:
   // Loads `path` (dlopen) and opens the cuFile driver, once per path and
   // process (later calls return the loaded one). nullptr with `why` set
-  // when it cannot be loaded or opened. Opening the driver takes about half
-  // a second: the file transport calls this on a thread of its own.
+  // when it cannot be loaded or opened. Opening the driver takes half a
+  // second to a second: the file transport calls this on a thread of its
+  // own, at the first transfer that needs it.
   static const CufileLibrary* load(const std::string& path, std::string& why);
 
   const cufile::Api& api() const { return api_; }

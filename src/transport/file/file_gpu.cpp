@@ -55,15 +55,14 @@ bool FileTransport::gpuMemory(const void* addr, size_t len, int& device) const {
   return true;
 }
 
+// Nothing of cuFile runs here: the library opens at the first transfer that
+// needs it (cufileEngine()), and buffers register in the background.
 Status FileTransport::registerGpuMemory(void* addr, size_t length, const std::string& location) {
-  {
-    // Under the lock: an engine that opens meanwhile queues every region it
-    // finds (openCufile), so each region is queued exactly once.
-    std::unique_lock lk(regions_mu_);
-    gpu_regions_[reinterpret_cast<uint64_t>(addr)] = GpuRegion{length, ordinalOf(location)};
-    if (CufileEngine* cf = cufile_ptr_.load()) cf->addMemory(addr, length);  // queued: returns at once
-  }
-  startCufile();
+  // Under the lock: an engine that opens meanwhile queues every region it
+  // finds (openCufile), so each region is queued exactly once.
+  std::unique_lock lk(regions_mu_);
+  gpu_regions_[reinterpret_cast<uint64_t>(addr)] = GpuRegion{length, ordinalOf(location)};
+  if (CufileEngine* cf = cufile_ptr_.load()) cf->addMemory(addr, length);  // queued: returns at once
   return Status::OK();
 }
 
@@ -88,8 +87,10 @@ void FileTransport::startCufile() {
     cufile_note_ = "not used (file.cufile=off)";
     return;
   }
-  // cuFileDriverOpen takes about half a second: never on the registering
-  // thread. Transfers that need cuFile wait for it (cufileEngine()).
+  // cuFileDriverOpen takes half a second to a second, and while it runs (and
+  // while cuFileBufRegister runs) the CUDA driver holds back other GPU
+  // copies of the process: opened only when a transfer needs cuFile, on a
+  // thread of its own; that transfer waits for it (cufileEngine()).
   cufile_opening_ = true;
   cufile_opener_ = std::thread([this] { openCufile(); });
 }

@@ -122,9 +122,9 @@ class FileTransport final : public Transport {
 
   // Host memory is pre-registered with io_uring (fixed buffers) when it can
   // be; GPU memory ("cuda:N") is registered with cuFile (cuFileBufRegister)
-  // in the background, and the first GPU region starts opening cuFile's
-  // driver on a thread of its own (file.cufile auto/on): neither blocks the
-  // caller (file_gpu.cpp).
+  // in the background once cuFile is open, which the first GPU <-> file
+  // transfer starts (file.cufile auto/on): neither blocks the caller
+  // (file_gpu.cpp).
   Status registerMemory(void* addr, size_t length, const std::string& location, bool remote_accessible,
                         nlohmann::json& attrs) override;
   Status unregisterMemory(void* addr, size_t length) override;
@@ -154,7 +154,7 @@ class FileTransport final : public Transport {
   // The GPU of a registered GPU region holding [addr, +len), or false.
   bool gpuMemory(const void* addr, size_t len, int& device) const;
   // Starts loading cuFile and its engine on cufile_opener_, once
-  // (file.cufile auto/on); returns at once.
+  // (file.cufile auto/on), at the first transfer that needs it.
   void startCufile();
   void openCufile();  // on cufile_opener_
   void joinCufileOpener();  // at shutdown (down_ set): no opener starts after
