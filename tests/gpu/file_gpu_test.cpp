@@ -10,8 +10,11 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstring>
+#include <thread>
 
 #include "common/log_capture.h"
 #include "common/util.h"
@@ -44,7 +47,7 @@ std::string testCufilePath() {
 // The stand-in libcufile's counts (hawserFakeCufileStats).
 struct FakeCufileStats {
   long opens = 0, setups = 0, live_batches = 0, submits = 0, entries = 0, max_entries = 0, files = 0, bufs = 0,
-       canceled = 0;
+       canceled = 0, gate_waiting = 0, buf_register_calls = 0;
 };
 FakeCufileStats fakeCufileStats() {
   FakeCufileStats s;
@@ -52,12 +55,45 @@ FakeCufileStats fakeCufileStats() {
   if (!h) return s;
   using Fn = int (*)(long*, int);
   auto fn = reinterpret_cast<Fn>(dlsym(h, "hawserFakeCufileStats"));
-  long v[9] = {0};
-  if (fn) fn(v, 9);
+  long v[11] = {0};
+  if (fn) fn(v, 11);
   dlclose(h);
-  s = FakeCufileStats{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]};
+  s = FakeCufileStats{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10]};
   return s;
 }
+
+// The stand-in libcufile's gate (hawserFakeCufileGate): calls named in
+// `mask` wait there until a later call clears their bit.
+constexpr int kGateDriverOpen = 1, kGateBufRegister = 2;
+void gateCufile(int mask) {
+  void* h = dlopen(testCufilePath().c_str(), RTLD_LAZY | RTLD_NOLOAD);
+  ASSERT_NE(h, nullptr) << "the stand-in libcufile is not loaded";
+  auto fn = reinterpret_cast<void (*)(int)>(dlsym(h, "hawserFakeCufileGate"));
+  dlclose(h);
+  ASSERT_NE(fn, nullptr) << "the stand-in libcufile has no hawserFakeCufileGate";
+  fn(mask);
+}
+// Registers [p, +n) with `e` while the gate holds cuFile calls: true when
+// registerLocalMemory returned OK without waiting for them. Otherwise the
+// gate is opened (so that the call can end) and false returned.
+bool registersWhileGated(TransferEngine& e, void* p, size_t n) {
+  std::atomic<bool> done{false};
+  Status s;
+  std::thread t([&] {
+    s = e.registerLocalMemory(p, n);
+    done = true;
+  });
+  const bool returned = eventually([&] { return done.load(); }, std::chrono::seconds(10));
+  if (!returned) gateCufile(0);
+  t.join();
+  EXPECT_TRUE(s.ok()) << s.toString();
+  return returned && s.ok();
+}
+// Opens the gate when the test ends, whatever ended it (declare it after
+// any thread that must be joined: it opens first, then the thread joins).
+struct GateOpener {
+  ~GateOpener() { gateCufile(0); }
+};
 
 std::map<std::string, uint64_t> fileCounters(TransferEngine& e) {
   std::map<std::string, uint64_t> out;
@@ -235,7 +271,6 @@ TEST_F(FileGpu, cufile_batches_stay_within_the_library_limit_and_reuse_handles) 
   {
     DeviceBuffer dev(0, 4 << 20);
     ASSERT_TRUE(engine_.registerLocalMemory(dev.data(), dev.size()).ok());
-    EXPECT_EQ(fakeCufileStats().bufs, base.bufs + 1) << "registered with cuFileBufRegister";
     for (int round = 0; round < 3; ++round) {
       dev.fill(0);
       Status s = run(OpCode::kRead, dev.data() + 5, 0, kFileA + kFileB);
@@ -243,6 +278,8 @@ TEST_F(FileGpu, cufile_batches_stay_within_the_library_limit_and_reuse_handles) 
       auto got = dev.download(5, kFileA + kFileB);
       ASSERT_EQ(checkPattern(got.data(), got.size(), kSeed, 0), -1) << "round " << round;
     }
+    EXPECT_TRUE(eventually([&] { return fakeCufileStats().bufs == base.bufs + 1; }))
+        << "registered with cuFileBufRegister (in the background, once the first transfer opened cuFile)";
     const FakeCufileStats now = fakeCufileStats();
     EXPECT_LE(now.max_entries, 128) << "a batch beyond the library's max_batch_io_size";
     EXPECT_GT(now.submits - base.submits, 3 * 6) << "~790 slices per round need several batches";
@@ -336,6 +373,168 @@ TEST_F(FileGpu, without_libcufile_auto_goes_through_staging) {
   auto after = fileCounters(engine_);
   EXPECT_GT(delta(after, before, "gpu_staged_uring_slices") + delta(after, before, "gpu_staged_posix_slices"), 0u);
   EXPECT_EQ(delta(after, before, "gpu_compat_slices") + delta(after, before, "gpu_gds_slices"), 0u);
+}
+
+// Issue 14 item 1: registering GPU memory never waits for cuFile. The
+// library's driver opens at the first GPU <-> file transfer, on a thread of
+// the transport's own; buffers are registered on the engine's registration
+// thread. The stand-in holds both calls at a gate the test opens, so
+// nothing here depends on timing.
+TEST_F(FileGpu, gpu_registration_returns_before_cufile_opens_and_registers_and_io_meanwhile_is_exact) {
+  HAWSER_REQUIRE_GPU(1);
+  HAWSER_REQUIRE_CUFILE();
+  if (!stubCufile()) GTEST_SKIP() << "holds cuFile calls at the stand-in libcufile's gate (gpu_sim only)";
+  // A path of its own: cuFile is opened once per path and process, so this
+  // one's cuFileDriverOpen happens in this test (the same library object).
+  const std::string lib = dir_.path + "/libcufile-gated.so.0";
+  ASSERT_EQ(::symlink(testCufilePath().c_str(), lib.c_str()), 0) << strerror(errno);
+  std::atomic<bool> gpu_done{false};
+  Status gpu_s;
+  DeviceBuffer dev(0, 8 << 20);
+  std::jthread reader;  // joined after the gate opens (GateOpener below)
+  GateOpener opener;
+  gateCufile(kGateDriverOpen | kGateBufRegister);
+  start({{"file.cufile", "on"}, {"file.cufile_lib", lib}});
+  const FakeCufileStats base = fakeCufileStats();
+  ASSERT_EQ(base.gate_waiting, 0);
+
+  ASSERT_TRUE(registersWhileGated(engine_, dev.data(), dev.size())) << "registration waited for cuFile";
+  // A transfer that does not need cuFile neither opens nor waits for it.
+  Buffer host(8192);
+  ASSERT_TRUE(engine_.registerLocalMemory(host.p, host.n).ok());
+  ASSERT_TRUE(run(OpCode::kRead, host.p, 100, 4096).ok());
+  EXPECT_EQ(checkPattern(host.p, 4096, kSeed, 100), -1);
+  EXPECT_EQ(fakeCufileStats().gate_waiting, 0) << "cuFile was opened before a transfer needed it";
+  EXPECT_EQ(fakeCufileStats().buf_register_calls, base.buf_register_calls);
+
+  // The first GPU <-> file transfer opens the library and waits for it.
+  dev.fill(0);
+  reader = std::jthread([&] {
+    gpu_s = run(OpCode::kRead, dev.data() + 17, 0, kFileA + kFileB);
+    gpu_done = true;
+  });
+  ASSERT_TRUE(eventually([&] { return fakeCufileStats().gate_waiting == 1; }))
+      << "the first GPU transfer did not open cuFile";
+  EXPECT_TRUE(holdsFor([&] { return !gpu_done.load(); }, std::chrono::milliseconds(100)))
+      << "a GPU transfer went ahead of cuFileDriverOpen: " << gpu_s.toString();
+
+  // The driver opens; the buffer's registration is now held at the gate: the
+  // transfer goes through unregistered memory (the library stages it) and
+  // moves every byte.
+  auto before = fileCounters(engine_);
+  gateCufile(kGateBufRegister);
+  ASSERT_TRUE(eventually([&] {
+    auto f = fakeCufileStats();
+    return f.buf_register_calls == base.buf_register_calls + 1 && f.gate_waiting == 1;
+  })) << "the region was not queued for cuFileBufRegister when the driver opened";
+  reader.join();
+  ASSERT_TRUE(gpu_s.ok()) << gpu_s.toString();
+  auto whole = dev.download(17, kFileA + kFileB);
+  EXPECT_EQ(checkPattern(whole.data(), kFileA + kFileB, kSeed, 0), -1);
+  roundTrip(dev);  // writes and reads, still unregistered
+  EXPECT_EQ(fakeCufileStats().bufs, base.bufs) << "the registration is still held at the gate";
+  auto after = fileCounters(engine_);
+  EXPECT_EQ(delta(after, before, "gpu_compat_bytes"), kFileA + kFileB + kMoved) << "through cuFile";
+
+  // Registered once the gate opens; the same I/O then uses the registration.
+  gateCufile(0);
+  ASSERT_TRUE(eventually([&] { return fakeCufileStats().bufs == base.bufs + 1; }));
+  roundTrip(dev);
+  ASSERT_TRUE(engine_.unregisterLocalMemory(dev.data()).ok());
+  EXPECT_EQ(fakeCufileStats().bufs, base.bufs) << "cuFileBufDeregister at unregister";
+}
+
+TEST_F(FileGpu, unregistering_right_after_registering_leaves_no_cufile_registration) {
+  HAWSER_REQUIRE_GPU(1);
+  HAWSER_REQUIRE_CUFILE();
+  if (!stubCufile()) GTEST_SKIP() << "holds cuFileBufRegister at the stand-in libcufile's gate (gpu_sim only)";
+  start({{"file.cufile", "on"}});
+  DeviceBuffer a(0, 1 << 20), b(0, 1 << 20);
+  std::atomic<bool> a_gone{false}, b_gone{false};
+  std::jthread unreg_a, unreg_b;
+  GateOpener opener;
+  // cuFile opens at the first GPU <-> file transfer.
+  ASSERT_TRUE(engine_.registerLocalMemory(a.data(), a.size()).ok());
+  ASSERT_TRUE(run(OpCode::kRead, a.data(), 0, 4096).ok());
+  ASSERT_TRUE(engine_.unregisterLocalMemory(a.data()).ok());
+  const FakeCufileStats base = fakeCufileStats();
+
+  // Without a gate, many times over: nothing is left behind.
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(engine_.registerLocalMemory(a.data(), a.size()).ok());
+    ASSERT_TRUE(engine_.unregisterLocalMemory(a.data()).ok());
+    ASSERT_EQ(fakeCufileStats().bufs, base.bufs) << "round " << i;
+  }
+
+  // a's registration running (held at the gate), b's queued behind it.
+  gateCufile(kGateBufRegister);
+  const long calls = fakeCufileStats().buf_register_calls;
+  ASSERT_TRUE(registersWhileGated(engine_, a.data(), a.size())) << "registration waited for cuFileBufRegister";
+  ASSERT_TRUE(eventually([&] { return fakeCufileStats().gate_waiting == 1; }));
+  ASSERT_TRUE(registersWhileGated(engine_, b.data(), b.size()));
+  // b's is dropped before it reaches the library: its unregister need not wait.
+  unreg_b = std::jthread([&] {
+    EXPECT_TRUE(engine_.unregisterLocalMemory(b.data()).ok());
+    b_gone = true;
+  });
+  EXPECT_TRUE(eventually([&] { return b_gone.load(); })) << "unregistering a queued registration waited";
+  // a's is under way: its unregister waits for it, then deregisters it.
+  unreg_a = std::jthread([&] {
+    EXPECT_TRUE(engine_.unregisterLocalMemory(a.data()).ok());
+    a_gone = true;
+  });
+  EXPECT_TRUE(holdsFor([&] { return !a_gone.load(); }, std::chrono::milliseconds(100)))
+      << "unregister returned while the registration was still running";
+  gateCufile(0);
+  unreg_a.join();
+  const FakeCufileStats now = fakeCufileStats();
+  EXPECT_EQ(now.bufs, base.bufs) << "a registration was left behind";
+  EXPECT_EQ(now.buf_register_calls, calls + 1) << "b's dropped registration reached the library";
+}
+
+TEST_F(FileGpu, shutdown_with_registrations_pending_is_clean) {
+  HAWSER_REQUIRE_GPU(1);
+  HAWSER_REQUIRE_CUFILE();
+  if (!stubCufile()) GTEST_SKIP() << "holds cuFileBufRegister at the stand-in libcufile's gate (gpu_sim only)";
+  DeviceBuffer a(0, 1 << 20), b(0, 1 << 20);
+  auto e = std::make_unique<TransferEngine>();
+  std::atomic<bool> gone{false};
+  std::jthread closer;
+  GateOpener opener;
+  EngineOptions o;
+  o.config = gpuConfig();
+  o.config["file.cufile"] = "on";
+  o.config["file.cufile_lib"] = testCufilePath();
+  ASSERT_TRUE(e->init("p2p", "file-gpu-shutdown", "127.0.0.1", 0, o).ok());
+  // cuFile opens at the first GPU <-> file transfer.
+  const std::string f = dir_.path + "/f";
+  ASSERT_TRUE(writeFile(f, 8192, kSeed, 0));
+  ASSERT_TRUE(e->registerFileSegment("f", {{f, 8192, {}}}).ok());
+  SegmentID seg = kInvalidSegment;
+  ASSERT_TRUE(e->openSegment("f", seg).ok());
+  DeviceBuffer warm(0, 8192);
+  ASSERT_TRUE(e->registerLocalMemory(warm.data(), warm.size()).ok());
+  ASSERT_TRUE(e->transferSync({{OpCode::kRead, warm.data(), seg, 0, 8192}}, std::chrono::seconds(60)).ok());
+  ASSERT_TRUE(e->unregisterLocalMemory(warm.data()).ok());
+  const FakeCufileStats base = fakeCufileStats();
+  gateCufile(kGateBufRegister);
+  ASSERT_TRUE(registersWhileGated(*e, a.data(), a.size()));
+  ASSERT_TRUE(eventually([&] { return fakeCufileStats().gate_waiting == 1; }));
+  ASSERT_TRUE(registersWhileGated(*e, b.data(), b.size()));  // queued behind a's
+  // The engine goes without unregistering: shutdown drops b's, waits for
+  // a's and deregisters it.
+  closer = std::jthread([&] {
+    e.reset();
+    gone = true;
+  });
+  EXPECT_TRUE(holdsFor([&] { return !gone.load(); }, std::chrono::milliseconds(100)))
+      << "shutdown returned while a registration was running";
+  gateCufile(0);
+  closer.join();
+  const FakeCufileStats now = fakeCufileStats();
+  EXPECT_EQ(now.bufs, base.bufs) << "a registration outlived the engine";
+  EXPECT_GE(now.buf_register_calls, base.buf_register_calls + 1);
+  EXPECT_LE(now.buf_register_calls, base.buf_register_calls + 2);
 }
 
 }  // namespace

@@ -13,11 +13,8 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
-#include <functional>
-#include <future>
 #include <map>
 #include <mutex>
-#include <shared_mutex>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -26,6 +23,7 @@
 
 #include "base/log.h"
 #include "gpu/cuda_driver.h"
+#include "transport/file/cufile_buffers.h"
 #include "transport/file/file_transport.h"
 
 namespace hawser::file {
@@ -165,7 +163,7 @@ CufileProbe probeCufile(const std::string& path, const std::string& dir) {
     if (it == probed.end()) {
       std::string what;
       if (void* h = dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL | RTLD_NODELETE)) {
-        what = fmt::format("'{}' loads (its driver opens when GPU memory is first registered)", path);
+        what = fmt::format("'{}' loads (its driver opens at the first transfer between GPU memory and a file)", path);
         dlclose(h);
       } else {
         const char* e = dlerror();
@@ -212,16 +210,11 @@ CufileProbe probeCufile(const std::string& path, const std::string& dir) {
 
 namespace {
 
-struct CufileCommand {
-  std::function<void()> fn;
-  std::promise<void>* done = nullptr;
-};
-
 class Engine final : public CufileEngine {
  public:
   Engine(const CufileLibrary& lib, uint32_t depth, uint32_t batch)
       : lib_(lib), a_(lib.api()), depth_(std::max<uint32_t>(depth, 1)),
-        batch_(std::max<uint32_t>(1, std::min<uint32_t>(batch, lib.maxBatch()))) {
+        batch_(std::max<uint32_t>(1, std::min<uint32_t>(batch, lib.maxBatch()))), buffers_(lib.api()) {
     max_handles_ = std::min<uint32_t>(depth_, 64);
   }
   ~Engine() override {
@@ -238,8 +231,14 @@ class Engine final : public CufileEngine {
     return Status::OK();
   }
 
+  // I/O first, then buffer registrations: queued ones are dropped, a
+  // running one is waited for, and every registered buffer is deregistered
+  // (unless I/O never ended: its memory stays registered, quarantined).
   size_t stop(std::chrono::milliseconds timeout) override {
-    if (!thread_.joinable()) return 0;
+    if (!thread_.joinable()) {
+      buffers_.stop();
+      return 0;
+    }
     {
       std::lock_guard lk(mu_);
       stop_req_ = true;
@@ -255,6 +254,7 @@ class Engine final : public CufileEngine {
     }
     lk.unlock();
     thread_.join();
+    buffers_.stop();
     return 0;
   }
 
@@ -291,42 +291,9 @@ class Engine final : public CufileEngine {
     a_.HandleDeregister(h);
   }
 
-  void addMemory(void* addr, size_t len) override {
-    onThread([&] {
-      const gpu::CudaDriver* d = gpu::CudaDriver::get();
-      int dev = d ? d->pointer(addr).ordinal : -1;
-      if (d && dev >= 0) (void)d->bindDevice(dev);
-      cufile::Error e = a_.BufRegister(addr, len, 0);
-      if (e.err == cufile::kSuccess) {
-        std::unique_lock bl(buf_mu_);
-        bufs_[reinterpret_cast<uint64_t>(addr)] = Buf{len, dev};
-      } else {
-        // Unregistered GPU memory still works: the library stages it itself.
-        HLOG_INFO("file/cufile: cuFileBufRegister({:p}, {}) failed: {}; its I/O goes through the library's own "
-                  "bounce buffers",
-                  addr, len, CufileLibrary::describe(e));
-      }
-    });
-  }
-
-  void removeMemory(void* addr, size_t len) override {
-    onThread([&] {
-      auto base = reinterpret_cast<uint64_t>(addr);
-      std::vector<uint64_t> gone;
-      {
-        std::unique_lock bl(buf_mu_);
-        for (auto it = bufs_.lower_bound(base); it != bufs_.end() && it->first < base + len;) {
-          gone.push_back(it->first);
-          it = bufs_.erase(it);
-        }
-      }
-      for (uint64_t b : gone) {
-        cufile::Error e = a_.BufDeregister(reinterpret_cast<void*>(b));
-        if (e.err != cufile::kSuccess)
-          HLOG_WARN("file/cufile: cuFileBufDeregister({:#x}): {}", b, CufileLibrary::describe(e));
-      }
-    });
-  }
+  // In the background (cufile_buffers.h): registering costs tens of ms.
+  void addMemory(void* addr, size_t len) override { buffers_.add(addr, len); }
+  void removeMemory(void* addr, size_t len) override { buffers_.remove(addr, len); }
 
   void submit(std::span<const IoOp> ops) override {
     if (ops.empty()) return;
@@ -358,10 +325,6 @@ class Engine final : public CufileEngine {
   }
 
  private:
-  struct Buf {
-    size_t len;
-    int device;
-  };
   struct Batch {
     cufile::BatchHandle h = nullptr;
     size_t outstanding = 0;
@@ -372,43 +335,6 @@ class Engine final : public CufileEngine {
     Batch* batch;
     bool cancel;
   };
-
-  // Runs fn on the engine thread and waits (directly when already there or
-  // when the thread has not started or has exited).
-  void onThread(std::function<void()> fn) {
-    if (std::this_thread::get_id() == thread_.get_id()) return fn();
-    std::promise<void> done;
-    auto fut = done.get_future();
-    {
-      std::lock_guard lk(mu_);
-      if (!thread_.joinable() || exited_) {
-        fn();
-        return;
-      }
-      cmd_q_.push_back(CufileCommand{std::move(fn), &done});
-    }
-    cv_.notify_all();
-    fut.wait();
-  }
-
-  // The registered buffer holding `p` (base and its GPU), or p itself.
-  void locate(void* p, void*& base, off_t& off, int& dev) const {
-    auto a = reinterpret_cast<uint64_t>(p);
-    std::shared_lock bl(buf_mu_);
-    auto it = bufs_.upper_bound(a);
-    if (it != bufs_.begin()) {
-      --it;
-      if (a < it->first + it->second.len) {
-        base = reinterpret_cast<void*>(it->first);
-        off = static_cast<off_t>(a - it->first);
-        dev = it->second.device;
-        return;
-      }
-    }
-    base = p;
-    off = 0;
-    dev = -1;
-  }
 
   cufile::Handle fileHandle(int token) const {
     std::lock_guard lk(reg_mu_);
@@ -518,7 +444,7 @@ class Engine final : public CufileEngine {
         cufile::IoParams p{};
         p.mode = cufile::kBatchMode;
         int d = -1;
-        locate(op.buf, p.u.batch.devPtr_base, p.u.batch.devPtr_offset, d);
+        buffers_.locate(op.buf, p.u.batch.devPtr_base, p.u.batch.devPtr_offset, d);
         if (dev < 0) dev = d;
         p.u.batch.file_offset = static_cast<off_t>(op.offset);
         p.u.batch.size = op.len;
@@ -594,25 +520,17 @@ class Engine final : public CufileEngine {
   void run() {
     std::vector<IoOp> incoming;
     std::vector<uint64_t> cancels;
-    std::vector<CufileCommand> cmds;
     std::vector<IoCompletion> done;
     bool stopping = false;
     for (;;) {
       {
         std::unique_lock lk(mu_);
-        if (queue_.empty() && cancel_q_.empty() && cmd_q_.empty() && !stop_req_ && batches_.empty() &&
-            backlog_.empty())
-          cv_.wait(lk, [&] { return !queue_.empty() || !cancel_q_.empty() || !cmd_q_.empty() || stop_req_; });
+        if (queue_.empty() && cancel_q_.empty() && !stop_req_ && batches_.empty() && backlog_.empty())
+          cv_.wait(lk, [&] { return !queue_.empty() || !cancel_q_.empty() || stop_req_; });
         incoming.swap(queue_);
         cancels.swap(cancel_q_);
-        cmds.swap(cmd_q_);
         stopping = stop_req_;
       }
-      for (auto& c : cmds) {
-        c.fn();
-        if (c.done) c.done->set_value();
-      }
-      cmds.clear();
       backlog_.insert(backlog_.end(), incoming.begin(), incoming.end());
       incoming.clear();
       if (stopping) {
@@ -633,15 +551,6 @@ class Engine final : public CufileEngine {
     for (auto h : pool_) a_.BatchIODestroy(h);
     pool_.clear();
     {
-      std::lock_guard lk(mu_);
-      exited_ = true;
-      for (auto& c : cmd_q_) {
-        c.fn();
-        if (c.done) c.done->set_value();
-      }
-      cmd_q_.clear();
-    }
-    {
       std::lock_guard lk(done_mu_);
       done_ = true;
     }
@@ -661,9 +570,7 @@ class Engine final : public CufileEngine {
   std::condition_variable cv_;
   std::vector<IoOp> queue_;
   std::vector<uint64_t> cancel_q_;
-  std::vector<CufileCommand> cmd_q_;
   bool stop_req_ = false;
-  bool exited_ = false;
   std::atomic<size_t> outstanding_{0};
 
   // Engine thread only.
@@ -680,8 +587,7 @@ class Engine final : public CufileEngine {
   mutable std::mutex reg_mu_;
   std::vector<cufile::Handle> files_;
   std::vector<int> free_files_;
-  mutable std::shared_mutex buf_mu_;
-  std::map<uint64_t, Buf> bufs_;
+  CufileBuffers buffers_;
 
   std::atomic<uint64_t> st_submitted_{0}, st_batches_{0}, st_cancels_{0};
 };

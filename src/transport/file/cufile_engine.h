@@ -19,9 +19,10 @@
 //
 // Files: addFile(fd) is not used; registerFile() registers a cuFile handle
 // (cuFileHandleRegister) and says why when the library refuses (5027 for a
-// file system without a udev record, tmpfs, ...). GPU buffers:
-// addMemory()/removeMemory() run cuFileBufRegister/Deregister on the engine
-// thread with the buffer's GPU context current.
+// file system without a udev record, tmpfs, ...). GPU buffers: addMemory()
+// queues cuFileBufRegister and returns; removeMemory() returns once the
+// buffer is deregistered (cufile_buffers.h: a registration thread of its
+// own, and what I/O on a buffer still being registered does).
 #pragma once
 
 #include <memory>
@@ -36,7 +37,9 @@ class CufileLibrary {
  public:
   // Loads `path` (dlopen) and opens the cuFile driver, once per path and
   // process (later calls return the loaded one). nullptr with `why` set
-  // when it cannot be loaded or opened.
+  // when it cannot be loaded or opened. Opening the driver takes half a
+  // second to a second: the file transport calls this on a thread of its
+  // own, at the first transfer that needs it.
   static const CufileLibrary* load(const std::string& path, std::string& why);
 
   const cufile::Api& api() const { return api_; }

@@ -55,61 +55,95 @@ bool FileTransport::gpuMemory(const void* addr, size_t len, int& device) const {
   return true;
 }
 
+// Nothing of cuFile runs here: the library opens at the first transfer that
+// needs it (cufileEngine()), and buffers register in the background.
 Status FileTransport::registerGpuMemory(void* addr, size_t length, const std::string& location) {
-  {
-    std::unique_lock lk(regions_mu_);
-    gpu_regions_[reinterpret_cast<uint64_t>(addr)] = GpuRegion{length, ordinalOf(location)};
-  }
-  ensureCufile();
-  if (CufileEngine* cf = cufile_ptr_.load()) cf->addMemory(addr, length);
+  // Under the lock: an engine that opens meanwhile queues every region it
+  // finds (openCufile), so each region is queued exactly once.
+  std::unique_lock lk(regions_mu_);
+  gpu_regions_[reinterpret_cast<uint64_t>(addr)] = GpuRegion{length, ordinalOf(location)};
+  if (CufileEngine* cf = cufile_ptr_.load()) cf->addMemory(addr, length);  // queued: returns at once
   return Status::OK();
 }
 
 bool FileTransport::unregisterGpuMemory(void* addr, size_t length) {
+  CufileEngine* cf = nullptr;
   {
     std::unique_lock lk(regions_mu_);
     if (!gpu_regions_.erase(reinterpret_cast<uint64_t>(addr))) return false;
+    cf = cufile_ptr_.load();
   }
-  if (CufileEngine* cf = cufile_ptr_.load()) cf->removeMemory(addr, length);
+  // Drops a registration still queued, or waits for one running and
+  // deregisters it: the caller may free the memory once this returns.
+  if (cf) cf->removeMemory(addr, length);
   return true;
 }
 
-void FileTransport::ensureCufile() {
+void FileTransport::startCufile() {
   std::lock_guard lk(gpu_mu_);
-  if (cufile_tried_ || !installed_) return;
+  if (cufile_tried_ || !installed_ || down_.load()) return;
   cufile_tried_ = true;
   if (settings_.cufile == "off") {
     cufile_note_ = "not used (file.cufile=off)";
     return;
   }
+  // cuFileDriverOpen takes half a second to a second, and while it runs (and
+  // while cuFileBufRegister runs) the CUDA driver holds back other GPU
+  // copies of the process: opened only when a transfer needs cuFile, on a
+  // thread of its own; that transfer waits for it (cufileEngine()).
+  cufile_opening_ = true;
+  cufile_opener_ = std::thread([this] { openCufile(); });
+}
+
+void FileTransport::openCufile() {
   std::string why;
-  const CufileLibrary* lib = CufileLibrary::load(settings_.cufile_lib, why);
-  if (!lib) {
+  std::unique_ptr<CufileEngine> engine;
+  if (const CufileLibrary* lib = CufileLibrary::load(settings_.cufile_lib, why)) {
+    engine = makeCufileEngine(*lib, settings_.io.io_depth, settings_.cufile_batch);
+    Status s = engine->start([this](std::span<const IoCompletion> cs) { inflight_->onComplete(cs); });
+    if (s.ok()) {
+      inflight_->setCufileMode(lib->gds());
+    } else {
+      why = "cuFile engine did not start: " + s.message();
+      engine.reset();
+    }
+  } else if (settings_.cufile == "on") {
+    HLOG_ERROR("file: file.cufile=on but {}: GPU memory <-> file requests will be refused", why);
+  } else {
+    HLOG_INFO("file: {}; GPU memory <-> files goes through pinned staging buffers", why);
+  }
+  if (engine) {
+    // Every GPU region registered so far, queued for cuFileBufRegister
+    // before the engine is published (registerGpuMemory queues later ones).
+    std::unique_lock lk(regions_mu_);
+    for (const auto& [a, r] : gpu_regions_) engine->addMemory(reinterpret_cast<void*>(a), r.len);
+    cufile_ = std::move(engine);
+    cufile_ptr_.store(cufile_.get());
+  }
+  {
+    std::lock_guard lk(gpu_mu_);
     cufile_note_ = why;
-    if (settings_.cufile == "on")
-      HLOG_ERROR("file: file.cufile=on but {}: GPU memory <-> file requests will be refused", why);
-    else
-      HLOG_INFO("file: {}; GPU memory <-> files goes through pinned staging buffers", why);
-    return;
+    cufile_opening_ = false;
   }
-  auto engine = makeCufileEngine(*lib, settings_.io.io_depth, settings_.cufile_batch);
-  Status s = engine->start([this](std::span<const IoCompletion> cs) { inflight_->onComplete(cs); });
-  if (!s.ok()) {
-    cufile_note_ = "cuFile engine did not start: " + s.message();
-    return;
+  cufile_cv_.notify_all();
+}
+
+void FileTransport::joinCufileOpener() {
+  std::thread opener;
+  {
+    std::lock_guard lk(gpu_mu_);
+    opener = std::move(cufile_opener_);
   }
-  inflight_->setCufileMode(lib->gds());
-  cufile_ = std::move(engine);
-  cufile_ptr_.store(cufile_.get());
+  if (opener.joinable()) opener.join();
 }
 
 CufileEngine* FileTransport::cufileEngine(std::string* why) {
-  ensureCufile();
+  if (CufileEngine* cf = cufile_ptr_.load()) return cf;
+  startCufile();
+  std::unique_lock lk(gpu_mu_);
+  cufile_cv_.wait(lk, [&] { return !cufile_opening_; });
   CufileEngine* cf = cufile_ptr_.load();
-  if (!cf && why) {
-    std::lock_guard lk(gpu_mu_);
-    *why = cufile_note_;
-  }
+  if (!cf && why) *why = cufile_note_;
   return cf;
 }
 

@@ -179,6 +179,7 @@ void FileTransport::shutdown() {
     if (posix_) left += posix_->stop(std::chrono::seconds(2));
   }
   if (staging_) staging_->stop();  // after the drain: no copy is queued any more
+  joinCufileOpener();  // cuFileDriverOpen cannot be interrupted: it ends first
   if (cufile_) left += cufile_->stop(std::chrono::seconds(2));
   inflight_->stopWatchdog();
   if (left > 0) {

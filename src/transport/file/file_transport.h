@@ -16,11 +16,13 @@
 //   file_plan.*         pure slicing (no I/O); io_engine.h + uring/posix_engine.cpp: the I/O engines
 //   file_gpu.cpp        GPU memory: regions, cuFile or staging per file (the fallback rule), doctor facts
 //   cufile_engine.*     libcufile loaded at run time, and the cuFile batch engine (cufile_api.h: its ABI)
+//   cufile_buffers.*    GPU buffers registered with cuFile in the background
 //   gpu_staging.*       pinned staging slots and the pipelined GPU copy lanes
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -28,6 +30,7 @@
 #include <set>
 #include <shared_mutex>
 #include <string>
+#include <thread>
 
 #include "base/transport.h"
 #include "transport/file/io_engine.h"
@@ -118,8 +121,10 @@ class FileTransport final : public Transport {
   void describe(nlohmann::json& attrs) const override;
 
   // Host memory is pre-registered with io_uring (fixed buffers) when it can
-  // be; GPU memory ("cuda:N") is registered with cuFile (cuFileBufRegister),
-  // whose driver this opens on the first GPU region (file.cufile auto/on).
+  // be; GPU memory ("cuda:N") is registered with cuFile (cuFileBufRegister)
+  // in the background once cuFile is open, which the first GPU <-> file
+  // transfer starts (file.cufile auto/on): neither blocks the caller
+  // (file_gpu.cpp).
   Status registerMemory(void* addr, size_t length, const std::string& location, bool remote_accessible,
                         nlohmann::json& attrs) override;
   Status unregisterMemory(void* addr, size_t length) override;
@@ -148,9 +153,13 @@ class FileTransport final : public Transport {
   // ---- GPU memory (file_gpu.cpp) ----
   // The GPU of a registered GPU region holding [addr, +len), or false.
   bool gpuMemory(const void* addr, size_t len, int& device) const;
-  // Loads cuFile and starts its engine once (file.cufile auto/on).
-  void ensureCufile();
-  // The cuFile engine, or nullptr (then `why` says why).
+  // Starts loading cuFile and its engine on cufile_opener_, once
+  // (file.cufile auto/on), at the first transfer that needs it.
+  void startCufile();
+  void openCufile();  // on cufile_opener_
+  void joinCufileOpener();  // at shutdown (down_ set): no opener starts after
+  // The cuFile engine, or nullptr (then `why` says why); waits for the
+  // library to open when that is under way.
   CufileEngine* cufileEngine(std::string* why = nullptr);
   // Pinned staging slots and copy lanes, made on first need.
   Status ensureStaging();
@@ -177,7 +186,10 @@ class FileTransport final : public Transport {
 
   // GPU: cuFile (its engine outlives the descriptors too) and staging.
   std::mutex gpu_mu_;
+  std::condition_variable cufile_cv_;  // cufile_opening_ ended
   bool cufile_tried_ = false;
+  bool cufile_opening_ = false;
+  std::thread cufile_opener_;
   std::string cufile_note_;  // why cuFile is not in use ("" when it is)
   std::unique_ptr<CufileEngine> cufile_;
   std::atomic<CufileEngine*> cufile_ptr_{nullptr};

@@ -17,7 +17,9 @@
 // makes cuFileHandleRegister refuse (5027, as without a udev record) files
 // whose path contains TEXT; HAWSER_FAKE_CUFILE_FAIL=TEXT fails entries on
 // such files (EIO); HAWSER_FAKE_CUFILE_DELAY_MS=N delays each entry.
-// hawserFakeCufileStats() reports counts for tests.
+// hawserFakeCufileStats() reports counts for tests; hawserFakeCufileGate(mask)
+// holds cuFileDriverOpen (mask bit 1) and cuFileBufRegister (bit 2) at a gate
+// until the test opens it (the real calls take 0.5 s and ~30 ms).
 #include <fcntl.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -119,6 +121,22 @@ std::map<uint64_t, size_t>& g_bufs = *new std::map<uint64_t, size_t>;
 std::set<Batch*>& g_batches = *new std::set<Batch*>;
 std::deque<Job>& g_work = *new std::deque<Job>;  // the worker takes from the back: newest first
 std::thread* g_worker = nullptr;
+// The gate (its own lock: other calls go on while one waits there).
+std::mutex& g_gate_mu = *new std::mutex;
+std::condition_variable& g_gate_cv = *new std::condition_variable;
+int g_gate = 0;
+long g_gate_waiting = 0, g_buf_register_calls = 0;
+constexpr int kGateDriverOpen = 1, kGateBufRegister = 2;
+
+void gate(int bit) {
+  std::unique_lock lk(g_gate_mu);
+  if (bit == kGateBufRegister) g_buf_register_calls++;
+  if (!(g_gate & bit)) return;
+  g_gate_waiting++;
+  g_gate_cv.wait(lk, [&] { return !(g_gate & bit); });
+  g_gate_waiting--;
+}
+
 long g_setups = 0, g_submits = 0, g_entries = 0, g_max_entries = 0, g_opens = 0, g_canceled = 0;
 
 Error ok() { return {kOk, 0}; }
@@ -203,6 +221,7 @@ void worker() {
 extern "C" {
 
 Error cuFileDriverOpen() {
+  gate(kGateDriverOpen);
   std::lock_guard lk(g_mu);
   g_open = true;
   g_opens++;
@@ -267,6 +286,7 @@ void cuFileHandleDeregister(void* fh) {
 }
 
 Error cuFileBufRegister(const void* p, size_t n, int) {
+  gate(kGateBufRegister);
   std::lock_guard lk(g_mu);
   if (!p || n == 0) return err(kInvalidValue);
   if (!g_bufs.emplace(reinterpret_cast<uint64_t>(p), n).second) return err(kAlreadyRegistered);
@@ -355,17 +375,35 @@ void cuFileBatchIODestroy(void* b) {
 }
 
 // Test hook (not cuFile): [driver opens, batch set-ups, live batches, submits,
-// entries, largest submit, registered files, registered buffers, entries canceled].
+// entries, largest submit, registered files, registered buffers, entries canceled,
+// calls waiting at the gate, cuFileBufRegister calls].
 int hawserFakeCufileStats(long* out, int n) {
+  long waiting, buf_calls;
+  {
+    std::lock_guard gl(g_gate_mu);
+    waiting = g_gate_waiting;
+    buf_calls = g_buf_register_calls;
+  }
   std::lock_guard lk(g_mu);
   const long v[] = {g_opens,       g_setups,
                     static_cast<long>(g_batches.size()), g_submits,
                     g_entries,     g_max_entries,
                     static_cast<long>(g_files.size()),   static_cast<long>(g_bufs.size()),
-                    g_canceled};
+                    g_canceled,    waiting,
+                    buf_calls};
   int k = std::min<int>(n, static_cast<int>(sizeof(v) / sizeof(v[0])));
   for (int i = 0; i < k; ++i) out[i] = v[i];
   return k;
+}
+
+// Test hook (not cuFile): calls whose bit is set in `mask` (1:
+// cuFileDriverOpen, 2: cuFileBufRegister) wait until a later call clears it.
+void hawserFakeCufileGate(int mask) {
+  {
+    std::lock_guard lk(g_gate_mu);
+    g_gate = mask;
+  }
+  g_gate_cv.notify_all();
 }
 
 }  // extern "C"
