@@ -5,6 +5,7 @@
 # shared library they load that is not part of the base system.
 # Usage: scripts/gpu_bundle.sh [BUILD_DIR] [OUT_DIR]   (default build .device)
 set -euo pipefail
+shopt -s nullglob  # a build without lib/*.so (no softverbs) is fine
 cd "$(dirname "$0")/.."
 build=${1:-build}
 out=${2:-.device}
