@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -119,10 +120,24 @@ TEST(ConfigTable, public_config_keys_mirror_the_table) {
 // HAWSER_* names in code, messages and comments).
 TEST(ConfigTable, every_key_used_in_the_sources_is_in_the_table) {
   namespace fs = std::filesystem;
-  const std::regex call_key(
-      "\\b(?:getInt|getSize|getBool|getString|getDuration|lookup|configValue|configInt|configBool)\\(\\s*\"([^\"]+)\"");
-  const std::regex option_key("config\\[\"([^\"]+)\"\\]");
-  const std::regex env_name("\\bHAWSER_[A-Z0-9_]+\\b");
+  // Scanned by hand, not with std::regex over whole files: that took over
+  // a minute in the unoptimized sanitizer build.
+  auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  // Every string literal opening the argument list of `call` (after
+  // optional whitespace) at a word boundary.
+  auto quotedAfter = [&](const std::string& text, const std::string& call, auto&& each) {
+    for (size_t at = text.find(call); at != std::string::npos; at = text.find(call, at + 1)) {
+      if (at > 0 && word(text[at - 1])) continue;
+      size_t q = at + call.size();
+      while (q < text.size() && std::isspace(static_cast<unsigned char>(text[q]))) ++q;
+      if (q >= text.size() || text[q] != '"') continue;
+      const size_t end = text.find('"', q + 1);
+      if (end == std::string::npos || end == q + 1) continue;
+      each(text.substr(q + 1, end - q - 1));
+    }
+  };
+  const char* const kGetters[] = {"getInt(",   "getSize(",     "getBool(",   "getString(", "getDuration(",
+                                  "lookup(",   "configValue(", "configInt(", "configBool("};
   const std::regex not_config(
       "^HAWSER_(HAVE|WITH)_[A-Z0-9_]+$|^HAWSER_PY_VERSION$|^HAWSER_(TEST|SOFTVERBS|FAKE)_[A-Z0-9_]*$");  // test tools
 
@@ -152,15 +167,21 @@ TEST(ConfigTable, every_key_used_in_the_sources_is_in_the_table) {
       ss << in.rdbuf();
       const std::string text = ss.str();
       const std::string where = fs::relative(e.path(), HAWSER_SOURCE_DIR).string();
-      for (const std::regex* re : {&call_key, &option_key}) {
-        for (std::sregex_iterator it(text.begin(), text.end(), *re), end; it != end; ++it) {
-          std::string key = (*it)[1];
-          if (key.find_first_of("' +") != std::string::npos) continue;  // a message built around an index
-          if (!findKnob(key)) missing.push_back(where + ": key '" + key + "'");
-        }
-      }
-      for (std::sregex_iterator it(text.begin(), text.end(), env_name), end; it != end; ++it) {
-        std::string name = (*it)[0];
+      auto check_key = [&](const std::string& key) {
+        if (key.find_first_of("' +") != std::string::npos) return;  // a message built around an index
+        if (!findKnob(key)) missing.push_back(where + ": key '" + key + "'");
+      };
+      for (const char* getter : kGetters) quotedAfter(text, getter, check_key);
+      quotedAfter(text, "config[", check_key);
+      const std::string prefix = "HAWSER_";
+      for (size_t at = text.find(prefix); at != std::string::npos; at = text.find(prefix, at + 1)) {
+        if (at > 0 && word(text[at - 1])) continue;
+        size_t end = at + prefix.size();
+        while (end < text.size() && (std::isupper(static_cast<unsigned char>(text[end])) ||
+                                     std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '_'))
+          ++end;
+        if (end == at + prefix.size() || (end < text.size() && word(text[end]))) continue;
+        const std::string name = text.substr(at, end - at);
         const bool macro = text.find("#define " + name) != std::string::npos;  // HAWSER_FILE_COUNTER(x)
         if (!macro && !defined_publicly(name) && !std::regex_match(name, not_config) && !findKnobByEnv(name))
           missing.push_back(where + ": environment variable " + name);
