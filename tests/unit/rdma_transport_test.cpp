@@ -732,21 +732,16 @@ TEST_F(RdmaTransportTest, starved_endpoint_is_woken_when_room_frees_before_it_re
   ASSERT_TRUE(init.openSegment(ta.segmentName(), sa).ok());
   ASSERT_TRUE(init.openSegment(tb.segmentName(), sb).ok());
   const uint64_t abase = reinterpret_cast<uint64_t>(amem.p), bbase = reinterpret_cast<uint64_t>(bmem.p);
-  // Both endpoints connected first, so that what follows posts at once.
-  for (auto [seg, base] : {std::pair{sa, abase}, std::pair{sb, bbase}}) {
-    auto st = test::runBatch(init, seg, {{OpCode::kRead, lmem.p, seg, base, 4096}});
-    ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
-  }
-  ASSERT_EQ(rdma::stats().endpoints_created.load(), 2u);
 
+  // Stalled before sv0 executes anything: a stall takes effect at the start
+  // of the provider's next burst of WRs, and no burst is under way yet.
   ASSERT_EQ(SoftVerbsEnv::control("stall sv0"), 0);
-  const uint64_t posted = rdma::stats().wrs_posted[0].load();
   BatchID ba, bb;
   ASSERT_TRUE(init.allocateBatchID(1, ba).ok());
   ASSERT_TRUE(init.allocateBatchID(1, bb).ok());
   constexpr size_t kALen = 256 << 10, kBLen = 64 << 10;  // 16 slices of 16K (the whole CQ), then 4
   ASSERT_TRUE(init.submitTransfer(ba, {{OpCode::kRead, lmem.p, sa, abase, kALen}}).ok());
-  ASSERT_TRUE(test::eventually([&] { return rdma::stats().wrs_posted[0].load() == posted + 16; }));
+  ASSERT_TRUE(test::eventually([] { return rdma::stats().wrs_posted[0].load() == 16; }));
 
   starved_gate.reset();
   struct Hooks {
@@ -759,6 +754,8 @@ TEST_F(RdmaTransportTest, starved_endpoint_is_woken_when_room_frees_before_it_re
       rdma::testing::after_drain.store(nullptr);
     }
   } hooks;
+  // B posts from its connector thread (or, were it connected, from the
+  // submitting one): never from this thread, which must resume sv0.
   Status submitted;
   std::thread poster([&] { submitted = init.submitTransfer(bb, {{OpCode::kRead, lmem.p + kALen, sb, bbase, kBLen}}); });
   bool entered;
@@ -768,14 +765,10 @@ TEST_F(RdmaTransportTest, starved_endpoint_is_woken_when_room_frees_before_it_re
   }
   EXPECT_EQ(SoftVerbsEnv::control("resume sv0"), 0);  // A's WRs run, their completions free the CQ
   poster.join();
-  ASSERT_TRUE(entered) << "B never found the CQ full: the starved path was not reached";
+  ASSERT_TRUE(entered) << "B never found the CQ full: the starved path was not reached (WRs posted on sv0: "
+                       << rdma::stats().wrs_posted[0].load() << ", CQ waits: " << rdma::stats().cq_waits.load()
+                       << ")";
   ASSERT_TRUE(submitted.ok()) << submitted.toString();
-  {
-    std::lock_guard<std::mutex> lk(starved_gate.mu);  // the held poster may be a connector thread
-    EXPECT_EQ(starved_gate.capacity, 16);
-    EXPECT_FALSE(starved_gate.timed_out) << "the worker never drained the CQ empty while B was held";
-  }
-  EXPECT_GE(rdma::stats().cq_waits.load(), 1u);
 
   ASSERT_TRUE(init.waitTransfer(ba, std::chrono::seconds(10)).ok());
   TransferStatus t;
@@ -783,14 +776,28 @@ TEST_F(RdmaTransportTest, starved_endpoint_is_woken_when_room_frees_before_it_re
   ASSERT_EQ(t.s, TransferState::kCompleted) << t.error.toString();
   EXPECT_EQ(test::checkPattern(lmem.p, kALen, 5), -1);
   const Status waited = init.waitTransfer(bb, std::chrono::seconds(10));
+  bool drained;
+  {
+    std::lock_guard<std::mutex> lk(starved_gate.mu);
+    drained = starved_gate.drained;
+  }
   ASSERT_TRUE(waited.ok()) << "B's slices never moved: the starved endpoint missed its wake-up (" << waited.toString()
-                           << "; WRs posted on sv0 after A's: " << rdma::stats().wrs_posted[0].load() - posted - 16
-                           << ")";
+                           << "; WRs posted on sv0 after A's: " << rdma::stats().wrs_posted[0].load() - 16
+                           << "; the CQ was drained empty while B was held: " << drained << ")";
+  {
+    // B's slices moved, so the held poster has left the hook.
+    std::lock_guard<std::mutex> lk(starved_gate.mu);
+    EXPECT_EQ(starved_gate.capacity, 16);
+    EXPECT_TRUE(starved_gate.drained);
+    EXPECT_FALSE(starved_gate.timed_out) << "B was let go before the worker drained the CQ empty";
+  }
+  EXPECT_GE(rdma::stats().cq_waits.load(), 1u);
   ASSERT_TRUE(init.getTransferStatus(bb, 0, t).ok());
   ASSERT_EQ(t.s, TransferState::kCompleted) << t.error.toString();
   EXPECT_EQ(t.transferred_bytes, kBLen);
   EXPECT_EQ(test::checkPattern(lmem.p + kALen, kBLen, 9), -1);
-  EXPECT_EQ(rdma::stats().wrs_posted[0].load(), posted + 20);
+  EXPECT_EQ(rdma::stats().wrs_posted[0].load(), 20u);
+  EXPECT_EQ(rdma::stats().endpoints_created.load(), 2u);  // A and B on sv0
   EXPECT_TRUE(init.freeBatchID(ba).ok());
   EXPECT_TRUE(init.freeBatchID(bb).ok());
 }
