@@ -11,7 +11,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -26,8 +28,10 @@
 #include "rpc/rpc.h"
 #include "softverbs/soft_env.h"
 #include "transport/rdma/rdma_connect.h"
+#include "transport/rdma/rdma_context.h"
 #include "transport/rdma/rdma_probe.h"
 #include "transport/rdma/rdma_stats.h"
+#include "transport/rdma/rdma_testing.h"
 
 namespace hawser {
 std::unique_ptr<Transport> makeRdmaTransport();
@@ -654,6 +658,148 @@ TEST_F(RdmaTransportTest, concurrent_endpoints_never_overrun_the_nics_shared_cq)
   EXPECT_GT(s.cq_waits.load(), 0u) << "the CQ never filled: the test did not press on it";
   EXPECT_EQ(s.slices_abandoned.load(), 0u);
   EXPECT_EQ(counter(p.init, "wc_errors.nic0"), 0u);
+}
+
+// The gate of starved_endpoint_is_woken_when_room_frees_before_it_registers:
+// the first poster that finds its NIC's CQ full is held there (under its
+// endpoint's mutex, before it registers as starved) until the worker has
+// drained that CQ empty and finished kicking the starved endpoints.
+struct StarvedGate {
+  std::mutex mu;
+  std::condition_variable cv;
+  rdma::RdmaContext* ctx = nullptr;  // the NIC whose CQ was full
+  int64_t capacity = 0;
+  bool entered = false;    // a poster found the CQ full and is held
+  bool drained = false;    // then the worker drained that CQ empty and kicked the starved
+  bool timed_out = false;  // the held poster gave up waiting for that
+
+  void reset() {
+    std::lock_guard<std::mutex> lk(mu);
+    ctx = nullptr;
+    capacity = 0;
+    entered = drained = timed_out = false;
+  }
+};
+StarvedGate starved_gate;  // static: a hook may still run while a test ends
+
+void holdUntilDrained(rdma::RdmaContext& ctx) {
+  StarvedGate& g = starved_gate;
+  std::unique_lock<std::mutex> lk(g.mu);
+  if (g.entered) return;  // one poster is held, once
+  g.entered = true;
+  g.ctx = &ctx;
+  g.capacity = ctx.cqCapacity();
+  g.cv.notify_all();
+  g.timed_out = !g.cv.wait_for(lk, std::chrono::seconds(20), [&] { return g.drained; });
+}
+
+void noteDrain(rdma::RdmaContext& ctx) {
+  StarvedGate& g = starved_gate;
+  std::lock_guard<std::mutex> lk(g.mu);
+  // The held poster posts nothing, so an empty CQ after its entry means the
+  // work that filled the CQ was drained, and this drain's kicks are done.
+  if (g.entered && &ctx == g.ctx && ctx.outstanding.load() == 0) {
+    g.drained = true;
+    g.cv.notify_all();
+  }
+}
+
+TEST_F(RdmaTransportTest, starved_endpoint_is_woken_when_room_frees_before_it_registers) {
+  // One local NIC (sv0) with a 16-entry CQ, shared by endpoint A (to target
+  // A) and endpoint B (to target B). A fills the CQ while sv0 is stalled; B
+  // finds no room and is held right there, before it registers as starved,
+  // until the worker has drained A's completions (they need A's mutex, not
+  // B's) and done the kicks that follow. Nothing else will complete on sv0,
+  // so no later kick comes: B's slices move only if B, after registering,
+  // looks at the room once more. An endpoint that registers after the kicks
+  // and never looks again leaves B's task hanging.
+  SoftVerbsEnv env("sv1");
+  Buffer amem(1 << 20), bmem(1 << 20), lmem(2 << 20);  // outlive the engines
+  TransferEngine ta, tb, init;
+  ASSERT_TRUE(ta.init("p2p", "target-a", "127.0.0.1", 0, forcedRdma()).ok());
+  ASSERT_TRUE(tb.init("p2p", "target-b", "127.0.0.1", 0, forcedRdma()).ok());
+  env.set("HAWSER_SOFTVERBS_DEVICES", "sv0");
+  ASSERT_TRUE(init.init("p2p", "init", "127.0.0.1", 0,
+                        forcedRdma({{"rdma.cq_entries", "16"}, {"rdma.slice_size", "16K"},
+                                    {"rdma.qps_per_peer", "1"}, {"rdma.retry_limit", "0"}}))
+                  .ok());
+  test::fillPattern(amem.p, amem.n, 5);
+  test::fillPattern(bmem.p, bmem.n, 9);
+  ASSERT_TRUE(ta.registerLocalMemory(amem.p, amem.n, "cpu:0", true).ok());
+  ASSERT_TRUE(tb.registerLocalMemory(bmem.p, bmem.n, "cpu:0", true).ok());
+  ASSERT_TRUE(init.registerLocalMemory(lmem.p, lmem.n, "cpu:0", false).ok());
+  SegmentID sa = kInvalidSegment, sb = kInvalidSegment;
+  ASSERT_TRUE(init.openSegment(ta.segmentName(), sa).ok());
+  ASSERT_TRUE(init.openSegment(tb.segmentName(), sb).ok());
+  const uint64_t abase = reinterpret_cast<uint64_t>(amem.p), bbase = reinterpret_cast<uint64_t>(bmem.p);
+
+  // Stalled before sv0 executes anything: a stall takes effect at the start
+  // of the provider's next burst of WRs, and no burst is under way yet.
+  ASSERT_EQ(SoftVerbsEnv::control("stall sv0"), 0);
+  BatchID ba, bb;
+  ASSERT_TRUE(init.allocateBatchID(1, ba).ok());
+  ASSERT_TRUE(init.allocateBatchID(1, bb).ok());
+  constexpr size_t kALen = 256 << 10, kBLen = 64 << 10;  // 16 slices of 16K (the whole CQ), then 4
+  ASSERT_TRUE(init.submitTransfer(ba, {{OpCode::kRead, lmem.p, sa, abase, kALen}}).ok());
+  ASSERT_TRUE(test::eventually([] { return rdma::stats().wrs_posted[0].load() == 16; }));
+
+  starved_gate.reset();
+  struct Hooks {
+    Hooks() {
+      rdma::testing::on_cq_full.store(holdUntilDrained);
+      rdma::testing::after_drain.store(noteDrain);
+    }
+    ~Hooks() {
+      rdma::testing::on_cq_full.store(nullptr);
+      rdma::testing::after_drain.store(nullptr);
+    }
+  } hooks;
+  // B posts from its connector thread (or, were it connected, from the
+  // submitting one): never from this thread, which must resume sv0.
+  Status submitted;
+  std::thread poster([&] { submitted = init.submitTransfer(bb, {{OpCode::kRead, lmem.p + kALen, sb, bbase, kBLen}}); });
+  bool entered;
+  {
+    std::unique_lock<std::mutex> lk(starved_gate.mu);
+    entered = starved_gate.cv.wait_for(lk, std::chrono::seconds(20), [] { return starved_gate.entered; });
+  }
+  EXPECT_EQ(SoftVerbsEnv::control("resume sv0"), 0);  // A's WRs run, their completions free the CQ
+  poster.join();
+  ASSERT_TRUE(entered) << "B never found the CQ full: the starved path was not reached (WRs posted on sv0: "
+                       << rdma::stats().wrs_posted[0].load() << ", CQ waits: " << rdma::stats().cq_waits.load()
+                       << ")";
+  ASSERT_TRUE(submitted.ok()) << submitted.toString();
+
+  ASSERT_TRUE(init.waitTransfer(ba, std::chrono::seconds(10)).ok());
+  TransferStatus t;
+  ASSERT_TRUE(init.getTransferStatus(ba, 0, t).ok());
+  ASSERT_EQ(t.s, TransferState::kCompleted) << t.error.toString();
+  EXPECT_EQ(test::checkPattern(lmem.p, kALen, 5), -1);
+  const Status waited = init.waitTransfer(bb, std::chrono::seconds(10));
+  bool drained;
+  {
+    std::lock_guard<std::mutex> lk(starved_gate.mu);
+    drained = starved_gate.drained;
+  }
+  ASSERT_TRUE(waited.ok()) << "B's slices never moved: the starved endpoint missed its wake-up (" << waited.toString()
+                           << "; WRs posted on sv0 after A's: " << rdma::stats().wrs_posted[0].load() - 16
+                           << "; the CQ was drained empty while B was held: " << drained << ")";
+  {
+    // B's slices moved, so the held poster has left the hook.
+    std::lock_guard<std::mutex> lk(starved_gate.mu);
+    EXPECT_EQ(starved_gate.capacity, 16);
+    EXPECT_TRUE(starved_gate.drained);
+    EXPECT_FALSE(starved_gate.timed_out) << "B was let go before the worker drained the CQ empty";
+  }
+  EXPECT_GE(rdma::stats().cq_waits.load(), 1u);
+  ASSERT_TRUE(init.getTransferStatus(bb, 0, t).ok());
+  ASSERT_EQ(t.s, TransferState::kCompleted) << t.error.toString();
+  EXPECT_EQ(t.transferred_bytes, kBLen);
+  EXPECT_EQ(test::checkPattern(lmem.p + kALen, kBLen, 9), -1);
+  EXPECT_EQ(rdma::stats().wrs_posted[0].load(), 20u);
+  EXPECT_EQ(rdma::stats().endpoints_created.load(), 2u);  // A and B on sv0
+  EXPECT_TRUE(init.freeBatchID(ba).ok());
+  EXPECT_TRUE(init.freeBatchID(bb).ok());
 }
 
 TEST_F(RdmaTransportTest, flushed_slices_use_no_attempt) {

@@ -9,6 +9,7 @@
 
 #include "base/log.h"
 #include "transport/rdma/rdma_stats.h"
+#include "transport/rdma/rdma_testing.h"
 
 namespace hawser::rdma {
 
@@ -207,6 +208,7 @@ void Endpoint::postLocked(Outcome& o) {
     // posts into the same CQ, concurrently.
     int64_t room = ctx_->reserveCq(want);
     if (room == 0) {
+      testing::call(testing::on_cq_full, *ctx_);
       // Wait for the worker's kick: registered first, then one more look, so
       // that room freed in between is not missed.
       ctx_->addStarved(shared_from_this());

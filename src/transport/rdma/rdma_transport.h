@@ -27,6 +27,7 @@
 //   rdma_sub_batch.cpp  prepare, post, cancel, idle
 //   rdma_endpoint.cpp   QPs towards one peer NIC; rdma_context.cpp one local
 //   NIC; rdma_nic.cpp tunables and NIC inspection; rdma_probe.cpp discovery.
+//   rdma_testing.h     test seams (hooks, null in production)
 #pragma once
 
 #include <atomic>

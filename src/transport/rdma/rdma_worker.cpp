@@ -15,6 +15,7 @@
 
 #include "base/log.h"
 #include "transport/rdma/rdma_stats.h"
+#include "transport/rdma/rdma_testing.h"
 #include "transport/rdma/rdma_transport.h"
 
 namespace hawser::rdma {
@@ -117,8 +118,10 @@ void RdmaTransport::workerLoop(std::vector<RdmaContext*> ctxs) {
       total += n;
       if (n < kBatch) break;
     }
-    if (total > 0)
+    if (total > 0) {
       for (auto& ep : c->takeStarved()) ep->kick();
+      testing::call(testing::after_drain, *c);
+    }
     return total;
   };
   std::vector<pollfd> fds;

@@ -1,0 +1,8 @@
+#include "transport/rdma/rdma_testing.h"
+
+namespace hawser::rdma::testing {
+
+std::atomic<ContextHook> on_cq_full{nullptr};
+std::atomic<ContextHook> after_drain{nullptr};
+
+}  // namespace hawser::rdma::testing
