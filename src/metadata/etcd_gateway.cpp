@@ -59,6 +59,8 @@ Status Client::postOnce(const Endpoint& ep, const std::string& url_path, const s
   if (!sent.ok()) {
     // A TLS setting at fault: no retry helps.
     Status tls = tlsFailure(res.curl_code, res.curl_error, sec, ep.text());
+    if (tls.ok() && unexplainedTlsFailure(res.curl_code, sec))
+      tls = diagnoseTls(http_, sec, ep.text(), std::min(timeout, options_.connect_timeout * 2));
     if (!tls.ok()) {
       transient = false;
       maybe_sent = false;

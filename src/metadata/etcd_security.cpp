@@ -62,6 +62,31 @@ Status tlsFailure(int curl_code, const std::string& detail, const Security& s, c
   return Status::OK();  // a connection that broke: the usual retries
 }
 
+bool unexplainedTlsFailure(int curl_code, const Security& s) {
+  return s.tls && (curl_code == CURLE_SEND_ERROR || curl_code == CURLE_RECV_ERROR || curl_code == CURLE_GOT_NOTHING ||
+                   curl_code == CURLE_SSL_CONNECT_ERROR);
+}
+
+Status diagnoseTls(http::Client& http, const Security& s, const std::string& endpoint,
+                   std::chrono::milliseconds timeout) {
+  if (!s.tls) return Status::OK();
+  http::Request req;
+  req.url = "https://" + endpoint + "/version";
+  req.timeout = timeout;
+  req.connect_timeout = timeout;
+  req.tune = [&s](void* curl) {
+    applyTls(curl, s);
+    CURL* c = static_cast<CURL*>(curl);
+    curl_easy_setopt(c, CURLOPT_SSLVERSION, static_cast<long>(CURL_SSLVERSION_TLSv1_2 | CURL_SSLVERSION_MAX_TLSv1_2));
+    // A handshake of its own: not a pooled connection, and none left behind.
+    curl_easy_setopt(c, CURLOPT_FRESH_CONNECT, 1L);
+    curl_easy_setopt(c, CURLOPT_FORBID_REUSE, 1L);
+  };
+  http::Response res;
+  if (http.send(req, res).ok()) return Status::OK();
+  return tlsFailure(res.curl_code, res.curl_error, s, endpoint);
+}
+
 Status authFailure(int grpc_code, const std::string& refusal, const Security& s) {
   auto denied = [&](const std::string& text) { return Status(Code::kPermissionDenied, refusal + ": " + text); };
   if (has(refusal, "user name is empty") || has(refusal, "token is not provided") ||

@@ -8,9 +8,11 @@
 // never logged nor put in a message.
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include "hawser/status.h"
+#include "metadata/http_client.h"
 
 namespace hawser::etcd {
 
@@ -37,6 +39,20 @@ void applyTls(void* curl, const Security& s);
 // cannot use, an endpoint that does not speak TLS. OK for anything else
 // (a network failure, to be retried as usual).
 Status tlsFailure(int curl_code, const std::string& detail, const Security& s, const std::string& endpoint);
+
+// True for the curl failures on a TLS connection that tlsFailure() could
+// not place and that a refused client certificate may hide: under TLS 1.3
+// etcd checks the client's certificate after the client has finished its
+// handshake and sent its request, so its alert races with its close and the
+// client may see only a reset (a failed send or receive, no reply).
+bool unexplainedTlsFailure(int curl_code, const Security& s);
+
+// After such a failure: one fresh TLS 1.2 handshake to `endpoint` (a GET of
+// /version through `http`), where a refused certificate is part of the
+// handshake and reported as such. Its tlsFailure() when that names a
+// setting; OK otherwise (the failure was the network's: retry as usual).
+Status diagnoseTls(http::Client& http, const Security& s, const std::string& endpoint,
+                   std::chrono::milliseconds timeout);
 
 // etcd's refusal of a request (`refusal`: the text naming the endpoint, the
 // request and etcd's message; gRPC code `grpc_code`), when it is about

@@ -129,6 +129,8 @@ Status Client::watch(const std::string& prefix, int64_t start_revision, const st
     if (ws.bad) return Status(Code::kMetadataError, ep.text() + ": " + ws.reason);
     if (result != CURLE_OK) {
       Status tls = tlsFailure(result, error, sec, ep.text());
+      if (tls.ok() && !ws.created && unexplainedTlsFailure(result, sec))
+        tls = diagnoseTls(http_, sec, ep.text(), options_.connect_timeout * 2);
       if (!tls.ok()) return tls;
     }
     std::string why = result != CURLE_OK ? (error[0] ? std::string(error) : curl_easy_strerror(result))

@@ -16,6 +16,7 @@
 #include "common/etcd_server.h"
 #include "common/log_capture.h"
 #include "common/tls_certs.h"
+#include "common/tls_reset_relay.h"
 #include "common/util.h"
 #include "engine/access.h"
 #include "hawser/engine.h"
@@ -253,6 +254,39 @@ TEST_F(EtcdTlsTest, a_client_certificate_of_another_ca_is_permission_denied_nami
   EXPECT_NE(s.message().find("etcd refused the client certificate etcd.cert_file '" + certs_->other_client_cert + "'"),
             std::string::npos)
       << s.message();
+}
+
+TEST_F(EtcdTlsTest, a_certificate_refused_after_the_handshake_is_still_permission_denied_naming_it) {
+  // Under TLS 1.3 etcd refuses a client certificate after the client has
+  // finished its handshake and sent its request; its alert may then lose the
+  // race with its close, and the client sees only a broken connection. The
+  // relay makes that happen every time. The client then tries one TLS 1.2
+  // handshake, where the refusal is part of the handshake, to name the setting.
+  TlsResetRelay relay;
+  ASSERT_TRUE(relay.start(etcd_->clientPort())) << relay.error();
+  const std::string uri = "etcds://127.0.0.1:" + std::to_string(relay.port());
+  struct Case {
+    EngineOptions options;
+    std::string needle;
+  };
+  const Case cases[] = {
+      {with(with(good(), "etcd.cert_file", certs_->other_client_cert), "etcd.key_file", certs_->other_client_key),
+       "etcd refused the client certificate etcd.cert_file '" + certs_->other_client_cert + "'"},
+      {with(with(good(), "etcd.cert_file", ""), "etcd.key_file", ""),
+       "etcd requires a client certificate (etcd --client-cert-auth): set etcd.cert_file and etcd.key_file"},
+  };
+  for (const Case& c : cases) {
+    const uint64_t resets = relay.resets();
+    TransferEngine e;
+    Status s = init(e, "relay-cert", c.options, uri);
+    EXPECT_GT(relay.resets(), resets) << "the relay passed etcd's alert on: not the case under test";
+    EXPECT_EQ(s.code(), Code::kPermissionDenied) << s.toString();
+    EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.message();
+  }
+  // The relay itself passes a good client through.
+  TransferEngine ok;
+  Status s = init(ok, "relay-good", good(), uri);
+  EXPECT_TRUE(s.ok()) << s.toString();
 }
 
 TEST_F(EtcdTlsTest, a_client_certificate_with_a_common_name_is_permission_denied_saying_why) {
