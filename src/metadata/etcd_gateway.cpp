@@ -70,7 +70,8 @@ Status Client::postOnce(const Endpoint& ep, const std::string& url_path, const s
     const std::string& m = sent.message();
     const size_t colon = m.find(": ");
     std::string why = colon == std::string::npos ? m : m.substr(colon + 2);
-    if (res.curl_code == CURLE_GOT_NOTHING && !sec.tls) why += " (if etcd serves TLS on this endpoint, use an etcds:// URI)";
+    if (res.curl_code == CURLE_GOT_NOTHING && !sec.tls)
+      why += " (if etcd serves TLS on this endpoint, use an etcds:// URI)";
     return Status(sent.code(), ep.text() + ": " + why);
   }
   const long http = res.status;
