@@ -22,10 +22,14 @@ void applyTls(void* curl, const Security& s) {
   if (!s.tls) return;
   curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
   curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
-  curl_easy_setopt(c, CURLOPT_CAINFO, s.ca_file.empty() ? nullptr : s.ca_file.c_str());
-  curl_easy_setopt(c, CURLOPT_SSLCERT, s.cert_file.empty() ? nullptr : s.cert_file.c_str());
-  curl_easy_setopt(c, CURLOPT_SSLKEY, s.key_file.empty() ? nullptr : s.key_file.c_str());
-  curl_easy_setopt(c, CURLOPT_SSLCERTTYPE, "PEM");
+  // Unset stays curl's default (the handle is fresh or reset): the system's
+  // CA bundle, no client certificate. (A NULL CAINFO would drop the bundle.)
+  if (!s.ca_file.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, s.ca_file.c_str());
+  if (!s.cert_file.empty()) {
+    curl_easy_setopt(c, CURLOPT_SSLCERT, s.cert_file.c_str());
+    curl_easy_setopt(c, CURLOPT_SSLKEY, s.key_file.c_str());
+    curl_easy_setopt(c, CURLOPT_SSLCERTTYPE, "PEM");
+  }
 }
 
 Status tlsFailure(int curl_code, const std::string& detail, const Security& s, const std::string& endpoint) {

@@ -29,7 +29,8 @@ struct Security {
   const char* scheme() const { return tls ? "https" : "http"; }
 };
 
-// Sets the TLS options of a curl easy handle (`curl` is a CURL*).
+// Sets the TLS options of a curl easy handle (`curl` is a CURL*) that is
+// fresh or reset: what is not set keeps curl's default.
 void applyTls(void* curl, const Security& s);
 
 // A curl failure (`curl_code`, with curl's error buffer `detail`) on a TLS
