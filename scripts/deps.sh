@@ -9,7 +9,7 @@ PKGS=(
   libgtest-dev libgmock-dev
   python3-dev pybind11-dev python3-pytest python3-numpy
   python3-setuptools python3-wheel python3-pip python3-venv dpkg-dev
-  etcd-server etcd-client iperf3 fio iproute2 procps nftables
+  etcd-server etcd-client openssl iperf3 fio iproute2 procps nftables
   # The sanitizer builds and the fuzz targets: clang, its sanitizer and
   # libFuzzer runtimes, llvm-symbolizer for readable reports.
   clang libclang-rt-14-dev llvm-14

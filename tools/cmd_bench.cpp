@@ -505,7 +505,10 @@ void addBench(CLI::App& app, Commands& cmds) {
   secs->excludes(tot);
   sub->add_flag("--json", o->json, "print the summary as one JSON object on the last line");
   sub->add_flag("--no-verify", o->no_verify, "skip the data check");
-  sub->add_option("--metadata", o->metadata, "metadata: p2p or etcd://host:port[,host:port]")->capture_default_str();
+  sub->add_option("--metadata", o->metadata,
+                  "metadata: p2p, etcd://host:port[,host:port], etcds://... (TLS: etcd.* config keys) or "
+                  "http://host:port/metadata")
+      ->capture_default_str();
   sub->add_option("--name", o->name, "this engine's server name");
   sub->add_option("--host", o->host, "local address to listen on / advertise")->capture_default_str();
   sub->add_option("--local-location", o->local_location,

@@ -83,6 +83,9 @@ int showValues(const std::vector<std::string>& names) {
       rc = 1;
       continue;
     }
+    bool secret = false;
+    for (const auto& k : configKeys()) secret |= k.key == n && k.secret;
+    if (secret && !v.empty()) v = "(set, hidden)";
     std::printf("%s = '%s' (%s)\n", n.c_str(), v.c_str(),
                 src == ConfigSource::kEnvironment ? "environment" : src == ConfigSource::kOptions ? "options" : "default");
   }

@@ -6,7 +6,8 @@
 //   hawser segment list
 //   hawser segment show NAME
 //   hawser segment remove NAME [--force]
-// Every subcommand takes --metadata URI (p2p | etcd://h:p[,h:p] | http://h:p/metadata; default p2p)
+// Every subcommand takes --metadata URI (p2p | etcd://h:p[,h:p] | etcds://h:p[,h:p] | http://h:p/metadata;
+// default p2p)
 // and --json. With p2p the segments live in the JSON file given by
 // --file-segments PATH (or config file_segments / HAWSER_FILE_SEGMENTS), the
 // file a p2p engine loads; edits take an exclusive flock on PATH.lock.
@@ -57,9 +58,10 @@ struct SegmentOpts {
 bool isP2p(const std::string& uri) { return uri.empty() || uri == "p2p"; }
 
 Status openAdmin(const SegmentOpts& o, std::unique_ptr<MetadataAdmin>& out) {
-  if (!isP2p(o.metadata) && o.metadata.rfind("etcd://", 0) != 0 && o.metadata.rfind("http://", 0) != 0)
+  if (!isP2p(o.metadata) && o.metadata.rfind("etcd://", 0) != 0 &&
+      o.metadata.rfind("etcds://", 0) != 0 && o.metadata.rfind("http://", 0) != 0)
     return {Code::kInvalidArgument,
-            fmt::format("--metadata '{}' is not supported: use p2p, etcd://host:port[,host:port] or "
+            fmt::format("--metadata '{}' is not supported: use p2p, etcd://host:port[,host:port], etcds://... (TLS) or "
                         "http://host:port/metadata",
                         o.metadata)};
   std::string env_file_segments;
@@ -263,7 +265,9 @@ int runRemove(const SegmentOpts& o) {
 }
 
 void addCommon(CLI::App* sub, const std::shared_ptr<SegmentOpts>& o) {
-  sub->add_option("--metadata", o->metadata, "metadata: p2p, etcd://host:port[,host:port] or http://host:port/metadata")
+  sub->add_option("--metadata", o->metadata,
+                  "metadata: p2p, etcd://host:port[,host:port], etcds://... (TLS: etcd.* config keys) or "
+                  "http://host:port/metadata")
       ->capture_default_str();
   sub->add_option("--file-segments", o->file_segments,
                   "p2p: the file segments JSON file engines load (default: HAWSER_FILE_SEGMENTS)");

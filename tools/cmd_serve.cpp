@@ -209,7 +209,10 @@ void addServe(CLI::App& app, Commands& cmds) {
   auto* sub = app.add_subcommand("serve", "Expose registered memory as a segment until interrupted");
   sub->add_option("--listen", o->listen, "HOST:PORT to listen on (port 0 = any free)")->capture_default_str();
   sub->add_option("--memory", o->memory, "bytes of memory to expose (K/M/G suffixes)")->capture_default_str();
-  sub->add_option("--metadata", o->metadata, "metadata: p2p or etcd://host:port[,host:port]")->capture_default_str();
+  sub->add_option("--metadata", o->metadata,
+                  "metadata: p2p, etcd://host:port[,host:port], etcds://... (TLS: etcd.* config keys) or "
+                  "http://host:port/metadata")
+      ->capture_default_str();
   sub->add_option("--name", o->name, "server name (with etcd: the segment name)");
   sub->add_option("--location", o->location, "where the memory lives: cpu, or cuda:N (GPU memory)")
       ->capture_default_str();

@@ -37,6 +37,7 @@ struct ConfigKey {
   std::string default_value;  // as a user writes it: "2", "64M", "true", "auto", "" (empty string)
   std::string range;          // "1..64", "4K..1G", "auto|tcp|rdma" (enum), "" (bool, string)
   std::string doc;
+  bool secret = false;  // a password or token: shown masked by `hawser config KEY`
 };
 
 // Every key, in the table's order (grouped by component).

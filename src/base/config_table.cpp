@@ -158,7 +158,7 @@ std::vector<ConfigKey> configKeys() {
   out.reserve(knobs().size());
   for (const Knob& k : knobs())
     out.push_back({std::string(k.key), std::string(k.env), std::string(knobTypeName(k.type)), knobDefaultText(k),
-                   knobRangeText(k), std::string(k.doc)});
+                   knobRangeText(k), std::string(k.doc), k.secret});
   return out;
 }
 

@@ -41,6 +41,7 @@ struct Knob {
   int64_t lo = 0, hi = 0;    // kInt, kSize, kDurationMs: inclusive range
   std::string_view choices;  // kEnum: "a|b|c"
   std::string_view doc;
+  bool secret = false;  // a password or token: `hawser config KEY` shows it masked
 };
 
 namespace knob_detail {
@@ -70,7 +71,7 @@ inline constexpr Knob kKnobs[] = {
    "waitTransfer and transferSync poll the batch this many microseconds before they sleep: a transfer that ends "
    "by then is seen without a wake-up (0: sleep at once)"},
   {"auth.token", "HAWSER_AUTH_TOKEN", KnobType::kString, "", 0, 0, {},
-   "shared secret every peer connection must present (empty: none)"},
+   "shared secret every peer connection must present (empty: none)", true},
   {"rpc.timeout_ms", "HAWSER_RPC_TIMEOUT_MS", KnobType::kDurationMs, "5000", 10, knob_detail::kHour, {},
    "control-plane calls (descriptor fetch); also the keepalive interval of control connections"},
   {"metrics.max_peers", "HAWSER_METRICS_MAX_PEERS", KnobType::kInt, "1024", 1, 1 << 20, {},
@@ -101,6 +102,18 @@ inline constexpr Knob kKnobs[] = {
    "extra rounds over all etcd endpoints after the first"},
   {"etcd.backoff_max_ms", "HAWSER_ETCD_BACKOFF_MAX_MS", KnobType::kDurationMs, "2000", 10, 600000, {},
    "cap of the background retry backoff (keepalive, watch)"},
+  {"etcd.ca_file", "HAWSER_ETCD_CA_FILE", KnobType::kString, "", 0, 0, {},
+   "etcds://: PEM CA bundle that signed etcd's certificate (empty: the system's CAs)"},
+  {"etcd.cert_file", "HAWSER_ETCD_CERT_FILE", KnobType::kString, "", 0, 0, {},
+   "etcds://: PEM client certificate, for an etcd that checks them (--client-cert-auth)"},
+  {"etcd.key_file", "HAWSER_ETCD_KEY_FILE", KnobType::kString, "", 0, 0, {},
+   "etcds://: PEM private key of etcd.cert_file"},
+  {"etcd.user", "HAWSER_ETCD_USER", KnobType::kString, "", 0, 0, {},
+   "etcd user to authenticate as (etcd auth enabled); empty: none"},
+  {"etcd.password", "HAWSER_ETCD_PASSWORD", KnobType::kString, "", 0, 0, {},
+   "password of etcd.user (never logged; prefer the environment variable or etcd.password_file)", true},
+  {"etcd.password_file", "HAWSER_ETCD_PASSWORD_FILE", KnobType::kString, "", 0, 0, {},
+   "file whose first line is the password of etcd.user"},
   // ---- gpu ----------------------------------------------------------------------------------------------------------
   {"gpu.cuda_driver", "HAWSER_GPU_CUDA_DRIVER", KnobType::kString, "libcuda.so.1", 0, 0, {},
    "CUDA driver library loaded at init (once per process) to find and move GPU memory; absent: host memory only"},

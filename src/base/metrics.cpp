@@ -35,14 +35,6 @@ int64_t Gauge::value() const {
 
 double Histogram::bound(size_t i) { return std::ldexp(1e-6, static_cast<int>(i)); }
 
-size_t Histogram::bucketOf(uint64_t ns) {
-  // The smallest k with ns <= 1000 * 2^k, i.e. with ceil(ns / 1000) <= 2^k.
-  const uint64_t us = ns / 1000 + (ns % 1000 != 0);
-  if (us <= 1) return 0;
-  const size_t k = static_cast<size_t>(std::bit_width(us - 1));
-  return k < kFinite ? k : kFinite;
-}
-
 Histogram::Snapshot Histogram::snapshot() const {
   Snapshot out;
   for (const Shard& s : shards_) {

@@ -34,16 +34,22 @@ namespace hawser::metrics {
 inline constexpr size_t kShards = 8;
 namespace detail {
 size_t nextShard();
-}
+// This thread's shard + 1; 0 until its first count (constant-initialized:
+// no guard on the hot path).
+inline thread_local size_t t_shard = 0;
+}  // namespace detail
 inline size_t threadShard() {
-  thread_local const size_t shard = detail::nextShard();
-  return shard;
+  size_t s = detail::t_shard;
+  if (__builtin_expect(s == 0, 0)) s = detail::t_shard = detail::nextShard() + 1;
+  return s - 1;
 }
 
 // A monotonic count.
 class Counter {
  public:
-  void add(uint64_t n = 1) { cells_[threadShard()].v.fetch_add(n, std::memory_order_relaxed); }
+  void add(uint64_t n = 1) { addAt(threadShard(), n); }
+  // With the caller's threadShard() (several adds, one lookup).
+  void addAt(size_t shard, uint64_t n) { cells_[shard].v.fetch_add(n, std::memory_order_relaxed); }
   uint64_t value() const;
 
  private:
@@ -56,7 +62,8 @@ class Counter {
 // A value that goes up and down (slices in flight, open connections).
 class Gauge {
  public:
-  void add(int64_t n) { cells_[threadShard()].v.fetch_add(n, std::memory_order_relaxed); }
+  void add(int64_t n) { addAt(threadShard(), n); }
+  void addAt(size_t shard, int64_t n) { cells_[shard].v.fetch_add(n, std::memory_order_relaxed); }
   // For a gauge only ever set (never added to) by one writer at a time.
   void set(int64_t v);
   int64_t value() const;
@@ -75,12 +82,20 @@ class Histogram {
   static constexpr size_t kFinite = 25;
   // Upper bound of bucket i (i < kFinite), in seconds.
   static double bound(size_t i);
-  // The bucket a duration of `ns` nanoseconds falls in (kFinite: +Inf).
-  static size_t bucketOf(uint64_t ns);
+  // The bucket a duration of `ns` nanoseconds falls in (kFinite: +Inf):
+  // the smallest k with ns <= 1000 * 2^k, i.e. with ceil(ns / 1000) <= 2^k.
+  static size_t bucketOf(uint64_t ns) {
+    const uint64_t us = ns / 1000 + (ns % 1000 != 0);
+    if (us <= 1) return 0;
+    const size_t k = static_cast<size_t>(64 - __builtin_clzll(us - 1));
+    return k < kFinite ? k : kFinite;
+  }
 
   // `n` observations of `ns` each.
-  void observeNs(uint64_t ns, uint64_t n = 1) {
-    Shard& s = shards_[threadShard()];
+  void observeNs(uint64_t ns, uint64_t n = 1) { observeNsAt(threadShard(), ns, n); }
+  // With the caller's threadShard().
+  void observeNsAt(size_t shard, uint64_t ns, uint64_t n = 1) {
+    Shard& s = shards_[shard];
     s.buckets[bucketOf(ns)].fetch_add(n, std::memory_order_relaxed);
     s.sum_ns.fetch_add(ns * n, std::memory_order_relaxed);
   }

@@ -41,9 +41,11 @@ uint64_t Task::sinceSubmitNs() const {
 }
 
 void Task::completeSlice(TransferState state, uint64_t bytes, const Status& error) {
+  // One shard lookup for every count of this slice (and of its task).
+  const size_t shard = traffic_ ? metrics::threadShard() : 0;
   const uint64_t ns = traffic_ ? sinceSubmitNs() : 0;
   if (traffic_) {
-    traffic_->sliceEnded(metrics::PeerTraffic::dir(request_.opcode),
+    traffic_->sliceEnded(shard, metrics::PeerTraffic::dir(request_.opcode),
                          state == TransferState::kCompleted ? Code::kOk : failureCode(state, error), bytes, ns);
   }
   if (state == TransferState::kCompleted) {
@@ -51,15 +53,17 @@ void Task::completeSlice(TransferState state, uint64_t bytes, const Status& erro
   } else {
     noteFailure(state, error);
   }
-  slicesEnded(1, ns);
+  slicesEnded(1, ns, shard);
 }
 
 void Task::failSlices(uint32_t n, TransferState state, const Status& error) {
   if (n == 0) return;
+  const size_t shard = traffic_ ? metrics::threadShard() : 0;
   const uint64_t ns = traffic_ ? sinceSubmitNs() : 0;
-  if (traffic_) traffic_->slicesEnded(metrics::PeerTraffic::dir(request_.opcode), failureCode(state, error), n, 0, ns);
+  if (traffic_)
+    traffic_->slicesEnded(shard, metrics::PeerTraffic::dir(request_.opcode), failureCode(state, error), n, 0, ns);
   noteFailure(state, error);
-  slicesEnded(n, ns);
+  slicesEnded(n, ns, shard);
 }
 
 void Task::noteFailure(TransferState state, const Status& error) {
@@ -72,7 +76,7 @@ void Task::noteFailure(TransferState state, const Status& error) {
   }
 }
 
-void Task::slicesEnded(uint32_t n, uint64_t ns) {
+void Task::slicesEnded(uint32_t n, uint64_t ns, size_t shard) {
   // Nothing of the task may be read after the increment unless it made the
   // task terminal: once another thread's increment does, its batch may be
   // freed or the task reused (a completer of an earlier slice read
@@ -90,7 +94,7 @@ void Task::slicesEnded(uint32_t n, uint64_t ns) {
       std::lock_guard lk(error_mu_);
       code = error_.code();
     }
-    traffic_->taskEnded(metrics::PeerTraffic::dir(request_.opcode), code, ns);
+    traffic_->taskEnded(shard, metrics::PeerTraffic::dir(request_.opcode), code, ns);
   }
   owner->taskFinished(id);
 }

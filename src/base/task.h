@@ -80,8 +80,9 @@ class Task {
   TransferRequest request_;
   std::shared_ptr<const SegmentDesc> segment_;
   std::shared_ptr<PeerHandle> peer_;
-  // The end of `n` slices (their failure, if any, already noted).
-  void slicesEnded(uint32_t n, uint64_t ns);
+  // The end of `n` slices (their failure, if any, already noted); `shard`:
+  // the caller's metrics::threadShard() (0 without traffic counting).
+  void slicesEnded(uint32_t n, uint64_t ns, size_t shard);
   void noteFailure(TransferState state, const Status& error);
   uint64_t sinceSubmitNs() const;
 

@@ -56,21 +56,24 @@ class PeerTraffic {
 
   void slicesPosted(uint32_t n) { inflight_->add(n); }
   // One slice ended: `bytes` count when `code` is kOk; `ns` since submission.
-  void sliceEnded(int dir, Code code, uint64_t bytes, uint64_t ns) { slicesEnded(dir, code, 1, bytes, ns); }
-  // `n` slices ended alike at once (`bytes` in all).
-  void slicesEnded(int dir, Code code, uint32_t n, uint64_t bytes, uint64_t ns) {
-    Dir& d = dir_[dir];
-    d.slices->add(n);
-    if (code == Code::kOk) d.bytes->add(bytes);
-    else failure(d.slice_failures, kSliceFailures, dir, code)->add(n);
-    inflight_->add(-static_cast<int64_t>(n));
-    d.slice_seconds->observeNs(ns, n);
+  // `shard`: the caller's threadShard().
+  void sliceEnded(size_t shard, int dir, Code code, uint64_t bytes, uint64_t ns) {
+    slicesEnded(shard, dir, code, 1, bytes, ns);
   }
-  void taskEnded(int dir, Code code, uint64_t ns) {
+  // `n` slices ended alike at once (`bytes` in all).
+  void slicesEnded(size_t shard, int dir, Code code, uint32_t n, uint64_t bytes, uint64_t ns) {
     Dir& d = dir_[dir];
-    d.tasks->add();
-    if (code != Code::kOk) failure(d.task_failures, kTaskFailures, dir, code)->add();
-    d.task_seconds->observeNs(ns);
+    d.slices->addAt(shard, n);
+    if (code == Code::kOk) d.bytes->addAt(shard, bytes);
+    else failure(d.slice_failures, kSliceFailures, dir, code)->addAt(shard, n);
+    inflight_->addAt(shard, -static_cast<int64_t>(n));
+    d.slice_seconds->observeNsAt(shard, ns, n);
+  }
+  void taskEnded(size_t shard, int dir, Code code, uint64_t ns) {
+    Dir& d = dir_[dir];
+    d.tasks->addAt(shard, 1);
+    if (code != Code::kOk) failure(d.task_failures, kTaskFailures, dir, code)->addAt(shard, 1);
+    d.task_seconds->observeNsAt(shard, ns);
   }
   void retried() { retries_->add(); }
 

@@ -13,6 +13,13 @@
 // is retried (bounded rounds, exponential backoff) while its deadline allows.
 // Thread-safe: requests go through http::Client (http_client.h), whose curl
 // handles come from a pool, one per concurrent call.
+//
+// Security (etcd_security.h, etcd_auth.cpp): with Options::security.tls
+// every request is https with etcd's certificate verified (and a client
+// certificate when one is set); with a user, the first call authenticates
+// (POST /v3/auth/authenticate) and every request carries the token in its
+// Authorization header; a request that etcd answers "invalid auth token"
+// (it expired, or etcd restarted) authenticates again and is sent again.
 #pragma once
 
 #include <atomic>
@@ -29,6 +36,7 @@
 
 #include "hawser/status.h"
 #include "metadata/etcd_codec.h"
+#include "metadata/etcd_security.h"
 #include "metadata/etcd_uri.h"
 #include "metadata/etcd_watch_stream.h"
 #include "metadata/http_client.h"
@@ -44,6 +52,8 @@ struct Options {
   int retries = 2;
   // First backoff between rounds (doubles each round).
   std::chrono::milliseconds backoff{100};
+  // TLS and authentication (etcds://, etcd users).
+  Security security;
 };
 
 // Per-call overrides.
@@ -56,6 +66,8 @@ struct CallOptions {
   std::chrono::milliseconds timeout{0};
   // -1: Options::retries.
   int retries = -1;
+  // Sent without a token (authentication itself).
+  bool no_auth = false;
 };
 
 class Client {
@@ -80,8 +92,12 @@ class Client {
   Status call(std::string_view path, const nlohmann::json& body, nlohmann::json& reply, const CallOptions& co);
 
   // Asks every endpoint in turn for its status until one answers; kUnavailable
-  // naming every endpoint and why when none does.
+  // naming every endpoint and why when none does. With a user, also
+  // authenticates: a wrong password fails here (kPermissionDenied).
   Status probe();
+
+  // Times this client got a token from etcd (the first, then each renewal).
+  uint64_t authentications() const { return authentications_.load(); }
 
   // Single key. `out` empty when the key does not exist. `revision` gets the
   // store revision of the answer.
@@ -117,15 +133,32 @@ class Client {
                bool& compacted);
 
  private:
-  // One POST to one endpoint. transient=true when another endpoint or a retry may help.
+  // One POST to one endpoint. transient=true when another endpoint or a retry may help;
+  // token_invalid=true when etcd refused `token` as invalid (authenticate again, resend).
   Status postOnce(const Endpoint& ep, const std::string& url_path, const std::string& body,
-                  std::chrono::milliseconds timeout, nlohmann::json& reply, bool& transient,
-                  bool& maybe_sent, int* grpc_code);
+                  const std::string& token, std::chrono::milliseconds timeout, nlohmann::json& reply,
+                  bool& transient, bool& maybe_sent, bool& token_invalid, int* grpc_code);
+
+  // etcd_auth.cpp. The token to send ("" without a user, or while etcd has
+  // authentication disabled).
+  std::string token() const;
+  // Gets a token unless one other than `stale` is already there.
+  Status refreshToken(const std::string& stale);
+  // "https://host:port/v3/..." or "http://...".
+  std::string urlOf(const Endpoint& ep, const std::string& url_path) const;
+  // The Authorization header line carrying `token` ("" when `token` is empty).
+  static std::string authHeader(const std::string& token);
 
   std::vector<Endpoint> endpoints_;
   Options options_;
   std::atomic<size_t> preferred_{0};
   http::Client http_;  // the HTTP mechanism (pooled curl handles)
+
+  mutable std::mutex token_mu_;
+  std::string token_;                 // under token_mu_
+  std::mutex auth_call_mu_;           // one authentication at a time
+  std::atomic<uint64_t> authentications_{0};
+  std::atomic<bool> auth_disabled_{false};  // etcd said authentication is not enabled
 };
 
 }  // namespace hawser::etcd

@@ -41,17 +41,21 @@ void EtcdStore::requestRepublish() {
 }
 
 std::string EtcdStore::where() const {
-  return "etcd etcd://" + client_.endpointsText() + " (prefix '" + options_.prefix + "')";
+  return std::string("etcd ") + (options_.client.security.tls ? "etcds://" : "etcd://") + client_.endpointsText() +
+         " (prefix '" + options_.prefix + "')";
 }
 
 // ---- factory ----------------------------------------------------------------
 
 Status makeEtcdStoreTyped(const std::string& uri, Config& config, std::unique_ptr<EtcdStore>& out) {
   std::vector<etcd::Endpoint> eps;
-  Status st = etcd::parseUri(uri, eps);
+  bool tls = false;
+  Status st = etcd::parseUri(uri, eps, &tls);
   if (!st.ok()) return st;
   EtcdStoreOptions opt;
   st = etcdOptionsFromConfig(config, opt);
+  if (!st.ok()) return st;
+  st = etcdSecurityFromConfig(config, uri, tls, opt.client.security);
   if (!st.ok()) return st;
   auto store = std::make_unique<EtcdStore>(std::move(eps), std::move(opt));
   st = store->connect();

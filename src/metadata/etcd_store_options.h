@@ -24,6 +24,13 @@ struct EtcdStoreOptions {
 // value for out-of-range values.
 Status etcdOptionsFromConfig(Config& config, EtcdStoreOptions& out);
 
+// Reads the TLS and authentication settings (etcd.ca_file, etcd.cert_file,
+// etcd.key_file, etcd.user, etcd.password, etcd.password_file) for `uri`
+// (`tls`: it is etcds://). kInvalidArgument naming the key for a file that
+// cannot be read, a certificate without its key, TLS files with a plain
+// etcd:// URI, a password without a user, or both password sources.
+Status etcdSecurityFromConfig(Config& config, const std::string& uri, bool tls, etcd::Security& out);
+
 // Segment names: 1..255 bytes, no '/', no whitespace or control characters.
 Status checkSegmentName(const std::string& name);
 

@@ -22,16 +22,19 @@ std::string Endpoint::text() const {
   return host + ":" + std::to_string(port);
 }
 
-Status parseUri(const std::string& uri, std::vector<Endpoint>& out) {
+bool isEtcdUri(const std::string& uri) { return uri.rfind("etcd://", 0) == 0 || uri.rfind("etcds://", 0) == 0; }
+
+Status parseUri(const std::string& uri, std::vector<Endpoint>& out, bool* tls) {
   out.clear();
   auto bad = [&](const std::string& why) {
-    return Status(Code::kInvalidArgument,
-                  "metadata URI '" + uri + "': " + why + " (expected etcd://host:port[,host:port...])");
+    return Status(Code::kInvalidArgument, "metadata URI '" + uri + "': " + why +
+                                              " (expected etcd://host:port[,host:port...], or etcds:// for TLS)");
   };
-  constexpr std::string_view kScheme = "etcd://";
-  if (uri.compare(0, kScheme.size(), kScheme) != 0) return bad("scheme is not etcd://");
+  const bool secure = uri.rfind("etcds://", 0) == 0;
+  if (!secure && uri.rfind("etcd://", 0) != 0) return bad("scheme is not etcd:// or etcds://");
+  if (tls) *tls = secure;
   std::string_view rest(uri);
-  rest.remove_prefix(kScheme.size());
+  rest.remove_prefix(secure ? 8 : 7);
   if (rest.empty()) return bad("no endpoint");
   std::set<std::string> seen;
   while (true) {

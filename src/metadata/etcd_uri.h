@@ -1,4 +1,5 @@
-// etcd endpoints: "host:port" entries of an etcd:// metadata URI.
+// etcd endpoints: "host:port" entries of an etcd:// (plain HTTP) or
+// etcds:// (TLS) metadata URI.
 #pragma once
 
 #include <cstdint>
@@ -15,9 +16,13 @@ struct Endpoint {
   std::string text() const;  // "host:port" ("[v6]:port" for IPv6 literals)
 };
 
-// Parses "etcd://host:port[,host:port...]" strictly: kInvalidArgument naming
-// the URI and the part at fault for anything else (no scheme, empty list,
-// empty host, missing/zero/non-numeric port, paths, spaces, duplicates).
-Status parseUri(const std::string& uri, std::vector<Endpoint>& out);
+// Parses "etcd://host:port[,host:port...]" (or "etcds://...") strictly:
+// kInvalidArgument naming the URI and the part at fault for anything else
+// (no scheme, empty list, empty host, missing/zero/non-numeric port, paths,
+// spaces, duplicates). `tls` (optional) is set for etcds://.
+Status parseUri(const std::string& uri, std::vector<Endpoint>& out, bool* tls = nullptr);
+
+// True when `uri` names etcd (etcd:// or etcds://).
+bool isEtcdUri(const std::string& uri);
 
 }  // namespace hawser::etcd

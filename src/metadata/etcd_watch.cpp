@@ -1,6 +1,8 @@
 // etcd_client.h, watches: one streaming POST to /v3/watch driven by a curl
 // multi handle so that `stop` is noticed within 100 ms; the body is parsed
-// by WatchStream.
+// by WatchStream. Its own curl handle (http::Client answers whole replies,
+// not streams), set up like every call: applyTls() and the Authorization
+// header of etcd_auth.cpp.
 #include "metadata/etcd_client.h"
 
 #include <curl/curl.h>
@@ -30,15 +32,32 @@ Status Client::watch(const std::string& prefix, int64_t start_revision, const st
   std::string failures;
   const size_t n = endpoints_.size();
   size_t start = preferred_.load();
+  const Security& sec = options_.security;
+  std::string tok;
+  if (sec.auth()) {
+    tok = token();
+    if (tok.empty() && !auth_disabled_.load()) {
+      Status a = refreshToken(tok);
+      if (!a.ok()) return a;
+      tok = token();
+    }
+  }
+  bool renewed = false;
   for (size_t i = 0; i < n && !stop.load(); ++i) {
     const Endpoint& ep = endpoints_[(start + i) % n];
-    const std::string url = "http://" + ep.text() + "/v3/watch";
+    const std::string url = urlOf(ep, "/v3/watch");
     WatchStream ws;
     ws.on_created = &on_created;
     ws.on_events = &on_events;
+    char error[CURL_ERROR_SIZE] = {};
     CURL* c = curl_easy_init();
     CURLM* m = curl_multi_init();
     curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
+    if (headers && !tok.empty()) {
+      curl_slist* more = curl_slist_append(headers, authHeader(tok).c_str());
+      if (more == nullptr) curl_slist_free_all(headers);
+      headers = more;
+    }
     if (!c || !m || !headers) {
       curl_slist_free_all(headers);
       if (c) curl_easy_cleanup(c);
@@ -54,6 +73,8 @@ Status Client::watch(const std::string& prefix, int64_t start_revision, const st
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &ws);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
+    applyTls(c, sec);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_timeout.count()));
     // A dead peer behind a live TCP connection is noticed through keepalive probes.
     curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
@@ -85,12 +106,34 @@ Status Client::watch(const std::string& prefix, int64_t start_revision, const st
     curl_multi_cleanup(m);
     curl_slist_free_all(headers);
     if (stop.load()) return Status::OK();
+    if (ws.canceled && !ws.compacted && sec.auth() && !tok.empty() &&
+        (tokenInvalid(16, ws.reason) || ws.reason.find("permission denied") != std::string::npos)) {
+      // etcd checks a watch's permission with the token: an expired token
+      // reads as "permission denied". Renew it once and try again; a second
+      // refusal is a real lack of permission.
+      if (!renewed) {
+        renewed = true;
+        Status a = refreshToken(tok);
+        if (!a.ok()) return a;
+        tok = token();
+        --i;
+        continue;
+      }
+      Status auth = authFailure(7, ep.text() + ": etcd canceled the watch on " + prefix + ": " + ws.reason, sec);
+      if (!auth.ok()) return auth;
+    }
     if (ws.canceled) {
       compacted = ws.compacted;
       return Status(Code::kMetadataError, ep.text() + ": etcd canceled the watch: " + ws.reason);
     }
     if (ws.bad) return Status(Code::kMetadataError, ep.text() + ": " + ws.reason);
-    std::string why = result != CURLE_OK ? curl_easy_strerror(result)
+    if (result != CURLE_OK) {
+      Status tls = tlsFailure(result, error, sec, ep.text());
+      if (tls.ok() && !ws.created && unexplainedTlsFailure(result, sec))
+        tls = diagnoseTls(http_, sec, ep.text(), options_.connect_timeout * 2);
+      if (!tls.ok()) return tls;
+    }
+    std::string why = result != CURLE_OK ? (error[0] ? std::string(error) : curl_easy_strerror(result))
                                          : "stream ended (HTTP " + std::to_string(http) + ")";
     if (ws.created) {
       // The stream worked and broke: let the caller resync before retrying.

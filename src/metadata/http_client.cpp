@@ -30,6 +30,7 @@ size_t appendBody(char* data, size_t size, size_t nmemb, void* user) {
 
 struct Client::Handle {
   CURL* easy = nullptr;
+  char error[CURL_ERROR_SIZE] = {};
 };
 
 Client::Client(size_t max_reply) : max_reply_(max_reply) { globalInit(); }
@@ -83,6 +84,8 @@ Status Client::send(const Request& req, Response& out, bool* maybe_sent) {
   if (!req.content_type.empty()) headers = curl_slist_append(headers, ("Content-Type: " + req.content_type).c_str());
   // No "Expect: 100-continue" round trip on PUT/POST bodies.
   headers = curl_slist_append(headers, "Expect:");
+  for (const std::string& line : req.headers)
+    if (curl_slist* more = curl_slist_append(headers, line.c_str())) headers = more;
   Sink sink{&out.body, max_reply_};
   curl_easy_setopt(c, CURLOPT_URL, req.url.c_str());
   if (req.method == "GET") {
@@ -100,6 +103,8 @@ Status Client::send(const Request& req, Response& out, bool* maybe_sent) {
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, appendBody);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
+  h->error[0] = '\0';
+  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, h->error);
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
   curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
@@ -115,7 +120,9 @@ Status Client::send(const Request& req, Response& out, bool* maybe_sent) {
   if (rc != CURLE_OK) {
     if (maybe_sent && (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST)) *maybe_sent = false;
     const Code code = rc == CURLE_OPERATION_TIMEDOUT ? Code::kTimeout : Code::kUnavailable;
-    std::string why = curl_easy_strerror(rc);
+    out.curl_code = static_cast<int>(rc);
+    out.curl_error = h->error;
+    std::string why = out.curl_error.empty() ? curl_easy_strerror(rc) : out.curl_error;
     if (rc == CURLE_WRITE_ERROR) why = "reply larger than " + std::to_string(max_reply_) + " bytes";
     st = Status(code, req.method + " " + req.url + ": " + why);
   } else {

@@ -37,7 +37,7 @@ Status makeMetadataStore(const std::string& uri, Config& config, rpc::Server* rp
     out = std::move(p2p);
     return Status::OK();
   }
-  if (uri.rfind("etcd://", 0) == 0) {
+  if (uri.rfind("etcd://", 0) == 0 || uri.rfind("etcds://", 0) == 0) {
 #if HAWSER_HAVE_ETCD
     return makeEtcdStore(uri, config, out);
 #else
@@ -52,8 +52,9 @@ Status makeMetadataStore(const std::string& uri, Config& config, rpc::Server* rp
 #endif
   }
   return {Code::kInvalidArgument,
-          fmt::format("metadata_uri '{}' is not supported: use \"p2p\", \"etcd://host:port[,host:port]\" or "
-                      "\"http://host:port/metadata\" (Mooncake's HTTP metadata server)",
+          fmt::format("metadata_uri '{}' is not supported: use \"p2p\", \"etcd://host:port[,host:port]\", "
+                      "\"etcds://host:port[,host:port]\" (etcd over TLS) or \"http://host:port/metadata\" "
+                      "(Mooncake's HTTP metadata server)",
                       uri)};
 }
 

@@ -99,7 +99,7 @@ EtcdServer::~EtcdServer() {
   }
 }
 
-std::string EtcdServer::uri() const { return "etcd://" + endpoint(); }
+std::string EtcdServer::uri() const { return (tls_.cert.empty() ? "etcd://" : "etcds://") + endpoint(); }
 std::string EtcdServer::endpoint() const { return "127.0.0.1:" + std::to_string(client_port_); }
 
 bool EtcdServer::start() {
@@ -134,7 +134,7 @@ bool EtcdServer::start() {
 
 bool EtcdServer::launch() {
   const std::string bin = binary();
-  const std::string client = "http://" + endpoint();
+  const std::string client = (tls_.cert.empty() ? "http://" : "https://") + endpoint();
   const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
   std::vector<std::string> args = {bin,
                                    "--name", "t0",
@@ -147,6 +147,12 @@ bool EtcdServer::launch() {
                                    "--initial-cluster-state", "new",
                                    "--logger", "zap",
                                    "--log-level", "warn"};
+  if (!tls_.cert.empty()) {
+    for (const std::string& a : {std::string("--cert-file"), tls_.cert, std::string("--key-file"), tls_.key,
+                                 std::string("--trusted-ca-file"), tls_.ca})
+      args.push_back(a);
+    if (tls_.client_cert_auth) args.push_back("--client-cert-auth");
+  }
   const std::string log = dir_ + "/etcd.log";
   pid_t pid = ::fork();
   if (pid < 0) {
@@ -184,6 +190,7 @@ bool EtcdServer::waitReady(int timeout_ms) {
   o.timeout = std::chrono::milliseconds(500);
   o.connect_timeout = std::chrono::milliseconds(200);
   o.retries = 0;
+  o.security = harnessSecurity();
   etcd::Client client({etcd::Endpoint{"127.0.0.1", client_port_}}, o);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (std::chrono::steady_clock::now() < deadline) {
@@ -200,6 +207,54 @@ bool EtcdServer::waitReady(int timeout_ms) {
   }
   error_ = "etcd did not answer within " + std::to_string(timeout_ms) + " ms";
   return false;
+#endif
+}
+
+#if HAWSER_HAVE_ETCD
+etcd::Security EtcdServer::harnessSecurity() const {
+  etcd::Security s;
+  s.tls = !tls_.cert.empty();
+  s.ca_file = tls_.ca;
+  s.cert_file = tls_.client_cert;
+  s.key_file = tls_.client_key;
+  if (!root_password_.empty()) {
+    s.user = "root";
+    s.password = root_password_;
+  }
+  return s;
+}
+#endif
+
+std::string EtcdServer::enableAuth(const std::string& root_password, const std::string& user,
+                                   const std::string& password, const std::string& prefix) {
+#if !HAWSER_HAVE_ETCD
+  return "this build has no etcd client";
+#else
+  etcd::Options o;
+  o.security = harnessSecurity();
+  etcd::Client c({etcd::Endpoint{"127.0.0.1", client_port_}}, o);
+  nlohmann::json reply;
+  const std::pair<const char*, nlohmann::json> steps[] = {
+      {"auth/user/add", {{"name", "root"}, {"password", root_password}}},
+      {"auth/role/add", {{"name", "root"}}},
+      {"auth/user/grant", {{"user", "root"}, {"role", "root"}}},
+      {"auth/role/add", {{"name", "hawser-rw"}}},
+      {"auth/role/grant",
+       {{"name", "hawser-rw"},
+        {"perm",
+         {{"permType", "READWRITE"},
+          {"key", etcd::base64Encode(prefix)},
+          {"range_end", etcd::base64Encode(etcd::prefixRangeEnd(prefix))}}}}},
+      {"auth/user/add", {{"name", user}, {"password", password}}},
+      {"auth/user/grant", {{"user", user}, {"role", "hawser-rw"}}},
+      {"auth/enable", nlohmann::json::object()},
+  };
+  for (const auto& [path, body] : steps) {
+    Status s = c.call(path, body, reply);
+    if (!s.ok()) return std::string(path) + ": " + s.toString();
+  }
+  root_password_ = root_password;
+  return std::string();
 #endif
 }
 

@@ -12,6 +12,10 @@
 #include <cstdint>
 #include <string>
 
+#if HAWSER_HAVE_ETCD
+#include "metadata/etcd_security.h"
+#endif
+
 namespace hawser::test {
 
 class EtcdServer {
@@ -25,6 +29,22 @@ class EtcdServer {
   static std::string binary();
   static bool available() { return !binary().empty(); }
   static std::string missingReason();
+
+  // TLS for clients (before start()): etcd serves https with `cert`/`key`
+  // and, with client_cert_auth, requires client certificates signed by `ca`.
+  // `client_cert`/`client_key` are what this harness itself connects with.
+  struct Tls {
+    std::string ca, cert, key;
+    bool client_cert_auth = true;
+    std::string client_cert, client_key;
+  };
+  void useTls(const Tls& tls) { tls_ = tls; }
+  // etcd authentication: adds user root (`root_password`, role root) and
+  // `user` (`password`) with a role that may read and write keys under
+  // `prefix`, then enables authentication; the harness then connects as
+  // root. Empty string on success, else why not.
+  std::string enableAuth(const std::string& root_password, const std::string& user, const std::string& password,
+                         const std::string& prefix);
 
   // Starts etcd on two free loopback ports with a fresh data dir and waits
   // (up to 20 s) until it answers. False with error() set otherwise.
@@ -41,7 +61,7 @@ class EtcdServer {
   bool restart(bool wipe = false);
   bool running() const { return pid_ > 0; }
 
-  std::string uri() const;       // "etcd://127.0.0.1:<client port>"
+  std::string uri() const;       // "etcd://127.0.0.1:<client port>" ("etcds://" with TLS)
   std::string endpoint() const;  // "127.0.0.1:<client port>"
   uint16_t clientPort() const { return client_port_; }
   const std::string& error() const { return error_; }
@@ -51,12 +71,17 @@ class EtcdServer {
  private:
   bool launch();
   bool waitReady(int timeout_ms);
+#if HAWSER_HAVE_ETCD
+  etcd::Security harnessSecurity() const;  // how this harness connects
+#endif
 
   pid_t pid_ = -1;
   uint16_t client_port_ = 0;
   uint16_t peer_port_ = 0;
   std::string dir_;       // temp root: data/ and etcd.log
   std::string error_;
+  Tls tls_;
+  std::string root_password_;  // set once enableAuth() succeeded
 };
 
 // A free TCP port on 127.0.0.1 (bound then released).

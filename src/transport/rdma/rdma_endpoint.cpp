@@ -124,6 +124,7 @@ Endpoint::~Endpoint() {
 }
 
 void Endpoint::destroyQpsLocked() {
+  if (!qps_.empty() && metrics.open) metrics.open->add(-1);
   for (Qp& q : qps_) {
     if (!q.qp) continue;
     int rc = ctx_->verbs().destroy_qp(q.qp);
@@ -189,6 +190,7 @@ void Endpoint::postLocked(Outcome& o) {
     Status why(Code::kUnavailable, fmt::format("rdma {}: {}", ctx_->info().name, ctx_->fatalReason()));
     for (Slice* s : waiting_) o.failed.emplace_back(s, why);
     waiting_.clear();
+    if (metrics.failures) metrics.failures->add();
     state_ = State::kDraining;
   }
   while (state_ == State::kConnected && !waiting_.empty()) {
@@ -254,6 +256,7 @@ void Endpoint::postLocked(Outcome& o) {
                                                std::strerror(rc)));
         for (size_t i = posted; i < n; ++i) o.failed.emplace_back(batch[i], why);
         HLOG_WARN("rdma endpoint {}: {}; draining", id_, why.message());
+        if (state_ == State::kConnected && metrics.failures) metrics.failures->add();
         state_ = State::kDraining;
       }
     }
@@ -316,6 +319,7 @@ void Endpoint::complete(Slice* s, const ibv_wc& wc) {
       // then re-establish.
       HLOG_WARN("rdma endpoint {}: completion {} on QP {}; re-establishing", id_,
                 wcStatusName(wc.status), wc.qp_num);
+      if (metrics.failures) metrics.failures->add();
       state_ = State::kDraining;
     }
     if (state_ == State::kConnected) {
@@ -353,10 +357,15 @@ void Endpoint::connect() {
       for (ibv_qp* q : qps) qps_.push_back(Qp{q, 0});
       state_ = State::kConnected;
       handshaken_ = true;
+      if (metrics.open) {
+        metrics.connects->add();
+        metrics.open->add(1);
+      }
       rr_ = 0;
       postLocked(o);
     } else {
       for (ibv_qp* q : qps) ctx_->verbs().destroy_qp(q);
+      if (!st.ok() && metrics.connect_failures) metrics.connect_failures->add();
       if (st.ok()) st = Status(Code::kUnavailable, "rdma transport is shutting down");
       if (state_ != State::kClosed) state_ = State::kIdle;
       for (Slice* s : waiting_) o.failed.emplace_back(s, st);
@@ -426,6 +435,7 @@ void Endpoint::abandon(const Status& why) {
     ctx_->releaseCq(outstanding_);
     outstanding_ = 0;
     for (Qp& q : qps_) q.outstanding = 0;
+    if (state_ == State::kConnected && metrics.failures) metrics.failures->add();
     if (state_ != State::kClosed) state_ = State::kDraining;
     settleLocked(o);
     if (state_ == State::kClosed) destroyQpsLocked();

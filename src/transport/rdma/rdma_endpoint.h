@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/transport_metrics.h"
 #include "hawser/status.h"
 #include "hawser/types.h"
 #include "transport/rdma/rdma_context.h"
@@ -154,6 +155,10 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
   // Whether the peer holds passive QPs for this endpoint (a handshake
   // succeeded since the last release); clears the mark.
   bool takeHandshaken();
+
+  // Its connection counters (peer label: the segment), set by the transport
+  // before first use: a connection is a set of QPs (hawser_connections).
+  metrics::ConnectionMetrics metrics;
 
  private:
   struct Qp {

@@ -69,6 +69,7 @@ Status RdmaTransport::install(const TransportContext& tc) {
   if (!tc.config) return Status(Code::kInvalidArgument, "rdma transport: install needs a config");
   Status s = t_.load(*tc.config);  // kInvalidArgument naming the key
   if (!s.ok()) return s;
+  if (tc.metrics) metrics_ = tc.metrics;
   s = loadVerbs(t_.verbs_lib, v_);  // kNotSupported: no verbs library here
   if (!s.ok()) {
     scan_error_ = s.message();

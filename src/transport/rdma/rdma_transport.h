@@ -177,6 +177,9 @@ class RdmaTransport final : public Transport, public EndpointHost {
 
   RegionMap regions_;
 
+  // Connection counters (base/transport_metrics.h); outlives the endpoints below.
+  std::shared_ptr<metrics::Registry> metrics_ = std::make_shared<metrics::Registry>();
+
   std::mutex ep_mu_;
   std::map<std::string, int> peer_handles_;  // live PeerRefs per peer key
   std::map<std::tuple<std::string, int, int>, std::shared_ptr<Endpoint>> endpoints_;
