@@ -43,14 +43,27 @@ void Batch::taskFinished(size_t task_id) {
 
 bool Batch::waitUntil(std::chrono::steady_clock::time_point deadline) {
   if (unfinished_.load(std::memory_order_acquire) == 0) return true;
-  if (spin_.count() > 0) {
-    const auto end = std::min(deadline, std::chrono::steady_clock::now() + spin_);
+  if (spin_ && spin_->shouldPoll()) {
+    // The transports carrying the batch (they live as long as the engine).
+    Transport* carriers[4];
+    size_t n = 0;
+    {
+      std::lock_guard sl(submit_mu_);
+      for (auto& [t, sb] : subs_)
+        if (n < std::size(carriers)) carriers[n++] = t;
+    }
+    const auto end = std::min(deadline, std::chrono::steady_clock::now() + spin_->window());
     do {
+      for (size_t k = 0; k < n; ++k) carriers[k]->poll();
       for (int i = 0; i < 64; ++i) {
         cpuRelax();
-        if (unfinished_.load(std::memory_order_acquire) == 0) return true;
+        if (unfinished_.load(std::memory_order_acquire) == 0) {
+          spin_->result(true);
+          return true;
+        }
       }
     } while (std::chrono::steady_clock::now() < end);
+    spin_->result(false);
   }
   std::unique_lock lk(done_mu_);
   ++sleepers_;
