@@ -267,6 +267,47 @@ TEST(TcpTransport, one_small_transfer_at_a_time_leaves_from_the_submitting_threa
   EXPECT_EQ(t.tcp.counters().data_connections, 1u);
 }
 
+TEST(TcpTransport, a_waiting_caller_receives_its_own_responses_and_sees_a_killed_peer) {
+  test::Child serve;
+  ASSERT_TRUE(serve.start({"serve", "--listen", "127.0.0.1:0", "--memory", "16M"}));
+  std::string line = serve.waitFor("segment:");
+  ASSERT_FALSE(line.empty()) << "hawser serve did not start";
+  ASSERT_FALSE(serve.waitFor("ready").empty());
+  const std::string name = line.substr(line.find(' ') + 1);
+  // A long poll window: every wait polls the sockets until its transfer ends.
+  Initiator in(1 << 20, {{"tcp.connections", "1"}, {"batch.wait_spin_us", "200000"}});
+  ASSERT_TRUE(in.status.ok()) << in.status.toString();
+  ASSERT_TRUE(in.open(name).ok());
+  std::vector<SegmentBuffer> bufs;
+  ASSERT_TRUE(in.engine.segmentBuffers(in.seg, bufs).ok());
+  ASSERT_FALSE(bufs.empty());
+  const uint64_t base = bufs[0].addr;
+  char* src = in.mem.p;
+  char* dst = in.mem.p + (512 << 10);
+  for (int i = 0; i < 200; ++i) {
+    const size_t off = static_cast<size_t>(i % 16) * 4096;
+    test::fillPattern(src, 4096, 300 + i);
+    Status s = in.engine.transferSync({{OpCode::kWrite, src, in.seg, base + off, 4096}}, std::chrono::seconds(30));
+    ASSERT_TRUE(s.ok()) << i << ": " << s.toString();
+    std::memset(dst, 0, 4096);
+    s = in.engine.transferSync({{OpCode::kRead, dst, in.seg, base + off, 4096}}, std::chrono::seconds(30));
+    ASSERT_TRUE(s.ok()) << i << ": " << s.toString();
+    ASSERT_EQ(test::checkPattern(dst, 4096, 300 + i), -1) << i;
+  }
+  // Some responses were taken by the waiting thread itself (the io thread,
+  // woken by the same data, may take others).
+  EXPECT_GT(counter(in.engine, "tcp", "polled_events"), 0u);
+  EXPECT_EQ(counter(in.engine, "tcp", "slices_failed"), 0u);
+
+  serve.kill(SIGKILL);
+  serve.wait();
+  std::vector<TransferStatus> st;
+  Status s = in.engine.transferSync({{OpCode::kRead, dst, in.seg, base, 4096}}, std::chrono::seconds(30), &st);
+  EXPECT_EQ(s.code(), Code::kUnavailable) << s.toString();
+  ASSERT_EQ(st.size(), 1u);
+  EXPECT_EQ(st[0].s, TransferState::kFailed);
+}
+
 TEST(TcpTransport, pipelined_responses_of_mixed_sizes_and_refusals_land_where_they_belong) {
   PartsTarget t(8 << 20);
   ASSERT_TRUE(t.status.ok());
