@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -108,9 +107,10 @@ class Batch final : public TaskOwner {
   std::map<Transport*, std::unique_ptr<SubBatch>> subs_;  // under submit_mu_
   std::vector<std::shared_ptr<BlockRunner>> runners_;      // under submit_mu_
   std::mutex submit_mu_;
-  std::mutex done_mu_;
-  std::condition_variable done_cv_;
-  int sleepers_ = 0;  // waiters blocked on done_cv_ (under done_mu_)
+  std::atomic<int> inside_{0};          // completers inside taskFinished()
+  std::atomic<uint32_t> done_seq_{0};  // futex word: bumped when the last task ends
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) && std::atomic<uint32_t>::is_always_lock_free);
+  std::atomic<int> sleepers_{0};       // waiters blocked on it
   std::atomic<size_t> unfinished_{0};
 
   // Notifying submits: by first task id.
