@@ -4,12 +4,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <cerrno>
+#include <algorithm>
 #include <climits>
 #include <ctime>
+#include <thread>
 
 #include <fmt/format.h>
-#include <thread>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -61,13 +61,17 @@ void Batch::taskFinished(size_t task_id) {
 bool Batch::waitUntil(std::chrono::steady_clock::time_point deadline) {
   if (unfinished_.load(std::memory_order_acquire) == 0) return true;
   if (spin_ && spin_->shouldPoll()) {
-    // The transports carrying the batch (they live as long as the engine).
+    // The transports carrying the batch, its block requests' included (they
+    // live as long as the engine); the first few.
     Transport* carriers[4];
     size_t n = 0;
+    auto add = [&](Transport* t) {
+      if (n < std::size(carriers) && std::find(carriers, carriers + n, t) == carriers + n) carriers[n++] = t;
+    };
     {
       std::lock_guard sl(submit_mu_);
-      for (auto& [t, sb] : subs_)
-        if (n < std::size(carriers)) carriers[n++] = t;
+      for (auto& [t, sb] : subs_) add(t);
+      for (auto& r : runners_) add(r->transport());
     }
     const auto end = std::min(deadline, std::chrono::steady_clock::now() + spin_->window());
     do {

@@ -224,6 +224,9 @@ void IoThread::poll() {
     handleEvents(evs, n, false);
   }
   if (inbox_.load(std::memory_order_relaxed) != nullptr) drainInbox();
+  // GPU slices wait for a staging slot and copies complete without an fd:
+  // only the loop pumps those (it may sleep until its tick otherwise).
+  if (!slot_wait_.empty() || copiesPending()) wake();
 }
 
 void IoThread::drainInbox() {
