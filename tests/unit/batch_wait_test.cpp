@@ -58,12 +58,15 @@ TEST(BatchWait, a_sleeping_waiter_is_woken_by_the_last_completion_however_they_i
   std::atomic<unsigned> delay{0};
   std::atomic<bool> stop{false};
   std::thread completer([&] {
-    while (!stop.load()) {
+    for (unsigned idle = 0; !stop.load();) {
       Batch* b = posted.exchange(nullptr);
       if (!b) {
-        std::this_thread::yield();
+        // Busy at first: the end must be able to land within a few
+        // instructions of the waiter's steps.
+        if (++idle % 4096 == 0) std::this_thread::yield();
         continue;
       }
+      idle = 0;
       spinFor(delay.load());
       complete(*b, 0);  // the last touch of `b` on this thread
     }
@@ -73,7 +76,7 @@ TEST(BatchWait, a_sleeping_waiter_is_woken_by_the_last_completion_however_they_i
   for (int r = 0; r < kRounds; ++r) {
     auto b = std::make_unique<Batch>(BatchID(r), 1, 1, r % 2 ? &spin : nullptr);
     commitTasks(*b, 1);
-    delay.store(rng() % 4000);
+    delay.store(rng() % 2 ? rng() % 300 : rng() % 4000);  // half of them close to the waiter's own pace
     posted.store(b.get());
     const auto t0 = Clock::now();
     const bool done = b->waitUntil(t0 + std::chrono::seconds(10));
