@@ -28,11 +28,16 @@ inline void cpuRelax() {
 }  // namespace
 
 // A completer is counted in inside_ from before the count drops until its
-// last touch of the batch, so that dropSubBatches() (freeBatch runs only
-// once the count is 0) waits it out, its wake-up call included, without a
-// lock a waiter could find held. Sleepers wait on a futex word, not a
-// condition variable: woken, they need no mutex back (no second wake-up); a
-// completer makes the call only when someone sleeps.
+// last touch of the batch's memory, so that dropSubBatches() (freeBatch runs
+// only once the count is 0) waits it out without a lock a waiter could find
+// held. Sleepers wait on a futex word, not a condition variable: woken,
+// they need no mutex back (no second wake-up); a completer makes the call
+// only when someone sleeps, and after it left inside_: the woken waiter
+// need not wait for the waker's system call to return before it frees the
+// batch. A private FUTEX_WAKE does not read the word (the kernel keys it by
+// address alone), so waking a word just freed is harmless: at worst a
+// spurious wake-up of whoever waits at that address now, which every futex
+// user (this wait loop, glibc's locks) re-checks and sleeps through.
 void Batch::taskFinished(size_t task_id) {
   if (has_notifies_.load(std::memory_order_acquire)) {
     // Settled before the task counts as finished: once waitUntil() returns,
@@ -50,12 +55,14 @@ void Batch::taskFinished(size_t task_id) {
     }
   }
   inside_.fetch_add(1);
+  bool wake = false;
   if (unfinished_.fetch_sub(1) == 1) {
     done_seq_.fetch_add(1);
-    if (sleepers_.load() > 0)
-      ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&done_seq_), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+    wake = sleepers_.load() > 0;
   }
-  inside_.fetch_sub(1, std::memory_order_release);  // last touch of the batch
+  uint32_t* const word = reinterpret_cast<uint32_t*>(&done_seq_);
+  inside_.fetch_sub(1, std::memory_order_release);  // last touch of the batch's memory
+  if (wake) ::syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
 }
 
 bool Batch::waitUntil(std::chrono::steady_clock::time_point deadline) {

@@ -107,7 +107,7 @@ class Batch final : public TaskOwner {
   std::map<Transport*, std::unique_ptr<SubBatch>> subs_;  // under submit_mu_
   std::vector<std::shared_ptr<BlockRunner>> runners_;      // under submit_mu_
   std::mutex submit_mu_;
-  std::atomic<int> inside_{0};          // completers inside taskFinished()
+  std::atomic<int> inside_{0};          // completers touching the batch in taskFinished()
   std::atomic<uint32_t> done_seq_{0};  // futex word: bumped when the last task ends
   static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) && std::atomic<uint32_t>::is_always_lock_free);
   std::atomic<int> sleepers_{0};       // waiters blocked on it
