@@ -4,7 +4,8 @@
 # The limit: as many iperf3 processes as the bench has threads, one stream
 # each, run at once and summed (iperf3 3.12 drives all -P streams from one
 # thread, so one process with -P 2 is capped by one core). Each iperf3 client
-# writes in blocks of the bench's block size (-l). Starts `hawser serve` and
+# writes in blocks of the bench's block size (-l; iperf3 takes at most 1 MiB,
+# so 4M runs it at -l 1M). Starts `hawser serve` and
 # THREADS `iperf3 -s` servers in the background, then for every block size
 # runs, REPEAT times in turn, the iperf3 clients, `hawser bench` read and
 # `hawser bench` write (HAWSER_TRANSPORT=tcp: loopback would otherwise take
@@ -64,12 +65,20 @@ done
 sleep 0.3
 iperf_watch=$(IFS=,; echo "${iperf_pids[*]}")
 
+# iperf3's -l for a block size: the block, at most 1M (iperf3's maximum).
+iperf_len() {
+  python3 -c "import sys;s=sys.argv[1].upper();m={'K':1<<10,'M':1<<20,'G':1<<30}
+b=int(s[:-1])*m[s[-1]] if s[-1] in m else int(s)
+print(min(b, 1<<20))" "$1"
+}
+
 # One iperf3 round: THREADS clients at once, one stream each. Prints
 # "GB/s cores cpu_per_GB".
 run_iperf() {
-  local block=$1 cmds=() i
+  local block=$1 cmds=() i len
+  len=$(iperf_len "$block")
   for i in $(seq "$THREADS"); do
-    cmds+=("iperf3 -c 127.0.0.1 -p $((PORT + i)) -t $DURATION -l $block -J")
+    cmds+=("iperf3 -c 127.0.0.1 -p $((PORT + i)) -t $DURATION -l $len -J")
   done
   python3 "$here/bench/run_timed.py" --watch "$iperf_watch" --out "$work/iperf" -- "${cmds[@]}" >"$work/iperf.cpu"
   python3 - "$work/iperf" "$THREADS" "$work/iperf.cpu" <<'EOF'
@@ -108,6 +117,8 @@ echo "hawser: $HAWSER"
 host_line
 echo "iperf3 $(iperf3 --version | head -1 | awk '{print $2}'): $THREADS processes x 1 stream, -l BLOCK -t $DURATION" \
      "| hawser serve --memory $MEMORY, bench --batch-size $BATCH --threads $THREADS --seconds $DURATION (tcp)"
+echo "memory each side touches: hawser THREADS x BATCH blocks (64K: $((THREADS * BATCH / 16)) MiB, 1M: $((THREADS * BATCH)) MiB);" \
+     "iperf3 one -l buffer per process"
 env | grep '^HAWSER_' | grep -v '^HAWSER=' | sed 's/^/env: /' || true
 echo
 printf '%-5s %-6s %-5s %9s %9s %7s   %-22s %-22s\n' round block op hawser iperf3 ratio "cores hawser/iperf3" "cpu/GB hawser/iperf3"

@@ -68,8 +68,9 @@ inline constexpr Knob kKnobs[] = {
   {"block.lanes", "HAWSER_BLOCK_LANES", KnobType::kInt, "4", 1, 64, {},
    "block requests: windows of runs of one task in flight at once"},
   {"batch.wait_spin_us", "HAWSER_BATCH_WAIT_SPIN_US", KnobType::kInt, "50", 0, 1000000, {},
-   "waitTransfer and transferSync poll the batch this many microseconds before they sleep: a transfer that ends "
-   "by then is seen without a wake-up (0: sleep at once)"},
+   "waitTransfer and transferSync poll the batch (and tcp's sockets) this many microseconds before they sleep: "
+   "a transfer that ends by then needs no wake-up; while waits keep outlasting it they sleep at once, probing "
+   "every 16th (0: always sleep at once)"},
   {"auth.token", "HAWSER_AUTH_TOKEN", KnobType::kString, "", 0, 0, {},
    "shared secret every peer connection must present (empty: none)", true},
   {"rpc.timeout_ms", "HAWSER_RPC_TIMEOUT_MS", KnobType::kDurationMs, "5000", 10, knob_detail::kHour, {},

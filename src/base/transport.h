@@ -140,6 +140,12 @@ class Transport {
 
   virtual Status newSubBatch(size_t task_capacity, std::unique_ptr<SubBatch>& out) = 0;
 
+  // Optional: a caller waiting for a batch this transport carries polls
+  // through it (for batch.wait_spin_us): make progress on completions from
+  // the calling thread where that saves a wake-up. Returns at once; never
+  // blocks. Default: nothing.
+  virtual void poll() {}
+
   // For `hawser doctor`: what it moves and what it found here.
   virtual void diagnose(TransportDiagnosis& out) const;
   // Counters for stats(), bench and metrics.

@@ -1,5 +1,14 @@
 #include "engine/batch.h"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <ctime>
+#include <thread>
+
 #include <fmt/format.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -18,9 +27,17 @@ inline void cpuRelax() {
 }
 }  // namespace
 
-// The count drops under done_mu_, so that dropSubBatches() (which takes it
-// once) waits out a completer still here; a wake-up (a futex call, and one
-// for the waiter when it takes the mutex back) only when someone sleeps.
+// A completer is counted in inside_ from before the count drops until its
+// last touch of the batch's memory, so that dropSubBatches() (freeBatch runs
+// only once the count is 0) waits it out without a lock a waiter could find
+// held. Sleepers wait on a futex word, not a condition variable: woken,
+// they need no mutex back (no second wake-up); a completer makes the call
+// only when someone sleeps, and after it left inside_: the woken waiter
+// need not wait for the waker's system call to return before it frees the
+// batch. A private FUTEX_WAKE does not read the word (the kernel keys it by
+// address alone), so waking a word just freed is harmless: at worst a
+// spurious wake-up of whoever waits at that address now, which every futex
+// user (this wait loop, glibc's locks) re-checks and sleeps through.
 void Batch::taskFinished(size_t task_id) {
   if (has_notifies_.load(std::memory_order_acquire)) {
     // Settled before the task counts as finished: once waitUntil() returns,
@@ -37,25 +54,62 @@ void Batch::taskFinished(size_t task_id) {
       }
     }
   }
-  std::lock_guard lk(done_mu_);
-  if (unfinished_.fetch_sub(1) == 1 && sleepers_ > 0) done_cv_.notify_all();
+  inside_.fetch_add(1);
+  bool wake = false;
+  if (unfinished_.fetch_sub(1) == 1) {
+    done_seq_.fetch_add(1);
+    wake = sleepers_.load() > 0;
+  }
+  uint32_t* const word = reinterpret_cast<uint32_t*>(&done_seq_);
+  inside_.fetch_sub(1, std::memory_order_release);  // last touch of the batch's memory
+  if (wake) ::syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
 }
 
 bool Batch::waitUntil(std::chrono::steady_clock::time_point deadline) {
   if (unfinished_.load(std::memory_order_acquire) == 0) return true;
-  if (spin_.count() > 0) {
-    const auto end = std::min(deadline, std::chrono::steady_clock::now() + spin_);
+  if (spin_ && spin_->shouldPoll()) {
+    // The transports carrying the batch, its block requests' included (they
+    // live as long as the engine); the first few.
+    Transport* carriers[4];
+    size_t n = 0;
+    auto add = [&](Transport* t) {
+      if (n < std::size(carriers) && std::find(carriers, carriers + n, t) == carriers + n) carriers[n++] = t;
+    };
+    {
+      std::lock_guard sl(submit_mu_);
+      for (auto& [t, sb] : subs_) add(t);
+      for (auto& r : runners_) add(r->transport());
+    }
+    const auto end = std::min(deadline, std::chrono::steady_clock::now() + spin_->window());
     do {
+      for (size_t k = 0; k < n; ++k) carriers[k]->poll();
       for (int i = 0; i < 64; ++i) {
         cpuRelax();
-        if (unfinished_.load(std::memory_order_acquire) == 0) return true;
+        if (unfinished_.load(std::memory_order_acquire) == 0) {
+          spin_->result(true);
+          return true;
+        }
       }
     } while (std::chrono::steady_clock::now() < end);
+    spin_->result(false);
   }
-  std::unique_lock lk(done_mu_);
-  ++sleepers_;
-  bool done = done_cv_.wait_until(lk, deadline, [&] { return unfinished_.load() == 0; });
-  --sleepers_;
+  // Pairs with taskFinished(): either it sees this sleeper, or this sees
+  // the count at 0 (or the word changed, and the futex call returns at once).
+  sleepers_.fetch_add(1);
+  bool done = false;
+  while (true) {
+    const uint32_t seq = done_seq_.load();
+    if (unfinished_.load() == 0) {
+      done = true;
+      break;
+    }
+    const auto left = deadline - std::chrono::steady_clock::now();
+    if (left <= std::chrono::steady_clock::duration::zero()) break;
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+    timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+    ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&done_seq_), FUTEX_WAIT_PRIVATE, seq, &ts, nullptr, 0);
+  }
+  sleepers_.fetch_sub(1);
   return done;
 }
 
@@ -120,8 +174,11 @@ Transport* Batch::busyTransport() {
 }
 
 void Batch::dropSubBatches() {
-  // Wait out a completer still inside taskFinished().
-  { std::lock_guard dl(done_mu_); }
+  // Wait out a completer still inside taskFinished() (a few instructions).
+  for (int i = 0; inside_.load(std::memory_order_acquire) != 0; ++i) {
+    if (i < 1000) cpuRelax();
+    else std::this_thread::yield();  // the completer was preempted in there
+  }
   std::lock_guard sl(submit_mu_);
   subs_.clear();
   runners_.clear();

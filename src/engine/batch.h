@@ -2,9 +2,9 @@
 // transport involved.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -17,10 +17,37 @@
 
 namespace hawser {
 
+// How long a wait polls before it sleeps (batch.wait_spin_us), shared by an
+// engine's batches. Adaptive: polling pays when transfers end within the
+// window; when waits keep outlasting it (a host short of cores, where the
+// poller only takes CPU from the threads that would complete the transfer)
+// waits sleep at once, and every 16th still polls to notice a change.
+class WaitSpin {
+ public:
+  explicit WaitSpin(std::chrono::microseconds window) : window_(window) {}
+  std::chrono::microseconds window() const { return window_; }
+  // Whether this wait polls first.
+  bool shouldPoll() {
+    if (window_.count() == 0) return false;
+    return score_.load(std::memory_order_relaxed) > -4 || waits_.fetch_add(1, std::memory_order_relaxed) % 16 == 0;
+  }
+  // A poll ended: `hit` = the transfer ended within the window.
+  void result(bool hit) {
+    int s = score_.load(std::memory_order_relaxed);
+    score_.store(hit ? std::min(s + 1, 8) : std::max(s - 2, -8), std::memory_order_relaxed);
+  }
+
+ private:
+  const std::chrono::microseconds window_;
+  std::atomic<int> score_{0};
+  std::atomic<uint32_t> waits_{0};
+};
+
 class Batch final : public TaskOwner {
  public:
-  // `spin`: how long waitUntil polls before it sleeps (batch.wait_spin_us).
-  Batch(BatchID id, size_t capacity, size_t slice_capacity, std::chrono::microseconds spin = {})
+  // `spin` (may be null: sleep at once): how long waitUntil polls before it
+  // sleeps; it outlives the batch (the engine's).
+  Batch(BatchID id, size_t capacity, size_t slice_capacity, WaitSpin* spin = nullptr)
       : id_(id), capacity_(capacity), slice_capacity_(slice_capacity), spin_(spin), tasks_(new Task[capacity]) {
     for (size_t i = 0; i < capacity; ++i) tasks_[i].attach(this);
   }
@@ -36,8 +63,10 @@ class Batch final : public TaskOwner {
   // Tasks submitted and not yet terminal.
   size_t unfinished() const { return unfinished_.load(); }
   // Waits until every submitted task is terminal; false at the deadline.
-  // Polls for up to the spin time first, then sleeps until taskFinished()
-  // wakes it (a completer wakes only sleepers: nobody when the poll saw it).
+  // Polls for up to the spin time first (also through Transport::poll() of
+  // the transports it uses, which may complete its slices on this thread),
+  // then sleeps until taskFinished() wakes it (a completer wakes only
+  // sleepers: nobody when the poll saw it).
   bool waitUntil(std::chrono::steady_clock::time_point deadline);
 
   TransferStatus aggregate() const;
@@ -71,16 +100,17 @@ class Batch final : public TaskOwner {
   const BatchID id_;
   const size_t capacity_;
   const size_t slice_capacity_;
-  const std::chrono::microseconds spin_;
+  WaitSpin* const spin_;
   std::unique_ptr<Task[]> tasks_;
   std::atomic<size_t> task_count_{0};
   size_t slices_used_ = 0;  // under submit_mu_
   std::map<Transport*, std::unique_ptr<SubBatch>> subs_;  // under submit_mu_
   std::vector<std::shared_ptr<BlockRunner>> runners_;      // under submit_mu_
   std::mutex submit_mu_;
-  std::mutex done_mu_;
-  std::condition_variable done_cv_;
-  int sleepers_ = 0;  // waiters blocked on done_cv_ (under done_mu_)
+  std::atomic<int> inside_{0};          // completers touching the batch in taskFinished()
+  std::atomic<uint32_t> done_seq_{0};  // futex word: bumped when the last task ends
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) && std::atomic<uint32_t>::is_always_lock_free);
+  std::atomic<int> sleepers_{0};       // waiters blocked on it
   std::atomic<size_t> unfinished_{0};
 
   // Notifying submits: by first task id.

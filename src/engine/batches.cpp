@@ -38,7 +38,7 @@ Status EngineImpl::allocateBatch(size_t capacity, BatchID& out) {
   std::unique_lock lk(batch_mu_);
   BatchID id = next_batch_++;
   try {
-    b = std::make_shared<Batch>(id, capacity, capacity * slices_per_task_, std::chrono::microseconds(wait_spin_us_));
+    b = std::make_shared<Batch>(id, capacity, capacity * slices_per_task_, wait_spin_.get());
   } catch (const std::bad_alloc&) {
     return {Code::kInvalidArgument, fmt::format("capacity {}: out of memory", capacity)};
   }

@@ -114,6 +114,7 @@ Status EngineImpl::init(const std::string& metadata_uri, const std::string& serv
   uint32_t max_peers = 0;
   if (!(s = config_.getInt("metrics.max_peers", max_peers)).ok()) return {s.code(), "init: " + s.message()};
   traffic_ = std::make_unique<metrics::TrafficTable>(metrics_, max_peers);
+  wait_spin_ = std::make_unique<WaitSpin>(std::chrono::microseconds(wait_spin_us_));
   // The CUDA driver, where there is one: registration asks it what memory
   // it is given, and the transports use it to move GPU memory.
   std::string cuda_driver;

@@ -166,6 +166,7 @@ class EngineImpl {
   size_t slices_per_task_ = 0;
   size_t max_capacity_ = 0;
   uint32_t wait_spin_us_ = 0;  // batch.wait_spin_us
+  std::unique_ptr<WaitSpin> wait_spin_;  // shared by the batches (engine/batch.h)
 
   std::mutex reg_mu_;  // serialises registrations
   mutable std::mutex attrs_mu_;

@@ -2,6 +2,8 @@
 // for anyone else).
 #pragma once
 
+#include <sys/epoll.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -210,6 +212,7 @@ struct InitiatorCounters {
   std::atomic<uint64_t> slices_completed{0};
   std::atomic<uint64_t> slices_failed{0};
   std::atomic<uint64_t> inline_submits{0};   // submit() calls that ran the loop's work themselves
+  std::atomic<uint64_t> polled_events{0};    // connection events handled by waiting callers (poll())
   std::atomic<uint64_t> gpu_to_device{0};    // read bytes copied staging -> GPU
   std::atomic<uint64_t> gpu_from_device{0};  // write bytes copied GPU -> staging
   std::atomic<uint64_t> staging_waits{0};    // GPU slices that found no free staging slot
@@ -234,6 +237,10 @@ class IoThread {
   // a request to an idle connection leaves without waking this thread;
   // otherwise post(). Thread-safe.
   void submit(Slice* first, Slice* last);
+  // A caller waiting for a batch: when the loop is asleep, receives and sends
+  // on its connections from the calling thread (the response to a small
+  // transfer then needs no wake-up on this side). Never blocks.
+  void poll();
   // Drop canceled slices from the unsent queues; returns a ticket for
   // waitPurged().
   uint64_t requestPurge();
@@ -250,6 +257,9 @@ class IoThread {
   };
 
   void run();
+  // Epoll events for the connections; `loop`: called by the loop itself
+  // (which alone consumes the eventfd).
+  void handleEvents(const epoll_event* evs, int n, bool loop);
   void relock(std::unique_lock<std::mutex>& lk);  // takes loop_mu_ back after epoll_wait
   void wake();
   void drainInbox();

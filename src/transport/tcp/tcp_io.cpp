@@ -169,20 +169,7 @@ void IoThread::run() {
       HLOG_ERROR("tcp: epoll_wait: {}", std::strerror(err));
       break;
     }
-    for (int i = 0; i < n; ++i) {
-      auto* c = static_cast<Conn*>(evs[i].data.ptr);
-      if (!c) {
-        uint64_t v;
-        [[maybe_unused]] ssize_t r = ::read(evfd_, &v, sizeof(v));
-        continue;
-      }
-      if (c->state != ConnState::kConnected) continue;
-      uint32_t e = evs[i].events;
-      if (e & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP)) doRecv(c);
-      if (c->state != ConnState::kConnected) continue;
-      if (e & (EPOLLOUT | EPOLLERR | EPOLLHUP)) c->writable = true;
-      doSend(c);
-    }
+    handleEvents(evs, n, true);
     if (copying && n == 0) waitOneCopy();
   }
 
@@ -203,6 +190,43 @@ void IoThread::run() {
   }
   failStaging(why);
   exited_ = true;
+}
+
+void IoThread::handleEvents(const epoll_event* evs, int n, bool loop) {
+  for (int i = 0; i < n; ++i) {
+    auto* c = static_cast<Conn*>(evs[i].data.ptr);
+    if (!c) {
+      // The eventfd (level-triggered): only the loop consumes its wake-ups.
+      if (loop) {
+        uint64_t v;
+        [[maybe_unused]] ssize_t r = ::read(evfd_, &v, sizeof(v));
+      }
+      continue;
+    }
+    if (c->state != ConnState::kConnected) continue;
+    uint32_t e = evs[i].events;
+    if (e & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP)) doRecv(c);
+    if (c->state != ConnState::kConnected) continue;
+    if (e & (EPOLLOUT | EPOLLERR | EPOLLHUP)) c->writable = true;
+    doSend(c);
+  }
+}
+
+void IoThread::poll() {
+  std::unique_lock lk(loop_mu_, std::try_to_lock);
+  if (!lk.owns_lock() || exited_) return;
+  // The loop sleeps: take what has arrived (edge-triggered: whoever takes an
+  // event handles it, the loop then finds nothing) and send what is queued.
+  epoll_event evs[kMaxEvents];
+  const int n = ::epoll_wait(epfd_, evs, kMaxEvents, 0);
+  if (n > 0) {
+    counters_->polled_events.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+    handleEvents(evs, n, false);
+  }
+  if (inbox_.load(std::memory_order_relaxed) != nullptr) drainInbox();
+  // GPU slices wait for a staging slot and copies complete without an fd:
+  // only the loop pumps those (it may sleep until its tick otherwise).
+  if (!slot_wait_.empty() || copiesPending()) wake();
 }
 
 void IoThread::drainInbox() {

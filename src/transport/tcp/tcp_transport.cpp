@@ -215,6 +215,7 @@ Counters TcpTransport::stats() const {
           {"slices_completed", s.slices_completed},
           {"slices_failed", s.slices_failed},
           {"inline_submits", s.inline_submits},
+          {"polled_events", s.polled_events},
           {"gpu_staged_to_device_bytes", s.gpu_staged_to_device_bytes},
           {"gpu_staged_from_device_bytes", s.gpu_staged_from_device_bytes},
           {"gpu_staging_waits", s.gpu_staging_waits},
@@ -249,12 +250,18 @@ TcpStats TcpTransport::counters() const {
     s.slices_completed = counters_->slices_completed.load();
     s.slices_failed = counters_->slices_failed.load();
     s.inline_submits = counters_->inline_submits.load();
+    s.polled_events = counters_->polled_events.load();
     s.gpu_staged_to_device_bytes = counters_->gpu_to_device.load();
     s.gpu_staged_from_device_bytes = counters_->gpu_from_device.load();
     s.gpu_staging_waits = counters_->staging_waits.load();
     s.gpu_staging_inflight = static_cast<uint64_t>(std::max<int64_t>(0, counters_->staging_in_use.load()));
   }
   return s;
+}
+
+void TcpTransport::poll() {
+  if (!installed_ || stopping_.load(std::memory_order_relaxed)) return;
+  for (auto& io : io_) io->poll();
 }
 
 Status TcpTransport::newSubBatch(size_t, std::unique_ptr<SubBatch>& out) {

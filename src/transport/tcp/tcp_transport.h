@@ -83,6 +83,7 @@ struct TcpStats {
   uint64_t slices_completed = 0;
   uint64_t slices_failed = 0;
   uint64_t inline_submits = 0;  // submissions sent by the submitting thread (the io thread slept)
+  uint64_t polled_events = 0;   // connection events handled by a waiting caller's thread (poll())
   // GPU memory through pinned staging (docs/tcp.md "GPU memory").
   uint64_t gpu_staged_to_device_bytes = 0;    // initiator: read bytes copied staging -> GPU
   uint64_t gpu_staged_from_device_bytes = 0;  // initiator: write bytes copied GPU -> staging
@@ -114,6 +115,9 @@ class TcpTransport final : public Transport {
   // outstanding on them.
   Status openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) override;
   Status newSubBatch(size_t task_capacity, std::unique_ptr<SubBatch>& out) override;
+  // Receives (and sends) on the io threads' connections from a waiting
+  // caller's thread while those threads sleep.
+  void poll() override;
   void diagnose(TransportDiagnosis& out) const override;
   Counters stats() const override;
 
