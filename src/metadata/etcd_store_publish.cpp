@@ -7,7 +7,7 @@
 
 #include "base/config.h"
 #include "base/log.h"
-#include "rpc/rpc.h"
+#include "metadata/name_claim.h"
 
 namespace hawser {
 
@@ -16,7 +16,6 @@ namespace {
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
-constexpr milliseconds kPingTimeout{500};
 constexpr milliseconds kRevokeTimeout{2000};
 
 }  // namespace
@@ -143,17 +142,9 @@ Status EtcdStore::claimName(const std::string& value) {
     }
     SegmentDesc old;
     Status dec = decodeSegmentText(cur->value, old);
-    bool same_endpoint = dec.ok() && old.host == mine.host && old.rpc_port == mine.rpc_port;
-    if (dec.ok() && !same_endpoint && !old.host.empty() && old.rpc_port != 0) {
-      std::string reply;
-      Status ping = rpc::call(old.host, old.rpc_port, rpc::kPing, std::string(), reply, kPingTimeout);
-      bool alive = ping.ok() || (ping.code() != Code::kUnavailable && ping.code() != Code::kTimeout);
-      if (alive) {
-        return Status(Code::kInvalidArgument,
-                      "local_server_name '" + local_name_ + "' is already published in etcd by a live engine at " +
-                          old.host + ":" + std::to_string(old.rpc_port) + " (pid " + std::to_string(old.pid) +
-                          "); stop it or pick another name");
-      }
+    if (dec.ok()) {
+      st = checkNameOwner(local_name_, old, mine, "etcd");
+      if (!st.ok()) return st;
     }
     HLOG_INFO("etcd: taking over stale key {} (mod_revision {}, owner unreachable)", key, cur->mod_revision);
     expect = cur->mod_revision;

@@ -6,7 +6,7 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "metadata/etcd_store_options.h"
-#include "rpc/rpc.h"
+#include "metadata/name_claim.h"
 
 namespace hawser {
 
@@ -14,7 +14,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-constexpr milliseconds kPingTimeout{500};
 // Descriptors are small; a server answering more is not a metadata server.
 constexpr size_t kMaxValueBytes = 64u << 20;
 
@@ -147,16 +146,11 @@ Status HttpStore::publish(bool claim) {
     Status st = get(key, value, found);
     if (!st.ok()) return st;
     SegmentDesc old;
-    if (found && decodeSegmentText(value, old).ok() && !(old.host == d.host && old.rpc_port == d.rpc_port) &&
-        !old.host.empty() && old.rpc_port != 0) {
-      std::string reply;
-      Status ping = rpc::call(old.host, old.rpc_port, rpc::kPing, std::string(), reply, kPingTimeout);
-      if (ping.ok() || (ping.code() != Code::kUnavailable && ping.code() != Code::kTimeout))
-        return Status(Code::kInvalidArgument,
-                      "local_server_name '" + local_name_ + "' is already published on " + url_ +
-                          " by a live engine at " + old.host + ":" + std::to_string(old.rpc_port) + " (pid " +
-                          std::to_string(old.pid) + "); stop it or pick another name");
-      HLOG_INFO("HTTP metadata: taking over stale key {} (owner {}:{} unreachable)", key, old.host, old.rpc_port);
+    if (found && decodeSegmentText(value, old).ok()) {
+      st = checkNameOwner(local_name_, old, d, url_);
+      if (!st.ok()) return st;
+      if (!(old.host == d.host && old.rpc_port == d.rpc_port))
+        HLOG_INFO("HTTP metadata: taking over stale key {} (owner {}:{} unreachable)", key, old.host, old.rpc_port);
     }
   }
   return put(key, encodeSegmentText(d));
