@@ -59,7 +59,7 @@ struct TcpSettings {
   uint64_t slice_size = 1ull << 20;   // tcp.slice_size
   uint32_t timeout_ms = 5000;         // tcp.timeout_ms
   uint32_t connect_timeout_ms = 3000; // tcp.connect_timeout_ms
-  uint32_t io_threads = 1;            // tcp.io_threads
+  uint32_t io_threads = 2;            // tcp.io_threads
   uint32_t inflight = 64;             // tcp.inflight (slices per connection)
   uint32_t sock_buf = 0;              // tcp.sock_buf (0 = kernel autotuning)
   uint64_t max_frame = 64ull << 20;   // tcp.max_frame (target's payload bound)
