@@ -511,7 +511,9 @@ TEST(TcpTransport, closing_the_segment_releases_idle_data_connections_and_reopen
   Initiator in(1 << 20, {{"tcp.connections", "2"}});
   ASSERT_TRUE(in.status.ok());
   ASSERT_TRUE(in.open(t.name()).ok());
-  auto st = in.run({{OpCode::kRead, in.mem.p, in.seg, t.remote(), 4096}, {OpCode::kRead, in.mem.p, in.seg, t.remote(), 4096}});
+  // Two reads into distinct buffers (with two io threads they may land at once).
+  char* second = static_cast<char*>(in.mem.p) + 4096;
+  auto st = in.run({{OpCode::kRead, in.mem.p, in.seg, t.remote(), 4096}, {OpCode::kRead, second, in.seg, t.remote(), 4096}});
   for (auto& s : st) ASSERT_EQ(s.s, TransferState::kCompleted);
   EXPECT_TRUE(eventually([&] { return t.tcp.counters().open_data_connections == 2; }));
   ASSERT_TRUE(in.engine.closeSegment(in.seg).ok());
