@@ -109,8 +109,11 @@ class Channel {
   // must not land: the initiator may already have written that range again.
   // Before bytes land a poll sees the close (POLLRDHUP: the FIN queued
   // behind the data; POLLHUP / POLLERR: a reset); each recv takes only what
-  // is already there.
-  Status recvPayload(void* buf, size_t len) {
+  // is already there. `then_header`: the payload ends its message, so the
+  // receive that completes it also takes the next request's header (never
+  // more: a large write's payload goes only to its destination), saving a
+  // recv per write and letting the answer wait for the next one.
+  Status recvPayload(void* buf, size_t len, bool then_header = false) {
     char* p = static_cast<char*>(buf);
     size_t got = 0;
     auto last = Clock::now();
@@ -141,9 +144,20 @@ class Channel {
       }
       first = false;
       if (r > 0) {
-        ssize_t n = ::recv(fd_, p + got, len - got, MSG_DONTWAIT);
+        iovec iov[2] = {{p + got, len - got}, {}};
+        size_t cnt = 1;
+        if (then_header && in_begin_ == in_end_) {
+          in_begin_ = in_end_ = 0;
+          iov[cnt++] = {in_.get(), sizeof(WireHeader)};
+        }
+        msghdr m{};
+        m.msg_iov = iov;
+        m.msg_iovlen = cnt;
+        ssize_t n = ::recvmsg(fd_, &m, MSG_DONTWAIT);
         if (n > 0) {
-          got += static_cast<size_t>(n);
+          const size_t k = static_cast<size_t>(n), payload = std::min(k, len - got);
+          got += payload;
+          in_end_ += k - payload;
           last = Clock::now();
           continue;
         }
@@ -578,7 +592,7 @@ void TargetState::serve(net::Fd fd) {
     if (h.type == kWriteReq) {
       r.type = kWriteResp;
       if (ps.ok()) {
-        s = ch.recvPayload(reinterpret_cast<void*>(h.addr), h.length);
+        s = ch.recvPayload(reinterpret_cast<void*>(h.addr), h.length, /*then_header=*/true);
         pin.release();
         if (!s.ok()) break;
         served.requests[1]->add();
