@@ -32,6 +32,21 @@ start_serve() {
   exit 1
 }
 
+# bench_work NAME: makes the scratch folder $work (/tmp/hawser-NAME-XXXXXX)
+# and an empty list $pids of background processes; on exit every process in
+# pids is killed and waited for and the folder removed.
+bench_work() {
+  work=$(mktemp -d "/tmp/hawser-$1-XXXXXX")
+  pids=()
+  trap bench_cleanup EXIT
+}
+bench_cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+
 # host_line: one line saying what ran the figures (cores, kernel, load).
 host_line() {
   echo "host: $(nproc) cores, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"

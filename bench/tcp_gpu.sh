@@ -51,14 +51,7 @@ export HAWSER_TRANSPORT=tcp
 # where the NICs cannot reach GPU memory); set HAWSER_RDMA_VERBS_LIB to keep it.
 export HAWSER_RDMA_VERBS_LIB=${HAWSER_RDMA_VERBS_LIB:-/nonexistent/libibverbs.so.1}
 
-work=$(mktemp -d /tmp/hawser-tcp-gpu-bench-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+bench_work tcp-gpu-bench
 
 # start_serve NAME PORT ARGS...: a target in the background, until "ready".
 start_serve() {

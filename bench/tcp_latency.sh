@@ -51,15 +51,7 @@ REPEAT=${REPEAT:-3}
 OPS_BATCHES=${OPS_BATCHES-"1 8 32"}
 export HAWSER_TRANSPORT=tcp
 
-work=$(mktemp -d /tmp/hawser-lat-bench-XXXXXX)
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+bench_work lat-bench
 
 start_serve "$PORT" 256M "$work/serve.log"
 pids+=("$serve_pid")

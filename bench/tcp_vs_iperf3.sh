@@ -44,15 +44,7 @@ DURATION=${DURATION:-3}
 REPEAT=${REPEAT:-3}
 export HAWSER_TRANSPORT=tcp
 
-work=$(mktemp -d /tmp/hawser-tcp-bench-XXXXXX)
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+bench_work tcp-bench
 
 start_serve "$PORT" "$MEMORY" "$work/serve.log"
 pids+=("$serve_pid")

@@ -725,12 +725,7 @@ static int transports_and_diagnosis_agree(void) {
 
 /* ---- main ------------------------------------------------------------------ */
 
-struct test_case {
-  const char* name;
-  int (*run)(void);
-};
-
-static const struct test_case cases[] = {
+static const struct c_case cases[] = {
     {"bad_inputs_get_their_exact_codes", bad_inputs_get_their_exact_codes},
     {"init_options_are_applied_and_checked", init_options_are_applied_and_checked},
     {"memory_registers_singly_and_in_batches", memory_registers_singly_and_in_batches},
@@ -740,23 +735,4 @@ static const struct test_case cases[] = {
     {"transports_and_diagnosis_agree", transports_and_diagnosis_agree},
 };
 
-int main(int argc, char** argv) {
-  int failed = 0, ran = 0;
-  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
-    if (argc > 1 && strcmp(argv[1], cases[i].name) != 0) continue;
-    g_case = cases[i].name;
-    ++ran;
-    if (cases[i].run() != 0) {
-      ++failed;
-    } else {
-      printf("ok - %s\n", cases[i].name);
-    }
-    fflush(stdout);
-  }
-  if (ran == 0) {
-    fprintf(stderr, "no case named '%s'\n", argv[1]);
-    return 2;
-  }
-  printf("%d of %d case(s) passed\n", ran - failed, ran);
-  return failed ? 1 : 0;
-}
+int main(int argc, char** argv) { return run_cases(cases, sizeof(cases) / sizeof(cases[0]), argc, argv); }

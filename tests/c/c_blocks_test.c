@@ -207,34 +207,10 @@ static int bad_blocks_get_their_exact_codes_and_index(void) {
   return 0;
 }
 
-struct test_case {
-  const char* name;
-  int (*run)(void);
-};
-
-static const struct test_case cases[] = {
+static const struct c_case cases[] = {
     {"block_list_arrays_and_strided_move_the_bytes", block_list_arrays_and_strided_move_the_bytes},
     {"a_plan_is_prepared_once_and_posted_twice", a_plan_is_prepared_once_and_posted_twice},
     {"bad_blocks_get_their_exact_codes_and_index", bad_blocks_get_their_exact_codes_and_index},
 };
 
-int main(int argc, char** argv) {
-  int failed = 0, ran = 0;
-  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
-    if (argc > 1 && strcmp(argv[1], cases[i].name) != 0) continue;
-    g_case = cases[i].name;
-    ++ran;
-    if (cases[i].run() != 0) {
-      ++failed;
-    } else {
-      printf("ok - %s\n", cases[i].name);
-    }
-    fflush(stdout);
-  }
-  if (ran == 0) {
-    fprintf(stderr, "no case named '%s'\n", argv[1]);
-    return 2;
-  }
-  printf("%d of %d case(s) passed\n", ran - failed, ran);
-  return failed ? 1 : 0;
-}
+int main(int argc, char** argv) { return run_cases(cases, sizeof(cases) / sizeof(cases[0]), argc, argv); }

@@ -1,11 +1,11 @@
 /* The checks of the C test programs in tests/c: each case is a
  * function returning 0 or 1; a failed check prints the case (g_case, set by
- * the program's runner), the place, the check and hawser's last error, and
+ * run_cases of c_cases.h), the place, the check and hawser's last error, and
  * returns 1 from the case. Needs hawser/c_api.h, <stdio.h> and <string.h>. */
 #ifndef HAWSER_TESTS_C_CHECK_H
 #define HAWSER_TESTS_C_CHECK_H
 
-static const char* g_case = "";
+#include "c_cases.h"
 
 /* Fails the current case (returns 1 from it) with the check's text. */
 #define CHECK(cond)                                                                                       \

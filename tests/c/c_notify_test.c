@@ -139,10 +139,7 @@ static int bad_arguments_are_invalid(void) {
   return 0;
 }
 
-static const struct {
-  const char* name;
-  int (*run)(void);
-} cases[] = {
+static const struct c_case cases[] = {
     {"sent_alone_and_after_a_write_received_in_order_with_exact_bytes",
      sent_alone_and_after_a_write_received_in_order_with_exact_bytes},
     {"a_full_queue_fails_the_notification_and_the_batch_says_why",
@@ -150,23 +147,4 @@ static const struct {
     {"bad_arguments_are_invalid", bad_arguments_are_invalid},
 };
 
-int main(int argc, char** argv) {
-  int failed = 0, ran = 0;
-  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
-    if (argc > 1 && strcmp(argv[1], cases[i].name) != 0) continue;
-    g_case = cases[i].name;
-    ++ran;
-    if (cases[i].run() != 0) {
-      ++failed;
-    } else {
-      printf("ok - %s\n", cases[i].name);
-    }
-    fflush(stdout);
-  }
-  if (ran == 0) {
-    fprintf(stderr, "no case named '%s'\n", argv[1]);
-    return 2;
-  }
-  printf("%d of %d case(s) passed\n", ran - failed, ran);
-  return failed ? 1 : 0;
-}
+int main(int argc, char** argv) { return run_cases(cases, sizeof(cases) / sizeof(cases[0]), argc, argv); }

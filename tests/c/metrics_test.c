@@ -48,8 +48,7 @@ static double value(hawser_engine_t* e, const char* name, const char* transport,
   return v;
 }
 
-static int case_samples_and_text_count_the_bytes_moved(void) {
-  g_case = "samples_and_text_count_the_bytes_moved";
+static int samples_and_text_count_the_bytes_moved(void) {
   hawser_kv_t cfg[1] = {{"transport", "tcp"}};
   hawser_engine_options_t opts = {cfg, 1};
   hawser_engine_t *a = NULL, *b = NULL;
@@ -101,8 +100,11 @@ static int case_samples_and_text_count_the_bytes_moved(void) {
   hawser_engine_destroy(b);
   free(src);
   free(dst);
-  printf("ok - %s\n", g_case);
   return 0;
 }
 
-int main(void) { return case_samples_and_text_count_the_bytes_moved() ? 1 : 0; }
+static const struct c_case cases[] = {
+    {"samples_and_text_count_the_bytes_moved", samples_and_text_count_the_bytes_moved},
+};
+
+int main(int argc, char** argv) { return run_cases(cases, sizeof(cases) / sizeof(cases[0]), argc, argv); }

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-static const char* g_case = "";
+#include "c_cases.h"
 
 #define CHECK(cond)                                                                  \
   do {                                                                               \
@@ -355,10 +355,7 @@ static int bad_input_gets_mooncakes_numbers(void) {
   return 0;
 }
 
-static const struct {
-  const char* name;
-  int (*run)(void);
-} cases[] = {
+static const struct c_case cases[] = {
     {"layouts_and_numbers_are_mooncakes", layouts_and_numbers_are_mooncakes},
     {"write_then_read_moves_the_bytes", write_then_read_moves_the_bytes},
     {"the_own_segment_is_local_segment", the_own_segment_is_local_segment},
@@ -371,22 +368,5 @@ static const struct {
 
 int main(int argc, char** argv) {
   setenv("HAWSER_TRANSPORT", "tcp", 1);
-  int failed = 0, ran = 0;
-  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
-    if (argc > 1 && strcmp(argv[1], cases[i].name) != 0) continue;
-    g_case = cases[i].name;
-    ++ran;
-    if (cases[i].run() != 0) {
-      ++failed;
-    } else {
-      printf("ok - %s\n", cases[i].name);
-    }
-    fflush(stdout);
-  }
-  if (ran == 0) {
-    fprintf(stderr, "no case named '%s'\n", argv[1]);
-    return 2;
-  }
-  printf("%d of %d case(s) passed\n", ran - failed, ran);
-  return failed ? 1 : 0;
+  return run_cases(cases, sizeof(cases) / sizeof(cases[0]), argc, argv);
 }
