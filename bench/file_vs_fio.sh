@@ -13,7 +13,8 @@
 # over THREADS x DEPTH x QD/THREADS blocks at the start of the segment, fio
 # gets --size of that many bytes on the same file(s).
 #
-# For each of READ and WRITE, REPEAT interleaved rounds; prints every round's
+# For each of READ and WRITE, REPEAT interleaved rounds (fio first in odd
+# rounds, hawser first in even ones); prints every round's
 # GB/s, ratio (hawser / fio) and cores busy (CPU seconds per second: fio's
 # own usr+sys, the bench's over its timed run), then the medians.
 #
@@ -151,10 +152,17 @@ print(j['gbps'], j['cpu_s'] / j['seconds'])"
 }
 
 declare -A res
+# Who goes first alternates by round: on a disk whose host caches writes,
+# the second writer of a pair pays for flushing the first one's bytes.
 for r in $(seq "$REPEAT"); do
   for op in read write; do
-    res[fio_$op]="${res[fio_$op]:-} $(run_fio $op | tr ' ' ,)"
-    res[hawser_$op]="${res[hawser_$op]:-} $(run_hawser $op | tr ' ' ,)"
+    if (( r % 2 )); then
+      res[fio_$op]="${res[fio_$op]:-} $(run_fio $op | tr ' ' ,)"
+      res[hawser_$op]="${res[hawser_$op]:-} $(run_hawser $op | tr ' ' ,)"
+    else
+      res[hawser_$op]="${res[hawser_$op]:-} $(run_hawser $op | tr ' ' ,)"
+      res[fio_$op]="${res[fio_$op]:-} $(run_fio $op | tr ' ' ,)"
+    fi
   done
 done
 
