@@ -10,19 +10,12 @@
 // to no flags, on older kernels). Registrations asked for by other threads
 // are commands the owner runs; the caller waits for them.
 //
-// Fixed buffers: a sparse table, filled lazily. addMemory only records the
-// region (registering pins every page, which for untouched memory means
-// faulting it in: seconds per GiB on the registering thread). The region is
-// cut into pieces of 64 MiB; the first op that lies inside a piece asks for
-// it and goes out as a plain read/write. A background thread faults the
-// piece in (MADV_POPULATE_WRITE) and the owner registers it; later ops in
-// the piece use the fixed buffer. No op ever waits for a registration. A
-// registration refused by the kernel (RLIMIT_MEMLOCK, non-anonymous memory)
-// only means that piece uses plain reads/writes. Fixed files: a sparse table
-// too, -1 on failure.
+// Fixed buffers: uring_buffers.cpp. Fixed files: a sparse table, -1 on failure.
 #include "transport/file/io_engine.h"
 
 #if HAWSER_HAVE_URING
+
+#include "transport/file/uring_engine.h"
 
 #include <liburing.h>
 #include <poll.h>
@@ -38,9 +31,7 @@
 #include <deque>
 #include <functional>
 #include <future>
-#include <map>
 #include <mutex>
-#include <shared_mutex>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -55,120 +46,10 @@ namespace {
 
 constexpr uint64_t kWakeTag = ~0ULL;
 constexpr uint64_t kCancelTag = ~0ULL - 1;
-constexpr uint64_t kPiece = 64ULL << 20;  // fixed buffers are registered in pieces of this size (kernel limit: 1 GiB)
 
-struct Queued {
-  IoOp op;
-  int buf_index = -1;  // fixed buffer holding [buf, buf+len), or -1
-};
+}  // namespace
 
-// A registration the owner thread performs for another thread.
-struct Command {
-  std::function<void()> fn;
-  std::promise<void>* done = nullptr;  // null: nobody waits
-};
-
-class UringEngine final : public IoEngine {
- public:
-  explicit UringEngine(const IoEngineOptions& o) : opts_(o) {}
-  ~UringEngine() override;
-
-  Status init();
-  const char* name() const override { return "uring"; }
-  Status start(CompletionSink sink) override;
-  size_t stop(std::chrono::milliseconds timeout) override;
-  int addFile(int fd) override;
-  void removeFile(int token) override;
-  void addMemory(void* addr, size_t len) override;
-  void removeMemory(void* addr, size_t len) override;
-  void submit(std::span<const IoOp> ops) override;
-  void cancel(std::span<const uint64_t> cookies) override;
-  IoEngineStats stats() const override;
-
- private:
-  struct Chunk {
-    uint64_t len = 0;
-    int index = -1;
-  };
-
-  void main(std::promise<Status>* ready);
-  Status setup();
-  void run();
-  void wake();
-  // Runs fn on the owner thread (directly when called there) and waits,
-  // unless `wait` is false. False when the owner has exited.
-  bool onOwner(std::function<void()> fn, bool wait = true);
-  io_uring_sqe* getSqe();
-  void prep(const Queued& q, io_uring_sqe* sqe);
-  void reap(std::vector<IoCompletion>& done);
-  // The fixed buffer holding [buf, buf+len), or -1; asks for the piece
-  // holding it when it lies in recorded memory not yet registered.
-  int lookupBuffer(const void* buf, uint64_t len);
-  // Background: fault pieces in, then have the owner register them.
-  void pin();
-  void stopPinner();
-  // Owner thread: registers one piece if its region is still recorded.
-  void registerPiece(uint64_t region, uint64_t gen, uint64_t start, uint64_t len);
-
-  IoEngineOptions opts_;
-  io_uring ring_{};
-  bool ring_ok_ = false;
-  unsigned ring_flags_ = 0;
-  int efd_ = -1;
-  CompletionSink sink_;
-  std::thread thread_;
-  std::thread::id owner_id_;
-
-  // Shared with submitters.
-  std::mutex mu_;
-  std::vector<Queued> queue_;
-  std::vector<uint64_t> cancel_q_;
-  std::vector<Command> cmd_q_;
-  bool stop_req_ = false;
-  bool exited_ = false;  // the owner thread left its loop (under mu_)
-  std::atomic<bool> need_wake_{false};
-  std::atomic<size_t> outstanding_{0};  // accepted by submit(), not yet delivered
-
-  // Owner thread only.
-  std::deque<Queued> backlog_;
-  std::unordered_set<uint64_t> inflight_;
-  bool wake_armed_ = false;
-
-  // Exit handshake.
-  std::mutex done_mu_;
-  std::condition_variable done_cv_;
-  bool done_ = false;
-
-  // Registration bookkeeping (slots, recorded regions and asked-for pieces
-  // under reg_mu_, chunk map under buf_mu_).
-  struct Recorded {
-    uint64_t len = 0;
-    uint64_t gen = 0;  // which addMemory recorded it (a later one may reuse the address)
-  };
-  struct Piece {
-    uint64_t region = 0, gen = 0, start = 0, len = 0;
-  };
-  std::mutex reg_mu_;
-  mutable std::shared_mutex buf_mu_;
-  std::map<uint64_t, Chunk> chunks_;  // start address -> registered piece
-  std::map<uint64_t, Recorded> recorded_;  // addMemory regions by start
-  std::atomic<size_t> recorded_count_{0};
-  std::unordered_set<uint64_t> asked_;      // piece starts asked for (pending, registered or refused)
-  uint64_t next_gen_ = 0;
-  // The pinning thread and its queue (under reg_mu_).
-  std::deque<Piece> pin_q_;
-  std::condition_variable pin_cv_;
-  std::thread pinner_;
-  bool pin_stop_ = false;
-  std::vector<int> free_bufs_;
-  std::vector<int> free_files_;
-  bool fixed_buffers_ = false;
-  bool fixed_files_ = false;
-  bool warned_buffers_ = false;
-
-  std::atomic<uint64_t> st_submitted_{0}, st_calls_{0}, st_fixed_buf_{0}, st_fixed_file_{0}, st_cancels_{0},
-      st_reg_bytes_{0};
-};
+namespace uring_detail {
 
 UringEngine::~UringEngine() {
   // The owner of an engine calls stop() first and leaks the engine when I/O
@@ -262,15 +143,6 @@ Status UringEngine::start(CompletionSink sink) {
   return Status::OK();
 }
 
-void UringEngine::stopPinner() {
-  {
-    std::lock_guard lk(reg_mu_);
-    pin_stop_ = true;
-  }
-  pin_cv_.notify_all();
-  if (pinner_.joinable()) pinner_.join();
-}
-
 size_t UringEngine::stop(std::chrono::milliseconds timeout) {
   stopPinner();
   if (!thread_.joinable()) return 0;
@@ -351,131 +223,6 @@ void UringEngine::removeFile(int token) {
     std::lock_guard lk(reg_mu_);
     free_files_.push_back(token);
   }
-}
-
-void UringEngine::addMemory(void* addr, size_t len) {
-  if (!fixed_buffers_ || len == 0) return;
-  std::lock_guard lk(reg_mu_);
-  recorded_[reinterpret_cast<uint64_t>(addr)] = Recorded{len, ++next_gen_};
-  recorded_count_.store(recorded_.size(), std::memory_order_release);
-}
-
-void UringEngine::removeMemory(void* addr, size_t len) {
-  if (!fixed_buffers_) return;
-  const auto base = reinterpret_cast<uint64_t>(addr);
-  // On the owner, so that no registration of these pieces can follow it.
-  // Synchronous: the caller may free and remap the memory right after.
-  auto drop = [this, base, len] {
-    std::vector<Chunk> gone;
-    {
-      std::lock_guard lk(reg_mu_);
-      recorded_.erase(base);
-      recorded_count_.store(recorded_.size(), std::memory_order_release);
-      for (auto it = asked_.begin(); it != asked_.end();)
-        it = *it >= base && *it < base + len ? asked_.erase(it) : std::next(it);
-      // From now on no new op uses these chunks.
-      std::unique_lock bl(buf_mu_);
-      auto it = chunks_.lower_bound(base);
-      while (it != chunks_.end() && it->first < base + len) {
-        gone.push_back(it->second);
-        st_reg_bytes_ -= it->second.len;
-        it = chunks_.erase(it);
-      }
-    }
-    for (const Chunk& c : gone) {
-      iovec iov{nullptr, 0};
-      __u64 tag = 0;
-      int r = io_uring_register_buffers_update_tag(&ring_, static_cast<unsigned>(c.index), &iov, &tag, 1);
-      if (r != 1) HLOG_WARN("file/uring: unregister buffer slot {}: {}", c.index, r < 0 ? std::strerror(-r) : "?");
-    }
-    std::lock_guard lk(reg_mu_);
-    for (const Chunk& c : gone) free_bufs_.push_back(c.index);
-  };
-  if (!onOwner(drop)) {
-    // The owner is gone, and with it every use of the table.
-    std::lock_guard lk(reg_mu_);
-    recorded_.erase(base);
-    recorded_count_.store(recorded_.size(), std::memory_order_release);
-  }
-}
-
-int UringEngine::lookupBuffer(const void* buf, uint64_t len) {
-  if (!fixed_buffers_) return -1;
-  auto a = reinterpret_cast<uint64_t>(buf);
-  {
-    std::shared_lock bl(buf_mu_);
-    auto it = chunks_.upper_bound(a);
-    if (it != chunks_.begin()) {
-      --it;
-      if (a >= it->first && a + len <= it->first + it->second.len) return it->second.index;
-    }
-  }
-  if (recorded_count_.load(std::memory_order_acquire) == 0) return -1;
-  // Not registered (yet): ask for the piece holding the op, once.
-  std::lock_guard lk(reg_mu_);
-  auto r = recorded_.upper_bound(a);
-  if (r == recorded_.begin()) return -1;
-  --r;
-  const uint64_t rs = r->first, re = rs + r->second.len;
-  if (a < rs || a + len > re) return -1;
-  const uint64_t ps = rs + (a - rs) / kPiece * kPiece, pe = std::min(ps + kPiece, re);
-  if (a + len > pe || !asked_.insert(ps).second) return -1;  // spans two pieces, or already asked for
-  pin_q_.push_back(Piece{rs, r->second.gen, ps, pe - ps});
-  if (!pinner_.joinable()) pinner_ = std::thread([this] { pin(); });
-  pin_cv_.notify_one();
-  return -1;
-}
-
-void UringEngine::pin() {
-  std::unique_lock lk(reg_mu_);
-  for (;;) {
-    pin_cv_.wait(lk, [&] { return pin_stop_ || !pin_q_.empty(); });
-    if (pin_stop_) return;
-    Piece p = pin_q_.front();
-    pin_q_.pop_front();
-    lk.unlock();
-    // Faults the piece in here, so that the owner's registration only pins
-    // pages already present (it would otherwise fault them in itself, with
-    // every op of the ring waiting). Populating does not change contents;
-    // memory unmapped meanwhile just fails here and at registration.
-#ifdef MADV_POPULATE_WRITE
-    (void)::madvise(reinterpret_cast<void*>(p.start), p.len, MADV_POPULATE_WRITE);
-#endif
-    (void)onOwner([this, p] { registerPiece(p.region, p.gen, p.start, p.len); }, false);
-    lk.lock();
-  }
-}
-
-void UringEngine::registerPiece(uint64_t region, uint64_t gen, uint64_t start, uint64_t len) {
-  int slot;
-  {
-    std::lock_guard lk(reg_mu_);
-    auto r = recorded_.find(region);
-    if (r == recorded_.end() || r->second.gen != gen) return;  // removed since it was asked for
-    if (free_bufs_.empty()) {
-      HLOG_DEBUG("file/uring: registered buffer table full; [{:#x}, +{}) uses plain I/O", start, len);
-      return;
-    }
-    slot = free_bufs_.back();
-    free_bufs_.pop_back();
-  }
-  iovec iov{reinterpret_cast<void*>(start), len};
-  __u64 tag = 0;
-  const int r = io_uring_register_buffers_update_tag(&ring_, static_cast<unsigned>(slot), &iov, &tag, 1);
-  std::lock_guard lk(reg_mu_);
-  if (r != 1) {
-    // ENOMEM: RLIMIT_MEMLOCK; EFAULT/EOPNOTSUPP: memory the kernel cannot pin this way.
-    if (!warned_buffers_) {
-      HLOG_INFO("file/uring: cannot register [{:#x}, +{}) as a fixed buffer ({}); plain I/O for it", start, len,
-                r < 0 ? std::strerror(-r) : "not updated");
-      warned_buffers_ = true;
-    }
-    free_bufs_.push_back(slot);
-    return;
-  }
-  std::unique_lock bl(buf_mu_);
-  chunks_[start] = Chunk{len, slot};
-  st_reg_bytes_ += len;
 }
 
 void UringEngine::submit(std::span<const IoOp> ops) {
@@ -681,12 +428,12 @@ IoEngineStats UringEngine::stats() const {
   return s;
 }
 
-}  // namespace
+}  // namespace uring_detail
 
 bool uringCompiledIn() { return true; }
 
 Status makeUringEngine(const IoEngineOptions& opts, std::unique_ptr<IoEngine>& out) {
-  auto e = std::make_unique<UringEngine>(opts);
+  auto e = std::make_unique<uring_detail::UringEngine>(opts);
   Status s = e->init();
   if (!s.ok()) return s;
   out = std::move(e);
