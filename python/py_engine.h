@@ -1,6 +1,8 @@
 // The Python TransferEngine: Mooncake's method names and return conventions
 // over hawser::TransferEngine (public API only). Sync calls go through the
 // engine's transferSync; async batches are kept in a BatchTable (py_batches.h).
+// Larger bodies live apart: initialize in py_engine_init.cpp, the transfer
+// paths in py_engine_transfers.cpp, notifications in py_engine_notify.cpp.
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -178,51 +180,10 @@ class PyEngine {
   // notify= as the calls take it: None (false: nothing to send), an object
   // with `name` and `msg` (hawser's or Mooncake's TransferNotify), or a
   // (name, msg) tuple; each str or bytes. TypeError for anything else.
-  static bool notificationFrom(const py::handle& notify, Notification& out, const char* what) {
-    if (notify.is_none()) return false;
-    auto text = [what](const py::handle& v, const char* field) {
-      if (py::isinstance<py::bytes>(v) || py::isinstance<py::str>(v)) return v.cast<std::string>();
-      throw py::type_error(fmt::format("{}: notify {} must be str or bytes", what, field));
-    };
-    if (py::isinstance<py::tuple>(notify)) {
-      auto t = notify.cast<py::tuple>();
-      if (t.size() != 2) throw py::type_error(fmt::format("{}: a notify tuple must be (name, msg)", what));
-      out = Notification{text(t[0], "name"), text(t[1], "msg")};
-      return true;
-    }
-    if (py::isinstance<Notify>(notify)) {
-      const auto& n = notify.cast<const Notify&>();
-      out = Notification{n.name, n.msg};
-      return true;
-    }
-    if (!py::hasattr(notify, "name") || !py::hasattr(notify, "msg"))
-      throw py::type_error(fmt::format("{}: notify must be a TransferNotify(name, msg), a (name, msg) tuple or None",
-                                       what));
-    out = Notification{text(notify.attr("name"), "name"), text(notify.attr("msg"), "msg")};
-    return true;
-  }
+  static bool notificationFrom(const py::handle& notify, Notification& out, const char* what);
 
   // Every notification received since the last call, oldest first.
-  std::vector<Notify> getNotifies() {
-    std::vector<ReceivedNotification> got;
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      TransferEngine* e = nullptr;
-      s = engine(e);
-      if (s.ok()) s = e->getNotifies(got);
-    }
-    std::vector<Notify> out;
-    if (!s.ok()) {
-      fail(context(s, "get_notifies"));
-      return out;
-    }
-    for (auto& g : got) {
-      out.emplace_back(std::move(g.name), std::move(g.message));
-      out.back().peer = std::move(g.peer);
-    }
-    return out;
-  }
+  std::vector<Notify> getNotifies();
 
   // Positive batch id; 0 on failure, as Mooncake (last_error() says why).
   // With a notification (hawser: Mooncake's async calls take none), it is
@@ -248,54 +209,12 @@ class PyEngine {
   // Blocks until each batch ends (or its timeout passes: canceled) and frees
   // it. 0 when all completed; else the negative code of the first that did
   // not (last_error() says why), as Mooncake's one int.
-  int batchStatus(const std::vector<py::int_>& ids) {
-    std::vector<int64_t> v(ids.size());
-    for (size_t i = 0; i < ids.size(); ++i) v[i] = batchId(ids[i]);
-    Status first;
-    {
-      py::gil_scoped_release nogil;
-      for (size_t i = 0; i < v.size(); ++i) {
-        Submitted sub;
-        Status s = take(v[i], "get_batch_transfer_status", sub);
-        if (s.ok()) s = finish(sub);
-        if (!s.ok() && first.ok()) first = s;
-      }
-    }
-    return ret(first);
-  }
+  int batchStatus(const std::vector<py::int_>& ids);
 
   // 1 completed (batch freed), 0 still running, -1 failed (batch freed, or
   // the id is unknown), -2 timed out (canceled and freed): Mooncake's values.
   // last_error() says why for -1 and -2. Past its timeout a batch is canceled.
-  int checkStatus(const py::int_& batch_id) {
-    const int64_t id = batchId(batch_id);
-    Status s;
-    int result = -1;
-    {
-      py::gil_scoped_release nogil;
-      Submitted sub;
-      s = peek(id, "transfer_check_status", sub);
-      if (s.ok()) {
-        TransferEngine* e = engine_.get();
-        TransferStatus st;
-        if (sub.tasks > 0) {
-          (void)e->waitTransfer(sub.id, Millis(0));  // drives polling transports
-          s = e->getBatchTransferStatus(sub.id, st);
-        } else {
-          st.s = TransferState::kCompleted;  // an empty batch
-        }
-        if (s.ok() && !isTerminal(st.s) && Clock::now() < sub.deadline) {
-          result = 0;
-        } else if (s.ok()) {
-          s = take(id, "transfer_check_status", sub);
-          if (s.ok()) s = finish(sub);
-          result = s.ok() ? 1 : s.code() == Code::kTimeout ? -2 : -1;
-        }
-      }
-    }
-    if (result < 0) fail(s);
-    return result;
-  }
+  int checkStatus(const py::int_& batch_id);
 
   // -- managed buffers --
   uint64_t allocateManaged(uint64_t length) {
@@ -502,75 +421,7 @@ class PyEngine {
   // where it finds no RDMA NIC. HAWSER_TRANSPORT wins over all of it, then
   // MC_FORCE_TCP (tcp); MC_FORCE_HCA keeps a forced "rdma" from falling back.
   Status init(const std::string& local_hostname, const std::string& uri, const std::string& protocol,
-              const std::string& device_name) {
-    std::lock_guard lk(init_mu_);
-    if (live())
-      return {Code::kInvalidArgument,
-              fmt::format("initialize: already initialized (segment '{}')", engine_->segmentName())};
-    std::string host;
-    uint16_t port = 0;
-    Status s = splitHostPort(local_hostname, host, port);
-    if (!s.ok()) return context(s, "initialize");
-    const MooncakeEnv mc = readMooncakeEnv(log_);
-    EngineOptions opts;
-    // Every python.* knob is in the config table (hawser/config.h): read
-    // through the public API, validated as init() validates it.
-    ConfigSource src = ConfigSource::kDefault;
-    std::string text;
-    std::string proto = lower(protocol);
-    if (!(s = configValue("transport", opts, text, &src)).ok()) return context(s, "initialize");
-    const bool operator_forced = src != ConfigSource::kDefault;  // HAWSER_TRANSPORT
-    std::string forced;  // what the protocol argument (or MC_FORCE_TCP) forces
-    if (!operator_forced) {
-      if (mc.force_tcp) forced = "tcp";
-      else if (!proto.empty() && proto != "auto") forced = proto;
-      if (!forced.empty()) opts.config["transport"] = forced;
-    }
-    if (!device_name.empty()) {
-      if (!(s = configValue("rdma.devices", opts, text, &src)).ok()) return context(s, "initialize");
-      if (src == ConfigSource::kDefault) opts.config["rdma.devices"] = device_name;
-    }
-
-    if (!(s = configInt("python.sync_timeout_ms", opts, limits_.sync_timeout_ms, &src)).ok())
-      return context(s, "initialize");
-    // Mooncake's knob (seconds) is honoured when ours is not set.
-    if (src == ConfigSource::kDefault && mc.timeout_ms) limits_.sync_timeout_ms = *mc.timeout_ms;
-    int64_t pool = 0;
-    if (!(s = configInt("python.sync_timeout_ns_per_byte", opts, limits_.ns_per_byte)).ok() ||
-        !(s = configInt("python.cancel_wait_ms", opts, limits_.cancel_wait_ms)).ok() ||
-        !(s = configInt("python.managed_pool_size", opts, pool)).ok())
-      return context(s, "initialize");
-    managed_.setPoolSize(static_cast<uint64_t>(pool));
-
-    auto e = std::make_unique<TransferEngine>();
-    s = e->init(uri, local_hostname, host, port, opts);
-    // The forced transport is not in this build (init refuses config
-    // `transport`), or is and cannot install here (no NIC, no verbs library).
-    const bool not_built =
-        s.code() == Code::kInvalidArgument && s.message().find("config transport ") != std::string::npos;
-    const bool cannot_install = s.code() == Code::kNoTransport;
-    if ((not_built || cannot_install) && !forced.empty() && forced != "tcp" && isMooncakeProtocol(forced) &&
-        !(forced == "rdma" && mc.force_hca)) {
-      log_.push_back(LogLine{kLogWarning,
-                             fmt::format("initialize: protocol '{}' cannot be used on this host ({}); using tcp, as "
-                                         "Mooncake does without an RDMA NIC (HAWSER_TRANSPORT={} fails instead)",
-                                         protocol, s.message(), forced)});
-      opts.config["transport"] = "tcp";
-      e = std::make_unique<TransferEngine>();
-      s = e->init(uri, local_hostname, host, port, opts);
-    } else if (not_built && !forced.empty()) {
-      return {Code::kNotSupported,
-              fmt::format("initialize: protocol '{}' is not supported: {}", protocol, s.message())};
-    } else if (cannot_install && !forced.empty()) {
-      return {s.code(), fmt::format("initialize: protocol '{}': {}; pass an installed transport or \"auto\" "
-                                    "(or set HAWSER_TRANSPORT, which wins over the argument)",
-                                    protocol, s.message())};
-    }
-    if (!s.ok()) return context(s, "initialize");
-    engine_ = std::move(e);
-    inited_.store(true, std::memory_order_release);
-    return Status::OK();
-  }
+              const std::string& device_name);
 
   void shutdown() {
     std::unique_ptr<TransferEngine> e;
@@ -640,97 +491,19 @@ class PyEngine {
   // outcome needs (sizes, deadline), not a batch.
   Status requests(const char* what, const std::string& target, const std::vector<uint64_t>& buffers,
                   const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
-                  const std::string& hint, std::vector<TransferRequest>& reqs, Submitted& out) {
-    const std::string where = fmt::format("{} to '{}'", what, target);
-    TransferEngine* e = nullptr;
-    Status s = engine(e);
-    if (!s.ok()) return context(s, what);
-    (void)hint;  // Mooncake's classic engine ignores it too; hawser picks the transport per request
-    if (buffers.size() != peers.size() || buffers.size() != lengths.size())
-      return {Code::kInvalidArgument,
-              fmt::format("{}: buffers ({}), peer_buffer_addresses ({}) and lengths ({}) differ in length", where,
-                          buffers.size(), peers.size(), lengths.size())};
-    out.what = what;
-    out.target = target;
-    out.deadline = Clock::now() + Millis(limits_.sync_timeout_ms);
-    if (buffers.empty()) return Status::OK();  // nothing to move: no segment is opened
-    SegmentID seg = kInvalidSegment;
-    s = segment(e, target, seg);
-    if (!s.ok()) return context(s, what);
-    reqs.assign(buffers.size(), TransferRequest{});
-    uint64_t bytes = 0;
-    for (size_t i = 0; i < buffers.size(); ++i) {
-      reqs[i] = TransferRequest{op, reinterpret_cast<void*>(buffers[i]), seg, peers[i], lengths[i]};
-      bytes = bytes + lengths[i] < bytes ? UINT64_MAX : bytes + lengths[i];
-    }
-    out.tasks = reqs.size();
-    out.bytes = bytes;
-    // Timeout: python.sync_timeout_ms + bytes * python.sync_timeout_ns_per_byte.
-    double ns = static_cast<double>(bytes) * static_cast<double>(limits_.ns_per_byte);
-    double total_ms = static_cast<double>(limits_.sync_timeout_ms) + ns / 1e6;
-    total_ms = std::min(total_ms, 1e12);
-    out.deadline = Clock::now() + Millis(static_cast<int64_t>(total_ms));
-    return Status::OK();
-  }
+                  const std::string& hint, std::vector<TransferRequest>& reqs, Submitted& out);
 
   // An async batch: requests() then allocate and submit.
   Status submit(const char* what, const std::string& target, const std::vector<uint64_t>& buffers,
                 const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
-                const std::string& hint, Submitted& out, const Notification* notify = nullptr) {
-    std::vector<TransferRequest> reqs;
-    Status s = requests(what, target, buffers, peers, lengths, op, hint, reqs, out);
-    if (!s.ok()) return s;
-    const std::string where = fmt::format("{} to '{}'", what, target);
-    TransferEngine* e = engine_.get();
-    BatchID b = kInvalidBatch;
-    s = e->allocateBatchID(std::max<size_t>(reqs.size(), 1), b);
-    if (!s.ok()) return context(s, where);
-    if (!reqs.empty()) {
-      s = notify ? e->submitTransfer(b, reqs, *notify) : e->submitTransfer(b, reqs);
-    } else if (notify) {  // an empty batch is complete as it is: the notification goes alone
-      SegmentID seg = kInvalidSegment;
-      s = segment(e, target, seg);
-      if (s.ok()) s = e->sendNotify(seg, *notify);
-    }
-    if (!s.ok()) {
-      (void)e->freeBatchID(b);  // nothing was accepted: the batch is empty
-      return context(s, where);
-    }
-    out.id = b;
-    return Status::OK();
-  }
+                const std::string& hint, Submitted& out, const Notification* notify = nullptr);
 
   // The sync path (GIL released): one batch through the engine's
   // transferSync (deadline, cancel, bounded wait, free, or an orphan kept
   // until its I/O ends).
   Status syncTransfer(const std::string& target, const std::vector<uint64_t>& buffers,
                       const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
-                      const char* what, const std::string& hint, const Notification* notify) {
-    reap();
-    Submitted sub;
-    std::vector<TransferRequest> reqs;
-    Status s = requests(what, target, buffers, peers, lengths, op, hint, reqs, sub);
-    if (!s.ok()) return s;
-    const std::string where = fmt::format("{} to '{}'", what, target);
-    if (reqs.empty()) {
-      if (!notify) return Status::OK();
-      SegmentID seg = kInvalidSegment;  // nothing to move: the notification goes alone
-      s = segment(engine_.get(), target, seg);
-      if (s.ok()) s = engine_->sendNotify(seg, *notify);
-      return context(s, where);
-    }
-    const auto now = Clock::now();
-    const Millis limit = sub.deadline > now ? std::chrono::ceil<Millis>(sub.deadline - now) : Millis(0);
-    std::vector<TransferStatus> st;
-    const Millis cancel_wait(limits_.cancel_wait_ms);
-    Status r = notify ? engine_->transferSync(reqs, *notify, limit, &st, cancel_wait)
-                      : engine_->transferSync(reqs, limit, &st, cancel_wait);
-    if (!r.ok() && st.empty()) return context(r, where);  // refused at submit
-    Status o = outcome(limits_, sub, st, r.code() == Code::kTimeout, where);
-    // Every byte moved, the notification did not arrive (queue full, peer gone).
-    if (notify && o.ok() && !r.ok()) return context(r, where + ": the notification");
-    return o;
-  }
+                      const char* what, const std::string& hint, const Notification* notify);
 
   // A batch id from Python: one that fits no int64 is no batch (-1).
   static int64_t batchId(const py::int_& v) {
