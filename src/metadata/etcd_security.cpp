@@ -81,7 +81,8 @@ Status diagnoseTls(http::Client& http, const Security& s, const std::string& end
   req.tune = [&s](void* curl) {
     applyTls(curl, s);
     CURL* c = static_cast<CURL*>(curl);
-    curl_easy_setopt(c, CURLOPT_SSLVERSION, static_cast<long>(CURL_SSLVERSION_TLSv1_2) | static_cast<long>(CURL_SSLVERSION_MAX_TLSv1_2));
+    const long tls12_only = static_cast<long>(CURL_SSLVERSION_TLSv1_2) | static_cast<long>(CURL_SSLVERSION_MAX_TLSv1_2);
+    curl_easy_setopt(c, CURLOPT_SSLVERSION, tls12_only);
     // A handshake of its own: not a pooled connection, and none left behind.
     curl_easy_setopt(c, CURLOPT_FRESH_CONNECT, 1L);
     curl_easy_setopt(c, CURLOPT_FORBID_REUSE, 1L);

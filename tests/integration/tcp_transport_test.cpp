@@ -513,7 +513,8 @@ TEST(TcpTransport, closing_the_segment_releases_idle_data_connections_and_reopen
   ASSERT_TRUE(in.open(t.name()).ok());
   // Two reads into distinct buffers (with two io threads they may land at once).
   char* second = static_cast<char*>(in.mem.p) + 4096;
-  auto st = in.run({{OpCode::kRead, in.mem.p, in.seg, t.remote(), 4096}, {OpCode::kRead, second, in.seg, t.remote(), 4096}});
+  auto st = in.run(
+      {{OpCode::kRead, in.mem.p, in.seg, t.remote(), 4096}, {OpCode::kRead, second, in.seg, t.remote(), 4096}});
   for (auto& s : st) ASSERT_EQ(s.s, TransferState::kCompleted);
   EXPECT_TRUE(eventually([&] { return t.tcp.counters().open_data_connections == 2; }));
   ASSERT_TRUE(in.engine.closeSegment(in.seg).ok());
