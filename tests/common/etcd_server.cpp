@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/util.h"
+
 #if HAWSER_HAVE_ETCD
 #include "metadata/etcd_client.h"
 #endif
@@ -283,7 +285,7 @@ void EtcdServer::kill9() {
 }
 
 void EtcdServer::pause() {
-  if (pid_ > 0) ::kill(pid_, SIGSTOP);
+  if (pid_ > 0) stopProcess(pid_);  // returns once every etcd thread has stopped
 }
 
 void EtcdServer::resume() {

@@ -88,6 +88,28 @@ char threadState(pid_t tid) {
   return paren == std::string::npos || paren + 2 >= stat.size() ? '?' : stat[paren + 2];
 }
 
+bool allThreadsStopped(pid_t pid) {
+  const std::string task = "/proc/" + std::to_string(pid) + "/task";
+  std::error_code ec;
+  bool any = false;
+  for (auto it = std::filesystem::directory_iterator(task, ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec)) {
+    std::ifstream in(it->path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto paren = stat.rfind(')');  // the name may hold spaces and parentheses
+    if (paren == std::string::npos || paren + 2 >= stat.size()) continue;  // the thread just ended
+    const char st = stat[paren + 2];
+    if (st != 'T' && st != 't') return false;
+    any = true;
+  }
+  return any;
+}
+
+bool stopProcess(pid_t pid, std::chrono::milliseconds timeout) {
+  if (::kill(pid, SIGSTOP) != 0) return false;
+  return eventually([&] { return allThreadsStopped(pid); }, timeout);
+}
+
 bool hasTransport(TransferEngine& e, const std::string& name) {
   for (auto& t : e.transports())
     if (t == name) return true;

@@ -70,6 +70,16 @@ Status freeWhenIdle(TransferEngine& e, BatchID b, std::chrono::milliseconds time
 // 'R' running, 'S' sleeping, 'T' stopped, ...), or '?' if unknown.
 char threadState(pid_t tid);
 
+// True when every thread of process `pid` is in the stopped state
+// (/proc/PID/task/*/stat shows 'T' or 't').
+bool allThreadsStopped(pid_t pid);
+
+// SIGSTOP to `pid`, then waits (up to `timeout`) until every thread of it
+// has stopped: kill() returns while threads running on another core still
+// run on until they next enter the kernel, so a test that relies on the
+// process being frozen must wait for that. False if it did not stop.
+bool stopProcess(pid_t pid, std::chrono::milliseconds timeout = std::chrono::seconds(20));
+
 // Whether `e` installed the transport `name`.
 bool hasTransport(TransferEngine& e, const std::string& name);
 

@@ -427,7 +427,7 @@ TEST_F(NetFaults, an_initiator_stopped_past_its_timeout_completes_what_moved_mea
   // Until its batches flow: the target serves its two data connections.
   ASSERT_TRUE(eventually([&] { return targetFds() >= fds_idle + 2; }, 10s));
   std::this_thread::sleep_for(1500ms);  // mid-run
-  ASSERT_EQ(::kill(bench.pid, SIGSTOP), 0);
+  ASSERT_TRUE(stopProcess(bench.pid)) << "the initiator did not stop";
   std::this_thread::sleep_for(2500ms);  // the property is about time passing: 2.5 x its timeout
   ::kill(bench.pid, SIGCONT);
   const int rc = bench.wait();
@@ -446,7 +446,9 @@ TEST_F(NetFaults, a_write_failed_because_the_target_froze_never_lands_when_it_re
   const size_t len = 32u << 10;  // fits in the stopped target's receive buffer
   verifiedRound(1, len);
   const int fds_before = targetFds();
-  ASSERT_EQ(::kill(serve_pid_, SIGSTOP), 0);
+  // Every thread of the target stopped before the write leaves: one still
+  // running on the other core would apply it.
+  ASSERT_TRUE(stopProcess(serve_pid_)) << "the target did not stop";
   fillPattern(src_.data(), len, 60, 0);
   Outcome w1 = run(OpCode::kWrite, src_.data(), 0, len, kTimeoutMs + 5000);
   ::kill(serve_pid_, SIGCONT);

@@ -145,6 +145,7 @@ class ChildTarget {
   }
 
   void signal(int sig) { ::kill(pid_, sig); }
+  pid_t pid() const { return pid_; }
 
   void kill() {
     ::kill(pid_, SIGKILL);
@@ -332,7 +333,7 @@ TEST_F(RdmaMultiProcess, cancel_while_the_handshake_hangs_cancels_the_queued_sli
   ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
   // The target is stopped before any endpoint exists: the handshake hangs and
   // every slice waits, unposted, on the connecting endpoint.
-  child_.signal(SIGSTOP);
+  ASSERT_TRUE(test::stopProcess(child_.pid())) << "the target did not stop";
   BatchID b;
   ASSERT_TRUE(engine_.allocateBatchID(4, b).ok());
   std::vector<TransferRequest> reqs;

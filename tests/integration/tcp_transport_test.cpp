@@ -7,7 +7,6 @@
 // the test (answering kGetSegment itself), so the test can read the
 // transport's counters and publish a descriptor of its choosing. Raw clients
 // open kConnTcpData streams to it and speak the wire format by hand.
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -844,25 +843,6 @@ TEST(TcpTransport, unreachable_peer_fails_tasks_with_unavailable) {
   EXPECT_EQ(st[0].error.code(), Code::kUnavailable) << st[0].error.toString();
 }
 
-// True when every thread of `pid` is in the stopped state.
-bool allThreadsStopped(pid_t pid) {
-  DIR* d = ::opendir(("/proc/" + std::to_string(pid) + "/task").c_str());
-  if (!d) return false;
-  bool all = true, any = false;
-  while (dirent* e = ::readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + e->d_name + "/stat");
-    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    auto paren = stat.rfind(')');
-    if (paren == std::string::npos || paren + 2 >= stat.size()) continue;
-    char st = stat[paren + 2];
-    any = true;
-    all = all && (st == 'T' || st == 't');
-  }
-  ::closedir(d);
-  return any && all;
-}
-
 // Bytes this host's established IPv4 TCP sockets towards `port` have sent
 // but not yet had acknowledged (tx_queue in /proc/net/tcp).
 uint64_t bytesInFlightTo(uint16_t port) {
@@ -905,8 +885,7 @@ TEST(TcpTransport, killed_peer_fails_in_flight_tasks_at_once_and_the_next_submit
   auto warm = in.run({{OpCode::kWrite, in.mem.p, in.seg, base, 4 << 20}});
   ASSERT_EQ(warm[0].s, TransferState::kCompleted) << warm[0].error.toString();
 
-  serve.kill(SIGSTOP);  // nothing completes from here on, once every thread has stopped
-  ASSERT_TRUE(eventually([&] { return allThreadsStopped(serve.pid); })) << "hawser serve did not stop";
+  ASSERT_TRUE(test::stopProcess(serve.pid)) << "hawser serve did not stop";  // nothing completes from here on
   BatchID b;
   ASSERT_TRUE(in.engine.allocateBatchID(2, b).ok());
   ASSERT_TRUE(in.engine
