@@ -45,8 +45,12 @@ class Serve:
         self.stopped = False
 
     def stop(self):
+        """SIGSTOP, then waits until every thread has stopped (kill returns while
+        a thread on another core still runs on until it next enters the kernel)."""
         os.kill(self.proc.pid, signal.SIGSTOP)
         self.stopped = True
+        if not eventually(lambda: all_threads_stopped(self.proc.pid)):
+            pytest.fail(f"hawser serve (pid {self.proc.pid}) did not stop within 20 s")
 
     def resume(self):
         os.kill(self.proc.pid, signal.SIGCONT)
@@ -64,6 +68,18 @@ class Serve:
                 self.proc.wait()
         self.proc.stdout.close()
         self.proc.stderr.close()
+
+
+def all_threads_stopped(pid):
+    """Whether every thread of `pid` is in the stopped state (/proc/PID/task/*/stat)."""
+    states = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        except (OSError, IndexError):
+            pass  # the thread just ended
+    return bool(states) and all(st in ("T", "t") for st in states)
 
 
 @pytest.fixture
