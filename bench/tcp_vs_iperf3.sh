@@ -14,6 +14,13 @@
 # bench + serve over the bench's timed run (not its set-up and check).
 # "cores" is CPU seconds per second, "cpu/GB" CPU seconds per 10^9 bytes.
 #
+# A second baseline says where a gap comes from: bench/socket_loop.cpp
+# (built here with c++ -O2), THREADS sender/receiver pairs of plain blocking
+# send()/recv() over loopback, each cycling through BATCH blocks per side:
+# the bench's memory footprint, where iperf3 reuses one buffer that stays in
+# the CPU caches. hawser/loop is hawser's own cost; loop/iperf3 is what the
+# working set costs the kernel's copies.
+#
 # Usage: bench/tcp_vs_iperf3.sh            (from the repository root)
 # Environment (all optional):
 #   HAWSER        path of the hawser binary   (default: build/bin/hawser, then build-*/bin/hawser)
@@ -24,6 +31,7 @@
 #   THREADS       bench threads = iperf3 processes (default 2)
 #   DURATION      seconds per run              (default 3)
 #   REPEAT        rounds per block size        (default 3)
+#   CXX           compiler for the loop        (default c++)
 #   Every HAWSER_* variable (HAWSER_TCP_CONNECTIONS, HAWSER_TCP_IO_THREADS, ...)
 #   reaches both engines.
 set -euo pipefail
@@ -45,6 +53,7 @@ REPEAT=${REPEAT:-3}
 export HAWSER_TRANSPORT=tcp
 
 bench_work tcp-bench
+"${CXX:-c++}" -O2 -std=c++17 -pthread -o "$work/socket_loop" "$here/bench/socket_loop.cpp"
 
 start_serve "$PORT" "$MEMORY" "$work/serve.log"
 pids+=("$serve_pid")
@@ -57,11 +66,25 @@ done
 sleep 0.3
 iperf_watch=$(IFS=,; echo "${iperf_pids[*]}")
 
+# Bytes in a size with an optional K/M/G suffix.
+size_bytes() {
+  python3 -c "import sys;s=sys.argv[1].upper();m={'K':1<<10,'M':1<<20,'G':1<<30}
+print(int(s[:-1])*m[s[-1]] if s[-1] in m else int(s))" "$1"
+}
+
 # iperf3's -l for a block size: the block, at most 1M (iperf3's maximum).
 iperf_len() {
-  python3 -c "import sys;s=sys.argv[1].upper();m={'K':1<<10,'M':1<<20,'G':1<<30}
-b=int(s[:-1])*m[s[-1]] if s[-1] in m else int(s)
-print(min(b, 1<<20))" "$1"
+  local b
+  b=$(size_bytes "$1")
+  echo $((b < 1048576 ? b : 1048576))
+}
+
+# One loop round (bench/socket_loop.cpp): THREADS pairs, BATCH blocks per
+# side each. Prints "GB/s cores cpu_per_GB".
+run_loop() {
+  local b
+  b=$(size_bytes "$1")
+  "$work/socket_loop" "$b" $((b * BATCH)) "$THREADS" "$DURATION" | awk '{ printf "%.3f %.2f %.3f\n", $1, $2, $2 / $1 }'
 }
 
 # One iperf3 round: THREADS clients at once, one stream each. Prints
@@ -108,22 +131,26 @@ print("%.3f %.2f %.3f %.0f %.0f" % (d["gbps"], total / d["seconds"], total / (d[
 echo "hawser: $HAWSER"
 host_line
 echo "iperf3 $(iperf3 --version | head -1 | awk '{print $2}'): $THREADS processes x 1 stream, -l BLOCK -t $DURATION" \
-     "| hawser serve --memory $MEMORY, bench --batch-size $BATCH --threads $THREADS --seconds $DURATION (tcp)"
+     "| hawser serve --memory $MEMORY, bench --batch-size $BATCH --threads $THREADS --seconds $DURATION (tcp)" \
+     "| loop: $THREADS socket_loop pairs x $BATCH blocks per side"
 echo "memory each side touches: hawser THREADS x BATCH blocks (64K: $((THREADS * BATCH / 16)) MiB, 1M: $((THREADS * BATCH)) MiB);" \
      "iperf3 one -l buffer per process"
 env | grep '^HAWSER_' | grep -v '^HAWSER=' | sed 's/^/env: /' || true
 echo
-printf '%-5s %-6s %-5s %9s %9s %7s   %-22s %-22s\n' round block op hawser iperf3 ratio "cores hawser/iperf3" "cpu/GB hawser/iperf3"
+printf '%-5s %-6s %-5s %9s %9s %9s %7s %7s   %-22s %-22s\n' round block op hawser iperf3 loop "h/i" "h/loop" \
+  "cores hawser/iperf3" "cpu/GB hawser/iperf3/loop"
 rows=()
 for block in $BLOCKS; do
   for r in $(seq "$REPEAT"); do
     read -r ig icores icpu < <(run_iperf "$block")
+    read -r lg lcores lcpu < <(run_loop "$block")
     for op in read write; do
       read -r g cores cpu p50 p99 < <(run_bench "$op" "$block")
       ratio=$(python3 -c "print('%.3f' % ($g / $ig))")
-      printf '%-5s %-6s %-5s %9s %9s %7s   %-22s %-22s\n' "$r" "$block" "$op" "$g" "$ig" "$ratio" \
-        "$cores / $icores" "$cpu / $icpu"
-      rows+=("$block $op $g $ig $ratio $cores $icores $cpu $icpu $p50 $p99")
+      lratio=$(python3 -c "print('%.3f' % ($g / $lg))")
+      printf '%-5s %-6s %-5s %9s %9s %9s %7s %7s   %-22s %-22s\n' "$r" "$block" "$op" "$g" "$ig" "$lg" "$ratio" "$lratio" \
+        "$cores / $icores" "$cpu / $icpu / $lcpu"
+      rows+=("$block $op $g $ig $ratio $cores $icores $cpu $icpu $p50 $p99 $lg $lratio $lcpu")
     done
   done
 done
@@ -132,7 +159,8 @@ python3 - "${rows[@]}" <<'EOF'
 import statistics as st, sys
 rows = [r.split() for r in sys.argv[1:]]
 print("medians of the rounds (GB/s = 10^9 bytes/s; ratio = median of the per-round ratios):")
-print(f"{'block':<6} {'op':<5} {'hawser':>8} {'iperf3':>8} {'ratio':>6} {'cores h/i':>11} {'cpu/GB h/i':>13} {'cpu ratio':>9} {'p50/p99 ms':>12}")
+print(f"{'block':<6} {'op':<5} {'hawser':>8} {'iperf3':>8} {'ratio':>6} {'cores h/i':>11} {'cpu/GB h/i':>13} {'cpu ratio':>9}"
+      f" {'p50/p99 ms':>12} {'loop':>7} {'h/loop':>6} {'cpu/GB loop':>11}")
 seen = []
 for r in rows:
     if (r[0], r[1]) not in seen: seen.append((r[0], r[1]))
@@ -140,5 +168,5 @@ for block, op in seen:
     sel = [r for r in rows if r[0] == block and r[1] == op]
     m = lambda k: st.median(float(r[k]) for r in sel)
     print(f"{block:<6} {op:<5} {m(2):8.3f} {m(3):8.3f} {m(4):6.2f} {m(5):5.2f}/{m(6):<5.2f} {m(7):6.3f}/{m(8):<6.3f}"
-          f" {m(7) / m(8):9.2f} {m(9) / 1000:5.1f}/{m(10) / 1000:<6.1f}")
+          f" {m(7) / m(8):9.2f} {m(9) / 1000:5.1f}/{m(10) / 1000:<6.1f} {m(11):7.3f} {m(12):6.2f} {m(13):11.3f}")
 EOF
