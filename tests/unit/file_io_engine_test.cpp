@@ -349,6 +349,55 @@ INSTANTIATE_TEST_SUITE_P(Engines, IoEngineTest, ::testing::Values("uring", "posi
 
 // io_uring only: an op blocked in the kernel (a read from an empty pipe) is
 // cancelled by io_uring_prep_cancel and completes with -ECANCELED.
+// Large ops enter the kernel one per io_uring_enter: a submission of more
+// than two ops is plugged, and the block layer would merge adjacent large
+// writes into fewer, larger requests (on a virtio disk 1 MiB writes went
+// out as ~3.4 MiB requests at 0.63-0.74 of fio's rate). Small ops still go
+// together.
+TEST(UringEngine, large_ops_enter_the_kernel_one_per_call_small_ones_together) {
+  TempDir dir;
+  const std::string path = dir.path + "/data";
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, 16 * MiB), 0);
+  std::unique_ptr<IoEngine> e;
+  IoEngineOptions o;
+  o.io_depth = 32;
+  if (!makeUringEngine(o, e).ok()) GTEST_SKIP() << "io_uring is not available here";
+  Sink sink;
+  ASSERT_TRUE(e->start(sink.fn()).ok());
+  Buffer buf(16 * MiB);
+  fillPattern(buf.p, buf.n, 21);
+  auto ops = [&](uint64_t first_cookie, bool write, char* base, uint64_t len, size_t n) {
+    std::vector<IoOp> v;
+    for (size_t i = 0; i < n; ++i) {
+      IoOp x;
+      x.cookie = first_cookie + i;
+      x.fd = fd;
+      x.write = write;
+      x.buf = base + i * len;
+      x.len = len;
+      x.offset = i * len;
+      v.push_back(x);
+    }
+    return v;
+  };
+  e->submit(ops(1, true, buf.p, MiB, 16));  // adjacent 1 MiB writes, all at once
+  ASSERT_TRUE(sink.waitCount(16));
+  EXPECT_LE(e->stats().largest_submit, 2u) << "large ops went to the kernel together (plugged: merged)";
+  e->submit(ops(101, false, buf.p, 4 * KiB, 32));  // 32 small reads: together
+  ASSERT_TRUE(sink.waitCount(48));
+  EXPECT_GT(e->stats().largest_submit, 2u) << "small ops went to the kernel one by one";
+  for (uint64_t c = 1; c <= 16; ++c) EXPECT_EQ(sink.results[c], static_cast<int64_t>(MiB)) << c;
+  for (uint64_t c = 101; c < 133; ++c) EXPECT_EQ(sink.results[c], static_cast<int64_t>(4 * KiB)) << c;
+  EXPECT_EQ(e->stop(std::chrono::seconds(10)), 0u);
+  ::close(fd);
+  // What was written is what the file holds.
+  std::vector<char> back = readFile(path, 0, 16 * MiB);
+  ASSERT_EQ(back.size(), 16 * MiB);
+  EXPECT_EQ(checkPattern(back.data(), back.size(), 21), -1);
+}
+
 TEST(UringEngine, op_blocked_in_the_kernel_is_cancelled) {
   std::unique_ptr<IoEngine> e;
   if (!makeUringEngine(IoEngineOptions{}, e).ok()) GTEST_SKIP() << "io_uring is not available here";

@@ -63,6 +63,7 @@ struct IoEngineOptions {
 struct IoEngineStats {
   uint64_t submitted = 0;        // ops handed to the kernel / a worker
   uint64_t submit_calls = 0;     // io_uring_submit calls (uring)
+  uint64_t largest_submit = 0;   // most ops handed to the kernel by one call (uring)
   uint64_t fixed_buffer_ops = 0; // ops issued with a registered buffer
   uint64_t fixed_file_ops = 0;   // ops issued with a registered file
   uint64_t cancels = 0;          // cancel requests issued

@@ -64,6 +64,9 @@ class UringEngine final : public IoEngine {
   // Runs fn on the owner thread (directly when called there) and waits,
   // unless `wait` is false. False when the owner has exited.
   bool onOwner(std::function<void()> fn, bool wait = true);
+  // Hands the prepared SQEs to the kernel and waits for `wait_nr`
+  // completions (io_uring_submit_and_wait); counts the call and its size.
+  int enter(unsigned wait_nr);
   io_uring_sqe* getSqe();
   void prep(const Queued& q, io_uring_sqe* sqe);
   void reap(std::vector<IoCompletion>& done);
@@ -133,7 +136,7 @@ class UringEngine final : public IoEngine {
   bool warned_buffers_ = false;
 
   std::atomic<uint64_t> st_submitted_{0}, st_calls_{0}, st_fixed_buf_{0}, st_fixed_file_{0}, st_cancels_{0},
-      st_reg_bytes_{0};
+      st_reg_bytes_{0}, st_largest_{0};
 };
 
 }  // namespace hawser::file::uring_detail
