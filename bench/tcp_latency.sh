@@ -123,18 +123,13 @@ for size in $SIZES; do
   done
 done
 echo
-python3 - "${rows[@]}" <<'EOF'
-import statistics as st, sys
-rows = [r.split() for r in sys.argv[1:]]
+PYTHONPATH="$here/bench" python3 - "${rows[@]}" <<'EOF'
+import sys
+from row_medians import groups
 print("medians of the rounds (ratio = median of the per-round ratios; aim: p50 <= 1.5, p99 <= 2):")
 print(f"{'size':<5} {'op':<5} {'hawser p50/p99 us':>18} {'sockperf p50/p99':>17} {'ratio p50/p99':>14} "
       f"{'cores h/s':>10} {'ops/s h/s':>16}")
-seen = []
-for r in rows:
-    if (r[0], r[1]) not in seen: seen.append((r[0], r[1]))
-for size, op in seen:
-    sel = [r for r in rows if r[0] == size and r[1] == op]
-    m = lambda k: st.median(float(r[k]) for r in sel)
+for (size, op), m in groups(sys.argv[1:]):
     print(f"{size:<5} {op:<5} {m(2):8.1f}/{m(3):<9.1f} {m(4):7.1f}/{m(5):<9.1f} {m(6):6.2f}/{m(7):<7.2f} "
           f"{m(8):4.2f}/{m(9):<5.2f} {m(10):7.0f}/{m(11):<8.0f}")
 EOF

@@ -155,18 +155,13 @@ for block in $BLOCKS; do
   done
 done
 echo
-python3 - "${rows[@]}" <<'EOF'
-import statistics as st, sys
-rows = [r.split() for r in sys.argv[1:]]
+PYTHONPATH="$here/bench" python3 - "${rows[@]}" <<'EOF'
+import sys
+from row_medians import groups
 print("medians of the rounds (GB/s = 10^9 bytes/s; ratio = median of the per-round ratios):")
 print(f"{'block':<6} {'op':<5} {'hawser':>8} {'iperf3':>8} {'ratio':>6} {'cores h/i':>11} {'cpu/GB h/i':>13} {'cpu ratio':>9}"
       f" {'p50/p99 ms':>12} {'loop':>7} {'h/loop':>6} {'cpu/GB loop':>11}")
-seen = []
-for r in rows:
-    if (r[0], r[1]) not in seen: seen.append((r[0], r[1]))
-for block, op in seen:
-    sel = [r for r in rows if r[0] == block and r[1] == op]
-    m = lambda k: st.median(float(r[k]) for r in sel)
+for (block, op), m in groups(sys.argv[1:]):
     print(f"{block:<6} {op:<5} {m(2):8.3f} {m(3):8.3f} {m(4):6.2f} {m(5):5.2f}/{m(6):<5.2f} {m(7):6.3f}/{m(8):<6.3f}"
           f" {m(7) / m(8):9.2f} {m(9) / 1000:5.1f}/{m(10) / 1000:<6.1f} {m(11):7.3f} {m(12):6.2f} {m(13):11.3f}")
 EOF
