@@ -81,12 +81,17 @@ Status freeWhenIdle(TransferEngine& e, BatchID b, std::chrono::milliseconds time
   return s;
 }
 
-char threadState(pid_t tid) {
-  std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/stat");
+namespace {
+// The state letter of a /proc/.../stat file, or '?' (unreadable: the thread ended).
+char statState(const std::string& path) {
+  std::ifstream in(path);
   std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   auto paren = stat.rfind(')');  // the name may hold spaces and parentheses
   return paren == std::string::npos || paren + 2 >= stat.size() ? '?' : stat[paren + 2];
 }
+}  // namespace
+
+char threadState(pid_t tid) { return statState("/proc/self/task/" + std::to_string(tid) + "/stat"); }
 
 bool allThreadsStopped(pid_t pid) {
   const std::string task = "/proc/" + std::to_string(pid) + "/task";
@@ -94,11 +99,8 @@ bool allThreadsStopped(pid_t pid) {
   bool any = false;
   for (auto it = std::filesystem::directory_iterator(task, ec); !ec && it != std::filesystem::directory_iterator();
        it.increment(ec)) {
-    std::ifstream in(it->path() / "stat");
-    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    auto paren = stat.rfind(')');  // the name may hold spaces and parentheses
-    if (paren == std::string::npos || paren + 2 >= stat.size()) continue;  // the thread just ended
-    const char st = stat[paren + 2];
+    const char st = statState(it->path() / "stat");
+    if (st == '?') continue;  // the thread just ended
     if (st != 'T' && st != 't') return false;
     any = true;
   }

@@ -347,8 +347,6 @@ TEST_P(IoEngineTest, stop_cancels_queued_work_and_reports_nothing_left) {
 INSTANTIATE_TEST_SUITE_P(Engines, IoEngineTest, ::testing::Values("uring", "posix"),
                          [](const auto& info) { return info.param; });
 
-// io_uring only: an op blocked in the kernel (a read from an empty pipe) is
-// cancelled by io_uring_prep_cancel and completes with -ECANCELED.
 // Large ops enter the kernel one per io_uring_enter: a submission of more
 // than two ops is plugged, and the block layer would merge adjacent large
 // writes into fewer, larger requests (on a virtio disk 1 MiB writes went
@@ -398,6 +396,8 @@ TEST(UringEngine, large_ops_enter_the_kernel_one_per_call_small_ones_together) {
   EXPECT_EQ(checkPattern(back.data(), back.size(), 21), -1);
 }
 
+// io_uring only: an op blocked in the kernel (a read from an empty pipe) is
+// cancelled by io_uring_prep_cancel and completes with -ECANCELED.
 TEST(UringEngine, op_blocked_in_the_kernel_is_cancelled) {
   std::unique_ptr<IoEngine> e;
   if (!makeUringEngine(IoEngineOptions{}, e).ok()) GTEST_SKIP() << "io_uring is not available here";
