@@ -7,10 +7,15 @@
 // own SPAN bytes. What separates hawser from this loop is hawser's own cost;
 // what separates this loop from iperf3 is the working set.
 //
+// SNDBUF and RCVBUF (optional, bytes, 0 = the kernel's autotuning) set
+// SO_SNDBUF of the senders and SO_RCVBUF of the receivers, as hawser sizes
+// its data sockets (tcp.loopback_send_buf, tcp.sock_buf), so the loop and
+// hawser wait on buffers of one size.
+//
 // Prints "GBPS CORES": 10^9 bytes/s received, and CPU seconds per second of
 // the whole process (both ends).
 //
-// Usage: socket_loop BLOCK SPAN PAIRS SECONDS   (bytes, bytes: plain integers)
+// Usage: socket_loop BLOCK SPAN PAIRS SECONDS [SNDBUF [RCVBUF]]   (plain integers)
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/mman.h>
@@ -65,10 +70,11 @@ bool connectedPair(int fds[2]) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    std::fprintf(stderr, "usage: %s BLOCK SPAN PAIRS SECONDS\n", argv[0]);
+  if (argc < 5 || argc > 7) {
+    std::fprintf(stderr, "usage: %s BLOCK SPAN PAIRS SECONDS [SNDBUF [RCVBUF]]\n", argv[0]);
     return 2;
   }
+  const int sndbuf = argc > 5 ? std::atoi(argv[5]) : 0, rcvbuf = argc > 6 ? std::atoi(argv[6]) : 0;
   const size_t block = std::strtoull(argv[1], nullptr, 10), span = std::strtoull(argv[2], nullptr, 10);
   const size_t pairs = std::strtoull(argv[3], nullptr, 10);
   const double seconds = std::atof(argv[4]);
@@ -85,6 +91,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     fds.insert(fds.end(), {fd[0], fd[1]});
+    if (sndbuf > 0) ::setsockopt(fd[0], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+    if (rcvbuf > 0) ::setsockopt(fd[1], SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
     char* out = alloc(blocks * block);
     char* in = alloc(blocks * block);
     ts.emplace_back([&go, &stop, fd, out, block, blocks] {

@@ -18,8 +18,10 @@
 # (built here with c++ -O2), THREADS sender/receiver pairs of plain blocking
 # send()/recv() over loopback, each cycling through BATCH blocks per side:
 # the bench's memory footprint, where iperf3 reuses one buffer that stays in
-# the CPU caches. hawser/loop is hawser's own cost; loop/iperf3 is what the
-# working set costs the kernel's copies.
+# the CPU caches. Its sockets get the buffer sizes hawser gives its data
+# sockets (`hawser config tcp.sock_buf tcp.loopback_send_buf`: by default
+# a 256 KiB send buffer over loopback). hawser/loop is hawser's own cost;
+# loop/iperf3 is what the working set costs the kernel's copies.
 #
 # Usage: bench/tcp_vs_iperf3.sh            (from the repository root)
 # Environment (all optional):
@@ -79,12 +81,26 @@ iperf_len() {
   echo $((b < 1048576 ? b : 1048576))
 }
 
+# The effective value of a hawser knob (environment, else default).
+knob() {
+  "$HAWSER" config "$1" | sed -n "s/^$1 = '\(.*\)'.*/\1/p"
+}
+# The loop's SO_SNDBUF and SO_RCVBUF: what hawser gives a loopback data socket.
+sock_buf=$(size_bytes "$(knob tcp.sock_buf)")
+if [ "$sock_buf" -gt 0 ]; then
+  loop_bufs="$sock_buf $sock_buf"
+else
+  loop_bufs="$(size_bytes "$(knob tcp.loopback_send_buf)") 0"
+fi
+
 # One loop round (bench/socket_loop.cpp): THREADS pairs, BATCH blocks per
 # side each. Prints "GB/s cores cpu_per_GB".
 run_loop() {
   local b
   b=$(size_bytes "$1")
-  "$work/socket_loop" "$b" $((b * BATCH)) "$THREADS" "$DURATION" | awk '{ printf "%.3f %.2f %.3f\n", $1, $2, $2 / $1 }'
+  # shellcheck disable=SC2086
+  "$work/socket_loop" "$b" $((b * BATCH)) "$THREADS" "$DURATION" $loop_bufs |
+    awk '{ printf "%.3f %.2f %.3f\n", $1, $2, $2 / $1 }'
 }
 
 # One iperf3 round: THREADS clients at once, one stream each. Prints
@@ -132,7 +148,7 @@ echo "hawser: $HAWSER"
 host_line
 echo "iperf3 $(iperf3 --version | head -1 | awk '{print $2}'): $THREADS processes x 1 stream, -l BLOCK -t $DURATION" \
      "| hawser serve --memory $MEMORY, bench --batch-size $BATCH --threads $THREADS --seconds $DURATION (tcp)" \
-     "| loop: $THREADS socket_loop pairs x $BATCH blocks per side"
+     "| loop: $THREADS socket_loop pairs x $BATCH blocks per side, SO_SNDBUF SO_RCVBUF: $loop_bufs (0: autotuned)"
 echo "memory each side touches: hawser THREADS x BATCH blocks (64K: $((THREADS * BATCH / 16)) MiB, 1M: $((THREADS * BATCH)) MiB);" \
      "iperf3 one -l buffer per process"
 env | grep '^HAWSER_' | grep -v '^HAWSER=' | sed 's/^/env: /' || true

@@ -141,7 +141,11 @@ inline constexpr Knob kKnobs[] = {
   {"tcp.io_threads", "HAWSER_TCP_IO_THREADS", KnobType::kInt, "2", 1, 16, {},
    "initiator epoll threads (connections are shared out among them)"},
   {"tcp.sock_buf", "HAWSER_TCP_SOCK_BUF", KnobType::kSize, "0", 0, knob_detail::G, {},
-   "SO_SNDBUF/SO_RCVBUF of data sockets; 0 = kernel autotuning"},
+   "SO_SNDBUF/SO_RCVBUF of data sockets; 0 = kernel autotuning (and tcp.loopback_send_buf)"},
+  {"tcp.loopback_send_buf", "HAWSER_TCP_LOOPBACK_SEND_BUF", KnobType::kSize, "256K", 0, knob_detail::G, {},
+   "SO_SNDBUF of data sockets whose peer is this host over loopback, while tcp.sock_buf is 0 (the kernel "
+   "doubles it, capped by net.core.wmem_max): the receiver copies the bytes out while they are still in the CPU "
+   "caches, where autotuning lets 4 MiB queue (docs/tcp.md); 0 = kernel autotuning"},
   {"tcp.max_frame", "HAWSER_TCP_MAX_FRAME", KnobType::kSize, "64M", 4 * knob_detail::K, knob_detail::G, {},
    "largest payload the target accepts; published to peers"},
   {"tcp.gpu_staging_buffers", "HAWSER_TCP_GPU_STAGING_BUFFERS", KnobType::kInt, "16", 2, 4096, {},

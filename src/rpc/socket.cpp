@@ -45,6 +45,48 @@ void setBufferSizes(int fd, int bytes) {
   ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
 }
 
+void setSendBuffer(int fd, int bytes) {
+  if (bytes > 0) ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+}
+
+namespace {
+
+// The address of a socket's end (peer or own), IPv4-mapped IPv6 as IPv4;
+// false for a socket that is neither.
+bool endAddress(int fd, bool peer, sockaddr_storage& ss) {
+  socklen_t len = sizeof(ss);
+  const int rc = peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len)
+                      : ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+  if (rc != 0) return false;
+  if (ss.ss_family == AF_INET6) {
+    const auto a6 = *reinterpret_cast<sockaddr_in6*>(&ss);
+    if (IN6_IS_ADDR_V4MAPPED(&a6.sin6_addr)) {
+      sockaddr_in a4{};
+      a4.sin_family = AF_INET;
+      std::memcpy(&a4.sin_addr, &a6.sin6_addr.s6_addr[12], 4);
+      ss = {};
+      std::memcpy(&ss, &a4, sizeof(a4));
+    }
+    return true;
+  }
+  return ss.ss_family == AF_INET;
+}
+
+}  // namespace
+
+bool isLoopback(int fd) {
+  sockaddr_storage peer{}, self{};
+  if (!endAddress(fd, true, peer) || !endAddress(fd, false, self) || peer.ss_family != self.ss_family) return false;
+  if (peer.ss_family == AF_INET) {
+    const in_addr p = reinterpret_cast<sockaddr_in*>(&peer)->sin_addr;
+    const in_addr s = reinterpret_cast<sockaddr_in*>(&self)->sin_addr;
+    return (ntohl(p.s_addr) >> 24) == 127 || p.s_addr == s.s_addr;
+  }
+  const in6_addr& p = reinterpret_cast<sockaddr_in6*>(&peer)->sin6_addr;
+  const in6_addr& s = reinterpret_cast<sockaddr_in6*>(&self)->sin6_addr;
+  return IN6_IS_ADDR_LOOPBACK(&p) || IN6_ARE_ADDR_EQUAL(&p, &s);
+}
+
 void setKeepAlive(int fd, std::chrono::milliseconds interval) {
   if (interval.count() <= 0) return;
   int on = 1;

@@ -45,6 +45,11 @@ Status discard(int fd, size_t len);
 void setNoDelay(int fd);
 void setTimeouts(int fd, std::chrono::milliseconds timeout);  // SO_RCVTIMEO/SO_SNDTIMEO; 0 = none
 void setBufferSizes(int fd, int bytes);  // SO_SNDBUF/SO_RCVBUF; 0 = leave
+void setSendBuffer(int fd, int bytes);   // SO_SNDBUF alone; 0 = leave
+// True when a connected socket's peer is this host over the loopback
+// interface: a 127/8 or ::1 peer (IPv4-mapped too), or a peer address equal
+// to the socket's own (a connection to one of this host's addresses).
+bool isLoopback(int fd);
 // TCP keepalive: a connection silent for `interval` is probed, once per
 // `interval`; after 3 unanswered probes the kernel ends it (ETIMEDOUT), and a
 // peer whose host no longer knows the connection answers a probe with a

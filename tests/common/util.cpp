@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <linux/io_uring.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -110,6 +112,39 @@ bool allThreadsStopped(pid_t pid) {
 bool stopProcess(pid_t pid, std::chrono::milliseconds timeout) {
   if (::kill(pid, SIGSTOP) != 0) return false;
   return eventually([&] { return allThreadsStopped(pid); }, timeout);
+}
+
+std::vector<TcpSocket> tcpSockets() {
+  std::vector<TcpSocket> out;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    TcpSocket t;
+    t.fd = std::atoi(it->path().filename().c_str());
+    struct stat st {};
+    int type = 0, proto = 0;
+    socklen_t n = sizeof(int);
+    if (::fstat(t.fd, &st) != 0 || !S_ISSOCK(st.st_mode) ||
+        ::getsockopt(t.fd, SOL_SOCKET, SO_TYPE, &type, &n) != 0 || type != SOCK_STREAM ||
+        ::getsockopt(t.fd, SOL_SOCKET, SO_PROTOCOL, &proto, &n) != 0 || proto != IPPROTO_TCP)
+      continue;
+    sockaddr_storage self{}, peer{};
+    socklen_t ls = sizeof(self), lp = sizeof(peer);
+    if (::getsockname(t.fd, reinterpret_cast<sockaddr*>(&self), &ls) != 0 ||
+        ::getpeername(t.fd, reinterpret_cast<sockaddr*>(&peer), &lp) != 0)
+      continue;  // not connected (a listener, a connect in progress)
+    auto port = [](const sockaddr_storage& a) -> uint16_t {
+      if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&a)->sin_port);
+      if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&a)->sin6_port);
+      return 0;
+    };
+    t.local_port = port(self);
+    t.peer_port = port(peer);
+    (void)::getsockopt(t.fd, SOL_SOCKET, SO_SNDBUF, &t.sndbuf, &n);
+    (void)::getsockopt(t.fd, SOL_SOCKET, SO_RCVBUF, &t.rcvbuf, &n);
+    if (t.local_port && t.peer_port) out.push_back(t);
+  }
+  return out;
 }
 
 bool hasTransport(TransferEngine& e, const std::string& name) {

@@ -80,6 +80,17 @@ bool allThreadsStopped(pid_t pid);
 // process being frozen must wait for that. False if it did not stop.
 bool stopProcess(pid_t pid, std::chrono::milliseconds timeout = std::chrono::seconds(20));
 
+// A connected TCP socket of this process: its descriptor, both ports, and
+// what getsockopt says of its buffers (SO_SNDBUF, SO_RCVBUF: the kernel's
+// figure, twice what setsockopt asked for).
+struct TcpSocket {
+  int fd = -1;
+  uint16_t local_port = 0, peer_port = 0;
+  int sndbuf = 0, rcvbuf = 0;
+};
+// Every connected TCP socket (IPv4 or IPv6) this process holds now.
+std::vector<TcpSocket> tcpSockets();
+
 // Whether `e` installed the transport `name`.
 bool hasTransport(TransferEngine& e, const std::string& name);
 

@@ -17,9 +17,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "common/delay_proxy.h"
@@ -295,6 +297,32 @@ TEST_F(NetFaults, one_percent_loss_each_way_still_moves_every_byte_verified) {
   for (size_t p = out.find("packets "); p != std::string::npos; p = out.find("packets ", p + 1))
     dropped += std::stoull(out.substr(p + 8));
   EXPECT_GT(dropped, 0u) << out;
+}
+
+TEST_F(NetFaults, data_connections_to_another_host_keep_autotuned_buffers_and_own_address_counts_as_loopback) {
+  open();
+  verifiedRound(7, 4u << 20);
+  const uint16_t port = static_cast<uint16_t>(std::stoul(segment_.substr(segment_.rfind(':') + 1)));
+  // What tcp.loopback_send_buf (default 256K) would have left: setsockopt's
+  // figure doubled, capped by net.core.wmem_max.
+  std::ifstream wmem("/proc/sys/net/core/wmem_max");
+  int wmem_max = 0;
+  ASSERT_TRUE(wmem >> wmem_max);
+  const int loopback_sndbuf = 2 * std::min(256 << 10, wmem_max);
+  int data = 0;
+  for (const TcpSocket& t : tcpSockets()) {
+    if (t.peer_port != port) continue;
+    ++data;
+    EXPECT_FALSE(net::isLoopback(t.fd));
+    EXPECT_NE(t.sndbuf, loopback_sndbuf) << "a connection across the veth got the loopback send buffer";
+  }
+  EXPECT_GE(data, 2) << "the tcp data connections to " << segment_;  // tcp.connections (+ the rpc one)
+  // A connection to one of this host's own addresses runs over lo.
+  net::Fd ls, c;
+  uint16_t own = 0;
+  ASSERT_TRUE(net::listenOn(ip_b_, 0, 1, ls, own).ok());
+  ASSERT_TRUE(net::connectTo(ip_b_, own, std::chrono::seconds(5), c).ok());
+  EXPECT_TRUE(net::isLoopback(c.get()));
 }
 
 TEST_F(NetFaults, ten_megabytes_per_second_cap_is_slow_and_every_byte_verified) {

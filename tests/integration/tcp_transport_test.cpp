@@ -527,6 +527,75 @@ TEST(TcpTransport, closing_the_segment_releases_idle_data_connections_and_reopen
   EXPECT_EQ(t.tcp.counters().data_connections, 3u);  // two before, one new
 }
 
+// ---- socket buffers -----------------------------------------------------------------
+
+// The data connections of this process to (initiator ends) or from (target
+// ends) the target's rpc port, told apart from the rpc control connections
+// by the send buffer `sndbuf` they were given.
+struct DataSockets {
+  int initiator = 0, target = 0;
+};
+DataSockets socketsWith(uint16_t target_port, int sndbuf, int rcvbuf = -1) {
+  DataSockets d;
+  for (const test::TcpSocket& s : test::tcpSockets()) {
+    if (s.sndbuf != sndbuf || (rcvbuf >= 0 && s.rcvbuf != rcvbuf)) continue;
+    EXPECT_TRUE(net::isLoopback(s.fd)) << "port " << s.local_port << " -> " << s.peer_port;
+    if (s.peer_port == target_port) ++d.initiator;
+    if (s.local_port == target_port) ++d.target;
+  }
+  return d;
+}
+
+TEST(TcpTransport, data_sockets_over_loopback_get_the_loopback_send_buffer_and_tcp_sock_buf_overrides_it) {
+  // setsockopt sizes are doubled by the kernel; these stay below the stock
+  // net.core.wmem_max (212992), which would cap them.
+  struct Case {
+    Settings settings;
+    int sndbuf, rcvbuf;  // what both ends' data sockets must show (-1: any)
+    int expected;        // data sockets per end with those sizes
+  };
+  const std::vector<Case> cases = {
+      {{{"tcp.loopback_send_buf", "100000"}}, 200000, -1, 2},
+      {{{"tcp.loopback_send_buf", "0"}}, 200000, -1, 0},  // autotuned: never that figure
+      {{{"tcp.loopback_send_buf", "100000"}, {"tcp.sock_buf", "120000"}}, 240000, 240000, 2},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.settings.rbegin()->first + "=" + c.settings.rbegin()->second);
+    PartsTarget t(4 << 20, c.settings);
+    ASSERT_TRUE(t.status.ok()) << t.status.toString();
+    Settings in_settings = c.settings;
+    in_settings["tcp.connections"] = "2";
+    Initiator in(4 << 20, in_settings);
+    ASSERT_TRUE(in.status.ok()) << in.status.toString();
+    ASSERT_TRUE(in.open(t.name()).ok());
+    test::fillPattern(in.mem.p, 4 << 20, 21);
+    auto st = in.run({{OpCode::kWrite, in.mem.p, in.seg, t.remote(), 4 << 20}});
+    ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+    EXPECT_EQ(test::checkPattern(t.mem.p, 4 << 20, 21), -1);
+    ASSERT_TRUE(eventually([&] { return t.tcp.counters().open_data_connections == 2; }));
+    const DataSockets d = socketsWith(t.srv.port(), c.sndbuf, c.rcvbuf);
+    EXPECT_EQ(d.initiator, c.expected);
+    EXPECT_EQ(d.target, c.expected);
+  }
+}
+
+TEST(TcpTransport, loopback_is_a_127_or_own_address_peer_and_not_an_unconnected_socket) {
+  for (const char* host : {"127.0.0.1", "127.0.0.2"}) {
+    SCOPED_TRACE(host);
+    net::Fd ls, c;
+    uint16_t port = 0;
+    ASSERT_TRUE(net::listenOn(host, 0, 1, ls, port).ok());
+    ASSERT_TRUE(net::connectTo(host, port, std::chrono::seconds(5), c).ok());
+    net::Fd a(::accept(ls.get(), nullptr, nullptr));
+    ASSERT_GE(a.get(), 0);
+    EXPECT_TRUE(net::isLoopback(c.get()));
+    EXPECT_TRUE(net::isLoopback(a.get()));
+  }
+  net::Fd unconnected(::socket(AF_INET, SOCK_STREAM, 0));
+  EXPECT_FALSE(net::isLoopback(unconnected.get()));
+  EXPECT_FALSE(net::isLoopback(-1));
+}
+
 // ---- the target's range check ------------------------------------------------------
 
 TEST(TcpTransport, range_the_target_no_longer_exposes_is_refused_counted_and_never_served) {

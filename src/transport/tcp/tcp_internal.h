@@ -55,6 +55,12 @@ class GpuRegions {
 // "cuda:N" -> N; -1 for any other location.
 int cudaOrdinal(const std::string& location);
 
+// Socket buffers of a data connection, either end: `sock_buf` (tcp.sock_buf)
+// sizes both when set; otherwise a connection whose peer is this host over
+// loopback gets `loopback_send_buf` (tcp.loopback_send_buf) as its send
+// buffer, and the rest is left to the kernel's autotuning.
+void sizeBuffers(int fd, uint32_t sock_buf, uint32_t loopback_send_buf);
+
 // ---- initiator ---------------------------------------------------------------
 
 enum SliceState : uint8_t {
@@ -346,6 +352,7 @@ struct TargetState {
   uint64_t max_frame = 0;
   uint32_t timeout_ms = 0;
   uint32_t sock_buf = 0;
+  uint32_t loopback_send_buf = 0;
   std::atomic<bool> stopping{false};
 
   // What it serves, refuses and accepts (base/transport_metrics.h); the

@@ -307,7 +307,7 @@ void IoThread::drainConnectResults() {
     if (s.ok()) {
       int fd = r.fd.get();
       int fl = ::fcntl(fd, F_GETFL);
-      net::setBufferSizes(fd, static_cast<int>(settings_.sock_buf));
+      sizeBuffers(fd, settings_.sock_buf, settings_.loopback_send_buf);
       net::setKeepAlive(fd, std::chrono::milliseconds(settings_.timeout_ms));
       // Closing a data connection resets it: requests still on it were
       // abandoned (they FAIL), and the kernel must drop what it has not sent

@@ -525,7 +525,7 @@ void TargetState::serve(net::Fd fd) {
   }
   served.accepted->add();
   served.open->add(1);
-  net::setBufferSizes(raw, static_cast<int>(sock_buf));
+  sizeBuffers(raw, sock_buf, loopback_send_buf);
   net::setNoDelay(raw);
   // An initiator that vanished in silence (a partition: its close never
   // arrives) leaves this connection idle, waiting for the next request:

@@ -33,6 +33,7 @@ Status TcpTransport::loadSettings(const Config& cfg, TcpSettings& out) {
       !(st = cfg.getInt("tcp.io_threads", s.io_threads)).ok() ||
       !(st = cfg.getInt("tcp.inflight", s.inflight)).ok() ||
       !(st = cfg.getSize("tcp.sock_buf", s.sock_buf)).ok() ||
+      !(st = cfg.getSize("tcp.loopback_send_buf", s.loopback_send_buf)).ok() ||
       !(st = cfg.getInt("tcp.gpu_staging_buffers", s.gpu_staging_buffers)).ok())
     return st;
   if (s.slice_size > s.max_frame)
@@ -41,6 +42,22 @@ Status TcpTransport::loadSettings(const Config& cfg, TcpSettings& out) {
   out = s;
   return Status::OK();
 }
+
+namespace tcp {
+
+// Over loopback there is no wire to keep busy: what the send buffer holds
+// only waits for the receiving process, and autotuning lets it grow to
+// tcp_wmem's 4 MiB, by which time the bytes the sender copied in have left
+// the CPU caches the receiver's copy would read them from.
+void sizeBuffers(int fd, uint32_t sock_buf, uint32_t loopback_send_buf) {
+  if (sock_buf) {
+    net::setBufferSizes(fd, static_cast<int>(sock_buf));
+  } else if (loopback_send_buf && net::isLoopback(fd)) {
+    net::setSendBuffer(fd, static_cast<int>(loopback_send_buf));
+  }
+}
+
+}  // namespace tcp
 
 TcpTransport::TcpTransport() : gpu_(std::make_shared<tcp::GpuRegions>()) {}
 
@@ -89,6 +106,7 @@ Status TcpTransport::install(const TransportContext& ctx) {
   target_->max_frame = settings_.max_frame;
   target_->timeout_ms = settings_.timeout_ms;
   target_->sock_buf = settings_.sock_buf;
+  target_->loopback_send_buf = settings_.loopback_send_buf;
   target_->gpu = gpu_;
   target_->slot_size = settings_.slice_size;
   target_->staging_count = settings_.gpu_staging_buffers;

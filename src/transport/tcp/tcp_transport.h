@@ -62,6 +62,7 @@ struct TcpSettings {
   uint32_t io_threads = 2;            // tcp.io_threads
   uint32_t inflight = 64;             // tcp.inflight (slices per connection)
   uint32_t sock_buf = 0;              // tcp.sock_buf (0 = kernel autotuning)
+  uint32_t loopback_send_buf = 256u << 10;  // tcp.loopback_send_buf (0 = kernel autotuning)
   uint64_t max_frame = 64ull << 20;   // tcp.max_frame (target's payload bound)
   uint32_t gpu_staging_buffers = 16;  // tcp.gpu_staging_buffers (slots of slice_size, per side)
 };
