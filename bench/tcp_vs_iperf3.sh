@@ -16,7 +16,7 @@
 #
 # A second baseline says where a gap comes from: bench/socket_loop.cpp
 # (built here with c++ -O2), THREADS sender/receiver pairs of plain blocking
-# send()/recv() over loopback, each cycling through BATCH blocks per side:
+# send()/recv() over loopback, each cycling through DEPTH x BATCH blocks per side:
 # the bench's memory footprint, where iperf3 reuses one buffer that stays in
 # the CPU caches. Its sockets get the buffer sizes hawser gives its data
 # sockets (`hawser config tcp.sock_buf tcp.loopback_send_buf`: by default
@@ -30,6 +30,10 @@
 #   MEMORY        memory the target exposes    (default 1G)
 #   BLOCKS        block sizes                  (default "64K 1M 4M")
 #   BATCH         requests per batch           (default 32)
+#   DEPTH         batches in flight per bench thread (default 2: a thread
+#                 submits its next batch while one is still moving, so the
+#                 connections never drain between batches, as iperf3's
+#                 stream never does; 1 = one batch after another)
 #   THREADS       bench threads = iperf3 processes (default 2)
 #   DURATION      seconds per run              (default 3)
 #   REPEAT        rounds per block size        (default 3)
@@ -49,6 +53,7 @@ PORT=${PORT:-17800}
 MEMORY=${MEMORY:-1G}
 BLOCKS=${BLOCKS:-"64K 1M 4M"}
 BATCH=${BATCH:-32}
+DEPTH=${DEPTH:-2}
 THREADS=${THREADS:-2}
 DURATION=${DURATION:-3}
 REPEAT=${REPEAT:-3}
@@ -93,13 +98,13 @@ else
   loop_bufs="$(size_bytes "$(knob tcp.loopback_send_buf)") 0"
 fi
 
-# One loop round (bench/socket_loop.cpp): THREADS pairs, BATCH blocks per
-# side each. Prints "GB/s cores cpu_per_GB".
+# One loop round (bench/socket_loop.cpp): THREADS pairs, DEPTH x BATCH
+# blocks per side each. Prints "GB/s cores cpu_per_GB".
 run_loop() {
   local b
   b=$(size_bytes "$1")
   # shellcheck disable=SC2086
-  "$work/socket_loop" "$b" $((b * BATCH)) "$THREADS" "$DURATION" $loop_bufs |
+  "$work/socket_loop" "$b" $((b * BATCH * DEPTH)) "$THREADS" "$DURATION" $loop_bufs |
     awk '{ printf "%.3f %.2f %.3f\n", $1, $2, $2 / $1 }'
 }
 
@@ -132,7 +137,7 @@ EOF
 # over the timed run only (the bench's own and, --cpu-pid, the target's).
 run_bench() {
   local op=$1 block=$2
-  "$HAWSER" bench --target "127.0.0.1:$PORT" --op "$op" --block-size "$block" --batch-size "$BATCH" \
+  "$HAWSER" bench --target "127.0.0.1:$PORT" --op "$op" --block-size "$block" --batch-size "$BATCH" --depth "$DEPTH" \
     --threads "$THREADS" --seconds "$DURATION" --cpu-pid "$serve_pid" --json >"$work/bench.out" 2>"$work/bench.err" || {
     echo "hawser bench $op $block failed:" >&2; cat "$work/bench.err" >&2; tail -1 "$work/bench.out" >&2; exit 1; }
   tail -1 "$work/bench.out" | python3 -c '
@@ -147,9 +152,9 @@ print("%.3f %.2f %.3f %.0f %.0f" % (d["gbps"], total / d["seconds"], total / (d[
 echo "hawser: $HAWSER"
 host_line
 echo "iperf3 $(iperf3 --version | head -1 | awk '{print $2}'): $THREADS processes x 1 stream, -l BLOCK -t $DURATION" \
-     "| hawser serve --memory $MEMORY, bench --batch-size $BATCH --threads $THREADS --seconds $DURATION (tcp)" \
-     "| loop: $THREADS socket_loop pairs x $BATCH blocks per side, SO_SNDBUF SO_RCVBUF: $loop_bufs (0: autotuned)"
-echo "memory each side touches: hawser THREADS x BATCH blocks (64K: $((THREADS * BATCH / 16)) MiB, 1M: $((THREADS * BATCH)) MiB);" \
+     "| hawser serve --memory $MEMORY, bench --batch-size $BATCH --depth $DEPTH --threads $THREADS --seconds $DURATION (tcp)" \
+     "| loop: $THREADS socket_loop pairs x $((DEPTH * BATCH)) blocks per side, SO_SNDBUF SO_RCVBUF: $loop_bufs (0: autotuned)"
+echo "memory each side touches: hawser THREADS x DEPTH x BATCH blocks (64K: $((THREADS * DEPTH * BATCH / 16)) MiB, 1M: $((THREADS * DEPTH * BATCH)) MiB);" \
      "iperf3 one -l buffer per process"
 env | grep '^HAWSER_' | grep -v '^HAWSER=' | sed 's/^/env: /' || true
 echo
