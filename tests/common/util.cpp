@@ -2,8 +2,6 @@
 
 #include <fcntl.h>
 #include <linux/io_uring.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -116,33 +114,39 @@ bool stopProcess(pid_t pid, std::chrono::milliseconds timeout) {
 
 std::vector<TcpSocket> tcpSockets() {
   std::vector<TcpSocket> out;
-  std::error_code ec;
-  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    TcpSocket t;
-    t.fd = std::atoi(it->path().filename().c_str());
-    struct stat st {};
-    int type = 0, proto = 0;
-    socklen_t n = sizeof(int);
-    if (::fstat(t.fd, &st) != 0 || !S_ISSOCK(st.st_mode) ||
-        ::getsockopt(t.fd, SOL_SOCKET, SO_TYPE, &type, &n) != 0 || type != SOCK_STREAM ||
-        ::getsockopt(t.fd, SOL_SOCKET, SO_PROTOCOL, &proto, &n) != 0 || proto != IPPROTO_TCP)
+  std::string text;
+  if (sh("ss -tmnH state established 2>/dev/null", &text) != 0) return out;
+  // Each connection: "RECVQ SENDQ LOCAL:PORT PEER:PORT" then, on the next
+  // line, "skmem:(r0,rb131072,t0,tb2626560,...)".
+  auto port = [](const std::string& addr) -> uint16_t {
+    const size_t c = addr.rfind(':');
+    return c == std::string::npos ? 0 : static_cast<uint16_t>(std::atoi(addr.c_str() + c + 1));
+  };
+  auto field = [](const std::string& mem, const std::string& key) -> int {
+    const size_t k = mem.find("," + key);
+    return k == std::string::npos ? 0 : std::atoi(mem.c_str() + k + 1 + key.size());
+  };
+  std::istringstream in(text);
+  std::string line;
+  TcpSocket cur;
+  bool have = false;
+  while (std::getline(in, line)) {
+    const size_t m = line.find("skmem:(");
+    if (m != std::string::npos) {
+      if (!have) continue;
+      const std::string mem = "," + line.substr(m + 7);
+      cur.rcvbuf = field(mem, "rb");
+      cur.sndbuf = field(mem, "tb");
+      out.push_back(cur);
+      have = false;
       continue;
-    sockaddr_storage self{}, peer{};
-    socklen_t ls = sizeof(self), lp = sizeof(peer);
-    if (::getsockname(t.fd, reinterpret_cast<sockaddr*>(&self), &ls) != 0 ||
-        ::getpeername(t.fd, reinterpret_cast<sockaddr*>(&peer), &lp) != 0)
-      continue;  // not connected (a listener, a connect in progress)
-    auto port = [](const sockaddr_storage& a) -> uint16_t {
-      if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&a)->sin_port);
-      if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&a)->sin6_port);
-      return 0;
-    };
-    t.local_port = port(self);
-    t.peer_port = port(peer);
-    (void)::getsockopt(t.fd, SOL_SOCKET, SO_SNDBUF, &t.sndbuf, &n);
-    (void)::getsockopt(t.fd, SOL_SOCKET, SO_RCVBUF, &t.rcvbuf, &n);
-    if (t.local_port && t.peer_port) out.push_back(t);
+    }
+    std::istringstream w(line);
+    std::string rq, sq, local, peer;
+    if (w >> rq >> sq >> local >> peer) {
+      cur = TcpSocket{port(local), port(peer), 0, 0};
+      have = true;
+    }
   }
   return out;
 }

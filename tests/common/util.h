@@ -80,15 +80,17 @@ bool allThreadsStopped(pid_t pid);
 // process being frozen must wait for that. False if it did not stop.
 bool stopProcess(pid_t pid, std::chrono::milliseconds timeout = std::chrono::seconds(20));
 
-// A connected TCP socket of this process: its descriptor, both ports, and
-// what getsockopt says of its buffers (SO_SNDBUF, SO_RCVBUF: the kernel's
-// figure, twice what setsockopt asked for).
+// An established TCP connection's end on this host, as the kernel reports it
+// (`ss -tmn`, through sock_diag: no descriptor of this process is touched,
+// so threads that close theirs meanwhile race with nothing): both ports and
+// its buffer sizes, SO_SNDBUF ("tb") and SO_RCVBUF ("rb"), twice what
+// setsockopt asked for.
 struct TcpSocket {
-  int fd = -1;
   uint16_t local_port = 0, peer_port = 0;
   int sndbuf = 0, rcvbuf = 0;
 };
-// Every connected TCP socket (IPv4 or IPv6) this process holds now.
+// Every established TCP connection end of this network namespace (every
+// process's); empty if `ss` (iproute2) cannot run.
 std::vector<TcpSocket> tcpSockets();
 
 // Whether `e` installed the transport `name`.
