@@ -32,11 +32,7 @@ ROUNDS=${ROUNDS:-5}
 LAYOUTS=${LAYOUTS:-"contiguous scattered strided"}
 OP=${OP:-read}
 PORT=${PORT:-17940}
-bytes=$(python3 -c '
-import sys
-s=sys.argv[1].upper().rstrip("B").rstrip("I")
-m={"K":1<<10,"M":1<<20,"G":1<<30}
-print(int(s[:-1])*m[s[-1]] if s[-1] in m else int(s))' "$SIZE")
+bytes=$(size_bytes "$SIZE")
 memory=$(( 2 * BLOCKS * bytes + (1 << 20) ))
 
 work=$(mktemp -d /tmp/hawser-blocks-bench-XXXXXX)

@@ -61,10 +61,6 @@ command -v python3 >/dev/null || { echo "python3 is needed to parse JSON" >&2; e
 [ $((QD % THREADS)) -eq 0 ] || { echo "--qd $QD must be a multiple of --threads $THREADS" >&2; exit 2; }
 BATCH=$((QD / THREADS))
 
-bytes() {  # 1M -> 1048576
-  python3 -c "import sys;s=sys.argv[1].upper();m={'K':1<<10,'M':1<<20,'G':1<<30}
-print(int(s[:-1])*m[s[-1]] if s[-1] in m else int(s))" "$1"
-}
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -102,7 +98,7 @@ run_base() {  # op bs span -> GB/s
 out="$tmp/results"
 : >"$out"
 for BS in $BSS; do
-  bs_bytes=$(bytes "$BS")
+  bs_bytes=$(size_bytes "$BS")
   span=$((QD * bs_bytes))  # the region both work on: hawser cycles over threads*batch blocks
   make_file "$FILE" "$span"
   for r in $(seq "$REPEAT"); do

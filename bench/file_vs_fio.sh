@@ -68,11 +68,7 @@ command -v "$FIO" >/dev/null || { echo "fio not found (apt-get install fio, or -
 command -v python3 >/dev/null || { echo "python3 is needed to parse JSON" >&2; exit 77; }
 [ -w /proc/sys/vm/nr_hugepages ] || { echo "reserving huge pages needs root (/proc/sys/vm/nr_hugepages)" >&2; exit 77; }
 
-bytes() {  # 1M -> 1048576
-  python3 -c "import sys;s=sys.argv[1].upper();m={'K':1<<10,'M':1<<20,'G':1<<30}
-print(int(s[:-1])*m[s[-1]] if s[-1] in m else int(s))" "$1"
-}
-bs_bytes=$(bytes "$BS")
+bs_bytes=$(size_bytes "$BS")
 [ $((QD % THREADS)) -eq 0 ] || { echo "--qd $QD must be a multiple of --threads $THREADS" >&2; exit 2; }
 BATCH=$((QD / THREADS))
 span=$((DEPTH * QD * bs_bytes))  # the region both tools work on

@@ -10,6 +10,16 @@ find_bin() {
   echo ""
 }
 
+# size_bytes SIZE: bytes in a size with an optional K/M/G suffix (KiB, MiB, MB,
+# ... too): 4K -> 4096, 1M -> 1048576, 512 -> 512.
+size_bytes() {
+  python3 -c '
+import sys
+s = sys.argv[1].upper().rstrip("B").rstrip("I")
+m = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+print(int(s[:-1]) * m[s[-1]] if s[-1] in m else int(s))' "$1"
+}
+
 # find_hawser: HAWSER as given, else the built one; exits 2 when there is none.
 find_hawser() {
   [[ -n "${HAWSER:-}" ]] || HAWSER=$(find_bin hawser)

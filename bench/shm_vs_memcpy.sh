@@ -45,12 +45,6 @@ REPEAT=${REPEAT:-3}
 COPY_THREADS=${HAWSER_SHM_THREADS:-0}
 if [[ "$COPY_THREADS" == 0 ]]; then COPY_THREADS=$(( $(nproc) < 4 ? $(nproc) : 4 )); fi
 
-bytes() { python3 -c '
-import sys
-s=sys.argv[1].upper().rstrip("B").rstrip("I")
-m={"K":1<<10,"M":1<<20,"G":1<<30}
-print(int(s[:-1])*m[s[-1]] if s[-1] in m else int(s))' "$1"; }
-
 work=$(mktemp -d /tmp/hawser-shm-bench-XXXXXX)
 serve_pid=""
 cleanup() {
@@ -70,7 +64,7 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 grep -q '^ready' "$work/serve.log" || { echo "hawser serve did not become ready" >&2; cat "$work/serve.log" >&2; exit 1; }
-memory_bytes=$(bytes "$MEMORY")
+memory_bytes=$(size_bytes "$MEMORY")
 
 # GB/s of one hawser bench case (its JSON summary is the last line); fails
 # unless the data was verified and shm alone carried it.
@@ -97,9 +91,9 @@ echo "case: two processes, serve --memory $MEMORY, bench --threads $THREADS --se
 env | grep '^HAWSER_SHM_' | sed 's/^/env: /' || true
 echo
 printf '%-6s %-6s %5s %10s %10s %8s %9s %9s   %s\n' block op batch hawser memcpy ratio p50_us p99_us "runs (GB/s)"
-local_bytes=$(bytes "$LOCAL")
+local_bytes=$(size_bytes "$LOCAL")
 for block in $BLOCKS; do
-  b=$(bytes "$block")
+  b=$(size_bytes "$block")
   batch=$(( local_bytes / THREADS / b ))
   (( batch > BATCH )) && batch=$BATCH
   (( batch < 1 )) && batch=1

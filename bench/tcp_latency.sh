@@ -60,15 +60,10 @@ sock_pid=$!
 pids+=("$sock_pid")
 sleep 0.3
 
-bytes() {  # 4K -> 4096
-  python3 -c "import sys;s=sys.argv[1].upper();m={'K':1<<10,'M':1<<20}
-print(int(s[:-1])*m[s[-1]] if s[-1] in m else int(s))" "$1"
-}
-
 # One sockperf ping-pong. Prints "p50_us p99_us round_trips_per_s cores".
 run_sockperf() {
   local m
-  m=$(bytes "$1")
+  m=$(size_bytes "$1")
   ((m > 65507)) && m=65507
   python3 "$here/bench/run_timed.py" --watch "$sock_pid" --out "$work/sp" -- \
     "sockperf ping-pong --tcp -i 127.0.0.1 -p $SPORT -m $m -t $DURATION --full-rtt" >"$work/sp.cpu"

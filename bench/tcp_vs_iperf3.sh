@@ -73,12 +73,6 @@ done
 sleep 0.3
 iperf_watch=$(IFS=,; echo "${iperf_pids[*]}")
 
-# Bytes in a size with an optional K/M/G suffix.
-size_bytes() {
-  python3 -c "import sys;s=sys.argv[1].upper();m={'K':1<<10,'M':1<<20,'G':1<<30}
-print(int(s[:-1])*m[s[-1]] if s[-1] in m else int(s))" "$1"
-}
-
 # iperf3's -l for a block size: the block, at most 1M (iperf3's maximum).
 iperf_len() {
   local b
