@@ -270,6 +270,7 @@ int runBench(const BenchOpts& o) {
   // One thread: batches of its own slots, `depth` of them in flight; with
   // depth 1, transferSync (submit, wait, free) one after another.
   auto worker = [&](size_t t) {
+    pthread_setname_np(pthread_self(), "bench");
     std::vector<std::vector<TransferRequest>> reqs(o.depth, std::vector<TransferRequest>(o.batch_size));
     for (size_t d = 0; d < o.depth; ++d)
       for (size_t i = 0; i < o.batch_size; ++i) {

@@ -129,6 +129,10 @@ inline constexpr Knob kKnobs[] = {
   // ---- tcp ----------------------------------------------------------------------------------------------------------
   {"tcp.connections", "HAWSER_TCP_CONNECTIONS", KnobType::kInt, "2", 1, 64, {},
    "data connections per peer"},
+  {"tcp.home_connections", "HAWSER_TCP_HOME_CONNECTIONS", KnobType::kBool, "true", 0, 0, {},
+   "while several threads submit to one peer, each thread's slices go to a connection of its own (unless that "
+   "one carries two slices more than the least loaded), so a thread's batch stays with one io thread and one "
+   "target thread; a lone thread spreads its batches over all connections (false: always spread)"},
   {"tcp.slice_size", "HAWSER_TCP_SLICE_SIZE", KnobType::kSize, "1M", 4 * knob_detail::K, knob_detail::G, {},
    "bytes per TCP slice (at most tcp.max_frame)"},
   {"tcp.inflight", "HAWSER_TCP_INFLIGHT", KnobType::kInt, "64", 1, 65536, {},

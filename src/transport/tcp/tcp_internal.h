@@ -153,7 +153,12 @@ struct Peer {
   uint16_t port = 0;
   std::string name;  // "host:port" (for messages)
   std::vector<std::unique_ptr<Conn>> conns;
-  std::atomic<uint32_t> rr{0};  // round-robin cursor over conns
+  std::atomic<uint32_t> rr{0};  // round-robin cursor over conns (one submitting thread)
+  // Connection choice (tcp_sub_batch.cpp pick()): the last thread that
+  // posted slices here, and until when (steady clock, ns) several threads
+  // count as submitting at once.
+  std::atomic<uint32_t> last_poster{UINT32_MAX};
+  std::atomic<int64_t> shared_until_ns{0};
   int handles = 0;              // PeerHandles open on it (under the transport's peers_mu_)
   metrics::ConnectionMetrics metrics;  // peer label: name
 };
@@ -181,6 +186,8 @@ struct Conn {
   uint32_t io_index = 0;
   uint32_t index = 0;
   std::atomic<bool> close_idle{false};  // last PeerHandle gone: close once nothing is outstanding
+  // Bytes of the slices posted to it and not yet finished (any thread).
+  std::atomic<int64_t> load{0};
 
   ConnState state = ConnState::kDisconnected;
   int fd = -1;

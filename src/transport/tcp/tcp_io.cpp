@@ -137,6 +137,7 @@ void IoThread::relock(std::unique_lock<std::mutex>& lk) {
 }
 
 void IoThread::run() {
+  pthread_setname_np(pthread_self(), "tcp-io");
   epoll_event evs[kMaxEvents];
   std::unique_lock lk(loop_mu_);
   while (!stop_.load(std::memory_order_relaxed)) {
@@ -516,6 +517,7 @@ void IoThread::finishSlice(Slice* s, bool ok, const Status& why) {
   Task* task = s->task;
   uint64_t len = s->len;
   SubBatchImpl* sb = s->sb;
+  s->conn->load.fetch_sub(len, std::memory_order_relaxed);
   // Last touch of the slice and its sub-batch: after this, freeSubBatch may run.
   sb->outstanding.fetch_sub(1, std::memory_order_acq_rel);
   if (ok) {
@@ -654,6 +656,7 @@ void IoThread::doRecv(Conn* c) {
 
 void IoThread::dropCanceled(Slice* s) {
   releaseStaging(s);
+  s->conn->load.fetch_sub(s->len, std::memory_order_relaxed);
   s->sb->outstanding.fetch_sub(1, std::memory_order_acq_rel);
 }
 

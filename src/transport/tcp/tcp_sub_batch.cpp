@@ -1,6 +1,8 @@
 // A tcp sub-batch: prepare cuts slices (one allocation per prepare), post
-// hands them to the io threads, cancel takes back what was not yet sent.
+// picks their connections and hands them to the io threads, cancel takes
+// back what was not yet sent.
 #include <algorithm>
+#include <chrono>
 #include <fmt/format.h>
 #include <thread>
 
@@ -49,17 +51,14 @@ Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
     Task* t = tasks[i];
     const TransferRequest& r = t->request();
     const auto* ref = static_cast<const PeerRef*>(t->peer());
-    Peer* peer = ref->peer;
     const bool is_read = r.opcode == OpCode::kRead;
-    const uint32_t nconn = static_cast<uint32_t>(peer->conns.size());
-    const uint32_t rr = peer->rr.fetch_add(counts[i], std::memory_order_relaxed);
     uint64_t off = 0;
     for (uint32_t j = 0; j < counts[i]; ++j) {
       Slice& s = work->chunk[k++];
       uint64_t len = std::min<uint64_t>(ref->slice, r.length - off);
       s.task = t;
       s.sb = this;
-      s.conn = peer->conns[(rr + j) % nconn].get();
+      s.conn = nullptr;  // post() picks it
       s.local = static_cast<char*>(r.source) + off;
       s.gpu = gpus[i];
       s.buf = s.gpu < 0 ? s.local : nullptr;  // GPU memory: a staging slot, once one is free
@@ -77,6 +76,98 @@ Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
   return Status::OK();
 }
 
+namespace {
+
+// Several threads count as submitting to one peer at once while another
+// thread than the last one posted to it within this long.
+constexpr int64_t kSharedWindowNs = 50'000'000;
+
+// A thread's place in the turn for home connections (docs/tcp.md
+// "Connections"): its home on a peer is this modulo the peer's connections.
+uint32_t threadSeat() {
+  static std::atomic<uint32_t> next{0};
+  thread_local const uint32_t seat = next.fetch_add(1, std::memory_order_relaxed);
+  return seat;
+}
+
+}  // namespace
+
+// Picks the connections of one post's slices to one peer after another.
+// While several threads submit to the peer, a thread's slices go to its home
+// connection, unless that one carries more than two slices' bytes beyond the
+// least loaded one (then to that one): a thread's batches then stay with one
+// io thread and one target thread, which the scheduler keeps on one core
+// with the thread, instead of every batch waiting on every connection. A
+// lone thread (or tcp.home_connections false) spreads its slices round-robin
+// over all connections: one batch then keeps them all busy. Loads are
+// counted in Conn::load (added here, taken off as slices finish).
+class ConnPicker {
+ public:
+  explicit ConnPicker(bool home) : home_on_(home) {}
+  ~ConnPicker() { flush(); }
+
+  // The connection for `s` (its task's first slice: `first`).
+  Conn* pick(const PeerRef& ref, const Slice& s, bool first) {
+    if (ref.peer != peer_) start(ref);
+    Conn* c;
+    if (!home_) {
+      if (first) rr_ = peer_->rr.fetch_add(s.task->sliceCount(), std::memory_order_relaxed);
+      c = peer_->conns[rr_++ % n_].get();
+    } else {
+      size_t k = home_index_, least = home_index_;
+      for (size_t i = 0; i < n_; ++i)
+        if (load_[i] < load_[least]) least = i;
+      if (load_[k] - load_[least] > slack_) k = least;
+      load_[k] += s.len;
+      c = peer_->conns[k].get();
+    }
+    added_[c->index] += s.len;
+    return c;
+  }
+
+  // Adds the picked slices' bytes to their connections' loads.
+  void flush() {
+    if (!peer_) return;
+    for (size_t i = 0; i < n_; ++i)
+      if (added_[i]) peer_->conns[i]->load.fetch_add(added_[i], std::memory_order_relaxed);
+    peer_ = nullptr;
+  }
+
+ private:
+  void start(const PeerRef& ref) {
+    flush();
+    peer_ = ref.peer;
+    n_ = peer_->conns.size();
+    std::fill_n(added_, n_, 0);
+    home_ = false;
+    if (!home_on_ || n_ == 1) return;
+    const uint32_t me = threadSeat();
+    const int64_t now =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+    if (peer_->last_poster.load(std::memory_order_relaxed) != me) {
+      const uint32_t prev = peer_->last_poster.exchange(me, std::memory_order_relaxed);
+      if (prev != UINT32_MAX && prev != me)
+        peer_->shared_until_ns.store(now + kSharedWindowNs, std::memory_order_relaxed);
+    }
+    if (now >= peer_->shared_until_ns.load(std::memory_order_relaxed)) return;
+    home_ = true;
+    home_index_ = me % n_;
+    slack_ = static_cast<int64_t>(2 * ref.slice);
+    for (size_t i = 0; i < n_; ++i) load_[i] = peer_->conns[i]->load.load(std::memory_order_relaxed);
+  }
+
+  static constexpr size_t kMax = 64;  // tcp.connections upper bound
+  const bool home_on_;
+  Peer* peer_ = nullptr;
+  size_t n_ = 0;
+  bool home_ = false;
+  size_t home_index_ = 0;
+  int64_t slack_ = 0;
+  uint32_t rr_ = 0;
+  int64_t load_[kMax];
+  int64_t added_[kMax];
+};
+
 void SubBatchImpl::post(std::unique_ptr<PreparedWork> base) {
   std::unique_ptr<Slice[]> chunk = std::move(static_cast<Work&>(*base).chunk);
   const size_t n = base->slices;
@@ -91,6 +182,7 @@ void SubBatchImpl::post(std::unique_ptr<PreparedWork> base) {
     chunk_sizes_.push_back(n);
   }
   outstanding.fetch_add(static_cast<int64_t>(n), std::memory_order_acq_rel);
+  ConnPicker picker(owner_->settings_.home_connections);
   for (size_t i = 0; i < n; ++i) {
     Slice* s = &arr[i];
     if (down) {
@@ -99,6 +191,7 @@ void SubBatchImpl::post(std::unique_ptr<PreparedWork> base) {
       s->task->completeSlice(TransferState::kFailed, 0, Status(Code::kUnavailable, "tcp transport shut down"));
       continue;
     }
+    s->conn = picker.pick(static_cast<const PeerRef&>(*s->task->peer()), *s, i == 0 || s->task != arr[i - 1].task);
     s->state.store(kSliceQueued, std::memory_order_relaxed);
     // Chains are built newest-first (post() wants a stack segment).
     const size_t t = s->conn->io_index;
@@ -106,6 +199,7 @@ void SubBatchImpl::post(std::unique_ptr<PreparedWork> base) {
     first[t] = s;
     if (!lastp[t]) lastp[t] = s;
   }
+  picker.flush();  // before any slice can finish
   // Sent from this thread where the io thread sleeps (an idle connection):
   // no wake-up between submitTransfer and the wire.
   for (size_t t = 0; t < io.size(); ++t)

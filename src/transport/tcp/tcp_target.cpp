@@ -517,6 +517,7 @@ Status TargetState::staging(gpu::PinnedBuffers*& out) {
 }
 
 void TargetState::serve(net::Fd fd) {
+  pthread_setname_np(pthread_self(), "tcp-serve");
   const int raw = fd.get();
   {
     std::lock_guard lk(mu_);

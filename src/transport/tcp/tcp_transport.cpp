@@ -26,6 +26,7 @@ Status TcpTransport::loadSettings(const Config& cfg, TcpSettings& out) {
   TcpSettings s;
   Status st;
   if (!(st = cfg.getInt("tcp.connections", s.connections)).ok() ||
+      !(st = cfg.getBool("tcp.home_connections", s.home_connections)).ok() ||
       !(st = cfg.getSize("tcp.max_frame", s.max_frame)).ok() ||
       !(st = cfg.getSize("tcp.slice_size", s.slice_size)).ok() ||
       !(st = cfg.getInt("tcp.timeout_ms", s.timeout_ms)).ok() ||
