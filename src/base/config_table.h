@@ -130,9 +130,15 @@ inline constexpr Knob kKnobs[] = {
   {"tcp.connections", "HAWSER_TCP_CONNECTIONS", KnobType::kInt, "2", 1, 64, {},
    "data connections per peer"},
   {"tcp.home_connections", "HAWSER_TCP_HOME_CONNECTIONS", KnobType::kBool, "true", 0, 0, {},
-   "while several threads submit to one peer, each thread's slices go to a connection of its own (unless that "
-   "one carries two slices more than the least loaded), so a thread's batch stays with one io thread and one "
-   "target thread; a lone thread spreads its batches over all connections (false: always spread)"},
+   "while several threads submit to one peer, each thread's slices go to a connection of its own, so a "
+   "thread's batches stay with one io thread and one target thread; a lone thread spreads its slices over all "
+   "connections (false: every thread spreads, round-robin)"},
+  {"tcp.home_window_ms", "HAWSER_TCP_HOME_WINDOW_MS", KnobType::kDurationMs, "50", 1, knob_detail::kHour, {},
+   "with tcp.home_connections: threads count as submitting to one peer at once while a thread other than the "
+   "last one posted to it within this long"},
+  {"tcp.home_slack", "HAWSER_TCP_HOME_SLACK", KnobType::kSize, "4M", 0, knob_detail::G, {},
+   "with tcp.home_connections: a slice goes to the least loaded connection instead of its thread's own when "
+   "that one carries more than this many bytes beyond it"},
   {"tcp.slice_size", "HAWSER_TCP_SLICE_SIZE", KnobType::kSize, "1M", 4 * knob_detail::K, knob_detail::G, {},
    "bytes per TCP slice (at most tcp.max_frame)"},
   {"tcp.inflight", "HAWSER_TCP_INFLIGHT", KnobType::kInt, "64", 1, 65536, {},

@@ -115,9 +115,10 @@ bool stopProcess(pid_t pid, std::chrono::milliseconds timeout) {
 std::vector<TcpSocket> tcpSockets() {
   std::vector<TcpSocket> out;
   std::string text;
-  if (sh("ss -tmnH state established 2>/dev/null", &text) != 0) return out;
+  if (sh("ss -tmniH state established 2>/dev/null", &text) != 0) return out;
   // Each connection: "RECVQ SENDQ LOCAL:PORT PEER:PORT" then, on the next
-  // line, "skmem:(r0,rb131072,t0,tb2626560,...)".
+  // line, "skmem:(r0,rb131072,t0,tb2626560,...) ... bytes_sent:N ...
+  // bytes_received:N ..." (a count that is still 0 is left out).
   auto port = [](const std::string& addr) -> uint16_t {
     const size_t c = addr.rfind(':');
     return c == std::string::npos ? 0 : static_cast<uint16_t>(std::atoi(addr.c_str() + c + 1));
@@ -137,6 +138,12 @@ std::vector<TcpSocket> tcpSockets() {
       const std::string mem = "," + line.substr(m + 7);
       cur.rcvbuf = field(mem, "rb");
       cur.sndbuf = field(mem, "tb");
+      auto count = [&](const std::string& key) -> uint64_t {
+        const size_t k = line.find(" " + key + ":");
+        return k == std::string::npos ? 0 : std::strtoull(line.c_str() + k + key.size() + 2, nullptr, 10);
+      };
+      cur.bytes_sent = count("bytes_sent");
+      cur.bytes_received = count("bytes_received");
       out.push_back(cur);
       have = false;
       continue;
@@ -144,7 +151,9 @@ std::vector<TcpSocket> tcpSockets() {
     std::istringstream w(line);
     std::string rq, sq, local, peer;
     if (w >> rq >> sq >> local >> peer) {
-      cur = TcpSocket{port(local), port(peer), 0, 0};
+      cur = TcpSocket{};
+      cur.local_port = port(local);
+      cur.peer_port = port(peer);
       have = true;
     }
   }

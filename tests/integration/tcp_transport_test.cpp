@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <barrier>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -577,6 +578,80 @@ TEST(TcpTransport, data_sockets_over_loopback_get_the_loopback_send_buffer_and_t
     const DataSockets d = socketsWith(t.srv.port(), c.sndbuf, c.rcvbuf);
     EXPECT_EQ(d.initiator, c.expected);
     EXPECT_EQ(d.target, c.expected);
+  }
+}
+
+// Two threads submitting to one peer at once each keep to a data connection
+// of their own (tcp.home_connections): one thread reads, the other writes,
+// in lockstep rounds, and at the target one data connection carries the
+// reads and the other the writes (only the first poster's first batch is
+// spread, before a second thread is seen). With the knob off, both carry
+// both. Every byte is checked either way.
+TEST(TcpTransport, two_threads_submitting_at_once_each_keep_to_a_data_connection_of_their_own) {
+  constexpr size_t kBlock = 64 << 10, kPerRound = 16, kRounds = 16;
+  constexpr size_t kRound = kBlock * kPerRound;  // 1 MiB per thread and round
+  constexpr uint64_t kTotal = kRound * kRounds;  // 16 MiB each way
+  for (const char* home : {"true", "false"}) {
+    SCOPED_TRACE(std::string("tcp.home_connections=") + home);
+    const Settings settings = {{"tcp.connections", "2"},
+                               {"tcp.home_connections", home},
+                               {"tcp.home_window_ms", "600000"}};  // however slow the build: rounds count as shared
+    PartsTarget t(2 * kRound, settings);
+    ASSERT_TRUE(t.status.ok()) << t.status.toString();
+    Initiator in(2 * kRound, settings);
+    ASSERT_TRUE(in.status.ok()) << in.status.toString();
+    ASSERT_TRUE(in.open(t.name()).ok());
+    test::fillPattern(t.mem.p, kRound, 31);             // what the reader reads
+    test::fillPattern(in.mem.p + kRound, kRound, 32);  // what the writer writes
+    std::barrier round(2);
+    std::atomic<int> failures{0};
+    auto worker = [&](bool reader) {
+      char* local = in.mem.p + (reader ? 0 : kRound);
+      const uint64_t remote = t.remote(reader ? 0 : kRound);
+      std::vector<TransferRequest> reqs;
+      for (size_t i = 0; i < kPerRound; ++i)
+        reqs.push_back({reader ? OpCode::kRead : OpCode::kWrite, local + i * kBlock, in.seg, remote + i * kBlock,
+                        kBlock});
+      for (size_t r = 0; r < kRounds; ++r) {
+        if (reader) std::memset(local, 0, kRound);
+        round.arrive_and_wait();
+        for (const TransferStatus& st : in.run(reqs))
+          if (st.s != TransferState::kCompleted) failures++;
+        if (reader && test::checkPattern(local, kRound, 31) != -1) failures++;
+      }
+    };
+    std::thread reader(worker, true), writer(worker, false);
+    reader.join();
+    writer.join();
+    EXPECT_EQ(failures.load(), 0);
+    EXPECT_EQ(test::checkPattern(t.mem.p + kRound, kRound, 32), -1);
+    // The target's ends of the two data connections (the control
+    // connection shares its port but carries a few hundred bytes).
+    std::vector<test::TcpSocket> data;
+    for (const test::TcpSocket& s : test::tcpSockets())
+      if (s.local_port == t.srv.port() && s.bytes_sent + s.bytes_received > kRound) data.push_back(s);
+    ASSERT_EQ(data.size(), 2u) << "ss -tmni: the target's data connections";
+    std::sort(data.begin(), data.end(), [](auto& a, auto& b) { return a.bytes_received > b.bytes_received; });
+    const test::TcpSocket &writes = data[0], &reads = data[1];
+    // Request and response headers: 32 bytes per request each way.
+    const uint64_t headers = 2 * kPerRound * kRounds * 32;
+    // Besides the stream's opening hello, a few dozen bytes per connection.
+    EXPECT_GE(writes.bytes_received + reads.bytes_received, kTotal + headers);
+    EXPECT_LE(writes.bytes_received + reads.bytes_received, kTotal + headers + 2 * 256);
+    EXPECT_GE(writes.bytes_sent + reads.bytes_sent, kTotal + headers);
+    EXPECT_LE(writes.bytes_sent + reads.bytes_sent, kTotal + headers + 2 * 256);
+    if (std::string(home) == "true") {
+      // At most the first batch (1 MiB), spread over both, crossed over.
+      EXPECT_GE(writes.bytes_received, kTotal - kRound / 2);
+      EXPECT_LE(reads.bytes_received, kRound / 2 + headers);
+      EXPECT_LE(writes.bytes_sent, kRound / 2 + headers);
+      EXPECT_GE(reads.bytes_sent, kTotal - kRound / 2);
+    } else {
+      // Round-robin: each connection carries half of each thread's slices.
+      EXPECT_GE(reads.bytes_received, kTotal / 4);
+      EXPECT_GE(writes.bytes_sent, kTotal / 4);
+      EXPECT_GE(reads.bytes_sent, kTotal / 4);
+    }
   }
 }
 

@@ -159,6 +159,9 @@ TEST(TcpSettings, defaults_when_nothing_is_set) {
   EXPECT_EQ(s.slice_size, d.slice_size);
   EXPECT_EQ(s.timeout_ms, d.timeout_ms);
   EXPECT_EQ(s.max_frame, d.max_frame);
+  EXPECT_TRUE(s.home_connections);
+  EXPECT_EQ(s.home_slack, 4u << 20);
+  EXPECT_EQ(s.home_window_ms, 50u);
 }
 
 TEST(TcpSettings, explicit_values_with_size_suffixes_are_read) {
@@ -167,12 +170,16 @@ TEST(TcpSettings, explicit_values_with_size_suffixes_are_read) {
   c.set("tcp.slice_size", "256K");
   c.set("tcp.timeout_ms", "750");
   c.set("tcp.sock_buf", "4M");
+  c.set("tcp.home_connections", "false");
+  c.set("tcp.home_slack", "512K");
   TcpSettings s;
   ASSERT_TRUE(TcpTransport::loadSettings(c, s).ok());
   EXPECT_EQ(s.connections, 3u);
   EXPECT_EQ(s.slice_size, 256u << 10);
   EXPECT_EQ(s.timeout_ms, 750u);
   EXPECT_EQ(s.sock_buf, 4u << 20);
+  EXPECT_FALSE(s.home_connections);
+  EXPECT_EQ(s.home_slack, 512u << 10);
 }
 
 TEST(TcpSettings, junk_value_is_invalid_argument_naming_key_and_value) {

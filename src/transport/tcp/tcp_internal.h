@@ -148,16 +148,18 @@ class SubBatchImpl final : public SubBatch {
   std::vector<size_t> chunk_sizes_;
 };
 
+inline constexpr uint32_t kNoPoster = UINT32_MAX;
+
 struct Peer {
   std::string host;
   uint16_t port = 0;
   std::string name;  // "host:port" (for messages)
   std::vector<std::unique_ptr<Conn>> conns;
   std::atomic<uint32_t> rr{0};  // round-robin cursor over conns (one submitting thread)
-  // Connection choice (tcp_sub_batch.cpp pick()): the last thread that
+  // Connection choice (tcp_conn_picker.h): the seat of the last thread that
   // posted slices here, and until when (steady clock, ns) several threads
   // count as submitting at once.
-  std::atomic<uint32_t> last_poster{UINT32_MAX};
+  std::atomic<uint32_t> last_poster{kNoPoster};
   std::atomic<int64_t> shared_until_ns{0};
   int handles = 0;              // PeerHandles open on it (under the transport's peers_mu_)
   metrics::ConnectionMetrics metrics;  // peer label: name

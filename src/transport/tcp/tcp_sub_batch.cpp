@@ -2,12 +2,12 @@
 // picks their connections and hands them to the io threads, cancel takes
 // back what was not yet sent.
 #include <algorithm>
-#include <chrono>
 #include <fmt/format.h>
 #include <thread>
 
 #include "base/log.h"
 #include "metadata/descriptor.h"
+#include "transport/tcp/tcp_conn_picker.h"
 #include "transport/tcp/tcp_internal.h"
 
 namespace hawser::tcp {
@@ -76,98 +76,6 @@ Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
   return Status::OK();
 }
 
-namespace {
-
-// Several threads count as submitting to one peer at once while another
-// thread than the last one posted to it within this long.
-constexpr int64_t kSharedWindowNs = 50'000'000;
-
-// A thread's place in the turn for home connections (docs/tcp.md
-// "Connections"): its home on a peer is this modulo the peer's connections.
-uint32_t threadSeat() {
-  static std::atomic<uint32_t> next{0};
-  thread_local const uint32_t seat = next.fetch_add(1, std::memory_order_relaxed);
-  return seat;
-}
-
-}  // namespace
-
-// Picks the connections of one post's slices to one peer after another.
-// While several threads submit to the peer, a thread's slices go to its home
-// connection, unless that one carries more than two slices' bytes beyond the
-// least loaded one (then to that one): a thread's batches then stay with one
-// io thread and one target thread, which the scheduler keeps on one core
-// with the thread, instead of every batch waiting on every connection. A
-// lone thread (or tcp.home_connections false) spreads its slices round-robin
-// over all connections: one batch then keeps them all busy. Loads are
-// counted in Conn::load (added here, taken off as slices finish).
-class ConnPicker {
- public:
-  explicit ConnPicker(bool home) : home_on_(home) {}
-  ~ConnPicker() { flush(); }
-
-  // The connection for `s` (its task's first slice: `first`).
-  Conn* pick(const PeerRef& ref, const Slice& s, bool first) {
-    if (ref.peer != peer_) start(ref);
-    Conn* c;
-    if (!home_) {
-      if (first) rr_ = peer_->rr.fetch_add(s.task->sliceCount(), std::memory_order_relaxed);
-      c = peer_->conns[rr_++ % n_].get();
-    } else {
-      size_t k = home_index_, least = home_index_;
-      for (size_t i = 0; i < n_; ++i)
-        if (load_[i] < load_[least]) least = i;
-      if (load_[k] - load_[least] > slack_) k = least;
-      load_[k] += s.len;
-      c = peer_->conns[k].get();
-    }
-    added_[c->index] += s.len;
-    return c;
-  }
-
-  // Adds the picked slices' bytes to their connections' loads.
-  void flush() {
-    if (!peer_) return;
-    for (size_t i = 0; i < n_; ++i)
-      if (added_[i]) peer_->conns[i]->load.fetch_add(added_[i], std::memory_order_relaxed);
-    peer_ = nullptr;
-  }
-
- private:
-  void start(const PeerRef& ref) {
-    flush();
-    peer_ = ref.peer;
-    n_ = peer_->conns.size();
-    std::fill_n(added_, n_, 0);
-    home_ = false;
-    if (!home_on_ || n_ == 1) return;
-    const uint32_t me = threadSeat();
-    const int64_t now =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-    if (peer_->last_poster.load(std::memory_order_relaxed) != me) {
-      const uint32_t prev = peer_->last_poster.exchange(me, std::memory_order_relaxed);
-      if (prev != UINT32_MAX && prev != me)
-        peer_->shared_until_ns.store(now + kSharedWindowNs, std::memory_order_relaxed);
-    }
-    if (now >= peer_->shared_until_ns.load(std::memory_order_relaxed)) return;
-    home_ = true;
-    home_index_ = me % n_;
-    slack_ = static_cast<int64_t>(2 * ref.slice);
-    for (size_t i = 0; i < n_; ++i) load_[i] = peer_->conns[i]->load.load(std::memory_order_relaxed);
-  }
-
-  static constexpr size_t kMax = 64;  // tcp.connections upper bound
-  const bool home_on_;
-  Peer* peer_ = nullptr;
-  size_t n_ = 0;
-  bool home_ = false;
-  size_t home_index_ = 0;
-  int64_t slack_ = 0;
-  uint32_t rr_ = 0;
-  int64_t load_[kMax];
-  int64_t added_[kMax];
-};
-
 void SubBatchImpl::post(std::unique_ptr<PreparedWork> base) {
   std::unique_ptr<Slice[]> chunk = std::move(static_cast<Work&>(*base).chunk);
   const size_t n = base->slices;
@@ -182,7 +90,8 @@ void SubBatchImpl::post(std::unique_ptr<PreparedWork> base) {
     chunk_sizes_.push_back(n);
   }
   outstanding.fetch_add(static_cast<int64_t>(n), std::memory_order_acq_rel);
-  ConnPicker picker(owner_->settings_.home_connections);
+  const TcpSettings& set = owner_->settings_;
+  ConnPicker picker(set.home_connections, set.home_slack, set.home_window_ms, threadSeat(), steadyNowNs());
   for (size_t i = 0; i < n; ++i) {
     Slice* s = &arr[i];
     if (down) {
@@ -191,7 +100,9 @@ void SubBatchImpl::post(std::unique_ptr<PreparedWork> base) {
       s->task->completeSlice(TransferState::kFailed, 0, Status(Code::kUnavailable, "tcp transport shut down"));
       continue;
     }
-    s->conn = picker.pick(static_cast<const PeerRef&>(*s->task->peer()), *s, i == 0 || s->task != arr[i - 1].task);
+    const bool first_of_task = i == 0 || s->task != arr[i - 1].task;
+    s->conn = picker.pick(static_cast<const PeerRef*>(s->task->peer())->peer, s->len,
+                          first_of_task ? s->task->sliceCount() : 0);
     s->state.store(kSliceQueued, std::memory_order_relaxed);
     // Chains are built newest-first (post() wants a stack segment).
     const size_t t = s->conn->io_index;

@@ -11,6 +11,7 @@
 #include "gpu/cuda_driver.h"
 #include "metadata/descriptor.h"
 #include "rpc/rpc.h"
+#include "transport/tcp/tcp_conn_picker.h"
 #include "transport/tcp/tcp_internal.h"
 
 namespace hawser {
@@ -21,12 +22,15 @@ namespace hawser {
 static_assert(findKnob("tcp.max_frame")->hi == static_cast<int64_t>(tcp::kMaxFrameLimit));
 static_assert(findKnob("tcp.slice_size")->hi == static_cast<int64_t>(tcp::kMaxFrameLimit));
 static_assert(findKnob("tcp.io_threads")->hi == static_cast<int64_t>(tcp::kMaxIoThreads));
+static_assert(findKnob("tcp.connections")->hi == static_cast<int64_t>(tcp::ConnPicker::kMaxConns));
 
 Status TcpTransport::loadSettings(const Config& cfg, TcpSettings& out) {
   TcpSettings s;
   Status st;
   if (!(st = cfg.getInt("tcp.connections", s.connections)).ok() ||
       !(st = cfg.getBool("tcp.home_connections", s.home_connections)).ok() ||
+      !(st = cfg.getSize("tcp.home_slack", s.home_slack)).ok() ||
+      !(st = cfg.getInt("tcp.home_window_ms", s.home_window_ms)).ok() ||
       !(st = cfg.getSize("tcp.max_frame", s.max_frame)).ok() ||
       !(st = cfg.getSize("tcp.slice_size", s.slice_size)).ok() ||
       !(st = cfg.getInt("tcp.timeout_ms", s.timeout_ms)).ok() ||

@@ -57,6 +57,8 @@ inline const rpc::Channel kTcpDataChannel = rpc::channel("tcp.data");
 struct TcpSettings {
   uint32_t connections = 2;           // tcp.connections
   bool home_connections = true;       // tcp.home_connections
+  uint64_t home_slack = 4ull << 20;   // tcp.home_slack
+  uint32_t home_window_ms = 50;       // tcp.home_window_ms
   uint64_t slice_size = 1ull << 20;   // tcp.slice_size
   uint32_t timeout_ms = 5000;         // tcp.timeout_ms
   uint32_t connect_timeout_ms = 3000; // tcp.connect_timeout_ms
