@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# One `hawser bench` run under several settings, interleaved: for each of
+# ROUNDS rounds, every setting in turn gets a fresh `hawser serve` and one
+# bench run; then the medians. For A/B of a knob on a noisy machine, where
+# two runs minutes apart differ by more than the change being measured.
+#
+# Usage: bench/knob_ab.sh SETTING...           (from the repository root)
+#   SETTING  space-separated HAWSER_* assignments, quoted as one argument;
+#            "-" for the defaults. Example:
+#            bench/knob_ab.sh - "HAWSER_TCP_HOME_CONNECTIONS=false"
+# Environment (all optional):
+#   HAWSER     path of the hawser binary  (default: build/bin/hawser, then build-*/bin/hawser)
+#   OP         read or write              (default read)
+#   BLOCK      block size                 (default 64K)
+#   BATCH      requests per batch         (default 32)
+#   DEPTH      batches in flight per thread (default 2)
+#   THREADS    bench threads              (default 2)
+#   DURATION   seconds per run            (default 3)
+#   ROUNDS     interleaved rounds         (default 5)
+#   TRANSPORT  HAWSER_TRANSPORT of both sides (default tcp)
+#   PORT       hawser serve port          (default 17960)
+# Prints each round, then per setting: median GB/s (10^9 bytes/s) and CPU
+# seconds per GB of bench + serve over the timed run.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+source "$here/bench/lib.sh"
+find_hawser
+[ $# -ge 1 ] || { sed -n '7,11p' "$0" >&2; exit 2; }
+command -v python3 >/dev/null || { echo "python3 is needed to read the JSON results" >&2; exit 2; }
+OP=${OP:-read}
+BLOCK=${BLOCK:-64K}
+BATCH=${BATCH:-32}
+DEPTH=${DEPTH:-2}
+THREADS=${THREADS:-2}
+DURATION=${DURATION:-3}
+ROUNDS=${ROUNDS:-5}
+PORT=${PORT:-17960}
+for spec in "$@"; do
+  for kv in $spec; do
+    [[ "$kv" == "-" || "$kv" == HAWSER_*=* ]] || { echo "not a HAWSER_* assignment: '$kv'" >&2; exit 2; }
+  done
+done
+
+bench_work knob-ab
+# One run under SETTING: prints "GB/s cpu_per_GB".
+run_one() {
+  local envs=("HAWSER_TRANSPORT=${TRANSPORT:-tcp}") kv
+  for kv in $1; do [ "$kv" = "-" ] || envs+=("$kv"); done
+  env "${envs[@]}" "$HAWSER" serve --listen "127.0.0.1:$PORT" --memory 1G >"$work/serve.log" 2>&1 &
+  local sp=$! _
+  for _ in $(seq 100); do
+    grep -q '^ready' "$work/serve.log" 2>/dev/null && break
+    kill -0 "$sp" 2>/dev/null || { cat "$work/serve.log" >&2; exit 1; }
+    sleep 0.1
+  done
+  env "${envs[@]}" "$HAWSER" bench --target "127.0.0.1:$PORT" --op "$OP" --block-size "$BLOCK" --batch-size "$BATCH" \
+    --depth "$DEPTH" --threads "$THREADS" --seconds "$DURATION" --cpu-pid "$sp" --json >"$work/bench.out" 2>"$work/bench.err" ||
+    { kill "$sp"; echo "hawser bench failed under '$1':" >&2; cat "$work/bench.err" >&2; exit 1; }
+  kill "$sp"
+  wait "$sp" 2>/dev/null || true
+  tail -1 "$work/bench.out" | python3 -c '
+import json, sys
+d = json.loads(sys.stdin.read())
+if not d.get("verified", False): sys.exit("hawser bench: data not verified: %s" % d)
+print("%.3f %.3f" % (d["gbps"], (d["cpu_s"] + d["peer_cpu_s"]) / (d["gbps"] * d["seconds"])))'
+}
+
+echo "hawser: $HAWSER"
+host_line
+echo "bench --op $OP --block-size $BLOCK --batch-size $BATCH --depth $DEPTH --threads $THREADS --seconds $DURATION" \
+     "| transport ${TRANSPORT:-tcp} | $ROUNDS rounds"
+rows=()
+for r in $(seq "$ROUNDS"); do
+  for i in $(seq $#); do
+    spec=${!i}
+    read -r g cpu < <(run_one "$spec")
+    printf 'round %s  %-50s %7s GB/s  %s cpu s/GB\n' "$r" "$spec" "$g" "$cpu"
+    rows+=("$i x $g $cpu")
+  done
+done
+echo
+echo "medians:"
+PYTHONPATH="$here/bench" python3 - "$@" -- "${rows[@]}" <<'PY'
+import sys
+from row_medians import groups
+args = sys.argv[1:]
+cut = args.index("--")
+specs, rows = args[:cut], args[cut + 1:]
+for (i, _), m in groups(rows):
+    print(f"  {specs[int(i) - 1]:<50} {m(2):7.3f} GB/s  {m(3):.3f} cpu s/GB")
+PY
