@@ -15,8 +15,12 @@ namespace hawser::test {
 struct EnginePair {
   explicit EnginePair(size_t target_bytes = 1 << 20, size_t local_bytes = 1 << 20, bool fake = true,
                       size_t fake_slice = 4096);
-  TransferEngine target, init;
+  // Declared before the engines, so they outlive them: registered memory
+  // must not be freed before the engines end (unregister) — a target thread
+  // may still be inside the sendmsg that carried a response the initiator
+  // already has (and ASan reads a sendmsg's buffers after the call returns).
   Buffer target_mem, local_mem;
+  TransferEngine target, init;
   FakeTransport* fake_target = nullptr;
   FakeTransport* fake_init = nullptr;
   SegmentID seg = kInvalidSegment;
