@@ -203,6 +203,9 @@ struct Conn {
   Slice* tx = nullptr; // first inflight slice not fully written
   size_t tx_off = 0;   // bytes of tx already written (header + payload)
   uint64_t seq = 0;    // last request id used
+  // Bytes moved (or a request committed to an idle connection) bump
+  // `progress`; checkTimeouts() notes when it last saw it change.
+  uint64_t progress = 0, progress_seen = 0;
   Clock::time_point last_progress{};
 
   RxMode rx_mode = RxMode::kHeader;

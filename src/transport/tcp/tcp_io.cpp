@@ -344,6 +344,7 @@ void IoThread::drainConnectResults() {
     c->rx_mode = RxMode::kHeader;
     c->rx_begin = c->rx_end = 0;
     c->last_progress = Clock::now();
+    c->progress_seen = c->progress;
     HLOG_DEBUG("tcp: data connection {} to {} open (fd {})", c->index, c->peer->name, c->fd);
     doSend(c);
   }
@@ -385,6 +386,14 @@ int IoThread::checkTimeouts() {
     if (c->state != ConnState::kConnected || (c->inflight.empty() && c->unsent.empty())) continue;
     if (!busy) now = Clock::now();
     busy = true;
+    // Progress is counted on the data path and timed here, once per round:
+    // the stall is measured from the round that first saw no more of it
+    // (late by at most one round, never early).
+    if (c->progress != c->progress_seen) {
+      c->progress_seen = c->progress;
+      c->last_progress = now;
+      continue;
+    }
     if (now - c->last_progress < std::chrono::milliseconds(settings_.timeout_ms)) continue;
     // Before calling the peer silent, look: bytes may be waiting that this
     // thread has not read (it was not scheduled for that long, or the
@@ -394,8 +403,10 @@ int IoThread::checkTimeouts() {
       c->writable = true;  // a missed EPOLLOUT edge: sendmsg says EAGAIN if not
       doSend(c);
     }
-    if (c->state == ConnState::kConnected &&
-        Clock::now() - c->last_progress >= std::chrono::milliseconds(settings_.timeout_ms))
+    if (c->state == ConnState::kConnected && c->progress != c->progress_seen) {
+      c->progress_seen = c->progress;
+      c->last_progress = Clock::now();
+    } else if (c->state == ConnState::kConnected)
       failConn(c, Status(Code::kTimeout, fmt::format("tcp: no progress on the connection to {} for {} ms",
                                                      c->peer->name, settings_.timeout_ms)));
   }
@@ -414,7 +425,7 @@ Slice* IoThread::commitNext(Conn* c) {
       continue;
     }
     s->hdr.id = ++c->seq;
-    if (c->inflight.empty()) c->last_progress = Clock::now();
+    if (c->inflight.empty()) ++c->progress;  // its wait is timed from here
     c->inflight.push(s);
     if (!c->tx) {
       c->tx = s;
@@ -480,7 +491,7 @@ void IoThread::doSend(Conn* c) {
       failConn(c, Status(Code::kUnavailable, fmt::format("tcp: send to {}: {}", c->peer->name, std::strerror(e))));
       return;
     }
-    c->last_progress = Clock::now();
+    ++c->progress;
     advanceTx(c, static_cast<size_t>(n));
     if (static_cast<size_t>(n) < bytes) {
       c->writable = false;  // the socket is full; EPOLLOUT (edge) resumes us
@@ -634,7 +645,7 @@ void IoThread::doRecv(Conn* c) {
       failConn(c, Status(Code::kUnavailable, fmt::format("tcp: recv from {}: {}", c->peer->name, std::strerror(e))));
       return;
     }
-    c->last_progress = Clock::now();
+    ++c->progress;
     size_t k = static_cast<size_t>(n);
     if (c->rx_mode == RxMode::kPayload) {
       size_t p = std::min(k, c->rx_left);
