@@ -1,6 +1,7 @@
 // `hawser bench`: an initiator driving READ or WRITE batches against a
 // segment (a `hawser serve` target, or a file segment), with verification,
 // live progress and a summary (text, or one JSON object on the last line).
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -270,7 +271,7 @@ int runBench(const BenchOpts& o) {
   // One thread: batches of its own slots, `depth` of them in flight; with
   // depth 1, transferSync (submit, wait, free) one after another.
   auto worker = [&](size_t t) {
-    pthread_setname_np(pthread_self(), "bench");
+    pthread_setname_np(pthread_self(), "bench");  // top -H, perf
     std::vector<std::vector<TransferRequest>> reqs(o.depth, std::vector<TransferRequest>(o.batch_size));
     for (size_t d = 0; d < o.depth; ++d)
       for (size_t i = 0; i < o.batch_size; ++i) {

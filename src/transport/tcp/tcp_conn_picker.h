@@ -1,14 +1,14 @@
 // Which data connection to a peer each slice of a post goes to (internal to
 // the tcp transport; docs/tcp.md "Connections").
 //
-// While several threads submit to one peer, a thread's slices go to its home
+// While several threads submit to one peer (a thread other than the last one
+// posted to it within tcp.home_window_ms), a thread's slices go to its home
 // connection (threads take homes in turn), unless that one already carries
 // more than tcp.home_slack bytes beyond the least loaded one: then to that
-// one. Several threads submit while a thread other than the last one posted
-// to the peer within tcp.home_window_ms. A thread's batches then stay with one io thread and one target thread,
-// which the scheduler keeps near the thread, instead of every batch waiting on
-// every connection and every thread being woken by every io thread (over
-// loopback on 2 cores: 64 KiB reads 5.8 -> 7.2 GB/s). A lone thread, or
+// one. A thread's batches then stay with one io thread and one target thread,
+// which the scheduler keeps on one core with the thread, instead of every
+// batch waiting on every connection and every thread being woken by every io
+// thread (docs/tcp.md "Connections" has the A/B). A lone thread, or
 // tcp.home_connections false, spreads its slices round-robin over all
 // connections, so one batch keeps them all busy.
 #pragma once

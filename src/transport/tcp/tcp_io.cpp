@@ -4,6 +4,7 @@
 // with their headers into the connection's buffer, then copied). A submitter
 // that finds the loop asleep sends its requests itself (submit()).
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -137,7 +138,7 @@ void IoThread::relock(std::unique_lock<std::mutex>& lk) {
 }
 
 void IoThread::run() {
-  pthread_setname_np(pthread_self(), "tcp-io");
+  pthread_setname_np(pthread_self(), "tcp-io");  // as top -H and perf show it
   epoll_event evs[kMaxEvents];
   std::unique_lock lk(loop_mu_);
   while (!stop_.load(std::memory_order_relaxed)) {

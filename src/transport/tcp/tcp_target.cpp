@@ -7,6 +7,7 @@
 // registered, remote-accessible regions is refused with an error response.
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -517,7 +518,7 @@ Status TargetState::staging(gpu::PinnedBuffers*& out) {
 }
 
 void TargetState::serve(net::Fd fd) {
-  pthread_setname_np(pthread_self(), "tcp-serve");
+  pthread_setname_np(pthread_self(), "tcp-serve");  // this rpc thread serves one data connection
   const int raw = fd.get();
   {
     std::lock_guard lk(mu_);
