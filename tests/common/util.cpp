@@ -117,7 +117,7 @@ std::vector<TcpSocket> tcpSockets() {
   std::string text;
   if (sh("ss -tmniH state established 2>/dev/null", &text) != 0) return out;
   // Each connection: "RECVQ SENDQ LOCAL:PORT PEER:PORT" then, on the next
-  // line, "skmem:(r0,rb131072,t0,tb2626560,...) ... bytes_sent:N ...
+  // line, "skmem:(r0,rb131072,t0,tb2626560,...) ... bytes_acked:N ...
   // bytes_received:N ..." (a count that is still 0 is left out).
   auto port = [](const std::string& addr) -> uint16_t {
     const size_t c = addr.rfind(':');
@@ -142,7 +142,8 @@ std::vector<TcpSocket> tcpSockets() {
         const size_t k = line.find(" " + key + ":");
         return k == std::string::npos ? 0 : std::strtoull(line.c_str() + k + key.size() + 2, nullptr, 10);
       };
-      cur.bytes_sent = count("bytes_sent");
+      // bytes_sent counts retransmissions too; bytes_acked each byte once.
+      cur.bytes_acked = count("bytes_acked");
       cur.bytes_received = count("bytes_received");
       out.push_back(cur);
       have = false;

@@ -84,11 +84,13 @@ bool stopProcess(pid_t pid, std::chrono::milliseconds timeout = std::chrono::sec
 // (`ss -tmn`, through sock_diag: no descriptor of this process is touched,
 // so threads that close theirs meanwhile race with nothing): both ports and
 // its buffer sizes, SO_SNDBUF ("tb") and SO_RCVBUF ("rb"), twice what
-// setsockopt asked for, and the bytes it has sent and received.
+// setsockopt asked for, and its byte counts: sent and acknowledged by the
+// peer, each byte once (retransmissions are not counted; on the connecting
+// end one more, for its SYN), and received.
 struct TcpSocket {
   uint16_t local_port = 0, peer_port = 0;
   int sndbuf = 0, rcvbuf = 0;
-  uint64_t bytes_sent = 0, bytes_received = 0;
+  uint64_t bytes_acked = 0, bytes_received = 0;
 };
 // Every established TCP connection end of this network namespace (every
 // process's); empty if `ss` (iproute2) cannot run.
