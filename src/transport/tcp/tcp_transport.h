@@ -24,8 +24,11 @@
 // pinned slots, a few in flight per connection (copies overlap the wire).
 //
 // Files: tcp_transport.cpp (install, peers, stats), tcp_sub_batch.cpp
-// (prepare, post, cancel), tcp_io.cpp (initiator io threads), tcp_gpu.cpp
-// (the initiator's GPU staging), tcp_target.cpp (the serving side). Wire format: tcp_wire.h. Tunables and figures: docs/tcp.md.
+// (prepare, post, cancel), tcp_conn_picker.cpp (a slice's connection),
+// tcp_io.cpp (initiator io threads), tcp_stream.cpp (a connection's requests
+// and responses), tcp_gpu.cpp (the initiator's GPU staging), tcp_target.cpp
+// (the serving side). Wire format: tcp_wire.h. Tunables and figures:
+// docs/tcp.md.
 #pragma once
 
 #include <atomic>
