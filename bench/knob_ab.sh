@@ -44,22 +44,19 @@ for spec in "$@"; do
 done
 
 bench_work knob-ab
-# One run under SETTING: prints "GB/s cpu_per_GB".
+# One run under SETTING: prints "GB/s cpu_per_GB" (nothing if it failed; it
+# runs in a subshell, so its exports and exits stay there).
 run_one() {
-  local envs=("HAWSER_TRANSPORT=${TRANSPORT:-tcp}") kv
-  for kv in $1; do [ "$kv" = "-" ] || envs+=("$kv"); done
-  env "${envs[@]}" "$HAWSER" serve --listen "127.0.0.1:$PORT" --memory 1G >"$work/serve.log" 2>&1 &
-  local sp=$! _
-  for _ in $(seq 100); do
-    grep -q '^ready' "$work/serve.log" 2>/dev/null && break
-    kill -0 "$sp" 2>/dev/null || { cat "$work/serve.log" >&2; exit 1; }
-    sleep 0.1
-  done
-  env "${envs[@]}" "$HAWSER" bench --target "127.0.0.1:$PORT" --op "$OP" --block-size "$BLOCK" --batch-size "$BATCH" \
-    --depth "$DEPTH" --threads "$THREADS" --seconds "$DURATION" --cpu-pid "$sp" --json >"$work/bench.out" 2>"$work/bench.err" ||
-    { kill "$sp"; echo "hawser bench failed under '$1':" >&2; cat "$work/bench.err" >&2; exit 1; }
-  kill "$sp"
-  wait "$sp" 2>/dev/null || true
+  local kv
+  export HAWSER_TRANSPORT=${TRANSPORT:-tcp}
+  for kv in $1; do [ "$kv" = "-" ] || export "${kv?}"; done
+  start_serve "$PORT" 1G "$work/serve.log"
+  "$HAWSER" bench --target "127.0.0.1:$PORT" --op "$OP" --block-size "$BLOCK" --batch-size "$BATCH" \
+    --depth "$DEPTH" --threads "$THREADS" --seconds "$DURATION" --cpu-pid "$serve_pid" --json >"$work/bench.out" \
+    2>"$work/bench.err" ||
+    { kill "$serve_pid"; echo "hawser bench failed under '$1':" >&2; cat "$work/bench.err" >&2; exit 1; }
+  kill "$serve_pid"
+  wait "$serve_pid" 2>/dev/null || true
   tail -1 "$work/bench.out" | python3 -c '
 import json, sys
 d = json.loads(sys.stdin.read())
@@ -75,7 +72,8 @@ rows=()
 for r in $(seq "$ROUNDS"); do
   for i in $(seq $#); do
     spec=${!i}
-    read -r g cpu < <(run_one "$spec")
+    read -r g cpu < <(run_one "$spec") || true
+    [ -n "${cpu:-}" ] || { echo "round $r under '$spec' failed (above)" >&2; exit 1; }
     printf 'round %s  %-50s %7s GB/s  %s cpu s/GB\n' "$r" "$spec" "$g" "$cpu"
     rows+=("$i x $g $cpu")
   done

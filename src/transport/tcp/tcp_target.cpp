@@ -7,9 +7,9 @@
 // registered, remote-accessible regions is refused with an error response.
 #include <arpa/inet.h>
 #include <errno.h>
-#include <pthread.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
