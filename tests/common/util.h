@@ -81,7 +81,7 @@ bool allThreadsStopped(pid_t pid);
 bool stopProcess(pid_t pid, std::chrono::milliseconds timeout = std::chrono::seconds(20));
 
 // An established TCP connection's end on this host, as the kernel reports it
-// (`ss -tmn`, through sock_diag: no descriptor of this process is touched,
+// (`ss -tmni`, through sock_diag: no descriptor of this process is touched,
 // so threads that close theirs meanwhile race with nothing): both ports and
 // its buffer sizes, SO_SNDBUF ("tb") and SO_RCVBUF ("rb"), twice what
 // setsockopt asked for, and its byte counts: sent and acknowledged by the
