@@ -23,6 +23,13 @@
 # a 256 KiB send buffer over loopback). hawser/loop is hawser's own cost;
 # loop/iperf3 is what the working set costs the kernel's copies.
 #
+# The working set, both ways (SETS): "all" runs the bench as it is, every
+# request in flight with a block of its own (THREADS x DEPTH x BATCH blocks
+# per side); "one" runs it with --span BLOCK, every request of a thread on
+# one block per side: the memory iperf3 moves (one -l buffer per process)
+# and the loop's too (its span cut to one block). Rows read/all, write/all,
+# read/one, write/one.
+#
 # Usage: bench/tcp_vs_iperf3.sh            (from the repository root)
 # Environment (all optional):
 #   HAWSER        path of the hawser binary   (default: build/bin/hawser, then build-*/bin/hawser)
@@ -37,6 +44,7 @@
 #   THREADS       bench threads = iperf3 processes (default 2)
 #   DURATION      seconds per run              (default 3)
 #   REPEAT        rounds per block size        (default 3)
+#   SETS          working sets, "all" and/or "one" (default "all one")
 #   CXX           compiler for the loop        (default c++)
 #   Every HAWSER_* variable (HAWSER_TCP_CONNECTIONS, HAWSER_TCP_IO_THREADS, ...)
 #   reaches both engines.
@@ -57,6 +65,10 @@ DEPTH=${DEPTH:-2}
 THREADS=${THREADS:-2}
 DURATION=${DURATION:-3}
 REPEAT=${REPEAT:-3}
+SETS=${SETS:-"all one"}
+for set in $SETS; do
+  case $set in all|one) ;; *) echo "SETS: '$set' is neither all nor one" >&2; exit 2;; esac
+done
 export HAWSER_TRANSPORT=tcp
 
 bench_work tcp-bench
@@ -93,12 +105,15 @@ else
 fi
 
 # One loop round (bench/socket_loop.cpp): THREADS pairs, DEPTH x BATCH
-# blocks per side each. Prints "GB/s cores cpu_per_GB".
+# blocks per side each (set "all") or one ("one"). Prints "GB/s cores
+# cpu_per_GB".
 run_loop() {
-  local b
+  local b span
   b=$(size_bytes "$1")
+  span=$((b * BATCH * DEPTH))
+  [ "$2" = one ] && span=$b
   # shellcheck disable=SC2086
-  "$work/socket_loop" "$b" $((b * BATCH * DEPTH)) "$THREADS" "$DURATION" $loop_bufs |
+  "$work/socket_loop" "$b" "$span" "$THREADS" "$DURATION" $loop_bufs |
     awk '{ printf "%.3f %.2f %.3f\n", $1, $2, $2 / $1 }'
 }
 
@@ -130,10 +145,13 @@ EOF
 # One hawser bench run. Prints "GB/s cores cpu_per_GB p50_us p99_us"; CPU
 # over the timed run only (the bench's own and, --cpu-pid, the target's).
 run_bench() {
-  local op=$1 block=$2
+  local op=$1 block=$2 span=()
+  [ "$3" = one ] && span=(--span "$block")
   "$HAWSER" bench --target "127.0.0.1:$PORT" --op "$op" --block-size "$block" --batch-size "$BATCH" --depth "$DEPTH" \
-    --threads "$THREADS" --seconds "$DURATION" --cpu-pid "$serve_pid" --json >"$work/bench.out" 2>"$work/bench.err" || {
-    echo "hawser bench $op $block failed:" >&2; cat "$work/bench.err" >&2; tail -1 "$work/bench.out" >&2; exit 1; }
+    --threads "$THREADS" --seconds "$DURATION" "${span[@]}" --cpu-pid "$serve_pid" --json >"$work/bench.out" \
+    2>"$work/bench.err" || {
+    echo "hawser bench $op $block ${span[*]} failed:" >&2; cat "$work/bench.err" >&2; tail -1 "$work/bench.out" >&2
+    exit 1; }
   tail -1 "$work/bench.out" | python3 -c '
 import json, sys
 d = json.loads(sys.stdin.read())
@@ -148,24 +166,26 @@ host_line
 echo "iperf3 $(iperf3 --version | head -1 | awk '{print $2}'): $THREADS processes x 1 stream, -l BLOCK -t $DURATION" \
      "| hawser serve --memory $MEMORY, bench --batch-size $BATCH --depth $DEPTH --threads $THREADS --seconds $DURATION (tcp)" \
      "| loop: $THREADS socket_loop pairs x $((DEPTH * BATCH)) blocks per side, SO_SNDBUF SO_RCVBUF: $loop_bufs (0: autotuned)"
-echo "memory each side touches: hawser THREADS x DEPTH x BATCH blocks (64K: $((THREADS * DEPTH * BATCH / 16)) MiB, 1M: $((THREADS * DEPTH * BATCH)) MiB);" \
-     "iperf3 one -l buffer per process"
+echo "memory each side touches: set all: hawser and loop THREADS x DEPTH x BATCH blocks (64K: $((THREADS * DEPTH * BATCH / 16)) MiB," \
+     "1M: $((THREADS * DEPTH * BATCH)) MiB); set one: THREADS blocks (bench --span BLOCK); iperf3 one -l buffer per process"
 env | grep '^HAWSER_' | grep -v '^HAWSER=' | sed 's/^/env: /' || true
 echo
-printf '%-5s %-6s %-5s %9s %9s %9s %7s %7s   %-22s %-22s\n' round block op hawser iperf3 loop "h/i" "h/loop" \
+printf '%-5s %-6s %-9s %9s %9s %9s %7s %7s   %-22s %-22s\n' round block op/set hawser iperf3 loop "h/i" "h/loop" \
   "cores hawser/iperf3" "cpu/GB hawser/iperf3/loop"
 rows=()
 for block in $BLOCKS; do
   for r in $(seq "$REPEAT"); do
     read -r ig icores icpu < <(run_iperf "$block")
-    read -r lg lcores lcpu < <(run_loop "$block")
-    for op in read write; do
-      read -r g cores cpu p50 p99 < <(run_bench "$op" "$block")
-      ratio=$(python3 -c "print('%.3f' % ($g / $ig))")
-      lratio=$(python3 -c "print('%.3f' % ($g / $lg))")
-      printf '%-5s %-6s %-5s %9s %9s %9s %7s %7s   %-22s %-22s\n' "$r" "$block" "$op" "$g" "$ig" "$lg" "$ratio" "$lratio" \
-        "$cores / $icores" "$cpu / $icpu / $lcpu"
-      rows+=("$block $op $g $ig $ratio $cores $icores $cpu $icpu $p50 $p99 $lg $lratio $lcpu")
+    for set in $SETS; do
+      read -r lg lcores lcpu < <(run_loop "$block" "$set")
+      for op in read write; do
+        read -r g cores cpu p50 p99 < <(run_bench "$op" "$block" "$set")
+        ratio=$(python3 -c "print('%.3f' % ($g / $ig))")
+        lratio=$(python3 -c "print('%.3f' % ($g / $lg))")
+        printf '%-5s %-6s %-9s %9s %9s %9s %7s %7s   %-22s %-22s\n' "$r" "$block" "$op/$set" "$g" "$ig" "$lg" "$ratio" \
+          "$lratio" "$cores / $icores" "$cpu / $icpu / $lcpu"
+        rows+=("$block $op/$set $g $ig $ratio $cores $icores $cpu $icpu $p50 $p99 $lg $lratio $lcpu")
+      done
     done
   done
 done
@@ -174,9 +194,9 @@ PYTHONPATH="$here/bench" python3 - "${rows[@]}" <<'EOF'
 import sys
 from row_medians import groups
 print("medians of the rounds (GB/s = 10^9 bytes/s; ratio = median of the per-round ratios):")
-print(f"{'block':<6} {'op':<5} {'hawser':>8} {'iperf3':>8} {'ratio':>6} {'cores h/i':>11} {'cpu/GB h/i':>13} {'cpu ratio':>9}"
+print(f"{'block':<6} {'op/set':<9} {'hawser':>8} {'iperf3':>8} {'ratio':>6} {'cores h/i':>11} {'cpu/GB h/i':>13} {'cpu ratio':>9}"
       f" {'p50/p99 ms':>12} {'loop':>7} {'h/loop':>6} {'cpu/GB loop':>11}")
 for (block, op), m in groups(sys.argv[1:]):
-    print(f"{block:<6} {op:<5} {m(2):8.3f} {m(3):8.3f} {m(4):6.2f} {m(5):5.2f}/{m(6):<5.2f} {m(7):6.3f}/{m(8):<6.3f}"
+    print(f"{block:<6} {op:<9} {m(2):8.3f} {m(3):8.3f} {m(4):6.2f} {m(5):5.2f}/{m(6):<5.2f} {m(7):6.3f}/{m(8):<6.3f}"
           f" {m(7) / m(8):9.2f} {m(9) / 1000:5.1f}/{m(10) / 1000:<6.1f} {m(11):7.3f} {m(12):6.2f} {m(13):11.3f}")
 EOF

@@ -41,6 +41,7 @@ struct BenchOpts {
   size_t batch_size = 32;
   size_t threads = 2;
   size_t depth = 1;         // batches in flight per thread
+  std::string span;         // memory each thread's requests cycle through, per side ("": a block per request)
   bool huge_pages = false;  // local buffers on reserved huge pages (MAP_HUGETLB)
   int cpu_pid = 0;          // a local process (the target) whose CPU time is counted too
   double seconds = 0;
@@ -125,6 +126,25 @@ int runBench(const BenchOpts& o) {
     fmt::print(stderr, "hawser bench: --batch-size, --threads and --depth must be >= 1\n");
     return 2;
   }
+  // Each thread owns batch_size x depth slots, one set per batch in flight,
+  // unless --span makes its requests share fewer: request j of the thread
+  // uses its slot j % per_thread, local and target side alike.
+  size_t per_thread = o.batch_size * o.depth;
+  if (!o.span.empty()) {
+    auto span = parseSize(o.span);
+    if (!span || *span == 0 || *span % *block != 0) {
+      fmt::print(stderr, "hawser bench: --span '{}' is not a multiple of --block-size {}\n", o.span, *block);
+      return 2;
+    }
+    if (*span / *block > per_thread) {
+      fmt::print(stderr,
+                 "hawser bench: --span {} is more than the {} blocks of {} a thread has in flight (--batch-size x "
+                 "--depth); each request keeps one block\n",
+                 *span, per_thread, *block);
+      return 2;
+    }
+    per_thread = *span / *block;
+  }
   if (o.cpu_pid > 0 && procCpuSeconds(o.cpu_pid) < 0) {
     fmt::print(stderr, "hawser bench: --cpu-pid {}: no such process here\n", o.cpu_pid);
     return 2;
@@ -180,8 +200,6 @@ int runBench(const BenchOpts& o) {
     fmt::print(stderr, "hawser bench: block size {} is larger than the target's {} bytes\n", *block, tlen);
     return 2;
   }
-  // Each thread owns batch_size x depth slots: one set per batch in flight.
-  const size_t per_thread = o.batch_size * o.depth;
   const size_t nslots = o.threads * per_thread;
   const uint64_t huge = 2ull << 20;
   const uint64_t local_len = o.huge_pages ? (nslots * *block + huge - 1) / huge * huge : nslots * *block;
@@ -275,7 +293,7 @@ int runBench(const BenchOpts& o) {
     std::vector<std::vector<TransferRequest>> reqs(o.depth, std::vector<TransferRequest>(o.batch_size));
     for (size_t d = 0; d < o.depth; ++d)
       for (size_t i = 0; i < o.batch_size; ++i) {
-        size_t k = t * per_thread + d * o.batch_size + i;
+        size_t k = t * per_thread + (d * o.batch_size + i) % per_thread;
         reqs[d][i] = TransferRequest{op, local + k * *block, seg, tbase + targetOf(k), *block};
       }
     std::vector<double> mine;
@@ -443,8 +461,8 @@ int runBench(const BenchOpts& o) {
     if (moved) carried.push_back(t.transport);
   }
   if (!o.json) {
-    fmt::print("op {}  block {}  batch {}  threads {}  local {}  target {}  transport {}\n", o.op, *block,
-               o.batch_size, o.threads, gpu >= 0 ? o.local_location : "cpu", o.target, fmt::join(carried, "+"));
+    fmt::print("op {}  block {}  batch {}  depth {}  span {}  threads {}  local {}  target {}  transport {}\n", o.op,
+               *block, o.batch_size, o.depth, per_thread * *block, o.threads, gpu >= 0 ? o.local_location : "cpu", o.target, fmt::join(carried, "+"));
     fmt::print("moved {:.3f} GB in {:.2f} s: {:.3f} GB/s, {:.0f} ops/s, batch latency p50 {:.0f} us p99 {:.0f} us\n",
                bytes / 1e9, elapsed, gbps, ops / elapsed, p50, p99);
     fmt::print("cpu: {:.2f} cores busy here{}\n", cpu_s / elapsed,
@@ -464,6 +482,7 @@ int runBench(const BenchOpts& o) {
     j["cpu_s"] = cpu_s;  // this process, over the timed run
     if (o.cpu_pid > 0) j["peer_cpu_s"] = peer_cpu_s;
     j["depth"] = o.depth;
+    j["span"] = per_thread * *block;  // per thread and side
     j["verified"] = verified;
     j["block_size"] = *block;
     j["batch_size"] = o.batch_size;
@@ -497,6 +516,11 @@ void addBench(CLI::App& app, Commands& cmds) {
                   "batches in flight per thread (1: transferSync, one after another; more: submit, then wait for "
                   "the oldest and submit it again, so the queue never drains)")
       ->capture_default_str();
+  auto* span = sub->add_option(
+      "--span", o->span,
+      "memory (K/M/G) each thread's requests cycle through, on each side; a multiple of --block-size, at most "
+      "--batch-size x --depth blocks (the default: every request in flight has a block of its own). Equal to "
+      "--block-size: one block per thread, the working set of iperf3's one -l buffer");
   sub->add_flag("--huge-pages", o->huge_pages,
                 "local buffers on reserved 2 MiB huge pages (MAP_HUGETLB; see /proc/sys/vm/nr_hugepages) "
                 "instead of transparent huge pages");
@@ -520,7 +544,8 @@ void addBench(CLI::App& app, Commands& cmds) {
       ->capture_default_str();
   sub->add_option("--blocks", o->blocks,
                   "block requests: N blocks of --block-size as one request (a plan posted each round), against "
-                  "1 MiB requests, one block alone and one request per block, in interleaved rounds");
+                  "1 MiB requests, one block alone and one request per block, in interleaved rounds")
+      ->excludes(span);
   sub->add_option("--layout", o->layout, "with --blocks: contiguous, scattered or strided")->capture_default_str();
   sub->add_option("--rounds", o->rounds, "with --blocks: interleaved rounds (medians are reported)")
       ->capture_default_str();
