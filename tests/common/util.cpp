@@ -211,6 +211,11 @@ int sh(const std::string& cmd, std::string* out) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+std::string lastLine(const std::string& out) {
+  const size_t nl = out.find_last_of('\n', out.size() >= 2 ? out.size() - 2 : 0);
+  return nl == std::string::npos ? out : out.substr(nl + 1);
+}
+
 bool Child::exec(const std::vector<std::string>& args, const std::vector<std::string>& env) {
   char tmpl[] = "/tmp/hawser-child-XXXXXX";
   int fd = ::mkstemp(tmpl);

@@ -138,6 +138,10 @@ struct Child {
 // Runs a shell command; returns its exit status and (optionally) stdout.
 int sh(const std::string& cmd, std::string* out = nullptr);
 
+// The last line of a command's output (a trailing newline ignored): where
+// `--json` tools print their summary.
+std::string lastLine(const std::string& out);
+
 // Waits for a batch and returns per-task statuses.
 std::vector<TransferStatus> runBatch(TransferEngine& e, SegmentID seg, const std::vector<TransferRequest>& reqs,
                                      int timeout_ms = 30000, Status* submit_status = nullptr);

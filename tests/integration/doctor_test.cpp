@@ -16,8 +16,7 @@ json doctor(const std::string& args, const std::string& env = "") {
   std::string out;
   int rc = sh(env + " " + hawserBin() + " doctor --json " + args, &out);
   EXPECT_EQ(rc, 0) << out;
-  auto nl = out.find_last_of('\n', out.size() >= 2 ? out.size() - 2 : 0);
-  return json::parse(nl == std::string::npos ? out : out.substr(nl + 1));
+  return json::parse(lastLine(out));
 }
 
 const json* transport(const json& j, const std::string& name) {

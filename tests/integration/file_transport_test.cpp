@@ -42,6 +42,15 @@ void clearFileEnv() {
   for (const char* k : kEnvKeys) ::unsetenv(k);
 }
 
+// A file of `n` zero bytes at `path`.
+bool writeZeros(const std::string& path, size_t n) {
+  std::vector<char> zeros(n, 0);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, zeros.data(), n) == static_cast<ssize_t>(n);
+  return ::close(fd) == 0 && ok;
+}
+
 // Whether files in `dir` get real O_DIRECT I/O (what the transport checks).
 bool fsDoesDirectIo(const std::string& dir) {
   std::string p = dir + "/.direct-probe";
@@ -563,13 +572,7 @@ TEST(FileBench, batches_in_flight_per_thread_move_and_verify_every_block) {
   TempDir dir;
   ASSERT_FALSE(dir.path.empty());
   const std::string path = dir.path + "/bench.bin";
-  {
-    std::vector<char> zeros(4 * MiB, 0);
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(::write(fd, zeros.data(), zeros.size()), static_cast<ssize_t>(zeros.size()));
-    ::close(fd);
-  }
+  ASSERT_TRUE(writeZeros(path, 4 * MiB)) << path;
   for (const char* op : {"write", "read"}) {
     std::string out;
     ASSERT_EQ(sh(hawserBin() + " bench --target file://" + path + " --op " + op +
@@ -577,8 +580,7 @@ TEST(FileBench, batches_in_flight_per_thread_move_and_verify_every_block) {
                  &out),
               0)
         << out;
-    auto nl = out.find_last_of('\n', out.size() >= 2 ? out.size() - 2 : 0);
-    auto j = nlohmann::json::parse(nl == std::string::npos ? out : out.substr(nl + 1));
+    auto j = nlohmann::json::parse(lastLine(out));
     EXPECT_TRUE(j["verified"].get<bool>()) << j.dump();
     EXPECT_EQ(j["depth"], 3) << j.dump();
     EXPECT_EQ(j["transports"], nlohmann::json::array({"file"})) << j.dump();
@@ -595,13 +597,7 @@ TEST(FileBench, span_of_one_block_keeps_every_thread_on_its_own_block) {
   TempDir dir;
   ASSERT_FALSE(dir.path.empty());
   const std::string path = dir.path + "/bench.bin";
-  {
-    std::vector<char> zeros(4 * MiB, 0);
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(::write(fd, zeros.data(), zeros.size()), static_cast<ssize_t>(zeros.size()));
-    ::close(fd);
-  }
+  ASSERT_TRUE(writeZeros(path, 4 * MiB)) << path;
   for (const char* op : {"write", "read"}) {
     std::string out;
     ASSERT_EQ(sh(hawserBin() + " bench --target file://" + path + " --op " + op +
@@ -609,8 +605,7 @@ TEST(FileBench, span_of_one_block_keeps_every_thread_on_its_own_block) {
                  &out),
               0)
         << out;
-    auto nl = out.find_last_of('\n', out.size() >= 2 ? out.size() - 2 : 0);
-    auto j = nlohmann::json::parse(nl == std::string::npos ? out : out.substr(nl + 1));
+    auto j = nlohmann::json::parse(lastLine(out));
     EXPECT_TRUE(j["verified"].get<bool>()) << j.dump();
     EXPECT_EQ(j["span"], 64 * KiB) << j.dump();
     EXPECT_GE(j["bytes"].get<uint64_t>(), 8 * MiB) << j.dump();
@@ -649,13 +644,7 @@ TEST(FileBench, huge_pages_come_from_the_reserved_pool_or_the_bench_says_how_to_
   TempDir dir;
   ASSERT_FALSE(dir.path.empty());
   const std::string path = dir.path + "/bench.bin";
-  {
-    std::vector<char> zeros(4 * MiB, 0);
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(::write(fd, zeros.data(), zeros.size()), static_cast<ssize_t>(zeros.size()));
-    ::close(fd);
-  }
+  ASSERT_TRUE(writeZeros(path, 4 * MiB)) << path;
   std::string meminfo;
   ASSERT_EQ(sh("awk '/HugePages_Free/ {print $2}' /proc/meminfo", &meminfo), 0);
   const long free_pages = std::atol(meminfo.c_str());

@@ -131,8 +131,7 @@ TEST_F(ShmPeer, bench_json_names_shm_as_the_transport_that_carried_the_data) {
                &out),
             0)
       << out;
-  auto nl = out.find_last_of('\n', out.size() >= 2 ? out.size() - 2 : 0);
-  auto j = nlohmann::json::parse(nl == std::string::npos ? out : out.substr(nl + 1));
+  auto j = nlohmann::json::parse(lastLine(out));
   EXPECT_TRUE(j["verified"].get<bool>()) << j.dump();
   EXPECT_EQ(j["transports"], nlohmann::json::array({"shm"})) << j.dump();
 }
