@@ -564,6 +564,28 @@ TEST(FileTransportConfig, bad_tunable_fails_init_naming_the_key_and_value) {
   clearFileEnv();
 }
 
+namespace {
+
+// `hawser bench --json` against the file at `path` with `args`, a write run
+// then a read run: their summaries, each checked to have verified its data
+// and gone through the file transport (none when a run failed).
+std::vector<nlohmann::json> benchWriteThenRead(const std::string& path, const std::string& args) {
+  std::vector<nlohmann::json> runs;
+  for (const char* op : {"write", "read"}) {
+    std::string out;
+    const int rc = sh(hawserBin() + " bench --target file://" + path + " --op " + op + " " + args + " --json", &out);
+    EXPECT_EQ(rc, 0) << op << ": " << out;
+    if (rc != 0) return {};
+    auto j = nlohmann::json::parse(lastLine(out));
+    EXPECT_TRUE(j["verified"].get<bool>()) << j.dump();
+    EXPECT_EQ(j["transports"], nlohmann::json::array({"file"})) << j.dump();
+    runs.push_back(std::move(j));
+  }
+  return runs;
+}
+
+}  // namespace
+
 // `hawser bench` against a file with several batches in flight per thread
 // (--depth: the queue never drains between batches): every slot's bytes are
 // checked, both directions.
@@ -573,17 +595,10 @@ TEST(FileBench, batches_in_flight_per_thread_move_and_verify_every_block) {
   ASSERT_FALSE(dir.path.empty());
   const std::string path = dir.path + "/bench.bin";
   ASSERT_TRUE(writeZeros(path, 4 * MiB)) << path;
-  for (const char* op : {"write", "read"}) {
-    std::string out;
-    ASSERT_EQ(sh(hawserBin() + " bench --target file://" + path + " --op " + op +
-                     " --block-size 64K --batch-size 4 --threads 2 --depth 3 --total 24M --json",
-                 &out),
-              0)
-        << out;
-    auto j = nlohmann::json::parse(lastLine(out));
-    EXPECT_TRUE(j["verified"].get<bool>()) << j.dump();
+  const auto runs = benchWriteThenRead(path, "--block-size 64K --batch-size 4 --threads 2 --depth 3 --total 24M");
+  ASSERT_EQ(runs.size(), 2u);
+  for (const auto& j : runs) {
     EXPECT_EQ(j["depth"], 3) << j.dump();
-    EXPECT_EQ(j["transports"], nlohmann::json::array({"file"})) << j.dump();
     EXPECT_GE(j["bytes"].get<uint64_t>(), 24 * MiB) << j.dump();
     EXPECT_GT(j["cpu_s"].get<double>(), 0.0) << j.dump();
   }
@@ -598,15 +613,10 @@ TEST(FileBench, span_of_one_block_keeps_every_thread_on_its_own_block) {
   ASSERT_FALSE(dir.path.empty());
   const std::string path = dir.path + "/bench.bin";
   ASSERT_TRUE(writeZeros(path, 4 * MiB)) << path;
-  for (const char* op : {"write", "read"}) {
-    std::string out;
-    ASSERT_EQ(sh(hawserBin() + " bench --target file://" + path + " --op " + op +
-                     " --block-size 64K --batch-size 4 --threads 2 --depth 2 --span 64K --total 8M --json",
-                 &out),
-              0)
-        << out;
-    auto j = nlohmann::json::parse(lastLine(out));
-    EXPECT_TRUE(j["verified"].get<bool>()) << j.dump();
+  const auto runs =
+      benchWriteThenRead(path, "--block-size 64K --batch-size 4 --threads 2 --depth 2 --span 64K --total 8M");
+  ASSERT_EQ(runs.size(), 2u);
+  for (const auto& j : runs) {
     EXPECT_EQ(j["span"], 64 * KiB) << j.dump();
     EXPECT_GE(j["bytes"].get<uint64_t>(), 8 * MiB) << j.dump();
   }
