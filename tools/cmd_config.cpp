@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hawser/config.h"
@@ -38,7 +39,7 @@ std::string markdownRange(const ConfigKey& k) {
     size_t bar = k.range.find('|', start);
     if (bar == std::string::npos) bar = k.range.size();
     if (!out.empty()) out += ", ";
-    out += "`" + k.range.substr(start, bar - start) + "`";
+    out += fmt::format("`{}`", std::string_view(k.range).substr(start, bar - start));
     start = bar + 1;
   }
   return out;
@@ -48,7 +49,7 @@ void printMarkdown(const std::vector<ConfigKey>& keys) {
   std::printf("| key | env | type | default | range | what it does |\n");
   std::printf("| --- | --- | --- | --- | --- | --- |\n");
   for (const auto& k : keys) {
-    std::string def = k.default_value.empty() ? "(empty)" : "`" + k.default_value + "`";
+    std::string def = k.default_value.empty() ? "(empty)" : fmt::format("`{}`", k.default_value);
     std::printf("| `%s` | `%s` | %s | %s | %s | %s |\n", k.key.c_str(), k.env.c_str(), k.type.c_str(), def.c_str(),
                 cell(markdownRange(k)).c_str(), cell(k.doc).c_str());
   }
@@ -63,7 +64,7 @@ void printText(const std::vector<ConfigKey>& keys) {
     wr = std::max(wr, k.range.size());
   }
   for (const auto& k : keys) {
-    std::string def = "'" + k.default_value + "'";
+    std::string def = fmt::format("'{}'", k.default_value);
     std::printf("%s\n", fmt::format("{:<{}}  {:<{}}  {:<{}}  {:<{}}  {}", k.key, wk, k.type, wt, def, wd, k.range, wr,
                                     k.env)
                             .c_str());
