@@ -462,7 +462,8 @@ int runBench(const BenchOpts& o) {
   }
   if (!o.json) {
     fmt::print("op {}  block {}  batch {}  depth {}  span {}  threads {}  local {}  target {}  transport {}\n", o.op,
-               *block, o.batch_size, o.depth, per_thread * *block, o.threads, gpu >= 0 ? o.local_location : "cpu", o.target, fmt::join(carried, "+"));
+               *block, o.batch_size, o.depth, per_thread * *block, o.threads, gpu >= 0 ? o.local_location : "cpu",
+               o.target, fmt::join(carried, "+"));
     fmt::print("moved {:.3f} GB in {:.2f} s: {:.3f} GB/s, {:.0f} ops/s, batch latency p50 {:.0f} us p99 {:.0f} us\n",
                bytes / 1e9, elapsed, gbps, ops / elapsed, p50, p99);
     fmt::print("cpu: {:.2f} cores busy here{}\n", cpu_s / elapsed,
