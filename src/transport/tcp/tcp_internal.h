@@ -155,7 +155,7 @@ struct Peer {
   uint16_t port = 0;
   std::string name;  // "host:port" (for messages)
   std::vector<std::unique_ptr<Conn>> conns;
-  std::atomic<uint32_t> rr{0};  // round-robin cursor over conns (one submitting thread)
+  std::atomic<uint32_t> rr{0};  // round-robin cursor over conns (slices not kept to a home connection)
   // Connection choice (tcp_conn_picker.h): the seat of the last thread that
   // posted slices here, and until when (steady clock, ns) several threads
   // count as submitting at once.

@@ -375,6 +375,15 @@ void IoThread::closeIdle() {
   }
 }
 
+// Whether `c` moved bytes since the last look (the data path bumps
+// Conn::progress); if so, its stall is timed from `now` on.
+static bool progressed(Conn* c, Clock::time_point now) {
+  if (c->progress == c->progress_seen) return false;
+  c->progress_seen = c->progress;
+  c->last_progress = now;
+  return true;
+}
+
 int IoThread::checkTimeouts() {
   bool busy = false, open = false;
   Clock::time_point now{};
@@ -386,11 +395,7 @@ int IoThread::checkTimeouts() {
     // Progress is counted on the data path and timed here, once per round:
     // the stall is measured from the round that first saw no more of it
     // (late by at most one round, never early).
-    if (c->progress != c->progress_seen) {
-      c->progress_seen = c->progress;
-      c->last_progress = now;
-      continue;
-    }
+    if (progressed(c, now)) continue;
     if (now - c->last_progress < std::chrono::milliseconds(settings_.timeout_ms)) continue;
     // Before calling the peer silent, look: bytes may be waiting that this
     // thread has not read (it was not scheduled for that long, or the
@@ -400,10 +405,7 @@ int IoThread::checkTimeouts() {
       c->writable = true;  // a missed EPOLLOUT edge: sendmsg says EAGAIN if not
       doSend(c);
     }
-    if (c->state == ConnState::kConnected && c->progress != c->progress_seen) {
-      c->progress_seen = c->progress;
-      c->last_progress = Clock::now();
-    } else if (c->state == ConnState::kConnected)
+    if (c->state == ConnState::kConnected && !progressed(c, Clock::now()))
       failConn(c, Status(Code::kTimeout, fmt::format("tcp: no progress on the connection to {} for {} ms",
                                                      c->peer->name, settings_.timeout_ms)));
   }
