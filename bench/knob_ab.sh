@@ -57,11 +57,9 @@ run_one() {
     { kill "$serve_pid"; echo "hawser bench failed under '$1':" >&2; cat "$work/bench.err" >&2; exit 1; }
   kill "$serve_pid"
   wait "$serve_pid" 2>/dev/null || true
-  tail -1 "$work/bench.out" | python3 -c '
-import json, sys
-d = json.loads(sys.stdin.read())
-if not d.get("verified", False): sys.exit("hawser bench: data not verified: %s" % d)
-print("%.3f %.3f" % (d["gbps"], (d["cpu_s"] + d["peer_cpu_s"]) / (d["gbps"] * d["seconds"])))'
+  local carrier=$HAWSER_TRANSPORT
+  [ "$carrier" = auto ] && carrier=-  # whichever the engine picks
+  python3 "$here/bench/bench_result.py" "$work/bench.out" "$carrier" gbps cpu_per_gb
 }
 
 echo "hawser: $HAWSER"

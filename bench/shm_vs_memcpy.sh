@@ -73,12 +73,7 @@ run_bench() {
   "$HAWSER" bench --target "127.0.0.1:$PORT" --op "$op" --block-size "$block" --batch-size "$batch" \
     --threads "$THREADS" --seconds "$DURATION" --json >"$work/bench.out" 2>"$work/bench.err" || {
     echo "hawser bench $op $block failed:" >&2; cat "$work/bench.err" >&2; tail -1 "$work/bench.out" >&2; exit 1; }
-  tail -1 "$work/bench.out" | python3 -c '
-import json,sys
-d=json.loads(sys.stdin.read())
-if not d.get("verified", False): sys.exit("bench data not verified: %s" % d)
-if d.get("transports") != ["shm"]: sys.exit("expected shm to carry the data, got %s" % d.get("transports"))
-print("%.3f %.0f %.0f" % (d["gbps"], d["p50_us"], d["p99_us"]))'
+  python3 "$here/bench/bench_result.py" "$work/bench.out" shm gbps p50_us:0 p99_us:0
 }
 
 median() { python3 -c 'import statistics,sys; print("%.3f" % statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }

@@ -83,13 +83,10 @@ run_bench() {
   "$HAWSER" bench --target "127.0.0.1:$port" --op "$op" --block-size "$block" --batch-size "$BATCH" \
     --threads "$THREADS" --seconds "$DURATION" --json "$@" >"$work/bench.out" 2>"$work/bench.err" || {
     echo "hawser bench $op $block $* failed:" >&2; cat "$work/bench.err" >&2; tail -1 "$work/bench.out" >&2; exit 1; }
-  tail -1 "$work/bench.out" | python3 -c '
-import json,sys
-d=json.loads(sys.stdin.read())
-if not d.get("verified", False): sys.exit("bench data not verified: %s" % d)
-if d.get("transports") != ["tcp"]: sys.exit("the data did not go over tcp: %s" % d.get("transports"))
-t=d["stats"].get("tcp", {})
-print("%.3f %d" % (d["gbps"], t.get("gpu_staged_to_device_bytes", 0) + t.get("gpu_staged_from_device_bytes", 0)))'
+  local gb to from
+  read -r gb to from < <(python3 "$here/bench/bench_result.py" "$work/bench.out" tcp gbps \
+    stats.tcp.gpu_staged_to_device_bytes:0 stats.tcp.gpu_staged_from_device_bytes:0) || exit 1
+  echo "$gb $((to + from))"
 }
 
 median() { python3 -c 'import statistics,sys; print("%.3f" % statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }

@@ -89,12 +89,7 @@ run_bench() {
   "$HAWSER" bench --target "127.0.0.1:$PORT" --op "$op" --block-size "$size" --batch-size "$batch" --threads 1 \
     --seconds "$DURATION" --cpu-pid "$serve_pid" --json >"$work/bench.out" 2>"$work/bench.err" || {
     echo "hawser bench $op $size failed:" >&2; cat "$work/bench.err" >&2; tail -1 "$work/bench.out" >&2; exit 1; }
-  tail -1 "$work/bench.out" | python3 -c '
-import json, sys
-d = json.loads(sys.stdin.read())
-if not d.get("verified", False): sys.exit("hawser bench: data not verified: %s" % d)
-if d.get("transports") != ["tcp"]: sys.exit("hawser bench: carried by %s, not tcp" % d.get("transports"))
-print("%.1f %.1f %.0f %.2f" % (d["p50_us"], d["p99_us"], d["ops_per_s"], (d["cpu_s"] + d["peer_cpu_s"]) / d["seconds"]))'
+  python3 "$here/bench/bench_result.py" "$work/bench.out" tcp p50_us:1 p99_us:1 ops_per_s:0 cores:2
 }
 
 echo "hawser: $HAWSER"

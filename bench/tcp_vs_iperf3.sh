@@ -152,13 +152,7 @@ run_bench() {
     2>"$work/bench.err" || {
     echo "hawser bench $op $block ${span[*]} failed:" >&2; cat "$work/bench.err" >&2; tail -1 "$work/bench.out" >&2
     exit 1; }
-  tail -1 "$work/bench.out" | python3 -c '
-import json, sys
-d = json.loads(sys.stdin.read())
-if not d.get("verified", False): sys.exit("hawser bench: data not verified: %s" % d)
-if d.get("transports") != ["tcp"]: sys.exit("hawser bench: carried by %s, not tcp" % d.get("transports"))
-total = d["cpu_s"] + d["peer_cpu_s"]
-print("%.3f %.2f %.3f %.0f %.0f" % (d["gbps"], total / d["seconds"], total / (d["gbps"] * d["seconds"]), d["p50_us"], d["p99_us"]))'
+  python3 "$here/bench/bench_result.py" "$work/bench.out" tcp gbps cores:2 cpu_per_gb p50_us:0 p99_us:0
 }
 
 echo "hawser: $HAWSER"
