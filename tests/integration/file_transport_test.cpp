@@ -584,17 +584,24 @@ std::vector<nlohmann::json> benchWriteThenRead(const std::string& path, const st
   return runs;
 }
 
+// `hawser bench` against a 4 MiB file of zeros at `path`.
+class FileBench : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    clearFileEnv();
+    ASSERT_FALSE(dir.path.empty());
+    ASSERT_TRUE(writeZeros(path, 4 * MiB)) << path;
+  }
+  TempDir dir;
+  const std::string path = dir.path + "/bench.bin";
+};
+
 }  // namespace
 
 // `hawser bench` against a file with several batches in flight per thread
 // (--depth: the queue never drains between batches): every slot's bytes are
 // checked, both directions.
-TEST(FileBench, batches_in_flight_per_thread_move_and_verify_every_block) {
-  clearFileEnv();
-  TempDir dir;
-  ASSERT_FALSE(dir.path.empty());
-  const std::string path = dir.path + "/bench.bin";
-  ASSERT_TRUE(writeZeros(path, 4 * MiB)) << path;
+TEST_F(FileBench, batches_in_flight_per_thread_move_and_verify_every_block) {
   const auto runs = benchWriteThenRead(path, "--block-size 64K --batch-size 4 --threads 2 --depth 3 --total 24M");
   ASSERT_EQ(runs.size(), 2u);
   for (const auto& j : runs) {
@@ -607,12 +614,7 @@ TEST(FileBench, batches_in_flight_per_thread_move_and_verify_every_block) {
 // --span shrinks what each thread's requests cycle through: with one block
 // per thread (iperf3's working set) the data still checks out both ways,
 // and the writes touched those blocks of the file and no other.
-TEST(FileBench, span_of_one_block_keeps_every_thread_on_its_own_block) {
-  clearFileEnv();
-  TempDir dir;
-  ASSERT_FALSE(dir.path.empty());
-  const std::string path = dir.path + "/bench.bin";
-  ASSERT_TRUE(writeZeros(path, 4 * MiB)) << path;
+TEST_F(FileBench, span_of_one_block_keeps_every_thread_on_its_own_block) {
   const auto runs =
       benchWriteThenRead(path, "--block-size 64K --batch-size 4 --threads 2 --depth 2 --span 64K --total 8M");
   ASSERT_EQ(runs.size(), 2u);
@@ -649,12 +651,7 @@ TEST(FileBench, span_of_one_block_keeps_every_thread_on_its_own_block) {
 
 // --huge-pages maps the bench's buffers from the reserved pool; with none
 // free it says so and which knob reserves them.
-TEST(FileBench, huge_pages_come_from_the_reserved_pool_or_the_bench_says_how_to_reserve_them) {
-  clearFileEnv();
-  TempDir dir;
-  ASSERT_FALSE(dir.path.empty());
-  const std::string path = dir.path + "/bench.bin";
-  ASSERT_TRUE(writeZeros(path, 4 * MiB)) << path;
+TEST_F(FileBench, huge_pages_come_from_the_reserved_pool_or_the_bench_says_how_to_reserve_them) {
   std::string meminfo;
   ASSERT_EQ(sh("awk '/HugePages_Free/ {print $2}' /proc/meminfo", &meminfo), 0);
   const long free_pages = std::atol(meminfo.c_str());
