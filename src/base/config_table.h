@@ -118,6 +118,16 @@ inline constexpr Knob kKnobs[] = {
   // ---- gpu ----------------------------------------------------------------------------------------------------------
   {"gpu.cuda_driver", "HAWSER_GPU_CUDA_DRIVER", KnobType::kString, "libcuda.so.1", 0, 0, {},
    "CUDA driver library loaded at init (once per process) to find and move GPU memory; absent: host memory only"},
+  {"gpu.copy_mechanism", "HAWSER_GPU_COPY_MECHANISM", KnobType::kEnum, "auto", 0, 0, "auto|kernel|copy_engine|per_run",
+   "how a window of GPU runs is copied (nvlink, tcp and file staging): hawser's gather/scatter kernel (one launch, "
+   "SMs), the driver's batched copy (cuMemcpyBatchAsync, copy engines), one cuMemcpyAsync per run, or auto: the "
+   "kernel when the window's runs average under gpu.copy_kernel_below, else per run"},
+  {"gpu.copy_max_ctas", "HAWSER_GPU_COPY_MAX_CTAS", KnobType::kInt, "32", 0, 65535, {},
+   "most CTAs (thread blocks, at most one SM each) one launch of the copy kernel uses, leaving the rest of the GPU "
+   "to inference; 0: as many as the window has pieces"},
+  {"gpu.copy_kernel_below", "HAWSER_GPU_COPY_KERNEL_BELOW", KnobType::kSize, "1M", 0, 16 * knob_detail::G, {},
+   "gpu.copy_mechanism=auto: windows whose runs average fewer bytes than this go to the copy kernel, others to "
+   "per-run copies on the copy engines"},
   // ---- nvlink -------------------------------------------------------------------------------------------------------
   {"nvlink.streams", "HAWSER_NVLINK_STREAMS", KnobType::kInt, "4", 1, 32, {},
    "CUDA streams (each with its own thread) per local GPU that nvlink copies run on"},

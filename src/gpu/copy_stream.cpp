@@ -6,10 +6,10 @@
 
 namespace hawser::gpu {
 
-Status CopyStream::open(int device, std::unique_ptr<CopyStream>& out) {
+Status CopyStream::open(int device, std::unique_ptr<CopyStream>& out, const CopySettings& settings) {
   const CudaDriver* d = CudaDriver::get();
   if (!d) return Status(Code::kNotSupported, "no CUDA driver: " + CudaDriver::reason());
-  std::unique_ptr<CopyStream> s(new CopyStream(d, device));
+  std::unique_ptr<CopyStream> s(new CopyStream(d, device, settings));
   Status st = s->bind();
   if (!st.ok()) return st;
   st = d->check(d->api().StreamCreate(&s->stream_, cu::kStreamNonBlocking),
@@ -40,6 +40,12 @@ Status CopyStream::copy(void* dst, const void* src, size_t len, uint64_t& ticket
                                stream_),
                  fmt::format("cuMemcpyAsync({:p} <- {:p}, {} bytes, GPU {})", dst, src, len, device_));
   if (!st.ok()) return st;
+  return mark(ticket);
+}
+
+Status CopyStream::mark(uint64_t& ticket) {
+  const cu::Api& a = d_->api();
+  Status st;
   cu::Event e = nullptr;
   if (!spare_.empty()) {
     e = spare_.back();
@@ -56,6 +62,25 @@ Status CopyStream::copy(void* dst, const void* src, size_t len, uint64_t& ticket
   ticket = next_++;
   marks_.push_back({ticket, e});
   return Status::OK();
+}
+
+Status CopyStream::copyRuns(std::span<const CopyRun> runs, uint64_t& ticket, CopyReport* report) {
+  Status st = bind();
+  if (!st.ok()) return st;
+  const cu::Api& a = d_->api();
+  CopyReport rep;
+  rep.used = CopyMechanism::kPerRun;
+  for (const CopyRun& r : runs) {
+    st = d_->check(a.MemcpyAsync(r.dst, r.src, r.len, stream_),
+                   fmt::format("cuMemcpyAsync({:#x} <- {:#x}, {} bytes, GPU {})", r.dst, r.src, r.len, device_));
+    if (!st.ok()) return st;
+    ++rep.launches;
+    ++rep.runs;
+    rep.bytes += r.len;
+  }
+  st = mark(ticket);
+  if (st.ok() && report) *report = rep;
+  return st;
 }
 
 Status CopyStream::poll(uint64_t ticket, bool& done) {

@@ -13,6 +13,9 @@
 #include <memory>
 #include <vector>
 
+#include <span>
+
+#include "gpu/batch_copy.h"
 #include "gpu/cuda_api.h"
 #include "hawser/status.h"
 
@@ -22,13 +25,21 @@ class CudaDriver;
 
 class CopyStream {
  public:
-  // A stream on GPU `device` of the loaded driver (kNotSupported without one).
-  static Status open(int device, std::unique_ptr<CopyStream>& out);
+  // A stream on GPU `device` of the loaded driver (kNotSupported without
+  // one); `settings` say how copyRuns executes a window.
+  static Status open(int device, std::unique_ptr<CopyStream>& out, const CopySettings& settings = {});
   ~CopyStream();  // waits for the queued copies
 
   int device() const { return device_; }
   // Queues dst <- src (host or device memory, either end: unified addressing).
   Status copy(void* dst, const void* src, size_t len, uint64_t& ticket);
+  // Queues every run of `runs` (a window: any number, any lengths and
+  // alignments, none overlapping another's destination) with one driver
+  // launch where the mechanism allows (gpu/batch_copy.h), and one ticket
+  // for all of them. `report`, when given, says how it was done. When it
+  // fails, copies of the window already queued may still run: waitAll()
+  // before the memory is given back.
+  Status copyRuns(std::span<const CopyRun> runs, uint64_t& ticket, CopyReport* report = nullptr);
   // done = every copy up to `ticket` finished. An error is the stream's.
   Status poll(uint64_t ticket, bool& done);
   Status wait(uint64_t ticket);
@@ -37,16 +48,20 @@ class CopyStream {
   uint64_t last() const { return next_ - 1; }
 
  private:
-  CopyStream(const CudaDriver* d, int device) : d_(d), device_(device) {}
+  CopyStream(const CudaDriver* d, int device, const CopySettings& settings)
+      : d_(d), device_(device), settings_(settings) {}
   struct Mark {
     uint64_t ticket;
     cu::Event event;
   };
   Status bind() const;
   void recycle(cu::Event e);
+  // Records an event after what is queued and hands out its ticket.
+  Status mark(uint64_t& ticket);
 
   const CudaDriver* d_;
   int device_;
+  CopySettings settings_;
   cu::Stream stream_ = nullptr;
   uint64_t next_ = 1;
   uint64_t done_ = 0;       // every ticket <= done_ finished
