@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "base/transport.h"
+
 namespace hawser {
 
 MemoryRegistry::Pin& MemoryRegistry::Pin::operator=(Pin&& o) noexcept {
@@ -106,6 +108,22 @@ Status MemoryRegistry::regionOf(uint64_t addr, uint64_t len, uint64_t& start, ui
     if (addr >= r.addr && len <= r.length && addr - r.addr <= r.length - len) {
       start = r.addr;
       length = r.length;
+      if (location) *location = r.location;
+      return Status::OK();
+    }
+  }
+  return {Code::kNotRegistered,
+          fmt::format("local range [{:#x}, +{}) is not inside one registered region", addr, len)};
+}
+
+Status MemoryRegistry::regionAt(uint64_t addr, uint64_t len, LocalRegion& out, std::string* location) const {
+  std::shared_lock lk(mu_);
+  auto it = regions_.upper_bound(addr);
+  if (it != regions_.begin()) {
+    --it;
+    const Region& r = it->second;
+    if (addr >= r.addr && len <= r.length && addr - r.addr <= r.length - len) {
+      out = LocalRegion{r.addr, r.length, gpuOrdinalOf(r.location), r.seq};
       if (location) *location = r.location;
       return Status::OK();
     }

@@ -27,6 +27,15 @@ struct Region {
   std::shared_ptr<std::atomic<int>> pins = std::make_shared<std::atomic<int>>(0);
 };
 
+// A registered region as the data path needs it, found once (when a block
+// request is checked) and handed to the transports with its runs.
+struct LocalRegion {
+  uint64_t addr = 0;
+  uint64_t length = 0;
+  int gpu = -1;      // the GPU ordinal of "cuda:N" memory; -1: host memory
+  uint64_t seq = 0;  // which registration (Region::seq)
+};
+
 class MemoryRegistry {
  public:
   // Pin held while a peer's request reads/writes a region.
@@ -56,6 +65,8 @@ class MemoryRegistry {
   Status checkLocal(uint64_t addr, uint64_t len, std::string* location = nullptr) const;
   // Like checkLocal, and says which region: [start, start + length).
   Status regionOf(uint64_t addr, uint64_t len, uint64_t& start, uint64_t& length, std::string* location) const;
+  // Like checkLocal, and fills `out` with the region (and `location`).
+  Status regionAt(uint64_t addr, uint64_t len, LocalRegion& out, std::string* location = nullptr) const;
   // kOutOfRange unless inside one remote_accessible region; pins it on success.
   Status pinRemote(uint64_t addr, uint64_t len, Pin& pin);
 

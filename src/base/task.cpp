@@ -56,6 +56,15 @@ void Task::completeSlice(TransferState state, uint64_t bytes, const Status& erro
   slicesEnded(1, ns, shard);
 }
 
+void Task::completeSlices(uint32_t n, uint64_t bytes) {
+  if (n == 0) return;
+  const size_t shard = traffic_ ? metrics::threadShard() : 0;
+  const uint64_t ns = traffic_ ? sinceSubmitNs() : 0;
+  if (traffic_) traffic_->slicesEnded(shard, metrics::PeerTraffic::dir(request_.opcode), Code::kOk, n, bytes, ns);
+  bytes_done_.fetch_add(bytes, std::memory_order_relaxed);
+  slicesEnded(n, ns, shard);
+}
+
 void Task::failSlices(uint32_t n, TransferState state, const Status& error) {
   if (n == 0) return;
   const size_t shard = traffic_ ? metrics::threadShard() : 0;

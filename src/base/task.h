@@ -55,6 +55,9 @@ class Task {
   // Thread-safe. `bytes` counts only when state == kCompleted. Also counts
   // the slice (and the task, at its last slice) in the peer's traffic metrics.
   void completeSlice(TransferState state, uint64_t bytes, const Status& error = Status::OK());
+  // Ends `n` slices at once, all COMPLETED, moving `bytes` in all (runs of
+  // a block request moved as a window).
+  void completeSlices(uint32_t n, uint64_t bytes);
   // Ends `n` slices at once, none of them COMPLETED (runs of a block
   // request that were never started: canceled, or abandoned at shutdown).
   void failSlices(uint32_t n, TransferState state, const Status& error);

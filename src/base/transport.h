@@ -32,6 +32,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "base/metrics.h"
+#include "base/registry.h"
 #include "base/task.h"
 #include "hawser/stats.h"
 #include "hawser/status.h"
@@ -53,6 +54,9 @@ enum MemoryKind : uint32_t {
 };
 // The kind of a location string ("cpu:0" -> kHostMemory).
 MemoryKind memoryKindOf(const std::string& location);
+// The GPU ordinal of a "cuda:N" location; -1 for any other text. The one
+// place a location is parsed.
+int gpuOrdinalOf(const std::string& location);
 
 struct TransportCaps {
   bool memory_segments = false;            // serves memory segments of peers
@@ -63,6 +67,9 @@ struct TransportCaps {
   int cost_rank = 100;                     // lower is preferred (engine/selection.h)
   // A segment name scheme this transport resolves itself ("file://"); empty: none.
   std::string segment_scheme;
+  // Its sub-batches move a block request's runs as windows (SubBatch::prepareRuns)
+  // rather than as a task per run.
+  bool run_windows = false;
 };
 
 // What the engine gives a transport at install time.
@@ -86,6 +93,43 @@ class PeerHandle {
   virtual ~PeerHandle() = default;
 };
 
+// ---- block requests as windows of runs ---------------------------------------
+// A transport whose caps() say run_windows gets a block request's runs a
+// window at a time (SubBatch::prepareRuns), with what the engine found when
+// the plan was made (the local regions, the remote buffer of every run), and
+// no task per run: the cost of a run is what the transport itself spends.
+
+// One run: contiguous on both sides, inside one local region and one
+// remote buffer.
+struct RunRef {
+  uint64_t local = 0;
+  uint64_t remote = 0;
+  uint64_t length = 0;
+  int32_t buffer = -1;  // remote buffer index (memory segments), -1 for file segments
+  uint32_t region = 0;  // index into RunWindow::regions
+};
+
+// Told as the runs of a window end (any thread; several calls per window,
+// as many runs in all as the window has).
+class RunSink {
+ public:
+  // `n` runs ended: `completed` of them COMPLETED, moving `bytes`; the
+  // other n - completed ended `state` with `error`.
+  virtual void runsEnded(size_t n, size_t completed, uint64_t bytes, TransferState state, const Status& error) = 0;
+
+ protected:
+  ~RunSink() = default;
+};
+
+struct RunWindow {
+  OpCode op = OpCode::kRead;
+  PeerHandle* peer = nullptr;  // the transport's handle on the target segment
+  const SegmentDesc* segment = nullptr;
+  std::span<const RunRef> runs;
+  std::span<const LocalRegion> regions;  // found once when the block request was checked
+  RunSink* sink = nullptr;
+};
+
 // Slices cut by prepare() and not yet posted. Destroying it posts nothing.
 class PreparedWork {
  public:
@@ -100,6 +144,11 @@ class SubBatch {
   virtual ~SubBatch() = default;
   // Validates, cuts slices (Task::setSliceCount on each task) into `out`. No I/O.
   virtual Status prepare(std::span<Task* const> tasks, std::unique_ptr<PreparedWork>& out) = 0;
+  // Transports with caps().run_windows: validates a window of runs into
+  // `out` (no I/O), as prepare() does tasks; post() then moves it and every
+  // run ends through w.sink exactly once. `w` and what it points to stay
+  // valid until every run has ended. Default: kNotSupported.
+  virtual Status prepareRuns(const RunWindow& w, std::unique_ptr<PreparedWork>& out);
   // Posts what prepare() cut. Cannot fail: posting errors complete slices FAILED.
   virtual void post(std::unique_ptr<PreparedWork> work) = 0;
   // Cancels every unfinished slice; they end CANCELED (or FAILED).

@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "base/registry.h"
 #include "engine/selection.h"
 #include "hawser/types.h"
 
@@ -76,12 +77,22 @@ struct BlockPlan {
   uint64_t local_base = 0, remote_base = 0, length = 0, local_stride = 0, remote_stride = 0, tail = 0;
   std::vector<Run> list;
 
+  // The local regions the runs lie in, found when the plan was checked
+  // (transports that move windows of runs get them with the runs), and the
+  // region of every run: empty when every run is in regions[0].
+  std::vector<LocalRegion> regions;
+  std::vector<uint32_t> run_region;
+  uint32_t regionOf(size_t i) const { return run_region.empty() ? 0 : run_region[i]; }
+
   Run run(size_t i) const {
     if (!strided) return list[i];
     return Run{local_base + i * local_stride, remote_base + i * remote_stride, i + 1 == runs ? tail : length};
   }
   // Engine memory the plan itself holds, per run.
-  size_t memoryBytes() const { return sizeof(*this) + list.capacity() * sizeof(Run); }
+  size_t memoryBytes() const {
+    return sizeof(*this) + list.capacity() * sizeof(Run) + regions.capacity() * sizeof(LocalRegion) +
+           run_region.capacity() * sizeof(uint32_t);
+  }
 };
 
 }  // namespace hawser

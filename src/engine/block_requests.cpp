@@ -97,7 +97,10 @@ Status EngineImpl::checkBlocks(const BlockSource& src, BlockPlan& plan, bool& re
   uint64_t prev_dest = 0, max_end = 0;
   size_t max_end_block = 0;
 
+  uint32_t cur_region = 0;  // index of the current region in plan.regions
   plan.list.clear();
+  plan.regions.clear();
+  plan.run_region.clear();
   plan.list.reserve(n);  // no copies while growing (at most 24 bytes a block; fewer runs are trimmed below)
   for (size_t i = 0; i < n; ++i) {
     const Run b = src.at(i);
@@ -107,12 +110,15 @@ Status EngineImpl::checkBlocks(const BlockSource& src, BlockPlan& plan, bool& re
     if (b.remote + b.length < b.remote) return at(i, Code::kOutOfRange, "remote + length wraps around");
     bool kinds_changed = false;
     if (b.local < reg_start || b.local + b.length > reg_end) {
-      uint64_t start = 0, len = 0;
+      LocalRegion lr;
       std::string where;
-      s = registry_.regionOf(b.local, b.length, start, len, &where);
+      s = registry_.regionAt(b.local, b.length, lr, &where);
       if (!s.ok()) return at(i, s.code(), s.message());
-      reg_start = start;
-      reg_end = start + len;
+      reg_start = lr.addr;
+      reg_end = lr.addr + lr.length;
+      cur_region = 0;
+      while (cur_region < plan.regions.size() && plan.regions[cur_region].addr != lr.addr) ++cur_region;
+      if (cur_region == plan.regions.size()) plan.regions.push_back(lr);
       const uint32_t kind = memoryKindOf(where);
       kinds_changed = kind != local_kind;
       local_kind = kind;
@@ -180,6 +186,8 @@ Status EngineImpl::checkBlocks(const BlockSource& src, BlockPlan& plan, bool& re
       }
     }
     if (!plan.list.empty() && this_buf != run_buf) one_buffer = false;
+    if (cur_region != 0 && plan.run_region.empty()) plan.run_region.assign(plan.list.size(), 0);
+    if (!plan.run_region.empty()) plan.run_region.push_back(cur_region);
     plan.list.push_back(b);
     plan.bytes += b.length;
     run_reg = reg_start;
@@ -210,6 +218,7 @@ Status EngineImpl::checkBlocks(const BlockSource& src, BlockPlan& plan, bool& re
     return {Code::kInvalidArgument,
             fmt::format("{} blocks make {} runs; one block request holds at most {}", n, plan.list.size(), UINT32_MAX)};
   if (plan.list.size() < plan.list.capacity() / 2) plan.list.shrink_to_fit();
+  if (plan.run_region.size() < plan.run_region.capacity() / 2) plan.run_region.shrink_to_fit();
   plan.blocks = n;
   plan.runs = plan.list.size();
   plan.route = route;
@@ -242,12 +251,12 @@ Status EngineImpl::buildStrided(OpCode op, SegmentID target, const StridedBlocks
   }
   // One local region and one remote buffer hold the whole span: every block
   // is valid, checked in O(1). Otherwise each block is checked (and listed).
-  uint64_t start = 0, rlen = 0;
+  LocalRegion region;
   std::string loc;
   const SegmentDesc& d = *plan.view->desc;
   const bool file = d.kind == SegmentDesc::Kind::kFile;
   int buf = -1;
-  bool fast = registry_.regionOf(lbase, lspan, start, rlen, &loc).ok();
+  bool fast = registry_.regionAt(lbase, lspan, region, &loc).ok();
   if (fast && file) {
     fast = rbase + rspan <= d.fileSpan();
   } else if (fast) {
@@ -279,6 +288,7 @@ Status EngineImpl::buildStrided(OpCode op, SegmentID target, const StridedBlocks
   s = blockRoute(*plan.view, memoryKindOf(loc), remote_kind, plan.route);
   if (!s.ok()) return s;
   plan.strided = true;
+  plan.regions = {region};
   plan.blocks = n;
   plan.bytes = n * len;
   plan.buffer = file ? -1 : buf;

@@ -9,7 +9,8 @@
 
 namespace hawser {
 
-size_t BlockRunner::bytesPerRun() { return sizeof(Child) + sizeof(Task*); }
+// Task mode holds more per run than run mode: the bound is the larger.
+size_t BlockRunner::bytesPerRun() { return std::max(sizeof(Child) + sizeof(Task*), sizeof(RunRef)); }
 
 size_t BlockRunner::maxWindowBytes(const BlockSettings& s) {
   return 2 * (s.lanes + 1) * (s.window * bytesPerRun() + sizeof(Window));
@@ -23,6 +24,7 @@ BlockRunner::BlockRunner(std::shared_ptr<const BlockPlan> plan, Task* parent, Bl
       settings_(settings),
       counters_(counters),
       lanes_(std::max<size_t>(1, std::min(settings.lanes, (plan_->runs + settings.window - 1) / settings.window))),
+      run_mode_(plan_->route->transport->caps().run_windows),
       lane_(lanes_, nullptr) {}
 
 BlockRunner::~BlockRunner() {
@@ -61,12 +63,17 @@ BlockRunner::Window* BlockRunner::windowFor(size_t lane, size_t runs) {
       auto nw = std::make_unique<Window>();
       nw->runner = this;
       nw->capacity = need;
-      nw->children.reset(new Child[nw->capacity]);
-      nw->tasks.reset(new Task*[nw->capacity]);
-      for (size_t i = 0; i < nw->capacity; ++i) {
-        nw->children[i].w = nw.get();
-        nw->children[i].task.attach(&nw->children[i]);
-        nw->tasks[i] = &nw->children[i].task;
+      nw->sink.w = nw.get();
+      if (run_mode_) {
+        nw->runs.reset(new RunRef[nw->capacity]);
+      } else {
+        nw->children.reset(new Child[nw->capacity]);
+        nw->tasks.reset(new Task*[nw->capacity]);
+        for (size_t i = 0; i < nw->capacity; ++i) {
+          nw->children[i].w = nw.get();
+          nw->children[i].task.attach(&nw->children[i]);
+          nw->tasks[i] = &nw->children[i].task;
+        }
       }
       counters_->window_bytes.fetch_add(nw->capacity * bytesPerRun() + sizeof(Window), std::memory_order_relaxed);
       w = nw.get();
@@ -87,8 +94,7 @@ Status BlockRunner::fill(Window* w, size_t first, size_t k, std::unique_ptr<Prep
     return {s.ok() ? Code::kInternal : s.code(),
             fmt::format("transport {}: cannot allocate a sub-batch: {}", t->name(), s.message())};
   const SegmentDesc& d = *p.view->desc;
-  for (size_t j = 0; j < k; ++j) {
-    const Run r = p.run(first + j);
+  auto bufferOf = [&](const Run& r) {
     int buf = p.buffer;
     if (buf == BlockPlan::kPerRun) {
       if (last_buf_ < 0 || r.remote < d.buffers[size_t(last_buf_)].addr ||
@@ -96,17 +102,37 @@ Status BlockRunner::fill(Window* w, size_t first, size_t k, std::unique_ptr<Prep
         last_buf_ = d.findBuffer(r.remote, r.length);
       buf = last_buf_;
     }
-    TransferRequest req{p.op, reinterpret_cast<void*>(r.local), p.target, r.remote, r.length};
-    w->children[j].task.reset(req, parent_->id(), p.view->desc, p.route->peer, buf);
-  }
+    return buf;
+  };
   w->n = k;
-  s = w->sb->prepare(std::span<Task* const>(w->tasks.get(), k), work);
+  if (run_mode_) {
+    for (size_t j = 0; j < k; ++j) {
+      const Run r = p.run(first + j);
+      w->runs[j] = RunRef{r.local, r.remote, r.length, bufferOf(r), p.regionOf(first + j)};
+    }
+    RunWindow rw;
+    rw.op = p.op;
+    rw.peer = p.route->peer.get();
+    rw.segment = p.view->desc.get();
+    rw.runs = std::span<const RunRef>(w->runs.get(), k);
+    rw.regions = p.regions;
+    rw.sink = &w->sink;
+    s = w->sb->prepareRuns(rw, work);
+  } else {
+    for (size_t j = 0; j < k; ++j) {
+      const Run r = p.run(first + j);
+      TransferRequest req{p.op, reinterpret_cast<void*>(r.local), p.target, r.remote, r.length};
+      w->children[j].task.reset(req, parent_->id(), p.view->desc, p.route->peer, bufferOf(r));
+    }
+    s = w->sb->prepare(std::span<Task* const>(w->tasks.get(), k), work);
+  }
   if (s.ok() && !work) s = {Code::kInternal, fmt::format("transport {}: prepare returned no work", t->name())};
   if (!s.ok()) {
     w->n = 0;
     return s;
   }
-  for (size_t j = 0; j < k; ++j) w->children[j].task.markSubmitted();
+  if (!run_mode_)
+    for (size_t j = 0; j < k; ++j) w->children[j].task.markSubmitted();
   w->left.store(k, std::memory_order_relaxed);
   w->exited.store(0, std::memory_order_release);
   return Status::OK();
@@ -202,6 +228,30 @@ void BlockRunner::childDone(Child* c) {
   // window's exit count is touched, which busy() waits for.
   parent_->completeSlice(st.s, st.transferred_bytes, st.error);
   w->exited.fetch_add(1, std::memory_order_acq_rel);
+}
+
+void BlockRunner::RunsSink::runsEnded(size_t n, size_t completed, uint64_t bytes, TransferState state,
+                                      const Status& error) {
+  w->runner->runsDone(w, n, completed, bytes, state, error);
+}
+
+void BlockRunner::runsDone(Window* w, size_t n, size_t completed, uint64_t bytes, TransferState state,
+                           const Status& error) {
+  if (n == 0) return;
+  counters_->runs_in_flight.fetch_sub(n, std::memory_order_relaxed);
+  const size_t failed = n - completed;
+  const Status why = failed == 0 || !error.ok() ? error : Status(Code::kInternal, "run failed without a reason");
+  if (failed > 0 && !failed_.exchange(true))
+    stop(TransferState::kCanceled,
+         {why.code(), fmt::format("not started: an earlier run of this block request ended {}: {}", stateName(state),
+                                  why.message())},
+         false);
+  if (w->left.fetch_sub(n, std::memory_order_acq_rel) == n) windowDone(w->lane);
+  // May end the parent (and let its batch be freed): from here on only the
+  // window's exit count is touched, which busy() waits for.
+  parent_->completeSlices(static_cast<uint32_t>(completed), bytes);
+  parent_->failSlices(static_cast<uint32_t>(failed), state, why);
+  w->exited.fetch_add(n, std::memory_order_acq_rel);
 }
 
 void BlockRunner::windowDone(size_t lane) {

@@ -80,16 +80,26 @@ class BlockRunner : public std::enable_shared_from_this<BlockRunner> {
     Window* w = nullptr;
     void taskFinished(size_t task_id) override;
   };
+  // A window handed to a transport that moves runs (caps().run_windows):
+  // its runs, and the sink their ends come back through.
+  struct RunsSink final : RunSink {
+    Window* w = nullptr;
+    void runsEnded(size_t n, size_t completed, uint64_t bytes, TransferState state, const Status& error) override;
+  };
   struct Window {
     BlockRunner* runner = nullptr;
     size_t lane = 0;
     std::unique_ptr<SubBatch> sb;
+    // Task mode: a child task per run.
     std::unique_ptr<Child[]> children;
     std::unique_ptr<Task*[]> tasks;
+    // Run mode: the runs themselves.
+    std::unique_ptr<RunRef[]> runs;
+    RunsSink sink;
     size_t capacity = 0;
-    size_t n = 0;                     // children of the current window
-    std::atomic<size_t> left{0};      // children not yet ended
-    std::atomic<size_t> exited{0};    // children whose callback has returned
+    size_t n = 0;                     // runs of the current window
+    std::atomic<size_t> left{0};      // runs not yet ended
+    std::atomic<size_t> exited{0};    // runs whose end has been fully reported
     bool reusable() const { return exited.load(std::memory_order_acquire) == n && (!sb || sb->idle()); }
   };
 
@@ -103,6 +113,7 @@ class BlockRunner : public std::enable_shared_from_this<BlockRunner> {
   Status fill(Window* w, size_t first, size_t k, std::unique_ptr<PreparedWork>& work);
   void post(Window* w, std::unique_ptr<PreparedWork> work);
   void childDone(Child* c);
+  void runsDone(Window* w, size_t n, size_t completed, uint64_t bytes, TransferState state, const Status& error);
   void windowDone(size_t lane);
 
   const std::shared_ptr<const BlockPlan> plan_;
@@ -111,6 +122,7 @@ class BlockRunner : public std::enable_shared_from_this<BlockRunner> {
   const BlockSettings settings_;
   BlockCounters* const counters_;
   const size_t lanes_;
+  const bool run_mode_;  // the transport moves windows of runs (no child tasks)
   std::atomic<size_t> next_{0};  // first run not yet taken
   std::atomic<bool> failed_{false};
   mutable std::mutex mu_;  // windows_ and their sub-batches (not the callbacks)

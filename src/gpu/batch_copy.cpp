@@ -35,4 +35,28 @@ Status CopySettings::fromConfig(const Config& c, CopySettings& out) {
   return Status::OK();
 }
 
+void CopyCounters::add(const CopyReport& r) {
+  windows.fetch_add(1, std::memory_order_relaxed);
+  runs.fetch_add(r.runs, std::memory_order_relaxed);
+  switch (r.used) {
+    case CopyMechanism::kKernel: kernel_launches.fetch_add(r.launches, std::memory_order_relaxed); break;
+    case CopyMechanism::kCopyEngine: engine_batches.fetch_add(r.launches, std::memory_order_relaxed); break;
+    default: per_run.fetch_add(r.launches, std::memory_order_relaxed); break;
+  }
+  uint64_t seen = ctas_max.load(std::memory_order_relaxed);
+  while (r.ctas > seen && !ctas_max.compare_exchange_weak(seen, r.ctas, std::memory_order_relaxed)) {
+  }
+  if (*r.fallback) fallbacks.fetch_add(1, std::memory_order_relaxed);
+}
+
+void CopyCounters::appendTo(Counters& out) const {
+  out.emplace_back("gpu_copy_windows", windows.load(std::memory_order_relaxed));
+  out.emplace_back("gpu_copy_runs", runs.load(std::memory_order_relaxed));
+  out.emplace_back("gpu_copy_kernel_launches", kernel_launches.load(std::memory_order_relaxed));
+  out.emplace_back("gpu_copy_engine_batches", engine_batches.load(std::memory_order_relaxed));
+  out.emplace_back("gpu_copy_per_run", per_run.load(std::memory_order_relaxed));
+  out.emplace_back("gpu_copy_ctas_max", ctas_max.load(std::memory_order_relaxed));
+  out.emplace_back("gpu_copy_fallbacks", fallbacks.load(std::memory_order_relaxed));
+}
+
 }  // namespace hawser::gpu

@@ -16,9 +16,11 @@
 // CopyStream::copyRuns (gpu/copy_stream.h) executes a window.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string_view>
 
+#include "hawser/stats.h"
 #include "hawser/status.h"
 
 namespace hawser {
@@ -52,6 +54,9 @@ struct CopySettings {
   CopyMechanism mechanism = CopyMechanism::kAuto;  // gpu.copy_mechanism
   uint32_t max_ctas = 32;                           // gpu.copy_max_ctas: 0 = as many as the window has pieces
   uint64_t kernel_below = 1ull << 20;               // gpu.copy_kernel_below: auto uses the kernel below this mean run
+  // Not a knob: wait() sleeps in the driver (blocking-sync events) instead
+  // of spinning, for threads that only wait (nvlink's stream workers).
+  bool blocking_sync = false;
 
   // Reads the gpu.copy_* knobs (kInvalidArgument naming the key).
   static Status fromConfig(const Config& c, CopySettings& out);
@@ -67,6 +72,23 @@ struct CopyReport {
   // Why `used` is not what the settings asked for ("" when it is): the
   // kernel could not be loaded here, the driver has no batched copy, ...
   const char* fallback = "";
+};
+
+// What the windows a transport copied used, as counters of its stats():
+// gpu_copy_windows, gpu_copy_runs, gpu_copy_kernel_launches,
+// gpu_copy_engine_batches, gpu_copy_per_run, gpu_copy_ctas_max,
+// gpu_copy_fallbacks (hawser bench --json reports the mechanism from them).
+struct CopyCounters {
+  std::atomic<uint64_t> windows{0};
+  std::atomic<uint64_t> runs{0};
+  std::atomic<uint64_t> kernel_launches{0};
+  std::atomic<uint64_t> engine_batches{0};
+  std::atomic<uint64_t> per_run{0};    // cuMemcpyAsync calls of per-run windows
+  std::atomic<uint64_t> ctas_max{0};   // the most CTAs one launch used
+  std::atomic<uint64_t> fallbacks{0};  // windows not copied by the mechanism asked for
+
+  void add(const CopyReport& r);
+  void appendTo(Counters& out) const;
 };
 
 }  // namespace hawser::gpu

@@ -1,7 +1,11 @@
 #include "gpu/copy_stream.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
+#include "base/log.h"
+#include "gpu/copy_kernel.h"
 #include "gpu/cuda_driver.h"
 
 namespace hawser::gpu {
@@ -23,6 +27,8 @@ CopyStream::~CopyStream() {
   if (!stream_) return;
   (void)bind();
   d_->api().StreamSynchronize(stream_);
+  if (slot_dev_) d_->api().MemFree(slot_dev_);
+  if (slot_host_) d_->api().MemFreeHost(slot_host_);
   for (auto& m : marks_) d_->api().EventDestroy(m.event);
   for (auto e : spare_) d_->api().EventDestroy(e);
   d_->api().StreamDestroy(stream_);
@@ -51,7 +57,8 @@ Status CopyStream::mark(uint64_t& ticket) {
     e = spare_.back();
     spare_.pop_back();
   } else {
-    st = d_->check(a.EventCreate(&e, cu::kEventDisableTiming), "cuEventCreate");
+    st = d_->check(a.EventCreate(&e, cu::kEventDisableTiming | (settings_.blocking_sync ? cu::kEventBlockingSync : 0)),
+                   "cuEventCreate");
     if (!st.ok()) return st;
   }
   st = d_->check(a.EventRecord(e, stream_), "cuEventRecord");
@@ -64,22 +71,162 @@ Status CopyStream::mark(uint64_t& ticket) {
   return Status::OK();
 }
 
-Status CopyStream::copyRuns(std::span<const CopyRun> runs, uint64_t& ticket, CopyReport* report) {
+CopyMechanism CopyStream::choose(std::span<const CopyRun> runs, int peer, const char*& fallback) {
+  CopyMechanism m = settings_.mechanism;
+  if (m == CopyMechanism::kAuto) {
+    uint64_t bytes = 0;
+    for (const CopyRun& r : runs) bytes += r.len;
+    m = runs.empty() || bytes / runs.size() < settings_.kernel_below ? CopyMechanism::kKernel
+                                                                      : CopyMechanism::kPerRun;
+  }
+  if (m == CopyMechanism::kKernel) {
+    if (!kernel_tried_) {
+      kernel_tried_ = true;
+      kernel_status_ = copyKernel(d_, device_, kernel_);
+    }
+    if (!kernel_status_.ok()) {
+      fallback = "the copy kernel cannot be loaded on this GPU";
+      return CopyMechanism::kPerRun;
+    }
+    if (peer >= 0 && peer != device_) {
+      if (static_cast<size_t>(peer) >= peer_access_.size()) peer_access_.resize(size_t(peer) + 1, 0);
+      int8_t& ok = peer_access_[size_t(peer)];
+      if (ok == 0) {
+        const cu::Result rc = d_->api().CtxEnablePeerAccess ? d_->api().CtxEnablePeerAccess(d_->context(peer), 0)
+                                                            : cu::kErrorNotSupported;
+        ok = rc == cu::kSuccess || rc == cu::kErrorPeerAccessAlreadyEnabled ? 1 : -1;
+        if (ok < 0)
+          HLOG_INFO("gpu: GPU {} cannot reach GPU {}'s memory (cuCtxEnablePeerAccess: CUresult {}): copies between "
+                    "them go to the copy engines",
+                    device_, peer, rc);
+      }
+      if (ok < 0) {
+        fallback = "no peer access to the other GPU";
+        return CopyMechanism::kPerRun;
+      }
+    }
+  }
+  if (m == CopyMechanism::kCopyEngine && !d_->api().MemcpyBatchAsync) {
+    fallback = "the CUDA driver has no cuMemcpyBatchAsync (CUDA 13)";
+    return CopyMechanism::kPerRun;
+  }
+  return m;
+}
+
+Status CopyStream::copyRuns(std::span<const CopyRun> runs, uint64_t& ticket, CopyReport* report, int peer) {
   Status st = bind();
   if (!st.ok()) return st;
-  const cu::Api& a = d_->api();
   CopyReport rep;
-  rep.used = CopyMechanism::kPerRun;
+  rep.used = choose(runs, peer, rep.fallback);
+  switch (rep.used) {
+    case CopyMechanism::kKernel: st = viaKernel(runs, rep); break;
+    case CopyMechanism::kCopyEngine: st = viaBatch(runs, rep); break;
+    default: st = perRun(runs, rep); break;
+  }
+  if (st.ok()) st = mark(ticket);
+  if (st.ok() && report) *report = rep;
+  return st;
+}
+
+Status CopyStream::perRun(std::span<const CopyRun> runs, CopyReport& rep) {
+  const cu::Api& a = d_->api();
   for (const CopyRun& r : runs) {
-    st = d_->check(a.MemcpyAsync(r.dst, r.src, r.len, stream_),
-                   fmt::format("cuMemcpyAsync({:#x} <- {:#x}, {} bytes, GPU {})", r.dst, r.src, r.len, device_));
+    Status st = d_->check(a.MemcpyAsync(r.dst, r.src, r.len, stream_),
+                          fmt::format("cuMemcpyAsync({:#x} <- {:#x}, {} bytes, GPU {})", r.dst, r.src, r.len, device_));
     if (!st.ok()) return st;
     ++rep.launches;
     ++rep.runs;
     rep.bytes += r.len;
   }
-  st = mark(ticket);
-  if (st.ok() && report) *report = rep;
+  return Status::OK();
+}
+
+Status CopyStream::viaBatch(std::span<const CopyRun> runs, CopyReport& rep) {
+  if (runs.empty()) return Status::OK();
+  batch_dst_.resize(runs.size());
+  batch_src_.resize(runs.size());
+  batch_len_.resize(runs.size());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    batch_dst_[i] = runs[i].dst;
+    batch_src_[i] = runs[i].src;
+    batch_len_[i] = runs[i].len;
+    rep.bytes += runs[i].len;
+  }
+  cu::MemcpyAttributes attr{};
+  attr.srcAccessOrder = cu::kMemcpySrcAccessOrderStream;
+  size_t first = 0;
+  Status st = d_->check(d_->api().MemcpyBatchAsync(batch_dst_.data(), batch_src_.data(), batch_len_.data(),
+                                                   runs.size(), &attr, &first, 1, stream_),
+                        fmt::format("cuMemcpyBatchAsync({} copies, GPU {})", runs.size(), device_));
+  if (!st.ok()) return st;
+  rep.launches = 1;
+  rep.runs = runs.size();
+  return Status::OK();
+}
+
+Status CopyStream::slots() {
+  if (!slots_.empty()) return Status::OK();
+  const size_t bytes = kSlots * kSlotPieces * sizeof(CopyRun);
+  const cu::Api& a = d_->api();
+  Status st = d_->check(a.MemHostAlloc(&slot_host_, bytes, 0), fmt::format("cuMemHostAlloc({} bytes)", bytes));
+  if (!st.ok()) return st;
+  st = d_->check(a.MemAlloc(&slot_dev_, bytes), fmt::format("cuMemAlloc({} bytes, GPU {})", bytes, device_));
+  if (!st.ok()) {
+    a.MemFreeHost(slot_host_);
+    slot_host_ = nullptr;
+    return st;
+  }
+  for (size_t i = 0; i < kSlots; ++i)
+    slots_.push_back(PieceSlot{static_cast<CopyRun*>(slot_host_) + i * kSlotPieces,
+                               slot_dev_ + i * kSlotPieces * sizeof(CopyRun), 0});
+  return Status::OK();
+}
+
+Status CopyStream::launch(PieceSlot& s, uint64_t count, CopyReport& rep) {
+  const cu::Api& a = d_->api();
+  Status st = d_->check(a.MemcpyAsync(s.dev, reinterpret_cast<cu::DevicePtr>(s.host), count * sizeof(CopyRun), stream_),
+                        fmt::format("copying the run list of the copy kernel to GPU {}", device_));
+  if (!st.ok()) return st;
+  constexpr unsigned warps = kCopyThreadsPerCta / 32;
+  uint64_t grid = (count + warps - 1) / warps;
+  if (settings_.max_ctas > 0) grid = std::min<uint64_t>(grid, settings_.max_ctas);
+  grid = std::min<uint64_t>(grid, 65535);
+  cu::DevicePtr list = s.dev;
+  unsigned long long n = count;
+  void* args[] = {&list, &n};
+  st = d_->check(a.LaunchKernel(kernel_, static_cast<unsigned>(grid), 1, 1, kCopyThreadsPerCta, 1, 1, 0, stream_, args,
+                                nullptr),
+                 fmt::format("launching the copy kernel on GPU {} ({} pieces, {} CTAs)", device_, count, grid));
+  if (!st.ok()) return st;
+  ++rep.launches;
+  rep.ctas = std::max<uint32_t>(rep.ctas, static_cast<uint32_t>(grid));
+  // The slot is free again once this launch is done.
+  return mark(s.ticket);
+}
+
+Status CopyStream::viaKernel(std::span<const CopyRun> runs, CopyReport& rep) {
+  Status st = slots();
+  if (!st.ok()) return st;
+  PieceSlot* s = nullptr;
+  uint64_t count = 0;
+  for (const CopyRun& r : runs) {
+    rep.bytes += r.len;
+    ++rep.runs;
+    for (uint64_t off = 0; off < r.len; off += kCopyPieceBytes) {
+      if (!s) {
+        s = &slots_[slot_next_];
+        slot_next_ = (slot_next_ + 1) % slots_.size();
+        if (s->ticket && !(st = wait(s->ticket)).ok()) return st;
+        count = 0;
+      }
+      s->host[count++] = CopyRun{r.dst + off, r.src + off, std::min(kCopyPieceBytes, r.len - off)};
+      if (count == kSlotPieces) {
+        if (!(st = launch(*s, count, rep)).ok()) return st;
+        s = nullptr;
+      }
+    }
+  }
+  if (s && count > 0) st = launch(*s, count, rep);
   return st;
 }
 

@@ -31,15 +31,18 @@ class CopyStream {
   ~CopyStream();  // waits for the queued copies
 
   int device() const { return device_; }
+  const CopySettings& settings() const { return settings_; }
   // Queues dst <- src (host or device memory, either end: unified addressing).
   Status copy(void* dst, const void* src, size_t len, uint64_t& ticket);
   // Queues every run of `runs` (a window: any number, any lengths and
   // alignments, none overlapping another's destination) with one driver
   // launch where the mechanism allows (gpu/batch_copy.h), and one ticket
-  // for all of them. `report`, when given, says how it was done. When it
+  // for all of them. `peer` >= 0: some runs touch memory of that other GPU;
+  // the kernel is used only when this GPU can reach it (peer access), else
+  // the copy engines. `report`, when given, says how it was done. When it
   // fails, copies of the window already queued may still run: waitAll()
   // before the memory is given back.
-  Status copyRuns(std::span<const CopyRun> runs, uint64_t& ticket, CopyReport* report = nullptr);
+  Status copyRuns(std::span<const CopyRun> runs, uint64_t& ticket, CopyReport* report = nullptr, int peer = -1);
   // done = every copy up to `ticket` finished. An error is the stream's.
   Status poll(uint64_t ticket, bool& done);
   Status wait(uint64_t ticket);
@@ -54,10 +57,29 @@ class CopyStream {
     uint64_t ticket;
     cu::Event event;
   };
+  // One run list of the kernel: page-locked host memory the list is written
+  // to, and device memory it is copied to before the launch; reused once
+  // the launch that read it is done (its ticket).
+  struct PieceSlot {
+    CopyRun* host = nullptr;
+    cu::DevicePtr dev = 0;
+    uint64_t ticket = 0;
+  };
+  static constexpr size_t kSlots = 4;
+  static constexpr size_t kSlotPieces = 8192;
+
   Status bind() const;
   void recycle(cu::Event e);
   // Records an event after what is queued and hands out its ticket.
   Status mark(uint64_t& ticket);
+  // The mechanism for `runs` (never kAuto), and why it is not the one asked for.
+  CopyMechanism choose(std::span<const CopyRun> runs, int peer, const char*& fallback);
+  Status viaKernel(std::span<const CopyRun> runs, CopyReport& rep);
+  Status viaBatch(std::span<const CopyRun> runs, CopyReport& rep);
+  Status perRun(std::span<const CopyRun> runs, CopyReport& rep);
+  // Queues the copy of slot `s`'s first `count` pieces and the launch over them.
+  Status launch(PieceSlot& s, uint64_t count, CopyReport& rep);
+  Status slots();
 
   const CudaDriver* d_;
   int device_;
@@ -67,6 +89,19 @@ class CopyStream {
   uint64_t done_ = 0;       // every ticket <= done_ finished
   std::deque<Mark> marks_;  // recorded after copies, oldest first
   std::vector<cu::Event> spare_;
+  // The kernel (null until first used, or when it cannot be loaded here).
+  cu::Function kernel_ = nullptr;
+  Status kernel_status_;
+  bool kernel_tried_ = false;
+  std::vector<PieceSlot> slots_;
+  size_t slot_next_ = 0;
+  void* slot_host_ = nullptr;
+  cu::DevicePtr slot_dev_ = 0;
+  // Peers this GPU's kernel may touch (1) or may not (-1), by device.
+  std::vector<int8_t> peer_access_;
+  // cuMemcpyBatchAsync's arrays, kept between calls.
+  std::vector<cu::DevicePtr> batch_dst_, batch_src_;
+  std::vector<size_t> batch_len_;
 };
 
 }  // namespace hawser::gpu

@@ -17,12 +17,17 @@ using Device = int;                     // CUdevice
 using Context = struct CtxSt*;          // CUcontext
 using Stream = struct StreamSt*;        // CUstream
 using Event = struct EventSt*;          // CUevent
+using Module = struct ModuleSt*;        // CUmodule
+using Function = struct FuncSt*;        // CUfunction
 
 inline constexpr Result kSuccess = 0;
 inline constexpr Result kErrorInvalidValue = 1;
 inline constexpr Result kErrorNotReady = 600;
 inline constexpr Result kErrorHostMemoryAlreadyRegistered = 712;
 inline constexpr Result kErrorNotSupported = 801;
+inline constexpr Result kErrorPeerAccessAlreadyEnabled = 704;
+inline constexpr int kDeviceAttributeMultiprocessorCount = 16;  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+inline constexpr int kMemcpySrcAccessOrderStream = 1;           // CU_MEMCPY_SRC_ACCESS_ORDER_STREAM
 
 inline constexpr int kPointerAttributeMemoryType = 2;     // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
 inline constexpr int kPointerAttributeDeviceOrdinal = 9;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
@@ -78,6 +83,14 @@ struct MemAccessDesc {  // CUmemAccessDesc
   int flags;  // kMemAccessProt*
 };
 
+// Attributes of the copies of a batch (cuMemcpyBatchAsync).
+struct MemcpyAttributes {  // CUmemcpyAttributes
+  int srcAccessOrder;      // kMemcpySrcAccessOrder*
+  MemLocation srcLocHint;
+  MemLocation dstLocHint;
+  unsigned flags;
+};
+
 // The entry points, by the symbol each is resolved from.
 struct Api {
   Result (*Init)(unsigned);                                             // cuInit
@@ -122,6 +135,16 @@ struct Api {
   Result (*MemUnmap)(DevicePtr, size_t);                                                  // cuMemUnmap
   Result (*MemSetAccess)(DevicePtr, size_t, const MemAccessDesc*, size_t);                // cuMemSetAccess
   Result (*MemGetAllocationGranularity)(size_t*, const MemAllocationProp*, int);          // cuMemGetAllocationGranularity
+  // Optional: modules and launches (hawser's copy kernel, gpu/copy_kernel.h).
+  Result (*ModuleLoadData)(Module*, const void*);                     // cuModuleLoadData
+  Result (*ModuleUnload)(Module);                                     // cuModuleUnload
+  Result (*ModuleGetFunction)(Function*, Module, const char*);        // cuModuleGetFunction
+  Result (*LaunchKernel)(Function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, Stream,
+                         void**, void**);                             // cuLaunchKernel
+  Result (*DeviceGetAttribute)(int*, int, Device);                    // cuDeviceGetAttribute
+  Result (*CtxEnablePeerAccess)(Context, unsigned);                   // cuCtxEnablePeerAccess
+  // Optional: the driver's batched copy (CUDA 13's signature, symbol cuMemcpyBatchAsync_v2).
+  Result (*MemcpyBatchAsync)(DevicePtr*, DevicePtr*, size_t*, size_t, MemcpyAttributes*, size_t*, size_t, Stream);
 };
 
 }  // namespace hawser::gpu::cu

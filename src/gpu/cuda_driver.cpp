@@ -96,6 +96,13 @@ const CudaDriver* CudaDriver::load(const std::string& path) {
   resolve(lib, "cuMemUnmap", a.MemUnmap);
   resolve(lib, "cuMemSetAccess", a.MemSetAccess);
   resolve(lib, "cuMemGetAllocationGranularity", a.MemGetAllocationGranularity);
+  resolve(lib, "cuModuleLoadData", a.ModuleLoadData);
+  resolve(lib, "cuModuleUnload", a.ModuleUnload);
+  resolve(lib, "cuModuleGetFunction", a.ModuleGetFunction);
+  resolve(lib, "cuLaunchKernel", a.LaunchKernel);
+  resolve(lib, "cuDeviceGetAttribute", a.DeviceGetAttribute);
+  resolve(lib, "cuCtxEnablePeerAccess", a.CtxEnablePeerAccess);
+  resolve(lib, "cuMemcpyBatchAsync_v2", a.MemcpyBatchAsync);
   if (!missing.empty()) {
     g_reason = fmt::format("CUDA driver '{}' lacks entry points: {}", path, missing);
     HLOG_WARN("{}", g_reason);

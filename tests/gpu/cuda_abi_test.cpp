@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <type_traits>
 
 #include "gpu/cuda_api.h"
 
@@ -51,6 +52,19 @@ static_assert(offsetof(cu::MemAllocationProp, allocFlags.gpuDirectRDMACapable) =
               offsetof(CUmemAllocationProp, allocFlags.gpuDirectRDMACapable));
 static_assert(sizeof(cu::MemAccessDesc) == sizeof(CUmemAccessDesc));
 static_assert(offsetof(cu::MemAccessDesc, flags) == offsetof(CUmemAccessDesc, flags));
+
+// The copy kernel's launch and the batched copy.
+static_assert(cu::kErrorPeerAccessAlreadyEnabled == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
+static_assert(cu::kDeviceAttributeMultiprocessorCount == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+static_assert(cu::kMemcpySrcAccessOrderStream == CU_MEMCPY_SRC_ACCESS_ORDER_STREAM);
+static_assert(sizeof(cu::MemcpyAttributes) == sizeof(CUmemcpyAttributes));
+static_assert(offsetof(cu::MemcpyAttributes, srcLocHint) == offsetof(CUmemcpyAttributes, srcLocHint));
+static_assert(offsetof(cu::MemcpyAttributes, dstLocHint) == offsetof(CUmemcpyAttributes, dstLocHint));
+static_assert(offsetof(cu::MemcpyAttributes, flags) == offsetof(CUmemcpyAttributes, flags));
+// cuMemcpyBatchAsync_v2 is CUDA 13's signature (no failIdx): the one hawser resolves.
+static_assert(std::is_same_v<decltype(&cuMemcpyBatchAsync),  // cuda.h maps it to cuMemcpyBatchAsync_v2
+                             CUresult (*)(CUdeviceptr*, CUdeviceptr*, size_t*, size_t, CUmemcpyAttributes*, size_t*,
+                                          size_t, CUstream)>);
 
 // (The checks above are static_asserts: this file does not build if one fails.)
 TEST(cuda_abi, toolkit_is_new_enough_for_dmabuf_export) { EXPECT_GE(CUDA_VERSION, 11070) << CUDA_VERSION; }

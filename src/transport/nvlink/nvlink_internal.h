@@ -17,6 +17,8 @@
 #include <nlohmann/json.hpp>
 
 #include "base/transport.h"
+#include "gpu/batch_copy.h"
+#include "gpu/copy_stream.h"
 #include "gpu/cuda_api.h"
 #include "metadata/descriptor.h"
 #include "transport/nvlink/nvlink_transport.h"
@@ -38,6 +40,7 @@ struct Counters {
   std::atomic<uint64_t> bytes{0};
   std::atomic<uint64_t> peer_copies{0};           // slices between two different GPUs
   std::atomic<uint64_t> withdrawn_refusals{0};    // slices refused: the owner unregistered the buffer
+  gpu::CopyCounters copy;                         // how windows were copied (gpu_copy_*)
 };
 
 // This process's start time (clock ticks since boot, /proc/<pid>/stat field
@@ -215,30 +218,40 @@ class PeerRef final : public PeerHandle {
 
 // ---- data path --------------------------------------------------------------
 
-enum SliceState : uint8_t {
-  kSlicePrepared = 0,
-  kSliceQueued = 1,     // on a worker's queue (cancel() may take it)
-  kSliceCommitted = 2,  // taken by the worker: issued, or failing
-  kSliceCanceled = 3,
+enum GroupState : uint8_t {
+  kGroupPrepared = 0,
+  kGroupQueued = 1,     // on a worker's queue (cancel() may take it)
+  kGroupCommitted = 2,  // taken by the worker: issued, or failing
+  kGroupCanceled = 3,
 };
 
 class StreamWorker;
 
-struct Slice {
-  Task* task = nullptr;
-  SubBatchImpl* sb = nullptr;
+// One copy: a stripe of a task, or a run of a block request's window.
+struct Item {
+  Task* task = nullptr;  // the task it is a slice of; null for a window's run
   PeerRef* peer = nullptr;
-  StreamWorker* worker = nullptr;
-  uint32_t buf = 0;       // remote buffer index
+  uint32_t buf = 0;      // remote buffer index
   bool is_read = false;
+  bool issued = false;   // worker thread: its copy was queued
   char* local = nullptr;
-  uint64_t remote = 0;    // owner's address
+  uint64_t remote = 0;   // the owner's address
   uint64_t len = 0;
-  std::atomic<uint8_t> state{kSlicePrepared};
+};
+
+// What a stream worker queues with one CopyStream::copyRuns (one launch of
+// the copy kernel, or the copy engines' calls): items of one sub-batch, on
+// one local GPU. Taken back as a whole by cancel() while queued.
+struct Group {
+  SubBatchImpl* sb = nullptr;
+  StreamWorker* worker = nullptr;
+  RunSink* sink = nullptr;  // the window whose runs these items are (items' task null)
+  std::vector<Item> items;
+  std::atomic<uint8_t> state{kGroupPrepared};
 };
 
 struct Work final : PreparedWork {
-  std::unique_ptr<Slice[]> chunk;
+  std::vector<std::unique_ptr<Group>> groups;
 };
 
 class SubBatchImpl final : public SubBatch {
@@ -246,58 +259,77 @@ class SubBatchImpl final : public SubBatch {
   explicit SubBatchImpl(NvlinkTransport* owner) : owner_(owner) {}
   ~SubBatchImpl() override;
   Status prepare(std::span<Task* const> tasks, std::unique_ptr<PreparedWork>& out) override;
+  Status prepareRuns(const RunWindow& w, std::unique_ptr<PreparedWork>& out) override;
   void post(std::unique_ptr<PreparedWork> work) override;
   void cancel() override;
   bool idle() const override { return outstanding.load(std::memory_order_acquire) == 0; }
 
-  std::atomic<int64_t> outstanding{0};
+  std::atomic<int64_t> outstanding{0};  // groups posted and not yet let go of
 
  private:
   NvlinkTransport* owner_;
   std::mutex mu_;
-  std::vector<std::unique_ptr<Slice[]>> chunks_;
-  std::vector<size_t> chunk_sizes_;
+  std::vector<std::unique_ptr<Group>> groups_;
   std::vector<StreamWorker*> used_;  // workers this sub-batch posted to
 };
 
+// Ends items [first, first + n) of `g` (none COMPLETED) with `state`: their
+// tasks' slices, or the window's runs in one call.
+void endItems(Group& g, size_t first, size_t n, TransferState state, const Status& why);
+
 // One CUDA stream of one local GPU and the thread that drives it: issues up
-// to `depth` copies, then waits for the oldest one's event.
+// to `depth` groups (one copyRuns each), then waits for the oldest one.
 class StreamWorker {
  public:
-  StreamWorker(int device, uint32_t depth, std::shared_ptr<Counters> counters);
+  StreamWorker(int device, uint32_t depth, std::shared_ptr<Counters> counters, const gpu::CopySettings& copy);
   ~StreamWorker();
   Status start();
   // Fails what is queued, waits for what was issued, joins.
   void stop();
-  void post(std::vector<Slice*>& slices);
-  // Drops `sb`'s canceled slices from the queue; how many it dropped.
+  void post(Group* g);
+  // Drops `sb`'s canceled groups from the queue; how many it dropped.
   size_t purge(const SubBatchImpl* sb);
   int device() const { return device_; }
 
  private:
   struct Pending {
-    Slice* slice;
-    gpu::cu::Event event;
-    Mapping* mapping;
+    Group* g;
+    uint64_t ticket = 0;
+    uint64_t bytes = 0;    // of its issued items
+    size_t issued = 0;
+    std::vector<Mapping*> maps;  // acquired for its copies
+  };
+  // What one (peer, buffer) of a group holds while it is issued.
+  struct Memo {
+    bool seen = false;
+    Mapping* m = nullptr;
+    uint64_t base = 0;
+    Status bad;  // why its items cannot be copied
   };
   void run();
-  void issue(Slice* s);
+  void issue(Group* g);
+  // Checks the owner and the registration of its buffer, and acquires its
+  // mapping (kept in p.maps): `m` and `base`, or `bad` saying why not.
+  void lookUp(const Item& it, Pending& p, Mapping*& m, uint64_t& base, Status& bad, int& peer_device);
   void finish(Pending& p);
-  void fail(Slice* s, Code code, const std::string& why);
+  // The group is done with: the sub-batch may free it from here on.
+  void letGo(Group* g);
 
   const int device_;
   const uint32_t depth_;
   std::shared_ptr<Counters> counters_;
-  gpu::cu::Stream stream_ = nullptr;
+  gpu::CopySettings copy_;
+  std::unique_ptr<gpu::CopyStream> stream_;
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Slice*> queue_;
+  std::deque<Group*> queue_;
   bool stop_ = false;
   bool started_ = false;
   Status start_status_;
   std::deque<Pending> inflight_;       // worker thread only
-  std::vector<gpu::cu::Event> spare_;  // worker thread only
+  std::vector<gpu::CopyRun> runs_;     // worker thread only
+  std::vector<Memo> memo_;             // worker thread only
 };
 
 }  // namespace hawser::nvlink

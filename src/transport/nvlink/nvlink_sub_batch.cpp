@@ -1,8 +1,11 @@
-// The nvlink data path: prepare cuts tasks into stripes over a GPU's streams,
-// post queues them on the stream workers, each worker issues copies and
-// completes them through events; cancel takes back what was not issued.
+// The nvlink data path. prepare() cuts tasks into stripes spread over a
+// GPU's streams; prepareRuns() takes a block request's window of runs as
+// one group for the GPU's first stream; post() queues the groups on the
+// stream workers. A worker checks each group's owners and regions once per
+// buffer, queues the whole group with one CopyStream::copyRuns (one launch
+// of hawser's copy kernel for a window of small runs: gpu/batch_copy.h),
+// waits for it, and ends its items; cancel() takes back groups not issued.
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <fmt/format.h>
 #include <map>
@@ -19,6 +22,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 }
 
+void endItems(Group& g, size_t first, size_t n, TransferState state, const Status& why) {
+  if (n == 0) return;
+  if (g.sink) {
+    g.sink->runsEnded(n, 0, 0, state, why);
+    return;
+  }
+  for (size_t i = first; i < first + n; ++i) g.items[i].task->completeSlice(state, 0, why);
+}
+
 // ---- sub-batch ----------------------------------------------------------------
 
 Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<PreparedWork>& out) {
@@ -27,7 +39,6 @@ Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
   std::vector<uint32_t> counts(tasks.size());
   std::vector<int> devs(tasks.size());
   std::map<int, std::vector<StreamWorker*>> ws;
-  size_t total = 0;
   for (size_t i = 0; i < tasks.size(); ++i) {
     const Task& t = *tasks[i];
     const TransferRequest& r = t.request();
@@ -43,29 +54,26 @@ Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
     if (r.target_offset < b.base || r.target_offset + r.length > b.base + b.size)
       return {Code::kOutOfRange, fmt::format("requests[{}]: remote range [{:#x}, +{}) is outside its allocation",
                                              t.id(), r.target_offset, r.length)};
-    std::string loc;
-    Status s = owner_->registry_->checkLocal(t.localAddr(), r.length, &loc);
+    LocalRegion lr;
+    Status s = owner_->registry_->regionAt(t.localAddr(), r.length, lr);
     if (!s.ok()) return {s.code(), fmt::format("requests[{}]: {}", t.id(), s.message())};
-    int dev = -1;
-    if (memoryKindOf(loc) == kGpuMemory) std::from_chars(loc.data() + 5, loc.data() + loc.size(), dev);
-    if (dev < 0)
-      return {Code::kNotSupported, fmt::format("requests[{}]: local memory is {}; nvlink moves GPU memory only",
-                                               t.id(), loc)};
-    if (!ws.count(dev)) {
-      if (!(s = owner_->workers(dev, ws[dev])).ok()) return s;
+    if (lr.gpu < 0)
+      return {Code::kNotSupported, fmt::format("requests[{}]: local memory is host memory; nvlink moves GPU memory only",
+                                               t.id())};
+    if (!ws.count(lr.gpu)) {
+      if (!(s = owner_->workers(lr.gpu, ws[lr.gpu])).ok()) return s;
     }
     const uint64_t n = (r.length + stripe - 1) / stripe;
     if (n > UINT32_MAX)
       return {Code::kInvalidArgument, fmt::format("requests[{}]: length {} needs {} stripes", t.id(), r.length, n)};
     counts[i] = static_cast<uint32_t>(n);
-    devs[i] = dev;
-    total += n;
+    devs[i] = lr.gpu;
   }
 
+  // One group per stream: the stripes of each task spread over the GPU's streams.
   auto work = std::make_unique<Work>();
-  work->chunk.reset(new Slice[total]);
-  work->slices = total;
-  size_t k = 0;
+  std::map<StreamWorker*, Group*> by;
+  size_t total = 0;
   for (size_t i = 0; i < tasks.size(); ++i) {
     Task* t = tasks[i];
     const TransferRequest& r = t->request();
@@ -74,40 +82,103 @@ Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
     const uint32_t rr = owner_->rr_.fetch_add(counts[i], std::memory_order_relaxed);
     uint64_t off = 0;
     for (uint32_t j = 0; j < counts[i]; ++j) {
-      Slice& s = work->chunk[k++];
-      s.task = t;
-      s.sb = this;
-      s.peer = ref;
-      s.worker = streams[(rr + j) % streams.size()];
-      s.buf = static_cast<uint32_t>(t->remoteBuffer());
-      s.is_read = r.opcode == OpCode::kRead;
-      s.local = static_cast<char*>(r.source) + off;
-      s.remote = r.target_offset + off;
-      s.len = std::min<uint64_t>(stripe, r.length - off);
-      off += s.len;
+      StreamWorker* w = streams[(rr + j) % streams.size()];
+      Group*& g = by[w];
+      if (!g) {
+        work->groups.push_back(std::make_unique<Group>());
+        g = work->groups.back().get();
+        g->sb = this;
+        g->worker = w;
+      }
+      Item it;
+      it.task = t;
+      it.peer = ref;
+      it.buf = static_cast<uint32_t>(t->remoteBuffer());
+      it.is_read = r.opcode == OpCode::kRead;
+      it.local = static_cast<char*>(r.source) + off;
+      it.remote = r.target_offset + off;
+      it.len = std::min<uint64_t>(stripe, r.length - off);
+      off += it.len;
+      g->items.push_back(it);
     }
     t->setSliceCount(counts[i]);
+    total += counts[i];
   }
+  work->slices = total;
+  out = std::move(work);
+  return Status::OK();
+}
+
+Status SubBatchImpl::prepareRuns(const RunWindow& w, std::unique_ptr<PreparedWork>& out) {
+  if (!owner_->installed_ || owner_->stopping_.load()) return {Code::kUnavailable, "nvlink transport is not running"};
+  auto* ref = static_cast<PeerRef*>(w.peer);
+  const bool is_read = w.op == OpCode::kRead;
+  // A window of small runs goes to the GPU's first stream as one group: one
+  // launch copies it, and windows of one GPU queue one after another there,
+  // so the kernel's CTAs never exceed gpu.copy_max_ctas per GPU.
+  std::map<int, Group*> by;
+  auto work = std::make_unique<Work>();
+  int last_buf = -1;
+  const BufferInfo* b = nullptr;
+  for (size_t i = 0; i < w.runs.size(); ++i) {
+    const RunRef& r = w.runs[i];
+    if (r.buffer != last_buf) {
+      if (r.buffer < 0 || static_cast<size_t>(r.buffer) >= ref->bufs.size())
+        return {Code::kInternal, fmt::format("blocks: run {} has no remote buffer index for nvlink", i)};
+      b = &ref->bufs[static_cast<size_t>(r.buffer)];
+      last_buf = r.buffer;
+      if (!b->exported)
+        return {Code::kNotSupported, fmt::format("blocks: remote range [{:#x}, +{}) of segment '{}' cannot go over "
+                                                 "nvlink: {}", r.remote, r.length, ref->segment, b->why)};
+    }
+    if (r.remote < b->base || r.remote + r.length > b->base + b->size)
+      return {Code::kOutOfRange,
+              fmt::format("blocks: remote range [{:#x}, +{}) is outside its allocation", r.remote, r.length)};
+    const int dev = r.region < w.regions.size() ? w.regions[r.region].gpu : -1;
+    if (dev < 0)
+      return {Code::kNotSupported,
+              fmt::format("blocks: local range [{:#x}, +{}) is host memory; nvlink moves GPU memory only", r.local,
+                          r.length)};
+    Group*& g = by[dev];
+    if (!g) {
+      std::vector<StreamWorker*> ws;
+      Status s = owner_->workers(dev, ws);
+      if (!s.ok()) return s;
+      work->groups.push_back(std::make_unique<Group>());
+      g = work->groups.back().get();
+      g->sb = this;
+      g->worker = ws.front();
+      g->sink = w.sink;
+      g->items.reserve(w.runs.size());
+    }
+    Item it;
+    it.peer = ref;
+    it.buf = static_cast<uint32_t>(r.buffer);
+    it.is_read = is_read;
+    it.local = reinterpret_cast<char*>(r.local);
+    it.remote = r.remote;
+    it.len = r.length;
+    g->items.push_back(it);
+  }
+  work->slices = w.runs.size();
   out = std::move(work);
   return Status::OK();
 }
 
 void SubBatchImpl::post(std::unique_ptr<PreparedWork> base) {
-  std::unique_ptr<Slice[]> chunk = std::move(static_cast<Work&>(*base).chunk);
-  const size_t n = base->slices;
-  Slice* arr = chunk.get();
-  std::map<StreamWorker*, std::vector<Slice*>> by;
-  for (size_t i = 0; i < n; ++i) by[arr[i].worker].push_back(&arr[i]);
+  auto& work = static_cast<Work&>(*base);
+  std::vector<Group*> gs;
   {
     std::lock_guard lk(mu_);
-    chunks_.push_back(std::move(chunk));
-    chunk_sizes_.push_back(n);
-    for (auto& [w, v] : by)
-      if (std::find(used_.begin(), used_.end(), w) == used_.end()) used_.push_back(w);
+    for (auto& g : work.groups) {
+      gs.push_back(g.get());
+      if (std::find(used_.begin(), used_.end(), g->worker) == used_.end()) used_.push_back(g->worker);
+      groups_.push_back(std::move(g));
+    }
   }
-  outstanding.fetch_add(static_cast<int64_t>(n), std::memory_order_acq_rel);
-  for (size_t i = 0; i < n; ++i) arr[i].state.store(kSliceQueued, std::memory_order_relaxed);
-  for (auto& [w, v] : by) w->post(v);  // a stopped worker fails them
+  outstanding.fetch_add(static_cast<int64_t>(gs.size()), std::memory_order_acq_rel);
+  for (Group* g : gs) g->state.store(kGroupQueued, std::memory_order_relaxed);
+  for (Group* g : gs) g->worker->post(g);  // a stopped worker fails it
 }
 
 void SubBatchImpl::cancel() {
@@ -115,15 +186,12 @@ void SubBatchImpl::cancel() {
   std::vector<StreamWorker*> used;
   {
     std::lock_guard lk(mu_);
-    for (size_t c = 0; c < chunks_.size(); ++c) {
-      Slice* arr = chunks_[c].get();
-      for (size_t i = 0; i < chunk_sizes_[c]; ++i) {
-        uint8_t expect = kSliceQueued;
-        if (arr[i].state.compare_exchange_strong(expect, kSliceCanceled, std::memory_order_acq_rel)) {
-          any = true;
-          arr[i].task->completeSlice(TransferState::kCanceled, 0,
-                                     Status(Code::kUnavailable, "canceled by cancelTransfer before it was issued"));
-        }
+    for (auto& g : groups_) {
+      uint8_t expect = kGroupQueued;
+      if (g->state.compare_exchange_strong(expect, kGroupCanceled, std::memory_order_acq_rel)) {
+        any = true;
+        endItems(*g, 0, g->items.size(), TransferState::kCanceled,
+                 Status(Code::kUnavailable, "canceled by cancelTransfer before it was issued"));
       }
     }
     used = used_;
@@ -135,22 +203,25 @@ void SubBatchImpl::cancel() {
 }
 
 SubBatchImpl::~SubBatchImpl() {
-  // The engine frees only idle sub-batches; never free slices a worker still
+  // The engine frees only idle sub-batches; never free groups a worker still
   // holds (wait a bounded time, then leak rather than corrupt).
   auto deadline = Clock::now() + std::chrono::seconds(30);
   while (outstanding.load(std::memory_order_acquire) != 0 && Clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (outstanding.load(std::memory_order_acquire) != 0) {
-    HLOG_ERROR("nvlink: sub-batch destroyed with {} slice(s) still in flight; leaking its slices", outstanding.load());
+    HLOG_ERROR("nvlink: sub-batch destroyed with {} group(s) still in flight; leaking them", outstanding.load());
     std::lock_guard lk(mu_);
-    for (auto& c : chunks_) (void)c.release();
+    for (auto& g : groups_) (void)g.release();
   }
 }
 
 // ---- stream worker ------------------------------------------------------------
 
-StreamWorker::StreamWorker(int device, uint32_t depth, std::shared_ptr<Counters> counters)
-    : device_(device), depth_(depth), counters_(std::move(counters)) {}
+StreamWorker::StreamWorker(int device, uint32_t depth, std::shared_ptr<Counters> counters,
+                           const gpu::CopySettings& copy)
+    : device_(device), depth_(depth), counters_(std::move(counters)), copy_(copy) {
+  copy_.blocking_sync = true;  // this thread only waits: sleep in the driver, do not spin
+}
 
 StreamWorker::~StreamWorker() { stop(); }
 
@@ -170,43 +241,37 @@ void StreamWorker::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void StreamWorker::post(std::vector<Slice*>& slices) {
+void StreamWorker::post(Group* g) {
   {
     std::lock_guard lk(mu_);
     if (!stop_) {
-      queue_.insert(queue_.end(), slices.begin(), slices.end());
+      queue_.push_back(g);
       cv_.notify_all();
       return;
     }
   }
-  for (Slice* s : slices) {
-    s->state.store(kSliceCommitted, std::memory_order_relaxed);
-    fail(s, Code::kUnavailable, "nvlink transport shut down");
-  }
+  g->state.store(kGroupCommitted, std::memory_order_relaxed);
+  counters_->slices_failed.fetch_add(g->items.size(), std::memory_order_relaxed);
+  endItems(*g, 0, g->items.size(), TransferState::kFailed, Status(Code::kUnavailable, "nvlink transport shut down"));
+  letGo(g);
 }
 
 size_t StreamWorker::purge(const SubBatchImpl* sb) {
   std::lock_guard lk(mu_);
   size_t before = queue_.size();
-  std::erase_if(queue_, [&](Slice* s) {
-    return s->sb == sb && s->state.load(std::memory_order_acquire) == kSliceCanceled;
+  std::erase_if(queue_, [&](Group* g) {
+    return g->sb == sb && g->state.load(std::memory_order_acquire) == kGroupCanceled;
   });
   return before - queue_.size();
 }
 
-void StreamWorker::fail(Slice* s, Code code, const std::string& why) {
-  SubBatchImpl* sb = s->sb;
-  counters_->slices_failed.fetch_add(1, std::memory_order_relaxed);
-  s->task->completeSlice(TransferState::kFailed, 0, Status(code, why));
-  sb->outstanding.fetch_sub(1, std::memory_order_acq_rel);  // s may be freed from here on
-}
+void StreamWorker::letGo(Group* g) { g->sb->outstanding.fetch_sub(1, std::memory_order_acq_rel); }
 
 void StreamWorker::run() {
   const gpu::CudaDriver* d = gpu::CudaDriver::get();
   Status st = d ? d->bindDevice(device_) : Status(Code::kNotSupported, "no CUDA driver");
-  if (st.ok())
-    st = d->check(d->api().StreamCreate(&stream_, gpu::cu::kStreamNonBlocking),
-                  fmt::format("cuStreamCreate(GPU {})", device_), Code::kNotSupported);
+  if (st.ok()) st = gpu::CopyStream::open(device_, stream_, copy_);
+  if (!st.ok()) st = Status(Code::kNotSupported, st.message());
   {
     std::lock_guard lk(mu_);
     started_ = true;
@@ -215,7 +280,7 @@ void StreamWorker::run() {
   cv_.notify_all();
   if (!st.ok()) return;
 
-  std::vector<Slice*> take;
+  std::vector<Group*> take;
   for (;;) {
     bool stopping = false;
     {
@@ -233,12 +298,14 @@ void StreamWorker::run() {
       }
     }
     if (stopping) {
-      for (Slice* s : take) {
-        uint8_t expect = kSliceQueued;
-        if (s->state.compare_exchange_strong(expect, kSliceCommitted, std::memory_order_acq_rel))
-          fail(s, Code::kUnavailable, "nvlink transport shut down");
-        else
-          s->sb->outstanding.fetch_sub(1, std::memory_order_acq_rel);  // canceled
+      for (Group* g : take) {
+        uint8_t expect = kGroupQueued;
+        if (g->state.compare_exchange_strong(expect, kGroupCommitted, std::memory_order_acq_rel)) {
+          counters_->slices_failed.fetch_add(g->items.size(), std::memory_order_relaxed);
+          endItems(*g, 0, g->items.size(), TransferState::kFailed,
+                   Status(Code::kUnavailable, "nvlink transport shut down"));
+        }
+        letGo(g);
       }
       while (!inflight_.empty()) {
         finish(inflight_.front());
@@ -246,92 +313,156 @@ void StreamWorker::run() {
       }
       break;
     }
-    for (Slice* s : take) issue(s);
+    for (Group* g : take) issue(g);
     take.clear();
     if (!inflight_.empty()) {
       finish(inflight_.front());
       inflight_.pop_front();
     }
   }
-  for (auto e : spare_) d->api().EventDestroy(e);
-  d->api().StreamDestroy(stream_);
+  stream_.reset();  // waits for what is queued on it (nothing by now)
 }
 
-void StreamWorker::issue(Slice* s) {
-  uint8_t expect = kSliceQueued;
-  if (!s->state.compare_exchange_strong(expect, kSliceCommitted, std::memory_order_acq_rel)) {
-    s->sb->outstanding.fetch_sub(1, std::memory_order_acq_rel);  // canceled: already completed
+void StreamWorker::lookUp(const Item& it, Pending& p, Mapping*& m, uint64_t& base, Status& bad, int& peer_device) {
+  const gpu::CudaDriver* d = gpu::CudaDriver::get();
+  m = nullptr;
+  bad = Status::OK();
+  PeerRef& pr = *it.peer;
+  Owner& o = *pr.owner;
+  const BufferInfo& b = pr.bufs[it.buf];
+  bool switched = false;
+  if (o.dead.load(std::memory_order_acquire)) {
+    bad = Status(Code::kUnavailable, fmt::format("the owner of segment '{}', {}, has exited", pr.segment, o.name));
+  } else if (!o.valid(b.slot, b.gen)) {
+    counters_->withdrawn_refusals.fetch_add(1, std::memory_order_relaxed);
+    bad = Status(Code::kOutOfRange,
+                 fmt::format("remote range [{:#x}, +{}) of segment '{}' was withdrawn by its owner (unregistered)",
+                             it.remote, it.len, pr.segment));
+  } else if (Status s = pr.mapping(it.buf, m, switched); !s.ok()) {
+    bad = s;
+    m = nullptr;
+  } else if (!m->acquire(base)) {
+    bad = Status(Code::kUnavailable, fmt::format("the owner of segment '{}', {}, has exited", pr.segment, o.name));
+    m = nullptr;
+  } else {
+    p.maps.push_back(m);
+    if (m->device != device_) peer_device = m->device;
+  }
+  if (switched) (void)d->bindDevice(device_);
+}
+
+void StreamWorker::issue(Group* g) {
+  uint8_t expect = kGroupQueued;
+  if (!g->state.compare_exchange_strong(expect, kGroupCommitted, std::memory_order_acq_rel)) {
+    letGo(g);  // canceled: its items already ended
     return;
   }
-  PeerRef& p = *s->peer;
-  Owner& o = *p.owner;
-  const BufferInfo& b = p.bufs[s->buf];
-  if (o.dead.load(std::memory_order_acquire))
-    return fail(s, Code::kUnavailable, fmt::format("the owner of segment '{}', {}, has exited", p.segment, o.name));
-  if (!o.valid(b.slot, b.gen)) {
-    counters_->withdrawn_refusals.fetch_add(1, std::memory_order_relaxed);
-    return fail(s, Code::kOutOfRange,
-                fmt::format("remote range [{:#x}, +{}) of segment '{}' was withdrawn by its owner (unregistered)",
-                            s->remote, s->len, p.segment));
-  }
-  const gpu::CudaDriver* d = gpu::CudaDriver::get();
+  Pending p{g};
+  runs_.clear();
+  int peer_device = -1;
+  // Items refused before any copy: ended at once (a window's in one call per reason).
+  size_t refused = 0;
+  Status refusal;
+  auto refuse = [&](Item& it, Code code, std::string why) {
+    counters_->slices_failed.fetch_add(1, std::memory_order_relaxed);
+    if (g->sink) {
+      if (refused++ == 0) refusal = Status(code, std::move(why));
+      return;
+    }
+    it.task->completeSlice(TransferState::kFailed, 0, Status(code, std::move(why)));
+  };
+  // The owner's liveness, the region's registration and the mapping are
+  // checked once per (peer, buffer) of the group, not per item: memo_ holds
+  // what was found for each buffer of the group's first peer (a window's
+  // runs alternate between a few buffers, one per layer and K/V).
+  PeerRef* const first_peer = g->items.front().peer;
+  memo_.assign(first_peer->bufs.size(), Memo{});
+  PeerRef* last_peer = nullptr;
+  uint32_t last_buf = 0;
   Mapping* m = nullptr;
-  bool switched = false;
-  Status st = p.mapping(s->buf, m, switched);
-  if (switched) (void)d->bindDevice(device_);
-  if (!st.ok()) return fail(s, st.code(), st.message());
   uint64_t base = 0;
-  if (!m->acquire(base))
-    return fail(s, Code::kUnavailable, fmt::format("the owner of segment '{}', {}, has exited", p.segment, o.name));
-  const auto remote = static_cast<gpu::cu::DevicePtr>(base + (s->remote - b.base));
-  const auto local = reinterpret_cast<gpu::cu::DevicePtr>(s->local);
-  const gpu::cu::DevicePtr dst = s->is_read ? local : remote, src = s->is_read ? remote : local;
-  gpu::cu::Result rc;
-  if (m->device == device_) {
-    rc = d->api().MemcpyAsync(dst, src, s->len, stream_);
-  } else {
-    gpu::cu::Context lc = d->context(device_), rcx = d->context(m->device);
-    rc = d->api().MemcpyPeerAsync(dst, s->is_read ? lc : rcx, src, s->is_read ? rcx : lc, s->len, stream_);
-    counters_->peer_copies.fetch_add(1, std::memory_order_relaxed);
+  Status bad;  // why the current (peer, buffer) cannot be copied
+  for (Item& it : g->items) {
+    if (it.peer != last_peer || it.buf != last_buf) {
+      last_peer = it.peer;
+      last_buf = it.buf;
+      Memo* memo = it.peer == first_peer ? &memo_[it.buf] : nullptr;
+      if (memo && memo->seen) {
+        m = memo->m;
+        base = memo->base;
+        bad = memo->bad;
+      } else {
+        lookUp(it, p, m, base, bad, peer_device);
+        if (memo) *memo = Memo{true, m, base, bad};
+      }
+    }
+    if (!bad.ok()) {
+      refuse(it, bad.code(), bad.message());
+      continue;
+    }
+    const BufferInfo& b = it.peer->bufs[it.buf];
+    const uint64_t remote = base + (it.remote - b.base);
+    const uint64_t local = reinterpret_cast<uint64_t>(it.local);
+    runs_.push_back(it.is_read ? gpu::CopyRun{local, remote, it.len} : gpu::CopyRun{remote, local, it.len});
+    it.issued = true;
+    p.bytes += it.len;
+    ++p.issued;
   }
-  if (rc != gpu::cu::kSuccess) {
-    m->release();
-    st = d->check(rc, fmt::format("copy of {} bytes {} GPU {} (segment '{}')", s->len, s->is_read ? "to" : "from",
-                                  device_, p.segment));
-    return fail(s, st.code(), st.message());
+  if (refused > 0) g->sink->runsEnded(refused, 0, 0, TransferState::kFailed, refusal);
+  if (p.issued > 0) {
+    gpu::CopyReport rep;
+    Status st = stream_->copyRuns(runs_, p.ticket, &rep, peer_device);
+    if (!st.ok()) {
+      // Whatever of the group was queued must stop before its memory is let go.
+      (void)stream_->waitAll();
+      for (Mapping* mp : p.maps) mp->release();
+      counters_->slices_failed.fetch_add(p.issued, std::memory_order_relaxed);
+      const Status why(st.code(), fmt::format("copy of {} bytes {} GPU {}: {}", p.bytes,
+                                              g->items.front().is_read ? "to" : "from", device_, st.message()));
+      if (g->sink) {
+        g->sink->runsEnded(p.issued, 0, 0, TransferState::kFailed, why);
+      } else {
+        for (Item& it : g->items)
+          if (it.issued) it.task->completeSlice(TransferState::kFailed, 0, why);
+      }
+      letGo(g);
+      return;
+    }
+    counters_->copy.add(rep);
+    if (peer_device >= 0) counters_->peer_copies.fetch_add(p.issued, std::memory_order_relaxed);
+    inflight_.push_back(std::move(p));
+    return;
   }
-  gpu::cu::Event e = nullptr;
-  if (!spare_.empty()) {
-    e = spare_.back();
-    spare_.pop_back();
-  } else if (d->api().EventCreate(&e, gpu::cu::kEventBlockingSync | gpu::cu::kEventDisableTiming) !=
-             gpu::cu::kSuccess) {
-    e = nullptr;
-  }
-  if (e && d->api().EventRecord(e, stream_) != gpu::cu::kSuccess) {
-    spare_.push_back(e);
-    e = nullptr;
-  }
-  inflight_.push_back(Pending{s, e, m});
+  for (Mapping* mp : p.maps) mp->release();
+  letGo(g);
 }
 
 void StreamWorker::finish(Pending& p) {
-  const gpu::CudaDriver* d = gpu::CudaDriver::get();
-  // Without an event (none could be made), the whole stream is waited for.
-  gpu::cu::Result rc = p.event ? d->api().EventSynchronize(p.event) : d->api().StreamSynchronize(stream_);
-  if (p.event) spare_.push_back(p.event);
-  p.mapping->release();
-  Slice* s = p.slice;
-  if (rc != gpu::cu::kSuccess) {
-    Status st = d->check(rc, fmt::format("copy on GPU {} (segment '{}')", device_, s->peer->segment));
-    return fail(s, st.code(), st.message());
+  Status st = stream_->wait(p.ticket);
+  for (Mapping* m : p.maps) m->release();
+  Group* g = p.g;
+  if (!st.ok()) {
+    counters_->slices_failed.fetch_add(p.issued, std::memory_order_relaxed);
+    const Status why(st.code(), fmt::format("copy on GPU {} (segment '{}'): {}", device_,
+                                            g->items.front().peer->segment, st.message()));
+    if (g->sink) {
+      g->sink->runsEnded(p.issued, 0, 0, TransferState::kFailed, why);
+    } else {
+      for (Item& it : g->items)
+        if (it.issued) it.task->completeSlice(TransferState::kFailed, 0, why);
+    }
+    letGo(g);
+    return;
   }
-  const uint64_t len = s->len;
-  SubBatchImpl* sb = s->sb;
-  counters_->slices_completed.fetch_add(1, std::memory_order_relaxed);
-  counters_->bytes.fetch_add(len, std::memory_order_relaxed);
-  s->task->completeSlice(TransferState::kCompleted, len);
-  sb->outstanding.fetch_sub(1, std::memory_order_acq_rel);
+  counters_->slices_completed.fetch_add(p.issued, std::memory_order_relaxed);
+  counters_->bytes.fetch_add(p.bytes, std::memory_order_relaxed);
+  if (g->sink) {
+    g->sink->runsEnded(p.issued, p.issued, p.bytes, TransferState::kCompleted, Status::OK());
+  } else {
+    for (Item& it : g->items)
+      if (it.issued) it.task->completeSlice(TransferState::kCompleted, it.len);
+  }
+  letGo(g);
 }
 
 }  // namespace hawser::nvlink

@@ -96,7 +96,8 @@ Status NvlinkTransport::loadSettings(const Config& cfg, NvlinkSettings& out) {
   Status st;
   if (!(st = cfg.getInt("nvlink.streams", s.streams)).ok() ||
       !(st = cfg.getSize("nvlink.stripe_size", s.stripe_size)).ok() ||
-      !(st = cfg.getInt("nvlink.stream_depth", s.stream_depth)).ok())
+      !(st = cfg.getInt("nvlink.stream_depth", s.stream_depth)).ok() ||
+      !(st = gpu::CopySettings::fromConfig(cfg, s.copy)).ok())
     return st;
   out = s;
   return Status::OK();
@@ -113,6 +114,7 @@ TransportCaps NvlinkTransport::caps() const {
   c.remote_memory = kGpuMemory;
   c.same_host_only = true;
   c.cost_rank = 10;
+  c.run_windows = true;
   return c;
 }
 
@@ -301,7 +303,7 @@ Status NvlinkTransport::workers(int device, std::vector<nvlink::StreamWorker*>& 
   if (it == workers_.end()) {
     std::vector<std::unique_ptr<nvlink::StreamWorker>> ws;
     for (uint32_t i = 0; i < settings_.streams; ++i) {
-      auto w = std::make_unique<nvlink::StreamWorker>(device, settings_.stream_depth, counters_);
+      auto w = std::make_unique<nvlink::StreamWorker>(device, settings_.stream_depth, counters_, settings_.copy);
       Status s = w->start();
       if (!s.ok()) {
         for (auto& o : ws) o->stop();
@@ -327,13 +329,19 @@ void NvlinkTransport::diagnose(TransportDiagnosis& out) const {
   out.facts.emplace_back("streams per GPU", std::to_string(settings_.streams));
   out.facts.emplace_back("stripe size", std::to_string(settings_.stripe_size));
   out.facts.emplace_back("stream depth", std::to_string(settings_.stream_depth));
+  out.facts.emplace_back("copy mechanism", fmt::format("{} (kernel for windows whose runs average under {} bytes, at "
+                                                       "most {} CTAs a launch; gpu.copy_*)",
+                                                       gpu::copyMechanismName(settings_.copy.mechanism),
+                                                       settings_.copy.kernel_below,
+                                                       settings_.copy.max_ctas ? std::to_string(settings_.copy.max_ctas)
+                                                                               : std::string("all")));
   out.facts.emplace_back("peer liveness", "pidfd of the owner (kill(pid, 0) polled where pidfds are missing)");
 }
 
 Counters NvlinkTransport::stats() const {
   if (!counters_) return {};
   const nvlink::Counters& c = *counters_;
-  return {{"exported_regions", c.exported_regions.load()},
+  Counters out = {{"exported_regions", c.exported_regions.load()},
           {"exported_allocations", c.exported_allocations.load()},
           {"handles_opened", c.handles_opened.load()},
           {"handles_closed", c.handles_closed.load()},
@@ -343,6 +351,8 @@ Counters NvlinkTransport::stats() const {
           {"bytes", c.bytes.load()},
           {"peer_copies", c.peer_copies.load()},
           {"withdrawn_refusals", c.withdrawn_refusals.load()}};
+  c.copy.appendTo(out);
+  return out;
 }
 
 std::unique_ptr<Transport> makeNvlinkTransport() { return std::make_unique<NvlinkTransport>(); }

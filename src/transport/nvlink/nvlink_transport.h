@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "base/transport.h"
+#include "gpu/batch_copy.h"
 
 namespace hawser {
 
@@ -54,6 +55,7 @@ struct NvlinkSettings {
   uint32_t streams = 4;             // nvlink.streams (per local GPU)
   uint64_t stripe_size = 64ull << 20;  // nvlink.stripe_size
   uint32_t stream_depth = 4;        // nvlink.stream_depth (copies queued per stream)
+  gpu::CopySettings copy;           // gpu.copy_*: how windows of runs are copied
 };
 
 class NvlinkTransport final : public Transport {

@@ -24,13 +24,24 @@
 //   cuPointerGetAttribute tells mapped memory (not legacy-IPC capable) and
 //   whether its allocation asked for gpuDirectRDMACapable.
 //
+// - Modules and launches: cuModuleLoadData accepts PTX text that declares
+//   `.entry hawser_copy_pieces` (hawser's copy kernel) and nothing else;
+//   cuLaunchKernel of it runs, on the stream's thread, what the kernel does:
+//   it reads the piece list from device memory and copies each piece. A
+//   piece outside live memory is a fault, as on a GPU: the stream's events
+//   report CUDA_ERROR_ILLEGAL_ADDRESS from then on (sticky). The batched
+//   copy (cuMemcpyBatchAsync_v2) checks every copy, then runs them as one
+//   operation.
+//
 // HAWSER_FAKE_CUDA_DEVICES sets the GPU count (default 2); 0 makes cuInit
-// fail as it does on a host with a driver and no GPU.
+// fail as it does on a host with a driver and no GPU. Test hooks (not
+// CUDA, at the end of this file) count the calls and make launches fail.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -48,7 +59,9 @@ namespace {
 using Result = int;
 using DevicePtr = unsigned long long;
 constexpr Result kOk = 0, kInvalidValue = 1, kNotInitialized = 3, kNoDevice = 100, kInvalidContext = 201,
-                 kNotReady = 600, kAlreadyRegistered = 712, kNotRegistered = 713, kNotSupported = 801;
+                 kInvalidPtx = 218, kInvalidHandle = 400, kNotFound = 500, kNotReady = 600, kIllegalAddress = 700,
+                 kPeerAccessAlreadyEnabled = 704, kAlreadyRegistered = 712, kNotRegistered = 713,
+                 kNotSupported = 801;
 
 constexpr size_t kDeviceSpace = 64ull << 30;  // address space reserved for device memory
 constexpr size_t kAlign = 4096;
@@ -86,6 +99,22 @@ std::map<uint64_t, Physical> g_phys;      // cuMemCreate allocations by handle
 uint64_t g_next_handle = 1;
 std::map<uint64_t, uint64_t> g_reserved;  // cuMemAddressReserve ranges: base -> size
 thread_local int t_device = -1;           // current context's device
+
+// Calls counted for tests (hawserFakeCudaCalls), and launches made to fail
+// (hawserFakeCudaFailLaunch).
+std::atomic<uint64_t> g_calls_memcpy_async{0}, g_calls_launch{0}, g_calls_batch{0};
+std::atomic<long> g_fail_after{-1};  // launches to let through before the one that fails
+std::atomic<int> g_fail_code{0};
+std::atomic<bool> g_fail_async{false};
+constexpr const char* kKernelEntry = "hawser_copy_pieces";
+struct Module {
+  bool has_kernel = false;
+};
+struct Function {
+  int kind = 1;  // the copy kernel
+};
+Function g_copy_kernel;
+std::map<std::pair<int, int>, bool> g_peer_access;  // (from device, to device) enabled
 
 Allocation* findAlloc(uint64_t p, uint64_t* base = nullptr) {
   auto it = g_allocs.upper_bound(p);
@@ -133,12 +162,24 @@ bool rangeLive(uint64_t p, size_t n) {
   return true;
 }
 
-// A stream: its own thread runs its operations in order.
+// hawserFakeCudaHoldStreams: while held, no stream runs an operation.
+std::mutex g_hold_mu;
+std::condition_variable g_hold_cv;
+bool g_hold = false;
+void waitUnheld() {
+  std::unique_lock lk(g_hold_mu);
+  g_hold_cv.wait(lk, [] { return !g_hold; });
+}
+
+// A stream: its own thread runs its operations in order. An operation
+// that faults (returns an error) makes every later one report it.
 struct Stream {
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<std::function<void()>> ops;
+  std::deque<std::function<Result()>> ops;
   uint64_t queued = 0, done = 0;
+  uint64_t failed_at = 0;  // the first faulting operation (0: none)
+  Result error = kOk;
   bool stop = false;
   std::thread worker;
   Stream() {
@@ -149,10 +190,16 @@ struct Stream {
         if (ops.empty()) return;
         auto op = std::move(ops.front());
         ops.pop_front();
+        const bool faulted = error != kOk;
         lk.unlock();
-        op();
+        waitUnheld();
+        const Result rc = faulted ? kOk : op();  // after a fault nothing runs any more
         lk.lock();
         ++done;
+        if (rc != kOk && error == kOk) {
+          error = rc;
+          failed_at = done;
+        }
         cv.notify_all();
       }
     });
@@ -165,7 +212,7 @@ struct Stream {
     cv.notify_all();
     worker.join();
   }
-  uint64_t push(std::function<void()> op) {
+  uint64_t push(std::function<Result()> op) {
     std::lock_guard lk(mu);
     ops.push_back(std::move(op));
     cv.notify_all();
@@ -178,6 +225,11 @@ struct Stream {
   bool reached(uint64_t n) {
     std::lock_guard lk(mu);
     return done >= n;
+  }
+  // The error an event at mark n reports once reached.
+  Result errorAt(uint64_t n) {
+    std::lock_guard lk(mu);
+    return error != kOk && n >= failed_at ? error : kOk;
   }
 };
 
@@ -509,7 +561,11 @@ Result cuMemcpyAsync(DevicePtr dst, DevicePtr src, size_t n, void* stream) {
     std::lock_guard lk(g_mu);
     if (!rangeLive(dst, n) || !rangeLive(src, n)) return kInvalidValue;
   }
-  streamOf(stream)->push([=] { (void)copyNow(dst, src, n); });
+  streamOf(stream)->push([=] {
+    (void)copyNow(dst, src, n);  // checked above; memory freed since is the caller's race
+    return kOk;
+  });
+  g_calls_memcpy_async.fetch_add(1);
   return kOk;
 }
 Result cuMemcpyPeerAsync(DevicePtr dst, void*, DevicePtr src, void*, size_t n, void* stream) {
@@ -544,7 +600,7 @@ Result cuStreamSynchronize(void* s) {
     n = st->queued;
   }
   st->waitFor(n);
-  return kOk;
+  return st->errorAt(n);
 }
 Result cuEventCreate(void** e, unsigned) {
   *e = new Event();
@@ -557,18 +613,19 @@ Result cuEventDestroy_v2(void* e) {
 Result cuEventRecord(void* e, void* s) {
   auto* ev = static_cast<Event*>(e);
   ev->stream = streamOf(s);
-  ev->mark = ev->stream->push([] {});
+  ev->mark = ev->stream->push([] { return kOk; });
   return kOk;
 }
 Result cuEventQuery(void* e) {
   auto* ev = static_cast<Event*>(e);
   if (!ev->stream) return kOk;
-  return ev->stream->reached(ev->mark) ? kOk : kNotReady;
+  return ev->stream->reached(ev->mark) ? ev->stream->errorAt(ev->mark) : kNotReady;
 }
 Result cuEventSynchronize(void* e) {
   auto* ev = static_cast<Event*>(e);
-  if (ev->stream) ev->stream->waitFor(ev->mark);
-  return kOk;
+  if (!ev->stream) return kOk;
+  ev->stream->waitFor(ev->mark);
+  return ev->stream->errorAt(ev->mark);
 }
 
 Result cuIpcGetMemHandle(void* handle, DevicePtr p) {
@@ -678,6 +735,146 @@ Result cuMemGetHandleForAddressRange(void* handle, DevicePtr p, size_t n, int ty
   if (fd < 0) return kInvalidValue;
   *static_cast<int*>(handle) = fd;
   return kOk;
+}
+
+Result cuDeviceGetAttribute(int* v, int attr, int dev) {
+  if (dev < 0 || dev >= g_devices) return kInvalidValue;
+  if (attr != 16) return kInvalidValue;  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+  *v = 132;
+  return kOk;
+}
+
+Result cuCtxEnablePeerAccess(void* ctx, unsigned) {
+  if (t_device < 0) return kInvalidContext;
+  const int to = ctx ? static_cast<int>(reinterpret_cast<uintptr_t>(ctx)) - 1 : -1;
+  if (to < 0 || to >= g_devices || to == t_device) return kInvalidValue;
+  std::lock_guard lk(g_mu);
+  bool& on = g_peer_access[{t_device, to}];
+  if (on) return kPeerAccessAlreadyEnabled;
+  on = true;
+  return kOk;
+}
+
+// PTX that declares the copy kernel's entry loads; anything else is refused
+// as the real driver refuses PTX it cannot compile.
+Result cuModuleLoadData(void** mod, const void* image) {
+  if (t_device < 0) return kInvalidContext;
+  const char* text = static_cast<const char*>(image);
+  if (!text || !strstr(text, ".version ") || !strstr(text, ".target ")) return kInvalidPtx;
+  auto* m = new Module();
+  m->has_kernel = strstr(text, ".entry hawser_copy_pieces(") != nullptr;
+  *mod = m;
+  return kOk;
+}
+Result cuModuleUnload(void* mod) {
+  delete static_cast<Module*>(mod);
+  return kOk;
+}
+Result cuModuleGetFunction(void** fn, void* mod, const char* name) {
+  auto* m = static_cast<Module*>(mod);
+  if (!m) return kInvalidHandle;
+  if (!m->has_kernel || strcmp(name, kKernelEntry) != 0) return kNotFound;
+  *fn = &g_copy_kernel;
+  return kOk;
+}
+
+// What hawser_copy_pieces does, on the stream: params are the piece list's
+// device address and the count; each piece {dst, src, len} is copied. A
+// piece outside live memory faults the stream.
+Result cuLaunchKernel(void* fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                      unsigned shared, void* stream, void** params, void** extra) {
+  if (t_device < 0) return kInvalidContext;
+  if (fn != &g_copy_kernel || !params || extra) return kInvalidValue;
+  if (gx == 0 || gy != 1 || gz != 1 || gx > 65535 || bx == 0 || bx > 1024 || by != 1 || bz != 1 || bx % 32 ||
+      shared != 0)
+    return kInvalidValue;
+  const DevicePtr list = *static_cast<DevicePtr*>(params[0]);
+  const unsigned long long count = *static_cast<unsigned long long*>(params[1]);
+  g_calls_launch.fetch_add(1);
+  bool fault = false;
+  if (long left = g_fail_after.load(); left >= 0) {
+    if (left == 0) {
+      g_fail_after.store(-1);
+      if (!g_fail_async.load()) return g_fail_code.load();
+      fault = true;
+    } else {
+      g_fail_after.store(left - 1);
+    }
+  }
+  {
+    std::lock_guard lk(g_mu);
+    if (!rangeLive(list, count * 24)) return kInvalidValue;
+  }
+  streamOf(stream)->push([=]() -> Result {
+    if (fault) return g_fail_code.load();
+    std::vector<uint64_t> pieces(count * 3);
+    if (copyNow(reinterpret_cast<uint64_t>(pieces.data()), list, count * 24) != kOk) return kIllegalAddress;
+    for (unsigned long long i = 0; i < count; ++i) {
+      const uint64_t dst = pieces[3 * i], src = pieces[3 * i + 1], len = pieces[3 * i + 2];
+      if (len == 0) continue;
+      if (copyNow(dst, src, len) != kOk) return kIllegalAddress;
+    }
+    return kOk;
+  });
+  return kOk;
+}
+
+struct MemcpyAttr {
+  int srcAccessOrder;
+  int srcLoc[2];
+  int dstLoc[2];
+  unsigned flags;
+};
+
+Result cuMemcpyBatchAsync_v2(DevicePtr* dsts, DevicePtr* srcs, size_t* sizes, size_t count, MemcpyAttr* attrs,
+                             size_t* attr_idx, size_t nattrs, void* stream) {
+  if (count == 0 || !dsts || !srcs || !sizes || !attrs || !attr_idx || nattrs == 0 || nattrs > count ||
+      attr_idx[0] != 0)
+    return kInvalidValue;
+  for (size_t a = 0; a < nattrs; ++a)
+    if (attrs[a].srcAccessOrder < 1 || attrs[a].srcAccessOrder > 3) return kInvalidValue;
+  std::vector<uint64_t> d(dsts, dsts + count), s(srcs, srcs + count), n(sizes, sizes + count);
+  {
+    std::lock_guard lk(g_mu);
+    for (size_t i = 0; i < count; ++i)
+      if (!rangeLive(d[i], n[i]) || !rangeLive(s[i], n[i])) return kInvalidValue;
+  }
+  g_calls_batch.fetch_add(1);
+  streamOf(stream)->push([d = std::move(d), s = std::move(s), n = std::move(n)]() -> Result {
+    for (size_t i = 0; i < d.size(); ++i)
+      if (copyNow(d[i], s[i], n[i]) != kOk) return kIllegalAddress;
+    return kOk;
+  });
+  return kOk;
+}
+
+// Test hooks (not CUDA): calls made so far of "launch" (cuLaunchKernel),
+// "batch" (cuMemcpyBatchAsync_v2) or "memcpy_async" (cuMemcpyAsync); -1 for
+// another name.
+long long hawserFakeCudaCalls(const char* what) {
+  if (!strcmp(what, "launch")) return static_cast<long long>(g_calls_launch.load());
+  if (!strcmp(what, "batch")) return static_cast<long long>(g_calls_batch.load());
+  if (!strcmp(what, "memcpy_async")) return static_cast<long long>(g_calls_memcpy_async.load());
+  return -1;
+}
+
+// Test hook: after `after` more launches of the copy kernel, the next one
+// fails with `code`: at the call (async 0), or on the stream as a fault
+// that its events then report (async 1). after < 0: no failure.
+void hawserFakeCudaFailLaunch(long after, int code, int async) {
+  g_fail_code.store(code);
+  g_fail_async.store(async != 0);
+  g_fail_after.store(after);
+}
+
+// Test hook: while `hold` is true no stream runs anything queued on it
+// (copies, launches, events stay pending), as a busy GPU would.
+void hawserFakeCudaHoldStreams(int hold) {
+  {
+    std::lock_guard lk(g_hold_mu);
+    g_hold = hold != 0;
+  }
+  g_hold_cv.notify_all();
 }
 
 // Test hooks (not CUDA): how many IPC mappings this process has open.

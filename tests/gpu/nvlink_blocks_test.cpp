@@ -1,0 +1,254 @@
+// Block requests over nvlink: a paged KV cache's scattered blocks reach the
+// transport a window of runs at a time (no task per run) and each window is
+// copied with one launch of hawser's copy kernel (gpu/batch_copy.h). Every
+// byte verified; a failed launch, a cancel and an owner's death mid-request
+// end the request with nothing left in flight.
+#include <dlfcn.h>
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <random>
+
+#include "common/util.h"
+#include "gpu/gpu_env.h"
+#include "hawser/engine.h"
+
+namespace hawser::test {
+namespace {
+
+constexpr uint64_t kSeed = 555;
+
+EngineOptions gpuOptions(std::map<std::string, std::string> extra = {}) {
+  EngineOptions o;
+  o.config = gpuConfig();
+  for (auto& [k, v] : extra) o.config[k] = v;
+  return o;
+}
+
+uint64_t counter(const TransferEngine& e, const std::string& key) {
+  for (auto& t : e.stats().transports)
+    if (t.transport == "nvlink")
+      for (auto& [k, v] : t.counters)
+        if (k == key) return v;
+  return 0;
+}
+
+template <typename F>
+F fakeHook(const char* name) {
+  void* h = dlopen(testCudaDriverPath().c_str(), RTLD_NOW | RTLD_NOLOAD);
+  F f = h ? reinterpret_cast<F>(dlsym(h, name)) : nullptr;
+  if (h) dlclose(h);
+  return f;
+}
+
+// Holds the stand-in driver's streams for a scope (nothing queued runs).
+struct Held {
+  explicit Held(void (*hold)(int)) : hold_(hold) { hold_(1); }
+  ~Held() { release(); }
+  void release() {
+    if (hold_) hold_(0);
+    hold_ = nullptr;
+  }
+  void (*hold_)(int);
+};
+
+// `n` blocks of `block` bytes: block i at local slot lperm[i] and remote
+// slot rperm[i] (two different permutations: each side its own block table).
+std::vector<Block> kvBlocks(char* local, uint64_t remote, size_t n, uint64_t block, unsigned seed) {
+  std::vector<size_t> lperm(n), rperm(n);
+  std::iota(lperm.begin(), lperm.end(), 0);
+  std::iota(rperm.begin(), rperm.end(), 0);
+  std::shuffle(lperm.begin(), lperm.end(), std::mt19937(seed));
+  std::shuffle(rperm.begin(), rperm.end(), std::mt19937(seed + 1));
+  std::vector<Block> blocks(n);
+  for (size_t i = 0; i < n; ++i) blocks[i] = Block{local + lperm[i] * block, remote + rperm[i] * block, block};
+  return blocks;
+}
+
+// Two engines of this process, GPU memory on both: the target's filled with
+// pattern(kSeed), the initiator's zeroed.
+struct Pair {
+  explicit Pair(size_t bytes, std::map<std::string, std::string> opts = {})
+      : src(0, bytes), dst(gpu::CudaDriver::get()->deviceCount() - 1, bytes) {
+    EXPECT_TRUE(target.init("p2p", "nvlink-blocks-t", "127.0.0.1", 0, gpuOptions()).ok());
+    EXPECT_TRUE(init.init("p2p", "nvlink-blocks-i", "127.0.0.1", 0, gpuOptions(opts)).ok());
+    std::vector<char> pattern(bytes);
+    fillPattern(pattern.data(), bytes, kSeed);
+    src.upload(pattern);
+    dst.fill(0);
+    EXPECT_TRUE(target.registerLocalMemory(src.data(), bytes).ok());
+    EXPECT_TRUE(init.registerLocalMemory(dst.data(), bytes).ok());
+    EXPECT_TRUE(init.openSegment(target.segmentName(), seg).ok());
+  }
+  ~Pair() {
+    (void)init.unregisterLocalMemory(dst.data());
+    (void)target.unregisterLocalMemory(src.data());
+  }
+  uint64_t remote() const { return reinterpret_cast<uint64_t>(src.data()); }
+  DeviceBuffer src, dst;
+  TransferEngine target, init;
+  SegmentID seg = 0;
+};
+
+// Every block of `blocks` (read into dst) holds the target's bytes.
+void expectBlocks(const Pair& p, const std::vector<Block>& blocks) {
+  std::vector<char> got = p.dst.download();
+  size_t bad = 0;
+  for (const Block& b : blocks) {
+    const uint64_t at = static_cast<uint64_t>(static_cast<char*>(b.local) - p.dst.data());
+    bad += checkPattern(got.data() + at, b.length, kSeed, b.remote - p.remote()) != -1;
+  }
+  EXPECT_EQ(bad, 0u) << "blocks whose bytes are wrong";
+}
+
+TEST(nvlink_blocks, scattered_kv_blocks_move_a_window_per_kernel_launch) {
+  HAWSER_REQUIRE_GPU(1);
+  const uint64_t block = 16 << 10;
+  const size_t n = 3000;
+  Pair p(n * block);
+  std::vector<Block> blocks = kvBlocks(p.dst.data(), p.remote(), n, block, 1);
+  PlanID plan;
+  ASSERT_TRUE(p.init.prepareBlocks(OpCode::kRead, p.seg, blocks, plan).ok());
+  PlanInfo info;
+  ASSERT_TRUE(p.init.planInfo(plan, info).ok());
+  ASSERT_GT(info.runs, 2900u) << "two random block tables leave few blocks contiguous on both sides";
+  BatchID b;
+  ASSERT_TRUE(p.init.allocateBatchID(4, b).ok());
+  size_t task = 0;
+  ASSERT_TRUE(p.init.postPlan(b, plan, &task).ok());
+  ASSERT_TRUE(p.init.waitTransfer(b, std::chrono::seconds(60)).ok());
+  TransferStatus st;
+  ASSERT_TRUE(p.init.getTransferStatus(b, task, st).ok());
+  ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
+  EXPECT_EQ(st.transferred_bytes, n * block);
+  ASSERT_TRUE(p.init.freeBatchID(b).ok());
+  expectBlocks(p, blocks);
+  // No task per run: the runs went as windows, each one launch.
+  const uint64_t windows = counter(p.init, "gpu_copy_windows");
+  EXPECT_EQ(counter(p.init, "gpu_copy_runs"), info.runs);
+  EXPECT_GE(windows, 3u) << "64 + 1024-run windows";
+  EXPECT_LE(windows, 5u);
+  EXPECT_EQ(counter(p.init, "gpu_copy_kernel_launches"), windows) << "one launch per window";
+  EXPECT_EQ(counter(p.init, "gpu_copy_per_run"), 0u);
+  EXPECT_LE(counter(p.init, "gpu_copy_ctas_max"), 32u) << "gpu.copy_max_ctas's default";
+  EXPECT_EQ(counter(p.init, "slices_failed"), 0u);
+
+  // The other way: the initiator's blocks written into the target's, checked there.
+  std::vector<char> mine(n * block);
+  fillPattern(mine.data(), mine.size(), 77);
+  p.dst.upload(mine);
+  std::vector<Block> wblocks = kvBlocks(p.dst.data(), p.remote(), n, block, 9);
+  ASSERT_TRUE(p.init.allocateBatchID(4, b).ok());
+  ASSERT_TRUE(p.init.submitBlocks(b, OpCode::kWrite, p.seg, wblocks, &task).ok());
+  ASSERT_TRUE(p.init.waitTransfer(b, std::chrono::seconds(60)).ok());
+  ASSERT_TRUE(p.init.getTransferStatus(b, task, st).ok());
+  ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
+  ASSERT_TRUE(p.init.freeBatchID(b).ok());
+  std::vector<char> there = p.src.download();
+  size_t bad = 0;
+  for (const Block& w : wblocks) {
+    const uint64_t from = static_cast<uint64_t>(static_cast<char*>(w.local) - p.dst.data());
+    bad += memcmp(there.data() + (w.remote - p.remote()), mine.data() + from, w.length) != 0;
+  }
+  EXPECT_EQ(bad, 0u);
+  ASSERT_TRUE(p.init.releasePlan(plan).ok());
+}
+
+TEST(nvlink_blocks, every_mechanism_moves_the_same_bytes) {
+  HAWSER_REQUIRE_GPU(1);
+  for (const char* m : {"kernel", "copy_engine", "per_run"}) {
+    if (std::string(m) == "copy_engine" && !gpu::CudaDriver::get()->api().MemcpyBatchAsync) continue;
+    SCOPED_TRACE(m);
+    const uint64_t block = 4096 + 512;  // not a multiple of 4 KiB
+    const size_t n = 700;
+    Pair p(n * block, {{"gpu.copy_mechanism", m}});
+    std::vector<Block> blocks = kvBlocks(p.dst.data(), p.remote(), n, block, 4);
+    std::vector<TransferStatus> st;
+    BatchID b;
+    ASSERT_TRUE(p.init.allocateBatchID(1, b).ok());
+    size_t task = 0;
+    ASSERT_TRUE(p.init.submitBlocks(b, OpCode::kRead, p.seg, blocks, &task).ok());
+    ASSERT_TRUE(p.init.waitTransfer(b, std::chrono::seconds(60)).ok());
+    TransferStatus ts;
+    ASSERT_TRUE(p.init.getTransferStatus(b, task, ts).ok());
+    ASSERT_EQ(ts.s, TransferState::kCompleted) << ts.error.toString();
+    ASSERT_TRUE(p.init.freeBatchID(b).ok());
+    expectBlocks(p, blocks);
+    const std::string key = std::string(m) == "kernel"        ? "gpu_copy_kernel_launches"
+                            : std::string(m) == "copy_engine" ? "gpu_copy_engine_batches"
+                                                              : "gpu_copy_per_run";
+    EXPECT_EQ(counter(p.init, key), std::string(m) == "per_run" ? counter(p.init, "gpu_copy_runs")
+                                                                : counter(p.init, "gpu_copy_windows"));
+  }
+}
+
+TEST(nvlink_blocks, a_failed_launch_fails_the_request_and_leaves_nothing_in_flight) {
+  HAWSER_REQUIRE_GPU(1);
+  auto fail = fakeHook<void (*)(long, int, int)>("hawserFakeCudaFailLaunch");
+  if (!fail) GTEST_SKIP() << "needs the stand-in driver's hawserFakeCudaFailLaunch (a real GPU cannot be made to fail)";
+  const uint64_t block = 8 << 10;
+  const size_t n = 2500;
+  Pair p(n * block);
+  std::vector<Block> blocks = kvBlocks(p.dst.data(), p.remote(), n, block, 2);
+  for (int async : {0, 1}) {
+    SCOPED_TRACE(async ? "a fault on the GPU" : "refused at the launch");
+    fail(1, async ? 700 : 701, async);  // the second window's launch
+    BatchID b;
+    ASSERT_TRUE(p.init.allocateBatchID(1, b).ok());
+    size_t task = 0;
+    ASSERT_TRUE(p.init.submitBlocks(b, OpCode::kRead, p.seg, blocks, &task).ok());
+    ASSERT_TRUE(p.init.waitTransfer(b, std::chrono::seconds(60)).ok());
+    TransferStatus st;
+    ASSERT_TRUE(p.init.getTransferStatus(b, task, st).ok());
+    EXPECT_EQ(st.s, TransferState::kFailed);
+    EXPECT_EQ(st.error.code(), Code::kIoError) << st.error.toString();
+    EXPECT_NE(st.error.message().find(async ? "CUresult 700" : "CUresult 701"), std::string::npos)
+        << st.error.message();
+    EXPECT_LT(st.transferred_bytes, n * block);
+    EXPECT_TRUE(p.init.freeBatchID(b).ok()) << "nothing of it is still in flight";
+    if (async) break;  // a fault leaves the stream failed, as a GPU context is
+    // The next request of the same engine moves every byte.
+    p.dst.fill(0);
+    ASSERT_TRUE(p.init.allocateBatchID(1, b).ok());
+    ASSERT_TRUE(p.init.submitBlocks(b, OpCode::kRead, p.seg, blocks, &task).ok());
+    ASSERT_TRUE(p.init.waitTransfer(b, std::chrono::seconds(60)).ok());
+    ASSERT_TRUE(p.init.getTransferStatus(b, task, st).ok());
+    EXPECT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
+    ASSERT_TRUE(p.init.freeBatchID(b).ok());
+    expectBlocks(p, blocks);
+  }
+  fail(-1, 0, 0);
+}
+
+TEST(nvlink_blocks, cancel_mid_request_ends_it_canceled_with_only_issued_windows_moved) {
+  HAWSER_REQUIRE_GPU(1);
+  auto hold = fakeHook<void (*)(int)>("hawserFakeCudaHoldStreams");
+  if (!hold) GTEST_SKIP() << "needs the stand-in driver's hawserFakeCudaHoldStreams to stop the GPU mid-request";
+  const uint64_t block = 4 << 10;
+  const size_t n = 12000;
+  Pair p(n * block, {{"nvlink.stream_depth", "1"}});
+  std::vector<Block> blocks = kvBlocks(p.dst.data(), p.remote(), n, block, 3);
+  BatchID b;
+  ASSERT_TRUE(p.init.allocateBatchID(1, b).ok());
+  size_t task = 0;
+  {
+    Held held(hold);
+    ASSERT_TRUE(p.init.submitBlocks(b, OpCode::kRead, p.seg, blocks, &task).ok());
+    // The first window is issued (and held on the GPU); the others wait.
+    ASSERT_TRUE(eventually([&] { return counter(p.init, "gpu_copy_windows") >= 1; }));
+    ASSERT_TRUE(p.init.cancelTransfer(b).ok());
+  }
+  ASSERT_TRUE(p.init.waitTransfer(b, std::chrono::seconds(60)).ok());
+  TransferStatus st;
+  ASSERT_TRUE(p.init.getTransferStatus(b, task, st).ok());
+  EXPECT_EQ(st.s, TransferState::kCanceled) << st.error.toString();
+  EXPECT_GT(st.transferred_bytes, 0u) << "the issued window finished";
+  EXPECT_LT(st.transferred_bytes, n * block / 2) << "windows not issued were not moved";
+  EXPECT_EQ(st.transferred_bytes % block, 0u);
+  EXPECT_TRUE(p.init.freeBatchID(b).ok()) << "nothing of it is still in flight";
+}
+
+}  // namespace
+}  // namespace hawser::test
