@@ -4,6 +4,8 @@
 # the hawser tool, the tests/gpu programs, the bench helpers, and every
 # shared library they load that is not part of the base system.
 # Usage: scripts/gpu_bundle.sh [BUILD_DIR] [OUT_DIR]   (default build .device)
+# ONLY="name ..." keeps just those programs (hawser is always kept). Programs
+# and libraries are stripped: the tree that travels to a GPU machine is small.
 set -euo pipefail
 shopt -s nullglob  # a build without lib/*.so (no softverbs) is fine
 cd "$(dirname "$0")/.."
@@ -19,6 +21,14 @@ for src in tests/gpu/*_test.cpp; do
   name=$(basename "$src" .cpp)
   [ -x "$build/tests/$name" ] && bins+=("$build/tests/$name")
 done
+if [ -n "${ONLY:-}" ]; then
+  keep=()
+  for b in "${bins[@]}"; do
+    n=$(basename "$b")
+    [[ $n == hawser || " $ONLY " == *" $n "* ]] && keep+=("$b")
+  done
+  bins=("${keep[@]}")
+fi
 cp "${bins[@]}" "$out/bin/"
 [ -f "$build/lib/libhawser_softverbs.so" ] && cp "$build/lib/libhawser_softverbs.so" "$out/lib/"
 # Libraries of the base system (glibc, the C++ runtime) stay the machine's own.
@@ -29,5 +39,6 @@ for b in "$out"/bin/* "$out"/lib/*.so; do
     [ -f "$out/lib/$name" ] || cp -L "$path" "$out/lib/$name"
   done
 done
+strip --strip-unneeded "$out"/bin/* "$out"/lib/*.so* 2>/dev/null || true
 du -sh "$out" | awk '{print "bundle: "$1" in '"$out"'"}'
 ls "$out/bin"

@@ -65,6 +65,10 @@ inline constexpr Knob kKnobs[] = {
   {"block.window", "HAWSER_BLOCK_WINDOW", KnobType::kSize, "1024", 1, knob_detail::M, {},
    "block requests: runs one lane hands its transport at once (a block request's engine memory is bounded by "
    "2 x (block.lanes + 1) windows)"},
+  {"block.run_window", "HAWSER_BLOCK_RUN_WINDOW", KnobType::kSize, "8192", 1, knob_detail::M, {},
+   "block requests through a transport that moves windows of runs (nvlink): runs one lane hands it at once; a "
+   "window is one launch of the GPU copy kernel, so larger windows amortize a launch over more bytes (32 bytes of "
+   "engine memory a run)"},
   {"block.lanes", "HAWSER_BLOCK_LANES", KnobType::kInt, "4", 1, 64, {},
    "block requests: windows of runs of one task in flight at once"},
   {"batch.wait_spin_us", "HAWSER_BATCH_WAIT_SPIN_US", KnobType::kInt, "50", 0, 1000000, {},
@@ -135,7 +139,10 @@ inline constexpr Knob kKnobs[] = {
    "bytes per nvlink copy: a larger request is striped over the streams in pieces of this size (smaller pieces "
    "cost a wake-up each: on an H200 8M stripes ran at 0.33-0.85 of one cuMemcpyAsync, 64M at 0.99-1.10)"},
   {"nvlink.stream_depth", "HAWSER_NVLINK_STREAM_DEPTH", KnobType::kInt, "4", 1, 1024, {},
-   "copies queued on one stream before its thread waits for the oldest"},
+   "copies (windows of runs) queued on one stream before its thread waits for the oldest"},
+  {"nvlink.spin_wait", "HAWSER_NVLINK_SPIN_WAIT", KnobType::kBool, "false", 0, 0, {},
+   "a stream's thread waits for its oldest copy by polling (no wake-up latency, a CPU core busy while copies run) "
+   "instead of sleeping in the driver"},
   // ---- tcp ----------------------------------------------------------------------------------------------------------
   {"tcp.connections", "HAWSER_TCP_CONNECTIONS", KnobType::kInt, "2", 1, 64, {},
    "data connections per peer"},

@@ -9,11 +9,15 @@
 
 namespace hawser {
 
-// Task mode holds more per run than run mode: the bound is the larger.
-size_t BlockRunner::bytesPerRun() { return std::max(sizeof(Child) + sizeof(Task*), sizeof(RunRef)); }
+size_t BlockRunner::bytesPerRun() { return sizeof(Child) + sizeof(Task*); }
 
 size_t BlockRunner::maxWindowBytes(const BlockSettings& s) {
-  return 2 * (s.lanes + 1) * (s.window * bytesPerRun() + sizeof(Window));
+  const size_t tasks = s.window * (sizeof(Child) + sizeof(Task*)), runs = s.run_window * sizeof(RunRef);
+  return 2 * (s.lanes + 1) * (std::max(tasks, runs) + sizeof(Window));
+}
+
+size_t BlockRunner::windowBytes(size_t capacity) const {
+  return capacity * (run_mode_ ? sizeof(RunRef) : bytesPerRun()) + sizeof(Window);
 }
 
 BlockRunner::BlockRunner(std::shared_ptr<const BlockPlan> plan, Task* parent, BlockPump* pump,
@@ -23,13 +27,14 @@ BlockRunner::BlockRunner(std::shared_ptr<const BlockPlan> plan, Task* parent, Bl
       pump_(pump),
       settings_(settings),
       counters_(counters),
-      lanes_(std::max<size_t>(1, std::min(settings.lanes, (plan_->runs + settings.window - 1) / settings.window))),
       run_mode_(plan_->route->transport->caps().run_windows),
+      window_(run_mode_ ? settings.run_window : settings.window),
+      lanes_(std::max<size_t>(1, std::min(settings.lanes, (plan_->runs + window_ - 1) / window_))),
       lane_(lanes_, nullptr) {}
 
 BlockRunner::~BlockRunner() {
   size_t bytes = 0;
-  for (auto& w : windows_) bytes += w->capacity * bytesPerRun() + sizeof(Window);
+  for (auto& w : windows_) bytes += windowBytes(w->capacity);
   counters_->window_bytes.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
@@ -75,7 +80,7 @@ BlockRunner::Window* BlockRunner::windowFor(size_t lane, size_t runs) {
           nw->tasks[i] = &nw->children[i].task;
         }
       }
-      counters_->window_bytes.fetch_add(nw->capacity * bytesPerRun() + sizeof(Window), std::memory_order_relaxed);
+      counters_->window_bytes.fetch_add(windowBytes(nw->capacity), std::memory_order_relaxed);
       w = nw.get();
       windows_.push_back(std::move(nw));
     }
@@ -147,7 +152,7 @@ void BlockRunner::post(Window* w, std::unique_ptr<PreparedWork> work) {
 Status BlockRunner::prepareFirst() {
   std::lock_guard lk(mu_);
   // A short first window: the caller's thread pays for it (the pump cuts the rest).
-  Window* w = windowFor(0, std::min(settings_.window, kFirstWindow));
+  Window* w = windowFor(0, std::min(window_, kFirstWindow));
   size_t first = 0;
   const size_t k = take(w->capacity, first);
   Status s = fill(w, first, k, first_work_);
@@ -178,7 +183,7 @@ void BlockRunner::dispatch(size_t lane) {
   std::lock_guard lk(mu_);
   if (failed_.load(std::memory_order_acquire)) return;
   if (next_.load(std::memory_order_acquire) >= plan_->runs) return;
-  Window* w = windowFor(lane, settings_.window);
+  Window* w = windowFor(lane, window_);
   size_t first = 0;
   const size_t k = take(w->capacity, first);
   if (k == 0) return;

@@ -49,7 +49,8 @@ struct BlockCounters {
 class BlockRunner : public std::enable_shared_from_this<BlockRunner> {
  public:
   // Engine memory one run in flight holds (its internal task and pointer),
-  // besides the transport's slices.
+  // besides the transport's slices; a transport that moves windows of runs
+  // costs sizeof(RunRef) a run.
   static size_t bytesPerRun();
   // The most the windows of one block request hold: 2 x (lanes + 1) windows.
   static size_t maxWindowBytes(const BlockSettings& s);
@@ -115,14 +116,17 @@ class BlockRunner : public std::enable_shared_from_this<BlockRunner> {
   void childDone(Child* c);
   void runsDone(Window* w, size_t n, size_t completed, uint64_t bytes, TransferState state, const Status& error);
   void windowDone(size_t lane);
+  // Engine memory a window of `capacity` runs holds.
+  size_t windowBytes(size_t capacity) const;
 
   const std::shared_ptr<const BlockPlan> plan_;
   Task* const parent_;
   BlockPump* const pump_;
   const BlockSettings settings_;
   BlockCounters* const counters_;
-  const size_t lanes_;
   const bool run_mode_;  // the transport moves windows of runs (no child tasks)
+  const size_t window_;  // runs per window: block.run_window in run mode, else block.window
+  const size_t lanes_;
   std::atomic<size_t> next_{0};  // first run not yet taken
   std::atomic<bool> failed_{false};
   mutable std::mutex mu_;  // windows_ and their sub-batches (not the callbacks)

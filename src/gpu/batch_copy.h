@@ -54,9 +54,12 @@ struct CopySettings {
   CopyMechanism mechanism = CopyMechanism::kAuto;  // gpu.copy_mechanism
   uint32_t max_ctas = 32;                           // gpu.copy_max_ctas: 0 = as many as the window has pieces
   uint64_t kernel_below = 1ull << 20;               // gpu.copy_kernel_below: auto uses the kernel below this mean run
-  // Not a knob: wait() sleeps in the driver (blocking-sync events) instead
-  // of spinning, for threads that only wait (nvlink's stream workers).
+  // Not knobs: wait() sleeps in the driver (blocking-sync events) instead
+  // of spinning; the kernel's CTA size and the longest piece one warp
+  // copies (the defaults were measured on an H200: docs/gpu.md).
   bool blocking_sync = false;
+  uint32_t threads_per_cta = 1024;
+  uint64_t piece_bytes = 16 << 10;
 
   // Reads the gpu.copy_* knobs (kInvalidArgument naming the key).
   static Status fromConfig(const Config& c, CopySettings& out);

@@ -73,7 +73,7 @@ __device__ __forceinline__ void copyPiece(const Piece& p, unsigned lane) {
 
 }  // namespace
 
-extern "C" __global__ void hawser_copy_pieces(const Piece* __restrict__ pieces, unsigned long long count) {
+extern "C" __global__ void __launch_bounds__(1024) hawser_copy_pieces(const Piece* __restrict__ pieces, unsigned long long count) {
   const unsigned lane = threadIdx.x & 31;
   const unsigned long long warps = (static_cast<unsigned long long>(gridDim.x) * blockDim.x) >> 5;
   unsigned long long w = (static_cast<unsigned long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;

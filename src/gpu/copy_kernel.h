@@ -21,11 +21,11 @@ inline constexpr const char* kCopyKernelEntry = "hawser_copy_pieces";
 // The launch's parameters as the kernel reads them: `count` pieces of
 // CopyRun layout in device memory.
 static_assert(sizeof(CopyRun) == 24 && offsetof(CopyRun, src) == 8 && offsetof(CopyRun, len) == 16);
-// Runs are cut into pieces of at most this many bytes (one warp copies a
-// piece), so a large run spreads over many warps.
-inline constexpr uint64_t kCopyPieceBytes = 64 << 10;
-// Threads of one CTA: 16 warps.
-inline constexpr unsigned kCopyThreadsPerCta = 512;
+// Runs are cut into pieces of at most CopySettings::piece_bytes (one warp
+// copies a piece), so a large run spreads over many warps; a CTA has
+// CopySettings::threads_per_cta threads (at most 1024: the kernel's launch
+// bound).
+inline constexpr unsigned kCopyMaxThreadsPerCta = 1024;
 
 // The kernel's function on GPU `device`, whose primary context the calling
 // thread has current; loaded the first time it is asked for. kNotSupported

@@ -187,15 +187,15 @@ Status CopyStream::launch(PieceSlot& s, uint64_t count, CopyReport& rep) {
   Status st = d_->check(a.MemcpyAsync(s.dev, reinterpret_cast<cu::DevicePtr>(s.host), count * sizeof(CopyRun), stream_),
                         fmt::format("copying the run list of the copy kernel to GPU {}", device_));
   if (!st.ok()) return st;
-  constexpr unsigned warps = kCopyThreadsPerCta / 32;
+  const unsigned threads = std::clamp<unsigned>(settings_.threads_per_cta / 32 * 32, 32, kCopyMaxThreadsPerCta);
+  const unsigned warps = threads / 32;
   uint64_t grid = (count + warps - 1) / warps;
   if (settings_.max_ctas > 0) grid = std::min<uint64_t>(grid, settings_.max_ctas);
   grid = std::min<uint64_t>(grid, 65535);
   cu::DevicePtr list = s.dev;
   unsigned long long n = count;
   void* args[] = {&list, &n};
-  st = d_->check(a.LaunchKernel(kernel_, static_cast<unsigned>(grid), 1, 1, kCopyThreadsPerCta, 1, 1, 0, stream_, args,
-                                nullptr),
+  st = d_->check(a.LaunchKernel(kernel_, static_cast<unsigned>(grid), 1, 1, threads, 1, 1, 0, stream_, args, nullptr),
                  fmt::format("launching the copy kernel on GPU {} ({} pieces, {} CTAs)", device_, count, grid));
   if (!st.ok()) return st;
   ++rep.launches;
@@ -209,17 +209,18 @@ Status CopyStream::viaKernel(std::span<const CopyRun> runs, CopyReport& rep) {
   if (!st.ok()) return st;
   PieceSlot* s = nullptr;
   uint64_t count = 0;
+  const uint64_t piece = std::max<uint64_t>(settings_.piece_bytes, 512);
   for (const CopyRun& r : runs) {
     rep.bytes += r.len;
     ++rep.runs;
-    for (uint64_t off = 0; off < r.len; off += kCopyPieceBytes) {
+    for (uint64_t off = 0; off < r.len; off += piece) {
       if (!s) {
         s = &slots_[slot_next_];
         slot_next_ = (slot_next_ + 1) % slots_.size();
         if (s->ticket && !(st = wait(s->ticket)).ok()) return st;
         count = 0;
       }
-      s->host[count++] = CopyRun{r.dst + off, r.src + off, std::min(kCopyPieceBytes, r.len - off)};
+      s->host[count++] = CopyRun{r.dst + off, r.src + off, std::min(piece, r.len - off)};
       if (count == kSlotPieces) {
         if (!(st = launch(*s, count, rep)).ok()) return st;
         s = nullptr;

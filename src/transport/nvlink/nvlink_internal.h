@@ -281,7 +281,8 @@ void endItems(Group& g, size_t first, size_t n, TransferState state, const Statu
 // to `depth` groups (one copyRuns each), then waits for the oldest one.
 class StreamWorker {
  public:
-  StreamWorker(int device, uint32_t depth, std::shared_ptr<Counters> counters, const gpu::CopySettings& copy);
+  StreamWorker(int device, uint32_t depth, std::shared_ptr<Counters> counters, const gpu::CopySettings& copy,
+               bool spin_wait);
   ~StreamWorker();
   Status start();
   // Fails what is queued, waits for what was issued, joins.

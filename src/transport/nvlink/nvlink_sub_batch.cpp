@@ -218,9 +218,9 @@ SubBatchImpl::~SubBatchImpl() {
 // ---- stream worker ------------------------------------------------------------
 
 StreamWorker::StreamWorker(int device, uint32_t depth, std::shared_ptr<Counters> counters,
-                           const gpu::CopySettings& copy)
+                           const gpu::CopySettings& copy, bool spin_wait)
     : device_(device), depth_(depth), counters_(std::move(counters)), copy_(copy) {
-  copy_.blocking_sync = true;  // this thread only waits: sleep in the driver, do not spin
+  copy_.blocking_sync = !spin_wait;  // this thread only waits: sleep in the driver unless told to poll
 }
 
 StreamWorker::~StreamWorker() { stop(); }

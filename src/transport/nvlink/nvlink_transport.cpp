@@ -97,6 +97,7 @@ Status NvlinkTransport::loadSettings(const Config& cfg, NvlinkSettings& out) {
   if (!(st = cfg.getInt("nvlink.streams", s.streams)).ok() ||
       !(st = cfg.getSize("nvlink.stripe_size", s.stripe_size)).ok() ||
       !(st = cfg.getInt("nvlink.stream_depth", s.stream_depth)).ok() ||
+      !(st = cfg.getBool("nvlink.spin_wait", s.spin_wait)).ok() ||
       !(st = gpu::CopySettings::fromConfig(cfg, s.copy)).ok())
     return st;
   out = s;
@@ -303,7 +304,8 @@ Status NvlinkTransport::workers(int device, std::vector<nvlink::StreamWorker*>& 
   if (it == workers_.end()) {
     std::vector<std::unique_ptr<nvlink::StreamWorker>> ws;
     for (uint32_t i = 0; i < settings_.streams; ++i) {
-      auto w = std::make_unique<nvlink::StreamWorker>(device, settings_.stream_depth, counters_, settings_.copy);
+      auto w = std::make_unique<nvlink::StreamWorker>(device, settings_.stream_depth, counters_, settings_.copy,
+                                                      settings_.spin_wait);
       Status s = w->start();
       if (!s.ok()) {
         for (auto& o : ws) o->stop();
@@ -329,6 +331,7 @@ void NvlinkTransport::diagnose(TransportDiagnosis& out) const {
   out.facts.emplace_back("streams per GPU", std::to_string(settings_.streams));
   out.facts.emplace_back("stripe size", std::to_string(settings_.stripe_size));
   out.facts.emplace_back("stream depth", std::to_string(settings_.stream_depth));
+  out.facts.emplace_back("waits", settings_.spin_wait ? "polling (nvlink.spin_wait)" : "sleeping in the driver");
   out.facts.emplace_back("copy mechanism", fmt::format("{} (kernel for windows whose runs average under {} bytes, at "
                                                        "most {} CTAs a launch; gpu.copy_*)",
                                                        gpu::copyMechanismName(settings_.copy.mechanism),
