@@ -174,13 +174,12 @@ int main(int argc, char** argv) {
     std::string name;
     std::map<std::string, std::string> config;
   };
-  const std::vector<EngineVariant> evs = {
-      {"engine_defaults", {}},
-      {"engine_run_window_1024", {{"block.run_window", "1024"}}},
-      {"engine_spin_wait", {{"nvlink.spin_wait", "true"}}},
-      {"engine_ctas_all", {{"gpu.copy_max_ctas", "0"}}},
-      {"engine_ctas_all_spin", {{"gpu.copy_max_ctas", "0"}, {"nvlink.spin_wait", "true"}}},
-  };
+  std::vector<EngineVariant> evs;
+  for (const char* rw : {"1024", "2048", "8192"})
+    for (const char* spin : {"false", "true"})
+      for (const char* ctas : {"32", "0"})
+        evs.push_back({fmt::format("engine_rw{}_spin_{}_ctas_{}", rw, spin, ctas),
+                       {{"block.run_window", rw}, {"nvlink.spin_wait", spin}, {"gpu.copy_max_ctas", ctas}}});
   for (const EngineVariant& ev : evs) {
     hawser::TransferEngine target, init;
     hawser::EngineOptions o;

@@ -58,8 +58,8 @@ struct CopySettings {
   // of spinning; the kernel's CTA size and the longest piece one warp
   // copies (the defaults were measured on an H200: docs/gpu.md).
   bool blocking_sync = false;
-  uint32_t threads_per_cta = 1024;
-  uint64_t piece_bytes = 16 << 10;
+  uint32_t threads_per_cta = 512;
+  uint64_t piece_bytes = 64 << 10;
 
   // Reads the gpu.copy_* knobs (kInvalidArgument naming the key).
   static Status fromConfig(const Config& c, CopySettings& out);

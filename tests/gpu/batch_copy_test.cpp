@@ -179,8 +179,8 @@ TEST(batch_copy, a_window_of_a_thousand_small_runs_is_one_launch_within_the_cta_
     ASSERT_TRUE(s->wait(ticket).ok());
     EXPECT_EQ(rep.used, CopyMechanism::kKernel) << "auto: 4 KiB runs go to the kernel";
     EXPECT_EQ(rep.launches, 1u);
-    // 1000 pieces, a warp each, 32 warps a CTA: 32 CTAs with no bound.
-    EXPECT_EQ(rep.ctas, ctas ? ctas : 32u);
+    // 1000 pieces, a warp each, 16 warps a CTA: 63 CTAs with no bound.
+    EXPECT_EQ(rep.ctas, ctas ? ctas : 63u);
     if (simulated()) {
       EXPECT_EQ(fakeCalls("launch") - launches, 1) << "one cuLaunchKernel for the window";
       EXPECT_EQ(fakeCalls("memcpy_async") - copies, 1) << "one copy: the run list, none per run";

@@ -240,14 +240,22 @@ struct Item {
 };
 
 // What a stream worker queues with one CopyStream::copyRuns (one launch of
-// the copy kernel, or the copy engines' calls): items of one sub-batch, on
+// the copy kernel, or the copy engines' calls): copies of one sub-batch, on
 // one local GPU. Taken back as a whole by cancel() while queued.
+//
+// A window of runs on one GPU (the common case) is the window's own runs,
+// not copied: `runs` .. `runs + nruns`, all to `peer`. Otherwise `items`.
 struct Group {
   SubBatchImpl* sb = nullptr;
   StreamWorker* worker = nullptr;
-  RunSink* sink = nullptr;  // the window whose runs these items are (items' task null)
+  RunSink* sink = nullptr;  // the window these copies are runs of (tasks otherwise)
   std::vector<Item> items;
+  const RunRef* runs = nullptr;
+  size_t nruns = 0;
+  PeerRef* peer = nullptr;  // of `runs`
+  bool is_read = false;     // of `runs`
   std::atomic<uint8_t> state{kGroupPrepared};
+  size_t size() const { return runs ? nruns : items.size(); }
 };
 
 struct Work final : PreparedWork {
@@ -303,15 +311,20 @@ class StreamWorker {
   // What one (peer, buffer) of a group holds while it is issued.
   struct Memo {
     bool seen = false;
-    Mapping* m = nullptr;
-    uint64_t base = 0;
-    Status bad;  // why its items cannot be copied
+    uint64_t base = 0;  // where its allocation is mapped here
+    Status bad;         // why its copies cannot be made
   };
   void run();
   void issue(Group* g);
-  // Checks the owner and the registration of its buffer, and acquires its
-  // mapping (kept in p.maps): `m` and `base`, or `bad` saying why not.
-  void lookUp(const Item& it, Pending& p, Mapping*& m, uint64_t& base, Status& bad, int& peer_device);
+  // Fill runs_ with the group's copies (the ones whose buffer can be
+  // copied); the others end at once.
+  void collectItems(Group* g, Pending& p, int& peer_device);
+  void collectRuns(Group* g, Pending& p, int& peer_device);
+  // Checks the owner of `peer` and the registration of its buffer `buf`,
+  // and acquires its mapping (kept in p.maps): `m` and `base`, or `bad`
+  // saying why not (`remote`, `len`: the copy that asked, for the message).
+  void lookUp(PeerRef* peer, uint32_t buf, uint64_t remote, uint64_t len, Pending& p, Mapping*& m, uint64_t& base,
+              Status& bad, int& peer_device);
   void finish(Pending& p);
   // The group is done with: the sub-batch may free it from here on.
   void letGo(Group* g);

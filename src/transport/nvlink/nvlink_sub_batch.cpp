@@ -31,6 +31,18 @@ void endItems(Group& g, size_t first, size_t n, TransferState state, const Statu
   for (size_t i = first; i < first + n; ++i) g.items[i].task->completeSlice(state, 0, why);
 }
 
+namespace {
+// Ends the copies of `g` that were issued, all with one outcome.
+void endIssued(Group& g, size_t issued, uint64_t bytes, TransferState state, const Status& why) {
+  if (g.sink) {
+    g.sink->runsEnded(issued, state == TransferState::kCompleted ? issued : 0, bytes, state, why);
+    return;
+  }
+  for (Item& it : g.items)
+    if (it.issued) it.task->completeSlice(state, state == TransferState::kCompleted ? it.len : 0, why);
+}
+}  // namespace
+
 // ---- sub-batch ----------------------------------------------------------------
 
 Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<PreparedWork>& out) {
@@ -112,14 +124,12 @@ Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
 Status SubBatchImpl::prepareRuns(const RunWindow& w, std::unique_ptr<PreparedWork>& out) {
   if (!owner_->installed_ || owner_->stopping_.load()) return {Code::kUnavailable, "nvlink transport is not running"};
   auto* ref = static_cast<PeerRef*>(w.peer);
-  const bool is_read = w.op == OpCode::kRead;
-  // A window of small runs goes to the GPU's first stream as one group: one
-  // launch copies it, and windows of one GPU queue one after another there,
-  // so the kernel's CTAs never exceed gpu.copy_max_ctas per GPU.
-  std::map<int, Group*> by;
-  auto work = std::make_unique<Work>();
+  // Every run checked against its buffer's allocation; the GPU of each
+  // local region found once.
   int last_buf = -1;
   const BufferInfo* b = nullptr;
+  int device = -1;
+  bool one_device = true;
   for (size_t i = 0; i < w.runs.size(); ++i) {
     const RunRef& r = w.runs[i];
     if (r.buffer != last_buf) {
@@ -139,26 +149,47 @@ Status SubBatchImpl::prepareRuns(const RunWindow& w, std::unique_ptr<PreparedWor
       return {Code::kNotSupported,
               fmt::format("blocks: local range [{:#x}, +{}) is host memory; nvlink moves GPU memory only", r.local,
                           r.length)};
-    Group*& g = by[dev];
-    if (!g) {
-      std::vector<StreamWorker*> ws;
-      Status s = owner_->workers(dev, ws);
-      if (!s.ok()) return s;
-      work->groups.push_back(std::make_unique<Group>());
-      g = work->groups.back().get();
-      g->sb = this;
-      g->worker = ws.front();
-      g->sink = w.sink;
-      g->items.reserve(w.runs.size());
+    if (device < 0) device = dev;
+    one_device &= dev == device;
+  }
+  // A window goes to its GPU's first stream as one group: one launch copies
+  // it, and windows of one GPU queue one after another there, so the
+  // kernel's CTAs never exceed gpu.copy_max_ctas per GPU.
+  auto work = std::make_unique<Work>();
+  auto group = [&](int dev, Group*& g) -> Status {
+    std::vector<StreamWorker*> ws;
+    Status s = owner_->workers(dev, ws);
+    if (!s.ok()) return s;
+    work->groups.push_back(std::make_unique<Group>());
+    g = work->groups.back().get();
+    g->sb = this;
+    g->worker = ws.front();
+    g->sink = w.sink;
+    return Status::OK();
+  };
+  if (one_device) {
+    Group* g = nullptr;
+    if (Status s = group(device, g); !s.ok()) return s;
+    g->runs = w.runs.data();
+    g->nruns = w.runs.size();
+    g->peer = ref;
+    g->is_read = w.op == OpCode::kRead;
+  } else {
+    std::map<int, Group*> by;
+    for (const RunRef& r : w.runs) {
+      const int dev = w.regions[r.region].gpu;
+      Group*& g = by[dev];
+      if (!g)
+        if (Status s = group(dev, g); !s.ok()) return s;
+      Item it;
+      it.peer = ref;
+      it.buf = static_cast<uint32_t>(r.buffer);
+      it.is_read = w.op == OpCode::kRead;
+      it.local = reinterpret_cast<char*>(r.local);
+      it.remote = r.remote;
+      it.len = r.length;
+      g->items.push_back(it);
     }
-    Item it;
-    it.peer = ref;
-    it.buf = static_cast<uint32_t>(r.buffer);
-    it.is_read = is_read;
-    it.local = reinterpret_cast<char*>(r.local);
-    it.remote = r.remote;
-    it.len = r.length;
-    g->items.push_back(it);
   }
   work->slices = w.runs.size();
   out = std::move(work);
@@ -190,7 +221,7 @@ void SubBatchImpl::cancel() {
       uint8_t expect = kGroupQueued;
       if (g->state.compare_exchange_strong(expect, kGroupCanceled, std::memory_order_acq_rel)) {
         any = true;
-        endItems(*g, 0, g->items.size(), TransferState::kCanceled,
+        endItems(*g, 0, g->size(), TransferState::kCanceled,
                  Status(Code::kUnavailable, "canceled by cancelTransfer before it was issued"));
       }
     }
@@ -251,8 +282,8 @@ void StreamWorker::post(Group* g) {
     }
   }
   g->state.store(kGroupCommitted, std::memory_order_relaxed);
-  counters_->slices_failed.fetch_add(g->items.size(), std::memory_order_relaxed);
-  endItems(*g, 0, g->items.size(), TransferState::kFailed, Status(Code::kUnavailable, "nvlink transport shut down"));
+  counters_->slices_failed.fetch_add(g->size(), std::memory_order_relaxed);
+  endItems(*g, 0, g->size(), TransferState::kFailed, Status(Code::kUnavailable, "nvlink transport shut down"));
   letGo(g);
 }
 
@@ -301,8 +332,8 @@ void StreamWorker::run() {
       for (Group* g : take) {
         uint8_t expect = kGroupQueued;
         if (g->state.compare_exchange_strong(expect, kGroupCommitted, std::memory_order_acq_rel)) {
-          counters_->slices_failed.fetch_add(g->items.size(), std::memory_order_relaxed);
-          endItems(*g, 0, g->items.size(), TransferState::kFailed,
+          counters_->slices_failed.fetch_add(g->size(), std::memory_order_relaxed);
+          endItems(*g, 0, g->size(), TransferState::kFailed,
                    Status(Code::kUnavailable, "nvlink transport shut down"));
         }
         letGo(g);
@@ -323,13 +354,14 @@ void StreamWorker::run() {
   stream_.reset();  // waits for what is queued on it (nothing by now)
 }
 
-void StreamWorker::lookUp(const Item& it, Pending& p, Mapping*& m, uint64_t& base, Status& bad, int& peer_device) {
+void StreamWorker::lookUp(PeerRef* peer, uint32_t buf, uint64_t remote, uint64_t len, Pending& p, Mapping*& m,
+                          uint64_t& base, Status& bad, int& peer_device) {
   const gpu::CudaDriver* d = gpu::CudaDriver::get();
   m = nullptr;
   bad = Status::OK();
-  PeerRef& pr = *it.peer;
+  PeerRef& pr = *peer;
   Owner& o = *pr.owner;
-  const BufferInfo& b = pr.bufs[it.buf];
+  const BufferInfo& b = pr.bufs[buf];
   bool switched = false;
   if (o.dead.load(std::memory_order_acquire)) {
     bad = Status(Code::kUnavailable, fmt::format("the owner of segment '{}', {}, has exited", pr.segment, o.name));
@@ -337,8 +369,8 @@ void StreamWorker::lookUp(const Item& it, Pending& p, Mapping*& m, uint64_t& bas
     counters_->withdrawn_refusals.fetch_add(1, std::memory_order_relaxed);
     bad = Status(Code::kOutOfRange,
                  fmt::format("remote range [{:#x}, +{}) of segment '{}' was withdrawn by its owner (unregistered)",
-                             it.remote, it.len, pr.segment));
-  } else if (Status s = pr.mapping(it.buf, m, switched); !s.ok()) {
+                             remote, len, pr.segment));
+  } else if (Status s = pr.mapping(buf, m, switched); !s.ok()) {
     bad = s;
     m = nullptr;
   } else if (!m->acquire(base)) {
@@ -351,32 +383,53 @@ void StreamWorker::lookUp(const Item& it, Pending& p, Mapping*& m, uint64_t& bas
   if (switched) (void)d->bindDevice(device_);
 }
 
-void StreamWorker::issue(Group* g) {
-  uint8_t expect = kGroupQueued;
-  if (!g->state.compare_exchange_strong(expect, kGroupCommitted, std::memory_order_acq_rel)) {
-    letGo(g);  // canceled: its items already ended
-    return;
-  }
-  Pending p{g};
-  runs_.clear();
-  int peer_device = -1;
-  // Items refused before any copy: ended at once (a window's in one call per reason).
+// The owner's liveness, the region's registration and the mapping are
+// checked once per (peer, buffer) of a group, not per copy: memo_ holds what
+// was found for each buffer of the group's peer (a window's runs alternate
+// between a few buffers, one per layer and K/V).
+void StreamWorker::collectRuns(Group* g, Pending& p, int& peer_device) {
+  PeerRef* const peer = g->peer;
+  memo_.assign(peer->bufs.size(), Memo{});
   size_t refused = 0;
   Status refusal;
-  auto refuse = [&](Item& it, Code code, std::string why) {
-    counters_->slices_failed.fetch_add(1, std::memory_order_relaxed);
-    if (g->sink) {
-      if (refused++ == 0) refusal = Status(code, std::move(why));
-      return;
+  int32_t last = -1;
+  uint64_t base = 0, bbase = 0;
+  bool ok = false;
+  for (size_t i = 0; i < g->nruns; ++i) {
+    const RunRef& r = g->runs[i];
+    if (r.buffer != last) {
+      last = r.buffer;
+      Memo& memo = memo_[static_cast<size_t>(r.buffer)];
+      if (!memo.seen) {
+        Mapping* m = nullptr;
+        memo.seen = true;
+        lookUp(peer, static_cast<uint32_t>(r.buffer), r.remote, r.length, p, m, memo.base, memo.bad, peer_device);
+      }
+      ok = memo.bad.ok();
+      base = memo.base;
+      bbase = peer->bufs[static_cast<size_t>(r.buffer)].base;
+      if (!ok && refused == 0) refusal = memo.bad;
     }
-    it.task->completeSlice(TransferState::kFailed, 0, Status(code, std::move(why)));
-  };
-  // The owner's liveness, the region's registration and the mapping are
-  // checked once per (peer, buffer) of the group, not per item: memo_ holds
-  // what was found for each buffer of the group's first peer (a window's
-  // runs alternate between a few buffers, one per layer and K/V).
+    if (!ok) {
+      ++refused;
+      continue;
+    }
+    const uint64_t remote = base + (r.remote - bbase);
+    runs_.push_back(g->is_read ? gpu::CopyRun{r.local, remote, r.length} : gpu::CopyRun{remote, r.local, r.length});
+    p.bytes += r.length;
+  }
+  p.issued = g->nruns - refused;
+  if (refused > 0) {
+    counters_->slices_failed.fetch_add(refused, std::memory_order_relaxed);
+    g->sink->runsEnded(refused, 0, 0, TransferState::kFailed, refusal);
+  }
+}
+
+void StreamWorker::collectItems(Group* g, Pending& p, int& peer_device) {
   PeerRef* const first_peer = g->items.front().peer;
   memo_.assign(first_peer->bufs.size(), Memo{});
+  size_t refused = 0;
+  Status refusal;
   PeerRef* last_peer = nullptr;
   uint32_t last_buf = 0;
   Mapping* m = nullptr;
@@ -388,20 +441,23 @@ void StreamWorker::issue(Group* g) {
       last_buf = it.buf;
       Memo* memo = it.peer == first_peer ? &memo_[it.buf] : nullptr;
       if (memo && memo->seen) {
-        m = memo->m;
         base = memo->base;
         bad = memo->bad;
       } else {
-        lookUp(it, p, m, base, bad, peer_device);
-        if (memo) *memo = Memo{true, m, base, bad};
+        lookUp(it.peer, it.buf, it.remote, it.len, p, m, base, bad, peer_device);
+        if (memo) *memo = Memo{true, base, bad};
       }
     }
     if (!bad.ok()) {
-      refuse(it, bad.code(), bad.message());
+      counters_->slices_failed.fetch_add(1, std::memory_order_relaxed);
+      if (g->sink) {
+        if (refused++ == 0) refusal = bad;
+      } else {
+        it.task->completeSlice(TransferState::kFailed, 0, bad);
+      }
       continue;
     }
-    const BufferInfo& b = it.peer->bufs[it.buf];
-    const uint64_t remote = base + (it.remote - b.base);
+    const uint64_t remote = base + (it.remote - it.peer->bufs[it.buf].base);
     const uint64_t local = reinterpret_cast<uint64_t>(it.local);
     runs_.push_back(it.is_read ? gpu::CopyRun{local, remote, it.len} : gpu::CopyRun{remote, local, it.len});
     it.issued = true;
@@ -409,32 +465,41 @@ void StreamWorker::issue(Group* g) {
     ++p.issued;
   }
   if (refused > 0) g->sink->runsEnded(refused, 0, 0, TransferState::kFailed, refusal);
-  if (p.issued > 0) {
-    gpu::CopyReport rep;
-    Status st = stream_->copyRuns(runs_, p.ticket, &rep, peer_device);
-    if (!st.ok()) {
-      // Whatever of the group was queued must stop before its memory is let go.
-      (void)stream_->waitAll();
-      for (Mapping* mp : p.maps) mp->release();
-      counters_->slices_failed.fetch_add(p.issued, std::memory_order_relaxed);
-      const Status why(st.code(), fmt::format("copy of {} bytes {} GPU {}: {}", p.bytes,
-                                              g->items.front().is_read ? "to" : "from", device_, st.message()));
-      if (g->sink) {
-        g->sink->runsEnded(p.issued, 0, 0, TransferState::kFailed, why);
-      } else {
-        for (Item& it : g->items)
-          if (it.issued) it.task->completeSlice(TransferState::kFailed, 0, why);
-      }
-      letGo(g);
-      return;
-    }
-    counters_->copy.add(rep);
-    if (peer_device >= 0) counters_->peer_copies.fetch_add(p.issued, std::memory_order_relaxed);
-    inflight_.push_back(std::move(p));
+}
+
+void StreamWorker::issue(Group* g) {
+  uint8_t expect = kGroupQueued;
+  if (!g->state.compare_exchange_strong(expect, kGroupCommitted, std::memory_order_acq_rel)) {
+    letGo(g);  // canceled: its items already ended
     return;
   }
-  for (Mapping* mp : p.maps) mp->release();
-  letGo(g);
+  Pending p{g};
+  runs_.clear();
+  int peer_device = -1;
+  if (g->runs)
+    collectRuns(g, p, peer_device);
+  else
+    collectItems(g, p, peer_device);
+  if (p.issued == 0) {
+    for (Mapping* mp : p.maps) mp->release();
+    letGo(g);
+    return;
+  }
+  gpu::CopyReport rep;
+  Status st = stream_->copyRuns(runs_, p.ticket, &rep, peer_device);
+  if (!st.ok()) {
+    // Whatever of the group was queued must stop before its memory is let go.
+    (void)stream_->waitAll();
+    for (Mapping* mp : p.maps) mp->release();
+    counters_->slices_failed.fetch_add(p.issued, std::memory_order_relaxed);
+    endIssued(*g, p.issued, 0, TransferState::kFailed,
+              Status(st.code(), fmt::format("copy of {} bytes on GPU {}: {}", p.bytes, device_, st.message())));
+    letGo(g);
+    return;
+  }
+  counters_->copy.add(rep);
+  if (peer_device >= 0) counters_->peer_copies.fetch_add(p.issued, std::memory_order_relaxed);
+  inflight_.push_back(std::move(p));
 }
 
 void StreamWorker::finish(Pending& p) {
@@ -443,25 +508,14 @@ void StreamWorker::finish(Pending& p) {
   Group* g = p.g;
   if (!st.ok()) {
     counters_->slices_failed.fetch_add(p.issued, std::memory_order_relaxed);
-    const Status why(st.code(), fmt::format("copy on GPU {} (segment '{}'): {}", device_,
-                                            g->items.front().peer->segment, st.message()));
-    if (g->sink) {
-      g->sink->runsEnded(p.issued, 0, 0, TransferState::kFailed, why);
-    } else {
-      for (Item& it : g->items)
-        if (it.issued) it.task->completeSlice(TransferState::kFailed, 0, why);
-    }
+    endIssued(*g, p.issued, 0, TransferState::kFailed,
+              Status(st.code(), fmt::format("copy on GPU {}: {}", device_, st.message())));
     letGo(g);
     return;
   }
   counters_->slices_completed.fetch_add(p.issued, std::memory_order_relaxed);
   counters_->bytes.fetch_add(p.bytes, std::memory_order_relaxed);
-  if (g->sink) {
-    g->sink->runsEnded(p.issued, p.issued, p.bytes, TransferState::kCompleted, Status::OK());
-  } else {
-    for (Item& it : g->items)
-      if (it.issued) it.task->completeSlice(TransferState::kCompleted, it.len);
-  }
+  endIssued(*g, p.issued, p.bytes, TransferState::kCompleted, Status::OK());
   letGo(g);
 }
 
