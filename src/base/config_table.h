@@ -140,6 +140,9 @@ inline constexpr Knob kKnobs[] = {
    "cost a wake-up each: on an H200 8M stripes ran at 0.33-0.85 of one cuMemcpyAsync, 64M at 0.99-1.10)"},
   {"nvlink.stream_depth", "HAWSER_NVLINK_STREAM_DEPTH", KnobType::kInt, "4", 1, 1024, {},
    "copies (windows of runs) queued on one stream before its thread waits for the oldest"},
+  {"nvlink.plan_cache", "HAWSER_NVLINK_PLAN_CACHE", KnobType::kSize, "64M", 0, 16 * knob_detail::G, {},
+   "device memory per engine for prepared plans' run lists kept on the GPU: a window of a plan posted again is "
+   "launched from its kept list with no per-block work on the host (24 bytes a block of up to 64 KiB); 0: none kept"},
   {"nvlink.spin_wait", "HAWSER_NVLINK_SPIN_WAIT", KnobType::kBool, "false", 0, 0, {},
    "a stream's thread waits for its oldest copy by polling (no wake-up latency, a CPU core busy while copies run) "
    "instead of sleeping in the driver"},

@@ -121,13 +121,31 @@ class RunSink {
   ~RunSink() = default;
 };
 
+// A window's runs, written when first asked for: a transport that serves a
+// window from what it kept of an earlier post never asks.
+class RunSource {
+ public:
+  virtual std::span<const RunRef> runs() = 0;
+
+ protected:
+  ~RunSource() = default;
+};
+
 struct RunWindow {
   OpCode op = OpCode::kRead;
   PeerHandle* peer = nullptr;  // the transport's handle on the target segment
   const SegmentDesc* segment = nullptr;
-  std::span<const RunRef> runs;
+  size_t count = 0;              // runs in the window
+  RunSource* source = nullptr;   // the runs (any thread; one at a time)
   std::span<const LocalRegion> regions;  // found once when the block request was checked
   RunSink* sink = nullptr;
+  // Set when the runs come from a prepared plan (posted any number of
+  // times): window [first, first + count) of `plan` has the same runs, local
+  // regions and remote buffers at every post, so a transport may keep what
+  // it derived from them (a run list in device memory) while `plan` lives.
+  std::weak_ptr<const void> plan;
+  uint64_t first = 0;
+  std::span<const RunRef> runs() const { return source->runs(); }
 };
 
 // Slices cut by prepare() and not yet posted. Destroying it posts nothing.

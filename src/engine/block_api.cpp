@@ -65,6 +65,7 @@ Status EngineImpl::submitStrided(BatchID id, OpCode op, SegmentID target, const 
 }
 
 Status EngineImpl::addPlan(BlockPlan&& plan, PlanID& out) {
+  plan.prepared = true;
   auto p = std::make_shared<const BlockPlan>(std::move(plan));
   std::lock_guard lk(plan_mu_);
   out = next_plan_++;

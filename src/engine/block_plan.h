@@ -65,11 +65,16 @@ struct BlockPlan {
   size_t runs = 0;
   uint64_t bytes = 0;
   // Remote buffer of every run (memory segments), -1 for file segments, or
-  // kPerRun when the runs lie in different buffers (looked up per run).
+  // kPerRun when the runs lie in different buffers (run_buffer then holds
+  // each run's, found when the plan was checked).
   static constexpr int kPerRun = -2;
   int buffer = -1;
+  std::vector<int32_t> run_buffer;
+  int32_t bufferOf(size_t i) const { return buffer == kPerRun ? run_buffer[i] : buffer; }
   // MemoryRegistry::removals() when the local side was checked.
   uint64_t removals = 0;
+  // Made by prepareBlocks/prepareStrided: posted any number of times.
+  bool prepared = false;
 
   // Runs are either strided (run i at local_base + i * local_stride,
   // remote_base + i * remote_stride, `length` bytes, the last `tail`) or
@@ -92,7 +97,7 @@ struct BlockPlan {
   // Engine memory the plan itself holds, per run.
   size_t memoryBytes() const {
     return sizeof(*this) + list.capacity() * sizeof(Run) + regions.capacity() * sizeof(LocalRegion) +
-           run_region.capacity() * sizeof(uint32_t);
+           run_region.capacity() * sizeof(uint32_t) + run_buffer.capacity() * sizeof(int32_t);
   }
 };
 

@@ -101,6 +101,7 @@ Status EngineImpl::checkBlocks(const BlockSource& src, BlockPlan& plan, bool& re
   plan.list.clear();
   plan.regions.clear();
   plan.run_region.clear();
+  plan.run_buffer.clear();
   plan.list.reserve(n);  // no copies while growing (at most 24 bytes a block; fewer runs are trimmed below)
   for (size_t i = 0; i < n; ++i) {
     const Run b = src.at(i);
@@ -185,7 +186,11 @@ Status EngineImpl::checkBlocks(const BlockSource& src, BlockPlan& plan, bool& re
         continue;
       }
     }
-    if (!plan.list.empty() && this_buf != run_buf) one_buffer = false;
+    if (!plan.list.empty() && this_buf != run_buf && one_buffer) {
+      one_buffer = false;
+      plan.run_buffer.assign(plan.list.size(), run_buf);
+    }
+    if (!one_buffer) plan.run_buffer.push_back(this_buf);
     if (cur_region != 0 && plan.run_region.empty()) plan.run_region.assign(plan.list.size(), 0);
     if (!plan.run_region.empty()) plan.run_region.push_back(cur_region);
     plan.list.push_back(b);
@@ -219,6 +224,7 @@ Status EngineImpl::checkBlocks(const BlockSource& src, BlockPlan& plan, bool& re
             fmt::format("{} blocks make {} runs; one block request holds at most {}", n, plan.list.size(), UINT32_MAX)};
   if (plan.list.size() < plan.list.capacity() / 2) plan.list.shrink_to_fit();
   if (plan.run_region.size() < plan.run_region.capacity() / 2) plan.run_region.shrink_to_fit();
+  if (plan.run_buffer.size() < plan.run_buffer.capacity() / 2) plan.run_buffer.shrink_to_fit();
   plan.blocks = n;
   plan.runs = plan.list.size();
   plan.route = route;

@@ -98,36 +98,28 @@ Status BlockRunner::fill(Window* w, size_t first, size_t k, std::unique_ptr<Prep
   if (!s.ok() || !w->sb)
     return {s.ok() ? Code::kInternal : s.code(),
             fmt::format("transport {}: cannot allocate a sub-batch: {}", t->name(), s.message())};
-  const SegmentDesc& d = *p.view->desc;
-  auto bufferOf = [&](const Run& r) {
-    int buf = p.buffer;
-    if (buf == BlockPlan::kPerRun) {
-      if (last_buf_ < 0 || r.remote < d.buffers[size_t(last_buf_)].addr ||
-          r.remote + r.length > d.buffers[size_t(last_buf_)].addr + d.buffers[size_t(last_buf_)].length)
-        last_buf_ = d.findBuffer(r.remote, r.length);
-      buf = last_buf_;
-    }
-    return buf;
-  };
   w->n = k;
+  w->first = first;
   if (run_mode_) {
-    for (size_t j = 0; j < k; ++j) {
-      const Run r = p.run(first + j);
-      w->runs[j] = RunRef{r.local, r.remote, r.length, bufferOf(r), p.regionOf(first + j)};
-    }
+    w->written = false;  // written when the transport asks (RunsSink::runs)
     RunWindow rw;
     rw.op = p.op;
     rw.peer = p.route->peer.get();
     rw.segment = p.view->desc.get();
-    rw.runs = std::span<const RunRef>(w->runs.get(), k);
+    rw.count = k;
+    rw.source = &w->sink;
     rw.regions = p.regions;
     rw.sink = &w->sink;
+    if (p.prepared) {
+      rw.plan = std::shared_ptr<const void>(plan_, plan_.get());
+      rw.first = first;
+    }
     s = w->sb->prepareRuns(rw, work);
   } else {
     for (size_t j = 0; j < k; ++j) {
       const Run r = p.run(first + j);
       TransferRequest req{p.op, reinterpret_cast<void*>(r.local), p.target, r.remote, r.length};
-      w->children[j].task.reset(req, parent_->id(), p.view->desc, p.route->peer, bufferOf(r));
+      w->children[j].task.reset(req, parent_->id(), p.view->desc, p.route->peer, p.bufferOf(first + j));
     }
     s = w->sb->prepare(std::span<Task* const>(w->tasks.get(), k), work);
   }
@@ -233,6 +225,20 @@ void BlockRunner::childDone(Child* c) {
   // window's exit count is touched, which busy() waits for.
   parent_->completeSlice(st.s, st.transferred_bytes, st.error);
   w->exited.fetch_add(1, std::memory_order_acq_rel);
+}
+
+std::span<const RunRef> BlockRunner::RunsSink::runs() {
+  // The plan is immutable and the window is the transport's until its runs
+  // end: no lock.
+  if (!w->written) {
+    const BlockPlan& p = *w->runner->plan_;
+    for (size_t j = 0; j < w->n; ++j) {
+      const Run r = p.run(w->first + j);
+      w->runs[j] = RunRef{r.local, r.remote, r.length, p.bufferOf(w->first + j), p.regionOf(w->first + j)};
+    }
+    w->written = true;
+  }
+  return {w->runs.get(), w->n};
 }
 
 void BlockRunner::RunsSink::runsEnded(size_t n, size_t completed, uint64_t bytes, TransferState state,

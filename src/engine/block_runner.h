@@ -82,10 +82,12 @@ class BlockRunner : public std::enable_shared_from_this<BlockRunner> {
     void taskFinished(size_t task_id) override;
   };
   // A window handed to a transport that moves runs (caps().run_windows):
-  // its runs, and the sink their ends come back through.
-  struct RunsSink final : RunSink {
+  // its runs, written when the transport asks, and the sink their ends come
+  // back through.
+  struct RunsSink final : RunSink, RunSource {
     Window* w = nullptr;
     void runsEnded(size_t n, size_t completed, uint64_t bytes, TransferState state, const Status& error) override;
+    std::span<const RunRef> runs() override;
   };
   struct Window {
     BlockRunner* runner = nullptr;
@@ -97,6 +99,8 @@ class BlockRunner : public std::enable_shared_from_this<BlockRunner> {
     // Run mode: the runs themselves.
     std::unique_ptr<RunRef[]> runs;
     RunsSink sink;
+    size_t first = 0;      // the plan's index of its first run
+    bool written = false;  // runs[0, n) hold the runs (run mode)
     size_t capacity = 0;
     size_t n = 0;                     // runs of the current window
     std::atomic<size_t> left{0};      // runs not yet ended
@@ -135,8 +139,6 @@ class BlockRunner : public std::enable_shared_from_this<BlockRunner> {
   // The first window, prepared and not yet posted.
   Window* first_w_ = nullptr;
   std::unique_ptr<PreparedWork> first_work_;
-  // Remote buffer lookups of kPerRun plans (under mu_).
-  int last_buf_ = -1;
 };
 
 // One engine thread that cuts and posts the next window of lanes whose

@@ -80,11 +80,7 @@ CopyMechanism CopyStream::choose(std::span<const CopyRun> runs, int peer, const 
                                                                       : CopyMechanism::kPerRun;
   }
   if (m == CopyMechanism::kKernel) {
-    if (!kernel_tried_) {
-      kernel_tried_ = true;
-      kernel_status_ = copyKernel(d_, device_, kernel_);
-    }
-    if (!kernel_status_.ok()) {
+    if (!kernelReady()) {
       fallback = "the copy kernel cannot be loaded on this GPU";
       return CopyMechanism::kPerRun;
     }
@@ -187,12 +183,20 @@ Status CopyStream::launch(PieceSlot& s, uint64_t count, CopyReport& rep) {
   Status st = d_->check(a.MemcpyAsync(s.dev, reinterpret_cast<cu::DevicePtr>(s.host), count * sizeof(CopyRun), stream_),
                         fmt::format("copying the run list of the copy kernel to GPU {}", device_));
   if (!st.ok()) return st;
+  if (!(st = launchList(s.dev, count, rep)).ok()) return st;
+  // The slot is free again once this launch is done.
+  return mark(s.ticket);
+}
+
+Status CopyStream::launchList(cu::DevicePtr list_at, uint64_t count, CopyReport& rep) {
+  const cu::Api& a = d_->api();
+  Status st;
   const unsigned threads = std::clamp<unsigned>(settings_.threads_per_cta / 32 * 32, 32, kCopyMaxThreadsPerCta);
   const unsigned warps = threads / 32;
   uint64_t grid = (count + warps - 1) / warps;
   if (settings_.max_ctas > 0) grid = std::min<uint64_t>(grid, settings_.max_ctas);
   grid = std::min<uint64_t>(grid, 65535);
-  cu::DevicePtr list = s.dev;
+  cu::DevicePtr list = list_at;
   unsigned long long n = count;
   void* args[] = {&list, &n};
   st = d_->check(a.LaunchKernel(kernel_, static_cast<unsigned>(grid), 1, 1, threads, 1, 1, 0, stream_, args, nullptr),
@@ -200,8 +204,100 @@ Status CopyStream::launch(PieceSlot& s, uint64_t count, CopyReport& rep) {
   if (!st.ok()) return st;
   ++rep.launches;
   rep.ctas = std::max<uint32_t>(rep.ctas, static_cast<uint32_t>(grid));
-  // The slot is free again once this launch is done.
-  return mark(s.ticket);
+  return Status::OK();
+}
+
+bool CopyStream::kernelReady() {
+  if (!kernel_tried_) {
+    kernel_tried_ = true;
+    if (bind().ok()) kernel_status_ = copyKernel(d_, device_, kernel_);
+    else kernel_status_ = Status(Code::kNotSupported, "cannot bind the GPU");
+  }
+  return kernel_status_.ok();
+}
+
+Status CopyStream::makePieces(std::span<const CopyRun> runs, DevicePieces& out) {
+  Status st = bind();
+  if (!st.ok()) return st;
+  if (!(st = slots()).ok()) return st;
+  const uint64_t piece = std::max<uint64_t>(settings_.piece_bytes, 512);
+  DevicePieces p;
+  for (const CopyRun& r : runs) {
+    p.count += (r.len + piece - 1) / piece;
+    p.bytes += r.len;
+  }
+  p.runs = runs.size();
+  p.device = device_;
+  p.alloc = std::max<uint64_t>(p.count, 1) * sizeof(CopyRun);
+  const cu::Api& a = d_->api();
+  if (!(st = d_->check(a.MemAlloc(&p.list, p.alloc), fmt::format("cuMemAlloc({} bytes, GPU {})", p.alloc, device_)))
+           .ok())
+    return st;
+  // Through the page-locked slots, a slot at a time, queued on the stream.
+  uint64_t at = 0, count = 0;
+  PieceSlot* s = nullptr;
+  auto flush = [&]() -> Status {
+    Status f = d_->check(a.MemcpyAsync(p.list + at * sizeof(CopyRun), reinterpret_cast<cu::DevicePtr>(s->host),
+                                       count * sizeof(CopyRun), stream_),
+                         fmt::format("copying a run list to GPU {}", device_));
+    if (f.ok()) f = mark(s->ticket);
+    at += count;
+    count = 0;
+    s = nullptr;
+    return f;
+  };
+  for (const CopyRun& r : runs) {
+    for (uint64_t off = 0; off < r.len; off += piece) {
+      if (!s) {
+        s = &slots_[slot_next_];
+        slot_next_ = (slot_next_ + 1) % slots_.size();
+        if (s->ticket && !(st = wait(s->ticket)).ok()) break;
+      }
+      s->host[count++] = CopyRun{r.dst + off, r.src + off, std::min(piece, r.len - off)};
+      if (count == kSlotPieces && !(st = flush()).ok()) break;
+    }
+    if (!st.ok()) break;
+  }
+  if (st.ok() && s && count > 0) st = flush();
+  if (!st.ok()) {
+    (void)waitAll();
+    freePieces(p);
+    return st;
+  }
+  out = p;
+  return Status::OK();
+}
+
+Status CopyStream::copyPieces(const DevicePieces& p, uint64_t& ticket, CopyReport* report) {
+  Status st = bind();
+  if (!st.ok()) return st;
+  if (!kernelReady()) return kernel_status_;
+  CopyReport rep;
+  rep.used = CopyMechanism::kKernel;
+  rep.runs = p.runs;
+  rep.bytes = p.bytes;
+  if (!(st = launchList(p.list, p.count, rep)).ok()) return st;
+  if (!(st = mark(ticket)).ok()) return st;
+  if (report) *report = rep;
+  return Status::OK();
+}
+
+void CopyStream::freePieces(DevicePieces& p) {
+  const CudaDriver* d = CudaDriver::get();
+  if (p.list && d) {
+    ContextScope scope(d, p.device);
+    d->api().MemFree(p.list);
+  }
+  p = DevicePieces{};
+}
+
+CopyMechanism CopyStream::wouldUse(uint64_t runs, uint64_t bytes) {
+  CopyMechanism m = settings_.mechanism;
+  if (m == CopyMechanism::kAuto)
+    m = runs == 0 || bytes / runs < settings_.kernel_below ? CopyMechanism::kKernel : CopyMechanism::kPerRun;
+  if (m == CopyMechanism::kKernel && !kernelReady()) return CopyMechanism::kPerRun;
+  if (m == CopyMechanism::kCopyEngine && !d_->api().MemcpyBatchAsync) return CopyMechanism::kPerRun;
+  return m;
 }
 
 Status CopyStream::viaKernel(std::span<const CopyRun> runs, CopyReport& rep) {

@@ -43,6 +43,30 @@ class CopyStream {
   // fails, copies of the window already queued may still run: waitAll()
   // before the memory is given back.
   Status copyRuns(std::span<const CopyRun> runs, uint64_t& ticket, CopyReport* report = nullptr, int peer = -1);
+  // A window's run list kept in device memory (a prepared plan's window,
+  // posted again and again): made once by makePieces, launched by
+  // copyPieces with no per-run work on the host. Freed with freePieces once
+  // no launch of it is in flight.
+  struct DevicePieces {
+    int device = -1;
+    cu::DevicePtr list = 0;
+    uint64_t count = 0;  // pieces
+    uint64_t runs = 0;
+    uint64_t bytes = 0;
+    uint64_t alloc = 0;  // device bytes it holds
+  };
+  // Cuts `runs` into the kernel's pieces and queues their copy into new
+  // device memory (ordered before any later launch on this stream).
+  Status makePieces(std::span<const CopyRun> runs, DevicePieces& out);
+  // One launch of the copy kernel over `p` (within the CTA bound).
+  Status copyPieces(const DevicePieces& p, uint64_t& ticket, CopyReport* report = nullptr);
+  // Frees what makePieces allocated (no launch of it may be in flight).
+  static void freePieces(DevicePieces& p);
+  // Whether the kernel can run here (loads it the first time).
+  bool kernelReady();
+  // The mechanism copyRuns would take for `runs` runs of `bytes` in all
+  // with no other GPU involved (never kAuto).
+  CopyMechanism wouldUse(uint64_t runs, uint64_t bytes);
   // done = every copy up to `ticket` finished. An error is the stream's.
   Status poll(uint64_t ticket, bool& done);
   Status wait(uint64_t ticket);
@@ -79,6 +103,8 @@ class CopyStream {
   Status perRun(std::span<const CopyRun> runs, CopyReport& rep);
   // Queues the copy of slot `s`'s first `count` pieces and the launch over them.
   Status launch(PieceSlot& s, uint64_t count, CopyReport& rep);
+  // Queues the kernel over `count` pieces at `list` (device memory).
+  Status launchList(cu::DevicePtr list, uint64_t count, CopyReport& rep);
   Status slots();
 
   const CudaDriver* d_;

@@ -42,6 +42,11 @@ F fakeHook(const char* name) {
   if (h) dlclose(h);
   return f;
 }
+// Calls the stand-in driver counted, or -1 with the real one.
+long long fakeCalls(const char* what) {
+  auto f = fakeHook<long long (*)(const char*)>("hawserFakeCudaCalls");
+  return f ? f(what) : -1;
+}
 
 // Holds the stand-in driver's streams for a scope (nothing queued runs).
 struct Held {
@@ -69,9 +74,11 @@ std::vector<Block> kvBlocks(char* local, uint64_t remote, size_t n, uint64_t blo
 
 // Two engines of this process, GPU memory on both: the target's filled with
 // pattern(kSeed), the initiator's zeroed.
+// The initiator's memory on the host's last GPU (another GPU than the
+// target's where there are two), or on GPU 0 with same_gpu.
 struct Pair {
-  explicit Pair(size_t bytes, std::map<std::string, std::string> opts = {})
-      : src(0, bytes), dst(gpu::CudaDriver::get()->deviceCount() - 1, bytes) {
+  explicit Pair(size_t bytes, std::map<std::string, std::string> opts = {}, bool same_gpu = false)
+      : src(0, bytes), dst(same_gpu ? 0 : gpu::CudaDriver::get()->deviceCount() - 1, bytes) {
     EXPECT_TRUE(target.init("p2p", "nvlink-blocks-t", "127.0.0.1", 0, gpuOptions()).ok());
     EXPECT_TRUE(init.init("p2p", "nvlink-blocks-i", "127.0.0.1", 0, gpuOptions(opts)).ok());
     std::vector<char> pattern(bytes);
@@ -153,6 +160,53 @@ TEST(nvlink_blocks, scattered_kv_blocks_move_a_window_per_kernel_launch) {
   }
   EXPECT_EQ(bad, 0u);
   ASSERT_TRUE(p.init.releasePlan(plan).ok());
+}
+
+TEST(nvlink_blocks, a_prepared_plan_posted_again_is_launched_from_its_run_list_kept_on_the_gpu) {
+  HAWSER_REQUIRE_GPU(1);
+  const uint64_t block = 16 << 10;
+  const size_t n = 3000;
+  Pair p(n * block, {}, /*same_gpu=*/true);  // lists are kept for copies within one GPU
+  std::vector<Block> blocks = kvBlocks(p.dst.data(), p.remote(), n, block, 6);
+  PlanID plan;
+  ASSERT_TRUE(p.init.prepareBlocks(OpCode::kRead, p.seg, blocks, plan).ok());
+  auto post = [&](TransferState want) {
+    p.dst.fill(0);
+    BatchID b;
+    ASSERT_TRUE(p.init.allocateBatchID(1, b).ok());
+    size_t task = 0;
+    ASSERT_TRUE(p.init.postPlan(b, plan, &task).ok());
+    ASSERT_TRUE(p.init.waitTransfer(b, std::chrono::seconds(60)).ok());
+    TransferStatus st;
+    ASSERT_TRUE(p.init.getTransferStatus(b, task, st).ok());
+    ASSERT_EQ(st.s, want) << st.error.toString();
+    ASSERT_TRUE(p.init.freeBatchID(b).ok());
+    if (want == TransferState::kCompleted) expectBlocks(p, blocks);
+  };
+  post(TransferState::kCompleted);
+  const uint64_t windows = counter(p.init, "gpu_copy_windows");
+  EXPECT_EQ(counter(p.init, "plan_cache_misses"), windows) << "the first post makes each window's run list";
+  EXPECT_EQ(counter(p.init, "plan_cache_hits"), 0u);
+  EXPECT_GT(counter(p.init, "plan_cache_bytes"), n * 24 - 1);
+  const long long copies = fakeCalls("memcpy_async");
+  post(TransferState::kCompleted);
+  post(TransferState::kCompleted);
+  EXPECT_EQ(counter(p.init, "plan_cache_hits"), 2 * windows) << "later posts launch the kept lists";
+  EXPECT_EQ(counter(p.init, "plan_cache_misses"), windows);
+  if (copies >= 0) EXPECT_EQ(fakeCalls("memcpy_async"), copies) << "no run list copied to the GPU again";
+  // One-shot requests keep nothing.
+  BatchID b;
+  ASSERT_TRUE(p.init.allocateBatchID(1, b).ok());
+  ASSERT_TRUE(p.init.submitBlocks(b, OpCode::kRead, p.seg, blocks).ok());
+  ASSERT_TRUE(p.init.waitTransfer(b, std::chrono::seconds(60)).ok());
+  ASSERT_TRUE(p.init.freeBatchID(b).ok());
+  EXPECT_EQ(counter(p.init, "plan_cache_misses"), windows);
+  // The target withdraws its memory: the kept lists are not trusted, the
+  // request fails as it would without them.
+  ASSERT_TRUE(p.target.unregisterLocalMemory(p.src.data()).ok());
+  post(TransferState::kFailed);
+  ASSERT_TRUE(p.init.releasePlan(plan).ok());
+  ASSERT_TRUE(p.target.registerLocalMemory(p.src.data(), p.src.size()).ok());
 }
 
 TEST(nvlink_blocks, every_mechanism_moves_the_same_bytes) {

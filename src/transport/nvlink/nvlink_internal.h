@@ -41,6 +41,9 @@ struct Counters {
   std::atomic<uint64_t> peer_copies{0};           // slices between two different GPUs
   std::atomic<uint64_t> withdrawn_refusals{0};    // slices refused: the owner unregistered the buffer
   gpu::CopyCounters copy;                         // how windows were copied (gpu_copy_*)
+  std::atomic<uint64_t> plan_cache_hits{0};       // windows launched from a run list kept on the GPU
+  std::atomic<uint64_t> plan_cache_misses{0};     // prepared plans' windows whose run list was (re)made
+  std::atomic<uint64_t> plan_cache_bytes{0};      // gauge: device memory the kept run lists hold
 };
 
 // This process's start time (clock ticks since boot, /proc/<pid>/stat field
@@ -216,6 +219,42 @@ class PeerRef final : public PeerHandle {
   std::vector<std::shared_ptr<Mapping>> maps_;
 };
 
+// ---- prepared plans' windows kept on the GPU --------------------------------
+
+// A prepared plan's window as a run list in device memory: made at the
+// window's first post, launched directly at later ones, with no per-run
+// work on the host. Valid while the plan lives and every remote buffer it
+// copies is still mapped where it was (checked at each post, per buffer).
+struct CachedWindow {
+  ~CachedWindow();  // frees the list (no launch of it is in flight: launches hold the entry)
+  std::weak_ptr<const void> plan;
+  uint64_t first = 0;
+  size_t nruns = 0;
+  gpu::CopyStream::DevicePieces pieces;
+  std::vector<std::pair<uint32_t, uint64_t>> bases;  // remote buffer -> where its allocation was mapped
+  std::shared_ptr<Counters> counters;
+  uint64_t used = 0;  // the cache's clock at the last use
+};
+
+// The kept windows of one transport, bounded by nvlink.plan_cache bytes of
+// device memory: entries of plans released are dropped first, then the least
+// recently used.
+class WindowCache {
+ public:
+  // The entry of window `first` of `plan`, if kept (and the plan alive).
+  std::shared_ptr<CachedWindow> find(const std::weak_ptr<const void>& plan, uint64_t first);
+  void insert(std::shared_ptr<CachedWindow> w, uint64_t budget);
+  // An entry found stale (a buffer remapped or withdrawn).
+  void drop(const CachedWindow* w);
+  void clear();
+
+ private:
+  void evictLocked(uint64_t budget);
+  std::mutex mu_;
+  uint64_t bytes_ = 0, clock_ = 0;
+  std::map<std::pair<const void*, uint64_t>, std::shared_ptr<CachedWindow>> map_;
+};
+
 // ---- data path --------------------------------------------------------------
 
 enum GroupState : uint8_t {
@@ -254,8 +293,12 @@ struct Group {
   size_t nruns = 0;
   PeerRef* peer = nullptr;  // of `runs`
   bool is_read = false;     // of `runs`
+  RunSource* source = nullptr;              // the window's runs, when `runs` is not set yet
+  std::shared_ptr<CachedWindow> cached;    // a prepared plan's window kept on the GPU
+  std::weak_ptr<const void> plan;          // to keep the window's run list once made
+  uint64_t first = 0;
   std::atomic<uint8_t> state{kGroupPrepared};
-  size_t size() const { return runs ? nruns : items.size(); }
+  size_t size() const { return runs || cached ? nruns : items.size(); }
 };
 
 struct Work final : PreparedWork {
@@ -290,7 +333,7 @@ void endItems(Group& g, size_t first, size_t n, TransferState state, const Statu
 class StreamWorker {
  public:
   StreamWorker(int device, uint32_t depth, std::shared_ptr<Counters> counters, const gpu::CopySettings& copy,
-               bool spin_wait);
+               bool spin_wait, WindowCache* cache, uint64_t cache_budget);
   ~StreamWorker();
   Status start();
   // Fails what is queued, waits for what was issued, joins.
@@ -307,6 +350,7 @@ class StreamWorker {
     uint64_t bytes = 0;    // of its issued items
     size_t issued = 0;
     std::vector<Mapping*> maps;  // acquired for its copies
+    std::shared_ptr<CachedWindow> list;  // the run list its launch reads
   };
   // What one (peer, buffer) of a group holds while it is issued.
   struct Memo {
@@ -320,6 +364,12 @@ class StreamWorker {
   // copied); the others end at once.
   void collectItems(Group* g, Pending& p, int& peer_device);
   void collectRuns(Group* g, Pending& p, int& peer_device);
+  // A kept window: its buffers checked and mapped where they were; false
+  // (nothing held) when it must be made again.
+  bool reuse(Group* g, Pending& p);
+  // Queues the group's copies: from its kept run list, or from runs_ (and
+  // keeps the list when the group asks for it).
+  Status queue(Group* g, Pending& p, int peer_device, gpu::CopyReport& rep);
   // Checks the owner of `peer` and the registration of its buffer `buf`,
   // and acquires its mapping (kept in p.maps): `m` and `base`, or `bad`
   // saying why not (`remote`, `len`: the copy that asked, for the message).
@@ -333,6 +383,8 @@ class StreamWorker {
   const uint32_t depth_;
   std::shared_ptr<Counters> counters_;
   gpu::CopySettings copy_;
+  WindowCache* const cache_;
+  const uint64_t cache_budget_;
   std::unique_ptr<gpu::CopyStream> stream_;
   std::thread thread_;
   std::mutex mu_;

@@ -124,14 +124,52 @@ Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
 Status SubBatchImpl::prepareRuns(const RunWindow& w, std::unique_ptr<PreparedWork>& out) {
   if (!owner_->installed_ || owner_->stopping_.load()) return {Code::kUnavailable, "nvlink transport is not running"};
   auto* ref = static_cast<PeerRef*>(w.peer);
+  auto work = std::make_unique<Work>();
+  auto group = [&](int dev, Group*& g) -> Status {
+    std::vector<StreamWorker*> ws;
+    Status s = owner_->workers(dev, ws);
+    if (!s.ok()) return s;
+    work->groups.push_back(std::make_unique<Group>());
+    g = work->groups.back().get();
+    g->sb = this;
+    g->worker = ws.front();
+    g->sink = w.sink;
+    g->source = w.source;
+    g->nruns = w.count;
+    g->peer = ref;
+    g->is_read = w.op == OpCode::kRead;
+    return Status::OK();
+  };
+  const bool keepable = !w.plan.expired() && owner_->settings_.plan_cache > 0;
+  // A prepared plan's window posted before: its run list is on the GPU, its
+  // runs were checked then (the plan is immutable); only its buffers are
+  // checked again, by the worker, once each.
+  if (keepable) {
+    if (auto kept = owner_->cache_->find(w.plan, w.first)) {
+      bool exported = true;
+      for (auto& [buf, base] : kept->bases) exported &= buf < ref->bufs.size() && ref->bufs[buf].exported;
+      if (exported) {
+        Group* g = nullptr;
+        if (Status s = group(kept->pieces.device, g); !s.ok()) return s;
+        g->cached = std::move(kept);
+        g->plan = w.plan;
+        g->first = w.first;
+        work->slices = w.count;
+        out = std::move(work);
+        return Status::OK();
+      }
+      owner_->cache_->drop(kept.get());
+    }
+  }
+  const std::span<const RunRef> runs = w.runs();
   // Every run checked against its buffer's allocation; the GPU of each
   // local region found once.
   int last_buf = -1;
   const BufferInfo* b = nullptr;
   int device = -1;
   bool one_device = true;
-  for (size_t i = 0; i < w.runs.size(); ++i) {
-    const RunRef& r = w.runs[i];
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const RunRef& r = runs[i];
     if (r.buffer != last_buf) {
       if (r.buffer < 0 || static_cast<size_t>(r.buffer) >= ref->bufs.size())
         return {Code::kInternal, fmt::format("blocks: run {} has no remote buffer index for nvlink", i)};
@@ -155,32 +193,23 @@ Status SubBatchImpl::prepareRuns(const RunWindow& w, std::unique_ptr<PreparedWor
   // A window goes to its GPU's first stream as one group: one launch copies
   // it, and windows of one GPU queue one after another there, so the
   // kernel's CTAs never exceed gpu.copy_max_ctas per GPU.
-  auto work = std::make_unique<Work>();
-  auto group = [&](int dev, Group*& g) -> Status {
-    std::vector<StreamWorker*> ws;
-    Status s = owner_->workers(dev, ws);
-    if (!s.ok()) return s;
-    work->groups.push_back(std::make_unique<Group>());
-    g = work->groups.back().get();
-    g->sb = this;
-    g->worker = ws.front();
-    g->sink = w.sink;
-    return Status::OK();
-  };
   if (one_device) {
     Group* g = nullptr;
     if (Status s = group(device, g); !s.ok()) return s;
-    g->runs = w.runs.data();
-    g->nruns = w.runs.size();
-    g->peer = ref;
-    g->is_read = w.op == OpCode::kRead;
+    g->runs = runs.data();
+    if (keepable) {
+      g->plan = w.plan;
+      g->first = w.first;
+    }
   } else {
     std::map<int, Group*> by;
-    for (const RunRef& r : w.runs) {
+    for (const RunRef& r : runs) {
       const int dev = w.regions[r.region].gpu;
       Group*& g = by[dev];
-      if (!g)
+      if (!g) {
         if (Status s = group(dev, g); !s.ok()) return s;
+        g->nruns = 0;
+      }
       Item it;
       it.peer = ref;
       it.buf = static_cast<uint32_t>(r.buffer);
@@ -191,7 +220,7 @@ Status SubBatchImpl::prepareRuns(const RunWindow& w, std::unique_ptr<PreparedWor
       g->items.push_back(it);
     }
   }
-  work->slices = w.runs.size();
+  work->slices = w.count;
   out = std::move(work);
   return Status::OK();
 }
@@ -249,8 +278,13 @@ SubBatchImpl::~SubBatchImpl() {
 // ---- stream worker ------------------------------------------------------------
 
 StreamWorker::StreamWorker(int device, uint32_t depth, std::shared_ptr<Counters> counters,
-                           const gpu::CopySettings& copy, bool spin_wait)
-    : device_(device), depth_(depth), counters_(std::move(counters)), copy_(copy) {
+                           const gpu::CopySettings& copy, bool spin_wait, WindowCache* cache, uint64_t cache_budget)
+    : device_(device),
+      depth_(depth),
+      counters_(std::move(counters)),
+      copy_(copy),
+      cache_(cache),
+      cache_budget_(cache_budget) {
   copy_.blocking_sync = !spin_wait;  // this thread only waits: sleep in the driver unless told to poll
 }
 
@@ -467,6 +501,56 @@ void StreamWorker::collectItems(Group* g, Pending& p, int& peer_device) {
   if (refused > 0) g->sink->runsEnded(refused, 0, 0, TransferState::kFailed, refusal);
 }
 
+bool StreamWorker::reuse(Group* g, Pending& p) {
+  CachedWindow& kept = *g->cached;
+  int peer_device = -1;
+  for (auto& [buf, was] : kept.bases) {
+    Mapping* m = nullptr;
+    uint64_t base = 0;
+    Status bad;
+    lookUp(g->peer, buf, 0, 0, p, m, base, bad, peer_device);
+    if (!bad.ok() || base != was || peer_device >= 0) {
+      for (Mapping* mp : p.maps) mp->release();
+      p.maps.clear();
+      cache_->drop(&kept);
+      return false;
+    }
+  }
+  counters_->plan_cache_hits.fetch_add(1, std::memory_order_relaxed);
+  p.issued = kept.nruns;
+  p.bytes = kept.pieces.bytes;
+  p.list = g->cached;
+  return true;
+}
+
+Status StreamWorker::queue(Group* g, Pending& p, int peer_device, gpu::CopyReport& rep) {
+  if (g->cached) return stream_->copyPieces(g->cached->pieces, p.ticket, &rep);
+  // A prepared plan's window whose every run is copied by the kernel: keep
+  // its run list on the GPU for the next post.
+  if (!g->plan.expired() && g->runs && p.issued == g->nruns && peer_device < 0 &&
+      stream_->wouldUse(runs_.size(), p.bytes) == gpu::CopyMechanism::kKernel) {
+    auto kept = std::make_shared<CachedWindow>();
+    Status st = stream_->makePieces(runs_, kept->pieces);
+    if (st.ok()) {
+      kept->plan = g->plan;
+      kept->first = g->first;
+      kept->nruns = g->nruns;
+      kept->counters = counters_;
+      for (size_t b = 0; b < memo_.size(); ++b)
+        if (memo_[b].seen && memo_[b].bad.ok()) kept->bases.emplace_back(static_cast<uint32_t>(b), memo_[b].base);
+      counters_->plan_cache_misses.fetch_add(1, std::memory_order_relaxed);
+      counters_->plan_cache_bytes.fetch_add(kept->pieces.alloc, std::memory_order_relaxed);
+      if ((st = stream_->copyPieces(kept->pieces, p.ticket, &rep)).ok()) {
+        p.list = kept;
+        cache_->insert(std::move(kept), cache_budget_);
+      }
+      return st;
+    }
+    HLOG_DEBUG("nvlink: cannot keep a window's run list on GPU {}: {}", device_, st.message());
+  }
+  return stream_->copyRuns(runs_, p.ticket, &rep, peer_device);
+}
+
 void StreamWorker::issue(Group* g) {
   uint8_t expect = kGroupQueued;
   if (!g->state.compare_exchange_strong(expect, kGroupCommitted, std::memory_order_acq_rel)) {
@@ -476,17 +560,24 @@ void StreamWorker::issue(Group* g) {
   Pending p{g};
   runs_.clear();
   int peer_device = -1;
-  if (g->runs)
-    collectRuns(g, p, peer_device);
-  else
-    collectItems(g, p, peer_device);
+  if (g->cached && !reuse(g, p)) {
+    // Its buffers moved or went: the runs themselves, checked as at a first post.
+    g->cached.reset();
+    g->runs = g->source->runs().data();
+  }
+  if (!g->cached) {
+    if (g->runs)
+      collectRuns(g, p, peer_device);
+    else
+      collectItems(g, p, peer_device);
+  }
   if (p.issued == 0) {
     for (Mapping* mp : p.maps) mp->release();
     letGo(g);
     return;
   }
   gpu::CopyReport rep;
-  Status st = stream_->copyRuns(runs_, p.ticket, &rep, peer_device);
+  Status st = queue(g, p, peer_device, rep);
   if (!st.ok()) {
     // Whatever of the group was queued must stop before its memory is let go.
     (void)stream_->waitAll();

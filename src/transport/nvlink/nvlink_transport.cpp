@@ -98,6 +98,7 @@ Status NvlinkTransport::loadSettings(const Config& cfg, NvlinkSettings& out) {
       !(st = cfg.getSize("nvlink.stripe_size", s.stripe_size)).ok() ||
       !(st = cfg.getInt("nvlink.stream_depth", s.stream_depth)).ok() ||
       !(st = cfg.getBool("nvlink.spin_wait", s.spin_wait)).ok() ||
+      !(st = cfg.getSize("nvlink.plan_cache", s.plan_cache)).ok() ||
       !(st = gpu::CopySettings::fromConfig(cfg, s.copy)).ok())
     return st;
   out = s;
@@ -144,6 +145,7 @@ Status NvlinkTransport::install(const TransportContext& ctx) {
   pidns_ = nvlink::pidNamespace();
   registry_ = ctx.registry;
   counters_ = std::make_shared<nvlink::Counters>();
+  cache_ = std::make_unique<nvlink::WindowCache>();
   if (!(s = nvlink::Exports::create(counters_, exports_)).ok()) return s;
   watcher_ = std::make_shared<nvlink::Watcher>();
   if (!(s = watcher_->start()).ok()) return s;
@@ -158,6 +160,7 @@ void NvlinkTransport::shutdown() {
   std::lock_guard lk(workers_mu_);
   for (auto& [dev, ws] : workers_)
     for (auto& w : ws) w->stop();
+  if (cache_) cache_->clear();  // no launch is in flight any more
   if (watcher_) watcher_->stop();
 }
 
@@ -305,7 +308,7 @@ Status NvlinkTransport::workers(int device, std::vector<nvlink::StreamWorker*>& 
     std::vector<std::unique_ptr<nvlink::StreamWorker>> ws;
     for (uint32_t i = 0; i < settings_.streams; ++i) {
       auto w = std::make_unique<nvlink::StreamWorker>(device, settings_.stream_depth, counters_, settings_.copy,
-                                                      settings_.spin_wait);
+                                                      settings_.spin_wait, cache_.get(), settings_.plan_cache);
       Status s = w->start();
       if (!s.ok()) {
         for (auto& o : ws) o->stop();
@@ -332,6 +335,9 @@ void NvlinkTransport::diagnose(TransportDiagnosis& out) const {
   out.facts.emplace_back("stripe size", std::to_string(settings_.stripe_size));
   out.facts.emplace_back("stream depth", std::to_string(settings_.stream_depth));
   out.facts.emplace_back("waits", settings_.spin_wait ? "polling (nvlink.spin_wait)" : "sleeping in the driver");
+  out.facts.emplace_back("prepared plans' run lists kept on the GPU",
+                         settings_.plan_cache ? fmt::format("up to {} bytes (nvlink.plan_cache)", settings_.plan_cache)
+                                              : std::string("no (nvlink.plan_cache=0)"));
   out.facts.emplace_back("copy mechanism", fmt::format("{} (kernel for windows whose runs average under {} bytes, at "
                                                        "most {} CTAs a launch; gpu.copy_*)",
                                                        gpu::copyMechanismName(settings_.copy.mechanism),
@@ -353,7 +359,10 @@ Counters NvlinkTransport::stats() const {
           {"slices_failed", c.slices_failed.load()},
           {"bytes", c.bytes.load()},
           {"peer_copies", c.peer_copies.load()},
-          {"withdrawn_refusals", c.withdrawn_refusals.load()}};
+          {"withdrawn_refusals", c.withdrawn_refusals.load()},
+          {"plan_cache_hits", c.plan_cache_hits.load()},
+          {"plan_cache_misses", c.plan_cache_misses.load()},
+          {"plan_cache_bytes", c.plan_cache_bytes.load()}};
   c.copy.appendTo(out);
   return out;
 }

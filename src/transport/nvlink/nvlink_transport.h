@@ -44,6 +44,7 @@ namespace hawser {
 
 namespace nvlink {
 class Exports;
+class WindowCache;
 class Watcher;
 class StreamWorker;
 class SubBatchImpl;
@@ -56,6 +57,7 @@ struct NvlinkSettings {
   uint64_t stripe_size = 64ull << 20;  // nvlink.stripe_size
   uint32_t stream_depth = 4;        // nvlink.stream_depth (copies queued per stream)
   bool spin_wait = false;           // nvlink.spin_wait
+  uint64_t plan_cache = 64ull << 20;  // nvlink.plan_cache (device bytes of kept run lists)
   gpu::CopySettings copy;           // gpu.copy_*: how windows of runs are copied
 };
 
@@ -98,6 +100,7 @@ class NvlinkTransport final : public Transport {
   uint64_t start_time_ = 0;  // this process's (describe)
   uint64_t pidns_ = 0;
   std::shared_ptr<nvlink::Counters> counters_;
+  std::unique_ptr<nvlink::WindowCache> cache_;
   std::unique_ptr<nvlink::Exports> exports_;
   std::shared_ptr<nvlink::Watcher> watcher_;
   std::mutex workers_mu_;

@@ -48,6 +48,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <list>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -114,6 +115,7 @@ struct Function {
   int kind = 1;  // the copy kernel
 };
 Function g_copy_kernel;
+std::list<Module> g_modules;
 std::map<std::pair<int, int>, bool> g_peer_access;  // (from device, to device) enabled
 
 Allocation* findAlloc(uint64_t p, uint64_t* base = nullptr) {
@@ -761,14 +763,22 @@ Result cuModuleLoadData(void** mod, const void* image) {
   if (t_device < 0) return kInvalidContext;
   const char* text = static_cast<const char*>(image);
   if (!text || !strstr(text, ".version ") || !strstr(text, ".target ")) return kInvalidPtx;
-  auto* m = new Module();
-  m->has_kernel = strstr(text, ".entry hawser_copy_pieces(") != nullptr;
-  *mod = m;
+  // Modules live in a list of the library's (a process keeps its modules
+  // loaded, as hawser does: not a leak).
+  std::lock_guard lk(g_mu);
+  g_modules.emplace_back();
+  g_modules.back().has_kernel = strstr(text, ".entry hawser_copy_pieces(") != nullptr;
+  *mod = &g_modules.back();
   return kOk;
 }
 Result cuModuleUnload(void* mod) {
-  delete static_cast<Module*>(mod);
-  return kOk;
+  std::lock_guard lk(g_mu);
+  for (auto it = g_modules.begin(); it != g_modules.end(); ++it)
+    if (&*it == mod) {
+      g_modules.erase(it);
+      return kOk;
+    }
+  return kInvalidHandle;
 }
 Result cuModuleGetFunction(void** fn, void* mod, const char* name) {
   auto* m = static_cast<Module*>(mod);
