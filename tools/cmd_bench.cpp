@@ -23,6 +23,7 @@
 #include "hawser/device_memory.h"
 #include "hawser/engine.h"
 #include "tools/bench_blocks.h"
+#include "tools/bench_common.h"
 #include "tools/commands.h"
 #include "tools/location.h"
 #include "tools/metrics_json.h"
@@ -34,10 +35,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct BenchOpts {
-  std::string target;
-  std::string op = "read";
-  std::string block_size = "1M";
+struct BenchOpts : BenchBasics {
+  BenchOpts() { block_size = "1M"; }
   size_t batch_size = 32;
   size_t threads = 2;
   size_t depth = 1;         // batches in flight per thread
@@ -46,17 +45,12 @@ struct BenchOpts {
   int cpu_pid = 0;          // a local process (the target) whose CPU time is counted too
   double seconds = 0;
   std::string total;
-  bool json = false;
   bool no_verify = false;
-  std::string metadata = "p2p";
-  std::string name;
-  std::string host = "127.0.0.1";
   std::string target_offset = "0";
   std::string local_location = "cpu";  // cpu, or cuda:N: where the initiator's buffers live
   // --blocks N: block requests instead (tools/bench_blocks.h).
   size_t blocks = 0;
   std::string layout = "contiguous";
-  size_t rounds = 5;
 };
 
 void fail(const std::string& what, const Status& s) { fmt::print(stderr, "hawser bench: {}: {}\n", what, s.toString()); }
@@ -185,8 +179,7 @@ int runBench(const BenchOpts& o) {
     return 1;
   }
   // Target space: memory -> its first buffer; file -> the whole logical space.
-  bool is_file = o.target.rfind("file://", 0) == 0 ||
-                 (bufs[0].location.rfind("cpu", 0) != 0 && bufs[0].location.rfind("cuda", 0) != 0);
+  const bool is_file = isFileSegment(o.target, bufs);
   uint64_t tbase = is_file ? 0 : bufs[0].addr;
   uint64_t tlen = is_file ? bufs.back().addr + bufs.back().length : bufs[0].length;
   if (*base_off >= tlen) {
@@ -554,17 +547,10 @@ void addBench(CLI::App& app, Commands& cmds) {
     cmds.run = [o] {
       if (o->blocks == 0) return runBench(*o);
       BlockBenchOpts b;
-      b.target = o->target;
-      b.op = o->op;
-      b.block_size = o->block_size;
+      static_cast<BenchBasics&>(b) = *o;
       b.blocks = o->blocks;
       b.layout = o->layout;
-      b.rounds = o->rounds;
-      b.json = o->json;
       b.no_verify = o->no_verify;
-      b.metadata = o->metadata;
-      b.name = o->name;
-      b.host = o->host;
       return runBlockBench(b);
     };
   });
