@@ -286,5 +286,30 @@ TEST(nvlink, bench_json_names_nvlink_as_the_transport_that_carried_the_data) {
   EXPECT_TRUE(j["verified"].get<bool>()) << out;
 }
 
+// The paged KV layout (tools/bench_kv.h) between GPU memory of two
+// processes: one block request through nvlink, every byte verified, and
+// the copy mechanism reported (n/a while nvlink has no gpu_copy_* counters).
+TEST(nvlink, bench_kv_layout_is_carried_by_nvlink_and_verified) {
+  HAWSER_REQUIRE_GPU(1);
+  Served t;
+  ASSERT_TRUE(t.start("cuda:0", 4 << 20));
+  for (const std::string op : {"read", "write"}) {
+    std::string out;
+    int rc = sh(gpuEnvPrefix() + hawserBin() + " bench --target " + t.segment +
+                    " --local-location cuda:0 --layout kv --layers 2 --kv-blocks 16 --block-size 16K --rounds 2 --op " +
+                    op + " --json",
+                &out);
+    ASSERT_EQ(rc, 0) << out;
+    nlohmann::json j = lastJsonLine(out);
+    ASSERT_TRUE(j.is_object()) << out;
+    EXPECT_EQ(j["transports"], nlohmann::json::array({"nvlink"})) << j.dump();
+    EXPECT_EQ(j["local_location"], "cuda:0") << j.dump();
+    EXPECT_EQ(j["chunks"], 64) << j.dump();
+    EXPECT_TRUE(j["verified"].get<bool>()) << j.dump();
+    EXPECT_EQ(j["verified_transfers"], 6) << j.dump();
+    EXPECT_TRUE(j["copy_mechanism"].is_string()) << j.dump();
+  }
+}
+
 }  // namespace
 }  // namespace hawser::test
