@@ -16,8 +16,9 @@
 #   tcp_gpu   GPU memory both ends over tcp
 #   file_gpu  file segment <-> GPU memory
 # and, where there is a GPU, kv_gpu_baseline for the same layout: one
-# contiguous cuMemcpyAsync, one per chunk, and its own gather kernel (whole
-# GPU; 8/16/32/64 CTAs): the nvlink rows are set against it too. On a host
+# contiguous cuMemcpyAsync, one per chunk, the driver's batched copy, and its
+# own gather kernel (whole GPU; 8/16/32/64 CTAs): the nvlink rows are set
+# against it too. On a host
 # without a GPU the GPU rows are skipped, saying why.
 #
 # Prints one table (GB/s = 10^9 bytes/s; ratio = KV / contiguous of the
@@ -206,7 +207,7 @@ if base:
             sms = b["sms"] if b["sms"] >= 0 else "?"
             print(f"GPU {b['gpu']} (to GPU {b['peer_gpu']}): {sms} SMs, {b['cta_threads']} threads a CTA")
         elif b.get("skipped"):
-            print(f"{kib(b['block_size']):>5} {'gather':<22} skipped: {b['skipped']}")
+            print(f"{kib(b['block_size']):>5} {b['kind']:<22} skipped: {b['skipped']}")
         else:
             what = b["kind"] if b["kind"] != "gather" else f"gather, {b['ctas_limit']} CTAs ({b['ctas']})"
             print(f"{kib(b['block_size']):>5} {what:<22} {b['gbps']:>9.1f} {b.get('ratio_to_contiguous', 1.0):>6.3f}")

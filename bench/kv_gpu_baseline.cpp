@@ -8,6 +8,8 @@
 //   contiguous   one cuMemcpyAsync of the same bytes (the ceiling);
 //   per_chunk    one cuMemcpyAsync per chunk (what a transport without
 //                batching does);
+//   batch        the driver's batched copy, every chunk in one
+//                cuMemcpyBatchAsync (CUDA 13; skipped where the driver lacks it);
 //   gather       bench/kv_gather.cu's kernel, one CTA per chunk (the whole
 //                GPU), then limited to each of --ctas CTAs; every chunk of
 //                every gather row is checked against its source.
@@ -24,8 +26,6 @@
 // Usage: kv_gpu_baseline [--count] [--layers 8] [--kv-blocks 500] [--kv-pool 1000]
 //          [--block-sizes 4K,16K,32K,64K,256K] [--ctas 8,16,32,64] [--cta-threads 256]
 //          [--seconds 1] [--device 0] [--peer-device N]
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -46,20 +46,6 @@ using namespace hawser::gpu;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-// Entry points beyond what hawser's driver table resolves (cu::Api).
-struct Extra {
-  using Module = struct ModSt*;
-  using Function = struct FuncSt*;
-  cu::Result (*ModuleLoadData)(Module*, const void*) = nullptr;
-  cu::Result (*ModuleGetFunction)(Function*, Module, const char*) = nullptr;
-  cu::Result (*LaunchKernel)(Function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, cu::Stream,
-                             void**, void**) = nullptr;
-  cu::Result (*DeviceGetAttribute)(int*, int, cu::Device) = nullptr;
-  cu::Result (*CtxEnablePeerAccess)(cu::Context, unsigned) = nullptr;
-};
-constexpr int kAttributeMultiprocessorCount = 16;  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
-constexpr cu::Result kErrorPeerAccessAlreadyEnabled = 704;
 
 struct KvCopyRun {  // as in kv_gather.cu
   unsigned long long dst, src, len;
@@ -196,35 +182,27 @@ int main(int argc, char** argv) {
                         d->deviceCount()),
            2;
   const cu::Api& a = d->api();
-  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
-  Extra x;
-  if (lib) {
-    x.ModuleLoadData = reinterpret_cast<decltype(x.ModuleLoadData)>(dlsym(lib, "cuModuleLoadData"));
-    x.ModuleGetFunction = reinterpret_cast<decltype(x.ModuleGetFunction)>(dlsym(lib, "cuModuleGetFunction"));
-    x.LaunchKernel = reinterpret_cast<decltype(x.LaunchKernel)>(dlsym(lib, "cuLaunchKernel"));
-    x.DeviceGetAttribute = reinterpret_cast<decltype(x.DeviceGetAttribute)>(dlsym(lib, "cuDeviceGetAttribute"));
-    x.CtxEnablePeerAccess = reinterpret_cast<decltype(x.CtxEnablePeerAccess)>(dlsym(lib, "cuCtxEnablePeerAccess"));
-  }
   if (!d->bindDevice(dev).ok()) return std::fprintf(stderr, "kv_gpu_baseline: cannot use GPU %d\n", dev), 1;
   int sms = -1;
-  if (x.DeviceGetAttribute) (void)x.DeviceGetAttribute(&sms, kAttributeMultiprocessorCount, dev);
+  if (a.DeviceGetAttribute) (void)a.DeviceGetAttribute(&sms, cu::kDeviceAttributeMultiprocessorCount, dev);
   if (dst_dev != dev) {
-    if (!x.CtxEnablePeerAccess) return std::fprintf(stderr, "kv_gpu_baseline: the driver has no cuCtxEnablePeerAccess\n"), 1;
-    const cu::Result rc = x.CtxEnablePeerAccess(d->context(dst_dev), 0);
-    if (rc != kErrorPeerAccessAlreadyEnabled && !check(d, rc, "cuCtxEnablePeerAccess")) return 1;
+    if (!a.CtxEnablePeerAccess) return std::fprintf(stderr, "kv_gpu_baseline: the driver has no cuCtxEnablePeerAccess\n"), 1;
+    const cu::Result rc = a.CtxEnablePeerAccess(d->context(dst_dev), 0);
+    if (rc != cu::kErrorPeerAccessAlreadyEnabled && !check(d, rc, "cuCtxEnablePeerAccess")) return 1;
   }
 
   // The gather kernel, or why there is none.
   std::string no_kernel;
-  Extra::Function kernel = nullptr;
+  cu::Function kernel = nullptr;
 #ifdef HAWSER_KV_GATHER_PTX
-  if (!x.ModuleLoadData || !x.ModuleGetFunction || !x.LaunchKernel) {
+  if (!a.ModuleLoadData || !a.ModuleGetFunction || !a.LaunchKernel) {
     no_kernel = "the CUDA driver " + path + " has no cuModuleLoadData/cuLaunchKernel";
   } else {
-    Extra::Module mod = nullptr;
-    cu::Result rc = x.ModuleLoadData(&mod, kKvGatherPtx);
-    if (rc == cu::kSuccess) rc = x.ModuleGetFunction(&kernel, mod, "kv_copy_runs");
+    cu::Module mod = nullptr;
+    cu::Result rc = a.ModuleLoadData(&mod, kKvGatherPtx);
     if (rc != cu::kSuccess) no_kernel = d->check(rc, "cuModuleLoadData(kv_gather.ptx)").message();
+    else if ((rc = a.ModuleGetFunction(&kernel, mod, "kv_copy_runs")) != cu::kSuccess)
+      no_kernel = d->check(rc, "cuModuleGetFunction(kv_copy_runs)").message();
   }
 #else
   no_kernel = "built without nvcc (no CUDA toolkit where kv_gpu_baseline was built): no gather kernel";
@@ -284,6 +262,27 @@ int main(int argc, char** argv) {
     });
     if (per_chunk < 0) return 1;
     row("per_chunk", per_chunk, contiguous, "");
+    if (a.MemcpyBatchAsync) {
+      // The driver's batched copy (CUDA 13): every chunk in one call.
+      std::vector<cu::DevicePtr> bdst(chunks), bsrc(chunks);
+      std::vector<size_t> blen(chunks, S);
+      for (uint64_t c = 0; c < chunks; ++c) {
+        bdst[c] = runs[c].dst;
+        bsrc[c] = runs[c].src;
+      }
+      cu::MemcpyAttributes attr{};
+      attr.srcAccessOrder = cu::kMemcpySrcAccessOrderStream;
+      const double batch = measure(d, stream, seconds, bytes, [&] {
+        size_t first = 0;
+        return check(d, a.MemcpyBatchAsync(bdst.data(), bsrc.data(), blen.data(), chunks, &attr, &first, 1, stream),
+                     "cuMemcpyBatchAsync");
+      });
+      if (batch < 0) return 1;
+      row("batch", batch, contiguous, "");
+    } else {
+      std::printf("{\"kind\":\"batch\",\"block_size\":%llu,\"skipped\":\"the driver has no cuMemcpyBatchAsync\"}\n",
+                  static_cast<unsigned long long>(S));
+    }
     if (!no_kernel.empty()) {
       std::printf("{\"kind\":\"gather\",\"block_size\":%llu,\"skipped\":\"%s\"}\n", static_cast<unsigned long long>(S),
                   no_kernel.c_str());
@@ -294,7 +293,7 @@ int main(int argc, char** argv) {
         unsigned n = static_cast<unsigned>(chunks);
         void* params[] = {&runs_dev, &n};
         auto launch = [&] {
-          return check(d, x.LaunchKernel(kernel, static_cast<unsigned>(grids[g]), 1, 1, static_cast<unsigned>(cta_threads),
+          return check(d, a.LaunchKernel(kernel, static_cast<unsigned>(grids[g]), 1, 1, static_cast<unsigned>(cta_threads),
                                          1, 1, 0, stream, params, nullptr),
                        "cuLaunchKernel");
         };
