@@ -21,6 +21,22 @@ foreach(exe consumer consumer_static)
   endif()
   message(STATUS "${exe}: ${out}")
 endforeach()
+# The KV handoff example as a user builds it: its own CMake project against
+# the installed copy; run in host memory (it fails unless decode verified).
+set(kvbuild ${BUILD_DIR}/packaging-test/kv_handoff)
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/kv_handoff -B ${kvbuild} -G Ninja
+                        -DCMAKE_PREFIX_PATH=${prefix} RESULT_VARIABLE rc)
+if(NOT rc)
+  execute_process(COMMAND ${CMAKE_COMMAND} --build ${kvbuild} RESULT_VARIABLE rc)
+endif()
+if(rc)
+  message(FATAL_ERROR "building examples/kv_handoff against the installed hawser failed")
+endif()
+execute_process(COMMAND ${kvbuild}/kv_handoff RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc)
+  message(FATAL_ERROR "kv_handoff failed (${rc}): ${out}${err}")
+endif()
+message(STATUS "kv_handoff: ${out}")
 # pkg-config: a C program built with `pkg-config --cflags --libs hawser`
 # alone, against the same installed copy.
 file(GLOB_RECURSE pcs ${prefix}/*/hawser.pc)

@@ -2,7 +2,6 @@
 #include "tools/bench_blocks.h"
 
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +15,7 @@
 
 #include "hawser/config.h"
 #include "hawser/engine.h"
+#include "tools/bench_common.h"
 #include "tools/pattern.h"
 
 namespace hawser::tools {
@@ -24,42 +24,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double cpuNow() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // (Named apart from cmd_bench.cpp's fail(): CI compiles the tools as one unity file.)
 int blocksFail(const std::string& what, const Status& s) {
   fmt::print(stderr, "hawser bench: {}: {}\n", what, s.toString());
   return 1;
-}
-
-// Posts `submit` into a fresh batch of `capacity`, waits; seconds it took.
-template <class F>
-Status timed(TransferEngine& e, size_t capacity, F&& submit, double& seconds, double* submit_cpu = nullptr) {
-  BatchID b;
-  Status s = e.allocateBatchID(capacity, b);
-  if (!s.ok()) return s;
-  auto t0 = Clock::now();
-  const double c0 = cpuNow();
-  s = submit(b);
-  if (submit_cpu) *submit_cpu = cpuNow() - c0;
-  if (s.ok()) s = e.waitTransfer(b, std::chrono::seconds(300));
-  seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  TransferStatus st;
-  if (s.ok()) s = e.getBatchTransferStatus(b, st);
-  if (s.ok() && st.s != TransferState::kCompleted)
-    s = st.error.ok() ? Status(Code::kInternal, fmt::format("batch ended {}", stateName(st.s))) : st.error;
-  Status f = e.freeBatchID(b);
-  return s.ok() ? f : s;
 }
 
 }  // namespace
@@ -78,14 +46,10 @@ int runBlockBench(const BlockBenchOpts& o) {
   const uint64_t span = o.layout == "contiguous" ? bytes : 2 * bytes;
 
   TransferEngine engine;
-  const std::string name = o.name.empty() ? o.host : o.name;
-  Status s = engine.init(o.metadata, name, o.host, 0);
-  if (!s.ok()) return blocksFail("init", s);
   SegmentID seg;
-  if (!(s = engine.openSegment(o.target, seg)).ok()) return blocksFail(fmt::format("open segment '{}'", o.target), s);
   std::vector<SegmentBuffer> bufs;
-  if (!(s = engine.segmentBuffers(seg, bufs)).ok() || bufs.empty())
-    return blocksFail("segment buffers", s.ok() ? Status(Code::kOutOfRange, "the segment exposes no buffer") : s);
+  if (!openBenchTarget(engine, o, seg, bufs)) return 1;
+  Status s;
   if (bufs[0].length < span)
     return fmt::print(stderr, "hawser bench: the target's first buffer has {} bytes; --layout {} of {} x {} needs {}\n",
                       bufs[0].length, o.layout, n, block, span),
@@ -127,7 +91,7 @@ int runBlockBench(const BlockBenchOpts& o) {
     s = engine.prepareStrided(op, seg, sb, plan);
     if (s.ok()) {
       double el = 0;
-      s = timed(engine, 1, [&](BatchID b) { return engine.submitStrided(b, op, seg, sb); }, el, &first_submit_cpu);
+      s = timedBatch(engine, 1, [&](BatchID b) { return engine.submitStrided(b, op, seg, sb); }, el, &first_submit_cpu);
     }
   } else {
     list.resize(n);
@@ -135,7 +99,7 @@ int runBlockBench(const BlockBenchOpts& o) {
     s = engine.prepareBlocks(op, seg, list, plan);
     if (s.ok()) {
       double el = 0;
-      s = timed(engine, 1, [&](BatchID b) { return engine.submitBlocks(b, op, seg, list); }, el, &first_submit_cpu);
+      s = timedBatch(engine, 1, [&](BatchID b) { return engine.submitBlocks(b, op, seg, list); }, el, &first_submit_cpu);
     }
   }
   prepare_s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -156,36 +120,36 @@ int runBlockBench(const BlockBenchOpts& o) {
   std::vector<double> blk_s, post_cpu, big_s, single_s, per_s;
   for (size_t r = 0; r < o.rounds; ++r) {
     double el = 0, cpu = 0;
-    if (!(s = timed(engine, 1, [&](BatchID b) { return engine.postPlan(b, plan); }, el, &cpu)).ok())
+    if (!(s = timedBatch(engine, 1, [&](BatchID b) { return engine.postPlan(b, plan); }, el, &cpu)).ok())
       return blocksFail("post the plan", s);
     blk_s.push_back(el);
     post_cpu.push_back(cpu);
-    if (!(s = timed(engine, big.size(), [&](BatchID b) { return engine.submitTransfer(b, big); }, el)).ok())
+    if (!(s = timedBatch(engine, big.size(), [&](BatchID b) { return engine.submitTransfer(b, big); }, el)).ok())
       return blocksFail("1 MiB requests", s);
     big_s.push_back(el);
     // One block alone: enough round trips for about a tenth of a second.
     auto c0 = Clock::now();
     size_t trips = 0;
     do {
-      if (!(s = timed(engine, 1, [&](BatchID b) { return engine.submitTransfer(b, single); }, el)).ok())
+      if (!(s = timedBatch(engine, 1, [&](BatchID b) { return engine.submitTransfer(b, single); }, el)).ok())
         return blocksFail("single block", s);
       ++trips;
     } while (Clock::now() - c0 < std::chrono::milliseconds(100));
     single_s.push_back(std::chrono::duration<double>(Clock::now() - c0).count() / static_cast<double>(trips));
-    if (!(s = timed(engine, per_block.size(), [&](BatchID b) { return engine.submitTransfer(b, per_block); }, el))
+    if (!(s = timedBatch(engine, per_block.size(), [&](BatchID b) { return engine.submitTransfer(b, per_block); }, el))
              .ok())
       return blocksFail("one request per block", s);
     per_s.push_back(el);
   }
   // After the last round (the plan's post came first in it, so re-post it).
   double el = 0;
-  if (!(s = timed(engine, 1, [&](BatchID b) { return engine.postPlan(b, plan); }, el)).ok()) return blocksFail("post", s);
+  if (!(s = timedBatch(engine, 1, [&](BatchID b) { return engine.postPlan(b, plan); }, el)).ok()) return blocksFail("post", s);
   std::string verify = "skipped (--no-verify)";
   if (!o.no_verify) {
     verify = "yes";
     if (op == OpCode::kWrite) {
       std::memset(local, 0, bytes);
-      if (!(s = timed(engine, 1, [&](BatchID b) {
+      if (!(s = timedBatch(engine, 1, [&](BatchID b) {
               return o.layout == "strided"
                          ? engine.submitStrided(b, OpCode::kRead, seg, {local, tbase, block, block, 2 * block, n})
                          : engine.submitBlocks(b, OpCode::kRead, seg, list);
@@ -201,7 +165,7 @@ int runBlockBench(const BlockBenchOpts& o) {
       }
     }
   }
-  const double blk = median(blk_s), bigm = median(big_s), single_m = median(single_s), per = median(per_s);
+  const double blk = medianOf(blk_s), bigm = medianOf(big_s), single_m = medianOf(single_s), per = medianOf(per_s);
   const double blk_Bps = static_cast<double>(bytes) / blk, big_Bps = static_cast<double>(bytes) / bigm;
   const double blk_bps = static_cast<double>(n) / blk, single_bps = 1.0 / single_m;
   const double per_bps = static_cast<double>(per_n) / per;
@@ -228,7 +192,7 @@ int runBlockBench(const BlockBenchOpts& o) {
     j["ratio_to_request_per_block"] = blk_bps / per_bps;
     j["prepare_and_first_transfer_s"] = prepare_s;
     j["first_submit_cpu_ms"] = first_submit_cpu * 1e3;
-    j["post_cpu_ms"] = median(post_cpu) * 1e3;
+    j["post_cpu_ms"] = medianOf(post_cpu) * 1e3;
     j["engine_bytes_per_inflight_run"] = per_run;
     j["engine_window_bytes_max_per_task"] = window_max;
     j["verified"] = verify == "yes";
@@ -237,7 +201,7 @@ int runBlockBench(const BlockBenchOpts& o) {
     fmt::print("op {}  layout {}  {} blocks of {} B ({} runs after merging)  target {}  medians of {} rounds\n", o.op,
                o.layout, n, block, info.runs, o.target, o.rounds);
     fmt::print("block request (plan posted): {:.3f} GB/s, {:.0f} blocks/s; post {:.3f} ms CPU; first submit {:.3f} ms CPU\n",
-               blk_Bps / 1e9, blk_bps, median(post_cpu) * 1e3, first_submit_cpu * 1e3);
+               blk_Bps / 1e9, blk_bps, medianOf(post_cpu) * 1e3, first_submit_cpu * 1e3);
     fmt::print("  vs the same bytes as 1 MiB requests: {:.3f} GB/s -> ratio {:.3f}\n", big_Bps / 1e9, blk_Bps / big_Bps);
     fmt::print("  vs one block alone, round trip: {:.0f} blocks/s -> ratio {:.1f}\n", single_bps, blk_bps / single_bps);
     fmt::print("  vs one request per block ({} in one batch): {:.0f} blocks/s -> ratio {:.2f}\n", per_n, per_bps,

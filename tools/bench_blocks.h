@@ -12,20 +12,15 @@
 #include <cstddef>
 #include <string>
 
+#include "tools/bench_common.h"
+
 namespace hawser::tools {
 
-struct BlockBenchOpts {
-  std::string target;
-  std::string op = "read";
-  std::string block_size = "4K";
+struct BlockBenchOpts : BenchBasics {
+  BlockBenchOpts() { block_size = "4K"; }
   size_t blocks = 0;
   std::string layout = "contiguous";  // contiguous | scattered | strided
-  size_t rounds = 5;
-  bool json = false;
   bool no_verify = false;
-  std::string metadata = "p2p";
-  std::string name;
-  std::string host = "127.0.0.1";
 };
 
 int runBlockBench(const BlockBenchOpts& o);

@@ -23,6 +23,8 @@
 #include "hawser/device_memory.h"
 #include "hawser/engine.h"
 #include "tools/bench_blocks.h"
+#include "tools/bench_common.h"
+#include "tools/bench_kv.h"
 #include "tools/commands.h"
 #include "tools/location.h"
 #include "tools/metrics_json.h"
@@ -34,10 +36,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct BenchOpts {
-  std::string target;
-  std::string op = "read";
-  std::string block_size = "1M";
+struct BenchOpts : BenchBasics {
+  BenchOpts() { block_size = "1M"; }
   size_t batch_size = 32;
   size_t threads = 2;
   size_t depth = 1;         // batches in flight per thread
@@ -46,17 +46,17 @@ struct BenchOpts {
   int cpu_pid = 0;          // a local process (the target) whose CPU time is counted too
   double seconds = 0;
   std::string total;
-  bool json = false;
   bool no_verify = false;
-  std::string metadata = "p2p";
-  std::string name;
-  std::string host = "127.0.0.1";
   std::string target_offset = "0";
   std::string local_location = "cpu";  // cpu, or cuda:N: where the initiator's buffers live
   // --blocks N: block requests instead (tools/bench_blocks.h).
   size_t blocks = 0;
   std::string layout = "contiguous";
-  size_t rounds = 5;
+  // --layout kv: a paged KV cache (tools/bench_kv.h).
+  size_t layers = 8;
+  size_t kv_blocks = 500;
+  size_t kv_pool = 0;
+  bool kv_plan = false;
 };
 
 void fail(const std::string& what, const Status& s) { fmt::print(stderr, "hawser bench: {}: {}\n", what, s.toString()); }
@@ -185,8 +185,7 @@ int runBench(const BenchOpts& o) {
     return 1;
   }
   // Target space: memory -> its first buffer; file -> the whole logical space.
-  bool is_file = o.target.rfind("file://", 0) == 0 ||
-                 (bufs[0].location.rfind("cpu", 0) != 0 && bufs[0].location.rfind("cuda", 0) != 0);
+  const bool is_file = isFileSegment(o.target, bufs);
   uint64_t tbase = is_file ? 0 : bufs[0].addr;
   uint64_t tlen = is_file ? bufs.back().addr + bufs.back().length : bufs[0].length;
   if (*base_off >= tlen) {
@@ -510,7 +509,9 @@ void addBench(CLI::App& app, Commands& cmds) {
   sub->add_option("--target", o->target, "segment: HOST:PORT (p2p), a name (etcd), file:///path or a file segment")
       ->required();
   sub->add_option("--op", o->op, "read or write")->capture_default_str();
-  sub->add_option("--block-size", o->block_size, "bytes per request (K/M/G)")->capture_default_str();
+  auto* block_size = sub->add_option("--block-size", o->block_size,
+                                     "bytes per request (K/M/G); with --layout kv, per block (default there 32K)")
+                         ->capture_default_str();
   sub->add_option("--batch-size", o->batch_size, "requests per batch")->capture_default_str();
   sub->add_option("--threads", o->threads, "initiator threads")->capture_default_str();
   sub->add_option("--depth", o->depth,
@@ -547,24 +548,57 @@ void addBench(CLI::App& app, Commands& cmds) {
                   "block requests: N blocks of --block-size as one request (a plan posted each round), against "
                   "1 MiB requests, one block alone and one request per block, in interleaved rounds")
       ->excludes(span);
-  sub->add_option("--layout", o->layout, "with --blocks: contiguous, scattered or strided")->capture_default_str();
-  sub->add_option("--rounds", o->rounds, "with --blocks: interleaved rounds (medians are reported)")
+  sub->add_option("--layout", o->layout,
+                  "with --blocks: contiguous, scattered or strided; kv (without --blocks): a paged KV cache, layers x "
+                  "K/V x blocks scattered differently on both sides, as one block request against the same bytes "
+                  "contiguous")
       ->capture_default_str();
-  sub->callback([o, &cmds] {
-    cmds.run = [o] {
+  sub->add_option("--rounds", o->rounds, "with --blocks or --layout kv: interleaved rounds (medians are reported)")
+      ->capture_default_str();
+  auto* layers = sub->add_option("--layers", o->layers, "with --layout kv: layers (each a K and a V tensor)")
+                     ->capture_default_str();
+  auto* kv_blocks = sub->add_option("--kv-blocks", o->kv_blocks, "with --layout kv: blocks of the request per tensor")
+                        ->capture_default_str();
+  auto* kv_pool = sub->add_option("--kv-pool", o->kv_pool,
+                                  "with --layout kv: blocks in each side's pool per tensor, the block tables' choice "
+                                  "(default 2 x --kv-blocks)");
+  auto* kv_plan = sub->add_flag("--kv-plan", o->kv_plan,
+                                "with --layout kv: prepare the KV block request once and post it each round "
+                                "(default: submitBlocks each round)");
+  sub->callback([o, &cmds, block_size, layers, kv_blocks, kv_pool, kv_plan] {
+    const bool kv_options = layers->count() || kv_blocks->count() || kv_pool->count() || kv_plan->count();
+    const bool block_size_given = block_size->count() > 0;
+    cmds.run = [o, kv_options, block_size_given] {
+      if (o->layout == "kv") {
+        if (o->blocks != 0) {
+          fmt::print(stderr, "hawser bench: --layout kv takes --kv-blocks, not --blocks\n");
+          return 2;
+        }
+        if (o->no_verify) {
+          fmt::print(stderr, "hawser bench: --layout kv verifies every byte of every transfer: drop --no-verify\n");
+          return 2;
+        }
+        KvBenchOpts k;
+        const std::string kv_block_size = k.block_size;
+        static_cast<BenchBasics&>(k) = *o;
+        if (!block_size_given) k.block_size = kv_block_size;
+        k.layers = o->layers;
+        k.kv_blocks = o->kv_blocks;
+        k.kv_pool = o->kv_pool;
+        k.plan = o->kv_plan;
+        k.local_location = o->local_location;
+        return runKvBench(k);
+      }
+      if (kv_options) {
+        fmt::print(stderr, "hawser bench: --layers, --kv-blocks, --kv-pool and --kv-plan need --layout kv\n");
+        return 2;
+      }
       if (o->blocks == 0) return runBench(*o);
       BlockBenchOpts b;
-      b.target = o->target;
-      b.op = o->op;
-      b.block_size = o->block_size;
+      static_cast<BenchBasics&>(b) = *o;
       b.blocks = o->blocks;
       b.layout = o->layout;
-      b.rounds = o->rounds;
-      b.json = o->json;
       b.no_verify = o->no_verify;
-      b.metadata = o->metadata;
-      b.name = o->name;
-      b.host = o->host;
       return runBlockBench(b);
     };
   });

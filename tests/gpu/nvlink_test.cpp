@@ -286,5 +286,37 @@ TEST(nvlink, bench_json_names_nvlink_as_the_transport_that_carried_the_data) {
   EXPECT_TRUE(j["verified"].get<bool>()) << out;
 }
 
+// The paged KV layout (tools/bench_kv.h) between GPU memory of two
+// processes: one block request through nvlink, every byte verified, and the
+// copy mechanism read from nvlink's gpu_copy_* counters: the one
+// gpu.copy_mechanism asks for, with the kernel's CTAs.
+TEST(nvlink, bench_kv_layout_is_carried_by_nvlink_verified_and_names_the_copy_mechanism) {
+  HAWSER_REQUIRE_GPU(1);
+  Served t;
+  ASSERT_TRUE(t.start("cuda:0", 4 << 20));
+  const std::pair<std::string, std::string> runs[] = {{"read", "kernel"}, {"write", "kernel"}, {"read", "per_run"}};
+  for (const auto& [op, mechanism] : runs) {
+    std::string out;
+    int rc = sh(gpuEnvPrefix() + "HAWSER_GPU_COPY_MECHANISM=" + mechanism + " " + hawserBin() + " bench --target " +
+                    t.segment +
+                    " --local-location cuda:0 --layout kv --layers 2 --kv-blocks 16 --block-size 16K --rounds 2 --op " +
+                    op + " --json",
+                &out);
+    ASSERT_EQ(rc, 0) << out;
+    nlohmann::json j = lastJsonLine(out);
+    ASSERT_TRUE(j.is_object()) << out;
+    EXPECT_EQ(j["transports"], nlohmann::json::array({"nvlink"})) << j.dump();
+    EXPECT_EQ(j["local_location"], "cuda:0") << j.dump();
+    EXPECT_EQ(j["chunks"], 64) << j.dump();
+    EXPECT_TRUE(j["verified"].get<bool>()) << j.dump();
+    EXPECT_EQ(j["verified_transfers"], 6) << j.dump();
+    EXPECT_EQ(j["copy_mechanism"], mechanism) << j.dump();
+    if (mechanism == "kernel") {
+      EXPECT_GE(j["copy_ctas_max"].get<int>(), 1) << j.dump();
+    }
+    EXPECT_GE(j["gpu_copy"]["gpu_copy_windows"].get<int>(), 2) << j.dump();  // a window a round at least
+  }
+}
+
 }  // namespace
 }  // namespace hawser::test
