@@ -143,9 +143,10 @@ inline constexpr Knob kKnobs[] = {
   {"nvlink.plan_cache", "HAWSER_NVLINK_PLAN_CACHE", KnobType::kSize, "64M", 0, 16 * knob_detail::G, {},
    "device memory per engine for prepared plans' run lists kept on the GPU: a window of a plan posted again is "
    "launched from its kept list with no per-block work on the host (24 bytes a block of up to 64 KiB); 0: none kept"},
-  {"nvlink.spin_wait", "HAWSER_NVLINK_SPIN_WAIT", KnobType::kBool, "false", 0, 0, {},
-   "a stream's thread waits for its oldest copy by polling (no wake-up latency, a CPU core busy while copies run) "
-   "instead of sleeping in the driver"},
+  {"nvlink.spin_wait", "HAWSER_NVLINK_SPIN_WAIT", KnobType::kBool, "true", 0, 0, {},
+   "a stream's thread polls for its copies' ends, issuing what arrives meanwhile (a CPU core busy while copies "
+   "are in flight, none when idle); false: it sleeps in the driver until the oldest is done (on an H200 a 32 KiB "
+   "KV request ran at 0.43 of a contiguous copy sleeping, 0.50 polling)"},
   // ---- tcp ----------------------------------------------------------------------------------------------------------
   {"tcp.connections", "HAWSER_TCP_CONNECTIONS", KnobType::kInt, "2", 1, 64, {},
    "data connections per peer"},

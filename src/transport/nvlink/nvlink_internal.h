@@ -378,6 +378,7 @@ class StreamWorker {
   void finish(Pending& p);
   // The group is done with: the sub-batch may free it from here on.
   void letGo(Group* g);
+  static void cpuRelax();
 
   const int device_;
   const uint32_t depth_;
@@ -390,6 +391,7 @@ class StreamWorker {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Group*> queue_;
+  std::atomic<bool> queued_{false};  // queue_ is not empty (read without mu_ while polling)
   bool stop_ = false;
   bool started_ = false;
   Status start_status_;

@@ -311,6 +311,7 @@ void StreamWorker::post(Group* g) {
     std::lock_guard lk(mu_);
     if (!stop_) {
       queue_.push_back(g);
+      queued_.store(true, std::memory_order_release);
       cv_.notify_all();
       return;
     }
@@ -361,6 +362,7 @@ void StreamWorker::run() {
           queue_.pop_front();
         }
       }
+      queued_.store(!queue_.empty(), std::memory_order_release);
     }
     if (stopping) {
       for (Group* g : take) {
@@ -380,12 +382,32 @@ void StreamWorker::run() {
     }
     for (Group* g : take) issue(g);
     take.clear();
-    if (!inflight_.empty()) {
+    if (inflight_.empty()) continue;
+    if (copy_.blocking_sync) {
+      finish(inflight_.front());  // sleeps in the driver until the oldest is done
+      inflight_.pop_front();
+      continue;
+    }
+    // Polling: the oldest group is finished as soon as it is done, and a
+    // group queued meanwhile is issued at once, not after the oldest.
+    bool done = false;
+    const Status polled = stream_->poll(inflight_.front().ticket, done);
+    if (done || !polled.ok()) {  // a failed stream: finish()'s wait reports it
       finish(inflight_.front());
       inflight_.pop_front();
+    } else if (!queued_.load(std::memory_order_acquire)) {
+      cpuRelax();
     }
   }
   stream_.reset();  // waits for what is queued on it (nothing by now)
+}
+
+void StreamWorker::cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
 }
 
 void StreamWorker::lookUp(PeerRef* peer, uint32_t buf, uint64_t remote, uint64_t len, Pending& p, Mapping*& m,
