@@ -231,8 +231,9 @@ TEST(TcpTransport, pipelined_responses_of_mixed_sizes_and_refusals_land_where_th
   t.extra.push_back({addrOf(t.priv.p), t.priv.n});  // published, not remote-accessible: refused by the target
   std::memset(t.priv.p, 0x5a, t.priv.n);
   // One connection: every response shares one stream, small read payloads
-  // arrive with the headers around them.
-  Initiator in(16 << 20, {{"tcp.connections", "1"}, {"tcp.slice_size", "1M"}});
+  // arrive with the headers around them. One request per slice (no frames
+  // of many runs, which a refusal fails whole: frames_of_many_runs_* below).
+  Initiator in(16 << 20, {{"tcp.connections", "1"}, {"tcp.slice_size", "1M"}, {"tcp.group_bytes", "0"}});
   ASSERT_TRUE(in.status.ok());
   ASSERT_TRUE(in.open(t.name()).ok());
   test::fillPattern(t.mem.p, 6 << 20, 31);
@@ -367,7 +368,8 @@ TEST(TcpTransport, target_max_frame_bounds_the_initiators_slices) {
 TEST(TcpTransport, closing_the_segment_releases_idle_data_connections_and_reopening_reconnects) {
   PartsTarget t(1 << 20);
   ASSERT_TRUE(t.status.ok());
-  Initiator in(1 << 20, {{"tcp.connections", "2"}});
+  // One request per slice, so that the two reads take both connections.
+  Initiator in(1 << 20, {{"tcp.connections", "2"}, {"tcp.group_bytes", "0"}});
   ASSERT_TRUE(in.status.ok());
   ASSERT_TRUE(in.open(t.name()).ok());
   // Two reads into distinct buffers (with two io threads they may land at once).
@@ -454,7 +456,8 @@ TEST(TcpTransport, two_threads_submitting_at_once_each_keep_to_a_data_connection
     SCOPED_TRACE(std::string("tcp.home_connections=") + home);
     const Settings settings = {{"tcp.connections", "2"},
                                {"tcp.home_connections", home},
-                               {"tcp.home_window_ms", "600000"}};  // however slow the build: rounds count as shared
+                               {"tcp.home_window_ms", "600000"},  // however slow the build: rounds count as shared
+                               {"tcp.group_bytes", "0"}};  // one request (and header) per slice, counted below
     PartsTarget t(2 * kRound, settings);
     ASSERT_TRUE(t.status.ok()) << t.status.toString();
     Initiator in(2 * kRound, settings);

@@ -263,6 +263,7 @@ TEST(TcpSettings, defaults_when_nothing_is_set) {
   EXPECT_TRUE(s.home_connections);
   EXPECT_EQ(s.home_slack, 4u << 20);
   EXPECT_EQ(s.home_window_ms, 50u);
+  EXPECT_EQ(s.group_bytes, 1u << 20);
 }
 
 TEST(TcpSettings, explicit_values_with_size_suffixes_are_read) {
@@ -273,6 +274,7 @@ TEST(TcpSettings, explicit_values_with_size_suffixes_are_read) {
   c.set("tcp.sock_buf", "4M");
   c.set("tcp.home_connections", "false");
   c.set("tcp.home_slack", "512K");
+  c.set("tcp.group_bytes", "0");
   TcpSettings s;
   ASSERT_TRUE(TcpTransport::loadSettings(c, s).ok());
   EXPECT_EQ(s.connections, 3u);
@@ -281,6 +283,7 @@ TEST(TcpSettings, explicit_values_with_size_suffixes_are_read) {
   EXPECT_EQ(s.sock_buf, 4u << 20);
   EXPECT_FALSE(s.home_connections);
   EXPECT_EQ(s.home_slack, 512u << 10);
+  EXPECT_EQ(s.group_bytes, 0u);
 }
 
 TEST(TcpSettings, junk_value_is_invalid_argument_naming_key_and_value) {
