@@ -95,6 +95,7 @@ void IoThread::markReady(Conn* c) {
 }
 
 Status IoThread::queueCopy(Lane* l, Slice* s, bool to_slot) {
+  counters_->staging_copies.fetch_add(1, std::memory_order_relaxed);
   if (!s->frame())
     return to_slot ? l->stream->copy(s->buf, s->local, s->len, s->ticket)
                    : l->stream->copy(s->local, s->buf, s->len, s->ticket);

@@ -290,6 +290,7 @@ struct InitiatorCounters {
   std::atomic<uint64_t> gpu_to_device{0};    // read bytes copied staging -> GPU
   std::atomic<uint64_t> gpu_from_device{0};  // write bytes copied GPU -> staging
   std::atomic<uint64_t> staging_waits{0};    // GPU slices that found no free staging slot
+  std::atomic<uint64_t> staging_copies{0};   // copy calls queued (one per request: a slice, or a frame's copyRuns)
   std::atomic<int64_t> staging_in_use{0};    // staging slots held now
 };
 

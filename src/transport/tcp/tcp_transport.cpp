@@ -265,6 +265,7 @@ Counters TcpTransport::stats() const {
           {"gpu_staged_to_device_bytes", s.gpu_staged_to_device_bytes},
           {"gpu_staged_from_device_bytes", s.gpu_staged_from_device_bytes},
           {"gpu_staging_waits", s.gpu_staging_waits},
+          {"gpu_staging_copies", s.gpu_staging_copies},
           {"gpu_staging_inflight", s.gpu_staging_inflight},
           {"served_gpu_to_device_bytes", s.served_gpu_to_device_bytes},
           {"served_gpu_from_device_bytes", s.served_gpu_from_device_bytes},
@@ -304,6 +305,7 @@ TcpStats TcpTransport::counters() const {
     s.gpu_staged_to_device_bytes = counters_->gpu_to_device.load();
     s.gpu_staged_from_device_bytes = counters_->gpu_from_device.load();
     s.gpu_staging_waits = counters_->staging_waits.load();
+    s.gpu_staging_copies = counters_->staging_copies.load();
     s.gpu_staging_inflight = static_cast<uint64_t>(std::max<int64_t>(0, counters_->staging_in_use.load()));
   }
   return s;

@@ -100,6 +100,7 @@ struct TcpStats {
   uint64_t gpu_staged_to_device_bytes = 0;    // initiator: read bytes copied staging -> GPU
   uint64_t gpu_staged_from_device_bytes = 0;  // initiator: write bytes copied GPU -> staging
   uint64_t gpu_staging_waits = 0;             // initiator: GPU slices that waited for a free slot
+  uint64_t gpu_staging_copies = 0;            // initiator: copies queued, one per request (a slice, or a frame)
   uint64_t gpu_staging_inflight = 0;            // initiator: staging slots held now (gauge)
   uint64_t served_gpu_to_device_bytes = 0;    // target: written bytes copied staging -> GPU
   uint64_t served_gpu_from_device_bytes = 0;  // target: read bytes copied GPU -> staging
