@@ -569,21 +569,31 @@ class GpuPipe {
 // GPU. A run outside the registered, remote-accessible memory refuses the
 // whole request (the reason names the first such run), and so do runs of one
 // frame in host memory and GPU memory, or on two GPUs (an initiator never
-// groups such runs: it groups by the remote buffer's location).
+// groups such runs: it groups by the remote buffer's location). A run inside
+// the region pinned for an earlier run of the frame (the usual case: a KV
+// cache is one region) needs no lookup or pin of its own.
 Status pinRuns(TargetState& st, const WireHeader& h, const RunEntry* runs, size_t n,
                std::vector<MemoryRegistry::Pin>& pins, int& device) {
   pins.clear();
   device = -1;
   const bool frame = isRunsType(h.type);
+  uint64_t lo = 1, hi = 0;  // the region pinned last (none yet)
   for (size_t i = 0; i < n; ++i) {
+    const uint64_t a = runs[i].addr, len = runs[i].len;
+    if (a >= lo && a <= hi && len <= hi - a) continue;  // pinned, checked and placed with that region
     MemoryRegistry::Pin pin;
-    Status ps = st.registry->pinRemote(runs[i].addr, runs[i].len, pin);
+    Status ps = st.registry->pinRemote(a, len, pin);
     if (!ps.ok()) {
       pins.clear();
       if (!frame) return ps;
       return {ps.code(), fmt::format("run {} of {}: {}", i, n, ps.message())};
     }
-    const int d = st.gpu->empty() ? -1 : st.gpu->deviceOf(runs[i].addr);
+    uint64_t start = 0, length = 0;
+    if (frame && st.registry->regionOf(a, len, start, length, nullptr).ok()) {
+      lo = start;
+      hi = start + length;
+    }
+    const int d = st.gpu->empty() ? -1 : st.gpu->deviceOf(a);
     if (i == 0) {
       device = d;
     } else if (d != device) {
