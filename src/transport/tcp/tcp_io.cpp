@@ -463,6 +463,7 @@ void IoThread::failConn(Conn* c, const Status& why, bool failure) {
   c->tx = nullptr;
   c->tx_off = 0;
   c->rx_mode = RxMode::kHeader;
+  c->rx_run = nullptr;
   c->rx_begin = c->rx_end = 0;
   c->writable = false;
   failList(c->inflight, true, why);
