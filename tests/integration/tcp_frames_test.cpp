@@ -240,6 +240,7 @@ struct RunsFrame {
 TEST(TcpFrames, raw_runs_requests_are_served_in_table_order_and_refused_whole_naming_the_first_bad_run) {
   PartsTarget t(1 << 20);
   ASSERT_TRUE(t.status.ok());
+  std::memset(t.mem.p + 300000, 0x42, 128);  // where the refused write below must not land
   RawClient c(t.srv.port());
   ASSERT_TRUE(c.status.ok()) << c.status.toString();
   const std::vector<std::pair<uint64_t, uint32_t>> runs = {
@@ -275,15 +276,14 @@ TEST(TcpFrames, raw_runs_requests_are_served_in_table_order_and_refused_whole_na
   // A run outside: the whole frame refused with a reason naming run 2; the
   // write's payload is drained and nothing of it lands.
   const std::vector<std::pair<uint64_t, uint32_t>> bad = {
-      {t.remote(0), 16}, {t.remote(64), 16}, {addrOf(t.priv.p), 16}, {t.remote(t.mem.n - 8), 16}};
-  std::memset(t.mem.p, 0x42, 128);
+      {t.remote(300000), 16}, {t.remote(300064), 16}, {addrOf(t.priv.p), 16}, {t.remote(t.mem.n - 8), 16}};
   ASSERT_TRUE(RunsFrame(tcp::kWriteRunsReq, 3, bad, std::vector<char>(64, 0x01)).send(c).ok());
   ASSERT_TRUE(c.recvHeader(h).ok());
   EXPECT_EQ(h.type, tcp::kWriteRunsResp);
   EXPECT_EQ(h.status, static_cast<uint8_t>(Code::kOutOfRange));
   const std::string why = c.recvText(h.length);
   EXPECT_NE(why.find(fmt::format("run 2 of 4: range [{:#x}, +16)", addrOf(t.priv.p))), std::string::npos) << why;
-  for (int i = 0; i < 128; ++i) ASSERT_EQ(t.mem.p[i], 0x42) << i;
+  for (int i = 0; i < 128; ++i) ASSERT_EQ(t.mem.p[300000 + i], 0x42) << i;
   ASSERT_TRUE(RunsFrame(tcp::kReadRunsReq, 4, bad).send(c).ok());
   ASSERT_TRUE(c.recvHeader(h).ok());
   EXPECT_EQ(h.type, tcp::kReadRunsResp);
@@ -413,19 +413,10 @@ TEST(TcpFrames, a_canceled_frame_is_never_sent_and_its_batch_frees_at_once) {
     reqs.push_back({OpCode::kRead, in.mem.p + 8192 + i * 4096, in.seg, 0x10000000 + i * 8192ull, 4096});
   ASSERT_TRUE(in.engine.submitTransfer(b2, reqs).ok());
   ASSERT_TRUE(in.engine.cancelTransfer(b2).ok());
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    TransferStatus st;
-    ASSERT_TRUE(in.engine.getTransferStatus(b2, i, st).ok());
-    EXPECT_EQ(st.s, TransferState::kCanceled) << i;
-  }
+  expectEnded(in.engine, b2, reqs.size(), TransferState::kCanceled, Code::kUnavailable);
   EXPECT_TRUE(in.engine.freeBatchID(b2).ok());  // nothing of it was ever on a socket
   ASSERT_TRUE(in.engine.waitTransfer(b1, std::chrono::seconds(60)).ok());
-  for (size_t i = 0; i < 2; ++i) {
-    TransferStatus st;
-    ASSERT_TRUE(in.engine.getTransferStatus(b1, i, st).ok());
-    EXPECT_EQ(st.s, TransferState::kFailed) << i;
-    EXPECT_EQ(st.error.code(), Code::kTimeout) << st.error.toString();
-  }
+  expectEnded(in.engine, b1, 2, TransferState::kFailed, Code::kTimeout);
   EXPECT_TRUE(in.engine.freeBatchID(b1).ok());
   EXPECT_EQ(p.headers.load(), 1);
   EXPECT_EQ(counter(in.engine, "tcp", "run_frames"), 1u);
@@ -436,55 +427,32 @@ TEST(TcpFrames, a_canceled_frame_is_never_sent_and_its_batch_frees_at_once) {
 // in the sockets, frames cut anywhere), then dies: every run of the block
 // request FAILS at once; a new target on the same port is served again.
 TEST(TcpFrames, peer_killed_mid_frame_fails_the_runs_at_once_and_the_next_submit_reconnects) {
-  test::Child serve;
-  ASSERT_TRUE(serve.start({"serve", "--listen", "127.0.0.1:0", "--memory", "64M"}));
-  std::string line = serve.waitFor("segment:");
-  ASSERT_FALSE(line.empty()) << "hawser serve did not start";
-  ASSERT_FALSE(serve.waitFor("ready").empty());
-  const uint16_t port = portOf(line);
-  const std::string name = "127.0.0.1:" + std::to_string(port);
-  // A timeout far beyond the test's patience: only the socket error can end the task.
-  Initiator in(32 << 20, {{"tcp.timeout_ms", "600000"}});
-  ASSERT_TRUE(in.status.ok());
-  ASSERT_TRUE(in.open(name).ok());
-  std::vector<SegmentBuffer> bufs;
-  ASSERT_TRUE(in.engine.segmentBuffers(in.seg, bufs).ok());
-  const uint64_t base = bufs[0].addr;
   // 8192 blocks of 4000 bytes, every other 4000 at the target (no two merge).
-  std::vector<Block> blocks;
-  for (size_t i = 0; i < 8192; ++i) blocks.push_back({in.mem.p + i * 4000, base + i * 8000, 4000});
-  TransferStatus warm = runBlocks(in, OpCode::kWrite, blocks);
-  ASSERT_EQ(warm.s, TransferState::kCompleted) << warm.error.toString();
-  ASSERT_GT(counter(in.engine, "tcp", "run_frames"), 0u);
-
-  ASSERT_TRUE(test::stopProcess(serve.pid)) << "hawser serve did not stop";  // nothing completes from here on
-  BatchID b;
-  ASSERT_TRUE(in.engine.allocateBatchID(1, b).ok());
-  ASSERT_TRUE(in.engine.submitBlocks(b, OpCode::kWrite, in.seg, blocks).ok());
-  ASSERT_TRUE(eventually([&] { return bytesInFlightTo(port) > 0; })) << "nothing was sent to the stopped target";
-  serve.kill(SIGKILL);
-  serve.wait();
-  ASSERT_TRUE(in.engine.waitTransfer(b, std::chrono::seconds(60)).ok());
-  TransferStatus st;
-  ASSERT_TRUE(in.engine.getTransferStatus(b, 0, st).ok());
-  EXPECT_EQ(st.s, TransferState::kFailed);
-  EXPECT_EQ(st.error.code(), Code::kUnavailable) << st.error.toString();
-  ASSERT_TRUE(in.engine.freeBatchID(b).ok());
-
-  test::Child again;
-  ASSERT_TRUE(again.start({"serve", "--listen", name, "--memory", "64M"}));
-  ASSERT_FALSE(again.waitFor("ready").empty()) << "second hawser serve did not start";
-  ASSERT_TRUE(in.engine.closeSegment(in.seg).ok());
-  ASSERT_TRUE(in.open(name).ok());
-  ASSERT_TRUE(in.engine.segmentBuffers(in.seg, bufs).ok());
-  for (auto& bl : blocks) bl.remote = bl.remote - base + bufs[0].addr;
-  test::fillPattern(in.mem.p, 8192 * 4000, 12);
-  TransferStatus w = runBlocks(in, OpCode::kWrite, blocks);
-  ASSERT_EQ(w.s, TransferState::kCompleted) << w.error.toString();
-  std::memset(in.mem.p, 0, 8192 * 4000);
-  TransferStatus r = runBlocks(in, OpCode::kRead, blocks);
-  ASSERT_EQ(r.s, TransferState::kCompleted) << r.error.toString();
-  EXPECT_EQ(test::checkPattern(in.mem.p, 8192 * 4000, 12), -1);
+  const size_t n = 8192, len = 4000;
+  auto blocks = [n, len](Initiator& in, uint64_t base) {
+    std::vector<Block> b;
+    for (size_t i = 0; i < n; ++i) b.push_back({in.mem.p + i * len, base + i * 2 * len, len});
+    return b;
+  };
+  killPeerMidTransfer(
+      1,
+      [&](Initiator& in, uint64_t base) {
+        TransferStatus warm = runBlocks(in, OpCode::kWrite, blocks(in, base));
+        ASSERT_EQ(warm.s, TransferState::kCompleted) << warm.error.toString();
+        ASSERT_GT(counter(in.engine, "tcp", "run_frames"), 0u);
+      },
+      [&](Initiator& in, uint64_t base, BatchID b) {
+        return in.engine.submitBlocks(b, OpCode::kWrite, in.seg, blocks(in, base));
+      },
+      [&](Initiator& in, uint64_t, uint64_t base2) {
+        test::fillPattern(in.mem.p, n * len, 12);
+        TransferStatus w = runBlocks(in, OpCode::kWrite, blocks(in, base2));
+        ASSERT_EQ(w.s, TransferState::kCompleted) << w.error.toString();
+        std::memset(in.mem.p, 0, n * len);
+        TransferStatus r = runBlocks(in, OpCode::kRead, blocks(in, base2));
+        ASSERT_EQ(r.s, TransferState::kCompleted) << r.error.toString();
+        EXPECT_EQ(test::checkPattern(in.mem.p, n * len, 12), -1);
+      });
 }
 
 }  // namespace

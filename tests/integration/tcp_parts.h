@@ -5,6 +5,7 @@
 // format by hand.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -16,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -243,6 +245,76 @@ inline uint64_t bytesInFlightTo(uint16_t port) {
 inline uint16_t portOf(const std::string& segment_line) {
   auto colon = segment_line.rfind(':');
   return colon == std::string::npos ? 0 : static_cast<uint16_t>(std::stoi(segment_line.substr(colon + 1)));
+}
+
+// Every task of batch `b` (`n` of them) ended `state`, with `code`.
+inline void expectEnded(TransferEngine& e, BatchID b, size_t n, TransferState state, Code code) {
+  for (size_t i = 0; i < n; ++i) {
+    TransferStatus st;
+    ASSERT_TRUE(e.getTransferStatus(b, i, st).ok()) << i;
+    EXPECT_EQ(st.s, state) << i;
+    EXPECT_EQ(st.error.code(), code) << i << ": " << st.error.toString();
+  }
+}
+
+// A `hawser serve` child with 64 MiB of host memory, listening on `listen`
+// (by default a port of its own choosing): `name` is its segment once it is
+// ready (empty if it did not start).
+struct ServeChild {
+  explicit ServeChild(const std::string& listen = "127.0.0.1:0") {
+    if (!child.start({"serve", "--listen", listen, "--memory", "64M"})) return;
+    const std::string line = child.waitFor("segment:");
+    if (line.empty() || child.waitFor("ready").empty()) return;
+    port = portOf(line);
+    name = "127.0.0.1:" + std::to_string(port);
+  }
+  test::Child child;
+  uint16_t port = 0;
+  std::string name;
+};
+
+// Opens the segment `name` in `in` (closing the one it had): where its first
+// buffer starts, 0 when that fails.
+inline uint64_t reopen(Initiator& in, const std::string& name) {
+  if (in.seg != kInvalidSegment) (void)in.engine.closeSegment(in.seg);
+  std::vector<SegmentBuffer> bufs;
+  if (!in.open(name).ok() || !in.engine.segmentBuffers(in.seg, bufs).ok() || bufs.empty()) return 0;
+  return bufs[0].addr;
+}
+
+// A peer dies with transfers on the wire: a `hawser serve` child is given
+// work by `warm`, then stopped; `submit` puts `tasks` tasks into batch `b`,
+// whose bytes then sit unacknowledged in the sockets towards it; it is
+// killed. Every task must FAIL (kUnavailable) at once (the initiator's
+// timeout is far beyond the test's patience: only the socket error can end
+// them). Then a new child on the same port: `again` moves data to it (its
+// memory at `base2`, the first child's at `base`).
+inline void killPeerMidTransfer(size_t tasks, const std::function<void(Initiator& in, uint64_t base)>& warm,
+                                const std::function<Status(Initiator& in, uint64_t base, BatchID b)>& submit,
+                                const std::function<void(Initiator& in, uint64_t base, uint64_t base2)>& again) {
+  ServeChild serve;
+  ASSERT_FALSE(serve.name.empty()) << "hawser serve did not start";
+  Initiator in(32 << 20, {{"tcp.timeout_ms", "600000"}});
+  ASSERT_TRUE(in.status.ok());
+  const uint64_t base = reopen(in, serve.name);
+  ASSERT_NE(base, 0u);
+  ASSERT_NO_FATAL_FAILURE(warm(in, base));
+  ASSERT_TRUE(test::stopProcess(serve.child.pid)) << "hawser serve did not stop";  // nothing completes from here on
+  BatchID b;
+  ASSERT_TRUE(in.engine.allocateBatchID(tasks, b).ok());
+  ASSERT_TRUE(submit(in, base, b).ok());
+  ASSERT_TRUE(eventually([&] { return bytesInFlightTo(serve.port) > 0; })) << "nothing was sent to the stopped target";
+  serve.child.kill(SIGKILL);
+  serve.child.wait();
+  ASSERT_TRUE(in.engine.waitTransfer(b, std::chrono::seconds(60)).ok());
+  expectEnded(in.engine, b, tasks, TransferState::kFailed, Code::kUnavailable);
+  ASSERT_TRUE(in.engine.freeBatchID(b).ok());
+  // The next submit opens new connections.
+  ServeChild next(serve.name);
+  ASSERT_FALSE(next.name.empty()) << "second hawser serve did not start";
+  const uint64_t base2 = reopen(in, serve.name);
+  ASSERT_NE(base2, 0u);
+  again(in, base, base2);
 }
 
 }  // namespace hawser::tcp_parts

@@ -825,59 +825,26 @@ TEST(TcpTransport, unreachable_peer_fails_tasks_with_unavailable) {
   EXPECT_EQ(st[0].error.code(), Code::kUnavailable) << st[0].error.toString();
 }
 
+// The write's bytes sit on the wire towards the stopped target when it dies.
 TEST(TcpTransport, killed_peer_fails_in_flight_tasks_at_once_and_the_next_submit_reconnects) {
-  test::Child serve;
-  ASSERT_TRUE(serve.start({"serve", "--listen", "127.0.0.1:0", "--memory", "64M"}));
-  std::string line = serve.waitFor("segment:");
-  ASSERT_FALSE(line.empty()) << "hawser serve did not start";
-  ASSERT_FALSE(serve.waitFor("ready").empty());
-  const uint16_t port = portOf(line);
-  const std::string name = "127.0.0.1:" + std::to_string(port);
-  // A timeout far beyond the test's patience: only the socket error can end the tasks.
-  Initiator in(32 << 20, {{"tcp.timeout_ms", "600000"}});
-  ASSERT_TRUE(in.status.ok());
-  ASSERT_TRUE(in.open(name).ok());
-  std::vector<SegmentBuffer> bufs;
-  ASSERT_TRUE(in.engine.segmentBuffers(in.seg, bufs).ok());
-  ASSERT_FALSE(bufs.empty());
-  const uint64_t base = bufs[0].addr;
-  auto warm = in.run({{OpCode::kWrite, in.mem.p, in.seg, base, 4 << 20}});
-  ASSERT_EQ(warm[0].s, TransferState::kCompleted) << warm[0].error.toString();
-
-  ASSERT_TRUE(test::stopProcess(serve.pid)) << "hawser serve did not stop";  // nothing completes from here on
-  BatchID b;
-  ASSERT_TRUE(in.engine.allocateBatchID(2, b).ok());
-  ASSERT_TRUE(in.engine
-                  .submitTransfer(b, {{OpCode::kWrite, in.mem.p, in.seg, base, 16 << 20},
-                                      {OpCode::kRead, in.mem.p + (16 << 20), in.seg, base, 8 << 20}})
-                  .ok());
-  // The write is on the wire: its bytes sit unacknowledged in the sockets
-  // towards the stopped target.
-  ASSERT_TRUE(eventually([&] { return bytesInFlightTo(port) > 0; })) << "nothing was sent to the stopped target";
-  serve.kill(SIGKILL);
-  serve.wait();
-  ASSERT_TRUE(in.engine.waitTransfer(b, std::chrono::seconds(60)).ok());
-  for (size_t i = 0; i < 2; ++i) {
-    TransferStatus st;
-    ASSERT_TRUE(in.engine.getTransferStatus(b, i, st).ok());
-    EXPECT_EQ(st.s, TransferState::kFailed) << i;
-    EXPECT_EQ(st.error.code(), Code::kUnavailable) << st.error.toString();
-  }
-  ASSERT_TRUE(in.engine.freeBatchID(b).ok());
-
-  // A new target on the same port: the next submit opens new connections.
-  test::Child again;
-  ASSERT_TRUE(again.start({"serve", "--listen", name, "--memory", "64M"}));
-  ASSERT_FALSE(again.waitFor("ready").empty()) << "second hawser serve did not start";
-  ASSERT_TRUE(in.engine.closeSegment(in.seg).ok());
-  ASSERT_TRUE(in.open(name).ok());
-  ASSERT_TRUE(in.engine.segmentBuffers(in.seg, bufs).ok());
-  test::fillPattern(in.mem.p, 1 << 20, 77);
-  auto w = in.run({{OpCode::kWrite, in.mem.p, in.seg, bufs[0].addr, 1 << 20}});
-  ASSERT_EQ(w[0].s, TransferState::kCompleted) << w[0].error.toString();
-  auto r = in.run({{OpCode::kRead, in.mem.p + (1 << 20), in.seg, bufs[0].addr, 1 << 20}});
-  ASSERT_EQ(r[0].s, TransferState::kCompleted) << r[0].error.toString();
-  EXPECT_EQ(test::checkPattern(in.mem.p + (1 << 20), 1 << 20, 77), -1);
+  killPeerMidTransfer(
+      2,
+      [](Initiator& in, uint64_t base) {
+        auto warm = in.run({{OpCode::kWrite, in.mem.p, in.seg, base, 4 << 20}});
+        ASSERT_EQ(warm[0].s, TransferState::kCompleted) << warm[0].error.toString();
+      },
+      [](Initiator& in, uint64_t base, BatchID b) {
+        return in.engine.submitTransfer(b, {{OpCode::kWrite, in.mem.p, in.seg, base, 16 << 20},
+                                            {OpCode::kRead, in.mem.p + (16 << 20), in.seg, base, 8 << 20}});
+      },
+      [](Initiator& in, uint64_t, uint64_t base2) {
+        test::fillPattern(in.mem.p, 1 << 20, 77);
+        auto w = in.run({{OpCode::kWrite, in.mem.p, in.seg, base2, 1 << 20}});
+        ASSERT_EQ(w[0].s, TransferState::kCompleted) << w[0].error.toString();
+        auto r = in.run({{OpCode::kRead, in.mem.p + (1 << 20), in.seg, base2, 1 << 20}});
+        ASSERT_EQ(r[0].s, TransferState::kCompleted) << r[0].error.toString();
+        EXPECT_EQ(test::checkPattern(in.mem.p + (1 << 20), 1 << 20, 77), -1);
+      });
 }
 
 // openPeer decodes a peer once; what tcp cannot reach is refused with the reason.
