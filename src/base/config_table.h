@@ -162,8 +162,12 @@ inline constexpr Knob kKnobs[] = {
    "that one carries more than this many bytes beyond it"},
   {"tcp.slice_size", "HAWSER_TCP_SLICE_SIZE", KnobType::kSize, "1M", 4 * knob_detail::K, knob_detail::G, {},
    "bytes per TCP slice (at most tcp.max_frame)"},
+  {"tcp.group_bytes", "HAWSER_TCP_GROUP_BYTES", KnobType::kSize, "1M", 0, knob_detail::G, {},
+   "consecutive slices of one post to one peer (one direction, one memory kind at each end) go as one frame of "
+   "many runs of up to this many bytes (capped by the slice size), for a peer that serves such frames; 0 = every "
+   "slice its own request"},
   {"tcp.inflight", "HAWSER_TCP_INFLIGHT", KnobType::kInt, "64", 1, 65536, {},
-   "unanswered slices per connection"},
+   "unanswered requests (slices or frames of many runs) per connection"},
   {"tcp.timeout_ms", "HAWSER_TCP_TIMEOUT_MS", KnobType::kDurationMs, "5000", 10, knob_detail::kHour, {},
    "no progress this long with slices outstanding: the connection's tasks FAIL (also the target's stall bound and "
    "the keepalive interval of data connections)"},

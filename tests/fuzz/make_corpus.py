@@ -43,15 +43,35 @@ def rpc():
     write("rpc", "stream-hello", b"\0" + rpc_frame(0x2345, 0))
 
 
+def tcp_run_table(runs):
+    return b"".join(struct.pack("<QII", addr, length, 0) for addr, length in runs)
+
+
 def tcp_wire():
-    # [max_frame u32] [flags u8: 1 awaiting, 2 read] [id u64] [len u32] [headers...]
-    def prefix(read, id_, length):
-        return struct.pack("<IBQI", 64 << 20, 1 | (2 if read else 0), id_, length)
+    # [max_frame u32] [flags u8: 1 awaiting, 2 read, 4 RUNS] [id u64] [len u32]
+    # [headers..., each accepted RUNS request followed by its run table]
+    def prefix(read, id_, length, runs=False):
+        return struct.pack("<IBQI", 64 << 20, 1 | (2 if read else 0) | (4 if runs else 0), id_, length)
     write("tcp_wire", "read", prefix(True, 5, 4096) + tcp_header(1, 0, 4096, 5, 0x7f0000001000) +
           tcp_header(3, 4096, 4096, 5))
     write("tcp_wire", "write", prefix(False, 9, 65536) + tcp_header(2, 65536, 65536, 9, 0x7f0000002000) +
           tcp_header(4, 0, 65536, 9))
     write("tcp_wire", "error", prefix(True, 3, 8) + tcp_header(3, 20, 0, 3, status=4))
+    # RUNS requests: a read of three scattered runs and its answer; a write of
+    # two runs and its answer; a refused frame; a table that does not add up.
+    reads = [(0x7f0000001000, 4096), (0x7f0000009003, 1), (0x7f0000004000, 32768)]
+    size = sum(n for _, n in reads)
+    write("tcp_wire", "read-runs", prefix(True, 11, size, True) +
+          tcp_header(5, 16 * len(reads), size, 11, len(reads)) + tcp_run_table(reads) +
+          tcp_header(7, size, size, 11))
+    writes = [(0x7f0000020000, 65536), (0x7f0000010005, 4095)]
+    size = sum(n for _, n in writes)
+    write("tcp_wire", "write-runs", prefix(False, 12, size, True) +
+          tcp_header(6, 16 * len(writes) + size, size, 12, len(writes)) + tcp_run_table(writes) +
+          tcp_header(8, 0, size, 12))
+    write("tcp_wire", "refused-runs", prefix(True, 13, 8192, True) + tcp_header(7, 60, 0, 13, status=4))
+    write("tcp_wire", "bad-run-table", prefix(True, 14, 100, True) +
+          tcp_header(5, 32, 100, 14, 2) + tcp_run_table([(0x1000, 50), (0x2000, 49)]))
 
 
 NIC = {"name": "rxe0", "link_layer": "eth", "gid": "fe80:0000:0000:0000:0242:acff:fe11:0002", "lid": 0,

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -118,7 +120,20 @@ struct Ends {
 
 void PrintTo(const Ends& e, std::ostream* os) { *os << e.name; }
 
-class tcp_gpu_ends : public ::testing::TestWithParam<Ends> {};
+class tcp_gpu_ends : public ::testing::TestWithParam<Ends> {
+ protected:
+  // A target of the parameter's kind and the initiator, its segment open.
+  void start() {
+    target_ = std::make_unique<Target>(GetParam().remote_gpu);
+    ASSERT_TRUE(target_->ok()) << "hawser serve did not start";
+    initiator_ = std::make_unique<Initiator>();
+    ASSERT_TRUE(initiator_->status.ok()) << initiator_->status.toString();
+    ASSERT_TRUE(initiator_->open(*target_, seg_).ok());
+  }
+  std::unique_ptr<Target> target_;
+  std::unique_ptr<Initiator> initiator_;
+  SegmentID seg_ = kInvalidSegment;
+};
 
 // Unaligned offsets and lengths, from one byte to several MiB (dozens of
 // 96 KiB slices against 4 staging slots).
@@ -129,12 +144,10 @@ const std::vector<std::pair<uint64_t, size_t>> kRanges = {
 TEST_P(tcp_gpu_ends, reads_bring_every_byte_of_the_target) {
   HAWSER_REQUIRE_GPU(1);
   const Ends ends = GetParam();
-  Target t(ends.remote_gpu);
-  ASSERT_TRUE(t.ok()) << "hawser serve did not start";
-  Initiator in;
-  ASSERT_TRUE(in.status.ok()) << in.status.toString();
-  SegmentID seg;
-  ASSERT_TRUE(in.open(t, seg).ok());
+  ASSERT_NO_FATAL_FAILURE(start());
+  const Target& t = *target_;
+  Initiator& in = *initiator_;
+  const SegmentID seg = seg_;
   // With the driver loaded, tcp claims GPU memory at this end.
   RouteExplanation route;
   ASSERT_TRUE(in.engine.explainRoute(seg, ends.local_gpu ? "cuda:0" : "cpu:0", route).ok());
@@ -166,12 +179,10 @@ TEST_P(tcp_gpu_ends, reads_bring_every_byte_of_the_target) {
 TEST_P(tcp_gpu_ends, writes_land_byte_for_byte_and_touch_nothing_around_them) {
   HAWSER_REQUIRE_GPU(1);
   const Ends ends = GetParam();
-  Target t(ends.remote_gpu);
-  ASSERT_TRUE(t.ok()) << "hawser serve did not start";
-  Initiator in;
-  ASSERT_TRUE(in.status.ok()) << in.status.toString();
-  SegmentID seg;
-  ASSERT_TRUE(in.open(t, seg).ok());
+  ASSERT_NO_FATAL_FAILURE(start());
+  const Target& t = *target_;
+  Initiator& in = *initiator_;
+  const SegmentID seg = seg_;
   Local src(in.engine, ends.local_gpu, 8u << 20);
   Local back(in.engine, ends.local_gpu, 8u << 20);
   ASSERT_TRUE(src.registered().ok() && back.registered().ok());
@@ -210,6 +221,87 @@ TEST_P(tcp_gpu_ends, writes_land_byte_for_byte_and_touch_nothing_around_them) {
     EXPECT_GT(tcpCounter(in.engine, "gpu_staging_waits"), 0u) << "the staging slots never ran out";
   } else {
     EXPECT_EQ(tcpCounter(in.engine, "gpu_staged_from_device_bytes"), 0u);
+  }
+  EXPECT_EQ(tcpCounter(in.engine, "gpu_staging_inflight"), 0u);
+}
+
+// Scattered runs of odd lengths as one block request each way: tcp groups
+// them into frames of many runs (docs/tcp.md "Frames of many runs"), each
+// packed into one staging slot by one copyRuns call at this end, and cut
+// into the target's smaller slots (64 KiB there against 96 KiB frames
+// here) with runs split across them at the other. Every byte is checked,
+// and so are the bytes between the runs at the target.
+TEST_P(tcp_gpu_ends, scattered_runs_move_both_ways_in_frames_of_many_runs) {
+  HAWSER_REQUIRE_GPU(1);
+  ASSERT_NO_FATAL_FAILURE(start());
+  const bool local_gpu = GetParam().local_gpu;
+  Initiator& in = *initiator_;
+  const uint64_t base = target_->base;
+  // 600 runs: packed here (1 byte apart), in shuffled order 64 bytes apart there.
+  static const size_t kLens[] = {1, 4095, 4097, 777, 12000, 33, 65537, 8192};
+  const size_t n = 600;
+  std::vector<size_t> len(n), at(n), remote(n), order(n);
+  size_t local_bytes = 0, bytes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    len[i] = kLens[i % std::size(kLens)];
+    at[i] = local_bytes;
+    local_bytes += len[i] + 1;
+    bytes += len[i];
+    order[i] = i;
+  }
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(5));
+  const uint64_t first = 4096 + 3;  // the runs' span at the target: [first, end)
+  uint64_t end = first;
+  for (size_t k : order) {
+    remote[k] = end;
+    end += len[k] + 64;
+  }
+  Local local(in.engine, local_gpu, local_bytes);
+  Local back(in.engine, local_gpu, end);
+  ASSERT_TRUE(local.registered().ok() && back.registered().ok());
+  std::vector<Block> blocks;
+  for (size_t i = 0; i < n; ++i) blocks.push_back({local.data() + at[i], base + remote[i], len[i]});
+  auto transfer = [&](OpCode op) {
+    BatchID b;
+    EXPECT_TRUE(in.engine.allocateBatchID(1, b).ok());
+    EXPECT_TRUE(in.engine.submitBlocks(b, op, seg_, blocks).ok());
+    EXPECT_TRUE(in.engine.waitTransfer(b, std::chrono::seconds(60)).ok());
+    TransferStatus st;
+    EXPECT_TRUE(in.engine.getTransferStatus(b, 0, st).ok());
+    EXPECT_TRUE(in.engine.freeBatchID(b).ok());
+    return st;
+  };
+
+  // Reads: each run lands from its place at the target.
+  local.clear();
+  TransferStatus r = transfer(OpCode::kRead);
+  ASSERT_EQ(r.s, TransferState::kCompleted) << r.error.toString();
+  EXPECT_EQ(r.transferred_bytes, bytes);
+  auto got = local.get(0, local_bytes);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(checkPattern(got.data() + at[i], len[i], kSeed, remote[i]), -1) << "run " << i;
+  const uint64_t frames = tcpCounter(in.engine, "run_frames"), framed = tcpCounter(in.engine, "framed_runs");
+  EXPECT_GT(frames, 0u) << "no frame of many runs was sent";
+  EXPECT_GE(framed, 4 * frames) << "fewer than 4 runs per frame";
+  EXPECT_EQ(tcpCounter(in.engine, "gpu_staged_to_device_bytes"), local_gpu ? bytes : 0);
+  // One copy per request (a frame: one copyRuns for all its runs), never one per run.
+  const uint64_t alone = tcpCounter(in.engine, "slices_completed") - framed;
+  EXPECT_EQ(tcpCounter(in.engine, "gpu_staging_copies"), local_gpu ? frames + alone : 0);
+
+  // Writes: each run lands at its place; nothing between them changes.
+  const uint64_t seed = 4242;
+  local.put(0, pattern(local_bytes, seed, 0));
+  TransferStatus w = transfer(OpCode::kWrite);
+  ASSERT_EQ(w.s, TransferState::kCompleted) << w.error.toString();
+  EXPECT_EQ(tcpCounter(in.engine, "gpu_staged_from_device_bytes"), local_gpu ? bytes : 0);
+  EXPECT_GT(tcpCounter(in.engine, "run_frames"), frames);
+  back.clear();
+  auto rb = runBatch(in.engine, seg_, {{OpCode::kRead, back.data(), seg_, base, end}}, 60000);
+  ASSERT_EQ(rb[0].s, TransferState::kCompleted) << rb[0].error.toString();
+  auto there = back.get(0, end);
+  EXPECT_EQ(checkPattern(there.data(), first, kSeed, 0), -1) << "before the runs";
+  for (size_t k : order) {
+    ASSERT_EQ(checkPattern(there.data() + remote[k], len[k], seed, at[k]), -1) << "run " << k;
+    ASSERT_EQ(checkPattern(there.data() + remote[k] + len[k], 64, kSeed, remote[k] + len[k]), -1) << "after run " << k;
   }
   EXPECT_EQ(tcpCounter(in.engine, "gpu_staging_inflight"), 0u);
 }

@@ -37,146 +37,12 @@
 #include "transport/tcp/tcp_internal.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/tcp/tcp_wire.h"
+#include "integration/tcp_parts.h"
 
 namespace hawser {
 namespace {
 
-using Settings = std::map<std::string, std::string>;
-using tcp::WireHeader;
-using test::eventually;
-
-uint64_t addrOf(const void* p) { return reinterpret_cast<uint64_t>(p); }
-
-// Target assembled from parts. `mem` is remote-accessible; `priv` is
-// registered but not remote-accessible; `extra` buffers are published in the
-// descriptor without being registered (a stale descriptor).
-struct PartsTarget {
-  explicit PartsTarget(size_t bytes, const Settings& settings = {}) : mem(bytes), priv(1 << 16) {
-    for (auto& [k, v] : settings) cfg.set(k, v);
-    Region r;
-    r.addr = addrOf(mem.p);
-    r.length = mem.n;
-    r.location = "cpu:0";
-    status = reg.insert(r);
-    Region p;
-    p.addr = addrOf(priv.p);
-    p.length = priv.n;
-    p.location = "cpu:0";
-    p.remote_accessible = false;
-    if (status.ok()) status = reg.insert(p);
-    (void)srv.onCall(kGetSegmentCall, [this](const std::string&, std::string& reply) {
-      reply = encodeSegmentText(desc());
-      return Status::OK();
-    });
-    if (status.ok()) status = srv.start("127.0.0.1", 0);
-    TransportContext ctx;
-    ctx.config = &cfg;
-    ctx.registry = &reg;
-    ctx.rpc = &srv;
-    ctx.server_name = "parts";
-    ctx.host = "127.0.0.1";
-    ctx.rpc_port = srv.port();
-    if (status.ok()) status = tcp.install(ctx);
-  }
-  ~PartsTarget() {
-    srv.stop();
-    tcp.shutdown();
-  }
-
-  SegmentDesc desc() const {
-    SegmentDesc d;
-    d.kind = SegmentDesc::Kind::kMemory;
-    d.name = name();
-    d.host = "127.0.0.1";
-    d.rpc_port = srv.port();
-    d.server_name = "parts";
-    nlohmann::json a;
-    tcp.describe(a);
-    d.transports["tcp"] = a;
-    std::vector<BufferDesc> bufs;
-    BufferDesc b;
-    b.addr = addrOf(mem.p);
-    b.length = mem.n;
-    bufs.push_back(b);
-    for (auto [addr, len] : extra) {
-      BufferDesc e;
-      e.addr = addr;
-      e.length = len;
-      bufs.push_back(e);
-    }
-    std::sort(bufs.begin(), bufs.end(), [](auto& x, auto& y) { return x.addr < y.addr; });
-    d.buffers = bufs;
-    return d;
-  }
-  std::string name() const { return "127.0.0.1:" + std::to_string(srv.port()); }
-  uint64_t remote(size_t off = 0) const { return addrOf(mem.p) + off; }
-
-  Config cfg;
-  MemoryRegistry reg;
-  rpc::Server srv;
-  TcpTransport tcp;
-  test::Buffer mem, priv;
-  std::vector<std::pair<uint64_t, uint64_t>> extra;
-  Status status;
-};
-
-// An initiator engine that uses only tcp, with `settings` applied.
-struct Initiator {
-  explicit Initiator(size_t bytes, const Settings& settings = {}) : mem(bytes) {
-    EngineOptions o;
-    o.config = settings;
-    o.config["transport"] = "tcp";
-    status = engine.init("p2p", "initiator", "127.0.0.1", 0, o);
-    if (status.ok()) status = engine.registerLocalMemory(mem.p, mem.n, "cpu:0", false);
-  }
-  Status open(const std::string& name) { return engine.openSegment(name, seg); }
-  std::vector<TransferStatus> run(const std::vector<TransferRequest>& reqs, int timeout_ms = 30000) {
-    return test::runBatch(engine, seg, reqs, timeout_ms);
-  }
-  TransferEngine engine;
-  test::Buffer mem;
-  SegmentID seg = kInvalidSegment;
-  Status status;
-};
-
-// A raw kConnTcpData client.
-struct RawClient {
-  explicit RawClient(uint16_t port) {
-    status = rpc::openStream("127.0.0.1", port, kTcpDataChannel.id, std::chrono::seconds(5), fd);
-    if (status.ok()) net::setTimeouts(fd.get(), std::chrono::seconds(20));
-  }
-  Status send(const WireHeader& h, const void* payload = nullptr, size_t len = 0) {
-    iovec iov[2] = {{const_cast<WireHeader*>(&h), sizeof(h)}, {const_cast<void*>(payload), len}};
-    return net::sendAllv(fd.get(), iov, len ? 2 : 1);
-  }
-  Status recvHeader(WireHeader& h) { return net::recvAll(fd.get(), &h, sizeof(h)); }
-  std::string recvText(size_t n) {
-    std::string s(n, '\0');
-    if (n && !net::recvAll(fd.get(), s.data(), n).ok()) return "<recv failed>";
-    return s;
-  }
-  // True when the peer closed the connection (EOF or reset), not a timeout.
-  bool closedByPeer() {
-    char b;
-    ssize_t n;
-    do {
-      n = ::recv(fd.get(), &b, 1, 0);
-    } while (n < 0 && errno == EINTR);
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
-  }
-  net::Fd fd;
-  Status status;
-};
-
-WireHeader request(uint8_t type, uint64_t addr, uint32_t size, uint64_t id) {
-  WireHeader h;
-  h.type = type;
-  h.addr = addr;
-  h.size = size;
-  h.length = type == tcp::kWriteReq ? size : 0;
-  h.id = id;
-  return h;
-}
+using namespace tcp_parts;
 
 // ---- data path -----------------------------------------------------------------
 
@@ -230,13 +96,6 @@ TEST(TcpTransport, many_small_tasks_in_one_batch_are_pipelined_and_all_complete)
   EXPECT_EQ(test::checkPattern(in.mem.p, 4 << 20, 5), -1);
 }
 
-uint64_t counter(TransferEngine& e, const std::string& transport, const std::string& name) {
-  for (auto& t : e.stats().transports)
-    if (t.transport == transport)
-      for (auto& [k, v] : t.counters)
-        if (k == name) return v;
-  return ~uint64_t{0};
-}
 
 TEST(TcpTransport, one_small_transfer_at_a_time_leaves_from_the_submitting_thread_with_every_byte) {
   PartsTarget t(1 << 20);
@@ -372,8 +231,9 @@ TEST(TcpTransport, pipelined_responses_of_mixed_sizes_and_refusals_land_where_th
   t.extra.push_back({addrOf(t.priv.p), t.priv.n});  // published, not remote-accessible: refused by the target
   std::memset(t.priv.p, 0x5a, t.priv.n);
   // One connection: every response shares one stream, small read payloads
-  // arrive with the headers around them.
-  Initiator in(16 << 20, {{"tcp.connections", "1"}, {"tcp.slice_size", "1M"}});
+  // arrive with the headers around them. One request per slice (no frames
+  // of many runs, which a refusal fails whole: frames_of_many_runs_* below).
+  Initiator in(16 << 20, {{"tcp.connections", "1"}, {"tcp.slice_size", "1M"}, {"tcp.group_bytes", "0"}});
   ASSERT_TRUE(in.status.ok());
   ASSERT_TRUE(in.open(t.name()).ok());
   test::fillPattern(t.mem.p, 6 << 20, 31);
@@ -508,7 +368,8 @@ TEST(TcpTransport, target_max_frame_bounds_the_initiators_slices) {
 TEST(TcpTransport, closing_the_segment_releases_idle_data_connections_and_reopening_reconnects) {
   PartsTarget t(1 << 20);
   ASSERT_TRUE(t.status.ok());
-  Initiator in(1 << 20, {{"tcp.connections", "2"}});
+  // One request per slice, so that the two reads take both connections.
+  Initiator in(1 << 20, {{"tcp.connections", "2"}, {"tcp.group_bytes", "0"}});
   ASSERT_TRUE(in.status.ok());
   ASSERT_TRUE(in.open(t.name()).ok());
   // Two reads into distinct buffers (with two io threads they may land at once).
@@ -595,7 +456,8 @@ TEST(TcpTransport, two_threads_submitting_at_once_each_keep_to_a_data_connection
     SCOPED_TRACE(std::string("tcp.home_connections=") + home);
     const Settings settings = {{"tcp.connections", "2"},
                                {"tcp.home_connections", home},
-                               {"tcp.home_window_ms", "600000"}};  // however slow the build: rounds count as shared
+                               {"tcp.home_window_ms", "600000"},  // however slow the build: rounds count as shared
+                               {"tcp.group_bytes", "0"}};  // one request (and header) per slice, counted below
     PartsTarget t(2 * kRound, settings);
     ASSERT_TRUE(t.status.ok()) << t.status.toString();
     Initiator in(2 * kRound, settings);
@@ -879,38 +741,6 @@ TEST(TcpTransport, oversized_frame_closes_the_connection_without_reading_the_pay
 
 // ---- peers that stop answering or die -------------------------------------------------------
 
-// A listener that hands out a descriptor (with `mem_addr` as its one buffer)
-// and accepts data connections but never answers on them.
-struct SilentPeer {
-  SilentPeer() {
-    (void)srv.onCall(kGetSegmentCall, [this](const std::string&, std::string& reply) {
-      SegmentDesc d;
-      d.kind = SegmentDesc::Kind::kMemory;
-      d.host = "127.0.0.1";
-      d.rpc_port = srv.port();
-      d.transports["tcp"] = nlohmann::json::object();
-      BufferDesc b;
-      b.addr = 0x10000000;
-      b.length = 64 << 20;
-      d.buffers.push_back(b);
-      reply = encodeSegmentText(d);
-      return Status::OK();
-    });
-    (void)srv.onStream(kTcpDataChannel, [this](net::Fd fd) {
-      WireHeader h;
-      // Read request headers (never payload: only reads are sent here) and
-      // never answer; ends when the listener stops.
-      while (net::recvAll(fd.get(), &h, sizeof(h)).ok()) headers.fetch_add(1);
-    });
-    status = srv.start("127.0.0.1", 0);
-  }
-  ~SilentPeer() { srv.stop(); }
-  std::string name() const { return "127.0.0.1:" + std::to_string(srv.port()); }
-  rpc::Server srv;
-  std::atomic<int> headers{0};
-  Status status;
-};
-
 TEST(TcpTransport, silent_peer_fails_in_flight_tasks_with_timeout) {
   SilentPeer p;
   ASSERT_TRUE(p.status.ok());
@@ -995,82 +825,26 @@ TEST(TcpTransport, unreachable_peer_fails_tasks_with_unavailable) {
   EXPECT_EQ(st[0].error.code(), Code::kUnavailable) << st[0].error.toString();
 }
 
-// Bytes this host's established IPv4 TCP sockets towards `port` have sent
-// but not yet had acknowledged (tx_queue in /proc/net/tcp).
-uint64_t bytesInFlightTo(uint16_t port) {
-  std::ifstream in("/proc/net/tcp");
-  std::string line;
-  std::getline(in, line);  // header
-  uint64_t total = 0;
-  while (std::getline(in, line)) {
-    char rem[64] = {}, queues[64] = {};
-    unsigned st = 0;
-    if (std::sscanf(line.c_str(), "%*s %*s %63s %x %63s", rem, &st, queues) != 3 || st != 1) continue;
-    const char* colon = std::strchr(rem, ':');
-    if (!colon || std::strtoul(colon + 1, nullptr, 16) != port) continue;
-    total += std::strtoull(queues, nullptr, 16);  // "tx_queue:rx_queue"
-  }
-  return total;
-}
-
-uint16_t portOf(const std::string& segment_line) {
-  auto colon = segment_line.rfind(':');
-  return colon == std::string::npos ? 0 : static_cast<uint16_t>(std::stoi(segment_line.substr(colon + 1)));
-}
-
+// The write's bytes sit on the wire towards the stopped target when it dies.
 TEST(TcpTransport, killed_peer_fails_in_flight_tasks_at_once_and_the_next_submit_reconnects) {
-  test::Child serve;
-  ASSERT_TRUE(serve.start({"serve", "--listen", "127.0.0.1:0", "--memory", "64M"}));
-  std::string line = serve.waitFor("segment:");
-  ASSERT_FALSE(line.empty()) << "hawser serve did not start";
-  ASSERT_FALSE(serve.waitFor("ready").empty());
-  const uint16_t port = portOf(line);
-  const std::string name = "127.0.0.1:" + std::to_string(port);
-  // A timeout far beyond the test's patience: only the socket error can end the tasks.
-  Initiator in(32 << 20, {{"tcp.timeout_ms", "600000"}});
-  ASSERT_TRUE(in.status.ok());
-  ASSERT_TRUE(in.open(name).ok());
-  std::vector<SegmentBuffer> bufs;
-  ASSERT_TRUE(in.engine.segmentBuffers(in.seg, bufs).ok());
-  ASSERT_FALSE(bufs.empty());
-  const uint64_t base = bufs[0].addr;
-  auto warm = in.run({{OpCode::kWrite, in.mem.p, in.seg, base, 4 << 20}});
-  ASSERT_EQ(warm[0].s, TransferState::kCompleted) << warm[0].error.toString();
-
-  ASSERT_TRUE(test::stopProcess(serve.pid)) << "hawser serve did not stop";  // nothing completes from here on
-  BatchID b;
-  ASSERT_TRUE(in.engine.allocateBatchID(2, b).ok());
-  ASSERT_TRUE(in.engine
-                  .submitTransfer(b, {{OpCode::kWrite, in.mem.p, in.seg, base, 16 << 20},
-                                      {OpCode::kRead, in.mem.p + (16 << 20), in.seg, base, 8 << 20}})
-                  .ok());
-  // The write is on the wire: its bytes sit unacknowledged in the sockets
-  // towards the stopped target.
-  ASSERT_TRUE(eventually([&] { return bytesInFlightTo(port) > 0; })) << "nothing was sent to the stopped target";
-  serve.kill(SIGKILL);
-  serve.wait();
-  ASSERT_TRUE(in.engine.waitTransfer(b, std::chrono::seconds(60)).ok());
-  for (size_t i = 0; i < 2; ++i) {
-    TransferStatus st;
-    ASSERT_TRUE(in.engine.getTransferStatus(b, i, st).ok());
-    EXPECT_EQ(st.s, TransferState::kFailed) << i;
-    EXPECT_EQ(st.error.code(), Code::kUnavailable) << st.error.toString();
-  }
-  ASSERT_TRUE(in.engine.freeBatchID(b).ok());
-
-  // A new target on the same port: the next submit opens new connections.
-  test::Child again;
-  ASSERT_TRUE(again.start({"serve", "--listen", name, "--memory", "64M"}));
-  ASSERT_FALSE(again.waitFor("ready").empty()) << "second hawser serve did not start";
-  ASSERT_TRUE(in.engine.closeSegment(in.seg).ok());
-  ASSERT_TRUE(in.open(name).ok());
-  ASSERT_TRUE(in.engine.segmentBuffers(in.seg, bufs).ok());
-  test::fillPattern(in.mem.p, 1 << 20, 77);
-  auto w = in.run({{OpCode::kWrite, in.mem.p, in.seg, bufs[0].addr, 1 << 20}});
-  ASSERT_EQ(w[0].s, TransferState::kCompleted) << w[0].error.toString();
-  auto r = in.run({{OpCode::kRead, in.mem.p + (1 << 20), in.seg, bufs[0].addr, 1 << 20}});
-  ASSERT_EQ(r[0].s, TransferState::kCompleted) << r[0].error.toString();
-  EXPECT_EQ(test::checkPattern(in.mem.p + (1 << 20), 1 << 20, 77), -1);
+  killPeerMidTransfer(
+      2,
+      [](Initiator& in, uint64_t base) {
+        auto warm = in.run({{OpCode::kWrite, in.mem.p, in.seg, base, 4 << 20}});
+        ASSERT_EQ(warm[0].s, TransferState::kCompleted) << warm[0].error.toString();
+      },
+      [](Initiator& in, uint64_t base, BatchID b) {
+        return in.engine.submitTransfer(b, {{OpCode::kWrite, in.mem.p, in.seg, base, 16 << 20},
+                                            {OpCode::kRead, in.mem.p + (16 << 20), in.seg, base, 8 << 20}});
+      },
+      [](Initiator& in, uint64_t, uint64_t base2) {
+        test::fillPattern(in.mem.p, 1 << 20, 77);
+        auto w = in.run({{OpCode::kWrite, in.mem.p, in.seg, base2, 1 << 20}});
+        ASSERT_EQ(w[0].s, TransferState::kCompleted) << w[0].error.toString();
+        auto r = in.run({{OpCode::kRead, in.mem.p + (1 << 20), in.seg, base2, 1 << 20}});
+        ASSERT_EQ(r[0].s, TransferState::kCompleted) << r[0].error.toString();
+        EXPECT_EQ(test::checkPattern(in.mem.p + (1 << 20), 1 << 20, 77), -1);
+      });
 }
 
 // openPeer decodes a peer once; what tcp cannot reach is refused with the reason.

@@ -150,6 +150,107 @@ TEST(TcpWire, error_response_with_unknown_code_or_long_reason_is_rejected) {
   EXPECT_EQ(tcp::checkResponse(h, awaitedRead(4096)).code(), Code::kRemoteError);
 }
 
+// ---- RUNS requests (frames of many runs) ---------------------------------------------
+
+WireHeader runsReq(uint8_t type, uint64_t runs, uint32_t size) {
+  WireHeader h;
+  h.type = type;
+  h.addr = runs;
+  h.size = size;
+  h.length = static_cast<uint32_t>(tcp::runTableBytes(runs) + (type == tcp::kWriteRunsReq ? size : 0));
+  h.id = 7;
+  return h;
+}
+
+TEST(TcpWire, run_entry_is_16_bytes_address_then_length) {
+  EXPECT_EQ(sizeof(tcp::RunEntry), 16u);
+  EXPECT_EQ(offsetof(tcp::RunEntry, addr), 0u);
+  EXPECT_EQ(offsetof(tcp::RunEntry, len), 8u);
+  EXPECT_EQ(offsetof(tcp::RunEntry, zero), 12u);
+  EXPECT_EQ(tcp::runTableBytes(1024), 16384u);
+}
+
+TEST(TcpWire, runs_requests_of_1_to_max_runs_whose_length_is_table_and_payload_are_accepted) {
+  EXPECT_TRUE(tcp::checkRequest(runsReq(tcp::kReadRunsReq, 1, 1), 1 << 20).ok());
+  EXPECT_TRUE(tcp::checkRequest(runsReq(tcp::kReadRunsReq, tcp::kMaxFrameRuns, 1 << 20), 1 << 20).ok());
+  EXPECT_TRUE(tcp::checkRequest(runsReq(tcp::kWriteRunsReq, 300, 300 * 4096), 4 << 20).ok());
+}
+
+TEST(TcpWire, runs_request_with_no_runs_or_more_than_max_runs_is_rejected_naming_the_count) {
+  Status s = tcp::checkRequest(runsReq(tcp::kReadRunsReq, 0, 16), 1 << 20);
+  EXPECT_EQ(s.code(), Code::kRemoteError);
+  EXPECT_NE(s.message().find("carries 0 runs (must be 1..1024)"), std::string::npos) << s.message();
+  s = tcp::checkRequest(runsReq(tcp::kWriteRunsReq, tcp::kMaxFrameRuns + 1, 2048), 1 << 20);
+  EXPECT_NE(s.message().find("carries 1025 runs"), std::string::npos) << s.message();
+  // A run count that would wrap the table's size around.
+  EXPECT_EQ(tcp::checkRequest(runsReq(tcp::kReadRunsReq, 1ull << 60, 16), 1 << 20).code(), Code::kRemoteError);
+}
+
+TEST(TcpWire, runs_request_whose_length_is_not_table_plus_payload_is_rejected) {
+  WireHeader h = runsReq(tcp::kWriteRunsReq, 4, 64);
+  h.length -= 1;
+  Status s = tcp::checkRequest(h, 1 << 20);
+  EXPECT_EQ(s.code(), Code::kRemoteError);
+  EXPECT_NE(s.message().find("has length 127 (must be 128)"), std::string::npos) << s.message();
+  h = runsReq(tcp::kReadRunsReq, 4, 64);
+  h.length += 64;  // a read carrying payload
+  EXPECT_EQ(tcp::checkRequest(h, 1 << 20).code(), Code::kRemoteError);
+}
+
+TEST(TcpWire, runs_request_over_max_frame_or_of_size_0_is_rejected) {
+  EXPECT_EQ(tcp::checkRequest(runsReq(tcp::kReadRunsReq, 2, (1 << 20) + 1), 1 << 20).code(), Code::kRemoteError);
+  EXPECT_EQ(tcp::checkRequest(runsReq(tcp::kWriteRunsReq, 2, 0), 1 << 20).code(), Code::kRemoteError);
+}
+
+TEST(TcpWire, run_table_whose_runs_add_up_to_the_size_is_accepted) {
+  const tcp::RunEntry runs[] = {{0x1000, 1, 0}, {0x9000, 4095, 0}, {0x100, 60, 0}};
+  EXPECT_TRUE(tcp::checkRunTable(runsReq(tcp::kReadRunsReq, 3, 4156), runs).ok());
+}
+
+TEST(TcpWire, run_table_with_an_empty_run_a_reserved_word_or_a_wrong_sum_is_rejected_naming_the_run) {
+  const tcp::RunEntry empty[] = {{0x1000, 8, 0}, {0x2000, 0, 0}};
+  Status s = tcp::checkRunTable(runsReq(tcp::kReadRunsReq, 2, 8), empty);
+  EXPECT_EQ(s.code(), Code::kRemoteError);
+  EXPECT_NE(s.message().find("run 1 of 2 has length 0"), std::string::npos) << s.message();
+  const tcp::RunEntry reserved[] = {{0x1000, 8, 3}};
+  s = tcp::checkRunTable(runsReq(tcp::kReadRunsReq, 1, 8), reserved);
+  EXPECT_NE(s.message().find("run 0 of 1 has reserved word 3"), std::string::npos) << s.message();
+  const tcp::RunEntry runs[] = {{0x1000, 8, 0}, {0x2000, 8, 0}};
+  s = tcp::checkRunTable(runsReq(tcp::kWriteRunsReq, 2, 17), runs);
+  EXPECT_NE(s.message().find("add up to 16 bytes where its size is 17"), std::string::npos) << s.message();
+  s = tcp::checkRunTable(runsReq(tcp::kWriteRunsReq, 2, 12), runs);
+  EXPECT_NE(s.message().find("runs 0..1 of 2 add up to 16 bytes, more than its size 12"), std::string::npos)
+      << s.message();
+}
+
+TEST(TcpWire, response_to_a_runs_request_must_be_of_the_runs_type) {
+  tcp::Awaited frame{true, 7, true, 8192, true};
+  WireHeader h = readResp(8192);
+  Status s = tcp::checkResponse(h, frame);
+  EXPECT_EQ(s.code(), Code::kRemoteError);
+  EXPECT_NE(s.message().find("READ_RESP answers a READ_RUNS_REQ"), std::string::npos) << s.message();
+  h.type = tcp::kReadRunsResp;
+  EXPECT_TRUE(tcp::checkResponse(h, frame).ok());
+  h.length = 8191;
+  EXPECT_EQ(tcp::checkResponse(h, frame).code(), Code::kRemoteError);
+  // A plain request is not answered by a RUNS response either.
+  h = readResp(8192);
+  h.type = tcp::kReadRunsResp;
+  EXPECT_EQ(tcp::checkResponse(h, awaitedRead(8192)).code(), Code::kRemoteError);
+  // Writes: no payload in the answer; a refusal carries a reason.
+  WireHeader w;
+  w.type = tcp::kWriteRunsResp;
+  w.size = 8192;
+  w.id = 7;
+  EXPECT_TRUE(tcp::checkResponse(w, tcp::Awaited{true, 7, false, 8192, true}).ok());
+  w.status = static_cast<uint8_t>(Code::kOutOfRange);
+  w.size = 0;
+  w.length = 40;
+  EXPECT_TRUE(tcp::checkResponse(w, tcp::Awaited{true, 7, false, 8192, true}).ok());
+  EXPECT_EQ(tcp::responseTo(tcp::kReadRunsReq), tcp::kReadRunsResp);
+  EXPECT_EQ(tcp::responseTo(tcp::kWriteReq), tcp::kWriteResp);
+}
+
 TEST(TcpSettings, defaults_when_nothing_is_set) {
   Config c;
   TcpSettings s;
@@ -162,6 +263,7 @@ TEST(TcpSettings, defaults_when_nothing_is_set) {
   EXPECT_TRUE(s.home_connections);
   EXPECT_EQ(s.home_slack, 4u << 20);
   EXPECT_EQ(s.home_window_ms, 50u);
+  EXPECT_EQ(s.group_bytes, 1u << 20);
 }
 
 TEST(TcpSettings, explicit_values_with_size_suffixes_are_read) {
@@ -172,6 +274,7 @@ TEST(TcpSettings, explicit_values_with_size_suffixes_are_read) {
   c.set("tcp.sock_buf", "4M");
   c.set("tcp.home_connections", "false");
   c.set("tcp.home_slack", "512K");
+  c.set("tcp.group_bytes", "0");
   TcpSettings s;
   ASSERT_TRUE(TcpTransport::loadSettings(c, s).ok());
   EXPECT_EQ(s.connections, 3u);
@@ -180,6 +283,7 @@ TEST(TcpSettings, explicit_values_with_size_suffixes_are_read) {
   EXPECT_EQ(s.sock_buf, 4u << 20);
   EXPECT_FALSE(s.home_connections);
   EXPECT_EQ(s.home_slack, 512u << 10);
+  EXPECT_EQ(s.group_bytes, 0u);
 }
 
 TEST(TcpSettings, junk_value_is_invalid_argument_naming_key_and_value) {

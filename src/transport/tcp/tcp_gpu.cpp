@@ -1,13 +1,15 @@
-// GPU memory at the initiator: slices whose local buffer is GPU memory go
+// GPU memory at the initiator: requests whose local buffer is GPU memory go
 // through pinned staging slots of their io thread, with copies on a CUDA
 // stream per GPU overlapped with the network (docs/tcp.md "GPU memory").
+// A request is one slice, or a frame of many runs packed into one slot and
+// copied with one copyRuns call each way.
 //
 //   write: wait for a slot -> copy GPU -> slot (committed from here) ->
 //          once the copy is done, the connection's unsent list -> socket ->
-//          response: slot freed, slice completes
+//          response: slot freed, its slices complete
 //   read:  wait for a slot -> the connection's unsent list -> socket ->
 //          payload received into the slot -> copy slot -> GPU -> once the
-//          copy is done: slot freed, slice completes
+//          copy is done: slot freed, its slices complete
 //
 // A slice completes only when no copy of it is in flight, so a task the
 // user gets back (completed, failed or canceled) has no copy still reading
@@ -80,7 +82,7 @@ IoThread::Lane* IoThread::lane(int device, Status& why) {
     if (l->device == device) return l.get();
   auto l = std::make_unique<Lane>();
   l->device = device;
-  why = gpu::CopyStream::open(device, l->stream);
+  why = gpu::CopyStream::open(device, l->stream, copy_settings_);
   if (!why.ok()) return nullptr;
   lanes_.push_back(std::move(l));
   return lanes_.back().get();
@@ -92,6 +94,22 @@ void IoThread::markReady(Conn* c) {
   ready_.push_back(c);
 }
 
+Status IoThread::queueCopy(Lane* l, Slice* s, bool to_slot) {
+  counters_->staging_copies.fetch_add(1, std::memory_order_relaxed);
+  if (!s->frame())
+    return to_slot ? l->stream->copy(s->buf, s->local, s->len, s->ticket)
+                   : l->stream->copy(s->local, s->buf, s->len, s->ticket);
+  // A frame: its runs lie packed in the slot (commitFrame); one call for all.
+  copy_runs_.clear();
+  for (uint32_t j = 0; j < s->runs; ++j) {
+    const Slice& r = s[j];
+    if (r.state.load(std::memory_order_relaxed) != kSliceCommitted) continue;
+    const uint64_t slot = reinterpret_cast<uint64_t>(r.buf), user = reinterpret_cast<uint64_t>(r.local);
+    copy_runs_.push_back(to_slot ? gpu::CopyRun{slot, user, r.len} : gpu::CopyRun{user, slot, r.len});
+  }
+  return l->stream->copyRuns(copy_runs_, s->ticket);
+}
+
 void IoThread::finishPayload(Conn* c) {
   c->rx_mode = RxMode::kHeader;
   Slice* s = c->inflight.head;
@@ -99,14 +117,15 @@ void IoThread::finishPayload(Conn* c) {
     completeFront(c, true, Status::OK());
     return;
   }
-  // The bytes are in the staging slot: the slice completes once they are on the GPU.
+  // The bytes are in the staging slot: the slices complete once they are on the GPU.
   c->inflight.pop();
   Status st;
   Lane* l = lane(s->gpu, st);
-  if (l) st = l->stream->copy(s->local, s->buf, s->len, s->ticket);
+  if (l) st = queueCopy(l, s, false);
   if (!st.ok()) {
-    finishSlice(s, false, Status(st.code(), fmt::format("tcp: copying read data to GPU {}: {}", s->gpu,
-                                                        st.message())));
+    // Copies of a frame queued before the failure may still run.
+    if (l) (void)l->stream->waitAll();
+    endFrame(s, false, Status(st.code(), fmt::format("tcp: copying read data to GPU {}: {}", s->gpu, st.message())));
     return;
   }
   l->copying.push(s);
@@ -126,14 +145,14 @@ void IoThread::pumpStaging() {
         // The stream failed: this copy and every later one on it. Wait for
         // them to stop before the slices give their memory back.
         (void)l->stream->waitAll();
-        finishSlice(s, false, Status(st.code(), "tcp: GPU staging copy failed: " + st.message()));
+        endFrame(s, false, Status(st.code(), "tcp: GPU staging copy failed: " + st.message()));
         continue;
       }
       if (s->is_read) {
-        counters_->gpu_to_device.fetch_add(s->len, std::memory_order_relaxed);
-        finishSlice(s, true, Status::OK());
+        counters_->gpu_to_device.fetch_add(s->flen, std::memory_order_relaxed);
+        endFrame(s, true, Status::OK());
       } else {
-        counters_->gpu_from_device.fetch_add(s->len, std::memory_order_relaxed);
+        counters_->gpu_from_device.fetch_add(s->flen, std::memory_order_relaxed);
         s->conn->unsent.push(s);
         markReady(s->conn);
       }
@@ -141,9 +160,9 @@ void IoThread::pumpStaging() {
   }
   // 2. Free slots to the slices waiting for one, in order.
   while (Slice* s = slot_wait_.head) {
-    if (s->state.load(std::memory_order_acquire) == kSliceCanceled) {
+    if (allCanceled(s)) {
       slot_wait_.pop();
-      dropCanceled(s);
+      dropFrame(s);
       continue;
     }
     if (!staging_) {
@@ -173,18 +192,15 @@ void IoThread::pumpStaging() {
       continue;
     }
     // A write: from the copy on, it is the io thread's (cancel cannot take it back).
-    uint8_t expect = kSliceQueued;
-    if (!s->state.compare_exchange_strong(expect, kSliceCommitted, std::memory_order_acq_rel)) {
-      dropCanceled(s);
-      continue;
-    }
+    if (!commitFrame(s)) continue;
     s->staged = true;
     Status st;
     Lane* l = lane(s->gpu, st);
-    if (l) st = l->stream->copy(s->buf, s->local, s->len, s->ticket);
+    if (l) st = queueCopy(l, s, true);
     if (!st.ok()) {
-      finishSlice(s, false, Status(st.code(), fmt::format("tcp: copying write data from GPU {}: {}", s->gpu,
-                                                          st.message())));
+      if (l) (void)l->stream->waitAll();
+      endFrame(s, false, Status(st.code(), fmt::format("tcp: copying write data from GPU {}: {}", s->gpu,
+                                                       st.message())));
       continue;
     }
     l->copying.push(s);
@@ -210,7 +226,7 @@ void IoThread::failWaiting(Conn* c, const Status& why) {
 void IoThread::failStaging(const Status& why) {
   for (auto& l : lanes_) {
     (void)l->stream->waitAll();  // nothing of a slice may still be copied once it completes
-    while (Slice* s = l->copying.pop()) finishSlice(s, false, why);
+    while (Slice* s = l->copying.pop()) endFrame(s, false, why);
   }
   failList(slot_wait_, false, why);
   for (Conn* c : ready_) c->touched = false;

@@ -68,15 +68,25 @@ enum SliceState : uint8_t {
   kSliceQueued = 1,     // submitted, not yet handed to a socket (cancel() may take it)
   kSliceCommitted = 2,  // owned by the io thread until its response (or failure)
   kSliceCanceled = 3,   // completed CANCELED by cancel(); the io thread drops it
+  kSliceDropped = 4,    // canceled and let go of by the io thread (a frame's other runs skip it)
 };
 
 class SubBatchImpl;
 struct Conn;
 class IoThread;
 
-// One slice: at most tcp.slice_size bytes of one task, one request on one
-// connection. Lives in its sub-batch's slice array; linked into exactly one
-// list at a time (io thread inbox, a connection's unsent or inflight list).
+// One slice: at most tcp.slice_size bytes of one task. Lives in its
+// sub-batch's slice array. A slice goes to the wire alone (one READ_REQ /
+// WRITE_REQ) or as a run of a *frame*: consecutive slices of one post that
+// post() grouped into one RUNS request (docs/tcp.md "Frames of many runs").
+// The first slice of a frame carries it: its `runs` says how many slices
+// (this[0..runs) in the array) the frame holds, and only it is linked into
+// the lists (io thread inbox, a connection's unsent or inflight list, the
+// staging lists); its other slices have `runs` 0. Which runs of a frame go
+// out is fixed when the frame is committed (commitFrame): those canceled
+// before are dropped (kSliceDropped) and skipped from then on. A frame's
+// wire fields (hdr, table, flen, live, staging slot and copy ticket) are its
+// first slice's, even where that slice's own run was dropped.
 struct Slice {
   Slice* next = nullptr;
   Task* task = nullptr;
@@ -95,8 +105,41 @@ struct Slice {
   int32_t slot = -1;
   uint64_t ticket = 0;
   std::atomic<uint8_t> state{kSlicePrepared};
-  WireHeader hdr;  // the request header, sent from here
+  int16_t remote_gpu = -1;  // the remote buffer's GPU (-1: host memory, -2: unknown: never grouped)
+  uint16_t runs = 1;        // slices of the frame this one carries (1: alone); 0: a run of another's frame
+  uint16_t live = 1;        // runs of the frame committed to the wire
+  uint32_t flen = 0;        // payload bytes of the request it carries (`len` alone; a frame's committed runs)
+  RunEntry* table = nullptr;  // a frame's run table (sent after hdr), in its post's table array
+  WireHeader hdr;  // the request header, sent from here (a run of a frame: its own range, in hdr.addr)
+
+  bool frame() const { return runs > 1; }
+  // A frame's payload lies packed in one staging slot (GPU memory).
+  bool packed() const { return gpu >= 0; }
 };
+
+// Calls f(slice) for each run of the frame `lead` carries (lead itself when
+// alone) that is not kSliceDropped, in order. `f` may let go of its slice
+// (the last call may end the frame and its sub-batch): the frame is not
+// touched after the last call.
+template <class F>
+void forEachRun(Slice* lead, F&& f) {
+  const uint32_t n = lead->runs;
+  if (n <= 1) {
+    f(lead);
+    return;
+  }
+  uint32_t last = n;
+  for (uint32_t j = 0; j < n; ++j)
+    if (lead[j].state.load(std::memory_order_acquire) != kSliceDropped) last = j;
+  if (last == n) return;
+  for (uint32_t j = 0; j <= last; ++j)
+    if (j == last || lead[j].state.load(std::memory_order_acquire) != kSliceDropped) f(&lead[j]);
+}
+
+// Bytes the request `s` carries puts on the wire: header, run table, payload.
+inline size_t wireBytes(const Slice* s) {
+  return kHeaderSize + (s->frame() ? runTableBytes(s->live) : 0) + (s->is_read ? 0 : s->flen);
+}
 
 struct SliceList {
   Slice* head = nullptr;
@@ -120,9 +163,11 @@ struct SliceList {
   }
 };
 
-// Slices cut by prepare(), one allocation per prepare.
+// Slices cut by prepare(), one allocation per prepare; with them the space
+// for the run tables of the frames post() may form (one entry per slice).
 struct Work final : PreparedWork {
   std::unique_ptr<Slice[]> chunk;
+  std::unique_ptr<RunEntry[]> tables;
 };
 
 // A tcp sub-batch: the slices it posted, and how many an io thread still holds.
@@ -146,6 +191,7 @@ class SubBatchImpl final : public SubBatch {
   std::mutex mu_;  // the chunk lists below (post/cancel; not the data path)
   std::vector<std::unique_ptr<Slice[]>> chunks_;  // posted slices
   std::vector<size_t> chunk_sizes_;
+  std::vector<std::unique_ptr<RunEntry[]>> tables_;  // their frames' run tables
 };
 
 inline constexpr uint32_t kNoPoster = UINT32_MAX;
@@ -168,13 +214,18 @@ struct Peer {
 // The engine's handle on one peer: decoded once per descriptor.
 class PeerRef final : public PeerHandle {
  public:
-  PeerRef(TcpTransport* owner, Peer* peer, uint64_t slice, bool gpu)
-      : owner(owner), peer(peer), slice(slice), gpu(gpu) {}
+  PeerRef(TcpTransport* owner, Peer* peer, uint64_t slice, bool gpu, uint32_t runs, uint64_t group)
+      : owner(owner), peer(peer), slice(slice), gpu(gpu), runs(runs), group(group) {}
   ~PeerRef() override;
   TcpTransport* const owner;
   Peer* const peer;
   const uint64_t slice;  // slice size: ours, capped by the peer's max_frame
   const bool gpu;        // the peer's target serves its GPU memory (descriptor "gpu": true)
+  // Frames of many runs: at most `runs` runs (the peer's "max_runs", capped
+  // by kMaxFrameRuns) and `group` bytes (tcp.group_bytes capped by `slice`)
+  // each; runs < 2 or group 0: every slice goes alone.
+  const uint32_t runs;
+  const uint64_t group;
 };
 
 enum class ConnState : uint8_t { kDisconnected, kConnecting, kConnected };
@@ -210,7 +261,10 @@ struct Conn {
 
   RxMode rx_mode = RxMode::kHeader;
   char* rx_dst = nullptr;  // payload destination (user buffer) in kPayload
-  size_t rx_left = 0;      // payload / reason bytes still expected
+  size_t rx_left = 0;      // payload bytes still expected there / reason bytes still expected
+  // A frame's payload in host memory is received run by run: the run
+  // `rx_dst` lies in (null: the payload is one piece).
+  Slice* rx_run = nullptr;
   uint8_t err_code = 0;
   std::string reason;
   // Response headers, and the payload of reads of at most kSmallRead bytes,
@@ -229,19 +283,24 @@ struct InitiatorCounters {
   std::atomic<uint64_t> connection_failures{0};
   std::atomic<uint64_t> slices_completed{0};
   std::atomic<uint64_t> slices_failed{0};
+  std::atomic<uint64_t> run_frames{0};    // RUNS requests committed to the wire
+  std::atomic<uint64_t> framed_runs{0};   // slices sent as runs of those
   std::atomic<uint64_t> inline_submits{0};   // submit() calls that ran the loop's work themselves
   std::atomic<uint64_t> polled_events{0};    // connection events handled by waiting callers (poll())
   std::atomic<uint64_t> gpu_to_device{0};    // read bytes copied staging -> GPU
   std::atomic<uint64_t> gpu_from_device{0};  // write bytes copied GPU -> staging
   std::atomic<uint64_t> staging_waits{0};    // GPU slices that found no free staging slot
+  std::atomic<uint64_t> staging_copies{0};   // copy calls queued (one per request: a slice, or a frame's copyRuns)
   std::atomic<int64_t> staging_in_use{0};    // staging slots held now
 };
 
 // One epoll thread driving a set of connections.
 class IoThread {
  public:
-  // `staging_slots`: this thread's share of tcp.gpu_staging_buffers.
-  IoThread(const TcpSettings& settings, InitiatorCounters* counters, size_t staging_slots);
+  // `staging_slots`: this thread's share of tcp.gpu_staging_buffers;
+  // `copy`: how windows of GPU runs are copied (gpu.copy_*).
+  IoThread(const TcpSettings& settings, const gpu::CopySettings& copy, InitiatorCounters* counters,
+           size_t staging_slots);
   ~IoThread();
   Status start();
   // Stops the loop, joins connector threads, fails every slice still held.
@@ -292,13 +351,28 @@ class IoThread {
   void advanceTx(Conn* c, size_t n);
   // Bytes that may be received into rxbuf from the response to `s` on.
   size_t bufferedBytesFrom(const Slice* s) const;
+  // Payload: `k` bytes arrived at rx_dst (run by run for a frame); returns
+  // how many of them were payload, and ends the payload when it is complete.
+  size_t tookPayload(Conn* c, size_t k);
   void completeFront(Conn* c, bool ok, const Status& why);
   // Closes the connection and fails what it held; `failure` counts it in
   // connection_failures (not for an idle connection released on purpose).
   void failConn(Conn* c, const Status& why, bool failure = true);
   void failList(SliceList& l, bool committed, const Status& why);
+  // The request `s` carries goes to the wire: its runs still queued become
+  // the io thread's, the canceled ones are dropped; a frame's run table,
+  // header and (GPU memory) places in its staging slot are laid out for the
+  // runs that remain. False (and the request is gone) when none remains.
+  bool commitFrame(Slice* s);
+  // Every run of the request `s` carries was canceled before it was sent.
+  static bool allCanceled(Slice* s);
+  // Lets go of the request `s` carries, all of whose runs were canceled.
+  void dropFrame(Slice* s);
   void dropCanceled(Slice* s);
-  // Last touch of a slice: frees its staging slot, completes it.
+  // Last touch of the request `s` carries: frees its staging slot,
+  // completes each of its runs.
+  void endFrame(Slice* s, bool ok, const Status& why);
+  // Last touch of one slice: completes it.
   void finishSlice(Slice* s, bool ok, const Status& why);
   // epoll timeout to use (ms, -1 = none): a tick while any connection is
   // open, since a submitter may put slices on one while the loop sleeps.
@@ -324,7 +398,13 @@ class IoThread {
   void failStaging(const Status& why);  // shutdown: everything staged FAILS
   void markReady(Conn* c);
 
+  // Queues the copies of the request `s` carries on `l`'s stream: to the
+  // staging slot (a write) or out of it (a read): one copyRuns for a frame.
+  Status queueCopy(Lane* l, Slice* s, bool to_slot);
+
   const size_t staging_slots_;
+  const gpu::CopySettings copy_settings_;
+  std::vector<gpu::CopyRun> copy_runs_;  // scratch of queueCopy
   std::unique_ptr<gpu::PinnedBuffers> staging_;  // created at the first GPU slice
   std::vector<std::unique_ptr<Lane>> lanes_;      // destroyed first: their streams sync
   SliceList slot_wait_;
@@ -372,10 +452,13 @@ struct TargetState {
   std::shared_ptr<metrics::Registry> registry_ref;
   metrics::ServedMetrics served;
   std::atomic<uint64_t> abandoned_writes{0};  // writes not applied: the initiator had closed the connection
+  std::atomic<uint64_t> run_frames{0};        // RUNS requests served
+  std::atomic<uint64_t> framed_runs{0};       // runs of those
 
   // GPU memory: requests for it go through pinned staging slots shared by
   // every data connection (docs/tcp.md "GPU memory").
   std::shared_ptr<GpuRegions> gpu;
+  gpu::CopySettings copy;      // gpu.copy_*
   uint64_t slot_size = 0;      // tcp.slice_size
   size_t staging_count = 0;    // tcp.gpu_staging_buffers
   std::atomic<uint64_t> gpu_to_device{0};    // written bytes copied staging -> GPU

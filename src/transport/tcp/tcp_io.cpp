@@ -26,8 +26,9 @@ namespace {
 constexpr int kMaxEvents = 64;
 }  // namespace
 
-IoThread::IoThread(const TcpSettings& settings, InitiatorCounters* counters, size_t staging_slots)
-    : staging_slots_(staging_slots), settings_(settings), counters_(counters) {}
+IoThread::IoThread(const TcpSettings& settings, const gpu::CopySettings& copy, InitiatorCounters* counters,
+                   size_t staging_slots)
+    : staging_slots_(staging_slots), copy_settings_(copy), settings_(settings), counters_(counters) {}
 
 IoThread::~IoThread() {
   stop();
@@ -353,7 +354,7 @@ void IoThread::purge() {
   auto sweep = [this](SliceList& l) {
     SliceList keep;
     while (Slice* s = l.pop()) {
-      if (s->state.load(std::memory_order_acquire) == kSliceCanceled) dropCanceled(s);
+      if (allCanceled(s)) dropFrame(s);
       else keep.push(s);
     }
     l = keep;
@@ -416,21 +417,31 @@ int IoThread::checkTimeouts() {
 // ---- failure ------------------------------------------------------------------------
 
 void IoThread::dropCanceled(Slice* s) {
-  releaseStaging(s);
   s->conn->load.fetch_sub(s->len, std::memory_order_relaxed);
-  s->sb->outstanding.fetch_sub(1, std::memory_order_acq_rel);
+  SubBatchImpl* sb = s->sb;
+  s->state.store(kSliceDropped, std::memory_order_release);
+  // Last touch of the slice: after this, freeSubBatch may run.
+  sb->outstanding.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+bool IoThread::allCanceled(Slice* s) {
+  for (uint32_t j = 0; j < s->runs; ++j) {
+    const uint8_t st = s[j].state.load(std::memory_order_acquire);
+    if (st != kSliceCanceled && st != kSliceDropped) return false;
+  }
+  return true;
+}
+
+void IoThread::dropFrame(Slice* s) {
+  releaseStaging(s);
+  forEachRun(s, [this](Slice* r) { dropCanceled(r); });
 }
 
 void IoThread::failList(SliceList& l, bool committed, const Status& why) {
   while (Slice* s = l.pop()) {
-    if (!committed && !s->staged) {
-      uint8_t expect = kSliceQueued;
-      if (!s->state.compare_exchange_strong(expect, kSliceCommitted, std::memory_order_acq_rel)) {
-        dropCanceled(s);
-        continue;
-      }
-    }
-    finishSlice(s, false, why);
+    // Not yet committed: the runs cancel() has not taken fail; the others go.
+    if (!committed && !s->staged && !commitFrame(s)) continue;
+    endFrame(s, false, why);
   }
 }
 
@@ -446,12 +457,13 @@ void IoThread::failConn(Conn* c, const Status& why, bool failure) {
   }
   c->state = ConnState::kDisconnected;
   size_t n = c->inflight.n + c->unsent.n;
-  if (n > 0) HLOG_WARN("tcp: data connection {} to {} lost ({}); failing {} slice(s)", c->index, c->peer->name,
+  if (n > 0) HLOG_WARN("tcp: data connection {} to {} lost ({}); failing {} request(s)", c->index, c->peer->name,
                        why.message(), n);
   else HLOG_DEBUG("tcp: data connection {} to {} closed: {}", c->index, c->peer->name, why.message());
   c->tx = nullptr;
   c->tx_off = 0;
   c->rx_mode = RxMode::kHeader;
+  c->rx_run = nullptr;
   c->rx_begin = c->rx_end = 0;
   c->writable = false;
   failList(c->inflight, true, why);

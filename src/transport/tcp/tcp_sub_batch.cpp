@@ -1,6 +1,7 @@
 // A tcp sub-batch: prepare cuts slices (one allocation per prepare), post
-// picks their connections and hands them to the io threads, cancel takes
-// back what was not yet sent.
+// groups consecutive small ones into frames of many runs, picks their
+// connections and hands them to the io threads, cancel takes back what was
+// not yet sent.
 #include <algorithm>
 #include <fmt/format.h>
 #include <thread>
@@ -17,18 +18,21 @@ Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
 
   // Pass 1: count. The peer's facts were decoded when the segment was opened.
   std::vector<uint32_t> counts(tasks.size());
-  std::vector<int16_t> gpus(tasks.size(), -1);
+  std::vector<int16_t> gpus(tasks.size(), -1), remote_gpus(tasks.size(), -2);
   const GpuRegions& regions = *owner_->gpu_;
   size_t total = 0;
+  bool frames = false;  // a peer takes frames of many runs
   for (size_t i = 0; i < tasks.size(); ++i) {
     const Task& t = *tasks[i];
     const auto* ref = static_cast<const PeerRef*>(t.peer());
+    frames |= ref->runs > 1;
     // GPU memory at this end is staged (the registry knows which regions are).
     if (!regions.empty()) gpus[i] = static_cast<int16_t>(regions.deviceOf(t.localAddr()));
-    // GPU memory at the other end needs a peer that stages it.
-    if (!ref->gpu && t.remoteBuffer() >= 0) {
+    if (t.remoteBuffer() >= 0) {
       const auto& b = t.segment().buffers[static_cast<size_t>(t.remoteBuffer())];
-      if (cudaOrdinal(b.location) >= 0)
+      remote_gpus[i] = static_cast<int16_t>(cudaOrdinal(b.location));
+      // GPU memory at the other end needs a peer that stages it.
+      if (!ref->gpu && remote_gpus[i] >= 0)
         return {Code::kNotSupported,
                 fmt::format("requests[{}]: remote buffer [{:#x}, +{}) of segment '{}' is GPU memory ({}), which its "
                             "tcp target does not serve (no CUDA driver there)",
@@ -45,6 +49,7 @@ Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
   // Pass 2: cut.
   auto work = std::make_unique<Work>();
   work->chunk.reset(new Slice[total]);
+  if (frames && total > 1) work->tables.reset(new RunEntry[total]);
   work->slices = total;
   size_t k = 0;
   for (size_t i = 0; i < tasks.size(); ++i) {
@@ -61,8 +66,10 @@ Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
       s.conn = nullptr;  // post() picks it
       s.local = static_cast<char*>(r.source) + off;
       s.gpu = gpus[i];
+      s.remote_gpu = remote_gpus[i];
       s.buf = s.gpu < 0 ? s.local : nullptr;  // GPU memory: a staging slot, once one is free
       s.len = static_cast<uint32_t>(len);
+      s.flen = s.len;
       s.is_read = is_read;
       s.hdr.type = is_read ? kReadReq : kWriteReq;
       s.hdr.size = static_cast<uint32_t>(len);
@@ -76,8 +83,30 @@ Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
   return Status::OK();
 }
 
+// How many slices from arr[i] on go in one request (docs/tcp.md "Frames of
+// many runs"): consecutive slices of one peer handle, one direction, one
+// kind of memory at each end (host, or the same GPU), while their bytes stay
+// within the handle's group size and their count within its runs. 1: alone.
+static size_t groupAt(const Slice* arr, size_t i, size_t n) {
+  const Slice& s = arr[i];
+  const auto* ref = static_cast<const PeerRef*>(s.task->peer());
+  if (ref->runs < 2 || s.remote_gpu < -1) return 1;
+  uint64_t bytes = s.len;
+  size_t k = 1;
+  for (; i + k < n && k < ref->runs; ++k) {
+    const Slice& t = arr[i + k];
+    if (t.task->peer() != s.task->peer() || t.is_read != s.is_read || t.gpu != s.gpu ||
+        t.remote_gpu != s.remote_gpu || bytes + t.len > ref->group)
+      break;
+    bytes += t.len;
+  }
+  return k;
+}
+
 void SubBatchImpl::post(std::unique_ptr<PreparedWork> base) {
-  std::unique_ptr<Slice[]> chunk = std::move(static_cast<Work&>(*base).chunk);
+  Work& w = static_cast<Work&>(*base);
+  std::unique_ptr<Slice[]> chunk = std::move(w.chunk);
+  RunEntry* tables = w.tables.get();
   const size_t n = base->slices;
   auto& io = owner_->io_;
   Slice* first[kMaxIoThreads] = {};
@@ -88,27 +117,40 @@ void SubBatchImpl::post(std::unique_ptr<PreparedWork> base) {
     std::lock_guard lk(mu_);
     chunks_.push_back(std::move(chunk));
     chunk_sizes_.push_back(n);
+    if (tables) tables_.push_back(std::move(w.tables));
   }
   outstanding.fetch_add(static_cast<int64_t>(n), std::memory_order_acq_rel);
   const TcpSettings& set = owner_->settings_;
   ConnPicker picker(set.home_connections, set.home_slack, set.home_window_ms, threadSeat(), steadyNowNs());
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < n;) {
     Slice* s = &arr[i];
     if (down) {
       s->state.store(kSliceCommitted, std::memory_order_relaxed);
       outstanding.fetch_sub(1, std::memory_order_acq_rel);
       s->task->completeSlice(TransferState::kFailed, 0, Status(Code::kUnavailable, "tcp transport shut down"));
+      ++i;
       continue;
     }
+    // A frame of k runs takes one connection, as one slice of its bytes would.
+    const size_t k = tables ? groupAt(arr, i, n) : 1;
+    uint64_t bytes = 0;
+    for (size_t j = 0; j < k; ++j) bytes += s[j].len;
     const bool first_of_task = i == 0 || s->task != arr[i - 1].task;
-    s->conn = picker.pick(static_cast<const PeerRef*>(s->task->peer())->peer, s->len,
-                          first_of_task ? s->task->sliceCount() : 0);
-    s->state.store(kSliceQueued, std::memory_order_relaxed);
+    Conn* conn = picker.pick(static_cast<const PeerRef*>(s->task->peer())->peer, static_cast<uint32_t>(bytes),
+                             first_of_task ? (k > 1 ? 1 : s->task->sliceCount()) : 0);
+    s->runs = static_cast<uint16_t>(k);
+    if (k > 1) s->table = tables + i;
+    for (size_t j = 0; j < k; ++j) {
+      if (j > 0) s[j].runs = 0;
+      s[j].conn = conn;
+      s[j].state.store(kSliceQueued, std::memory_order_relaxed);
+    }
     // Chains are built newest-first (post() wants a stack segment).
-    const size_t t = s->conn->io_index;
+    const size_t t = conn->io_index;
     s->next = first[t];
     first[t] = s;
     if (!lastp[t]) lastp[t] = s;
+    i += k;
   }
   picker.flush();  // before any slice can finish
   // Sent from this thread where the io thread sleeps (an idle connection):

@@ -1,10 +1,11 @@
 // Target side of the tcp transport: serves one data connection on the rpc
 // listener thread that accepted it. Requests for host memory are served
 // straight out of / into registered memory (no staging buffer; only the
-// payload of small writes comes through the read-ahead buffer); requests for
-// GPU memory go through pinned staging slots, a few in flight at once so the
-// copies of some overlap the wire of others (GpuPipe); anything outside the
-// registered, remote-accessible regions is refused with an error response.
+// payload of small writes comes through the read-ahead buffer; a frame's
+// runs move many per sendmsg / recvmsg); requests for GPU memory go through
+// pinned staging slots, a few in flight at once so the copies of some
+// overlap the wire of others (GpuPipe); anything outside the registered,
+// remote-accessible regions is refused with an error response.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -43,6 +44,8 @@ std::string peerName(int fd) {
   return fmt::format("{}:{}", host, port);
 }
 
+constexpr int kMaxIov = 1024;  // IOV_MAX
+
 // Blocking I/O on a socket whose SO_RCVTIMEO/SO_SNDTIMEO is a short poll
 // interval: waits are bounded by "no progress for timeout_ms", except the wait
 // for the first byte of a request (an idle connection), which is unbounded
@@ -63,7 +66,12 @@ class Channel {
   static constexpr size_t kMaxQueuedBytes = 256 * 1024;
 
   Channel(TargetState& st, int fd, std::chrono::milliseconds tick)
-      : st_(st), fd_(fd), timeout_(std::chrono::milliseconds(st.timeout_ms)), tick_(tick), in_(new char[kReadAhead]) {}
+      : st_(st),
+        fd_(fd),
+        timeout_(std::chrono::milliseconds(st.timeout_ms)),
+        tick_(tick),
+        in_(new char[kReadAhead]),
+        iov_(2 * kMaxQueued + kMaxFrameRuns) {}
 
   // The next request's header. `idle_ok`: waiting for its first byte is not
   // a stall.
@@ -84,7 +92,7 @@ class Channel {
     }
     std::memcpy(&h, in_.get() + in_begin_, sizeof(h));
     in_begin_ += sizeof(h);
-    ahead_ = !(h.type == kWriteReq && h.length > kSmallWrite);
+    ahead_ = !((h.type == kWriteReq || h.type == kWriteRunsReq) && h.size > kSmallWrite);
     return Status::OK();
   }
 
@@ -115,8 +123,26 @@ class Channel {
   // more: a large write's payload goes only to its destination), saving a
   // recv per write and letting the answer wait for the next one.
   Status recvPayload(void* buf, size_t len, bool then_header = false) {
-    char* p = static_cast<char*>(buf);
-    size_t got = 0;
+    iovec one{buf, len};
+    return recvPayload(&one, 1, then_header);
+  }
+
+  // The same into `cnt` pieces in turn (a frame's runs: many per recvmsg);
+  // consumes `pieces` (advanced as bytes land).
+  Status recvPayload(iovec* pieces, size_t cnt, bool then_header = false) {
+    size_t len = 0;
+    for (size_t i = 0; i < cnt; ++i) len += pieces[i].iov_len;
+    size_t got = 0, at = 0;  // bytes landed; the first piece with bytes to come
+    auto landed = [&](size_t k) {
+      got += k;
+      for (; at < cnt && (k > 0 || pieces[at].iov_len == 0); ++at) {
+        const size_t t = std::min(k, pieces[at].iov_len);
+        pieces[at].iov_base = static_cast<char*>(pieces[at].iov_base) + t;
+        pieces[at].iov_len -= t;
+        k -= t;
+        if (pieces[at].iov_len > 0) break;
+      }
+    };
     auto last = Clock::now();
     bool first = true;
     while (got < len) {
@@ -137,28 +163,34 @@ class Channel {
       }
       if (first && buffered > 0) {
         first = false;
-        const size_t t = std::min(len, buffered);
-        std::memcpy(p, in_.get() + in_begin_, t);
+        const size_t t = std::min(len - got, buffered);
+        for (size_t done = 0, j = at; done < t; ++j) {
+          const size_t c = std::min(t - done, pieces[j].iov_len);
+          std::memcpy(pieces[j].iov_base, in_.get() + in_begin_ + done, c);
+          done += c;
+        }
         in_begin_ += t;
-        got += t;
+        landed(t);
         continue;
       }
       first = false;
       if (r > 0) {
-        iovec iov[2] = {{p + got, len - got}, {}};
-        size_t cnt = 1;
-        if (then_header && in_begin_ == in_end_) {
+        iovec iov[kMaxIov];
+        const size_t k = std::min(cnt - at, static_cast<size_t>(kMaxIov - 1));
+        std::copy(pieces + at, pieces + at + k, iov);
+        size_t n_iov = k;
+        if (then_header && at + k == cnt && in_begin_ == in_end_) {
           in_begin_ = in_end_ = 0;
-          iov[cnt++] = {in_.get(), sizeof(WireHeader)};
+          iov[n_iov++] = {in_.get(), sizeof(WireHeader)};
         }
         msghdr m{};
         m.msg_iov = iov;
-        m.msg_iovlen = cnt;
+        m.msg_iovlen = n_iov;
         ssize_t n = ::recvmsg(fd_, &m, MSG_DONTWAIT);
         if (n > 0) {
-          const size_t k = static_cast<size_t>(n), payload = std::min(k, len - got);
-          got += payload;
-          in_end_ += k - payload;
+          const size_t got_now = static_cast<size_t>(n), payload = std::min(got_now, len - got);
+          landed(payload);
+          in_end_ += got_now - payload;
           last = Clock::now();
           continue;
         }
@@ -175,14 +207,19 @@ class Channel {
     return Status::OK();
   }
 
-  // Queues an OK response: its header, then `len` bytes at `data` (kept
-  // pinned by `pin` until sent).
-  Status queue(const WireHeader& r, const void* data, size_t len, MemoryRegistry::Pin pin) {
+  // Queues an OK response: its header, then the bytes of `n` runs (a
+  // read's data, kept pinned by `pins` until sent; `pins` is emptied).
+  Status queue(const WireHeader& r, const RunEntry* runs, size_t n, std::vector<MemoryRegistry::Pin>& pins) {
+    if (niov_ + 1 + n > iov_.size()) {
+      Status s = flush();
+      if (!s.ok()) return s;
+    }
     hdrs_[nq_] = r;
     iov_[niov_++] = {&hdrs_[nq_++], sizeof(WireHeader)};
-    if (len > 0) iov_[niov_++] = {const_cast<void*>(data), len};
-    queued_bytes_ += sizeof(WireHeader) + len;
-    if (pin) pins_.push_back(std::move(pin));
+    for (size_t i = 0; i < n; ++i) iov_[niov_++] = {reinterpret_cast<void*>(runs[i].addr), runs[i].len};
+    queued_bytes_ += sizeof(WireHeader) + r.length;
+    for (auto& p : pins) pins_.push_back(std::move(p));
+    pins.clear();
     if (nq_ == kMaxQueued || queued_bytes_ >= kMaxQueuedBytes) return flush();
     return Status::OK();
   }
@@ -190,7 +227,7 @@ class Channel {
   // Sends what is queued.
   Status flush() {
     if (niov_ == 0) return Status::OK();
-    Status s = sendAll(iov_, niov_);
+    Status s = sendAll(iov_.data(), static_cast<int>(niov_));
     niov_ = nq_ = 0;
     queued_bytes_ = 0;
     pins_.clear();
@@ -270,7 +307,7 @@ class Channel {
     while (cnt > 0) {
       msghdr m{};
       m.msg_iov = iov;
-      m.msg_iovlen = static_cast<size_t>(cnt);
+      m.msg_iovlen = static_cast<size_t>(std::min(cnt, kMaxIov));
       ssize_t n = ::sendmsg(fd_, &m, MSG_NOSIGNAL);
       if (n < 0) {
         int e = errno;
@@ -306,18 +343,21 @@ class Channel {
   size_t in_begin_ = 0, in_end_ = 0;  // unread bytes of in_
   bool ahead_ = true;                 // read ahead with the next header
   WireHeader hdrs_[kMaxQueued];
-  iovec iov_[2 * kMaxQueued];
-  int nq_ = 0, niov_ = 0;
+  std::vector<iovec> iov_;  // headers and the runs of the data they answer with
+  size_t nq_ = 0, niov_ = 0;
   size_t queued_bytes_ = 0;
   std::vector<MemoryRegistry::Pin> pins_;
 };
 
 // The GPU requests of one connection in flight, oldest first, as chunks of
-// at most one staging slot. A write's chunk is received into its slot, then
-// copied slot -> GPU; its response goes out once the last chunk's copy is
-// done. A read's chunk is copied GPU -> slot, then sent (the response header
-// with the first chunk). Responses leave in request order. The region's pin
-// rides with the request's last chunk, so unregistering waits for its copies.
+// at most one staging slot. A request's runs (one for READ_REQ/WRITE_REQ,
+// its table's for a RUNS request) are cut into chunks as one stream of
+// bytes, each chunk's pieces copied with one call (copyRuns for several). A
+// write's chunk is received into its slot, then copied slot -> GPU; its
+// response goes out once the last chunk's copy is done. A read's chunk is
+// copied GPU -> slot, then sent (the response header with the first chunk).
+// Responses leave in request order. The runs' pins ride with the request's
+// last chunk, so unregistering waits for its copies.
 //
 // Deadlock-free slot use: a connection that holds slots never blocks for
 // another one; it completes its own oldest chunk instead (which needs only
@@ -332,21 +372,25 @@ class GpuPipe {
   bool empty() const { return q_.empty(); }
   bool full() const { return q_.size() >= kMaxAhead; }
 
-  // Takes a request for GPU memory of `device` (its header checked, its
-  // range pinned): a write's payload is received here, chunk by chunk.
-  Status intake(const WireHeader& h, int device, gpu::PinnedBuffers* pool, MemoryRegistry::Pin pin) {
+  // Takes the request `h` for the `n` runs (checked and pinned: `pins`,
+  // emptied here) in GPU memory of `device`: a write's payload is received
+  // here, chunk by chunk.
+  Status intake(const WireHeader& h, const RunEntry* runs, size_t n, int device, gpu::PinnedBuffers* pool,
+                std::vector<MemoryRegistry::Pin>& pins) {
     gpu::CopyStream* cs = nullptr;
     Status s = streamFor(device, cs);
     if (!s.ok()) return fail(s);
-    const bool is_read = h.type == kReadReq;
+    const bool is_read = isReadRequest(h.type);
     WireHeader r{};
     r.id = h.id;
-    r.type = is_read ? kReadResp : kWriteResp;
+    r.type = responseTo(h.type);
     r.size = h.size;
     r.length = is_read ? h.size : 0;
     const uint64_t chunk = pool->slotSize();
+    size_t at = 0;         // the run the next chunk starts in
+    uint64_t at_off = 0;   // and where in it
     for (uint64_t off = 0; off < h.size;) {
-      const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(chunk, h.size - off));
+      const uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(chunk, h.size - off));
       long slot = -1;
       s = acquire(pool, slot);
       if (!s.ok()) return fail(s);
@@ -355,26 +399,39 @@ class GpuPipe {
       e.pool = pool;
       e.slot = slot;
       e.data = pool->slot(static_cast<size_t>(slot));
-      e.len = n;
+      e.len = len;
       e.is_read = is_read;
       e.first = off == 0;
-      e.last = off + n == h.size;
+      e.last = off + len == h.size;
+      e.runs = static_cast<uint32_t>(n);
       e.resp = r;
-      char* dev = reinterpret_cast<char*>(h.addr) + off;
-      if (is_read) {
-        s = cs->copy(e.data, dev, n, e.ticket);
-      } else {
-        s = ch_.recvPayload(e.data, n);
-        if (s.ok()) s = cs->copy(dev, e.data, n, e.ticket);
+      // The chunk's pieces: where each lies on the GPU and in the slot.
+      pieces_.clear();
+      for (uint32_t filled = 0; filled < len;) {
+        const uint32_t take = static_cast<uint32_t>(std::min<uint64_t>(runs[at].len - at_off, len - filled));
+        const uint64_t dev = runs[at].addr + at_off, host = reinterpret_cast<uint64_t>(e.data) + filled;
+        pieces_.push_back(is_read ? gpu::CopyRun{host, dev, take} : gpu::CopyRun{dev, host, take});
+        filled += take;
+        at_off += take;
+        if (at_off == runs[at].len) {
+          ++at;
+          at_off = 0;
+        }
       }
+      if (!is_read) s = ch_.recvPayload(e.data, len);
+      if (s.ok())
+        s = pieces_.size() == 1 ? cs->copy(reinterpret_cast<void*>(pieces_[0].dst),
+                                           reinterpret_cast<const void*>(pieces_[0].src), pieces_[0].len, e.ticket)
+                                : cs->copyRuns(pieces_, e.ticket);
       if (!s.ok()) {
         release(e);
         return fail(s);
       }
-      if (e.last) e.pin = std::move(pin);
+      if (e.last) e.pins = std::move(pins);
       q_.push_back(std::move(e));
-      off += n;
+      off += len;
     }
+    pins.clear();
     return Status::OK();
   }
 
@@ -403,7 +460,7 @@ class GpuPipe {
       iov[n++] = {e.data, e.len};
       st_.gpu_from_device.fetch_add(e.len, std::memory_order_relaxed);
       if (e.last) {
-        st_.served.requests[0]->add();
+        st_.served.requests[0]->add(e.runs);
         st_.served.bytes[0]->add(e.resp.size);
       }
       s = ch_.sendExact(iov, n);
@@ -412,13 +469,13 @@ class GpuPipe {
       release(e);
       st_.gpu_to_device.fetch_add(e.len, std::memory_order_relaxed);
       if (e.last) {
-        st_.served.requests[1]->add();
+        st_.served.requests[1]->add(e.runs);
         st_.served.bytes[1]->add(e.resp.size);
         iovec iov{&e.resp, sizeof(e.resp)};
         s = ch_.sendExact(&iov, 1);
       }
     }
-    q_.pop_front();  // the pin (last chunk) goes here
+    q_.pop_front();  // the pins (last chunk) go here
     return s;
   }
 
@@ -446,9 +503,10 @@ class GpuPipe {
     long slot = -1;
     char* data = nullptr;
     uint32_t len = 0;
+    uint32_t runs = 1;  // runs of its request
     bool is_read = false, first = false, last = false;
     WireHeader resp;
-    MemoryRegistry::Pin pin;
+    std::vector<MemoryRegistry::Pin> pins;  // the request's (its last chunk)
   };
 
   Status fail(const Status& s) {
@@ -492,7 +550,7 @@ class GpuPipe {
         return Status::OK();
       }
     std::unique_ptr<gpu::CopyStream> s;
-    Status st = gpu::CopyStream::open(device, s);
+    Status st = gpu::CopyStream::open(device, s, st_.copy);
     if (!st.ok()) return st;
     out = s.get();
     streams_.emplace_back(device, std::move(s));
@@ -503,7 +561,53 @@ class GpuPipe {
   Channel& ch_;
   std::deque<Entry> q_;
   std::vector<std::pair<int, std::unique_ptr<gpu::CopyStream>>> streams_;
+  std::vector<gpu::CopyRun> pieces_;  // scratch of intake
 };
+
+// Pins the `n` runs of the request `h` (a RUNS request's table, or its own
+// range) and says where they lie: `device` -1 for host memory, else their
+// GPU. A run outside the registered, remote-accessible memory refuses the
+// whole request (the reason names the first such run), and so do runs of one
+// frame in host memory and GPU memory, or on two GPUs (an initiator never
+// groups such runs: it groups by the remote buffer's location). A run inside
+// the region pinned for an earlier run of the frame (the usual case: a KV
+// cache is one region) needs no lookup or pin of its own.
+Status pinRuns(TargetState& st, const WireHeader& h, const RunEntry* runs, size_t n,
+               std::vector<MemoryRegistry::Pin>& pins, int& device) {
+  pins.clear();
+  device = -1;
+  const bool frame = isRunsType(h.type);
+  uint64_t lo = 1, hi = 0;  // the region pinned last (none yet)
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t a = runs[i].addr, len = runs[i].len;
+    if (a >= lo && a <= hi && len <= hi - a) continue;  // pinned, checked and placed with that region
+    MemoryRegistry::Pin pin;
+    Status ps = st.registry->pinRemote(a, len, pin);
+    if (!ps.ok()) {
+      pins.clear();
+      if (!frame) return ps;
+      return {ps.code(), fmt::format("run {} of {}: {}", i, n, ps.message())};
+    }
+    uint64_t start = 0, length = 0;
+    if (frame && st.registry->regionOf(a, len, start, length, nullptr).ok()) {
+      lo = start;
+      hi = start + length;
+    }
+    const int d = st.gpu->empty() ? -1 : st.gpu->deviceOf(a);
+    if (i == 0) {
+      device = d;
+    } else if (d != device) {
+      pins.clear();
+      auto kind = [](int g) { return g < 0 ? std::string("host memory") : fmt::format("GPU {} memory", g); };
+      return {Code::kInvalidArgument,
+              fmt::format("run {} of {} [{:#x}, +{}) is {} where run 0 is {}: the runs of one frame must all lie in "
+                          "host memory or all on one GPU",
+                          i, n, runs[i].addr, runs[i].len, kind(d), kind(device))};
+    }
+    pins.push_back(std::move(pin));
+  }
+  return Status::OK();
+}
 
 }  // namespace
 
@@ -543,6 +647,10 @@ void TargetState::serve(net::Fd fd) {
 
   Channel ch(*this, raw, tick);
   GpuPipe pipe(*this, ch);
+  // The request's runs: its own range, or a RUNS request's table.
+  std::unique_ptr<RunEntry[]> runs(new RunEntry[kMaxFrameRuns]);
+  std::vector<MemoryRegistry::Pin> pins;
+  std::vector<iovec> pieces(kMaxFrameRuns);
   Status s;
   WireHeader h, r;
   while (true) {
@@ -563,57 +671,73 @@ void TargetState::serve(net::Fd fd) {
     s = ch.recvHeader(h, pipe.empty());
     if (!s.ok()) break;
     Status v = checkRequest(h, max_frame);
+    const bool frame = isRunsType(h.type);
+    size_t n = 1;
+    if (v.ok() && frame) {
+      n = h.addr;
+      s = ch.recvExact(runs.get(), runTableBytes(n), false);
+      if (!s.ok()) break;
+      v = checkRunTable(h, runs.get());
+    }
     if (!v.ok()) {
       served.refused_frames->add();
       HLOG_WARN("tcp target: closing data connection from {}: malformed frame: {}", who, v.message());
       s = v;
       break;
     }
-    MemoryRegistry::Pin pin;
-    Status ps = registry->pinRemote(h.addr, h.size, pin);
-    const int device = ps.ok() && !gpu->empty() ? gpu->deviceOf(h.addr) : -1;
-    if (device >= 0) {
+    if (!frame) runs[0] = RunEntry{h.addr, h.size, 0};
+    int device = -1;
+    Status ps = pinRuns(*this, h, runs.get(), n, pins, device);
+    auto countFrame = [&] {
+      if (!frame) return;
+      run_frames.fetch_add(1, std::memory_order_relaxed);
+      framed_runs.fetch_add(n, std::memory_order_relaxed);
+    };
+    if (ps.ok() && device >= 0) {
       gpu::PinnedBuffers* pool = nullptr;
       ps = staging(pool);
       if (ps.ok()) {
-        s = pipe.intake(h, device, pool, std::move(pin));
+        countFrame();
+        s = pipe.intake(h, runs.get(), n, device, pool, pins);
         if (!s.ok()) break;
         continue;
       }
-      pin.release();
+      pins.clear();
     }
     // Served outside the pipe: what is in it answers first.
     s = pipe.drain();
     if (!s.ok()) break;
     r = WireHeader{};
     r.id = h.id;
+    r.type = responseTo(h.type);
     if (!ps.ok()) {
       served.refused->add();
       HLOG_DEBUG("tcp target: refused {} from {}: {}", typeName(h.type), who, ps.message());
+    } else {
+      countFrame();
     }
-    if (h.type == kWriteReq) {
-      r.type = kWriteResp;
+    if (!isReadRequest(h.type)) {
       if (ps.ok()) {
-        s = ch.recvPayload(reinterpret_cast<void*>(h.addr), h.length, /*then_header=*/true);
-        pin.release();
+        for (size_t i = 0; i < n; ++i) pieces[i] = {reinterpret_cast<void*>(runs[i].addr), runs[i].len};
+        s = ch.recvPayload(pieces.data(), n, /*then_header=*/true);
+        pins.clear();
         if (!s.ok()) break;
-        served.requests[1]->add();
+        served.requests[1]->add(n);
         served.bytes[1]->add(h.size);
         r.size = h.size;
-        s = ch.queue(r, nullptr, 0, {});
+        s = ch.queue(r, nullptr, 0, pins);
       } else {
-        s = ch.drain(h.length);
+        s = ch.drain(h.size);
         if (!s.ok()) break;
         s = ch.sendError(r, ps);
       }
     } else {
-      r.type = kReadResp;
       if (ps.ok()) {
         r.length = h.size;
         r.size = h.size;
-        served.requests[0]->add();
+        served.requests[0]->add(n);
         served.bytes[0]->add(h.size);
-        s = ch.queue(r, reinterpret_cast<void*>(h.addr), h.size, std::move(pin));
+        s = ch.queue(r, runs.get(), n, pins);
       } else {
         s = ch.sendError(r, ps);
       }

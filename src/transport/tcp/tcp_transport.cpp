@@ -33,6 +33,7 @@ Status TcpTransport::loadSettings(const Config& cfg, TcpSettings& out) {
       !(st = cfg.getInt("tcp.home_window_ms", s.home_window_ms)).ok() ||
       !(st = cfg.getSize("tcp.max_frame", s.max_frame)).ok() ||
       !(st = cfg.getSize("tcp.slice_size", s.slice_size)).ok() ||
+      !(st = cfg.getSize("tcp.group_bytes", s.group_bytes)).ok() ||
       !(st = cfg.getInt("tcp.timeout_ms", s.timeout_ms)).ok() ||
       !(st = cfg.getInt("tcp.connect_timeout_ms", s.connect_timeout_ms)).ok() ||
       !(st = cfg.getInt("tcp.io_threads", s.io_threads)).ok() ||
@@ -87,12 +88,14 @@ Status TcpTransport::install(const TransportContext& ctx) {
   Status s = loadSettings(*ctx.config, settings_);
   if (!s.ok()) return s;
 
+  gpu::CopySettings copy;
+  if (!(s = gpu::CopySettings::fromConfig(*ctx.config, copy)).ok()) return s;
   counters_ = std::make_unique<tcp::InitiatorCounters>();
   // The initiator's staging slots are shared out among the io threads (each
   // owns its own, so no thread waits on another's).
   const size_t slots_per_thread = std::max<size_t>(2, settings_.gpu_staging_buffers / settings_.io_threads);
   for (uint32_t i = 0; i < settings_.io_threads; ++i) {
-    auto io = std::make_unique<tcp::IoThread>(settings_, counters_.get(), slots_per_thread);
+    auto io = std::make_unique<tcp::IoThread>(settings_, copy, counters_.get(), slots_per_thread);
     s = io->start();
     if (!s.ok()) {
       io.reset();
@@ -113,6 +116,7 @@ Status TcpTransport::install(const TransportContext& ctx) {
   target_->sock_buf = settings_.sock_buf;
   target_->loopback_send_buf = settings_.loopback_send_buf;
   target_->gpu = gpu_;
+  target_->copy = copy;
   target_->slot_size = settings_.slice_size;
   target_->staging_count = settings_.gpu_staging_buffers;
   s = ctx.rpc->onStream(kTcpDataChannel, [t = target_](net::Fd fd) { t->serve(std::move(fd)); });
@@ -138,6 +142,8 @@ void TcpTransport::describe(nlohmann::json& attrs) const {
   attrs = nlohmann::json::object();
   attrs["version"] = tcp::kWireVersion;
   attrs["max_frame"] = settings_.max_frame;
+  // The target serves RUNS requests (frames of many runs) of up to this many runs.
+  attrs["max_runs"] = tcp::kMaxFrameRuns;
   // Peers send requests for our GPU memory only when we serve it.
   attrs["gpu"] = gpu::CudaDriver::get() != nullptr;
 }
@@ -174,6 +180,14 @@ Status TcpTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle
     slice = std::min<uint64_t>(slice, mf->get<uint64_t>());
   auto g = it->find("gpu");
   const bool peer_gpu = g != it->end() && g->is_boolean() && g->get<bool>();
+  // Frames of many runs only to a peer that says it serves them (a peer of
+  // an older release publishes no max_runs and gets one request per slice).
+  uint32_t runs = 0;
+  auto mr = it->find("max_runs");
+  if (mr != it->end() && mr->is_number_integer() && mr->get<int64_t>() >= 2)
+    runs = static_cast<uint32_t>(std::min<int64_t>(mr->get<int64_t>(), tcp::kMaxFrameRuns));
+  const uint64_t group = std::min(settings_.group_bytes, slice);
+  if (group == 0) runs = 0;
 
   std::string key = fmt::format("{}:{}", seg.host, seg.rpc_port);
   std::lock_guard lk(peers_mu_);
@@ -197,7 +211,7 @@ Status TcpTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle
   tcp::Peer* peer = pit->second.get();
   if (peer->handles++ == 0)
     for (auto& c : peer->conns) c->close_idle.store(false, std::memory_order_relaxed);
-  out = std::make_shared<tcp::PeerRef>(this, peer, slice, peer_gpu);
+  out = std::make_shared<tcp::PeerRef>(this, peer, slice, peer_gpu, runs, group);
   return Status::OK();
 }
 
@@ -213,6 +227,11 @@ tcp::PeerRef::~PeerRef() { owner->releasePeer(peer); }
 void TcpTransport::diagnose(TransportDiagnosis& out) const {
   out.facts.emplace_back("connections per peer", std::to_string(settings_.connections));
   out.facts.emplace_back("slice size", std::to_string(settings_.slice_size));
+  out.facts.emplace_back("frames of many runs",
+                         settings_.group_bytes
+                             ? fmt::format("up to {} B and {} runs", std::min(settings_.group_bytes, settings_.slice_size),
+                                           tcp::kMaxFrameRuns)
+                             : std::string("off (tcp.group_bytes 0)"));
   out.facts.emplace_back("io threads", std::to_string(settings_.io_threads));
   out.facts.emplace_back("timeout ms", std::to_string(settings_.timeout_ms));
   out.facts.emplace_back(
@@ -230,6 +249,8 @@ Counters TcpTransport::stats() const {
           {"served_reads", s.served_reads},
           {"served_writes", s.served_writes},
           {"served_bytes", s.served_bytes},
+          {"served_run_frames", s.served_run_frames},
+          {"served_framed_runs", s.served_framed_runs},
           {"data_connections_accepted", s.data_connections},
           {"data_connections_open", s.open_data_connections},
           {"connects", s.connects},
@@ -237,11 +258,14 @@ Counters TcpTransport::stats() const {
           {"connection_failures", s.connection_failures},
           {"slices_completed", s.slices_completed},
           {"slices_failed", s.slices_failed},
+          {"run_frames", s.run_frames},
+          {"framed_runs", s.framed_runs},
           {"inline_submits", s.inline_submits},
           {"polled_events", s.polled_events},
           {"gpu_staged_to_device_bytes", s.gpu_staged_to_device_bytes},
           {"gpu_staged_from_device_bytes", s.gpu_staged_from_device_bytes},
           {"gpu_staging_waits", s.gpu_staging_waits},
+          {"gpu_staging_copies", s.gpu_staging_copies},
           {"gpu_staging_inflight", s.gpu_staging_inflight},
           {"served_gpu_to_device_bytes", s.served_gpu_to_device_bytes},
           {"served_gpu_from_device_bytes", s.served_gpu_from_device_bytes},
@@ -261,6 +285,8 @@ TcpStats TcpTransport::counters() const {
     s.data_connections = m.accepted->value();
     s.open_data_connections = static_cast<uint64_t>(std::max<int64_t>(0, m.open->value()));
     s.abandoned_writes = target_->abandoned_writes.load();
+    s.served_run_frames = target_->run_frames.load();
+    s.served_framed_runs = target_->framed_runs.load();
     s.served_gpu_to_device_bytes = target_->gpu_to_device.load();
     s.served_gpu_from_device_bytes = target_->gpu_from_device.load();
     s.served_gpu_staging_waits = target_->staging_waits.load();
@@ -272,11 +298,14 @@ TcpStats TcpTransport::counters() const {
     s.connection_failures = counters_->connection_failures.load();
     s.slices_completed = counters_->slices_completed.load();
     s.slices_failed = counters_->slices_failed.load();
+    s.run_frames = counters_->run_frames.load();
+    s.framed_runs = counters_->framed_runs.load();
     s.inline_submits = counters_->inline_submits.load();
     s.polled_events = counters_->polled_events.load();
     s.gpu_staged_to_device_bytes = counters_->gpu_to_device.load();
     s.gpu_staged_from_device_bytes = counters_->gpu_from_device.load();
     s.gpu_staging_waits = counters_->staging_waits.load();
+    s.gpu_staging_copies = counters_->staging_copies.load();
     s.gpu_staging_inflight = static_cast<uint64_t>(std::max<int64_t>(0, counters_->staging_in_use.load()));
   }
   return s;

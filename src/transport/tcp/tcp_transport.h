@@ -63,10 +63,11 @@ struct TcpSettings {
   uint64_t home_slack = 4ull << 20;   // tcp.home_slack
   uint32_t home_window_ms = 50;       // tcp.home_window_ms
   uint64_t slice_size = 1ull << 20;   // tcp.slice_size
+  uint64_t group_bytes = 1ull << 20;  // tcp.group_bytes (0: no frames of many runs)
   uint32_t timeout_ms = 5000;         // tcp.timeout_ms
   uint32_t connect_timeout_ms = 3000; // tcp.connect_timeout_ms
   uint32_t io_threads = 2;            // tcp.io_threads
-  uint32_t inflight = 64;             // tcp.inflight (slices per connection)
+  uint32_t inflight = 64;             // tcp.inflight (requests per connection)
   uint32_t sock_buf = 0;              // tcp.sock_buf (0 = kernel autotuning)
   uint32_t loopback_send_buf = 256u << 10;  // tcp.loopback_send_buf (0 = kernel autotuning)
   uint64_t max_frame = 64ull << 20;   // tcp.max_frame (target's payload bound)
@@ -81,6 +82,8 @@ struct TcpStats {
   uint64_t served_reads = 0;
   uint64_t served_writes = 0;
   uint64_t served_bytes = 0;
+  uint64_t served_run_frames = 0;   // RUNS requests (frames of many runs) served
+  uint64_t served_framed_runs = 0;  // runs of those
   uint64_t data_connections = 0;  // data connections accepted (total)
   uint64_t open_data_connections = 0;  // being served now
   // Initiator side.
@@ -89,12 +92,15 @@ struct TcpStats {
   uint64_t connection_failures = 0;  // established connections lost (EOF/RST/timeout/protocol)
   uint64_t slices_completed = 0;
   uint64_t slices_failed = 0;
+  uint64_t run_frames = 0;    // frames of many runs sent (RUNS requests)
+  uint64_t framed_runs = 0;   // slices sent as runs of those (framed_runs / run_frames: runs per frame)
   uint64_t inline_submits = 0;  // submissions sent by the submitting thread (the io thread slept)
   uint64_t polled_events = 0;   // connection events handled by a waiting caller's thread (poll())
   // GPU memory through pinned staging (docs/tcp.md "GPU memory").
   uint64_t gpu_staged_to_device_bytes = 0;    // initiator: read bytes copied staging -> GPU
   uint64_t gpu_staged_from_device_bytes = 0;  // initiator: write bytes copied GPU -> staging
   uint64_t gpu_staging_waits = 0;             // initiator: GPU slices that waited for a free slot
+  uint64_t gpu_staging_copies = 0;            // initiator: copies queued, one per request (a slice, or a frame)
   uint64_t gpu_staging_inflight = 0;            // initiator: staging slots held now (gauge)
   uint64_t served_gpu_to_device_bytes = 0;    // target: written bytes copied staging -> GPU
   uint64_t served_gpu_from_device_bytes = 0;  // target: read bytes copied GPU -> staging
@@ -117,7 +123,7 @@ class TcpTransport final : public Transport {
   Status registerMemory(void* addr, size_t length, const std::string& location, bool remote_accessible,
                         nlohmann::json& attrs) override;
   Status unregisterMemory(void* addr, size_t length) override;
-  // The peer's host, port, max_frame and whether it serves GPU memory, decoded once. Its data connections
+  // The peer's host, port, max_frame, max_runs and whether it serves GPU memory, decoded once. Its data connections
   // are released once the last handle on that host:port goes and nothing is
   // outstanding on them.
   Status openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) override;
