@@ -303,5 +303,52 @@ TEST(nvlink_blocks, cancel_mid_request_ends_it_canceled_with_only_issued_windows
   EXPECT_TRUE(p.init.freeBatchID(b).ok()) << "nothing of it is still in flight";
 }
 
+TEST(nvlink_blocks, the_owner_killed_mid_request_fails_the_windows_not_yet_issued) {
+  HAWSER_REQUIRE_GPU(1);
+  auto hold = fakeHook<void (*)(int)>("hawserFakeCudaHoldStreams");
+  if (!hold) GTEST_SKIP() << "needs the stand-in driver's hawserFakeCudaHoldStreams to stop the GPU mid-request";
+  // The target in a process of its own: `hawser serve` with GPU memory.
+  const uint64_t block = 4 << 10;
+  const size_t n = 20000;
+  Child serve;
+  ASSERT_TRUE(serve.start({"serve", "--listen", "127.0.0.1:0", "--memory", std::to_string(n * block), "--fill-seed",
+                           std::to_string(kSeed), "--location", "cuda:0"},
+                          {"HAWSER_GPU_CUDA_DRIVER=" + testCudaDriverPath()}));
+  const std::string seg_line = serve.waitFor("segment: ", 20000), mem_line = serve.waitFor("memory: ", 20000);
+  ASSERT_FALSE(seg_line.empty());
+  ASSERT_FALSE(serve.waitFor("ready", 20000).empty());
+  const uint64_t remote = std::stoull(mem_line.substr(8), nullptr, 16);
+  TransferEngine e;
+  ASSERT_TRUE(e.init("p2p", "nvlink-blocks-kill", "127.0.0.1", 0, gpuOptions({{"nvlink.stream_depth", "1"},
+                                                                               {"block.run_window", "1024"}}))
+                  .ok());
+  DeviceBuffer dst(0, n * block);
+  ASSERT_TRUE(e.registerLocalMemory(dst.data(), dst.size()).ok());
+  SegmentID seg;
+  ASSERT_TRUE(e.openSegment(seg_line.substr(9), seg).ok());
+  std::vector<Block> blocks = kvBlocks(dst.data(), remote, n, block, 8);
+  BatchID b;
+  ASSERT_TRUE(e.allocateBatchID(1, b).ok());
+  size_t task = 0;
+  {
+    Held held(hold);
+    ASSERT_TRUE(e.submitBlocks(b, OpCode::kRead, seg, blocks, &task).ok());
+    ASSERT_TRUE(eventually([&] { return counter(e, "gpu_copy_windows") >= 1; }));
+    serve.kill(SIGKILL);
+    (void)serve.wait();
+    ASSERT_TRUE(eventually([&] { return counter(e, "owner_deaths") == 1; })) << "the owner's exit is seen";
+  }
+  ASSERT_TRUE(e.waitTransfer(b, std::chrono::seconds(60)).ok());
+  TransferStatus st;
+  ASSERT_TRUE(e.getTransferStatus(b, task, st).ok());
+  EXPECT_EQ(st.s, TransferState::kFailed);
+  EXPECT_EQ(st.error.code(), Code::kUnavailable) << st.error.toString();
+  EXPECT_NE(st.error.message().find("has exited"), std::string::npos) << st.error.message();
+  EXPECT_LT(st.transferred_bytes, n * block / 2) << "only the windows issued before the death moved";
+  EXPECT_TRUE(e.freeBatchID(b).ok()) << "nothing of it is still in flight";
+  EXPECT_TRUE(eventually([&] { return openedIpcHandles() == 0; })) << "the dead owner's mappings are closed";
+  (void)e.unregisterLocalMemory(dst.data());
+}
+
 }  // namespace
 }  // namespace hawser::test
