@@ -53,3 +53,12 @@ if(HAWSER_CUDA_INCLUDE AND TARGET cuda_abi_test)
   target_include_directories(cuda_abi_test SYSTEM PRIVATE ${HAWSER_CUDA_INCLUDE})
   target_compile_definitions(cuda_abi_test PRIVATE HAWSER_HAVE_CUDA_H=1)
 endif()
+
+# The copy kernel's committed PTX is what nvcc makes of its source
+# (scripts/gen_copy_kernel.sh): checked where nvcc is installed.
+find_program(HAWSER_NVCC nvcc PATHS /usr/local/cuda/bin)
+if(HAWSER_NVCC)
+  add_test(NAME gpu.copy_kernel_ptx_matches_its_source
+    COMMAND bash -c "out=$(mktemp) && NVCC='${HAWSER_NVCC}' '${CMAKE_SOURCE_DIR}/scripts/gen_copy_kernel.sh' \"$out\" && cmp \"$out\" '${CMAKE_SOURCE_DIR}/src/gpu/copy_kernel.ptx'; rc=$?; rm -f \"$out\"; exit $rc")
+  set_tests_properties(gpu.copy_kernel_ptx_matches_its_source PROPERTIES LABELS gpu_sim)
+endif()
