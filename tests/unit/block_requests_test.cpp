@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <random>
 
 #include "common/engine_pair.h"
 #include "metadata/descriptor.h"
@@ -224,6 +225,40 @@ TEST_P(Blocks, cancel_ends_a_large_block_request_canceled_and_the_batch_frees) {
   EXPECT_EQ(st.s, TransferState::kCanceled) << stateName(st.s) << " " << st.error.toString();
   EXPECT_LT(st.transferred_bytes, 200000u * 16);
   EXPECT_TRUE(eventually([&] { return e().freeBatchID(b).ok(); }));
+}
+
+TEST_P(Blocks, an_overlap_among_thousands_of_shuffled_destinations_names_both_blocks) {
+  // Two block tables, as a paged KV cache has: destinations out of order, so
+  // they are sorted (radix sort beyond 256 blocks) before the check.
+  const size_t n = 3000;
+  std::vector<size_t> lslot(n), rslot(n);
+  std::iota(lslot.begin(), lslot.end(), 0);
+  std::iota(rslot.begin(), rslot.end(), 0);
+  std::shuffle(lslot.begin(), lslot.end(), std::mt19937(21));
+  std::shuffle(rslot.begin(), rslot.end(), std::mt19937(22));
+  std::vector<Block> blocks(n);
+  for (size_t i = 0; i < n; ++i) blocks[i] = Block{local(lslot[i] * 2048), remote(rslot[i] * 2048), 2048};
+  Status s;
+  TransferStatus st = run(OpCode::kRead, blocks, &s);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
+  for (size_t i = 0; i < n; i += 7)
+    ASSERT_EQ(checkPattern(blocks[i].local, 2048, 11, blocks[i].remote - remote(0)), -1) << "block " << i;
+  // Block 2500's destination moved to start 100 bytes into block 40's.
+  auto bad = blocks;
+  bad[2500].local = static_cast<char*>(bad[40].local) + 100;
+  run(OpCode::kRead, bad, &s);
+  EXPECT_EQ(s.code(), Code::kAddressOverlapped) << s.toString();
+  EXPECT_NE(s.message().find("blocks[2500]: destination"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("overlaps blocks[40]'s"), std::string::npos) << s.message();
+  // For a WRITE the target's side is the destination.
+  bad = blocks;
+  bad[7].remote = bad[2999].remote + 1000;  // inside block 2999's destination only
+  bad[7].length = 500;
+  run(OpCode::kWrite, bad, &s);
+  EXPECT_EQ(s.code(), Code::kAddressOverlapped) << s.toString();
+  EXPECT_NE(s.message().find("blocks[2999]: destination"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("overlaps blocks[7]'s"), std::string::npos) << s.message();
 }
 
 TEST_P(Blocks, engine_memory_per_in_flight_block_is_bounded_and_reported) {
