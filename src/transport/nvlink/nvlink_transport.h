@@ -18,15 +18,19 @@
 // the GPU that holds it, on first use, and cached; it is closed when no
 // descriptor view lists it any more (the owner unregistered it) or as soon
 // as no copy uses it once the owner has exited. Copies run on
-// nvlink.streams streams per local GPU, each driven by its own thread;
-// tasks larger than nvlink.stripe_size are striped over the streams; each
-// copy completes through an event. Same GPU: cuMemcpyAsync; different GPUs:
-// cuMemcpyPeerAsync with both contexts. An owner in this very process is
-// addressed directly (no IPC).
+// nvlink.streams streams per local GPU, each driven by its own thread, a
+// group at a time (gpu::CopyStream::copyRuns): a block request's window of
+// runs is one group on its GPU's first stream, copied by one launch of
+// hawser's gather/scatter kernel (or the copy engines for large runs), and a
+// prepared plan's window posted again is launched from a run list kept on
+// the GPU; tasks larger than nvlink.stripe_size are striped over the
+// streams. Owners and registrations are checked once per buffer of a group.
+// An owner in this very process is addressed directly (no IPC).
 //
 // Files: nvlink_transport.cpp (install, export, peers, stats),
 // nvlink_peer.cpp (owners, opened handles, the liveness watcher),
-// nvlink_sub_batch.cpp (prepare, post, cancel, stream workers).
+// nvlink_sub_batch.cpp (prepare, prepareRuns, post, cancel, stream workers),
+// nvlink_window_cache.cpp (prepared plans' run lists kept on the GPU).
 #pragma once
 
 #include <atomic>
