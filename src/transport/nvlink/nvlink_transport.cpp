@@ -19,6 +19,7 @@
 
 #include "base/config.h"
 #include "base/log.h"
+#include "gpu/copy_kernel.h"
 #include "gpu/cuda_driver.h"
 #include "metadata/descriptor.h"
 #include "transport/nvlink/nvlink_internal.h"
@@ -334,6 +335,14 @@ void NvlinkTransport::diagnose(TransportDiagnosis& out) const {
   out.facts.emplace_back("streams per GPU", std::to_string(settings_.streams));
   out.facts.emplace_back("stripe size", std::to_string(settings_.stripe_size));
   out.facts.emplace_back("stream depth", std::to_string(settings_.stream_depth));
+  if (const gpu::CudaDriver* d = gpu::CudaDriver::get(); d && !buses_.empty()) {
+    // Whether the kernel loads here (once per process; it stays loaded).
+    gpu::ContextScope scope(d, 0);
+    gpu::cu::Function fn = nullptr;
+    const Status k = scope.status().ok() ? gpu::copyKernel(d, 0, fn) : scope.status();
+    out.facts.emplace_back("copy kernel", k.ok() ? std::string("loads on GPU 0 (windows of small runs: one launch each)")
+                                                 : "not usable, windows copied run by run: " + k.message());
+  }
   out.facts.emplace_back("waits", settings_.spin_wait ? "polling (nvlink.spin_wait)" : "sleeping in the driver");
   out.facts.emplace_back("prepared plans' run lists kept on the GPU",
                          settings_.plan_cache ? fmt::format("up to {} bytes (nvlink.plan_cache)", settings_.plan_cache)
