@@ -152,7 +152,7 @@ Status FileTransport::ensureStaging() {
   std::lock_guard lk(gpu_mu_);
   if (staging_) return Status::OK();
   auto st = std::make_unique<GpuStaging>();
-  Status s = st->init(settings_.gpu_staging_buffers, settings_.max_io_size + 2 * kPage, uring_.get(),
+  Status s = st->init(settings_.gpu_staging_buffers, settings_.max_io_size + 2 * kPage, uring_.get(), copy_settings_,
                       [this](uint64_t cookie, const Status& r) { inflight_->onCopyDone(cookie, r); });
   if (!s.ok()) return {s.code(), "GPU staging buffers (file.gpu_staging_buffers): " + s.message()};
   inflight_->setStaging(st.get());
