@@ -4,7 +4,8 @@
 // to back in one file (each followed by --gap bytes of the file nobody
 // asks for). Each round posts them as one block request (a plan, prepared
 // once) and moves the same number of bytes as 1 MiB requests (contiguous
-// on both sides, the file's first bytes), interleaved; prints one JSON line
+// on both sides, the file's first bytes, from memory --mem-offset bytes
+// into the region: the same path), interleaved; prints one JSON line
 // with the medians, their ratio, and the file transport's counters per
 // block request (how many runs went in how many I/Os).
 //
@@ -228,7 +229,7 @@ int main(int argc, char** argv) {
   if (!(s = engine.prepareBlocks(opc, seg, list, plan)).ok()) return fail("prepare the blocks", s);
   std::vector<TransferRequest> big;
   for (uint64_t off = 0; off < bytes; off += 1 << 20)
-    big.push_back({opc, local.p + off, seg, off, std::min<uint64_t>(1 << 20, bytes - off)});
+    big.push_back({opc, local.p + mem_offset + off, seg, off, std::min<uint64_t>(1 << 20, bytes - off)});
 
   std::vector<double> blk_s, big_s;
   std::map<std::string, uint64_t> per_post;

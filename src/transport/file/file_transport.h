@@ -9,8 +9,9 @@
 //
 // Files, one concept each:
 //   file_transport.cpp  install, settings, peers (openPeer, file:// names), stats, diagnose
-//   file_sub_batch.*    the sub-batch verbs: prepare (validate, open, cut), post, cancel, idle
-//   file_inflight.*     slices in flight: one-based cookies, completions, cancel, quarantine, watchdog
+//   file_sub_batch.*    the sub-batch verbs: prepare (validate, open, group runs into I/Os), post, cancel, idle
+//   file_inflight.*     I/Os in flight and their slices: one-based cookies, completions, cancel, quarantine
+//   file_coalesce.*     pure: a window's runs into I/Os sized by the disk, and their iovecs
 //   file_handles.*      a segment's files as this host sees them, and their cached open descriptors
 //   bounce_pool.*       aligned bounce buffers for O_DIRECT I/O of unaligned memory
 //   file_plan.*         pure slicing (no I/O); io_engine.h + uring/posix_engine.cpp: the I/O engines
