@@ -133,6 +133,17 @@ class FileGpu : public ::testing::Test {
   Status run(OpCode op, void* local, uint64_t target, size_t len) {
     return engine_.transferSync({{op, local, seg_, target, len}}, std::chrono::seconds(60));
   }
+  // Starts with file.cufile=on and registers `dev`: "" when cuFile takes the
+  // files here, else why not (no udev record on this host: skip then).
+  std::string startCufileOn(const DeviceBuffer& dev) {
+    start({{"file.cufile", "on"}});
+    EXPECT_TRUE(engine_.registerLocalMemory(dev.data(), dev.size()).ok());
+    Status p = run(OpCode::kRead, dev.data(), 0, 4096);
+    if (p.code() == Code::kNotSupported) return "cuFile refuses files here: " + p.message();
+    EXPECT_TRUE(p.ok()) << p.toString();
+    return "";
+  }
+
   // One block request in its own batch: OK when it completed.
   Status runBlocks(OpCode op, SegmentID seg, const std::vector<Block>& blocks) {
     BatchID b;
@@ -201,13 +212,8 @@ class FileGpu : public ::testing::Test {
 TEST_F(FileGpu, gpu_to_file_and_back_through_cufile_every_byte_checked) {
   HAWSER_REQUIRE_GPU(1);
   HAWSER_REQUIRE_CUFILE();
-  start({{"file.cufile", "on"}});
   DeviceBuffer dev(0, 8 << 20);
-  ASSERT_TRUE(engine_.registerLocalMemory(dev.data(), dev.size()).ok());
-  // Where cuFile cannot register files (no udev record on this host), say so.
-  Status p = run(OpCode::kRead, dev.data(), 0, 4096);
-  if (p.code() == Code::kNotSupported) GTEST_SKIP() << "cuFile refuses files here: " << p.message();
-  ASSERT_TRUE(p.ok()) << p.toString();
+  if (std::string why = startCufileOn(dev); !why.empty()) GTEST_SKIP() << why;
   auto before = fileCounters(engine_);
   roundTrip(dev);
   auto after = fileCounters(engine_);
@@ -406,12 +412,8 @@ TEST_F(FileGpu, under_auto_a_refused_file_and_compat_mode_go_through_staging_log
 TEST_F(FileGpu, with_cufile_on_each_run_of_a_block_request_is_one_cufile_entry) {
   HAWSER_REQUIRE_GPU(1);
   HAWSER_REQUIRE_CUFILE();
-  start({{"file.cufile", "on"}});
   DeviceBuffer dev(0, 4 << 20);
-  ASSERT_TRUE(engine_.registerLocalMemory(dev.data(), dev.size()).ok());
-  Status p = run(OpCode::kRead, dev.data(), 0, 4096);
-  if (p.code() == Code::kNotSupported) GTEST_SKIP() << "cuFile refuses files here: " << p.message();
-  ASSERT_TRUE(p.ok()) << p.toString();
+  if (std::string why = startCufileOn(dev); !why.empty()) GTEST_SKIP() << why;
   constexpr uint64_t n = 32, bs = 8192;
   std::vector<Block> blocks(n);
   for (uint64_t i = 0; i < n; ++i) blocks[i] = Block{dev.data() + ((i * 5) % n) * 2 * bs, i * bs, bs};

@@ -61,6 +61,22 @@ class FileCoalesce : public ::testing::TestWithParam<std::string> {
     EXPECT_TRUE(engine.freeBatchID(b).ok());
     return st;
   }
+  // Runs a block request that must complete; the counters before and after.
+  void runOk(OpCode op, const std::vector<Block>& blocks, file::FileStats& before, file::FileStats& after) {
+    before = file::globalStats();
+    TransferStatus st = run(op, blocks);
+    ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
+    uint64_t bytes = 0;
+    for (const Block& b : blocks) bytes += b.length;
+    EXPECT_EQ(st.transferred_bytes, bytes);
+    after = file::globalStats();
+  }
+  // `n` blocks of `bs` bytes, block i at blockMem(slot, i, bs) and at i * stride of the file.
+  std::vector<Block> blocksAt(const std::vector<uint64_t>& slot, uint64_t bs, uint64_t stride) {
+    std::vector<Block> blocks(slot.size());
+    for (uint64_t i = 0; i < slot.size(); ++i) blocks[i] = Block{blockMem(slot, i, bs), i * stride, bs};
+    return blocks;
+  }
   // Block i goes to slot[i] of 2n slots, shuffled.
   static std::vector<uint64_t> shuffledSlots(size_t n) {
     std::vector<uint64_t> s(2 * n);
@@ -109,16 +125,10 @@ TEST_P(FileCoalesce, scattered_host_blocks_and_a_contiguous_file_range_move_in_1
   ASSERT_TRUE(writeFile(path, n * bs + MiB, kFileSeed));
   start();
   const auto slot = shuffledSlots(n);
-  std::vector<Block> blocks(n);
-  for (uint64_t i = 0; i < n; ++i) {
-    blocks[i] = Block{blockMem(slot, i, bs), i * bs, bs};
-    fillPattern(blockMem(slot, i, bs), bs, kBlockSeed, i * bs);
-  }
-  auto before = file::globalStats();
-  TransferStatus st = run(OpCode::kWrite, blocks);
-  ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
-  EXPECT_EQ(st.transferred_bytes, n * bs);
-  auto after = file::globalStats();
+  const auto blocks = blocksAt(slot, bs, bs);
+  for (uint64_t i = 0; i < n; ++i) fillPattern(blockMem(slot, i, bs), bs, kBlockSeed, i * bs);
+  file::FileStats before, after;
+  ASSERT_NO_FATAL_FAILURE(runOk(OpCode::kWrite, blocks, before, after));
   EXPECT_EQ(after.coalesced_runs - before.coalesced_runs, n) << "every block went in an I/O with others";
   // 8 MiB in 1 MiB I/Os (a window boundary may split one more).
   EXPECT_GE(ios(after) - ios(before), n * bs / MiB);
@@ -132,10 +142,7 @@ TEST_P(FileCoalesce, scattered_host_blocks_and_a_contiguous_file_range_move_in_1
   EXPECT_EQ(checkPattern(disk.data() + n * bs, MiB, kFileSeed, n * bs), -1) << "bytes past the range changed";
 
   std::memset(mem.p, 0, mem.n);
-  before = file::globalStats();
-  st = run(OpCode::kRead, blocks);
-  ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
-  after = file::globalStats();
+  ASSERT_NO_FATAL_FAILURE(runOk(OpCode::kRead, blocks, before, after));
   EXPECT_EQ(after.coalesced_runs - before.coalesced_runs, n);
   EXPECT_LE(ios(after) - ios(before), n * bs / MiB + 2);
   for (uint64_t i = 0; i < n; ++i)
@@ -150,12 +157,8 @@ TEST_P(FileCoalesce, with_coalescing_off_every_block_is_an_io_of_its_own) {
   ASSERT_TRUE(writeFile(path, n * bs, kFileSeed));
   start({{"file.coalesce", "false"}});
   const auto slot = shuffledSlots(n);
-  std::vector<Block> blocks(n);
-  for (uint64_t i = 0; i < n; ++i) blocks[i] = Block{blockMem(slot, i, bs), i * bs, bs};
-  auto before = file::globalStats();
-  TransferStatus st = run(OpCode::kRead, blocks);
-  ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
-  auto after = file::globalStats();
+  file::FileStats before, after;
+  ASSERT_NO_FATAL_FAILURE(runOk(OpCode::kRead, blocksAt(slot, bs, bs), before, after));
   EXPECT_EQ(ios(after) - ios(before), n);
   EXPECT_EQ(after.coalesced_ios, before.coalesced_ios);
   for (uint64_t i = 0; i < n; ++i)
@@ -185,11 +188,8 @@ TEST_P(FileCoalesce, odd_lengths_at_unaligned_addresses_go_as_few_bounced_ios) {
     blocks[i] = Block{blockMem(slot, i, 4 * KiB) + 7 + i % 13, off[i], len[i]};
     fillPattern(blocks[i].local, len[i], kBlockSeed, off[i]);
   }
-  auto before = file::globalStats();
-  TransferStatus st = run(OpCode::kWrite, blocks);
-  ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
-  EXPECT_EQ(st.transferred_bytes, total);
-  auto after = file::globalStats();
+  file::FileStats before, after;
+  ASSERT_NO_FATAL_FAILURE(runOk(OpCode::kWrite, blocks, before, after));
   // Two windows (the first is short), each a chain of < 1 MiB: its aligned
   // middle, and its unaligned head and tail.
   EXPECT_LE(ios(after) - ios(before), 6u) << "one I/O per block?";
@@ -202,10 +202,7 @@ TEST_P(FileCoalesce, odd_lengths_at_unaligned_addresses_go_as_few_bounced_ios) {
   EXPECT_EQ(checkPattern(disk.data() + at + total, 5000, kFileSeed, at + total), -1) << "bytes after changed";
 
   for (const Block& b : blocks) std::memset(b.local, 0, b.length);
-  before = file::globalStats();
-  st = run(OpCode::kRead, blocks);
-  ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
-  after = file::globalStats();
+  ASSERT_NO_FATAL_FAILURE(runOk(OpCode::kRead, blocks, before, after));
   EXPECT_LE(ios(after) - ios(before), 4u);
   EXPECT_EQ(after.coalesced_runs - before.coalesced_runs, n);
   for (uint64_t i = 0; i < n; ++i) ASSERT_EQ(checkPattern(blocks[i].local, len[i], kBlockSeed, off[i]), -1) << i;
@@ -221,13 +218,9 @@ TEST_P(FileCoalesce, reads_pass_through_a_gap_and_writes_leave_it_untouched) {
   ASSERT_TRUE(writeFile(path, n * stride, kFileSeed));
   start();
   const auto slot = shuffledSlots(n);
-  std::vector<Block> blocks(n);
-  for (uint64_t i = 0; i < n; ++i) blocks[i] = Block{blockMem(slot, i, bs), i * stride, bs};
-
-  auto before = file::globalStats();
-  TransferStatus st = run(OpCode::kRead, blocks);
-  ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
-  auto after = file::globalStats();
+  const auto blocks = blocksAt(slot, bs, stride);
+  file::FileStats before, after;
+  ASSERT_NO_FATAL_FAILURE(runOk(OpCode::kRead, blocks, before, after));
   EXPECT_EQ(after.coalesced_runs - before.coalesced_runs, n + crossings(n, stride, bs));
   EXPECT_LE(ios(after) - ios(before), n * stride / MiB + 2);
   for (uint64_t i = 0; i < n; ++i)
@@ -235,10 +228,7 @@ TEST_P(FileCoalesce, reads_pass_through_a_gap_and_writes_leave_it_untouched) {
   expectUnusedSlotsZero(slot, bs);  // the gaps were dropped, not written anywhere
 
   for (uint64_t i = 0; i < n; ++i) fillPattern(blockMem(slot, i, bs), bs, kBlockSeed, i * stride);
-  before = file::globalStats();
-  st = run(OpCode::kWrite, blocks);
-  ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
-  after = file::globalStats();
+  ASSERT_NO_FATAL_FAILURE(runOk(OpCode::kWrite, blocks, before, after));
   EXPECT_EQ(after.coalesced_ios, before.coalesced_ios) << "a write coalesced across a gap";
   EXPECT_EQ(ios(after) - ios(before), n + crossings(n, stride, bs));
   auto disk = readFile(path, 0, n * stride);

@@ -117,6 +117,19 @@ class FileInflight : public ::testing::TestWithParam<std::string> {
     s = engine->registerLocalMemory(plain.p, plain.n, "cpu:0", false);
     ASSERT_TRUE(s.ok()) << s.toString();
   }
+  // One I/O at a time through the page cache (so a file truncated under a
+  // batch shrinks at once), I/Os of `max_io`: what the queued cases need;
+  // and `serial`, a file of `size` pattern(seed) bytes, opened as `seg`.
+  void startSerial(const char* max_io, uint64_t size, uint64_t seed) {
+    ::setenv("HAWSER_FILE_DIRECT", "0", 1);
+    ::setenv("HAWSER_FILE_MAX_IO_SIZE", max_io, 1);
+    ::setenv("HAWSER_FILE_IO_DEPTH", "1", 1);
+    ::setenv("HAWSER_FILE_POSIX_THREADS", "1", 1);
+    start();
+    serial = dir.path + "/serial";
+    ASSERT_TRUE(writeFile(serial, size, seed));
+    ASSERT_TRUE(engine->openSegment("file://" + serial, seg).ok());
+  }
   void TearDown() override {
     // Release whatever may still block before the engine goes away.
     if (uffd.base)
@@ -130,6 +143,8 @@ class FileInflight : public ::testing::TestWithParam<std::string> {
   Buffer plain{4 * MiB};
   TempDir dir;
   std::unique_ptr<TransferEngine> engine;
+  std::string serial;  // startSerial's file
+  SegmentID seg = kInvalidSegment;
 };
 
 std::string paramName(const ::testing::TestParamInfo<std::string>& i) { return i.param; }
@@ -190,15 +205,7 @@ TEST_P(FileInflight, cancel_of_an_io_that_cannot_stop_quarantines_its_memory_unt
 // the rest of the task's queued slices are cancelled, the task ends FAILED
 // with exactly the bytes that were read, and nothing hangs.
 TEST_P(FileInflight, file_truncated_while_a_batch_runs_fails_the_task_with_the_bytes_done) {
-  ::setenv("HAWSER_FILE_DIRECT", "0", 1);
-  ::setenv("HAWSER_FILE_MAX_IO_SIZE", "64K", 1);
-  ::setenv("HAWSER_FILE_IO_DEPTH", "1", 1);
-  ::setenv("HAWSER_FILE_POSIX_THREADS", "1", 1);
-  start();
-  const std::string path = dir.path + "/t";
-  ASSERT_TRUE(writeFile(path, 4 * MiB, 5));
-  SegmentID seg;
-  ASSERT_TRUE(engine->openSegment("file://" + path, seg).ok());
+  ASSERT_NO_FATAL_FAILURE(startSerial("64K", 4 * MiB, 5));
   // Task 0 reads into the userfaultfd page and holds the only I/O lane; task
   // 1 (64 slices of 64 KiB) waits behind it while the file shrinks to 1 MiB.
   BatchID b;
@@ -208,7 +215,7 @@ TEST_P(FileInflight, file_truncated_while_a_batch_runs_fails_the_task_with_the_b
                                        TransferRequest{OpCode::kRead, plain.p, seg, 0, 4 * MiB}})
                   .ok());
   ASSERT_TRUE(uffd.waitFault(0));  // the only I/O lane is held; task 1 has not started
-  ASSERT_EQ(::truncate(path.c_str(), MiB), 0);
+  ASSERT_EQ(::truncate(serial.c_str(), MiB), 0);
   ASSERT_TRUE(uffd.fill(0));
   ASSERT_TRUE(engine->waitTransfer(b, std::chrono::seconds(30)).ok());
   TransferStatus t0, t1;
@@ -227,15 +234,7 @@ TEST_P(FileInflight, file_truncated_while_a_batch_runs_fails_the_task_with_the_b
 // requests it carried fail, with its error, and those of the I/O before it
 // complete with their bytes.
 TEST_P(FileInflight, a_failed_coalesced_io_fails_exactly_the_runs_it_carried) {
-  ::setenv("HAWSER_FILE_DIRECT", "0", 1);
-  ::setenv("HAWSER_FILE_MAX_IO_SIZE", "1M", 1);
-  ::setenv("HAWSER_FILE_IO_DEPTH", "1", 1);
-  ::setenv("HAWSER_FILE_POSIX_THREADS", "1", 1);
-  start();
-  const std::string path = dir.path + "/c";
-  ASSERT_TRUE(writeFile(path, 2 * MiB, 8));
-  SegmentID seg;
-  ASSERT_TRUE(engine->openSegment("file://" + path, seg).ok());
+  ASSERT_NO_FATAL_FAILURE(startSerial("1M", 2 * MiB, 8));
   // Request 0 reads into the userfaultfd page and holds the only I/O lane;
   // requests 1..64 (32 KiB each, scattered in memory, [0, 2 MiB) of the
   // file) are two I/Os of 32 runs that wait behind it while the file
@@ -249,7 +248,7 @@ TEST_P(FileInflight, a_failed_coalesced_io_fails_exactly_the_runs_it_carried) {
   const auto before = file::globalStats();
   ASSERT_TRUE(engine->submitTransfer(b, reqs).ok());
   ASSERT_TRUE(uffd.waitFault(0));
-  ASSERT_EQ(::truncate(path.c_str(), MiB), 0);
+  ASSERT_EQ(::truncate(serial.c_str(), MiB), 0);
   ASSERT_TRUE(uffd.fill(0));
   ASSERT_TRUE(engine->waitTransfer(b, std::chrono::seconds(30)).ok());
   const auto after = file::globalStats();
@@ -283,15 +282,7 @@ TEST_P(FileInflight, a_failed_coalesced_io_fails_exactly_the_runs_it_carried) {
 // (The stuck I/O is the last one: I/O queued behind it on the engine's only
 // lane could not be stopped either.)
 TEST_P(FileInflight, cancel_mid_way_through_coalesced_block_ios) {
-  ::setenv("HAWSER_FILE_DIRECT", "0", 1);
-  ::setenv("HAWSER_FILE_MAX_IO_SIZE", "256K", 1);
-  ::setenv("HAWSER_FILE_IO_DEPTH", "1", 1);
-  ::setenv("HAWSER_FILE_POSIX_THREADS", "1", 1);
-  start();
-  const std::string path = dir.path + "/m";
-  ASSERT_TRUE(writeFile(path, MiB, 9));
-  SegmentID seg;
-  ASSERT_TRUE(engine->openSegment("file://" + path, seg).ok());
+  ASSERT_NO_FATAL_FAILURE(startSerial("256K", MiB, 9));
   // 32 blocks of 32 KiB over [0, 1 MiB): four I/Os of 8 blocks, issued one
   // at a time. Block 24 (the last I/O's first) lands in the userfaultfd
   // pages; the others are scattered in plain memory, one slot apart.

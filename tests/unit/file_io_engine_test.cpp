@@ -106,6 +106,15 @@ class IoEngineTest : public ::testing::TestWithParam<std::string> {
     EXPECT_TRUE(engine->start(sink.fn()).ok());
     return true;
   }
+  // A vectored op over `v` (kept alive by the caller).
+  IoOp vop(uint64_t cookie, bool write, const std::vector<iovec>& v, uint64_t off) {
+    uint64_t len = 0;
+    for (const iovec& x : v) len += x.iov_len;
+    IoOp o = op(cookie, write, nullptr, len, off);
+    o.iov = v.data();
+    o.iov_count = static_cast<uint32_t>(v.size());
+    return o;
+  }
   IoOp op(uint64_t cookie, bool write, void* buf, uint64_t len, uint64_t off) {
     IoOp o;
     o.cookie = cookie;
@@ -194,10 +203,7 @@ TEST_P(IoEngineTest, a_vectored_op_moves_scattered_memory_as_one_io) {
     wv.push_back(iovec{src.p + slot * piece, piece});
     rv.push_back(iovec{dst.p + slot * piece, piece});
   }
-  IoOp w = op(1, true, nullptr, n * piece, MiB);
-  w.iov = wv.data();
-  w.iov_count = static_cast<uint32_t>(wv.size());
-  engine->submit(std::vector<IoOp>{w});
+  engine->submit(std::vector<IoOp>{vop(1, true, wv, MiB)});
   ASSERT_TRUE(sink.waitCount(1));
   EXPECT_EQ(sink.results[1], static_cast<int64_t>(n * piece));
   // Read back plainly: the file holds the pieces in order.
@@ -206,10 +212,7 @@ TEST_P(IoEngineTest, a_vectored_op_moves_scattered_memory_as_one_io) {
   ASSERT_TRUE(sink.waitCount(2));
   EXPECT_EQ(checkPattern(back.p, n * piece, 31, 0), -1);
   // And vectored into the scattered pieces.
-  IoOp r = op(3, false, nullptr, n * piece, MiB);
-  r.iov = rv.data();
-  r.iov_count = static_cast<uint32_t>(rv.size());
-  engine->submit(std::vector<IoOp>{r});
+  engine->submit(std::vector<IoOp>{vop(3, false, rv, MiB)});
   ASSERT_TRUE(sink.waitCount(3));
   EXPECT_EQ(sink.results[3], static_cast<int64_t>(n * piece));
   for (uint64_t i = 0; i < n; ++i)
