@@ -150,6 +150,22 @@ TEST_P(FileCoalesce, scattered_host_blocks_and_a_contiguous_file_range_move_in_1
   expectUnusedSlotsZero(slot, bs);
 }
 
+// Block requests reach the file transport as windows of runs (no task per
+// run: SubBatch::prepareRuns), block.run_window runs at a time: with windows
+// of 16 runs of 32 KiB, each window is one 512 KiB I/O.
+TEST_P(FileCoalesce, block_requests_come_as_windows_of_runs_each_its_own_ios) {
+  constexpr uint64_t n = 256, bs = 32 * KiB;
+  ASSERT_TRUE(writeFile(path, n * bs, kFileSeed));
+  start({{"block.run_window", "16"}, {"block.window", "1024"}});
+  const auto slot = shuffledSlots(n);
+  file::FileStats before, after;
+  ASSERT_NO_FATAL_FAILURE(runOk(OpCode::kRead, blocksAt(slot, bs, bs), before, after));
+  EXPECT_EQ(ios(after) - ios(before), n / 16) << "windows of block.run_window runs (block.window is for tasks)";
+  EXPECT_EQ(after.coalesced_runs - before.coalesced_runs, n);
+  for (uint64_t i = 0; i < n; ++i)
+    ASSERT_EQ(checkPattern(blockMem(slot, i, bs), bs, kFileSeed, i * bs), -1) << "block " << i;
+}
+
 // file.coalesce=false: the same request is one I/O per block (the layout
 // the coalescing replaces; nothing is counted as coalesced).
 TEST_P(FileCoalesce, with_coalescing_off_every_block_is_an_io_of_its_own) {

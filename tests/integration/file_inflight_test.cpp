@@ -275,6 +275,37 @@ TEST_P(FileInflight, a_failed_coalesced_io_fails_exactly_the_runs_it_carried) {
   EXPECT_TRUE(engine->freeBatchID(b).ok());
 }
 
+// The same through a block request (its runs reach the transport as a
+// window of runs): the runs of the failed I/O fail with its error, the
+// block request ends FAILED with exactly the bytes of the I/O that
+// completed.
+TEST_P(FileInflight, a_failed_coalesced_io_fails_exactly_the_block_runs_it_carried) {
+  ASSERT_NO_FATAL_FAILURE(startSerial("1M", 2 * MiB, 8));
+  constexpr uint64_t bs = 32 * KiB, n = 64;
+  std::vector<Block> blocks(n);
+  for (uint64_t i = 0; i < n; ++i) blocks[i] = Block{plain.p + ((i * 37) % n) * bs, i * bs, bs};
+  // Task 0 holds the only I/O lane on the userfaultfd page; task 1's two
+  // I/Os of 32 runs wait behind it while the file shrinks to 1 MiB.
+  BatchID b;
+  ASSERT_TRUE(engine->allocateBatchID(2, b).ok());
+  ASSERT_TRUE(engine->submitTransfer(b, {TransferRequest{OpCode::kRead, uffd.base, seg, 0, kPage}}).ok());
+  ASSERT_TRUE(engine->submitBlocks(b, OpCode::kRead, seg, blocks).ok());
+  ASSERT_TRUE(uffd.waitFault(0));
+  ASSERT_EQ(::truncate(serial.c_str(), MiB), 0);
+  ASSERT_TRUE(uffd.fill(0));
+  ASSERT_TRUE(engine->waitTransfer(b, std::chrono::seconds(30)).ok());
+  TransferStatus st;
+  ASSERT_TRUE(engine->getTransferStatus(b, 1, st).ok());
+  EXPECT_EQ(st.s, TransferState::kFailed);
+  EXPECT_EQ(st.transferred_bytes, MiB) << "the 32 runs of the first I/O, none of the second";
+  EXPECT_NE(st.error.message().find("short read: 0 of 1048576 bytes at offset 1048576"), std::string::npos)
+      << st.error.message();
+  EXPECT_NE(st.error.message().find("carrying 32 runs"), std::string::npos) << st.error.message();
+  for (uint64_t i = 0; i < n / 2; ++i)
+    EXPECT_EQ(checkPattern(blocks[i].local, bs, 8, i * bs), -1) << "block " << i;
+  EXPECT_TRUE(engine->freeBatchID(b).ok());
+}
+
 // cancelTransfer in the middle of a block request whose runs go as
 // coalesced I/Os: the I/Os that completed count their runs' bytes; the one
 // stuck in the kernel is quarantined (its runs reported CANCELED after the

@@ -77,10 +77,18 @@ struct Inflight::Outbox {
     uint64_t bytes;
     Status error;
   };
+  // A run whose last slice ended.
+  struct RunEnd {
+    RunSink* sink;
+    TransferState state;
+    uint64_t bytes;
+    Status error;
+  };
   std::vector<EngineWork> engines;  // one or two
   std::vector<Copy> copy_in;        // user -> bounce, before the write is posted
   std::vector<GpuCopy> gpu_copies;  // staging slot <-> GPU, one batched copy per I/O, on a copy lane
   std::vector<Report> reports;
+  std::vector<RunEnd> run_ends;
   std::vector<std::unique_ptr<BatchSlices>> destroy;
 
   EngineWork& of(IoEngine* e) {
@@ -88,7 +96,9 @@ struct Inflight::Outbox {
       if (w.engine == e) return w;
     return engines.emplace_back(EngineWork{e, {}, {}});
   }
-  bool empty() const { return engines.empty() && reports.empty() && destroy.empty() && gpu_copies.empty(); }
+  bool empty() const {
+    return engines.empty() && reports.empty() && run_ends.empty() && destroy.empty() && gpu_copies.empty();
+  }
 };
 
 // ---- lifecycle -------------------------------------------------------------------
@@ -159,9 +169,15 @@ void Inflight::post(BatchSlices& sb, PreparedIos& work) {
   {
     std::lock_guard lk(mu_);
     const size_t task0 = sb.tasks.size(), slice0 = sb.slices.size();
-    for (Task* t : work.tasks) {
+    const size_t units = work.sink ? work.runs : work.tasks.size();
+    for (size_t u = 0; u < units; ++u) {
       TaskRec& rec = sb.tasks.emplace_back();
-      rec.task = t;
+      if (work.sink) {
+        rec.sink = work.sink;
+        rec.left = work.unit_slices[u];
+      } else {
+        rec.task = work.tasks[u];
+      }
       rec.sb = &sb;
     }
     for (Slice& sl : work.slices) {
@@ -352,7 +368,23 @@ void Inflight::report(FileIo* io, TransferState st, const Status& err, Outbox& o
   if (st == TransferState::kCompleted) countDone(io);
   for (uint32_t i = 0; i < io->count; ++i) {
     const Slice& s = slice(io, i);
-    ob.reports.push_back({s.rec->task, st, st == TransferState::kCompleted ? s.len : 0, err});
+    TaskRec* rec = s.rec;
+    if (rec->task) {
+      ob.reports.push_back({rec->task, st, st == TransferState::kCompleted ? s.len : 0, err});
+      continue;
+    }
+    // A run: its outcome once its last slice has ended.
+    if (st == TransferState::kCompleted) {
+      rec->bytes += s.len;
+    } else if (failureRank(st) > rec->worst) {
+      rec->worst = failureRank(st);
+      rec->error = err;
+    }
+    if (--rec->left > 0) continue;
+    if (rec->worst == 0)
+      ob.run_ends.push_back({rec->sink, TransferState::kCompleted, rec->bytes, Status::OK()});
+    else
+      ob.run_ends.push_back({rec->sink, stateOfRank(rec->worst), 0, rec->error});
   }
 }
 
@@ -593,6 +625,17 @@ void Inflight::flush(Outbox& ob) {
   for (auto& w : ob.engines)
     if (!w.cancels.empty()) w.engine->cancel(w.cancels);
   for (auto& r : ob.reports) r.task->completeSlice(r.state, r.bytes, r.error);
+  // Runs that ended together with one outcome are told together.
+  for (size_t i = 0; i < ob.run_ends.size();) {
+    const Outbox::RunEnd& r = ob.run_ends[i];
+    size_t n = 1;
+    uint64_t bytes = r.bytes;
+    while (i + n < ob.run_ends.size() && ob.run_ends[i + n].sink == r.sink && ob.run_ends[i + n].state == r.state &&
+           (r.state == TransferState::kCompleted || ob.run_ends[i + n].error.message() == r.error.message()))
+      bytes += ob.run_ends[i + n++].bytes;
+    r.sink->runsEnded(n, r.state == TransferState::kCompleted ? n : 0, bytes, r.state, r.error);
+    i += n;
+  }
   ob.destroy.clear();
 }
 

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "base/task.h"
+#include "base/transport.h"
 #include "transport/file/bounce_pool.h"
 #include "transport/file/io_engine.h"
 
@@ -60,11 +61,21 @@ enum class Route : uint8_t {
 
 struct FileIo;
 
+// A unit of a window: a task (its slices report to it), or a run of a
+// block request (prepareRuns: reported to the window's sink once its last
+// slice has ended, with its worst outcome).
 struct TaskRec {
   Task* task = nullptr;
+  RunSink* sink = nullptr;
   BatchSlices* sb = nullptr;
   Slice* first = nullptr;  // its slices, linked through Slice::next
   bool failed = false;     // a slice failed or the batch was cancelled: stop its other I/Os
+  // A run: slices not ended yet, failureRank of the worst (0: all
+  // completed so far) and its error, bytes of the completed ones.
+  uint32_t left = 0;
+  int worst = 0;
+  Status error;
+  uint64_t bytes = 0;
 };
 
 // What one I/O moves for one task: [off, +len) of the file <-> [user, +len)
@@ -76,7 +87,7 @@ struct Slice {
   char* user = nullptr;
   uint64_t off = 0;
   uint64_t len = 0;
-  uint32_t task = 0;  // prepare() to post(): index of the task in its window
+  uint32_t task = 0;  // prepare() to post(): index of its unit (task or run) in the window
 };
 
 // One I/O of one file, carrying slices [first, +count) of its sub-batch in
@@ -126,10 +137,14 @@ struct BatchSlices {
   size_t active = 0;  // I/Os waiting for a bounce buffer or a slot, copying, or in the kernel
 };
 
-// What prepare() made of a window of tasks, before post(): I/Os whose
-// `first` indexes `slices`, and slices whose `task` indexes `tasks`.
+// What prepare() made of a window, before post(): I/Os whose `first`
+// indexes `slices`, and slices whose `task` indexes the window's units:
+// `tasks`, or (prepareRuns) `runs` runs that end through `sink`.
 struct PreparedIos {
   std::vector<Task*> tasks;
+  RunSink* sink = nullptr;
+  size_t runs = 0;
+  std::vector<uint32_t> unit_slices;  // slices of each unit
   std::vector<Slice> slices;
   std::vector<FileIo> ios;
 };

@@ -21,11 +21,9 @@ FileSubBatch::FileSubBatch(FileTransport* owner) : owner_(owner), slices_(std::m
 
 FileSubBatch::~FileSubBatch() { owner_->inflight_->retire(std::move(slices_)); }
 
-namespace {
-
 // The parts of a window that go to one file in one direction from one kind
 // of memory (host, or one GPU): they may share I/Os.
-struct Group {
+struct FileSubBatch::Group {
   FilePeer* peer = nullptr;
   uint32_t file = 0;
   bool write = false;
@@ -33,48 +31,89 @@ struct Group {
   std::vector<RunPart> parts;
 };
 
-}  // namespace
+// What one window's units (tasks, or runs) ask, grouped.
+struct FileSubBatch::Parts {
+  std::vector<Group> groups;
+  std::vector<FileSpan> spans;  // scratch
+  size_t hint = 0;              // the group the last part went to
+};
+
+Status FileSubBatch::addParts(Parts& p, FilePeer* peer, bool write, uint64_t offset, uint64_t length, uint64_t mem,
+                              int device, uint32_t unit) {
+  Status s = coverRange(peer->lengths(), offset, length, p.spans);
+  if (!s.ok()) return {s.code(), fmt::format("segment '{}': {}", peer->segment(), s.message())};
+  for (const FileSpan& span : p.spans) {
+    auto same = [&](const Group& g) {
+      return g.peer == peer && g.file == span.file && g.write == write && g.device == device;
+    };
+    if (p.hint >= p.groups.size() || !same(p.groups[p.hint])) {
+      p.hint = std::find_if(p.groups.begin(), p.groups.end(), same) - p.groups.begin();
+      if (p.hint == p.groups.size()) p.groups.push_back(Group{peer, span.file, write, device, {}});
+    }
+    p.groups[p.hint].parts.push_back(RunPart{span.file_off, span.len, mem + span.req_off, unit});
+  }
+  return Status::OK();
+}
 
 Status FileSubBatch::prepare(std::span<Task* const> tasks, std::unique_ptr<PreparedWork>& out) {
   if (!owner_->installed_ || owner_->down_.load()) return {Code::kUnavailable, "file transport is not running"};
-  const FileSettings& st = owner_->settings_;
   auto work = std::make_unique<FileWork>();
   PreparedIos& pw = work->ios;
-  pw.tasks.reserve(tasks.size());
-  // Each task's parts, grouped.
-  std::vector<Group> groups;
-  std::vector<FileSpan> spans;
-  size_t hint = 0;
-  for (Task* task : tasks) {
+  pw.tasks.assign(tasks.begin(), tasks.end());
+  Parts parts;
+  for (uint32_t t = 0; t < tasks.size(); ++t) {
+    Task* task = tasks[t];
     auto* peer = static_cast<FilePeer*>(task->peer());
     if (!peer)
       return {Code::kInternal, fmt::format("file transport got task {} without a file segment handle", task->id())};
     const TransferRequest& r = task->request();
-    Status s = coverRange(peer->lengths(), r.target_offset, r.length, spans);
-    if (!s.ok()) return {s.code(), fmt::format("segment '{}': {}", peer->segment(), s.message())};
     int device = -1;
     if (!owner_->gpuMemory(r.source, r.length, device)) device = -1;
-    const bool write = r.opcode == OpCode::kWrite;
-    const auto t = static_cast<uint32_t>(pw.tasks.size());
-    pw.tasks.push_back(task);
-    for (const FileSpan& span : spans) {
-      auto same = [&](const Group& g) {
-        return g.peer == peer && g.file == span.file && g.write == write && g.device == device;
-      };
-      if (hint >= groups.size() || !same(groups[hint])) {
-        hint = std::find_if(groups.begin(), groups.end(), same) - groups.begin();
-        if (hint == groups.size()) groups.push_back(Group{peer, span.file, write, device, {}});
-      }
-      groups[hint].parts.push_back(
-          RunPart{span.file_off, span.len, reinterpret_cast<uint64_t>(r.source) + span.req_off, t});
-    }
+    Status s = addParts(parts, peer, r.opcode == OpCode::kWrite, r.target_offset, r.length,
+                        reinterpret_cast<uint64_t>(r.source), device, t);
+    if (!s.ok()) return s;
   }
-  // Each group: its descriptor(s) and route, then its I/Os.
-  std::vector<uint32_t> slices_of(pw.tasks.size(), 0);
+  Status s = makeIos(parts, pw);
+  if (!s.ok()) return s;
+  // Everything validated: nothing is posted until post().
+  work->slices = pw.slices.size();
+  for (size_t t = 0; t < pw.tasks.size(); ++t) pw.tasks[t]->setSliceCount(pw.unit_slices[t]);
+  out = std::move(work);
+  return Status::OK();
+}
+
+Status FileSubBatch::prepareRuns(const RunWindow& w, std::unique_ptr<PreparedWork>& out) {
+  if (!owner_->installed_ || owner_->down_.load()) return {Code::kUnavailable, "file transport is not running"};
+  auto* peer = static_cast<FilePeer*>(w.peer);
+  if (!peer || !w.sink) return {Code::kInternal, "file transport got a window of runs without a file segment handle"};
+  auto work = std::make_unique<FileWork>();
+  PreparedIos& pw = work->ios;
+  const std::span<const RunRef> runs = w.runs();
+  pw.sink = w.sink;
+  pw.runs = runs.size();
+  Parts parts;
+  const bool write = w.op == OpCode::kWrite;
+  for (uint32_t i = 0; i < runs.size(); ++i) {
+    const RunRef& r = runs[i];
+    // The GPU of the run's memory was found when the request was checked.
+    const int device = r.region < w.regions.size() ? w.regions[r.region].gpu : -1;
+    Status s = addParts(parts, peer, write, r.remote, r.length, r.local, device, i);
+    if (!s.ok()) return {s.code(), fmt::format("blocks: run {}: {}", i, s.message())};
+  }
+  Status s = makeIos(parts, pw);
+  if (!s.ok()) return s;
+  work->slices = pw.slices.size();
+  out = std::move(work);
+  return Status::OK();
+}
+
+Status FileSubBatch::makeIos(Parts& parts, PreparedIos& pw) {
+  const FileSettings& st = owner_->settings_;
+  pw.unit_slices.assign(pw.sink ? pw.runs : pw.tasks.size(), 0);
   std::vector<Extent> extents;
   std::vector<Member> members;
   bool staged = false;
-  for (Group& g : groups) {
+  for (Group& g : parts.groups) {
     FilePeer* peer = g.peer;
     const bool gpu = g.device >= 0;
     CufileEngine* cf = gpu ? owner_->cufileEngine() : nullptr;
@@ -115,7 +154,7 @@ Status FileSubBatch::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
       io.data_len = io.io_len = e.len;
       for (const Member& m : ms) {
         pw.slices.push_back(Slice{nullptr, nullptr, nullptr, reinterpret_cast<char*>(m.mem), m.file_off, m.len, m.index});
-        slices_of[m.index]++;
+        pw.unit_slices[m.index]++;
         io.bytes += m.len;
       }
       const size_t iovs = iovecsNeeded(ms);
@@ -175,10 +214,6 @@ Status FileSubBatch::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
     Status s = owner_->ensureStaging();
     if (!s.ok()) return s;
   }
-  // Everything validated: nothing is posted until post().
-  work->slices = pw.slices.size();
-  for (size_t t = 0; t < pw.tasks.size(); ++t) pw.tasks[t]->setSliceCount(slices_of[t]);
-  out = std::move(work);
   return Status::OK();
 }
 

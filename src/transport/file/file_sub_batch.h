@@ -49,12 +49,27 @@ class FileSubBatch final : public SubBatch {
   // take the aligned superset into the slot; one batched GPU copy per I/O),
   // as FileTransport::gpuRoute decides per file.
   Status prepare(std::span<Task* const> tasks, std::unique_ptr<PreparedWork>& out) override;
+  // A block request's window of runs (caps().run_windows): the same as
+  // prepare() with a run in place of each task and no task per run; each
+  // run ends through w.sink once its last slice has (runs that complete
+  // together are told together). The GPU of each run's memory comes with the
+  // window (found when the request was checked).
+  Status prepareRuns(const RunWindow& w, std::unique_ptr<PreparedWork>& out) override;
   // Issues every I/O (one engine submission for all of them).
   void post(std::unique_ptr<PreparedWork> work) override;
   void cancel() override;
   bool idle() const override;
 
  private:
+  struct Group;
+  struct Parts;
+  // The parts of one unit (a task, or a run: `unit` is its index in the
+  // window): [offset, +length) of the segment <-> [mem, +length).
+  Status addParts(Parts& p, FilePeer* peer, bool write, uint64_t offset, uint64_t length, uint64_t mem, int device,
+                  uint32_t unit);
+  // Each group's descriptors and route, then its I/Os (file_coalesce.h).
+  Status makeIos(Parts& parts, PreparedIos& pw);
+
   FileTransport* owner_;
   OpenPolicy open_;
   std::unique_ptr<BatchSlices> slices_;

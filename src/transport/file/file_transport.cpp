@@ -129,6 +129,7 @@ TransportCaps FileTransport::caps() const {
   c.local_memory = kHostMemory | kGpuMemory;  // GPU: cuFile, else pinned staging
   c.cost_rank = 50;
   c.segment_scheme = "file://";
+  c.run_windows = true;  // block requests: windows of runs, no task per run (FileSubBatch::prepareRuns)
   return c;
 }
 
