@@ -1,5 +1,6 @@
-// The file transport's sub-batch verbs: prepare, post, cancel, idle, free.
-// See file_sub_batch.h.
+// The file transport's sub-batch verbs: prepare (tasks) and prepareRuns (a
+// block request's window of runs), both through makeIos; post, cancel, idle,
+// free. See file_sub_batch.h.
 #include "transport/file/file_sub_batch.h"
 
 #include <algorithm>
@@ -95,8 +96,13 @@ Status FileSubBatch::prepareRuns(const RunWindow& w, std::unique_ptr<PreparedWor
   const bool write = w.op == OpCode::kWrite;
   for (uint32_t i = 0; i < runs.size(); ++i) {
     const RunRef& r = runs[i];
-    // The GPU of the run's memory was found when the request was checked.
-    const int device = r.region < w.regions.size() ? w.regions[r.region].gpu : -1;
+    // The GPU of the run's memory was found when the request was checked
+    // (asked here only if the window came without its regions).
+    int device = -1;
+    if (r.region < w.regions.size())
+      device = w.regions[r.region].gpu;
+    else if (!owner_->gpuMemory(reinterpret_cast<void*>(r.local), r.length, device))
+      device = -1;
     Status s = addParts(parts, peer, write, r.remote, r.length, r.local, device, i);
     if (!s.ok()) return {s.code(), fmt::format("blocks: run {}: {}", i, s.message())};
   }
