@@ -244,7 +244,13 @@ inline constexpr Knob kKnobs[] = {
   {"file.io_depth", "HAWSER_FILE_IO_DEPTH", KnobType::kInt, "32", 1, 4096, {},
    "io_uring operations in flight at once; more wait in the engine's queue"},
   {"file.max_io_size", "HAWSER_FILE_MAX_IO_SIZE", KnobType::kSize, "1M", 4 * knob_detail::K, knob_detail::G, {},
-   "largest file slice (a multiple of 4096)"},
+   "largest file I/O (a multiple of 4096); runs of one window are coalesced up to this size"},
+  {"file.coalesce", "HAWSER_FILE_COALESCE", KnobType::kBool, "true", 0, 0, {},
+   "runs of one window (a block request's, or one submit's) that lie next to each other in a file share large "
+   "I/Os (vectored, bounced or staged); false: one I/O per run"},
+  {"file.coalesce_gap", "HAWSER_FILE_COALESCE_GAP", KnobType::kSize, "16K", 0, 64 * knob_detail::M, {},
+   "reads: runs up to this many bytes apart share an I/O, which reads the gap and drops it (writes coalesce only "
+   "runs that touch, and never write a gap)"},
   {"file.direct", "HAWSER_FILE_DIRECT", KnobType::kBool, "true", 0, 0, {},
    "open with O_DIRECT where the file system does it"},
   {"file.fixed_buffers", "HAWSER_FILE_FIXED_BUFFERS", KnobType::kBool, "true", 0, 0, {},

@@ -12,7 +12,10 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <numeric>
+#include <random>
 #include <cstring>
 #include <thread>
 
@@ -130,6 +133,30 @@ class FileGpu : public ::testing::Test {
   Status run(OpCode op, void* local, uint64_t target, size_t len) {
     return engine_.transferSync({{op, local, seg_, target, len}}, std::chrono::seconds(60));
   }
+  // Starts with file.cufile=on and registers `dev`: "" when cuFile takes the
+  // files here, else why not (no udev record on this host: skip then).
+  std::string startCufileOn(const DeviceBuffer& dev) {
+    start({{"file.cufile", "on"}});
+    EXPECT_TRUE(engine_.registerLocalMemory(dev.data(), dev.size()).ok());
+    Status p = run(OpCode::kRead, dev.data(), 0, 4096);
+    if (p.code() == Code::kNotSupported) return "cuFile refuses files here: " + p.message();
+    EXPECT_TRUE(p.ok()) << p.toString();
+    return "";
+  }
+
+  // One block request in its own batch: OK when it completed.
+  Status runBlocks(OpCode op, SegmentID seg, const std::vector<Block>& blocks) {
+    BatchID b;
+    Status s = engine_.allocateBatchID(1, b);
+    if (!s.ok()) return s;
+    s = engine_.submitBlocks(b, op, seg, blocks);
+    if (s.ok()) s = engine_.waitTransfer(b, std::chrono::seconds(60));
+    TransferStatus st;
+    if (s.ok()) s = engine_.getTransferStatus(b, 0, st);
+    if (s.ok() && st.s != TransferState::kCompleted) s = st.error.ok() ? Status(Code::kInternal, "not completed") : st.error;
+    Status f = engine_.freeBatchID(b);
+    return s.ok() ? f : s;
+  }
 
   // GPU -> file across the boundary (unaligned offset, length and address),
   // then file -> GPU of the same bytes and of the whole segment; every byte
@@ -185,13 +212,8 @@ class FileGpu : public ::testing::Test {
 TEST_F(FileGpu, gpu_to_file_and_back_through_cufile_every_byte_checked) {
   HAWSER_REQUIRE_GPU(1);
   HAWSER_REQUIRE_CUFILE();
-  start({{"file.cufile", "on"}});
   DeviceBuffer dev(0, 8 << 20);
-  ASSERT_TRUE(engine_.registerLocalMemory(dev.data(), dev.size()).ok());
-  // Where cuFile cannot register files (no udev record on this host), say so.
-  Status p = run(OpCode::kRead, dev.data(), 0, 4096);
-  if (p.code() == Code::kNotSupported) GTEST_SKIP() << "cuFile refuses files here: " << p.message();
-  ASSERT_TRUE(p.ok()) << p.toString();
+  if (std::string why = startCufileOn(dev); !why.empty()) GTEST_SKIP() << why;
   auto before = fileCounters(engine_);
   roundTrip(dev);
   auto after = fileCounters(engine_);
@@ -226,10 +248,132 @@ TEST_P(FileGpuStaged, gpu_to_file_and_back_through_staging_every_byte_checked) {
   EXPECT_EQ(delta(after, before, "bounce_slices"), 0u) << "GPU memory must never bounce through host code";
 }
 
+// A paged KV cache offloaded to disk: 128 blocks of 32 KiB scattered over
+// GPU memory, one contiguous 4 MiB of a file. Staged in 1 MiB I/Os, each
+// with one batched copy (its 32 runs) between the slot and the GPU, not one
+// I/O and one copy per block; every byte checked on both sides.
+TEST_P(FileGpuStaged, scattered_gpu_blocks_go_to_a_contiguous_file_range_in_large_ios_one_copy_each) {
+  HAWSER_REQUIRE_GPU(1);
+  start({{"file.cufile", "off"}, {"file.engine", GetParam()}, {"file.max_io_size", "1M"}});
+  if (!hasTransport(engine_, "file")) GTEST_SKIP() << "file.engine=" << GetParam() << " cannot run here";
+  constexpr uint64_t n = 128, bs = 32 << 10;
+  const std::string kv = dir_.path + "/kv";
+  ASSERT_TRUE(writeFile(kv, n * bs + (1 << 20), kSeed));
+  SegmentID seg;
+  ASSERT_TRUE(engine_.openSegment("file://" + kv, seg).ok());
+  DeviceBuffer dev(0, 4 * n * bs);
+  ASSERT_TRUE(engine_.registerLocalMemory(dev.data(), dev.size()).ok());
+  // Block i at slot[i] * 2 * bs: scattered, never right after another block.
+  std::vector<uint64_t> slot(2 * n);
+  std::iota(slot.begin(), slot.end(), 0);
+  std::shuffle(slot.begin(), slot.end(), std::mt19937(9));
+  slot.resize(n);
+  std::vector<Block> blocks(n);
+  std::vector<char> host(dev.size(), 0);
+  for (uint64_t i = 0; i < n; ++i) {
+    blocks[i] = Block{dev.data() + slot[i] * 2 * bs, i * bs, bs};
+    fillPattern(host.data() + slot[i] * 2 * bs, bs, 21, i * bs);
+  }
+  dev.upload(host);
+  const std::string path = "gpu_staged_" + GetParam();
+  auto before = fileCounters(engine_);
+  Status st = runBlocks(OpCode::kWrite, seg, blocks);
+  ASSERT_TRUE(st.ok()) << st.toString();
+  auto after = fileCounters(engine_);
+  const uint64_t ios = delta(after, before, "gpu_copies");
+  EXPECT_GE(ios, n * bs / (1 << 20));
+  EXPECT_LE(ios, n * bs / (1 << 20) + 2) << "4 MiB in 1 MiB I/Os (a window boundary may split one more)";
+  EXPECT_EQ(delta(after, before, "gpu_copy_runs"), n) << "each block copied once, in its I/O's batched copy";
+  EXPECT_EQ(delta(after, before, "coalesced_runs"), n);
+  EXPECT_EQ(delta(after, before, "coalesced_ios"), ios);
+  EXPECT_EQ(delta(after, before, path + "_slices"), n);
+  EXPECT_EQ(delta(after, before, path + "_bytes"), n * bs);
+  auto disk = readFile(kv, 0, n * bs + (1 << 20));
+  ASSERT_EQ(disk.size(), n * bs + (1 << 20));
+  EXPECT_EQ(checkPattern(disk.data(), n * bs, 21, 0), -1);
+  EXPECT_EQ(checkPattern(disk.data() + n * bs, 1 << 20, kSeed, n * bs), -1) << "bytes past the range changed";
+
+  dev.fill(0);
+  before = fileCounters(engine_);
+  st = runBlocks(OpCode::kRead, seg, blocks);
+  ASSERT_TRUE(st.ok()) << st.toString();
+  after = fileCounters(engine_);
+  EXPECT_LE(delta(after, before, "gpu_copies"), n * bs / (1 << 20) + 2);
+  EXPECT_EQ(delta(after, before, "gpu_copy_runs"), n);
+  auto back = dev.download();
+  EXPECT_EQ(back, host) << "every block read back in place, nothing else written";
+  EXPECT_EQ(delta(after, before, "bounce_slices"), 0u) << "GPU memory must never bounce through host code";
+}
+
+// Blocks of odd lengths at odd GPU addresses: a read whose blocks leave
+// gaps of 1000 bytes in the file (read through and dropped: staging rounds
+// the I/O out to the alignment), a write of blocks back to back from an odd
+// offset (its unaligned head and tail through the page cache); every byte
+// checked, and the file's bytes around and between the blocks unchanged.
+TEST_P(FileGpuStaged, odd_gpu_blocks_with_gaps_stage_through_few_ios) {
+  HAWSER_REQUIRE_GPU(1);
+  start({{"file.cufile", "off"}, {"file.engine", GetParam()}, {"file.max_io_size", "1M"}});
+  if (!hasTransport(engine_, "file")) GTEST_SKIP() << "file.engine=" << GetParam() << " cannot run here";
+  constexpr uint64_t n = 100, gap = 1000, at = 77;
+  const std::string kv = dir_.path + "/odd";
+  std::vector<uint64_t> len(n), roff(n), woff(n);
+  uint64_t rend = at, wend = at;
+  for (uint64_t i = 0; i < n; ++i) {
+    len[i] = 3000 + (i * 53) % 2000 + 1;
+    roff[i] = rend;
+    rend += len[i] + gap;
+    woff[i] = wend;
+    wend += len[i];
+  }
+  ASSERT_TRUE(writeFile(kv, rend + 4096, kSeed));
+  SegmentID seg;
+  ASSERT_TRUE(engine_.openSegment("file://" + kv, seg).ok());
+  DeviceBuffer dev(0, 2 * n * 8192);
+  ASSERT_TRUE(engine_.registerLocalMemory(dev.data(), dev.size()).ok());
+  dev.fill(0);
+  std::vector<Block> reads(n), writes(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    char* p = dev.data() + ((i * 67) % (2 * n)) * 8192 + 3 + i % 5;
+    reads[i] = Block{p, roff[i], len[i]};
+    writes[i] = Block{p, woff[i], len[i]};
+  }
+  auto before = fileCounters(engine_);
+  Status st = runBlocks(OpCode::kRead, seg, reads);
+  ASSERT_TRUE(st.ok()) << st.toString();
+  auto after = fileCounters(engine_);
+  EXPECT_LE(delta(after, before, "gpu_copies"), 4u) << "one I/O per block?";
+  EXPECT_GE(delta(after, before, "gpu_copy_runs"), n) << "a block across a 1 MiB boundary is two runs";
+  EXPECT_EQ(delta(after, before, "coalesced_runs"), delta(after, before, "gpu_copy_runs"));
+  auto host = dev.download();
+  for (uint64_t i = 0; i < n; ++i) {
+    const char* p = host.data() + (static_cast<char*>(reads[i].local) - dev.data());
+    ASSERT_EQ(checkPattern(p, len[i], kSeed, roff[i]), -1) << "block " << i;
+    ASSERT_EQ(p[-1], 0) << "the byte before block " << i << " was written";
+    ASSERT_EQ(p[len[i]], 0) << "the byte after block " << i << " was written";
+  }
+
+  // Write the same memory back to back from offset 77.
+  before = fileCounters(engine_);
+  st = runBlocks(OpCode::kWrite, seg, writes);
+  ASSERT_TRUE(st.ok()) << st.toString();
+  after = fileCounters(engine_);
+  EXPECT_LE(delta(after, before, "gpu_copies"), 6u) << "two windows: each an aligned middle, a head and a tail";
+  auto disk = readFile(kv, 0, rend + 4096);
+  ASSERT_EQ(disk.size(), rend + 4096);
+  EXPECT_EQ(checkPattern(disk.data(), at, kSeed, 0), -1) << "bytes before the write changed";
+  for (uint64_t i = 0; i < n; ++i)
+    ASSERT_EQ(checkPattern(disk.data() + woff[i], len[i], kSeed, roff[i]), -1) << "block " << i;
+  EXPECT_EQ(checkPattern(disk.data() + wend, rend + 4096 - wend, kSeed, wend), -1) << "bytes after the write changed";
+}
+
 INSTANTIATE_TEST_SUITE_P(Engines, FileGpuStaged, ::testing::Values("uring", "posix"),
                          [](const auto& i) { return i.param; });
 
-TEST_F(FileGpu, a_file_cufile_refuses_goes_through_staging_logged_once) {
+// file.cufile=auto: a file cuFile refuses goes through staging, and so does
+// a file it accepts while the library runs in compat mode (as the stand-in
+// does, and the H200 machine without nvidia-fs): one line per file, saying
+// why.
+TEST_F(FileGpu, under_auto_a_refused_file_and_compat_mode_go_through_staging_logged_once_per_file) {
   HAWSER_REQUIRE_GPU(1);
   if (!stubCufile()) GTEST_SKIP() << "needs the stand-in libcufile's refusal hook (gpu_sim only)";
   setenv("HAWSER_FAKE_CUFILE_REFUSE", "refused-b", 1);
@@ -246,20 +390,44 @@ TEST_F(FileGpu, a_file_cufile_refuses_goes_through_staging_logged_once) {
   }
   unsetenv("HAWSER_FAKE_CUFILE_REFUSE");
   auto after = fileCounters(engine_);
-  // One line for the refused file (whatever descriptors it took), naming
-  // the file and the reason; none for the file cuFile took.
-  size_t lines = 0, pos = 0;
-  while ((pos = logged.find("goes through pinned staging", pos)) != std::string::npos) {
-    ++lines;
-    ++pos;
-  }
-  EXPECT_EQ(lines, 1u) << logged;
-  EXPECT_NE(logged.find(b_), std::string::npos) << logged;
+  // One line per file (whatever descriptors it took), naming it and why.
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t pos = 0; (pos = logged.find(what, pos)) != std::string::npos; ++pos) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("goes through pinned staging"), 2u) << logged;
+  EXPECT_EQ(count("'" + b_ + "' goes through pinned staging buffers: cuFile refuses it"), 1u) << logged;
   EXPECT_NE(logged.find("5027"), std::string::npos) << logged;
-  EXPECT_EQ(logged.find(a_ + "'"), std::string::npos) << logged;
+  EXPECT_EQ(count("'" + a_ + "' goes through pinned staging buffers: cuFile's mode is compat"), 1u) << logged;
   EXPECT_GT(delta(after, before, "cufile_refused_files"), 0u);
-  EXPECT_GT(delta(after, before, "gpu_compat_slices"), 0u) << "file a still goes through cuFile";
-  EXPECT_GT(delta(after, before, "gpu_staged_uring_slices") + delta(after, before, "gpu_staged_posix_slices"), 0u);
+  EXPECT_EQ(delta(after, before, "gpu_compat_slices") + delta(after, before, "gpu_gds_slices"), 0u);
+  EXPECT_EQ(delta(after, before, "gpu_staged_uring_bytes") + delta(after, before, "gpu_staged_posix_bytes"),
+            2 * kMoved);
+}
+
+// file.cufile=on: cuFile takes one buffer per batch entry, so a block
+// request's runs are one entry each (batched up to file.cufile_batch), never
+// joined; every byte checked.
+TEST_F(FileGpu, with_cufile_on_each_run_of_a_block_request_is_one_cufile_entry) {
+  HAWSER_REQUIRE_GPU(1);
+  HAWSER_REQUIRE_CUFILE();
+  DeviceBuffer dev(0, 4 << 20);
+  if (std::string why = startCufileOn(dev); !why.empty()) GTEST_SKIP() << why;
+  constexpr uint64_t n = 32, bs = 8192;
+  std::vector<Block> blocks(n);
+  for (uint64_t i = 0; i < n; ++i) blocks[i] = Block{dev.data() + ((i * 5) % n) * 2 * bs, i * bs, bs};
+  dev.fill(0);
+  auto before = fileCounters(engine_);
+  Status st = runBlocks(OpCode::kRead, seg_, blocks);
+  ASSERT_TRUE(st.ok()) << st.toString();
+  auto after = fileCounters(engine_);
+  EXPECT_EQ(delta(after, before, "cufile_ops"), n);
+  EXPECT_EQ(delta(after, before, "coalesced_ios"), 0u);
+  EXPECT_EQ(delta(after, before, "gpu_copies"), 0u);
+  auto host = dev.download();
+  for (uint64_t i = 0; i < n; ++i)
+    ASSERT_EQ(checkPattern(host.data() + ((i * 5) % n) * 2 * bs, bs, kSeed, i * bs), -1) << "block " << i;
 }
 
 TEST_F(FileGpu, cufile_batches_stay_within_the_library_limit_and_reuse_handles) {

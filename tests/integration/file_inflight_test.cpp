@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstring>
 #include <set>
+#include <vector>
 
 #include "common/util.h"
 #include "hawser/engine.h"
@@ -116,6 +117,19 @@ class FileInflight : public ::testing::TestWithParam<std::string> {
     s = engine->registerLocalMemory(plain.p, plain.n, "cpu:0", false);
     ASSERT_TRUE(s.ok()) << s.toString();
   }
+  // One I/O at a time through the page cache (so a file truncated under a
+  // batch shrinks at once), I/Os of `max_io`: what the queued cases need;
+  // and `serial`, a file of `size` pattern(seed) bytes, opened as `seg`.
+  void startSerial(const char* max_io, uint64_t size, uint64_t seed) {
+    ::setenv("HAWSER_FILE_DIRECT", "0", 1);
+    ::setenv("HAWSER_FILE_MAX_IO_SIZE", max_io, 1);
+    ::setenv("HAWSER_FILE_IO_DEPTH", "1", 1);
+    ::setenv("HAWSER_FILE_POSIX_THREADS", "1", 1);
+    start();
+    serial = dir.path + "/serial";
+    ASSERT_TRUE(writeFile(serial, size, seed));
+    ASSERT_TRUE(engine->openSegment("file://" + serial, seg).ok());
+  }
   void TearDown() override {
     // Release whatever may still block before the engine goes away.
     if (uffd.base)
@@ -129,6 +143,8 @@ class FileInflight : public ::testing::TestWithParam<std::string> {
   Buffer plain{4 * MiB};
   TempDir dir;
   std::unique_ptr<TransferEngine> engine;
+  std::string serial;  // startSerial's file
+  SegmentID seg = kInvalidSegment;
 };
 
 std::string paramName(const ::testing::TestParamInfo<std::string>& i) { return i.param; }
@@ -189,15 +205,7 @@ TEST_P(FileInflight, cancel_of_an_io_that_cannot_stop_quarantines_its_memory_unt
 // the rest of the task's queued slices are cancelled, the task ends FAILED
 // with exactly the bytes that were read, and nothing hangs.
 TEST_P(FileInflight, file_truncated_while_a_batch_runs_fails_the_task_with_the_bytes_done) {
-  ::setenv("HAWSER_FILE_DIRECT", "0", 1);
-  ::setenv("HAWSER_FILE_MAX_IO_SIZE", "64K", 1);
-  ::setenv("HAWSER_FILE_IO_DEPTH", "1", 1);
-  ::setenv("HAWSER_FILE_POSIX_THREADS", "1", 1);
-  start();
-  const std::string path = dir.path + "/t";
-  ASSERT_TRUE(writeFile(path, 4 * MiB, 5));
-  SegmentID seg;
-  ASSERT_TRUE(engine->openSegment("file://" + path, seg).ok());
+  ASSERT_NO_FATAL_FAILURE(startSerial("64K", 4 * MiB, 5));
   // Task 0 reads into the userfaultfd page and holds the only I/O lane; task
   // 1 (64 slices of 64 KiB) waits behind it while the file shrinks to 1 MiB.
   BatchID b;
@@ -207,7 +215,7 @@ TEST_P(FileInflight, file_truncated_while_a_batch_runs_fails_the_task_with_the_b
                                        TransferRequest{OpCode::kRead, plain.p, seg, 0, 4 * MiB}})
                   .ok());
   ASSERT_TRUE(uffd.waitFault(0));  // the only I/O lane is held; task 1 has not started
-  ASSERT_EQ(::truncate(path.c_str(), MiB), 0);
+  ASSERT_EQ(::truncate(serial.c_str(), MiB), 0);
   ASSERT_TRUE(uffd.fill(0));
   ASSERT_TRUE(engine->waitTransfer(b, std::chrono::seconds(30)).ok());
   TransferStatus t0, t1;
@@ -220,6 +228,121 @@ TEST_P(FileInflight, file_truncated_while_a_batch_runs_fails_the_task_with_the_b
   EXPECT_NE(t1.error.message().find("short read"), std::string::npos) << t1.error.message();
   EXPECT_EQ(checkPattern(plain.p, MiB, 5, 0), -1);
   EXPECT_TRUE(engine->freeBatchID(b).ok());
+}
+
+// A coalesced I/O fails (the file shrank under the batch): exactly the
+// requests it carried fail, with its error, and those of the I/O before it
+// complete with their bytes.
+TEST_P(FileInflight, a_failed_coalesced_io_fails_exactly_the_runs_it_carried) {
+  ASSERT_NO_FATAL_FAILURE(startSerial("1M", 2 * MiB, 8));
+  // Request 0 reads into the userfaultfd page and holds the only I/O lane;
+  // requests 1..64 (32 KiB each, scattered in memory, [0, 2 MiB) of the
+  // file) are two I/Os of 32 runs that wait behind it while the file
+  // shrinks to 1 MiB.
+  constexpr uint64_t bs = 32 * KiB, n = 64;
+  std::vector<TransferRequest> reqs{TransferRequest{OpCode::kRead, uffd.base, seg, 0, kPage}};
+  for (uint64_t i = 0; i < n; ++i)
+    reqs.push_back(TransferRequest{OpCode::kRead, plain.p + ((i * 37) % n) * bs, seg, i * bs, bs});
+  BatchID b;
+  ASSERT_TRUE(engine->allocateBatchID(reqs.size(), b).ok());
+  const auto before = file::globalStats();
+  ASSERT_TRUE(engine->submitTransfer(b, reqs).ok());
+  ASSERT_TRUE(uffd.waitFault(0));
+  ASSERT_EQ(::truncate(serial.c_str(), MiB), 0);
+  ASSERT_TRUE(uffd.fill(0));
+  ASSERT_TRUE(engine->waitTransfer(b, std::chrono::seconds(30)).ok());
+  const auto after = file::globalStats();
+  EXPECT_EQ(after.coalesced_ios - before.coalesced_ios, 2u);
+  EXPECT_EQ(after.coalesced_runs - before.coalesced_runs, n);
+  TransferStatus st;
+  ASSERT_TRUE(engine->getTransferStatus(b, 0, st).ok());
+  EXPECT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
+  for (uint64_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(engine->getTransferStatus(b, 1 + i, st).ok());
+    if (i < n / 2) {
+      EXPECT_EQ(st.s, TransferState::kCompleted) << "request " << 1 + i << ": " << st.error.toString();
+      EXPECT_EQ(st.transferred_bytes, bs);
+      EXPECT_EQ(checkPattern(plain.p + ((i * 37) % n) * bs, bs, 8, i * bs), -1) << "request " << 1 + i;
+    } else {
+      EXPECT_EQ(st.s, TransferState::kFailed) << "request " << 1 + i;
+      EXPECT_EQ(st.transferred_bytes, 0u);
+      EXPECT_EQ(st.error.code(), Code::kIoError);
+      EXPECT_NE(st.error.message().find("short read: 0 of 1048576 bytes at offset 1048576"), std::string::npos)
+          << st.error.message();
+      EXPECT_NE(st.error.message().find("carrying 32 runs"), std::string::npos) << st.error.message();
+    }
+  }
+  EXPECT_TRUE(engine->freeBatchID(b).ok());
+}
+
+// The same through a block request (its runs reach the transport as a
+// window of runs): the runs of the failed I/O fail with its error, the
+// block request ends FAILED with exactly the bytes of the I/O that
+// completed.
+TEST_P(FileInflight, a_failed_coalesced_io_fails_exactly_the_block_runs_it_carried) {
+  ASSERT_NO_FATAL_FAILURE(startSerial("1M", 2 * MiB, 8));
+  constexpr uint64_t bs = 32 * KiB, n = 64;
+  std::vector<Block> blocks(n);
+  for (uint64_t i = 0; i < n; ++i) blocks[i] = Block{plain.p + ((i * 37) % n) * bs, i * bs, bs};
+  // Task 0 holds the only I/O lane on the userfaultfd page; task 1's two
+  // I/Os of 32 runs wait behind it while the file shrinks to 1 MiB.
+  BatchID b;
+  ASSERT_TRUE(engine->allocateBatchID(2, b).ok());
+  ASSERT_TRUE(engine->submitTransfer(b, {TransferRequest{OpCode::kRead, uffd.base, seg, 0, kPage}}).ok());
+  ASSERT_TRUE(engine->submitBlocks(b, OpCode::kRead, seg, blocks).ok());
+  ASSERT_TRUE(uffd.waitFault(0));
+  ASSERT_EQ(::truncate(serial.c_str(), MiB), 0);
+  ASSERT_TRUE(uffd.fill(0));
+  ASSERT_TRUE(engine->waitTransfer(b, std::chrono::seconds(30)).ok());
+  TransferStatus st;
+  ASSERT_TRUE(engine->getTransferStatus(b, 1, st).ok());
+  EXPECT_EQ(st.s, TransferState::kFailed);
+  EXPECT_EQ(st.transferred_bytes, MiB) << "the 32 runs of the first I/O, none of the second";
+  EXPECT_NE(st.error.message().find("short read: 0 of 1048576 bytes at offset 1048576"), std::string::npos)
+      << st.error.message();
+  EXPECT_NE(st.error.message().find("carrying 32 runs"), std::string::npos) << st.error.message();
+  for (uint64_t i = 0; i < n / 2; ++i)
+    EXPECT_EQ(checkPattern(blocks[i].local, bs, 8, i * bs), -1) << "block " << i;
+  EXPECT_TRUE(engine->freeBatchID(b).ok());
+}
+
+// cancelTransfer in the middle of a block request whose runs go as
+// coalesced I/Os: the I/Os that completed count their runs' bytes; the one
+// stuck in the kernel is quarantined (its runs reported CANCELED after the
+// grace, its memory kept until it ends); the batch is busy until it ends.
+// (The stuck I/O is the last one: I/O queued behind it on the engine's only
+// lane could not be stopped either.)
+TEST_P(FileInflight, cancel_mid_way_through_coalesced_block_ios) {
+  ASSERT_NO_FATAL_FAILURE(startSerial("256K", MiB, 9));
+  // 32 blocks of 32 KiB over [0, 1 MiB): four I/Os of 8 blocks, issued one
+  // at a time. Block 24 (the last I/O's first) lands in the userfaultfd
+  // pages; the others are scattered in plain memory, one slot apart.
+  constexpr uint64_t bs = 32 * KiB, n = 32;
+  std::vector<Block> blocks(n);
+  for (uint64_t i = 0; i < n; ++i)
+    blocks[i] = Block{i == 24 ? uffd.base : plain.p + ((i * 13) % n) * 2 * bs, i * bs, bs};
+  BatchID b;
+  ASSERT_TRUE(engine->allocateBatchID(1, b).ok());
+  const auto before = file::globalStats();
+  ASSERT_TRUE(engine->submitBlocks(b, OpCode::kRead, seg, blocks).ok());
+  ASSERT_TRUE(uffd.waitFault(0));  // three I/Os have ended; the last is in the kernel
+  ASSERT_TRUE(engine->cancelTransfer(b).ok());
+  ASSERT_TRUE(engine->waitTransfer(b, std::chrono::seconds(20)).ok());
+  TransferStatus st;
+  ASSERT_TRUE(engine->getTransferStatus(b, 0, st).ok());
+  EXPECT_EQ(st.s, TransferState::kCanceled) << st.error.toString();
+  EXPECT_EQ(st.transferred_bytes, 24 * bs) << "the first three I/Os' blocks, no more";
+  for (uint64_t i = 0; i < 24; ++i)
+    EXPECT_EQ(checkPattern(blocks[i].local, bs, 9, i * bs), -1) << "block " << i;
+  const auto mid = file::globalStats();
+  EXPECT_EQ(mid.quarantined - before.quarantined, 1u) << "the stuck I/O, once, for its 8 runs";
+  EXPECT_EQ(mid.coalesced_ios - before.coalesced_ios, 4u);
+  EXPECT_EQ(mid.coalesced_runs - before.coalesced_runs, n);
+  EXPECT_EQ(engine->freeBatchID(b).code(), Code::kBatchBusy);
+  for (size_t p = 0; p < uffd.len / kPage; ++p) ASSERT_TRUE(uffd.fill(p));
+  Status s = freeWhenIdle(b);
+  EXPECT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(file::globalStats().quarantine_released - before.quarantine_released, 1u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, FileInflight, ::testing::Values("uring", "posix"), paramName);

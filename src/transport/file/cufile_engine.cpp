@@ -437,8 +437,8 @@ class Engine final : public CufileEngine {
         IoOp op = backlog_.front();
         backlog_.pop_front();
         cufile::Handle fh = fileHandle(op.file_token);
-        if (!fh) {
-          done.push_back(IoCompletion{op.cookie, -EBADF});
+        if (!fh || op.iov_count > 0) {  // an entry is one buffer: the transport never sends iovecs here
+          done.push_back(IoCompletion{op.cookie, fh ? -EINVAL : -EBADF});
           continue;
         }
         cufile::IoParams p{};

@@ -2,11 +2,12 @@
 // handles, the fallback rule), staging, and what the doctor says of them.
 // Slices themselves: file_sub_batch.cpp (which path) and file_inflight.cpp.
 //
-// The rule, per descriptor a GPU slice needs:
+// The rule, per descriptor a GPU I/O needs:
 //   file.cufile=off  -> staged (io_uring/POSIX into pinned slots + GPU copies);
 //   file.cufile=on   -> cuFile, or the request is refused (kNotSupported) when
 //                       the library is absent or refuses the file;
-//   file.cufile=auto -> cuFile when the library loads and registers the file
+//   file.cufile=auto -> cuFile when the library loads, runs GPUDirect (not
+//                       compat mode) and registers the file
 //                       (cuFileHandleRegister), else staged, logged once per file.
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -152,7 +153,7 @@ Status FileTransport::ensureStaging() {
   std::lock_guard lk(gpu_mu_);
   if (staging_) return Status::OK();
   auto st = std::make_unique<GpuStaging>();
-  Status s = st->init(settings_.gpu_staging_buffers, settings_.max_io_size + 2 * kPage, uring_.get(),
+  Status s = st->init(settings_.gpu_staging_buffers, settings_.max_io_size + 2 * kPage, uring_.get(), copy_settings_,
                       [this](uint64_t cookie, const Status& r) { inflight_->onCopyDone(cookie, r); });
   if (!s.ok()) return {s.code(), "GPU staging buffers (file.gpu_staging_buffers): " + s.message()};
   inflight_->setStaging(st.get());
@@ -199,6 +200,17 @@ Status FileTransport::gpuRoute(OpenFile& f, CufileEngine* cf, Route& out) {
     }
   }
   if (f.cufile_token >= 0) {
+    // In compat mode the library does POSIX I/O into its own bounce buffers
+    // and copies to the GPU, one entry (one run) at a time: staging does
+    // the same with I/Os sized by the disk and one batched copy per I/O.
+    if (settings_.cufile == "auto" && !cf->library().gds()) {
+      noteFallback(f.path,
+                   "cuFile's mode is " + cf->library().mode() +
+                       ": staging moves the same bytes in large I/Os with one batched GPU copy each (file.cufile=on "
+                       "keeps cuFile)",
+                   false);
+      return Status::OK();
+    }
     out = Route::kCufile;
     return Status::OK();
   }
@@ -216,9 +228,10 @@ void FileTransport::diagnoseGpu(TransportDiagnosis& out, const std::string& dir)
   out.facts.emplace_back("nvidia-fs", p.nvidia_fs);
   out.facts.emplace_back("cuFile udev record", p.udev);
   out.facts.emplace_back("GPU paths",
-                         "GPU memory <-> files: cuFile (gds when nvidia-fs drives it, else compat) where the "
-                         "library loads and registers the file; otherwise io_uring/POSIX into pinned staging "
-                         "slots with pipelined GPU copies (file.cufile=on refuses instead)");
+                         "GPU memory <-> files: cuFile where the library loads, runs GPUDirect (nvidia-fs) and "
+                         "registers the file (one batch entry per run); otherwise io_uring/POSIX into pinned staging "
+                         "slots, one large I/O and one batched GPU copy per slot (file.cufile=on: cuFile in compat "
+                         "mode too, and refuses where cuFile cannot)");
   out.facts.emplace_back("GPU staging", fmt::format("{} slots of {} bytes (file.gpu_staging_buffers)",
                                                     settings_.gpu_staging_buffers, stagingSlotSize()));
   out.facts.emplace_back("cuFile batch", fmt::format("at most {} entries (file.cufile_batch; clamped to the "

@@ -16,9 +16,9 @@ namespace hawser::file {
 
 class FileTransport;
 
-// Slices cut by prepare(), not yet posted; dropping them posts nothing.
+// I/Os made by prepare(), not yet posted; dropping them posts nothing.
 struct FileWork final : PreparedWork {
-  std::vector<CutTask> tasks;
+  PreparedIos ios;
 };
 
 class FileSubBatch final : public SubBatch {
@@ -27,28 +27,49 @@ class FileSubBatch final : public SubBatch {
   ~FileSubBatch() override;
 
   // For each task: intersect its range with the segment's files
-  // (kOutOfRange unless fully covered), open every file it touches (cached
-  // in the task's FilePeer; path, existence, permission, declared length:
-  // each a distinct code naming the file), then cut slices at file
-  // boundaries and at file.max_io_size, deciding per slice how it reaches the
-  // file:
-  //   direct   - user memory <-> O_DIRECT fd (address, offset, length aligned)
+  // (kOutOfRange unless fully covered). The tasks' parts are grouped by file,
+  // direction and memory (host, or one GPU); each group opens its file once
+  // (cached in the FilePeer; path, existence, permission, declared length:
+  // each a distinct code naming the file) and becomes I/Os by the rule of
+  // file_coalesce.h (file.coalesce, file.coalesce_gap, file.max_io_size).
+  // How each I/O reaches the file:
+  //   direct   - user memory <-> O_DIRECT fd: every slice's address, offset
+  //              and length aligned; several slices (or a read's gaps) go
+  //              as one vectored I/O (an iovec each)
   //   bounce   - through an aligned bounce buffer (reads round out to the
-  //              alignment and copy the asked bytes out; writes copy in)
+  //              alignment and copy each slice's bytes out; writes copy
+  //              them in): unaligned memory, or more than kMaxIovecs iovecs
   //   buffered - through a page-cache fd (file systems without O_DIRECT, and
   //              the unaligned head/tail of an O_DIRECT write, so a write never
-  //              has to read-modify-write a block it only partly covers)
-  // Slices of GPU memory never bounce (host code never touches GPU memory):
-  // each goes through cuFile (any alignment; write heads/tails on the page
-  // cache descriptor) or is staged through a pinned slot (reads take the
-  // aligned superset into the slot), as FileTransport::gpuRoute decides.
+  //              has to read-modify-write a block it only partly covers),
+  //              vectored as direct I/O is
+  // I/O of GPU memory never bounces (host code never touches GPU memory): it
+  // goes through cuFile (one slice per I/O: any alignment; write heads/tails
+  // on the page cache descriptor) or is staged through a pinned slot (reads
+  // take the aligned superset into the slot; one batched GPU copy per I/O),
+  // as FileTransport::gpuRoute decides per file.
   Status prepare(std::span<Task* const> tasks, std::unique_ptr<PreparedWork>& out) override;
-  // Issues every slice (one engine submission for all of them).
+  // A block request's window of runs (caps().run_windows): the same as
+  // prepare() with a run in place of each task and no task per run; each
+  // run ends through w.sink once its last slice has (runs that complete
+  // together are told together). The GPU of each run's memory comes with the
+  // window (found when the request was checked).
+  Status prepareRuns(const RunWindow& w, std::unique_ptr<PreparedWork>& out) override;
+  // Issues every I/O (one engine submission for all of them).
   void post(std::unique_ptr<PreparedWork> work) override;
   void cancel() override;
   bool idle() const override;
 
  private:
+  struct Group;
+  struct Parts;
+  // The parts of one unit (a task, or a run: `unit` is its index in the
+  // window): [offset, +length) of the segment <-> [mem, +length).
+  Status addParts(Parts& p, FilePeer* peer, bool write, uint64_t offset, uint64_t length, uint64_t mem, int device,
+                  uint32_t unit);
+  // Each group's descriptors and route, then its I/Os (file_coalesce.h).
+  Status makeIos(Parts& parts, PreparedIos& pw);
+
   FileTransport* owner_;
   OpenPolicy open_;
   std::unique_ptr<BatchSlices> slices_;

@@ -4,7 +4,11 @@
 // slices in flight: file_inflight.cpp; open files: file_handles.cpp.
 #include "transport/file/file_transport.h"
 
+#include <sys/mman.h>
+
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <cstdlib>
 #include <optional>
 
@@ -21,6 +25,20 @@
 #include "transport/file/file_plan.h"
 #include "base/file_info.h"
 #include "transport/file/file_sub_batch.h"
+
+// ThreadSanitizer: the discard buffer is written by many reads at once on
+// purpose (nobody reads it); said once, where it is made.
+#if defined(__SANITIZE_THREAD__)
+#define HAWSER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define HAWSER_TSAN 1
+#endif
+#endif
+#ifdef HAWSER_TSAN
+extern "C" void AnnotateBenignRaceSized(const char* file, int line, const volatile void* mem, size_t size,
+                                        const char* description);
+#endif
 
 namespace hawser {
 namespace file {
@@ -58,7 +76,9 @@ constexpr CounterField kCounterFields[] = {
     HAWSER_FILE_COUNTER(gpu_staged_uring_bytes), HAWSER_FILE_COUNTER(gpu_staged_posix_slices),
     HAWSER_FILE_COUNTER(gpu_staged_posix_bytes), HAWSER_FILE_COUNTER(cufile_ops),
     HAWSER_FILE_COUNTER(cufile_batches),   HAWSER_FILE_COUNTER(cufile_refused_files),
-    HAWSER_FILE_COUNTER(gpu_copies),
+    HAWSER_FILE_COUNTER(gpu_copies),       HAWSER_FILE_COUNTER(gpu_copy_runs),
+    HAWSER_FILE_COUNTER(coalesced_ios),    HAWSER_FILE_COUNTER(coalesced_runs),
+    HAWSER_FILE_COUNTER(vectored_ios),
 };
 #undef HAWSER_FILE_COUNTER
 
@@ -93,6 +113,8 @@ Status FileTransport::loadSettings(const Config& cfg, FileSettings& out) {
   if (!(s = cfg.getString("file.engine", st.engine)).ok() ||
       !(s = cfg.getInt("file.io_depth", st.io.io_depth)).ok() ||
       !(s = cfg.getSize("file.max_io_size", st.max_io_size)).ok() ||
+      !(s = cfg.getBool("file.coalesce", st.coalesce)).ok() ||
+      !(s = cfg.getSize("file.coalesce_gap", st.coalesce_gap)).ok() ||
       !(s = cfg.getInt("file.posix_threads", st.io.posix_threads)).ok() ||
       !(s = cfg.getInt("file.bounce_buffers", bufs)).ok() ||
       !(s = cfg.getDuration("file.cancel_grace_ms", st.cancel_grace)).ok() ||
@@ -121,6 +143,7 @@ TransportCaps FileTransport::caps() const {
   c.local_memory = kHostMemory | kGpuMemory;  // GPU: cuFile, else pinned staging
   c.cost_rank = 50;
   c.segment_scheme = "file://";
+  c.run_windows = true;  // block requests: windows of runs, no task per run (FileSubBatch::prepareRuns)
   return c;
 }
 
@@ -129,6 +152,20 @@ Status FileTransport::install(const TransportContext& ctx) {
   static const Config empty;
   Status s = loadSettings(ctx.config ? *ctx.config : empty, settings_);
   if (!s.ok()) return s;
+  if (!(s = gpu::CopySettings::fromConfig(ctx.config ? *ctx.config : empty, copy_settings_)).ok()) return s;
+  if (settings_.coalesce && settings_.coalesce_gap > 0) {
+    // Reserved, not touched: pages appear only where a gap is read (by DMA
+    // or a page-cache copy), and their contents never matter.
+    discard_len_ = alignUp(settings_.coalesce_gap, kPage);
+    void* p = ::mmap(nullptr, discard_len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+      return {Code::kInternal, fmt::format("file.coalesce_gap: cannot map {} bytes for the gaps reads pass through: {}",
+                                           discard_len_, std::strerror(errno))};
+    discard_ = p;
+#ifdef HAWSER_TSAN
+    AnnotateBenignRaceSized(__FILE__, __LINE__, p, discard_len_, "file: gaps read and dropped by concurrent reads");
+#endif
+  }
   if (settings_.engine == "posix") {
     uring_note_ = "not tried (file.engine=posix)";
   } else {
@@ -148,8 +185,9 @@ Status FileTransport::install(const TransportContext& ctx) {
                        settings_.bounce_buffers);
   inflight_->startWatchdog();
   installed_ = true;
-  HLOG_INFO("file: engine={} io_depth={} max_io_size={} direct={} bounce_buffers={}", uring_ ? "uring" : "posix",
-            settings_.io.io_depth, settings_.max_io_size, settings_.direct, settings_.bounce_buffers);
+  HLOG_INFO("file: engine={} io_depth={} max_io_size={} direct={} bounce_buffers={} coalesce={} coalesce_gap={}",
+            uring_ ? "uring" : "posix", settings_.io.io_depth, settings_.max_io_size, settings_.direct,
+            settings_.bounce_buffers, settings_.coalesce, settings_.coalesce_gap);
   return Status::OK();
 }
 
@@ -205,8 +243,9 @@ FileTransport::~FileTransport() {
     (void)posix_.release();
     (void)cufile_.release();
     (void)staging_.release();
-    return;
+    return;  // the discard buffer too: the kernel may still read gaps into it
   }
+  if (discard_) ::munmap(discard_, discard_len_);
   staging_.reset();
   cufile_.reset();
   uring_.reset();
@@ -218,6 +257,8 @@ void FileTransport::describe(nlohmann::json& attrs) const {
   attrs["engine"] = uring_ ? (settings_.engine == "auto" ? "uring+posix" : "uring") : "posix";
   attrs["io_depth"] = settings_.io.io_depth;
   attrs["max_io_size"] = settings_.max_io_size;
+  attrs["coalesce"] = settings_.coalesce;
+  attrs["coalesce_gap"] = settings_.coalesce_gap;
   attrs["cufile"] = settings_.cufile;
   attrs["aliases"] = nlohmann::json::array({"nvmeof"});
 }
@@ -292,6 +333,11 @@ void FileTransport::diagnose(TransportDiagnosis& out) const {
   out.facts.emplace_back("O_DIRECT", settings_.direct ? probeDirectIo(tmp && *tmp ? tmp : "/tmp")
                                                       : "off (file.direct=false)");
   out.facts.emplace_back("max I/O size", std::to_string(settings_.max_io_size));
+  out.facts.emplace_back("coalescing", settings_.coalesce
+                                           ? fmt::format("on: runs of one window share I/Os up to the max I/O size; "
+                                                         "reads pass through gaps of up to {} bytes (file.coalesce_gap)",
+                                                         settings_.coalesce_gap)
+                                           : "off (file.coalesce=false): one I/O per run");
   out.facts.emplace_back("io depth", std::to_string(settings_.io.io_depth));
   out.facts.emplace_back("bounce buffers", std::to_string(settings_.bounce_buffers));
   out.facts.emplace_back("posix threads", std::to_string(settings_.io.posix_threads));

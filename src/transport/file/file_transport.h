@@ -9,8 +9,9 @@
 //
 // Files, one concept each:
 //   file_transport.cpp  install, settings, peers (openPeer, file:// names), stats, diagnose
-//   file_sub_batch.*    the sub-batch verbs: prepare (validate, open, cut), post, cancel, idle
-//   file_inflight.*     slices in flight: one-based cookies, completions, cancel, quarantine, watchdog
+//   file_sub_batch.*    the sub-batch verbs: prepare (validate, open, group runs into I/Os), post, cancel, idle
+//   file_inflight.*     I/Os in flight and their slices: one-based cookies, completions, cancel, quarantine
+//   file_coalesce.*     pure: a window's runs into I/Os sized by the disk, and their iovecs
 //   file_handles.*      a segment's files as this host sees them, and their cached open descriptors
 //   bounce_pool.*       aligned bounce buffers for O_DIRECT I/O of unaligned memory
 //   file_plan.*         pure slicing (no I/O); io_engine.h + uring/posix_engine.cpp: the I/O engines
@@ -33,6 +34,7 @@
 #include <thread>
 
 #include "base/transport.h"
+#include "gpu/batch_copy.h"
 #include "transport/file/io_engine.h"
 
 namespace hawser::file {
@@ -67,7 +69,14 @@ struct FileStats {
   uint64_t cufile_ops = 0;         // ops issued through the cuFile engine (short I/O resumed counts again)
   uint64_t cufile_batches = 0;     // cuFileBatchIOSubmit calls
   uint64_t cufile_refused_files = 0;  // descriptors cuFile refused (their GPU slices staged instead)
-  uint64_t gpu_copies = 0;         // staging copies queued on GPU streams
+  uint64_t gpu_copies = 0;         // staging copies queued on GPU streams (one batched copy per staged I/O)
+  uint64_t gpu_copy_runs = 0;      // runs those copies moved (a staged I/O carries one per slice)
+  // Storage I/O sized by the disk (file_coalesce.h): I/Os that carried more
+  // than one slice, and the slices they carried; I/Os issued as one
+  // vectored (readv/writev) op straight to/from the slices' memory.
+  uint64_t coalesced_ios = 0;
+  uint64_t coalesced_runs = 0;
+  uint64_t vectored_ios = 0;
 };
 
 FileStats globalStats();
@@ -79,7 +88,8 @@ struct Counters {
       quarantine_released{0}, files_opened{0}, files_open{0}, direct_bytes{0}, bounce_bytes{0}, buffered_bytes{0},
       gpu_gds_slices{0}, gpu_gds_bytes{0}, gpu_compat_slices{0}, gpu_compat_bytes{0}, gpu_staged_uring_slices{0},
       gpu_staged_uring_bytes{0}, gpu_staged_posix_slices{0}, gpu_staged_posix_bytes{0}, cufile_ops{0},
-      cufile_batches{0}, cufile_refused_files{0}, gpu_copies{0};
+      cufile_batches{0}, cufile_refused_files{0}, gpu_copies{0}, gpu_copy_runs{0}, coalesced_ios{0},
+      coalesced_runs{0}, vectored_ios{0};
 };
 Counters& counters();
 }  // namespace detail
@@ -97,6 +107,8 @@ struct FileSettings {
   std::string engine = "auto";                   // file.engine: auto | uring | posix
   bool direct = true;                            // file.direct: O_DIRECT where the file system does it
   uint64_t max_io_size = 1 << 20;                // file.max_io_size (a multiple of 4096)
+  bool coalesce = true;                          // file.coalesce: runs of one window share large I/Os
+  uint64_t coalesce_gap = 16 << 10;              // file.coalesce_gap: reads read through gaps up to this
   uint32_t bounce_buffers = 32;                  // file.bounce_buffers (default: file.io_depth)
   std::chrono::milliseconds cancel_grace{1000};  // file.cancel_grace_ms
   std::string cufile = "auto";                   // file.cufile: auto | on | off
@@ -193,6 +205,7 @@ class FileTransport final : public Transport {
   std::string cufile_note_;  // why cuFile is not in use ("" when it is)
   std::unique_ptr<CufileEngine> cufile_;
   std::atomic<CufileEngine*> cufile_ptr_{nullptr};
+  gpu::CopySettings copy_settings_;  // gpu.copy_*: how staging copies a window of runs
   std::unique_ptr<GpuStaging> staging_;
   std::atomic<bool> staging_ready_{false};
   mutable std::shared_mutex regions_mu_;
@@ -203,6 +216,11 @@ class FileTransport final : public Transport {
   std::map<uint64_t, GpuRegion> gpu_regions_;
   std::mutex fallback_mu_;
   std::set<std::string> fallback_logged_;
+
+  // Where reads put the gaps they read through (file.coalesce_gap bytes,
+  // page-aligned, never read): shared by every I/O, made at install.
+  void* discard_ = nullptr;
+  size_t discard_len_ = 0;
 
   std::shared_ptr<PeerSet> peers_;
   std::unique_ptr<Inflight> inflight_;

@@ -18,7 +18,8 @@ namespace hawser::file {
 // One thread and one stream of one GPU, for copies of one direction.
 class GpuStaging::Lane {
  public:
-  Lane(int device, bool to_gpu, const CopySink& sink) : device_(device), to_gpu_(to_gpu), sink_(sink) {
+  Lane(int device, bool to_gpu, const gpu::CopySettings& settings, const CopySink& sink)
+      : device_(device), to_gpu_(to_gpu), settings_(settings), sink_(sink) {
     thread_ = std::thread([this] { run(); });
   }
   ~Lane() {
@@ -30,54 +31,63 @@ class GpuStaging::Lane {
     thread_.join();
   }
 
-  void push(void* dst, const void* src, size_t len, uint64_t cookie) {
+  void push(std::vector<gpu::CopyRun> runs, uint64_t cookie) {
     {
       std::lock_guard lk(mu_);
-      queue_.push_back(Job{dst, src, len, cookie, 0});
+      queue_.push_back(Job{std::move(runs), cookie, 0});
     }
     cv_.notify_all();
   }
 
  private:
   struct Job {
-    void* dst;
-    const void* src;
-    size_t len;
+    std::vector<gpu::CopyRun> runs;
     uint64_t cookie;
     uint64_t ticket;
   };
 
   void run() {
     std::unique_ptr<gpu::CopyStream> stream;
-    Status opened = gpu::CopyStream::open(device_, stream);
+    Status opened = gpu::CopyStream::open(device_, stream, settings_);
     if (!opened.ok())
       HLOG_ERROR("file: cannot open a copy stream on GPU {}: {}; its staged slices fail", device_,
                  opened.toString());
-    std::deque<Job> issued;  // queued on the stream, oldest first
+    struct Issued {
+      uint64_t cookie;
+      uint64_t ticket;
+    };
+    std::deque<Issued> issued;  // queued on the stream, oldest first
     std::vector<Job> fresh;
     for (;;) {
       {
         std::unique_lock lk(mu_);
         if (issued.empty()) cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
         if (stop_ && queue_.empty() && issued.empty()) break;
-        fresh.assign(queue_.begin(), queue_.end());
+        fresh.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
         queue_.clear();
       }
       // Queue every new copy on the stream first, then wait for the oldest:
       // the stream always holds all the work there is.
       for (Job& j : fresh) {
-        Status s = opened.ok() ? stream->copy(j.dst, j.src, j.len, j.ticket) : opened;
+        Status s = opened.ok() ? stream->copyRuns(j.runs, j.ticket) : opened;
         if (!s.ok()) {
-          sink_(j.cookie, Status(Code::kIoError, fmt::format("GPU {} copy of {} bytes ({}): {}", device_, j.len,
+          uint64_t bytes = 0;
+          for (const auto& r : j.runs) bytes += r.len;
+          // Copies of the window already queued may still run: the slot and
+          // the GPU memory are let go only once the stream has drained.
+          if (opened.ok()) (void)stream->waitAll();
+          sink_(j.cookie, Status(Code::kIoError, fmt::format("GPU {} copy of {} runs, {} bytes ({}): {}", device_,
+                                                             j.runs.size(), bytes,
                                                              to_gpu_ ? "to the GPU" : "from the GPU", s.message())));
           continue;
         }
         detail::counters().gpu_copies++;
-        issued.push_back(j);
+        detail::counters().gpu_copy_runs += j.runs.size();
+        issued.push_back(Issued{j.cookie, j.ticket});
       }
       fresh.clear();
       if (issued.empty()) continue;
-      Job j = issued.front();
+      Issued j = issued.front();
       issued.pop_front();
       Status s = stream->wait(j.ticket);
       sink_(j.cookie, s.ok() ? s : Status(Code::kIoError, fmt::format("GPU {} copy failed: {}", device_, s.message())));
@@ -94,6 +104,7 @@ class GpuStaging::Lane {
 
   const int device_;
   const bool to_gpu_;
+  const gpu::CopySettings settings_;
   const CopySink& sink_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -105,9 +116,11 @@ class GpuStaging::Lane {
 GpuStaging::GpuStaging() = default;
 GpuStaging::~GpuStaging() { stop(); }
 
-Status GpuStaging::init(size_t slots, size_t slot_size, IoEngine* uring, CopySink sink) {
+Status GpuStaging::init(size_t slots, size_t slot_size, IoEngine* uring, const gpu::CopySettings& copy,
+                        CopySink sink) {
   Status s = gpu::PinnedBuffers::create(slots, slot_size, buffers_);
   if (!s.ok()) return s;
+  copy_ = copy;
   sink_ = std::move(sink);
   uring_ = uring;
   // Registered outside any lock of the transport (a round trip to the ring's thread).
@@ -118,12 +131,12 @@ Status GpuStaging::init(size_t slots, size_t slot_size, IoEngine* uring, CopySin
 GpuStaging::Lane* GpuStaging::lane(int device, bool to_gpu) {
   std::lock_guard lk(mu_);
   auto& l = lanes_[{device, to_gpu}];
-  if (!l) l = std::make_unique<Lane>(device, to_gpu, sink_);
+  if (!l) l = std::make_unique<Lane>(device, to_gpu, copy_, sink_);
   return l.get();
 }
 
-void GpuStaging::copy(int device, bool to_gpu, void* dst, const void* src, size_t len, uint64_t cookie) {
-  lane(device, to_gpu)->push(dst, src, len, cookie);
+void GpuStaging::copy(int device, bool to_gpu, std::vector<gpu::CopyRun> runs, uint64_t cookie) {
+  lane(device, to_gpu)->push(std::move(runs), cookie);
 }
 
 void GpuStaging::stop() {

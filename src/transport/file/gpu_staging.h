@@ -1,13 +1,18 @@
-// Staging for GPU memory when cuFile is not used: file I/O (io_uring or
-// POSIX) into page-locked host slots (gpu::PinnedBuffers, file.gpu_staging_buffers
-// slots of file.max_io_size + 8 KiB), and the copies between a slot and GPU
-// memory queued on gpu::CopyStreams.
+// Staging for GPU memory when cuFile is not used (or runs in compat mode):
+// file I/O (io_uring or POSIX) into page-locked host slots
+// (gpu::PinnedBuffers, file.gpu_staging_buffers slots of file.max_io_size +
+// 8 KiB: one large I/O each), and the copies between a slot and GPU memory
+// queued on gpu::CopyStreams.
 //
+// One staged I/O is one copy: its runs (one per slice it carries: the slot
+// scattered into the GPU runs after a read, gathered from them before a
+// write) go to the stream as one window, gpu::CopyStream::copyRuns, one
+// ticket (gpu/batch_copy.h says how the window is executed: gpu.copy_*).
 // Copies are pipelined: each (GPU, direction) has a lane, a thread owning one
 // stream; it queues every copy handed to it at once and then waits for the
-// oldest, so the GPU copies one slice while the files serve others, and no
-// caller ever blocks on a copy. A finished copy is reported to the sink with
-// the slice's cookie (one-based, as every completion of the transport).
+// oldest, so the GPU copies one I/O's runs while the files serve others, and
+// no caller ever blocks on a copy. A finished copy is reported to the sink
+// with the I/O's cookie (one-based, as every completion of the transport).
 // Host code never touches GPU memory: only the driver's copies do.
 #pragma once
 
@@ -17,6 +22,9 @@
 #include <memory>
 #include <mutex>
 
+#include <vector>
+
+#include "gpu/batch_copy.h"
 #include "gpu/pinned_buffers.h"
 #include "hawser/status.h"
 
@@ -34,8 +42,9 @@ class GpuStaging {
   ~GpuStaging();
 
   // Creates the slots (pinned; registered with `uring` as fixed buffers
-  // when given). kNotSupported without a CUDA driver.
-  Status init(size_t slots, size_t slot_size, IoEngine* uring, CopySink sink);
+  // when given). kNotSupported without a CUDA driver. `copy`: how the lanes'
+  // streams execute a window of runs.
+  Status init(size_t slots, size_t slot_size, IoEngine* uring, const gpu::CopySettings& copy, CopySink sink);
   bool ready() const { return buffers_ != nullptr; }
   size_t slotSize() const { return buffers_ ? buffers_->slotSize() : 0; }
   size_t slots() const { return buffers_ ? buffers_->count() : 0; }
@@ -45,9 +54,10 @@ class GpuStaging {
   void release(long slot) { buffers_->release(static_cast<size_t>(slot)); }
   char* slot(long i) const { return buffers_->slot(static_cast<size_t>(i)); }
 
-  // Queues dst <- src on GPU `device`'s lane for that direction; the sink
-  // hears of it with `cookie`. Never blocks on the copy.
-  void copy(int device, bool to_gpu, void* dst, const void* src, size_t len, uint64_t cookie);
+  // Queues `runs` (one window: dst <- src each) on GPU `device`'s lane for
+  // that direction; the sink hears of the whole window with `cookie`. Never
+  // blocks on the copy.
+  void copy(int device, bool to_gpu, std::vector<gpu::CopyRun> runs, uint64_t cookie);
 
   // Waits for every queued copy and stops the lanes.
   void stop();
@@ -58,6 +68,7 @@ class GpuStaging {
 
   std::unique_ptr<gpu::PinnedBuffers> buffers_;
   IoEngine* uring_ = nullptr;
+  gpu::CopySettings copy_;
   CopySink sink_;
   std::mutex mu_;
   std::map<std::pair<int, bool>, std::unique_ptr<Lane>> lanes_;

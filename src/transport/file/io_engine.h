@@ -11,6 +11,8 @@
 //     (cufile_engine.h); needsAlignment() == false, device pointers.
 #pragma once
 
+#include <sys/uio.h>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -34,8 +36,13 @@ struct IoOp {
   int file_token = -1;  // from IoEngine::addFile (fixed-file slot), -1: use fd
   bool write = false;
   void* buf = nullptr;
-  uint64_t len = 0;
+  uint64_t len = 0;     // bytes (with iovecs: their total)
   uint64_t offset = 0;
+  // A vectored op (preadv/pwritev, io_uring readv/writev): `iov_count`
+  // iovecs in place of `buf`, kept alive by the caller until the op
+  // completes. Not for the cuFile engine (it fails such an op with EINVAL).
+  const ::iovec* iov = nullptr;
+  uint32_t iov_count = 0;
 };
 
 // result >= 0: bytes moved (may be short); < 0: -errno (-ECANCELED when the

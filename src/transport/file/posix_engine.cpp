@@ -2,6 +2,7 @@
 // io_uring is unavailable and for files the file system serves only through
 // the page cache (tmpfs). An op still queued can be cancelled; one inside
 // pread/pwrite runs to its end (the kernel offers no way to stop it).
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -120,9 +121,11 @@ class PosixEngine final : public IoEngine {
   }
 
   static int64_t run(const IoOp& op) {
+    const auto at = static_cast<off_t>(op.offset);
+    const int n_iov = static_cast<int>(op.iov_count);
     for (;;) {
-      ssize_t n = op.write ? ::pwrite(op.fd, op.buf, op.len, static_cast<off_t>(op.offset))
-                           : ::pread(op.fd, op.buf, op.len, static_cast<off_t>(op.offset));
+      ssize_t n = op.iov_count ? (op.write ? ::pwritev(op.fd, op.iov, n_iov, at) : ::preadv(op.fd, op.iov, n_iov, at))
+                               : (op.write ? ::pwrite(op.fd, op.buf, op.len, at) : ::pread(op.fd, op.buf, op.len, at));
       if (n >= 0) return n;
       if (errno != EINTR) return -errno;
     }

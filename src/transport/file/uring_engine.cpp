@@ -237,7 +237,7 @@ void UringEngine::submit(std::span<const IoOp> ops) {
   if (ops.empty()) return;
   std::vector<Queued> qs;
   qs.reserve(ops.size());
-  for (const auto& op : ops) qs.push_back(Queued{op, lookupBuffer(op.buf, op.len)});
+  for (const auto& op : ops) qs.push_back(Queued{op, op.iov_count ? -1 : lookupBuffer(op.buf, op.len)});
   outstanding_ += ops.size();
   {
     std::lock_guard lk(mu_);
@@ -276,7 +276,12 @@ void UringEngine::prep(const Queued& q, io_uring_sqe* sqe) {
   const IoOp& op = q.op;
   int fd = op.file_token >= 0 ? op.file_token : op.fd;
   auto len = static_cast<unsigned>(op.len);
-  if (q.buf_index >= 0) {
+  if (op.iov_count > 0) {
+    if (op.write)
+      io_uring_prep_writev(sqe, fd, op.iov, op.iov_count, op.offset);
+    else
+      io_uring_prep_readv(sqe, fd, op.iov, op.iov_count, op.offset);
+  } else if (q.buf_index >= 0) {
     if (op.write)
       io_uring_prep_write_fixed(sqe, fd, op.buf, len, op.offset, q.buf_index);
     else
