@@ -79,6 +79,18 @@ inline constexpr Knob kKnobs[] = {
    "shared secret every peer connection must present (empty: none)", true},
   {"rpc.timeout_ms", "HAWSER_RPC_TIMEOUT_MS", KnobType::kDurationMs, "5000", 10, knob_detail::kHour, {},
    "control-plane calls (descriptor fetch); also the keepalive interval of control connections"},
+  {"rpc.frame_timeout_ms", "HAWSER_RPC_FRAME_TIMEOUT_MS", KnobType::kDurationMs, "10000", 10, knob_detail::kHour, {},
+   "rpc listener: a connection's Hello, and each control frame once its first byte came, must arrive whole "
+   "within this long, or the connection is closed (also the send deadline of a reply)"},
+  {"rpc.max_connections", "HAWSER_RPC_MAX_CONNECTIONS", KnobType::kInt, "4096", 1, 1 << 20, {},
+   "rpc listener: connections of every kind (control and data) open at once; more are refused at accept, with "
+   "a logged reason"},
+  {"rpc.max_control_connections", "HAWSER_RPC_MAX_CONTROL_CONNECTIONS", KnobType::kInt, "1024", 1, 1 << 20, {},
+   "rpc listener: control connections (and connections still sending their Hello) open at once; more are "
+   "refused at accept, with a logged reason"},
+  {"rpc.max_control_per_peer", "HAWSER_RPC_MAX_CONTROL_PER_PEER", KnobType::kInt, "256", 1, 1 << 20, {},
+   "rpc listener: control connections (and unfinished Hellos) open at once from one peer address; more are "
+   "refused at accept, with a logged reason"},
   {"metrics.max_peers", "HAWSER_METRICS_MAX_PEERS", KnobType::kInt, "1024", 1, 1 << 20, {},
    "(transport, peer) pairs counted under their own peer label; later peers share the series of peer \"_other\""},
   {"log.level", "HAWSER_LOG_LEVEL", KnobType::kEnum, "warn", 0, 0, "trace|debug|info|warn|error|off",

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "rpc/frame_reader.h"
 #include "rpc/rpc.h"
 
 namespace hawser::rpc {
@@ -42,13 +43,9 @@ Status Connection::call(uint16_t method, const std::string& request, std::string
   f.length = static_cast<uint32_t>(request.size());
   iovec iov[2] = {{&f, sizeof(f)}, {const_cast<char*>(request.data()), request.size()}};
   Status s = net::sendAllv(fd_.get(), iov, request.empty() ? 1 : 2);
-  Frame r;
-  if (s.ok()) s = readFrame(fd_.get(), r, kMaxControlBody);
-  std::string body;
-  if (s.ok() && r.length) {
-    body.resize(r.length);
-    s = net::recvAll(fd_.get(), body.data(), body.size());
-  }
+  FrameReader in(kMaxControlBody);
+  if (s.ok()) s = recvFrame(fd_.get(), in, timeout, false);
+  const Frame& r = in.frame();
   if (s.ok() && (r.type != (method | kReplyBit) || r.id != f.id))
     s = {Code::kRemoteError, "reply does not match request"};
   if (!s.ok()) {
@@ -62,9 +59,9 @@ Status Connection::call(uint16_t method, const std::string& request, std::string
   if (r.status != 0) {
     Code c = static_cast<Code>(r.status);
     if (r.status < 0 || r.status > static_cast<int32_t>(Code::kInternal)) c = Code::kRemoteError;
-    return {c, fmt::format("{}: {}", peer, body)};
+    return {c, fmt::format("{}: {}", peer, in.body())};
   }
-  reply = std::move(body);
+  reply = std::move(in.body());
   return Status::OK();
 }
 

@@ -43,6 +43,18 @@ def rpc():
     write("rpc", "stream-hello", b"\0" + rpc_frame(0x2345, 0))
 
 
+def rpc_partial():
+    # [limit u8] [cuts u8 = N] [N u16 piece sizes] [stream]
+    def cuts(*sizes):
+        return struct.pack("<B", len(sizes)) + b"".join(struct.pack("<H", c) for c in sizes)
+    write("rpc_partial", "hello-then-call", b"\0" + cuts(3, 30, 1) + rpc_frame(1, 5) + b"token" +
+          rpc_frame(1, 4, id_=2) + b"ping")
+    write("rpc_partial", "large-body-in-pieces", b"\1" + cuts(24, 65535, 7) + rpc_frame(0x1234, 70000, id_=1) +
+          bytes(range(256)) * 274)
+    write("rpc_partial", "announced-never-sent", b"\1" + cuts(1) + rpc_frame(1, 16 << 20, id_=1) + b"abc")
+    write("rpc_partial", "over-the-limit", b"\2" + cuts(5) + rpc_frame(1, 101))
+
+
 def tcp_run_table(runs):
     return b"".join(struct.pack("<QII", addr, length, 0) for addr, length in runs)
 
@@ -178,5 +190,6 @@ def shm_table():
 
 
 if __name__ == "__main__":
-    for f in (rpc, tcp_wire, descriptor, etcd_reply, etcd_watch, rdma_handshake, file_segments, config, shm_table):
+    for f in (rpc, rpc_partial, tcp_wire, descriptor, etcd_reply, etcd_watch, rdma_handshake, file_segments, config,
+              shm_table):
         f()
