@@ -14,7 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 RPC_MAGIC, RPC_VERSION = 0x52535748, 2
 TCP_MAGIC, TCP_VERSION = 0x44545748, 1
-SHM_MAGIC, SHM_VERSION, SHM_CAPACITY = 0x6873776172746162, 1, 65536
+SHM_MAGIC, SHM_VERSION, SHM_CAPACITY = 0x6873776172746162, 2, 65536
 
 
 def write(target, name, data):
@@ -181,10 +181,10 @@ def config():
 
 
 def shm_table():
-    # [addr u64] [len u64] [nonce u64] [table: header + entries]
+    # [addr u64] [len u64] [nonce u64] [table: header + entries {addr, length, gen, 0}]
     nonce = 0x1234
     header = struct.pack("<QIIQQQQQQ", SHM_MAGIC, SHM_VERSION, SHM_CAPACITY, nonce, 2, 2, 0, 0, 0)
-    entries = struct.pack("<QQQQ", 0x10000, 0x1000, 0x20000, 0x8000)
+    entries = struct.pack("<QQQQQQQQ", 0x10000, 0x1000, 1, 0, 0x20000, 0x8000, 2, 0)  # addr, length, gen, 0
     write("shm_table", "inside", struct.pack("<QQQ", 0x20100, 0x100, nonce) + header + entries)
     write("shm_table", "outside", struct.pack("<QQQ", 0x10f00, 0x200, nonce) + header + entries)
 

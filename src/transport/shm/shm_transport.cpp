@@ -20,12 +20,17 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "metadata/descriptor.h"
+#include "transport/shm/shm_testing.h"
 
 namespace hawser {
 
 namespace shm {
 
-constexpr uint32_t kDescVersion = 1;
+namespace testing {
+std::atomic<CopyHook> on_copy{nullptr};
+}
+
+constexpr uint32_t kDescVersion = 2;  // 2: the table carries generations and reader slots
 constexpr uint32_t kMaxThreads = 64;
 
 // One target process, shared by every handle on it.
@@ -37,10 +42,20 @@ struct Peer {
   std::atomic<bool> dead{false};
   std::mutex mu;
   std::shared_ptr<TableView> table;  // null once the peer is gone
+  // The reader slot in its table of each of our copy threads (claimed at
+  // its first copy; -1: none yet). Only that thread touches its entry.
+  int slots[kMaxThreads];
+
+  Peer() { std::fill(std::begin(slots), std::end(slots), -1); }
 
   std::shared_ptr<TableView> view() {
     std::lock_guard lk(mu);
     return table;
+  }
+  // Copy thread `worker`'s reader slot in `t` (-1: the table has none free).
+  int slotFor(unsigned worker, const TableView& t) {
+    if (slots[worker] < 0) slots[worker] = t.claimSlot();
+    return slots[worker];
   }
   // Whether the process has exited (its pidfd is readable).
   bool exited() const {
@@ -66,6 +81,9 @@ class PeerRef final : public PeerHandle {
 };
 
 // At most shm.split_bytes of one task: one process_vm_readv/writev loop.
+// Every slice of a task is bound to the registration its task found at
+// prepare (`gen`, the target's range [reg_addr, +reg_len)); gen 0: none
+// held the task's range.
 struct Slice {
   Task* task = nullptr;
   SubBatchImpl* sb = nullptr;
@@ -73,6 +91,8 @@ struct Slice {
   char* local = nullptr;
   uint64_t remote = 0;
   uint64_t len = 0;
+  uint64_t gen = 0;
+  uint64_t reg_addr = 0, reg_len = 0;
   bool is_read = false;
 };
 
@@ -103,9 +123,18 @@ class SubBatchImpl final : public SubBatch {
     work->chunk.reset(new Slice[total]);
     work->slices = total;
     size_t k = 0;
+    Peer* last = nullptr;
+    std::shared_ptr<TableView> view;
     for (Task* t : tasks) {
       const TransferRequest& r = t->request();
       Peer* peer = static_cast<const PeerRef*>(t->peer())->peer.get();
+      if (peer != last) {
+        view = peer->view();
+        last = peer;
+      }
+      // The task's registration: the one that holds its range now.
+      TableEntry reg{};
+      if (!view || !view->find(r.target_offset, r.length, reg)) reg = TableEntry{};
       uint32_t n = 0;
       uint64_t off = 0;
       do {
@@ -116,6 +145,9 @@ class SubBatchImpl final : public SubBatch {
         s.len = std::min<uint64_t>(split, r.length - off);
         s.local = static_cast<char*>(r.source) + off;
         s.remote = r.target_offset + off;
+        s.gen = reg.gen;
+        s.reg_addr = reg.addr;
+        s.reg_len = reg.length;
         s.is_read = r.opcode == OpCode::kRead;
         off += s.len;
         ++n;
@@ -226,7 +258,7 @@ Status ShmTransport::install(const TransportContext& ctx) {
   ev.data.fd = evfd_;
   ::epoll_ctl(epfd_, EPOLL_CTL_ADD, evfd_, &ev);
   watcher_ = std::thread([this] { watch(); });
-  for (uint32_t i = 0; i < settings_.threads; ++i) workers_.emplace_back([this] { work(); });
+  for (uint32_t i = 0; i < settings_.threads; ++i) workers_.emplace_back([this, i] { work(i); });
   installed_ = true;
   HLOG_INFO("shm transport: {} copy thread(s), split {} B", settings_.threads, settings_.split_bytes);
   return Status::OK();
@@ -267,7 +299,10 @@ Status ShmTransport::registerMemory(void* addr, size_t length, const std::string
                                     nlohmann::json& attrs) {
   attrs = nlohmann::json::object();
   if (!installed_ || !remote_accessible || memoryKindOf(location) != kHostMemory) return Status::OK();
-  return table_.add(reinterpret_cast<uint64_t>(addr), length);
+  uint64_t gen = 0;
+  Status s = table_.add(reinterpret_cast<uint64_t>(addr), length, gen);
+  if (s.ok()) attrs["gen"] = gen;
+  return s;
 }
 
 Status ShmTransport::unregisterMemory(void* addr, size_t) {
@@ -313,6 +348,8 @@ Status ShmTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle
                                              seg.name, std::strerror(errno))};
   }
   auto peer = std::shared_ptr<Peer>(new Peer(), [this](Peer* p) {
+    if (p->table)
+      for (int slot : p->slots) p->table->releaseSlot(slot);
     {
       std::lock_guard plk(peers_mu_);
       auto b = by_pidfd_.find(p->pidfd);
@@ -420,7 +457,7 @@ void ShmTransport::cancelQueued(shm::SubBatchImpl* sb) {
     shm::finish(s, TransferState::kCanceled, 0, {Code::kUnavailable, "canceled by cancelTransfer before it was copied"});
 }
 
-void ShmTransport::work() {
+void ShmTransport::work(unsigned worker) {
   std::unique_lock lk(mu_);
   while (true) {
     cv_.wait(lk, [&] { return stopping_.load() || !queue_.empty(); });
@@ -428,12 +465,12 @@ void ShmTransport::work() {
     Slice* s = queue_.front();
     queue_.pop_front();
     lk.unlock();
-    runSlice(s);
+    runSlice(worker, s);
     lk.lock();
   }
 }
 
-void ShmTransport::runSlice(Slice* s) {
+void ShmTransport::runSlice(unsigned worker, Slice* s) {
   Peer* p = s->peer;
   const uint64_t remote = s->remote, len = s->len;
   auto fail = [&](Code c, std::string why) {
@@ -448,14 +485,27 @@ void ShmTransport::runSlice(Slice* s) {
   std::shared_ptr<shm::TableView> table = p->view();
   if (!table) return gone();
   if (table->closed()) return fail(Code::kUnavailable, fmt::format("shm peer {}: its engine shut down", p->pid));
+  shm::testing::call(shm::testing::Point::kTurn, remote, len);
   auto withdrawn = [&] {
     counts_->refused++;
-    fail(Code::kOutOfRange, fmt::format("pid {} does not expose [{:#x}, +{}) (any more): not inside one of its "
-                                        "registered, remote-accessible regions",
-                                        p->pid, remote, len));
+    if (s->gen == 0)
+      return fail(Code::kOutOfRange, fmt::format("pid {} does not expose [{:#x}, +{}): not inside one of its "
+                                                 "registered, remote-accessible regions",
+                                                 p->pid, remote, len));
+    fail(Code::kOutOfRange,
+         fmt::format("pid {} withdrew [{:#x}, +{}) (registration {}) while this task used it: [{:#x}, +{}) was not {}",
+                     p->pid, s->reg_addr, s->reg_len, s->gen, remote, len, s->is_read ? "read" : "written"));
   };
-  uint64_t seq = 0;
-  if (!table->contains(remote, len, &seq)) return withdrawn();
+  if (s->gen == 0) return withdrawn();
+  const int slot = p->slotFor(worker, *table);
+  if (slot < 0)
+    return fail(Code::kUnavailable, fmt::format("the shm table of pid {} has no free reader slot: {} copy threads of "
+                                                "its initiators hold them all",
+                                                p->pid, shm::kReaderSlots));
+  // From here until leave() the target's unregister of this registration
+  // waits for us; and it is still the registration the task started on.
+  if (!table->enter(slot, s->reg_addr, s->gen)) return withdrawn();
+  shm::testing::call(shm::testing::Point::kAnnounced, remote, len);
   uint64_t done = 0;
   int err = 0;
   while (done < len) {
@@ -469,17 +519,14 @@ void ShmTransport::runSlice(Slice* s) {
     }
     done += static_cast<uint64_t>(n);
   }
+  table->leave(slot);
   if (err == ESRCH) return gone();
   if (err != 0) {
     if (p->exited()) return gone();
-    if (!table->contains(remote, len)) return withdrawn();
     return fail(Code::kIoError, fmt::format("{} of pid {} [{:#x}, +{}): {}",
                                             s->is_read ? "process_vm_readv" : "process_vm_writev", p->pid, remote,
                                             len, err == EPERM ? shm::cmaRefusal(p->pid, err) : std::strerror(err)));
   }
-  // A read that raced with the target withdrawing the range may hold bytes of
-  // whatever replaced it: fail it rather than hand them over.
-  if (s->is_read && table->seq() != seq && !table->contains(remote, len)) return withdrawn();
   counts_->slices_completed++;
   (s->is_read ? counts_->bytes_read : counts_->bytes_written) += len;
   shm::finish(s, TransferState::kCompleted, len);
@@ -506,7 +553,8 @@ Counters ShmTransport::stats() const {
   return {{"slices_completed", c.slices_completed.load()}, {"slices_failed", c.slices_failed.load()},
           {"bytes_read", c.bytes_read.load()},             {"bytes_written", c.bytes_written.load()},
           {"refused_requests", c.refused.load()},          {"peers_opened", c.peers_opened.load()},
-          {"peers_refused", c.peers_refused.load()},       {"peers_gone", c.peers_gone.load()}};
+          {"peers_refused", c.peers_refused.load()},       {"peers_gone", c.peers_gone.load()},
+          {"withdrawals_waited", table_.waits()}};
 }
 
 std::unique_ptr<Transport> makeShmTransport() { return std::make_unique<ShmTransport>(); }

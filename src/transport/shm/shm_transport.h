@@ -75,9 +75,9 @@ class ShmTransport final : public Transport {
   friend class shm::SubBatchImpl;
   void enqueue(std::vector<shm::Slice*>& slices);
   void cancelQueued(shm::SubBatchImpl* sb);
-  void work();
+  void work(unsigned worker);
   void watch();
-  void runSlice(shm::Slice* s);
+  void runSlice(unsigned worker, shm::Slice* s);
   void peerGone(int pidfd);
 
   ShmSettings settings_;
