@@ -203,6 +203,9 @@ inline constexpr Knob kKnobs[] = {
    "copy threads (process_vm_readv/writev); 0: min(4, CPUs)"},
   {"shm.split_bytes", "HAWSER_SHM_SPLIT_BYTES", KnobType::kSize, "512K", 4 * knob_detail::K, knob_detail::G, {},
    "a task is cut into pieces of at most this many bytes, copied in parallel by the copy threads"},
+  {"shm.max_iov", "HAWSER_SHM_MAX_IOV", KnobType::kInt, "1024", 1, 1024, {},
+   "runs (slices of the tasks of one prepare, e.g. a block request's window) one process_vm_readv/writev call "
+   "moves together, at most shm.split_bytes in all (1: a call per run)"},
   // ---- rdma ---------------------------------------------------------------------------------------------------------
   {"rdma.verbs_lib", "HAWSER_RDMA_VERBS_LIB", KnobType::kString, "libibverbs.so.1", 0, 0, {},
    "verbs library loaded at run time"},

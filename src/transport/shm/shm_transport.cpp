@@ -96,8 +96,27 @@ struct Slice {
   bool is_read = false;
 };
 
+// Consecutive slices of one window moved by one process_vm_readv/writev
+// call (one iovec pair each): same peer, same direction, same registration;
+// at most shm.max_iov of them and shm.split_bytes in all (a slice of that
+// size goes alone), so a window of small runs costs a call per
+// shm.split_bytes, as contiguous bytes do.
+struct Group {
+  Slice* first = nullptr;
+  uint32_t n = 0;
+};
+
 struct Work final : PreparedWork {
   std::unique_ptr<Slice[]> chunk;
+  std::unique_ptr<Group[]> groups;
+  size_t ngroups = 0;
+};
+
+// A copy thread's iovec arrays and per-slice outcomes (shm.max_iov each).
+struct Scratch {
+  explicit Scratch(size_t n) : local(n), remote(n), err(n) {}
+  std::vector<iovec> local, remote;
+  std::vector<int> err;
 };
 
 class SubBatchImpl final : public SubBatch {
@@ -154,21 +173,39 @@ class SubBatchImpl final : public SubBatch {
       } while (off < r.length);
       t->setSliceCount(n);
     }
+    // Groups of consecutive slices, one system call each.
+    const uint32_t max_iov = owner_->settings_.max_iov;
+    work->groups.reset(new Group[total]);
+    Group* g = nullptr;
+    uint64_t g_bytes = 0;
+    for (size_t i = 0; i < total; ++i) {
+      Slice& s = work->chunk[i];
+      if (g && g->n < max_iov && g_bytes + s.len <= split && s.peer == g->first->peer &&
+          s.is_read == g->first->is_read && s.gen == g->first->gen) {
+        ++g->n;
+        g_bytes += s.len;
+        continue;
+      }
+      g = &work->groups[work->ngroups++];
+      g->first = &s;
+      g->n = 1;
+      g_bytes = s.len;
+    }
     out = std::move(work);
     return Status::OK();
   }
 
   void post(std::unique_ptr<PreparedWork> base) override {
-    std::unique_ptr<Slice[]> chunk = std::move(static_cast<Work&>(*base).chunk);
+    Work& w = static_cast<Work&>(*base);
     const size_t n = base->slices;
-    Slice* arr = chunk.get();
+    std::vector<Group*> v(w.ngroups);
+    for (size_t i = 0; i < w.ngroups; ++i) v[i] = &w.groups[i];
     {
       std::lock_guard lk(mu_);
-      chunks_.push_back(std::move(chunk));
+      chunks_.push_back(std::move(w.chunk));
+      groups_.push_back(std::move(w.groups));
     }
     outstanding.fetch_add(static_cast<int64_t>(n), std::memory_order_acq_rel);
-    std::vector<Slice*> v(n);
-    for (size_t i = 0; i < n; ++i) v[i] = &arr[i];
     owner_->enqueue(v);
   }
 
@@ -181,6 +218,7 @@ class SubBatchImpl final : public SubBatch {
   ShmTransport* owner_;
   std::mutex mu_;
   std::vector<std::unique_ptr<Slice[]>> chunks_;
+  std::vector<std::unique_ptr<Group[]>> groups_;
 };
 
 // Ends a slice: it is no longer referenced once `outstanding` drops, so
@@ -191,6 +229,14 @@ void finish(Slice* s, TransferState st, uint64_t bytes, const Status& why = Stat
   t->completeSlice(st, bytes, why);
 }
 
+// Ends every slice of a group the same way (`why` names each slice's range).
+template <class Why>
+void finishAll(Group* g, TransferState st, Code code, Why why) {
+  Slice* const first = g->first;
+  const uint32_t n = g->n;  // g is not touched once its last slice ended
+  for (uint32_t i = 0; i < n; ++i) finish(&first[i], st, 0, Status(code, why(first[i])));
+}
+
 std::string cmaRefusal(int64_t pid, int err) {
   return fmt::format("cross-memory attach to pid {} refused ({}): process_vm_readv needs the same user or ptrace "
                      "permission (CAP_SYS_PTRACE, Yama ptrace_scope)",
@@ -199,6 +245,7 @@ std::string cmaRefusal(int64_t pid, int err) {
 
 }  // namespace shm
 
+using shm::Group;
 using shm::Peer;
 using shm::Slice;
 
@@ -207,7 +254,8 @@ static_assert(findKnob("shm.threads")->hi == static_cast<int64_t>(shm::kMaxThrea
 Status ShmTransport::loadSettings(const Config& cfg, ShmSettings& out) {
   ShmSettings s;
   Status st;
-  if (!(st = cfg.getInt("shm.threads", s.threads)).ok() || !(st = cfg.getSize("shm.split_bytes", s.split_bytes)).ok())
+  if (!(st = cfg.getInt("shm.threads", s.threads)).ok() || !(st = cfg.getSize("shm.split_bytes", s.split_bytes)).ok() ||
+      !(st = cfg.getInt("shm.max_iov", s.max_iov)).ok())
     return st;
   if (s.threads == 0) s.threads = std::clamp<uint32_t>(std::thread::hardware_concurrency(), 1, 4);
   out = s;
@@ -260,7 +308,8 @@ Status ShmTransport::install(const TransportContext& ctx) {
   watcher_ = std::thread([this] { watch(); });
   for (uint32_t i = 0; i < settings_.threads; ++i) workers_.emplace_back([this, i] { work(i); });
   installed_ = true;
-  HLOG_INFO("shm transport: {} copy thread(s), split {} B", settings_.threads, settings_.split_bytes);
+  HLOG_INFO("shm transport: {} copy thread(s), split {} B, up to {} runs per call", settings_.threads,
+            settings_.split_bytes, settings_.max_iov);
   return Status::OK();
 }
 
@@ -278,12 +327,13 @@ void ShmTransport::shutdown() {
   (void)!::write(evfd_, &one, sizeof one);
   if (watcher_.joinable()) watcher_.join();
   // What the workers left in the queue fails.
-  std::deque<Slice*> left;
+  std::deque<Group*> left;
   {
     std::lock_guard lk(mu_);
     left.swap(queue_);
   }
-  for (Slice* s : left) shm::finish(s, TransferState::kFailed, 0, {Code::kUnavailable, "shm transport shut down"});
+  for (Group* g : left)
+    shm::finishAll(g, TransferState::kFailed, Code::kUnavailable, [](const Slice&) { return "shm transport shut down"; });
 }
 
 void ShmTransport::describe(nlohmann::json& attrs) const {
@@ -431,110 +481,182 @@ Status ShmTransport::newSubBatch(size_t, std::unique_ptr<SubBatch>& out) {
   return Status::OK();
 }
 
-void ShmTransport::enqueue(std::vector<Slice*>& slices) {
+void ShmTransport::enqueue(std::vector<Group*>& groups) {
   {
     std::unique_lock lk(mu_);
     if (stopping_.load()) {
       lk.unlock();
-      for (Slice* s : slices) shm::finish(s, TransferState::kFailed, 0, {Code::kUnavailable, "shm transport shut down"});
+      for (Group* g : groups)
+        shm::finishAll(g, TransferState::kFailed, Code::kUnavailable,
+                       [](const Slice&) { return "shm transport shut down"; });
       return;
     }
-    queue_.insert(queue_.end(), slices.begin(), slices.end());
+    queue_.insert(queue_.end(), groups.begin(), groups.end());
   }
-  if (slices.size() == 1) cv_.notify_one();
+  if (groups.size() == 1) cv_.notify_one();
   else cv_.notify_all();
 }
 
 void ShmTransport::cancelQueued(shm::SubBatchImpl* sb) {
-  std::vector<Slice*> taken;
+  std::vector<Group*> taken;
   {
     std::lock_guard lk(mu_);
-    auto keep = std::stable_partition(queue_.begin(), queue_.end(), [sb](Slice* s) { return s->sb != sb; });
+    auto keep = std::stable_partition(queue_.begin(), queue_.end(), [sb](Group* g) { return g->first->sb != sb; });
     taken.assign(keep, queue_.end());
     queue_.erase(keep, queue_.end());
   }
-  for (Slice* s : taken)
-    shm::finish(s, TransferState::kCanceled, 0, {Code::kUnavailable, "canceled by cancelTransfer before it was copied"});
+  for (Group* g : taken)
+    shm::finishAll(g, TransferState::kCanceled, Code::kUnavailable,
+                   [](const Slice&) { return "canceled by cancelTransfer before it was copied"; });
 }
 
 void ShmTransport::work(unsigned worker) {
+  shm::Scratch scratch(settings_.max_iov);
   std::unique_lock lk(mu_);
   while (true) {
     cv_.wait(lk, [&] { return stopping_.load() || !queue_.empty(); });
     if (stopping_.load()) return;
-    Slice* s = queue_.front();
+    Group* g = queue_.front();
     queue_.pop_front();
     lk.unlock();
-    runSlice(worker, s);
+    runGroup(worker, g, scratch);
     lk.lock();
   }
 }
 
-void ShmTransport::runSlice(unsigned worker, Slice* s) {
-  Peer* p = s->peer;
-  const uint64_t remote = s->remote, len = s->len;
-  auto fail = [&](Code c, std::string why) {
-    counts_->slices_failed++;
-    shm::finish(s, TransferState::kFailed, 0, Status(c, std::move(why)));
+void ShmTransport::runGroup(unsigned worker, Group* g, shm::Scratch& sc) {
+  // Everything of the group is read before its first slice ends: once the
+  // last one did, its sub-batch (and the group) may be gone.
+  Slice* const first = g->first;
+  const uint32_t n = g->n;
+  Peer* p = first->peer;
+  const bool is_read = first->is_read;
+  const uint64_t gen = first->gen, reg_addr = first->reg_addr, reg_len = first->reg_len;
+  const int64_t pid = p->pid;
+  auto failAll = [&](Code c, auto why) {
+    counts_->slices_failed += n;
+    shm::finishAll(g, TransferState::kFailed, c, why);
   };
   auto gone = [&] {
     p->markDead();
-    fail(Code::kUnavailable, fmt::format("shm peer process {} exited", p->pid));
+    failAll(Code::kUnavailable, [pid](const Slice&) { return fmt::format("shm peer process {} exited", pid); });
+  };
+  auto withdrawn = [&] {
+    counts_->refused += n;
+    if (gen == 0)
+      return failAll(Code::kOutOfRange, [pid](const Slice& s) {
+        return fmt::format("pid {} does not expose [{:#x}, +{}): not inside one of its registered, remote-accessible "
+                           "regions",
+                           pid, s.remote, s.len);
+      });
+    failAll(Code::kOutOfRange, [&](const Slice& s) {
+      return fmt::format("pid {} withdrew [{:#x}, +{}) (registration {}) while this task used it: [{:#x}, +{}) was "
+                         "not {}",
+                         pid, reg_addr, reg_len, gen, s.remote, s.len, is_read ? "read" : "written");
+    });
   };
   if (p->dead.load(std::memory_order_acquire) || p->exited()) return gone();
   std::shared_ptr<shm::TableView> table = p->view();
   if (!table) return gone();
-  if (table->closed()) return fail(Code::kUnavailable, fmt::format("shm peer {}: its engine shut down", p->pid));
-  shm::testing::call(shm::testing::Point::kTurn, remote, len);
-  auto withdrawn = [&] {
-    counts_->refused++;
-    if (s->gen == 0)
-      return fail(Code::kOutOfRange, fmt::format("pid {} does not expose [{:#x}, +{}): not inside one of its "
-                                                 "registered, remote-accessible regions",
-                                                 p->pid, remote, len));
-    fail(Code::kOutOfRange,
-         fmt::format("pid {} withdrew [{:#x}, +{}) (registration {}) while this task used it: [{:#x}, +{}) was not {}",
-                     p->pid, s->reg_addr, s->reg_len, s->gen, remote, len, s->is_read ? "read" : "written"));
-  };
-  if (s->gen == 0) return withdrawn();
+  if (table->closed())
+    return failAll(Code::kUnavailable,
+                   [pid](const Slice&) { return fmt::format("shm peer {}: its engine shut down", pid); });
+  shm::testing::call(shm::testing::Point::kTurn, first->remote, first->len);
+  if (gen == 0) return withdrawn();
   const int slot = p->slotFor(worker, *table);
   if (slot < 0)
-    return fail(Code::kUnavailable, fmt::format("the shm table of pid {} has no free reader slot: {} copy threads of "
-                                                "its initiators hold them all",
-                                                p->pid, shm::kReaderSlots));
+    return failAll(Code::kUnavailable, [pid](const Slice&) {
+      return fmt::format("the shm table of pid {} has no free reader slot: {} copy threads of its initiators hold "
+                         "them all",
+                         pid, shm::kReaderSlots);
+    });
   // From here until leave() the target's unregister of this registration
-  // waits for us; and it is still the registration the task started on.
-  if (!table->enter(slot, s->reg_addr, s->gen)) return withdrawn();
-  shm::testing::call(shm::testing::Point::kAnnounced, remote, len);
-  uint64_t done = 0;
-  int err = 0;
-  while (done < len) {
-    iovec l{s->local + done, len - done}, r{reinterpret_cast<void*>(remote + done), len - done};
-    ssize_t n = s->is_read ? ::process_vm_readv(static_cast<pid_t>(p->pid), &l, 1, &r, 1, 0)
-                           : ::process_vm_writev(static_cast<pid_t>(p->pid), &l, 1, &r, 1, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      err = n < 0 ? errno : EFAULT;
+  // waits for us; and it is still the registration the tasks started on.
+  if (!table->enter(slot, reg_addr, gen)) return withdrawn();
+  shm::testing::call(shm::testing::Point::kAnnounced, first->remote, first->len);
+
+  // One call moves the slices from `i` (`off` bytes of it done) on. A short
+  // transfer stops at a fault: what it moved completes its slices, the next
+  // call starts at the faulting one and fails it alone (EFAULT), the rest go on.
+  uint32_t i = 0;
+  uint64_t off = 0;
+  auto settle = [&] {
+    while (i < n && off == first[i].len) {
+      sc.err[i++] = 0;
+      off = 0;
+    }
+  };
+  int fatal = 0;  // ESRCH: the peer is gone
+  settle();
+  while (i < n) {
+    int cnt = 0;
+    for (uint32_t k = i; k < n; ++k, ++cnt) {
+      const Slice& s = first[k];
+      const uint64_t skip = k == i ? off : 0;
+      sc.local[cnt] = {s.local + skip, s.len - skip};
+      sc.remote[cnt] = {reinterpret_cast<void*>(s.remote + skip), s.len - skip};
+    }
+    const ssize_t r = is_read ? ::process_vm_readv(static_cast<pid_t>(pid), sc.local.data(), cnt, sc.remote.data(),
+                                                   cnt, 0)
+                              : ::process_vm_writev(static_cast<pid_t>(pid), sc.local.data(), cnt, sc.remote.data(),
+                                                    cnt, 0);
+    counts_->copy_calls.fetch_add(1, std::memory_order_relaxed);
+    if (r < 0 && errno == EINTR) continue;
+    if (r > 0) {
+      for (uint64_t left = static_cast<uint64_t>(r); left > 0;) {
+        const uint64_t take = std::min(left, first[i].len - off);
+        off += take;
+        left -= take;
+        settle();
+      }
+      continue;
+    }
+    const int err = r < 0 ? errno : EFAULT;
+    if (err == ESRCH) {
+      fatal = err;
       break;
     }
-    done += static_cast<uint64_t>(n);
+    sc.err[i++] = err;
+    off = 0;
+    settle();
   }
   table->leave(slot);
-  if (err == ESRCH) return gone();
-  if (err != 0) {
-    if (p->exited()) return gone();
-    return fail(Code::kIoError, fmt::format("{} of pid {} [{:#x}, +{}): {}",
-                                            s->is_read ? "process_vm_readv" : "process_vm_writev", p->pid, remote,
-                                            len, err == EPERM ? shm::cmaRefusal(p->pid, err) : std::strerror(err)));
+  bool any_err = fatal != 0;
+  for (uint32_t k = 0; k < i && !any_err; ++k) any_err = sc.err[k] != 0;
+  const bool exited = any_err && (fatal == ESRCH || p->exited());
+  if (exited) p->markDead();
+  // Counted before any slice ends: whoever sees a task end sees its bytes counted.
+  uint64_t ok = 0, ok_bytes = 0;
+  for (uint32_t k = 0; k < i; ++k)
+    if (sc.err[k] == 0) {
+      ++ok;
+      ok_bytes += first[k].len;
+    }
+  counts_->slices_completed += ok;
+  counts_->slices_failed += n - ok;
+  (is_read ? counts_->bytes_read : counts_->bytes_written) += ok_bytes;
+  for (uint32_t k = 0; k < n; ++k) {
+    Slice* s = &first[k];
+    if (k >= i || (sc.err[k] != 0 && exited)) {
+      shm::finish(s, TransferState::kFailed, 0,
+                  Status(Code::kUnavailable, fmt::format("shm peer process {} exited", pid)));
+    } else if (sc.err[k] != 0) {
+      const int e = sc.err[k];
+      shm::finish(s, TransferState::kFailed, 0,
+                  Status(Code::kIoError, fmt::format("{} of pid {} [{:#x}, +{}): {}",
+                                                     is_read ? "process_vm_readv" : "process_vm_writev", pid,
+                                                     s->remote, s->len,
+                                                     e == EPERM ? shm::cmaRefusal(pid, e) : std::strerror(e))));
+    } else {
+      shm::finish(s, TransferState::kCompleted, s->len);
+    }
   }
-  counts_->slices_completed++;
-  (s->is_read ? counts_->bytes_read : counts_->bytes_written) += len;
-  shm::finish(s, TransferState::kCompleted, len);
 }
 
 void ShmTransport::diagnose(TransportDiagnosis& out) const {
   out.facts.emplace_back("copy threads", std::to_string(settings_.threads));
   out.facts.emplace_back("split bytes", std::to_string(settings_.split_bytes));
+  out.facts.emplace_back("iovecs per call", std::to_string(settings_.max_iov));
   std::ifstream f("/proc/sys/kernel/yama/ptrace_scope");
   int scope = -1;
   if (f >> scope)
@@ -554,7 +676,7 @@ Counters ShmTransport::stats() const {
           {"bytes_read", c.bytes_read.load()},             {"bytes_written", c.bytes_written.load()},
           {"refused_requests", c.refused.load()},          {"peers_opened", c.peers_opened.load()},
           {"peers_refused", c.peers_refused.load()},       {"peers_gone", c.peers_gone.load()},
-          {"withdrawals_waited", table_.waits()}};
+          {"copy_calls", c.copy_calls.load()},             {"withdrawals_waited", table_.waits()}};
 }
 
 std::unique_ptr<Transport> makeShmTransport() { return std::make_unique<ShmTransport>(); }
