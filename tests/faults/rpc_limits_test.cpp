@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/log_capture.h"
+#include "common/rpc_echo.h"
 #include "common/util.h"
 #include "hawser/engine.h"
 #include "rpc/rpc.h"
@@ -24,8 +25,6 @@ using namespace hawser;
 using hawser::test::eventually;
 
 namespace {
-
-const rpc::Channel kEcho = rpc::channel("test.limits.echo");
 
 // A connection to 127.0.0.1:port from `source` (any 127/8 address: the
 // loopback answers them all, so each is another peer address).
@@ -79,21 +78,11 @@ bool resetPeak() {
 
 class RpcLimits : public ::testing::Test {
  protected:
-  void start(const rpc::ServerLimits& limits) {
-    server_.setLimits(limits);
-    ASSERT_TRUE(server_.onCall(kEcho, [](const std::string& req, std::string& reply) {
-      reply = "pong:" + req;
-      return Status::OK();
-    }).ok());
-    ASSERT_TRUE(server_.start("127.0.0.1", 0).ok());
-  }
+  void start(const rpc::ServerLimits& limits) { ASSERT_TRUE(echo_.start(limits).ok()); }
   void TearDown() override { server_.stop(); }
-  bool echoWorks() {
-    std::string reply;
-    Status s = rpc::call("127.0.0.1", server_.port(), kEcho.id, "x", reply, std::chrono::seconds(5));
-    return s.ok() && reply == "pong:x";
-  }
-  rpc::Server server_;
+  bool echoWorks() { return echo_.echoWorks(); }
+  test::EchoServer echo_;
+  rpc::Server& server_ = echo_.server;
 };
 
 TEST_F(RpcLimits, silent_clients_announcing_16_mib_bodies_pin_no_memory_and_end_at_the_frame_deadline) {
