@@ -18,14 +18,6 @@ namespace {
 constexpr size_t kBlock = 32u << 10;
 constexpr size_t kBlocks = 128;
 
-uint64_t counter(TransferEngine& e, const std::string& key) {
-  for (auto& t : e.stats().transports)
-    if (t.transport == "shm")
-      for (auto& [k, v] : t.counters)
-        if (k == key) return v;
-  return 0;
-}
-
 class ShmIov : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -43,6 +35,7 @@ class ShmIov : public ::testing::Test {
     (void)target_.unregisterLocalMemory(mem_.p);
   }
   uint64_t base() const { return reinterpret_cast<uint64_t>(mem_.p); }
+  uint64_t calls() { return transportCounter(init_, "shm", "copy_calls"); }
   Status runBlocks(OpCode op, const std::vector<Block>& blocks) {
     BatchID b = 0;
     Status s = init_.allocateBatchID(1, b);
@@ -50,7 +43,8 @@ class ShmIov : public ::testing::Test {
     if (s.ok()) s = init_.waitTransfer(b, std::chrono::seconds(30));
     TransferStatus st;
     if (s.ok()) s = init_.getTransferStatus(b, 0, st);
-    if (s.ok() && st.s != TransferState::kCompleted) s = st.error.ok() ? Status(Code::kInternal, "not completed") : st.error;
+    if (s.ok() && st.s != TransferState::kCompleted)
+      s = st.error.ok() ? Status(Code::kInternal, "not completed") : st.error;
     if (b) (void)init_.freeBatchID(b);
     return s;
   }
@@ -73,18 +67,34 @@ TEST_F(ShmIov, a_window_of_scattered_32k_runs_moves_many_runs_per_system_call) {
     SCOPED_TRACE(op == OpCode::kRead ? "read" : "write");
     if (op == OpCode::kWrite) fillPattern(local_.p, local_.n, 12);
     else std::memset(local_.p, 0, local_.n);
-    const uint64_t calls0 = counter(init_, "copy_calls"), runs0 = counter(init_, "slices_completed");
+    const uint64_t calls0 = calls(), runs0 = transportCounter(init_, "shm", "slices_completed");
     ASSERT_TRUE(runBlocks(op, blocks).ok());
-    const uint64_t calls = counter(init_, "copy_calls") - calls0, runs = counter(init_, "slices_completed") - runs0;
+    const uint64_t n_calls = calls() - calls0, runs = transportCounter(init_, "shm", "slices_completed") - runs0;
     EXPECT_EQ(runs, kBlocks);
     // 512 KiB (shm.split_bytes) per call: 16 runs of 32 KiB.
-    EXPECT_LE(calls * 16, runs) << calls << " calls for " << runs << " runs";
+    EXPECT_LE(n_calls * 16, runs) << n_calls << " calls for " << runs << " runs";
     for (size_t i = 0; i < kBlocks; ++i) {
       const char* got = op == OpCode::kRead ? local_.p + i * kBlock : mem_.p + slot[i] * kBlock;
       const uint64_t seed = op == OpCode::kRead ? 11 : 12, at = op == OpCode::kRead ? slot[i] * kBlock : i * kBlock;
       ASSERT_EQ(checkPattern(got, kBlock, seed, at), -1) << "block " << i;
     }
   }
+}
+
+TEST_F(ShmIov, runs_longer_than_a_slice_are_cut_and_end_once_each) {
+  // Three runs of 1.25 MiB (three slices each, copied by any copy thread).
+  constexpr size_t kLong = (5u << 20) / 4;
+  std::vector<Block> blocks;
+  for (size_t i = 0; i < 3; ++i) blocks.push_back({local_.p + i * kLong, base() + (2 - i) * 2 * kLong, kLong});
+  fillPattern(mem_.p, mem_.n, 31);
+  std::memset(local_.p, 0, local_.n);
+  const uint64_t calls0 = calls();
+  ASSERT_TRUE(runBlocks(OpCode::kRead, blocks).ok());
+  EXPECT_EQ(calls() - calls0, 9u) << "a call per slice of 512 KiB or less";
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(checkPattern(local_.p + i * kLong, kLong, 31, (2 - i) * 2 * kLong), -1) << i;
+  fillPattern(local_.p, 3 * kLong, 32);
+  ASSERT_TRUE(runBlocks(OpCode::kWrite, blocks).ok());
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(checkPattern(mem_.p + (2 - i) * 2 * kLong, kLong, 32, i * kLong), -1) << i;
 }
 
 TEST_F(ShmIov, a_fault_in_one_run_of_a_call_fails_that_run_alone) {
@@ -101,9 +111,9 @@ TEST_F(ShmIov, a_fault_in_one_run_of_a_call_fails_that_run_alone) {
     ASSERT_EQ(::mprotect(bad, 4096, PROT_NONE), 0);
     std::vector<TransferRequest> reqs;
     for (size_t i = 0; i < kN; ++i) reqs.push_back({op, local_.p + i * kBlock, seg_, remote(i), kBlock});
-    const uint64_t calls0 = counter(init_, "copy_calls");
+    const uint64_t calls0 = calls();
     auto st = runBatch(init_, seg_, reqs);
-    const uint64_t calls = counter(init_, "copy_calls") - calls0;
+    const uint64_t n_calls = calls() - calls0;
     ASSERT_EQ(::mprotect(bad, 4096, PROT_READ | PROT_WRITE), 0);
     ASSERT_EQ(st.size(), kN);
     for (size_t i = 0; i < kN; ++i) {
@@ -119,7 +129,7 @@ TEST_F(ShmIov, a_fault_in_one_run_of_a_call_fails_that_run_alone) {
       EXPECT_EQ(checkPattern(got, kBlock, seed, at), -1) << "request " << i;
     }
     // One call up to the fault, one that fails on it, one for the rest.
-    EXPECT_EQ(calls, 3u);
+    EXPECT_EQ(n_calls, 3u);
   }
 }
 

@@ -20,230 +20,14 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "metadata/descriptor.h"
+#include "transport/shm/shm_internal.h"
 #include "transport/shm/shm_testing.h"
 
 namespace hawser {
 
-namespace shm {
-
-namespace testing {
+namespace shm::testing {
 std::atomic<CopyHook> on_copy{nullptr};
 }
-
-constexpr uint32_t kDescVersion = 2;  // 2: the table carries generations and reader slots
-constexpr uint32_t kMaxThreads = 64;
-
-// One target process, shared by every handle on it.
-struct Peer {
-  ShmTransport* owner = nullptr;
-  int64_t pid = 0;
-  uint64_t nonce = 0;
-  int pidfd = -1;
-  std::atomic<bool> dead{false};
-  std::mutex mu;
-  std::shared_ptr<TableView> table;  // null once the peer is gone
-  // The reader slot in its table of each of our copy threads (claimed at
-  // its first copy; -1: none yet). Only that thread touches its entry.
-  int slots[kMaxThreads];
-
-  Peer() { std::fill(std::begin(slots), std::end(slots), -1); }
-
-  std::shared_ptr<TableView> view() {
-    std::lock_guard lk(mu);
-    return table;
-  }
-  // Copy thread `worker`'s reader slot in `t` (-1: the table has none free).
-  int slotFor(unsigned worker, const TableView& t) {
-    if (slots[worker] < 0) slots[worker] = t.claimSlot();
-    return slots[worker];
-  }
-  // Whether the process has exited (its pidfd is readable).
-  bool exited() const {
-    pollfd p{pidfd, POLLIN, 0};
-    return ::poll(&p, 1, 0) > 0;
-  }
-  // The process is gone: unmap its table (once no copy uses it).
-  void markDead() {
-    if (dead.exchange(true)) return;
-    std::shared_ptr<TableView> t;
-    {
-      std::lock_guard lk(mu);
-      t = std::move(table);
-    }
-    HLOG_INFO("shm: peer process {} exited; its registration table is unmapped", pid);
-  }
-};
-
-class PeerRef final : public PeerHandle {
- public:
-  explicit PeerRef(std::shared_ptr<Peer> p) : peer(std::move(p)) {}
-  const std::shared_ptr<Peer> peer;
-};
-
-// At most shm.split_bytes of one task: one process_vm_readv/writev loop.
-// Every slice of a task is bound to the registration its task found at
-// prepare (`gen`, the target's range [reg_addr, +reg_len)); gen 0: none
-// held the task's range.
-struct Slice {
-  Task* task = nullptr;
-  SubBatchImpl* sb = nullptr;
-  Peer* peer = nullptr;
-  char* local = nullptr;
-  uint64_t remote = 0;
-  uint64_t len = 0;
-  uint64_t gen = 0;
-  uint64_t reg_addr = 0, reg_len = 0;
-  bool is_read = false;
-};
-
-// Consecutive slices of one window moved by one process_vm_readv/writev
-// call (one iovec pair each): same peer, same direction, same registration;
-// at most shm.max_iov of them and shm.split_bytes in all (a slice of that
-// size goes alone), so a window of small runs costs a call per
-// shm.split_bytes, as contiguous bytes do.
-struct Group {
-  Slice* first = nullptr;
-  uint32_t n = 0;
-};
-
-struct Work final : PreparedWork {
-  std::unique_ptr<Slice[]> chunk;
-  std::unique_ptr<Group[]> groups;
-  size_t ngroups = 0;
-};
-
-// A copy thread's iovec arrays and per-slice outcomes (shm.max_iov each).
-struct Scratch {
-  explicit Scratch(size_t n) : local(n), remote(n), err(n) {}
-  std::vector<iovec> local, remote;
-  std::vector<int> err;
-};
-
-class SubBatchImpl final : public SubBatch {
- public:
-  explicit SubBatchImpl(ShmTransport* owner) : owner_(owner) {}
-  ~SubBatchImpl() override {
-    // The engine frees only idle sub-batches; copies are short and bounded.
-    while (outstanding.load(std::memory_order_acquire) != 0) std::this_thread::yield();
-  }
-
-  Status prepare(std::span<Task* const> tasks, std::unique_ptr<PreparedWork>& out) override {
-    if (!owner_->installed_ || owner_->stopping_.load()) return {Code::kUnavailable, "shm transport is not running"};
-    const uint64_t split = owner_->settings_.split_bytes;
-    size_t total = 0;
-    for (Task* t : tasks) {
-      const uint64_t n = std::max<uint64_t>(1, (t->request().length + split - 1) / split);
-      if (n > UINT32_MAX)
-        return {Code::kInvalidArgument, fmt::format("requests[{}]: length {} needs {} slices of {} bytes (max {})",
-                                                    t->id(), t->request().length, n, split, UINT32_MAX)};
-      total += n;
-    }
-    auto work = std::make_unique<Work>();
-    work->chunk.reset(new Slice[total]);
-    work->slices = total;
-    size_t k = 0;
-    Peer* last = nullptr;
-    std::shared_ptr<TableView> view;
-    for (Task* t : tasks) {
-      const TransferRequest& r = t->request();
-      Peer* peer = static_cast<const PeerRef*>(t->peer())->peer.get();
-      if (peer != last) {
-        view = peer->view();
-        last = peer;
-      }
-      // The task's registration: the one that holds its range now.
-      TableEntry reg{};
-      if (!view || !view->find(r.target_offset, r.length, reg)) reg = TableEntry{};
-      uint32_t n = 0;
-      uint64_t off = 0;
-      do {
-        Slice& s = work->chunk[k++];
-        s.task = t;
-        s.sb = this;
-        s.peer = peer;
-        s.len = std::min<uint64_t>(split, r.length - off);
-        s.local = static_cast<char*>(r.source) + off;
-        s.remote = r.target_offset + off;
-        s.gen = reg.gen;
-        s.reg_addr = reg.addr;
-        s.reg_len = reg.length;
-        s.is_read = r.opcode == OpCode::kRead;
-        off += s.len;
-        ++n;
-      } while (off < r.length);
-      t->setSliceCount(n);
-    }
-    // Groups of consecutive slices, one system call each.
-    const uint32_t max_iov = owner_->settings_.max_iov;
-    work->groups.reset(new Group[total]);
-    Group* g = nullptr;
-    uint64_t g_bytes = 0;
-    for (size_t i = 0; i < total; ++i) {
-      Slice& s = work->chunk[i];
-      if (g && g->n < max_iov && g_bytes + s.len <= split && s.peer == g->first->peer &&
-          s.is_read == g->first->is_read && s.gen == g->first->gen) {
-        ++g->n;
-        g_bytes += s.len;
-        continue;
-      }
-      g = &work->groups[work->ngroups++];
-      g->first = &s;
-      g->n = 1;
-      g_bytes = s.len;
-    }
-    out = std::move(work);
-    return Status::OK();
-  }
-
-  void post(std::unique_ptr<PreparedWork> base) override {
-    Work& w = static_cast<Work&>(*base);
-    const size_t n = base->slices;
-    std::vector<Group*> v(w.ngroups);
-    for (size_t i = 0; i < w.ngroups; ++i) v[i] = &w.groups[i];
-    {
-      std::lock_guard lk(mu_);
-      chunks_.push_back(std::move(w.chunk));
-      groups_.push_back(std::move(w.groups));
-    }
-    outstanding.fetch_add(static_cast<int64_t>(n), std::memory_order_acq_rel);
-    owner_->enqueue(v);
-  }
-
-  void cancel() override { owner_->cancelQueued(this); }
-  bool idle() const override { return outstanding.load(std::memory_order_acquire) == 0; }
-
-  std::atomic<int64_t> outstanding{0};  // slices queued or being copied
-
- private:
-  ShmTransport* owner_;
-  std::mutex mu_;
-  std::vector<std::unique_ptr<Slice[]>> chunks_;
-  std::vector<std::unique_ptr<Group[]>> groups_;
-};
-
-// Ends a slice: it is no longer referenced once `outstanding` drops, so
-// everything needed is read first.
-void finish(Slice* s, TransferState st, uint64_t bytes, const Status& why = Status::OK()) {
-  Task* t = s->task;
-  s->sb->outstanding.fetch_sub(1, std::memory_order_acq_rel);
-  t->completeSlice(st, bytes, why);
-}
-
-// Ends every slice of a group the same way (`why` names each slice's range).
-template <class Why>
-void finishAll(Group* g, TransferState st, Code code, Why why) {
-  Slice* const first = g->first;
-  const uint32_t n = g->n;  // g is not touched once its last slice ended
-  for (uint32_t i = 0; i < n; ++i) finish(&first[i], st, 0, Status(code, why(first[i])));
-}
-
-std::string cmaRefusal(int64_t pid, int err) {
-  return fmt::format("cross-memory attach to pid {} refused ({}): process_vm_readv needs the same user or ptrace "
-                     "permission (CAP_SYS_PTRACE, Yama ptrace_scope)",
-                     pid, err == EPERM ? "EPERM" : std::strerror(err));
-}
-
-}  // namespace shm
 
 using shm::Group;
 using shm::Peer;
@@ -277,6 +61,7 @@ TransportCaps ShmTransport::caps() const {
   c.remote_memory = kHostMemory;
   c.same_host_only = true;
   c.cost_rank = 20;
+  c.run_windows = true;  // a block request's runs come as windows (SubBatchImpl::prepareRuns)
   return c;
 }
 
@@ -333,7 +118,7 @@ void ShmTransport::shutdown() {
     left.swap(queue_);
   }
   for (Group* g : left)
-    shm::finishAll(g, TransferState::kFailed, Code::kUnavailable, [](const Slice&) { return "shm transport shut down"; });
+    shm::endAll(g, TransferState::kFailed, Code::kUnavailable, [](const Slice&) { return "shm transport shut down"; });
 }
 
 void ShmTransport::describe(nlohmann::json& attrs) const {
@@ -386,7 +171,7 @@ Status ShmTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle
     std::lock_guard lk(peers_mu_);
     if (auto e = peers_.find(key); e != peers_.end()) p = e->second.lock();
     if (p && !p->dead.load()) {
-      out = std::make_shared<shm::PeerRef>(std::move(p));
+      out = std::make_shared<shm::PeerRef>(std::move(p), shm::registrationsOf(seg));
       return Status::OK();
     }
   }
@@ -449,7 +234,7 @@ Status ShmTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle
   by_pidfd_[pidfd] = peer;
   peers_[key] = peer;
   counts_->peers_opened++;
-  out = std::make_shared<shm::PeerRef>(std::move(peer));
+  out = std::make_shared<shm::PeerRef>(std::move(peer), shm::registrationsOf(seg));
   return Status::OK();
 }
 
@@ -487,8 +272,8 @@ void ShmTransport::enqueue(std::vector<Group*>& groups) {
     if (stopping_.load()) {
       lk.unlock();
       for (Group* g : groups)
-        shm::finishAll(g, TransferState::kFailed, Code::kUnavailable,
-                       [](const Slice&) { return "shm transport shut down"; });
+        shm::endAll(g, TransferState::kFailed, Code::kUnavailable,
+                    [](const Slice&) { return "shm transport shut down"; });
       return;
     }
     queue_.insert(queue_.end(), groups.begin(), groups.end());
@@ -506,8 +291,8 @@ void ShmTransport::cancelQueued(shm::SubBatchImpl* sb) {
     queue_.erase(keep, queue_.end());
   }
   for (Group* g : taken)
-    shm::finishAll(g, TransferState::kCanceled, Code::kUnavailable,
-                   [](const Slice&) { return "canceled by cancelTransfer before it was copied"; });
+    shm::endAll(g, TransferState::kCanceled, Code::kUnavailable,
+                [](const Slice&) { return "canceled by cancelTransfer before it was copied"; });
 }
 
 void ShmTransport::work(unsigned worker) {
@@ -535,7 +320,7 @@ void ShmTransport::runGroup(unsigned worker, Group* g, shm::Scratch& sc) {
   const int64_t pid = p->pid;
   auto failAll = [&](Code c, auto why) {
     counts_->slices_failed += n;
-    shm::finishAll(g, TransferState::kFailed, c, why);
+    shm::endAll(g, TransferState::kFailed, c, why);
   };
   auto gone = [&] {
     p->markDead();
@@ -635,20 +420,20 @@ void ShmTransport::runGroup(unsigned worker, Group* g, shm::Scratch& sc) {
   counts_->slices_completed += ok;
   counts_->slices_failed += n - ok;
   (is_read ? counts_->bytes_read : counts_->bytes_written) += ok_bytes;
+  shm::Ends ends;  // its destructor reports the runs gathered: the last touch of the group
   for (uint32_t k = 0; k < n; ++k) {
     Slice* s = &first[k];
     if (k >= i || (sc.err[k] != 0 && exited)) {
-      shm::finish(s, TransferState::kFailed, 0,
-                  Status(Code::kUnavailable, fmt::format("shm peer process {} exited", pid)));
+      ends.end(s, TransferState::kFailed, 0,
+               Status(Code::kUnavailable, fmt::format("shm peer process {} exited", pid)));
     } else if (sc.err[k] != 0) {
       const int e = sc.err[k];
-      shm::finish(s, TransferState::kFailed, 0,
-                  Status(Code::kIoError, fmt::format("{} of pid {} [{:#x}, +{}): {}",
-                                                     is_read ? "process_vm_readv" : "process_vm_writev", pid,
-                                                     s->remote, s->len,
-                                                     e == EPERM ? shm::cmaRefusal(pid, e) : std::strerror(e))));
+      ends.end(s, TransferState::kFailed, 0,
+               Status(Code::kIoError, fmt::format("{} of pid {} [{:#x}, +{}): {}",
+                                                  is_read ? "process_vm_readv" : "process_vm_writev", pid, s->remote,
+                                                  s->len, e == EPERM ? shm::cmaRefusal(pid, e) : std::strerror(e))));
     } else {
-      shm::finish(s, TransferState::kCompleted, s->len);
+      ends.end(s, TransferState::kCompleted, s->len, Status::OK());
     }
   }
 }
