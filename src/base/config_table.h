@@ -66,9 +66,9 @@ inline constexpr Knob kKnobs[] = {
    "block requests: runs one lane hands its transport at once (a block request's engine memory is bounded by "
    "2 x (block.lanes + 1) windows)"},
   {"block.run_window", "HAWSER_BLOCK_RUN_WINDOW", KnobType::kSize, "8192", 1, knob_detail::M, {},
-   "block requests through a transport that moves windows of runs (nvlink): runs one lane hands it at once; a "
-   "window is one launch of the GPU copy kernel, so larger windows amortize a launch over more bytes (32 bytes of "
-   "engine memory a run)"},
+   "block requests through a transport that moves windows of runs (nvlink, shm): runs one lane hands it at once; "
+   "an nvlink window is one launch of the GPU copy kernel, so larger windows amortize a launch over more bytes (32 "
+   "bytes of engine memory a run)"},
   {"block.lanes", "HAWSER_BLOCK_LANES", KnobType::kInt, "4", 1, 64, {},
    "block requests: windows of runs of one task in flight at once"},
   {"batch.wait_spin_us", "HAWSER_BATCH_WAIT_SPIN_US", KnobType::kInt, "50", 0, 1000000, {},
