@@ -52,8 +52,9 @@ Status Connection::call(uint16_t method, const std::string& request, std::string
     fd_.reset();
     if (s.code() == Code::kUnavailable)
       return {Code::kUnavailable,
-              fmt::format("{} closed the connection (auth token mismatch, shutting down or gone): {}", peer,
-                          s.message())};
+              fmt::format("{} closed the connection (auth token mismatch, over its connection caps rpc.max_*, "
+                          "shutting down or gone): {}",
+                          peer, s.message())};
     return {s.code(), fmt::format("{}: {}", peer, s.message())};
   }
   if (r.status != 0) {

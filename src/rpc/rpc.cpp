@@ -392,7 +392,10 @@ Status call(const std::string& host, uint16_t port, uint16_t method, const std::
   s = recvFrame(fd.get(), in, timeout, false);
   if (!s.ok()) {
     if (s.code() == Code::kUnavailable)
-      return {Code::kUnavailable, fmt::format("{}:{} closed the connection (auth token mismatch or shutting down)", host, port)};
+      return {Code::kUnavailable,
+              fmt::format("{}:{} closed the connection (auth token mismatch, shutting down, or over its connection "
+                          "caps rpc.max_*: its log says which)",
+                          host, port)};
     return {s.code(), fmt::format("{}:{}: {}", host, port, s.message())};
   }
   std::string& body = in.body();
