@@ -66,9 +66,9 @@ inline constexpr Knob kKnobs[] = {
    "block requests: runs one lane hands its transport at once (a block request's engine memory is bounded by "
    "2 x (block.lanes + 1) windows)"},
   {"block.run_window", "HAWSER_BLOCK_RUN_WINDOW", KnobType::kSize, "8192", 1, knob_detail::M, {},
-   "block requests through a transport that moves windows of runs (nvlink): runs one lane hands it at once; a "
-   "window is one launch of the GPU copy kernel, so larger windows amortize a launch over more bytes (32 bytes of "
-   "engine memory a run)"},
+   "block requests through a transport that moves windows of runs (nvlink, shm): runs one lane hands it at once; "
+   "an nvlink window is one launch of the GPU copy kernel, so larger windows amortize a launch over more bytes (32 "
+   "bytes of engine memory a run)"},
   {"block.lanes", "HAWSER_BLOCK_LANES", KnobType::kInt, "4", 1, 64, {},
    "block requests: windows of runs of one task in flight at once"},
   {"batch.wait_spin_us", "HAWSER_BATCH_WAIT_SPIN_US", KnobType::kInt, "50", 0, 1000000, {},
@@ -79,6 +79,18 @@ inline constexpr Knob kKnobs[] = {
    "shared secret every peer connection must present (empty: none)", true},
   {"rpc.timeout_ms", "HAWSER_RPC_TIMEOUT_MS", KnobType::kDurationMs, "5000", 10, knob_detail::kHour, {},
    "control-plane calls (descriptor fetch); also the keepalive interval of control connections"},
+  {"rpc.frame_timeout_ms", "HAWSER_RPC_FRAME_TIMEOUT_MS", KnobType::kDurationMs, "10000", 10, knob_detail::kHour, {},
+   "rpc listener: a connection's Hello, and each control frame once its first byte came, must arrive whole "
+   "within this long, or the connection is closed (also the send deadline of a reply)"},
+  {"rpc.max_connections", "HAWSER_RPC_MAX_CONNECTIONS", KnobType::kInt, "4096", 1, 1 << 20, {},
+   "rpc listener: connections of every kind (control and data) open at once; more are refused at accept, with "
+   "a logged reason"},
+  {"rpc.max_control_connections", "HAWSER_RPC_MAX_CONTROL_CONNECTIONS", KnobType::kInt, "1024", 1, 1 << 20, {},
+   "rpc listener: control connections (and connections still sending their Hello) open at once; more are "
+   "refused at accept, with a logged reason"},
+  {"rpc.max_control_per_peer", "HAWSER_RPC_MAX_CONTROL_PER_PEER", KnobType::kInt, "256", 1, 1 << 20, {},
+   "rpc listener: control connections (and unfinished Hellos) open at once from one peer address; more are "
+   "refused at accept, with a logged reason"},
   {"metrics.max_peers", "HAWSER_METRICS_MAX_PEERS", KnobType::kInt, "1024", 1, 1 << 20, {},
    "(transport, peer) pairs counted under their own peer label; later peers share the series of peer \"_other\""},
   {"log.level", "HAWSER_LOG_LEVEL", KnobType::kEnum, "warn", 0, 0, "trace|debug|info|warn|error|off",
@@ -191,6 +203,9 @@ inline constexpr Knob kKnobs[] = {
    "copy threads (process_vm_readv/writev); 0: min(4, CPUs)"},
   {"shm.split_bytes", "HAWSER_SHM_SPLIT_BYTES", KnobType::kSize, "512K", 4 * knob_detail::K, knob_detail::G, {},
    "a task is cut into pieces of at most this many bytes, copied in parallel by the copy threads"},
+  {"shm.max_iov", "HAWSER_SHM_MAX_IOV", KnobType::kInt, "1024", 1, 1024, {},
+   "runs (slices of the tasks of one prepare, e.g. a block request's window) one process_vm_readv/writev call "
+   "moves together, at most shm.split_bytes in all (1: a call per run)"},
   // ---- rdma ---------------------------------------------------------------------------------------------------------
   {"rdma.verbs_lib", "HAWSER_RDMA_VERBS_LIB", KnobType::kString, "libibverbs.so.1", 0, 0, {},
    "verbs library loaded at run time"},

@@ -132,13 +132,18 @@ Status MemoryRegistry::regionAt(uint64_t addr, uint64_t len, LocalRegion& out, s
           fmt::format("local range [{:#x}, +{}) is not inside one registered region", addr, len)};
 }
 
-Status MemoryRegistry::pinRemote(uint64_t addr, uint64_t len, Pin& pin) {
+Status MemoryRegistry::pinRemote(uint64_t addr, uint64_t len, Pin& pin, uint64_t seq) {
   std::shared_lock lk(mu_);
   auto it = regions_.upper_bound(addr);
   if (it != regions_.begin()) {
     --it;
     const Region& r = it->second;
     if (addr >= r.addr && len <= r.length && addr - r.addr <= r.length - len && r.remote_accessible) {
+      if (seq != 0 && r.seq != seq)
+        return {Code::kOutOfRange,
+                fmt::format("registration {} (the one the request is bound to) was withdrawn: [{:#x}, +{}) now "
+                            "belongs to registration {} [{:#x}, +{})",
+                            seq, addr, len, r.seq, r.addr, r.length)};
       r.pins->fetch_add(1);
       pin = Pin(r.pins, this);
       return Status::OK();

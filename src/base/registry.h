@@ -23,7 +23,10 @@ struct Region {
   uint64_t length = 0;
   std::string location;
   bool remote_accessible = true;
-  uint64_t seq = 0;  // set by insert(): registrations are numbered in the order they happened
+  // Set by insert(): registrations are numbered in the order they happened
+  // (1, 2, ...; never reused), so a number names one registration: its
+  // identity, which peers see in the descriptor (BufferDesc::seq).
+  uint64_t seq = 0;
   std::shared_ptr<std::atomic<int>> pins = std::make_shared<std::atomic<int>>(0);
 };
 
@@ -67,8 +70,11 @@ class MemoryRegistry {
   Status regionOf(uint64_t addr, uint64_t len, uint64_t& start, uint64_t& length, std::string* location) const;
   // Like checkLocal, and fills `out` with the region (and `location`).
   Status regionAt(uint64_t addr, uint64_t len, LocalRegion& out, std::string* location = nullptr) const;
-  // kOutOfRange unless inside one remote_accessible region; pins it on success.
-  Status pinRemote(uint64_t addr, uint64_t len, Pin& pin);
+  // kOutOfRange unless inside one remote_accessible region; pins it on
+  // success. `seq` (not 0): the registration the request is bound to (a
+  // peer's BufferDesc::seq); a region registered again at the same address
+  // is another registration and is refused, naming the withdrawn one.
+  Status pinRemote(uint64_t addr, uint64_t len, Pin& pin, uint64_t seq = 0);
 
   std::vector<Region> snapshot() const;
   uint64_t version() const { return version_.load(); }

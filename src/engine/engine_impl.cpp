@@ -99,9 +99,7 @@ Status EngineImpl::init(const std::string& metadata_uri, const std::string& serv
   if (server_name_.empty()) server_name_ = host_;
   host_id_ = localHostId();
   std::string auth_token;
-  std::chrono::milliseconds rpc_timeout{0};
   if (!(s = config_.getString("transport", forced_transport_)).ok() ||
-      !(s = config_.getDuration("rpc.timeout_ms", rpc_timeout)).ok() ||
       !(s = config_.getSize("batch.slices_per_task", slices_per_task_)).ok() ||
       !(s = config_.getSize("batch.max_capacity", max_capacity_)).ok() ||
       !(s = config_.getInt("batch.wait_spin_us", wait_spin_us_)).ok() ||
@@ -143,8 +141,11 @@ Status EngineImpl::init(const std::string& metadata_uri, const std::string& serv
   s = makeMetadataStore(metadata_uri, config_, &rpc_, store_);
   if (!s.ok()) return s;
   // A control connection whose peer vanished in silence is found by
-  // keepalive within a few rpc timeouts (data connections: tcp.timeout_ms).
-  rpc_.setKeepAlive(rpc_timeout);
+  // keepalive within a few rpc timeouts (data connections: tcp.timeout_ms);
+  // the listener's bounds against peers that hold connections or memory.
+  rpc::ServerLimits limits;
+  if (!(s = rpc::ServerLimits::fromConfig(config_, limits)).ok()) return {s.code(), "init: " + s.message()};
+  rpc_.setLimits(limits);
   s = rpc_.start(host_, rpc_port);
   if (!s.ok()) return {s.code(), fmt::format("init: rpc listener on {}:{}: {}", host_, rpc_port, s.message())};
   segment_name_ = store_->localSegmentName(server_name_, host_, rpc_.port());

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "rpc/frame_reader.h"
 #include "rpc/rpc.h"
 
 namespace hawser::rpc {
@@ -42,29 +43,26 @@ Status Connection::call(uint16_t method, const std::string& request, std::string
   f.length = static_cast<uint32_t>(request.size());
   iovec iov[2] = {{&f, sizeof(f)}, {const_cast<char*>(request.data()), request.size()}};
   Status s = net::sendAllv(fd_.get(), iov, request.empty() ? 1 : 2);
-  Frame r;
-  if (s.ok()) s = readFrame(fd_.get(), r, kMaxControlBody);
-  std::string body;
-  if (s.ok() && r.length) {
-    body.resize(r.length);
-    s = net::recvAll(fd_.get(), body.data(), body.size());
-  }
+  FrameReader in(kMaxControlBody);
+  if (s.ok()) s = recvFrame(fd_.get(), in, timeout, false);
+  const Frame& r = in.frame();
   if (s.ok() && (r.type != (method | kReplyBit) || r.id != f.id))
     s = {Code::kRemoteError, "reply does not match request"};
   if (!s.ok()) {
     fd_.reset();
     if (s.code() == Code::kUnavailable)
       return {Code::kUnavailable,
-              fmt::format("{} closed the connection (auth token mismatch, shutting down or gone): {}", peer,
-                          s.message())};
+              fmt::format("{} closed the connection (auth token mismatch, over its connection caps rpc.max_*, "
+                          "shutting down or gone): {}",
+                          peer, s.message())};
     return {s.code(), fmt::format("{}: {}", peer, s.message())};
   }
   if (r.status != 0) {
     Code c = static_cast<Code>(r.status);
     if (r.status < 0 || r.status > static_cast<int32_t>(Code::kInternal)) c = Code::kRemoteError;
-    return {c, fmt::format("{}: {}", peer, body)};
+    return {c, fmt::format("{}: {}", peer, in.body())};
   }
-  reply = std::move(body);
+  reply = std::move(in.body());
   return Status::OK();
 }
 

@@ -8,6 +8,16 @@
 //               tcp transport's data connections), which owns the socket.
 // Frames carry a magic, a version, a type and a bounded length; a malformed
 // or oversized frame closes that connection only.
+//
+// Hostile peers (ServerLimits, the rpc.* config keys): a frame's body is
+// received into memory that grows with the bytes that came (FrameReader),
+// never allocated up front from its announced length; a frame (and a Hello)
+// must arrive whole within rpc.frame_timeout_ms of its first byte, or the
+// connection is closed; the listener holds at most rpc.max_connections
+// connections, of which at most rpc.max_control_connections are control
+// connections (or still owe their Hello), at most rpc.max_control_per_peer
+// of them from one peer address; a connection over a cap is closed at
+// accept with a logged reason. Everyone else keeps being served.
 #pragma once
 
 #include <atomic>
@@ -25,6 +35,10 @@
 
 #include "hawser/status.h"
 #include "rpc/socket.h"
+
+namespace hawser {
+class Config;
+}
 
 namespace hawser::rpc {
 
@@ -81,8 +95,28 @@ Status checkHello(const Frame& hello, std::string_view token, std::string_view w
 Status checkReply(const Frame& r, uint16_t method, uint64_t id, std::string_view body);
 inline constexpr uint32_t kMaxHelloBody = 4096;
 
-// Reads one frame header and checks it (checkFrame).
-Status readFrame(int fd, Frame& f, uint32_t max_body);
+class FrameReader;
+// Receives one whole frame (header checked, body) into `r`, which must be
+// fresh (or next()ed). The frame must be whole within `limit`: counted from
+// now, or, when `idle_ok`, from its first byte (the wait for that byte is
+// then unbounded: an idle connection). kTimeout naming what came, checkFrame's
+// refusal, or kUnavailable when the peer closed the connection.
+Status recvFrame(int fd, FrameReader& r, std::chrono::milliseconds limit, bool idle_ok);
+
+// The listener's bounds against peers that hold connections or memory.
+struct ServerLimits {
+  uint32_t max_connections = 4096;       // rpc.max_connections: open connections, every kind
+  uint32_t max_control = 1024;           // rpc.max_control_connections: control ones (and unfinished Hellos)
+  uint32_t max_control_per_peer = 256;   // rpc.max_control_per_peer: the same, from one peer address
+  std::chrono::milliseconds frame_timeout{10000};  // rpc.frame_timeout_ms
+  // TCP keepalive on every accepted connection (net::setKeepAlive), so a
+  // connection whose peer vanished in silence (a partition, a host gone)
+  // does not keep its thread waiting for the next frame forever. A stream
+  // handler may set its own. 0 leaves it off. (rpc.timeout_ms in an engine.)
+  std::chrono::milliseconds keepalive{0};
+  // The rpc.* keys of `config` (keepalive: rpc.timeout_ms).
+  static Status fromConfig(const Config& config, ServerLimits& out);
+};
 
 class Server {
  public:
@@ -95,11 +129,9 @@ class Server {
 
   Status start(const std::string& host, uint16_t port);
   void stop();
-  // TCP keepalive on every accepted connection (net::setKeepAlive), so a
-  // connection whose peer vanished in silence (a partition, a host gone)
-  // does not keep its thread waiting for the next frame forever. A stream
-  // handler may set its own. 0 (the default) leaves it off. Before start().
-  void setKeepAlive(std::chrono::milliseconds interval) { keepalive_ = interval; }
+  // Before start().
+  void setLimits(const ServerLimits& limits) { limits_ = limits; }
+  const ServerLimits& limits() const { return limits_; }
   uint16_t port() const { return port_; }
   const std::string& host() const { return host_; }
 
@@ -108,27 +140,51 @@ class Server {
   Status onCall(const Channel& method, CallHandler h);
   Status onStream(const Channel& kind, StreamHandler h);
 
+  // Connections closed for a malformed or late frame (Hello included).
   uint64_t refusedFrames() const { return refused_.load(); }
+  // Of those, the ones closed because a frame was not whole in time.
+  uint64_t lateFrames() const { return late_.load(); }
+  // Connections closed at accept: over a cap of ServerLimits.
+  uint64_t refusedConnections() const { return refused_conns_.load(); }
+  // Connections open now: all, and those counted as control.
+  size_t openConnections() const;
+  size_t openControlConnections() const;
 
  private:
   void acceptLoop();
-  void serve(net::Fd fd);
-  void serveControl(int fd);
+  // Whether a connection from `peer` may be taken; the reason when not.
+  bool admitLocked(const std::string& peer, std::string& why);
+  // A warning of one kind, at most one line per second: a flood of peers
+  // must not flood the log too (the next line logged counts those skipped).
+  struct LimitedLog {
+    std::mutex mu;
+    std::chrono::steady_clock::time_point last{};
+    uint64_t skipped = 0;
+    void warn(const std::string& line);
+  };
+  void serve(net::Fd fd, std::string peer);
+  void serveControl(int fd, const std::string& peer);
+  void uncountControl(const std::string& peer);  // under mu_
 
   std::string host_;
   uint16_t port_ = 0;
-  std::chrono::milliseconds keepalive_{0};
+  ServerLimits limits_;
   net::Fd listen_fd_;
   std::atomic<bool> stopping_{false};
   std::thread accept_thread_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::map<uint16_t, CallHandler> calls_;
   std::map<uint16_t, StreamHandler> streams_;
   std::map<uint16_t, std::string> call_names_, stream_names_;
   std::condition_variable conn_cv_;
   size_t conn_threads_ = 0;    // live connection threads (detached)
   std::vector<int> conn_fds_;  // open connections, shut down on stop()
+  size_t control_open_ = 0;    // connections counted as control (and unfinished Hellos)
+  std::map<std::string, uint32_t> control_by_peer_;  // the same, by peer address
   std::atomic<uint64_t> refused_{0};
+  std::atomic<uint64_t> late_{0};
+  std::atomic<uint64_t> refused_conns_{0};
+  LimitedLog refusal_log_, close_log_;
 };
 
 // One control call on a fresh connection (control calls are rare: descriptor

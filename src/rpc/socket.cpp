@@ -276,4 +276,26 @@ Status discard(int fd, size_t len) {
   return Status::OK();
 }
 
+Status recvSome(int fd, void* data, size_t len, int wait_ms, size_t& got) {
+  got = 0;
+  pollfd p{fd, POLLIN, 0};
+  int r;
+  do {
+    r = ::poll(&p, 1, wait_ms);
+  } while (r < 0 && errno == EINTR);
+  if (r < 0) return {Code::kUnavailable, fmt::format("poll: {}", std::strerror(errno))};
+  if (r == 0) return {Code::kTimeout, "recv timed out"};
+  ssize_t n;
+  do {
+    n = ::recv(fd, data, len, MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  if (n == 0) return {Code::kUnavailable, "connection closed by peer"};
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::OK();  // woken without data: got 0
+    return ioError("recv", errno);
+  }
+  got = static_cast<size_t>(n);
+  return Status::OK();
+}
+
 }  // namespace hawser::net

@@ -41,6 +41,10 @@ Status sendAllv(int fd, struct iovec* iov, int iovcnt);  // modifies iov
 Status recvAll(int fd, void* data, size_t len);
 // Drop `len` incoming bytes.
 Status discard(int fd, size_t len);
+// Waits until `fd` is readable (at most `wait_ms`; -1: no limit), then takes
+// what is there, at most `len` bytes: `got` of them (0 when the wait ran
+// out: then kTimeout). kUnavailable on EOF (or a reset).
+Status recvSome(int fd, void* data, size_t len, int wait_ms, size_t& got);
 
 void setNoDelay(int fd);
 void setTimeouts(int fd, std::chrono::milliseconds timeout);  // SO_RCVTIMEO/SO_SNDTIMEO; 0 = none

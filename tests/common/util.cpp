@@ -167,6 +167,14 @@ bool hasTransport(TransferEngine& e, const std::string& name) {
   return false;
 }
 
+uint64_t transportCounter(TransferEngine& e, const std::string& transport, const std::string& key) {
+  for (auto& t : e.stats().transports)
+    if (t.transport == transport)
+      for (auto& [k, v] : t.counters)
+        if (k == key) return v;
+  return 0;
+}
+
 Buffer::Buffer(size_t size, size_t align) : n(size) {
   if (posix_memalign(reinterpret_cast<void**>(&p), align, size ? size : 1) != 0) p = nullptr;
   if (p) std::memset(p, 0, size);

@@ -98,6 +98,8 @@ std::vector<TcpSocket> tcpSockets();
 
 // Whether `e` installed the transport `name`.
 bool hasTransport(TransferEngine& e, const std::string& name);
+// Counter `key` of transport `transport` in e.stats(); 0 when absent.
+uint64_t transportCounter(TransferEngine& e, const std::string& transport, const std::string& key);
 
 // Page-aligned heap buffer.
 struct Buffer {

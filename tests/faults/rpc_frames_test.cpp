@@ -7,6 +7,7 @@
 
 #include <random>
 
+#include "common/rpc_echo.h"
 #include "metadata/descriptor.h"
 #include "rpc/rpc.h"
 
@@ -14,24 +15,14 @@ using namespace hawser;
 
 namespace {
 
-const rpc::Channel kEcho = rpc::channel("test.echo");
+using test::kEcho;
 
 class RpcFrames : public ::testing::Test {
  protected:
-  void SetUp() override {
-    ASSERT_TRUE(server_.onCall(kEcho, [](const std::string& req, std::string& reply) {
-      reply = "pong:" + req;
-      return Status::OK();
-    }).ok());
-    ASSERT_TRUE(server_.start("127.0.0.1", 0).ok());
-  }
+  void SetUp() override { ASSERT_TRUE(echo_.start().ok()); }
   void TearDown() override { server_.stop(); }
 
-  bool pingWorks() {
-    std::string reply;
-    Status s = rpc::call("127.0.0.1", server_.port(), kEcho.id, "x", reply, std::chrono::seconds(5));
-    return s.ok() && reply == "pong:x";
-  }
+  bool pingWorks() { return echo_.echoWorks(); }
   // Sends raw bytes on a fresh connection; true if the server closed it.
   bool closedAfter(const std::string& bytes, bool hangup = false) {
     net::Fd fd;
@@ -54,7 +45,8 @@ class RpcFrames : public ::testing::Test {
     f.length = length;
     return std::string(reinterpret_cast<char*>(&f), sizeof(f));
   }
-  rpc::Server server_;
+  test::EchoServer echo_;
+  rpc::Server& server_ = echo_.server;
 };
 
 TEST_F(RpcFrames, garbage_closes_only_that_connection) {

@@ -14,7 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 RPC_MAGIC, RPC_VERSION = 0x52535748, 2
 TCP_MAGIC, TCP_VERSION = 0x44545748, 1
-SHM_MAGIC, SHM_VERSION, SHM_CAPACITY = 0x6873776172746162, 1, 65536
+SHM_MAGIC, SHM_VERSION, SHM_CAPACITY = 0x6873776172746162, 2, 65536
 
 
 def write(target, name, data):
@@ -41,6 +41,18 @@ def rpc():
     write("rpc", "ok-reply", b"\0" + rpc_frame(1, 0) + rpc_frame(1 | 0x8000, 4, id_=1) + b"pong")
     write("rpc", "error-reply", b"\0" + rpc_frame(1, 0) + rpc_frame(1 | 0x8000, 9, status=5, id_=1) + b"not found")
     write("rpc", "stream-hello", b"\0" + rpc_frame(0x2345, 0))
+
+
+def rpc_partial():
+    # [limit u8] [cuts u8 = N] [N u16 piece sizes] [stream]
+    def cuts(*sizes):
+        return struct.pack("<B", len(sizes)) + b"".join(struct.pack("<H", c) for c in sizes)
+    write("rpc_partial", "hello-then-call", b"\0" + cuts(3, 30, 1) + rpc_frame(1, 5) + b"token" +
+          rpc_frame(1, 4, id_=2) + b"ping")
+    write("rpc_partial", "large-body-in-pieces", b"\1" + cuts(24, 65535, 7) + rpc_frame(0x1234, 70000, id_=1) +
+          bytes(range(256)) * 274)
+    write("rpc_partial", "announced-never-sent", b"\1" + cuts(1) + rpc_frame(1, 16 << 20, id_=1) + b"abc")
+    write("rpc_partial", "over-the-limit", b"\2" + cuts(5) + rpc_frame(1, 101))
 
 
 def tcp_run_table(runs):
@@ -169,14 +181,15 @@ def config():
 
 
 def shm_table():
-    # [addr u64] [len u64] [nonce u64] [table: header + entries]
+    # [addr u64] [len u64] [nonce u64] [table: header + entries {addr, length, gen, 0}]
     nonce = 0x1234
     header = struct.pack("<QIIQQQQQQ", SHM_MAGIC, SHM_VERSION, SHM_CAPACITY, nonce, 2, 2, 0, 0, 0)
-    entries = struct.pack("<QQQQ", 0x10000, 0x1000, 0x20000, 0x8000)
+    entries = struct.pack("<QQQQQQQQ", 0x10000, 0x1000, 1, 0, 0x20000, 0x8000, 2, 0)  # addr, length, gen, 0
     write("shm_table", "inside", struct.pack("<QQQ", 0x20100, 0x100, nonce) + header + entries)
     write("shm_table", "outside", struct.pack("<QQQ", 0x10f00, 0x200, nonce) + header + entries)
 
 
 if __name__ == "__main__":
-    for f in (rpc, tcp_wire, descriptor, etcd_reply, etcd_watch, rdma_handshake, file_segments, config, shm_table):
+    for f in (rpc, rpc_partial, tcp_wire, descriptor, etcd_reply, etcd_watch, rdma_handshake, file_segments, config,
+              shm_table):
         f()

@@ -3,7 +3,7 @@
 // The input is a query (addr, len) and the start of the table's bytes (the
 // rest stays zero). Invariants: the lookup reads only inside the table;
 // `in` is true only when an entry in use (count clamped to the capacity)
-// holds the range.
+// holds the range, and the entry it answers (with its generation) is one.
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -28,15 +28,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)tableHeaderMatches(table, nonce);
   bool in_table = false;
   uint64_t seq = 0;
+  TableEntry found{};
   const auto* h = reinterpret_cast<const TableHeader*>(table);
   const auto* e = reinterpret_cast<const TableEntry*>(reinterpret_cast<const char*>(table) + sizeof(TableHeader));
-  if (lookupOnce(table, addr, len, in_table, seq)) {
+  if (lookupOnce(table, addr, len, in_table, found, seq)) {
     FUZZ_CHECK(seq == h->seq && (seq & 1) == 0);
     if (in_table) {
       bool held = false;
       const uint64_t n = h->count < kTableCapacity ? h->count : kTableCapacity;
       for (uint64_t i = 0; i < n && !held; ++i)
-        held = addr >= e[i].addr && len <= e[i].length && addr - e[i].addr <= e[i].length - len;
+        held = addr >= e[i].addr && len <= e[i].length && addr - e[i].addr <= e[i].length - len &&
+               found.addr == e[i].addr && found.length == e[i].length && found.gen == e[i].gen;
       FUZZ_CHECK(held);
     }
   } else {

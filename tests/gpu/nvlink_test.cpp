@@ -5,6 +5,12 @@
 // without a driver, and what doctor and bench say of it.
 #include <signal.h>
 
+#include <condition_variable>
+#include <cstring>
+#include <future>
+#include <mutex>
+
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -13,6 +19,7 @@
 #include "gpu/gpu_env.h"
 #include "hawser/engine.h"
 #include "metadata/descriptor.h"
+#include "transport/nvlink/nvlink_testing.h"
 
 namespace hawser::test {
 namespace {
@@ -232,6 +239,101 @@ TEST(nvlink, a_withdrawn_region_is_refused_and_its_handle_closed_once_the_descri
   if (mapped >= 0) {
     EXPECT_TRUE(eventually([] { return openedIpcHandles() == 0; })) << openedIpcHandles();
   }
+}
+
+// A stream worker parks before it checks the registration of the copy at
+// `g_park_at`, until released.
+std::mutex g_park_mu;
+std::condition_variable g_park_cv;
+uint64_t g_park_at = 0;
+bool g_parked = false, g_released = false;
+
+void parkBeforeCheck(uint64_t remote) {
+  std::unique_lock lk(g_park_mu);
+  if (remote != g_park_at || g_parked) return;
+  g_parked = true;
+  g_park_cv.notify_all();
+  g_park_cv.wait_for(lk, std::chrono::seconds(60), [] { return g_released; });
+}
+
+// Issue 30: every stripe of a task checks the registration the task was made
+// for. The owner unregistering and registering the same range again between
+// two stripes fails the task (kOutOfRange naming the withdrawn range):
+// reads never hand over bytes of two registrations, writes never land in
+// the new one.
+TEST(nvlink, a_task_fails_when_the_owner_registers_its_range_again_between_two_stripes) {
+  HAWSER_REQUIRE_GPU(1);
+  TransferEngine target, init;
+  ASSERT_TRUE(target.init("p2p", "nvlink-rereg-t", "127.0.0.1", 0, gpuOptions()).ok());
+  // Two streams: a task's two stripes go to two stream workers (a group
+  // each), each of which checks the task's registration before its copy.
+  ASSERT_TRUE(init.init("p2p", "nvlink-rereg-i", "127.0.0.1", 0,
+                        gpuOptions({{"nvlink.stripe_size", "1M"}, {"nvlink.streams", "2"}}))
+                  .ok());
+  DeviceBuffer mem(0, 4 << 20), local(0, 2 << 20);
+  ASSERT_TRUE(target.registerLocalMemory(mem.data(), mem.size()).ok());
+  ASSERT_TRUE(init.registerLocalMemory(local.data(), local.size()).ok());
+  SegmentID seg;
+  ASSERT_TRUE(init.openSegment(target.segmentName(), seg).ok());
+  const uint64_t base = reinterpret_cast<uint64_t>(mem.data());
+  nvlink::testing::before_check.store(parkBeforeCheck);
+  for (OpCode op : {OpCode::kRead, OpCode::kWrite}) {
+    SCOPED_TRACE(op == OpCode::kRead ? "read" : "write");
+    std::vector<char> old_bytes(mem.size()), new_bytes(mem.size()), mine(local.size());
+    fillPattern(old_bytes.data(), old_bytes.size(), 21);
+    fillPattern(new_bytes.data(), new_bytes.size(), 22);
+    fillPattern(mine.data(), mine.size(), 23);
+    mem.upload(old_bytes);
+    local.upload(mine);
+    {
+      std::lock_guard lk(g_park_mu);
+      g_park_at = base + (1 << 20);  // the second stripe
+      g_parked = g_released = false;
+    }
+    BatchID b = 0;
+    ASSERT_TRUE(init.allocateBatchID(1, b).ok());
+    ASSERT_TRUE(init.submitTransfer(b, {{op, local.data(), seg, base, 2 << 20}}).ok());
+    {
+      std::unique_lock lk(g_park_mu);
+      ASSERT_TRUE(g_park_cv.wait_for(lk, std::chrono::seconds(30), [] { return g_parked; }));
+    }
+    // The first stripe has landed (a copy already issued is not fenced
+    // against the owner's unregister: nvlink.md) ...
+    ASSERT_TRUE(eventually([&] {
+      TransferStatus st;
+      return init.getTransferStatus(b, 0, st).ok() && st.transferred_bytes == (1u << 20);
+    }));
+    // ... then the owner registers the range again, with new contents.
+    ASSERT_TRUE(target.unregisterLocalMemory(mem.data()).ok());
+    mem.upload(new_bytes);
+    ASSERT_TRUE(target.registerLocalMemory(mem.data(), mem.size()).ok());
+    {
+      std::lock_guard lk(g_park_mu);
+      g_released = true;
+      g_park_cv.notify_all();
+    }
+    ASSERT_TRUE(init.waitTransfer(b, std::chrono::seconds(30)).ok());
+    TransferStatus st;
+    ASSERT_TRUE(init.getTransferStatus(b, 0, st).ok());
+    ASSERT_TRUE(init.freeBatchID(b).ok());
+    ASSERT_EQ(st.s, TransferState::kFailed) << "the task used two registrations of one range";
+    EXPECT_EQ(st.error.code(), Code::kOutOfRange) << st.error.toString();
+    EXPECT_NE(st.error.message().find("was withdrawn by its owner (unregistered): registration"), std::string::npos)
+        << st.error.toString();
+    EXPECT_EQ(st.transferred_bytes, 1u << 20) << "the first stripe, from the first registration";
+    if (op == OpCode::kWrite) {
+      std::vector<char> now = mem.download(0, mem.size());
+      EXPECT_EQ(std::memcmp(now.data(), new_bytes.data(), now.size()), 0) << "a stripe landed in the new registration";
+    }
+    // A task made for the new registration (once the initiator's descriptor
+    // caught up with it: the owner's change notice) completes.
+    EXPECT_TRUE(eventually([&] {
+      return init.transferSync({{OpCode::kRead, local.data(), seg, base, 4096}}, std::chrono::seconds(10)).ok();
+    }));
+  }
+  nvlink::testing::before_check.store(nullptr);
+  (void)init.unregisterLocalMemory(local.data());
+  (void)target.unregisterLocalMemory(mem.data());
 }
 
 TEST(nvlink, without_a_cuda_driver_it_is_not_installed_and_doctor_says_why) {

@@ -303,6 +303,29 @@ TEST_F(RdmaTransportTest, registration_publishes_lkey_and_rkey_for_every_nic) {
   ASSERT_TRUE(e.registerLocalMemory(b.p, b.n, "cpu:0", true).ok());
 }
 
+// Issue 30: a registration's identity, as peers see it, is its MR keys. The
+// same range registered again gets other keys, so a task made for the first
+// registration (its descriptor's rkeys) is refused by the NIC
+// (IBV_WC_REM_ACCESS_ERR, kOutOfRange: remote_access_error_is_refused_...)
+// instead of reading or writing the second one.
+TEST_F(RdmaTransportTest, a_range_registered_again_gets_other_rkeys) {
+  SoftVerbsEnv env("sv0,sv1");
+  TransferEngine e;
+  ASSERT_TRUE(e.init("p2p", "a", "127.0.0.1", 0).ok());
+  ASSERT_TRUE(hasTransport(e, "rdma"));
+  Buffer b(1 << 20);
+  ASSERT_TRUE(e.registerLocalMemory(b.p, b.n, "cpu:0", true).ok());
+  const auto first = EngineAccess::of(e).localDescriptor().buffers.at(0).attrs.at("rdma").at("rkey");
+  ASSERT_TRUE(e.unregisterLocalMemory(b.p).ok());
+  ASSERT_TRUE(e.registerLocalMemory(b.p, b.n, "cpu:0", true).ok());
+  const auto second = EngineAccess::of(e).localDescriptor().buffers.at(0).attrs.at("rdma").at("rkey");
+  ASSERT_EQ(first.size(), 2u);
+  ASSERT_EQ(second.size(), 2u);
+  for (size_t i = 0; i < 2; ++i)
+    for (size_t j = 0; j < 2; ++j) EXPECT_NE(first[i], second[j]) << "NIC " << i << " / NIC " << j;
+  ASSERT_TRUE(e.unregisterLocalMemory(b.p).ok());
+}
+
 TEST_F(RdmaTransportTest, transport_claims_only_what_it_can_serve) {
   SoftVerbsEnv env("sv0,sv1");
   Config cfg;

@@ -15,8 +15,13 @@
 #include "gpu/cuda_driver.h"
 #include "metadata/descriptor.h"
 #include "transport/nvlink/nvlink_internal.h"
+#include "transport/nvlink/nvlink_testing.h"
 
 namespace hawser::nvlink {
+
+namespace testing {
+std::atomic<CheckHook> before_check{nullptr};
+}
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -419,13 +424,18 @@ void StreamWorker::lookUp(PeerRef* peer, uint32_t buf, uint64_t remote, uint64_t
   Owner& o = *pr.owner;
   const BufferInfo& b = pr.bufs[buf];
   bool switched = false;
+  // The registration checked is the one the task (or window) was made for:
+  // slot and gen of the descriptor its PeerRef was decoded from. So every
+  // group of a task checks the same registration, and a task never mixes two.
+  testing::call(remote);
   if (o.dead.load(std::memory_order_acquire)) {
     bad = Status(Code::kUnavailable, fmt::format("the owner of segment '{}', {}, has exited", pr.segment, o.name));
   } else if (!o.valid(b.slot, b.gen)) {
     counters_->withdrawn_refusals.fetch_add(1, std::memory_order_relaxed);
     bad = Status(Code::kOutOfRange,
-                 fmt::format("remote range [{:#x}, +{}) of segment '{}' was withdrawn by its owner (unregistered)",
-                             remote, len, pr.segment));
+                 fmt::format("remote range [{:#x}, +{}) of segment '{}' was withdrawn by its owner (unregistered): "
+                             "registration {} is gone",
+                             remote, len, pr.segment, b.gen));
   } else if (Status s = pr.mapping(buf, m, switched); !s.ok()) {
     bad = s;
     m = nullptr;

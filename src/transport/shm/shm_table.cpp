@@ -3,6 +3,7 @@
 #include "transport/shm/shm_table.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,6 +14,8 @@
 #include <cstring>
 #include <fmt/format.h>
 #include <thread>
+
+#include "base/log.h"
 
 namespace hawser::shm {
 
@@ -31,13 +34,22 @@ TableEntry* entries(void* m) { return reinterpret_cast<TableEntry*>(static_cast<
 const TableEntry* entries(const void* m) {
   return reinterpret_cast<const TableEntry*>(static_cast<const char*>(m) + sizeof(TableHeader));
 }
+ReadersHeader* readersHeader(void* r) { return static_cast<ReadersHeader*>(r); }
+ReaderSlot* slots(void* r) { return reinterpret_cast<ReaderSlot*>(static_cast<char*>(r) + sizeof(ReadersHeader)); }
+
+// Whether process `pid` still exists (in this pid namespace: an initiator
+// shares it, the probe at openPeer checked).
+bool alive(uint64_t pid) {
+  if (pid == 0 || pid > INT32_MAX) return false;
+  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
 
 }  // namespace
 
 // ---- writer ------------------------------------------------------------------
 
 TableWriter::~TableWriter() {
-  if (map_) ::munmap(map_, tableBytes(kTableCapacity));
+  if (map_) ::munmap(map_, fileBytes(kTableCapacity));
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -45,7 +57,7 @@ Status TableWriter::create(uint64_t nonce) {
   const std::string name = fmt::format("hawser-shm-{}", ::getpid());
   int fd = ::memfd_create(name.c_str(), MFD_CLOEXEC);
   if (fd < 0) return {Code::kNotSupported, fmt::format("memfd_create: {}", std::strerror(errno))};
-  const size_t bytes = tableBytes(kTableCapacity);
+  const size_t bytes = fileBytes(kTableCapacity);
   if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     Status s{Code::kNotSupported, fmt::format("ftruncate of the shm table: {}", std::strerror(errno))};
     ::close(fd);
@@ -70,26 +82,68 @@ Status TableWriter::create(uint64_t nonce) {
   return Status::OK();
 }
 
-Status TableWriter::add(uint64_t addr, uint64_t length) {
+Status TableWriter::add(uint64_t addr, uint64_t length, uint64_t& gen) {
   std::lock_guard lk(mu_);
   if (ranges_.size() >= kTableCapacity)
     return {Code::kCapacityExceeded,
             fmt::format("shm table holds at most {} remote-accessible regions per process", kTableCapacity)};
-  ranges_[addr] = length;
+  gen = next_gen_++;
+  ranges_[addr] = Range{length, gen};
   publishLocked();
   return Status::OK();
 }
 
 void TableWriter::remove(uint64_t addr) {
-  std::lock_guard lk(mu_);
-  if (ranges_.erase(addr)) publishLocked();
+  uint64_t gen = 0;
+  {
+    std::lock_guard lk(mu_);
+    auto it = ranges_.find(addr);
+    if (it == ranges_.end()) return;
+    gen = it->second.gen;
+    ranges_.erase(it);
+    publishLocked();
+  }
+  waitForReaders(gen);
 }
 
 void TableWriter::close() {
-  std::lock_guard lk(mu_);
-  ranges_.clear();
-  publishLocked();
-  if (map_) store(header(map_)->closed, 1, std::memory_order_release);
+  {
+    std::lock_guard lk(mu_);
+    ranges_.clear();
+    publishLocked();
+    if (map_) store(header(map_)->closed, 1, std::memory_order_release);
+  }
+  waitForReaders(0);
+}
+
+void TableWriter::waitForReaders(uint64_t gen) {
+  if (!map_) return;
+  // Pairs with the fence in TableView::enter (see the header).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  void* r = static_cast<char*>(map_) + readersOffset(kTableCapacity);
+  const uint64_t used = std::min<uint64_t>(load(readersHeader(r)->used, std::memory_order_acquire), kReaderSlots);
+  ReaderSlot* sl = slots(r);
+  bool waited = false;
+  for (uint64_t i = 0; i < used; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    auto next_log = start + std::chrono::seconds(1);
+    for (unsigned spin = 0;; ++spin) {
+      const uint64_t h = load(sl[i].hazard, std::memory_order_acquire);
+      if (h == 0 || (gen != 0 && h != gen)) break;
+      const uint64_t pid = load(sl[i].pid, std::memory_order_acquire);
+      if (!alive(pid)) break;  // its copies ended with it
+      if (!waited) waits_.fetch_add(1, std::memory_order_relaxed);  // counted as it starts waiting
+      waited = true;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= next_log) {
+        HLOG_WARN("shm: withdrawing registration {} has waited {} ms for a copy of process {} (stopped?)", gen,
+                  std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count(), pid);
+        next_log = now + std::chrono::seconds(5);
+      }
+      if (spin < 64) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(spin < 1000 ? 20 : 1000));
+    }
+  }
 }
 
 size_t TableWriter::size() const {
@@ -105,9 +159,10 @@ void TableWriter::publishLocked() {
   store(h->seq, seq + 1);  // odd: changing
   std::atomic_thread_fence(std::memory_order_release);
   size_t i = 0;
-  for (auto& [a, l] : ranges_) {
+  for (auto& [a, r] : ranges_) {
     store(e[i].addr, a);
-    store(e[i].length, l);
+    store(e[i].length, r.length);
+    store(e[i].gen, r.gen);
     ++i;
   }
   store(h->count, i);
@@ -117,25 +172,35 @@ void TableWriter::publishLocked() {
 // ---- reader ------------------------------------------------------------------
 
 TableView::~TableView() {
-  if (map_) ::munmap(const_cast<void*>(map_), bytes_);
+  if (map_) ::munmap(const_cast<void*>(map_), readersOffset(kTableCapacity));
+  if (readers_) ::munmap(readers_, readersBytes());
 }
 
 Status TableView::open(int64_t pid, int fd, uint64_t nonce, std::unique_ptr<TableView>& out) {
   const std::string path = fmt::format("/proc/{}/fd/{}", pid, fd);
-  int f = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Read-write: the readers' area is written here (the entries are mapped
+  // read-only all the same).
+  int f = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (f < 0) return {Code::kNotSupported, fmt::format("cannot open the peer's shm table {}: {}", path, std::strerror(errno))};
   struct stat st {};
-  const size_t bytes = tableBytes(kTableCapacity);
-  if (::fstat(f, &st) != 0 || static_cast<size_t>(st.st_size) < bytes) {
+  if (::fstat(f, &st) != 0 || static_cast<size_t>(st.st_size) < fileBytes(kTableCapacity)) {
     ::close(f);
-    return {Code::kNotSupported, fmt::format("{} is not a hawser shm table (size)", path)};
+    return {Code::kNotSupported, fmt::format("{} is not a hawser shm table of version {} (size)", path, kTableVersion)};
   }
-  void* m = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, f, 0);
-  ::close(f);  // the mapping keeps the memfd alive
-  if (m == MAP_FAILED) return {Code::kNotSupported, fmt::format("mmap of {}: {}", path, std::strerror(errno))};
+  const size_t head = readersOffset(kTableCapacity);
+  void* m = ::mmap(nullptr, head, PROT_READ, MAP_SHARED, f, 0);
+  void* r = m == MAP_FAILED ? MAP_FAILED
+                            : ::mmap(nullptr, readersBytes(), PROT_READ | PROT_WRITE, MAP_SHARED, f,
+                                     static_cast<off_t>(head));
+  const int err = errno;
+  ::close(f);  // the mappings keep the memfd alive
+  if (m == MAP_FAILED || r == MAP_FAILED) {
+    if (m != MAP_FAILED) ::munmap(m, head);
+    return {Code::kNotSupported, fmt::format("mmap of {}: {}", path, std::strerror(err))};
+  }
   std::unique_ptr<TableView> v(new TableView());
   v->map_ = m;
-  v->bytes_ = bytes;
+  v->readers_ = r;
   if (!tableHeaderMatches(m, nonce))
     return {Code::kNotSupported, fmt::format("{} is not the peer's shm table (magic, version or nonce differ)", path)};
   out = std::move(v);
@@ -144,7 +209,43 @@ Status TableView::open(int64_t pid, int fd, uint64_t nonce, std::unique_ptr<Tabl
 
 bool TableView::closed() const { return load(header(map_)->closed, std::memory_order_acquire) != 0; }
 
-uint64_t TableView::seq() const { return load(header(map_)->seq, std::memory_order_acquire); }
+ReaderSlot* TableView::slot(int i) const { return &slots(readers_)[i]; }
+
+int TableView::claimSlot() const {
+  const uint64_t me = static_cast<uint64_t>(::getpid());
+  ReadersHeader* rh = readersHeader(readers_);
+  for (uint32_t i = 0; i < kReaderSlots; ++i) {
+    std::atomic_ref<uint64_t> pid(slot(static_cast<int>(i))->pid);
+    uint64_t cur = pid.load(std::memory_order_acquire);
+    if (cur != 0 && (cur == me || alive(cur))) continue;
+    if (!pid.compare_exchange_strong(cur, me, std::memory_order_acq_rel)) continue;
+    store(slot(static_cast<int>(i))->hazard, 0, std::memory_order_release);  // a dead holder's
+    std::atomic_ref<uint64_t> used(rh->used);
+    uint64_t u = used.load(std::memory_order_acquire);
+    while (u < i + 1 && !used.compare_exchange_weak(u, i + 1, std::memory_order_acq_rel)) {
+    }
+    return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void TableView::releaseSlot(int i) const {
+  if (i < 0) return;
+  store(slot(i)->hazard, 0, std::memory_order_release);
+  store(slot(i)->pid, 0, std::memory_order_release);
+}
+
+bool TableView::enter(int i, uint64_t entry_addr, uint64_t gen) const {
+  store(slot(i)->hazard, gen);
+  // Pairs with the fence in TableWriter::waitForReaders (see the header).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  TableEntry e{};
+  if (find(entry_addr, 1, e) && e.addr == entry_addr && e.gen == gen) return true;
+  leave(i);
+  return false;
+}
+
+void TableView::leave(int i) const { store(slot(i)->hazard, 0, std::memory_order_release); }
 
 bool tableHeaderMatches(const void* map, uint64_t nonce) {
   const TableHeader* h = header(map);
@@ -153,7 +254,7 @@ bool tableHeaderMatches(const void* map, uint64_t nonce) {
          h->capacity == kTableCapacity && h->nonce == nonce;
 }
 
-bool lookupOnce(const void* map, uint64_t addr, uint64_t len, bool& in, uint64_t& seq) {
+bool lookupOnce(const void* map, uint64_t addr, uint64_t len, bool& in, TableEntry& entry, uint64_t& seq) {
   const TableHeader* h = header(map);
   const TableEntry* e = entries(map);
   const uint64_t s1 = load(h->seq, std::memory_order_acquire);
@@ -169,8 +270,9 @@ bool lookupOnce(const void* map, uint64_t addr, uint64_t len, bool& in, uint64_t
   }
   in = false;
   if (lo > 0) {
-    const uint64_t a = load(e[lo - 1].addr), l = load(e[lo - 1].length);
+    const uint64_t a = load(e[lo - 1].addr), l = load(e[lo - 1].length), g = load(e[lo - 1].gen);
     in = addr >= a && len <= l && addr - a <= l - len;
+    if (in) entry = TableEntry{a, l, g, 0};
   }
   std::atomic_thread_fence(std::memory_order_acquire);
   if (load(h->seq) != s1) return false;
@@ -178,7 +280,7 @@ bool lookupOnce(const void* map, uint64_t addr, uint64_t len, bool& in, uint64_t
   return true;
 }
 
-bool TableView::contains(uint64_t addr, uint64_t len, uint64_t* seq_out) const {
+bool TableView::find(uint64_t addr, uint64_t len, TableEntry& entry) const {
   // A writer killed mid-update leaves seq odd: give up after a bound (the
   // range then counts as not exposed).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
@@ -189,10 +291,7 @@ bool TableView::contains(uint64_t addr, uint64_t len, uint64_t* seq_out) const {
     }
     bool in = false;
     uint64_t seq = 0;
-    if (lookupOnce(map_, addr, len, in, seq)) {
-      if (seq_out) *seq_out = seq;
-      return in;
-    }
+    if (lookupOnce(map_, addr, len, in, entry, seq)) return in;
   }
 }
 

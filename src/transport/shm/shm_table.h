@@ -1,17 +1,36 @@
 // The shm transport's registration table: the ranges a target exposes
-// (registered, remote-accessible host memory), in a memfd the target writes
-// and initiators of the same host map read-only, so that an initiator checks
-// each copy against the target's live registrations, not only against the
-// descriptor it holds (which may be stale).
+// (registered, remote-accessible host memory), each with the generation of
+// its registration, in a memfd the target writes and initiators of the same
+// host map, so that an initiator checks each copy against the target's live
+// registrations, not only against the descriptor it holds (which may be
+// stale).
 //
-// Layout: a 64-byte header, then `capacity` entries {addr, length} sorted by
-// addr. The writer (one process, under its own mutex) publishes a change as
-// a seqlock: seq odd while the entries change, even when they are
-// consistent. Readers retry while seq is odd or moved during their lookup.
-// Every word is read and written with atomic operations (the mapping is
-// shared between processes; atomics on a shared mapping are lock-free).
+// Layout: a 64-byte header, then `capacity` entries {addr, length, gen} sorted
+// by addr (mapped read-only by initiators); then, page-aligned, the readers'
+// area: a 64-byte header and kReaderSlots slots {pid, hazard} that
+// initiators write (mapped read-write by them). The writer (one process,
+// under its own mutex) publishes a change of the entries as a seqlock: seq
+// odd while the entries change, even when they are consistent. Readers retry
+// while seq is odd or moved during their lookup. Every word is read and
+// written with atomic operations (the mapping is shared between processes;
+// atomics on a shared mapping are lock-free).
+//
+// Generations: every add() numbers the registration (1, 2, ...; never 0,
+// never reused by this table), so a range withdrawn and registered again at
+// the same address is another registration, which an initiator tells apart.
+//
+// Withdrawal waits for copies in flight (a hazard-pointer handshake): a copy
+// thread of an initiator holds a reader slot; before each copy it writes the
+// generation it copies under into its slot's `hazard`, then checks (after a
+// full fence) that the entry of that generation is still in the table, and
+// clears `hazard` once the copy returned. remove() takes the entry out of the
+// table, fences, then waits until no slot of a live process holds that
+// generation. Either the initiator's check sees the removal (and copies
+// nothing), or remove() sees the hazard (and waits for the copy): no copy on
+// a range starts after remove() began, or runs after it returned.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -24,8 +43,9 @@
 namespace hawser::shm {
 
 inline constexpr uint64_t kTableMagic = 0x6873776172746162ull;  // "hswartab"
-inline constexpr uint32_t kTableVersion = 1;
+inline constexpr uint32_t kTableVersion = 2;
 inline constexpr uint32_t kTableCapacity = 65536;  // ranges one target can expose
+inline constexpr uint32_t kReaderSlots = 4096;     // initiator copy threads one target serves at once
 
 struct TableHeader {
   uint64_t magic;
@@ -42,9 +62,29 @@ static_assert(sizeof(TableHeader) == 64);
 struct TableEntry {
   uint64_t addr;
   uint64_t length;
+  uint64_t gen;  // the registration's generation (never 0)
+  uint64_t reserved;
 };
+static_assert(sizeof(TableEntry) == 32);
 
+// The readers' area (initiators write it).
+struct ReadersHeader {
+  uint64_t used;  // slots ever claimed: the writer scans [0, used)
+  uint64_t pad[7];
+};
+struct ReaderSlot {
+  uint64_t pid;     // the initiator process holding the slot; 0: free
+  uint64_t hazard;  // the generation one of its copies runs under; 0: none
+  uint64_t pad[6];  // a cache line each: copy threads do not share lines
+};
+static_assert(sizeof(ReadersHeader) == 64 && sizeof(ReaderSlot) == 64);
+
+// Header and entries (what a lookup reads).
 inline constexpr size_t tableBytes(uint32_t capacity) { return sizeof(TableHeader) + capacity * sizeof(TableEntry); }
+// Where the readers' area starts (page-aligned: mapped apart), and the whole file.
+inline constexpr size_t readersOffset(uint32_t capacity) { return (tableBytes(capacity) + 4095) / 4096 * 4096; }
+inline constexpr size_t readersBytes() { return sizeof(ReadersHeader) + kReaderSlots * sizeof(ReaderSlot); }
+inline constexpr size_t fileBytes(uint32_t capacity) { return readersOffset(capacity) + readersBytes(); }
 
 // The target's side: owns the memfd and its writable mapping.
 class TableWriter {
@@ -59,19 +99,34 @@ class TableWriter {
   Status create(uint64_t nonce);
   int fd() const { return fd_; }
 
-  // kCapacityExceeded when the table is full (kTableCapacity ranges).
-  Status add(uint64_t addr, uint64_t length);
+  // Exposes [addr, addr + length) as a new registration; `gen` gets its
+  // generation. kCapacityExceeded when the table is full (kTableCapacity ranges).
+  Status add(uint64_t addr, uint64_t length, uint64_t& gen);
+  // Withdraws the range registered at `addr`: no initiator starts a copy on
+  // it from here on, and this returns once no copy that had started is still
+  // running (a slot whose process is gone is not waited for).
   void remove(uint64_t addr);
-  // The engine shuts down: empties the table and marks it closed.
+  // The engine shuts down: empties the table, marks it closed and waits for
+  // every copy in flight.
   void close();
   size_t size() const;
+  // Withdrawals that had to wait for an initiator's copy.
+  uint64_t waits() const { return waits_.load(std::memory_order_relaxed); }
 
  private:
+  struct Range {
+    uint64_t length = 0;
+    uint64_t gen = 0;
+  };
   void publishLocked();
+  // Waits until no live reader holds `gen` (0: any generation).
+  void waitForReaders(uint64_t gen);
   int fd_ = -1;
   void* map_ = nullptr;
   mutable std::mutex mu_;
-  std::map<uint64_t, uint64_t> ranges_;  // addr -> length
+  std::map<uint64_t, Range> ranges_;  // by addr
+  uint64_t next_gen_ = 1;
+  std::atomic<uint64_t> waits_{0};
 };
 
 // The reader's decode steps over a mapping of tableBytes(kTableCapacity)
@@ -83,26 +138,39 @@ class TableWriter {
 bool tableHeaderMatches(const void* map, uint64_t nonce);
 // One lookup: false when the writer was mid-update (seq odd, or moved
 // during the lookup); else `in` says whether [addr, addr+len) lies inside
-// one exposed range and `seq` is the sequence number it was read under.
-bool lookupOnce(const void* map, uint64_t addr, uint64_t len, bool& in, uint64_t& seq);
+// one exposed range (then `entry` is that range, with its generation) and
+// `seq` is the sequence number it was read under.
+bool lookupOnce(const void* map, uint64_t addr, uint64_t len, bool& in, TableEntry& entry, uint64_t& seq);
 
-// An initiator's read-only mapping of a peer's table. Unmapped at destruction.
+// An initiator's mapping of a peer's table: header and entries read-only,
+// the readers' area read-write. Unmapped at destruction.
 class TableView {
  public:
   ~TableView();
   // Opens /proc/<pid>/fd/<fd>, maps it and checks magic, version and nonce.
   static Status open(int64_t pid, int fd, uint64_t nonce, std::unique_ptr<TableView>& out);
-  // Whether [addr, addr+len) lies inside one exposed range now; `seq` (optional)
-  // gets the table's sequence number the answer was read under.
-  bool contains(uint64_t addr, uint64_t len, uint64_t* seq = nullptr) const;
-  uint64_t seq() const;
+  // Whether [addr, addr+len) lies inside one exposed range now; `entry`
+  // gets that range and its generation.
+  bool find(uint64_t addr, uint64_t len, TableEntry& entry) const;
   // Whether the owner's engine shut down (its process may live on).
   bool closed() const;
 
+  // A reader slot for one copy thread of this process: a free one, or one
+  // whose process is gone. -1 when every slot is held.
+  int claimSlot() const;
+  void releaseSlot(int slot) const;
+  // Announces a copy under registration `gen` (the entry at `entry_addr`)
+  // in `slot`, then checks that registration is still exposed: true, and the
+  // copy may run until leave(); false when it was withdrawn (nothing stays
+  // announced).
+  bool enter(int slot, uint64_t entry_addr, uint64_t gen) const;
+  void leave(int slot) const;
+
  private:
   TableView() = default;
+  ReaderSlot* slot(int i) const;
   const void* map_ = nullptr;
-  size_t bytes_ = 0;
+  void* readers_ = nullptr;
 };
 
 }  // namespace hawser::shm

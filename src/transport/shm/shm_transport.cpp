@@ -20,153 +20,16 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "metadata/descriptor.h"
+#include "transport/shm/shm_internal.h"
+#include "transport/shm/shm_testing.h"
 
 namespace hawser {
 
-namespace shm {
-
-constexpr uint32_t kDescVersion = 1;
-constexpr uint32_t kMaxThreads = 64;
-
-// One target process, shared by every handle on it.
-struct Peer {
-  ShmTransport* owner = nullptr;
-  int64_t pid = 0;
-  uint64_t nonce = 0;
-  int pidfd = -1;
-  std::atomic<bool> dead{false};
-  std::mutex mu;
-  std::shared_ptr<TableView> table;  // null once the peer is gone
-
-  std::shared_ptr<TableView> view() {
-    std::lock_guard lk(mu);
-    return table;
-  }
-  // Whether the process has exited (its pidfd is readable).
-  bool exited() const {
-    pollfd p{pidfd, POLLIN, 0};
-    return ::poll(&p, 1, 0) > 0;
-  }
-  // The process is gone: unmap its table (once no copy uses it).
-  void markDead() {
-    if (dead.exchange(true)) return;
-    std::shared_ptr<TableView> t;
-    {
-      std::lock_guard lk(mu);
-      t = std::move(table);
-    }
-    HLOG_INFO("shm: peer process {} exited; its registration table is unmapped", pid);
-  }
-};
-
-class PeerRef final : public PeerHandle {
- public:
-  explicit PeerRef(std::shared_ptr<Peer> p) : peer(std::move(p)) {}
-  const std::shared_ptr<Peer> peer;
-};
-
-// At most shm.split_bytes of one task: one process_vm_readv/writev loop.
-struct Slice {
-  Task* task = nullptr;
-  SubBatchImpl* sb = nullptr;
-  Peer* peer = nullptr;
-  char* local = nullptr;
-  uint64_t remote = 0;
-  uint64_t len = 0;
-  bool is_read = false;
-};
-
-struct Work final : PreparedWork {
-  std::unique_ptr<Slice[]> chunk;
-};
-
-class SubBatchImpl final : public SubBatch {
- public:
-  explicit SubBatchImpl(ShmTransport* owner) : owner_(owner) {}
-  ~SubBatchImpl() override {
-    // The engine frees only idle sub-batches; copies are short and bounded.
-    while (outstanding.load(std::memory_order_acquire) != 0) std::this_thread::yield();
-  }
-
-  Status prepare(std::span<Task* const> tasks, std::unique_ptr<PreparedWork>& out) override {
-    if (!owner_->installed_ || owner_->stopping_.load()) return {Code::kUnavailable, "shm transport is not running"};
-    const uint64_t split = owner_->settings_.split_bytes;
-    size_t total = 0;
-    for (Task* t : tasks) {
-      const uint64_t n = std::max<uint64_t>(1, (t->request().length + split - 1) / split);
-      if (n > UINT32_MAX)
-        return {Code::kInvalidArgument, fmt::format("requests[{}]: length {} needs {} slices of {} bytes (max {})",
-                                                    t->id(), t->request().length, n, split, UINT32_MAX)};
-      total += n;
-    }
-    auto work = std::make_unique<Work>();
-    work->chunk.reset(new Slice[total]);
-    work->slices = total;
-    size_t k = 0;
-    for (Task* t : tasks) {
-      const TransferRequest& r = t->request();
-      Peer* peer = static_cast<const PeerRef*>(t->peer())->peer.get();
-      uint32_t n = 0;
-      uint64_t off = 0;
-      do {
-        Slice& s = work->chunk[k++];
-        s.task = t;
-        s.sb = this;
-        s.peer = peer;
-        s.len = std::min<uint64_t>(split, r.length - off);
-        s.local = static_cast<char*>(r.source) + off;
-        s.remote = r.target_offset + off;
-        s.is_read = r.opcode == OpCode::kRead;
-        off += s.len;
-        ++n;
-      } while (off < r.length);
-      t->setSliceCount(n);
-    }
-    out = std::move(work);
-    return Status::OK();
-  }
-
-  void post(std::unique_ptr<PreparedWork> base) override {
-    std::unique_ptr<Slice[]> chunk = std::move(static_cast<Work&>(*base).chunk);
-    const size_t n = base->slices;
-    Slice* arr = chunk.get();
-    {
-      std::lock_guard lk(mu_);
-      chunks_.push_back(std::move(chunk));
-    }
-    outstanding.fetch_add(static_cast<int64_t>(n), std::memory_order_acq_rel);
-    std::vector<Slice*> v(n);
-    for (size_t i = 0; i < n; ++i) v[i] = &arr[i];
-    owner_->enqueue(v);
-  }
-
-  void cancel() override { owner_->cancelQueued(this); }
-  bool idle() const override { return outstanding.load(std::memory_order_acquire) == 0; }
-
-  std::atomic<int64_t> outstanding{0};  // slices queued or being copied
-
- private:
-  ShmTransport* owner_;
-  std::mutex mu_;
-  std::vector<std::unique_ptr<Slice[]>> chunks_;
-};
-
-// Ends a slice: it is no longer referenced once `outstanding` drops, so
-// everything needed is read first.
-void finish(Slice* s, TransferState st, uint64_t bytes, const Status& why = Status::OK()) {
-  Task* t = s->task;
-  s->sb->outstanding.fetch_sub(1, std::memory_order_acq_rel);
-  t->completeSlice(st, bytes, why);
+namespace shm::testing {
+std::atomic<CopyHook> on_copy{nullptr};
 }
 
-std::string cmaRefusal(int64_t pid, int err) {
-  return fmt::format("cross-memory attach to pid {} refused ({}): process_vm_readv needs the same user or ptrace "
-                     "permission (CAP_SYS_PTRACE, Yama ptrace_scope)",
-                     pid, err == EPERM ? "EPERM" : std::strerror(err));
-}
-
-}  // namespace shm
-
+using shm::Group;
 using shm::Peer;
 using shm::Slice;
 
@@ -175,7 +38,8 @@ static_assert(findKnob("shm.threads")->hi == static_cast<int64_t>(shm::kMaxThrea
 Status ShmTransport::loadSettings(const Config& cfg, ShmSettings& out) {
   ShmSettings s;
   Status st;
-  if (!(st = cfg.getInt("shm.threads", s.threads)).ok() || !(st = cfg.getSize("shm.split_bytes", s.split_bytes)).ok())
+  if (!(st = cfg.getInt("shm.threads", s.threads)).ok() || !(st = cfg.getSize("shm.split_bytes", s.split_bytes)).ok() ||
+      !(st = cfg.getInt("shm.max_iov", s.max_iov)).ok())
     return st;
   if (s.threads == 0) s.threads = std::clamp<uint32_t>(std::thread::hardware_concurrency(), 1, 4);
   out = s;
@@ -197,6 +61,7 @@ TransportCaps ShmTransport::caps() const {
   c.remote_memory = kHostMemory;
   c.same_host_only = true;
   c.cost_rank = 20;
+  c.run_windows = true;  // a block request's runs come as windows (SubBatchImpl::prepareRuns)
   return c;
 }
 
@@ -226,9 +91,10 @@ Status ShmTransport::install(const TransportContext& ctx) {
   ev.data.fd = evfd_;
   ::epoll_ctl(epfd_, EPOLL_CTL_ADD, evfd_, &ev);
   watcher_ = std::thread([this] { watch(); });
-  for (uint32_t i = 0; i < settings_.threads; ++i) workers_.emplace_back([this] { work(); });
+  for (uint32_t i = 0; i < settings_.threads; ++i) workers_.emplace_back([this, i] { work(i); });
   installed_ = true;
-  HLOG_INFO("shm transport: {} copy thread(s), split {} B", settings_.threads, settings_.split_bytes);
+  HLOG_INFO("shm transport: {} copy thread(s), split {} B, up to {} runs per call", settings_.threads,
+            settings_.split_bytes, settings_.max_iov);
   return Status::OK();
 }
 
@@ -246,12 +112,13 @@ void ShmTransport::shutdown() {
   (void)!::write(evfd_, &one, sizeof one);
   if (watcher_.joinable()) watcher_.join();
   // What the workers left in the queue fails.
-  std::deque<Slice*> left;
+  std::deque<Group*> left;
   {
     std::lock_guard lk(mu_);
     left.swap(queue_);
   }
-  for (Slice* s : left) shm::finish(s, TransferState::kFailed, 0, {Code::kUnavailable, "shm transport shut down"});
+  for (Group* g : left)
+    shm::endAll(g, TransferState::kFailed, Code::kUnavailable, [](const Slice&) { return "shm transport shut down"; });
 }
 
 void ShmTransport::describe(nlohmann::json& attrs) const {
@@ -267,7 +134,10 @@ Status ShmTransport::registerMemory(void* addr, size_t length, const std::string
                                     nlohmann::json& attrs) {
   attrs = nlohmann::json::object();
   if (!installed_ || !remote_accessible || memoryKindOf(location) != kHostMemory) return Status::OK();
-  return table_.add(reinterpret_cast<uint64_t>(addr), length);
+  uint64_t gen = 0;
+  Status s = table_.add(reinterpret_cast<uint64_t>(addr), length, gen);
+  if (s.ok()) attrs["gen"] = gen;
+  return s;
 }
 
 Status ShmTransport::unregisterMemory(void* addr, size_t) {
@@ -301,7 +171,7 @@ Status ShmTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle
     std::lock_guard lk(peers_mu_);
     if (auto e = peers_.find(key); e != peers_.end()) p = e->second.lock();
     if (p && !p->dead.load()) {
-      out = std::make_shared<shm::PeerRef>(std::move(p));
+      out = std::make_shared<shm::PeerRef>(std::move(p), shm::registrationsOf(seg));
       return Status::OK();
     }
   }
@@ -313,6 +183,8 @@ Status ShmTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle
                                              seg.name, std::strerror(errno))};
   }
   auto peer = std::shared_ptr<Peer>(new Peer(), [this](Peer* p) {
+    if (p->table)
+      for (int slot : p->slots) p->table->releaseSlot(slot);
     {
       std::lock_guard plk(peers_mu_);
       auto b = by_pidfd_.find(p->pidfd);
@@ -362,7 +234,7 @@ Status ShmTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle
   by_pidfd_[pidfd] = peer;
   peers_[key] = peer;
   counts_->peers_opened++;
-  out = std::make_shared<shm::PeerRef>(std::move(peer));
+  out = std::make_shared<shm::PeerRef>(std::move(peer), shm::registrationsOf(seg));
   return Status::OK();
 }
 
@@ -394,100 +266,182 @@ Status ShmTransport::newSubBatch(size_t, std::unique_ptr<SubBatch>& out) {
   return Status::OK();
 }
 
-void ShmTransport::enqueue(std::vector<Slice*>& slices) {
+void ShmTransport::enqueue(std::vector<Group*>& groups) {
   {
     std::unique_lock lk(mu_);
     if (stopping_.load()) {
       lk.unlock();
-      for (Slice* s : slices) shm::finish(s, TransferState::kFailed, 0, {Code::kUnavailable, "shm transport shut down"});
+      for (Group* g : groups)
+        shm::endAll(g, TransferState::kFailed, Code::kUnavailable,
+                    [](const Slice&) { return "shm transport shut down"; });
       return;
     }
-    queue_.insert(queue_.end(), slices.begin(), slices.end());
+    queue_.insert(queue_.end(), groups.begin(), groups.end());
   }
-  if (slices.size() == 1) cv_.notify_one();
+  if (groups.size() == 1) cv_.notify_one();
   else cv_.notify_all();
 }
 
 void ShmTransport::cancelQueued(shm::SubBatchImpl* sb) {
-  std::vector<Slice*> taken;
+  std::vector<Group*> taken;
   {
     std::lock_guard lk(mu_);
-    auto keep = std::stable_partition(queue_.begin(), queue_.end(), [sb](Slice* s) { return s->sb != sb; });
+    auto keep = std::stable_partition(queue_.begin(), queue_.end(), [sb](Group* g) { return g->first->sb != sb; });
     taken.assign(keep, queue_.end());
     queue_.erase(keep, queue_.end());
   }
-  for (Slice* s : taken)
-    shm::finish(s, TransferState::kCanceled, 0, {Code::kUnavailable, "canceled by cancelTransfer before it was copied"});
+  for (Group* g : taken)
+    shm::endAll(g, TransferState::kCanceled, Code::kUnavailable,
+                [](const Slice&) { return "canceled by cancelTransfer before it was copied"; });
 }
 
-void ShmTransport::work() {
+void ShmTransport::work(unsigned worker) {
+  shm::Scratch scratch(settings_.max_iov);
   std::unique_lock lk(mu_);
   while (true) {
     cv_.wait(lk, [&] { return stopping_.load() || !queue_.empty(); });
     if (stopping_.load()) return;
-    Slice* s = queue_.front();
+    Group* g = queue_.front();
     queue_.pop_front();
     lk.unlock();
-    runSlice(s);
+    runGroup(worker, g, scratch);
     lk.lock();
   }
 }
 
-void ShmTransport::runSlice(Slice* s) {
-  Peer* p = s->peer;
-  const uint64_t remote = s->remote, len = s->len;
-  auto fail = [&](Code c, std::string why) {
-    counts_->slices_failed++;
-    shm::finish(s, TransferState::kFailed, 0, Status(c, std::move(why)));
+void ShmTransport::runGroup(unsigned worker, Group* g, shm::Scratch& sc) {
+  // Everything of the group is read before its first slice ends: once the
+  // last one did, its sub-batch (and the group) may be gone.
+  Slice* const first = g->first;
+  const uint32_t n = g->n;
+  Peer* p = first->peer;
+  const bool is_read = first->is_read;
+  const uint64_t gen = first->gen, reg_addr = first->reg_addr, reg_len = first->reg_len;
+  const int64_t pid = p->pid;
+  auto failAll = [&](Code c, auto why) {
+    counts_->slices_failed += n;
+    shm::endAll(g, TransferState::kFailed, c, why);
   };
   auto gone = [&] {
     p->markDead();
-    fail(Code::kUnavailable, fmt::format("shm peer process {} exited", p->pid));
+    failAll(Code::kUnavailable, [pid](const Slice&) { return fmt::format("shm peer process {} exited", pid); });
+  };
+  auto withdrawn = [&] {
+    counts_->refused += n;
+    if (gen == 0)
+      return failAll(Code::kOutOfRange, [pid](const Slice& s) {
+        return fmt::format("pid {} does not expose [{:#x}, +{}): not inside one of its registered, remote-accessible "
+                           "regions",
+                           pid, s.remote, s.len);
+      });
+    failAll(Code::kOutOfRange, [&](const Slice& s) {
+      return fmt::format("pid {} withdrew [{:#x}, +{}) (registration {}) while this task used it: [{:#x}, +{}) was "
+                         "not {}",
+                         pid, reg_addr, reg_len, gen, s.remote, s.len, is_read ? "read" : "written");
+    });
   };
   if (p->dead.load(std::memory_order_acquire) || p->exited()) return gone();
   std::shared_ptr<shm::TableView> table = p->view();
   if (!table) return gone();
-  if (table->closed()) return fail(Code::kUnavailable, fmt::format("shm peer {}: its engine shut down", p->pid));
-  auto withdrawn = [&] {
-    counts_->refused++;
-    fail(Code::kOutOfRange, fmt::format("pid {} does not expose [{:#x}, +{}) (any more): not inside one of its "
-                                        "registered, remote-accessible regions",
-                                        p->pid, remote, len));
+  if (table->closed())
+    return failAll(Code::kUnavailable,
+                   [pid](const Slice&) { return fmt::format("shm peer {}: its engine shut down", pid); });
+  shm::testing::call(shm::testing::Point::kTurn, first->remote, first->len);
+  if (gen == 0) return withdrawn();
+  const int slot = p->slotFor(worker, *table);
+  if (slot < 0)
+    return failAll(Code::kUnavailable, [pid](const Slice&) {
+      return fmt::format("the shm table of pid {} has no free reader slot: {} copy threads of its initiators hold "
+                         "them all",
+                         pid, shm::kReaderSlots);
+    });
+  // From here until leave() the target's unregister of this registration
+  // waits for us; and it is still the registration the tasks started on.
+  if (!table->enter(slot, reg_addr, gen)) return withdrawn();
+  shm::testing::call(shm::testing::Point::kAnnounced, first->remote, first->len);
+
+  // One call moves the slices from `i` (`off` bytes of it done) on. A short
+  // transfer stops at a fault: what it moved completes its slices, the next
+  // call starts at the faulting one and fails it alone (EFAULT), the rest go on.
+  uint32_t i = 0;
+  uint64_t off = 0;
+  auto settle = [&] {
+    while (i < n && off == first[i].len) {
+      sc.err[i++] = 0;
+      off = 0;
+    }
   };
-  uint64_t seq = 0;
-  if (!table->contains(remote, len, &seq)) return withdrawn();
-  uint64_t done = 0;
-  int err = 0;
-  while (done < len) {
-    iovec l{s->local + done, len - done}, r{reinterpret_cast<void*>(remote + done), len - done};
-    ssize_t n = s->is_read ? ::process_vm_readv(static_cast<pid_t>(p->pid), &l, 1, &r, 1, 0)
-                           : ::process_vm_writev(static_cast<pid_t>(p->pid), &l, 1, &r, 1, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      err = n < 0 ? errno : EFAULT;
+  int fatal = 0;  // ESRCH: the peer is gone
+  settle();
+  while (i < n) {
+    int cnt = 0;
+    for (uint32_t k = i; k < n; ++k, ++cnt) {
+      const Slice& s = first[k];
+      const uint64_t skip = k == i ? off : 0;
+      sc.local[cnt] = {s.local + skip, s.len - skip};
+      sc.remote[cnt] = {reinterpret_cast<void*>(s.remote + skip), s.len - skip};
+    }
+    const ssize_t r = is_read ? ::process_vm_readv(static_cast<pid_t>(pid), sc.local.data(), cnt, sc.remote.data(),
+                                                   cnt, 0)
+                              : ::process_vm_writev(static_cast<pid_t>(pid), sc.local.data(), cnt, sc.remote.data(),
+                                                    cnt, 0);
+    counts_->copy_calls.fetch_add(1, std::memory_order_relaxed);
+    if (r < 0 && errno == EINTR) continue;
+    if (r > 0) {
+      for (uint64_t left = static_cast<uint64_t>(r); left > 0;) {
+        const uint64_t take = std::min(left, first[i].len - off);
+        off += take;
+        left -= take;
+        settle();
+      }
+      continue;
+    }
+    const int err = r < 0 ? errno : EFAULT;
+    if (err == ESRCH) {
+      fatal = err;
       break;
     }
-    done += static_cast<uint64_t>(n);
+    sc.err[i++] = err;
+    off = 0;
+    settle();
   }
-  if (err == ESRCH) return gone();
-  if (err != 0) {
-    if (p->exited()) return gone();
-    if (!table->contains(remote, len)) return withdrawn();
-    return fail(Code::kIoError, fmt::format("{} of pid {} [{:#x}, +{}): {}",
-                                            s->is_read ? "process_vm_readv" : "process_vm_writev", p->pid, remote,
-                                            len, err == EPERM ? shm::cmaRefusal(p->pid, err) : std::strerror(err)));
+  table->leave(slot);
+  bool any_err = fatal != 0;
+  for (uint32_t k = 0; k < i && !any_err; ++k) any_err = sc.err[k] != 0;
+  const bool exited = any_err && (fatal == ESRCH || p->exited());
+  if (exited) p->markDead();
+  // Counted before any slice ends: whoever sees a task end sees its bytes counted.
+  uint64_t ok = 0, ok_bytes = 0;
+  for (uint32_t k = 0; k < i; ++k)
+    if (sc.err[k] == 0) {
+      ++ok;
+      ok_bytes += first[k].len;
+    }
+  counts_->slices_completed += ok;
+  counts_->slices_failed += n - ok;
+  (is_read ? counts_->bytes_read : counts_->bytes_written) += ok_bytes;
+  shm::Ends ends;  // its destructor reports the runs gathered: the last touch of the group
+  for (uint32_t k = 0; k < n; ++k) {
+    Slice* s = &first[k];
+    if (k >= i || (sc.err[k] != 0 && exited)) {
+      ends.end(s, TransferState::kFailed, 0,
+               Status(Code::kUnavailable, fmt::format("shm peer process {} exited", pid)));
+    } else if (sc.err[k] != 0) {
+      const int e = sc.err[k];
+      ends.end(s, TransferState::kFailed, 0,
+               Status(Code::kIoError, fmt::format("{} of pid {} [{:#x}, +{}): {}",
+                                                  is_read ? "process_vm_readv" : "process_vm_writev", pid, s->remote,
+                                                  s->len, e == EPERM ? shm::cmaRefusal(pid, e) : std::strerror(e))));
+    } else {
+      ends.end(s, TransferState::kCompleted, s->len, Status::OK());
+    }
   }
-  // A read that raced with the target withdrawing the range may hold bytes of
-  // whatever replaced it: fail it rather than hand them over.
-  if (s->is_read && table->seq() != seq && !table->contains(remote, len)) return withdrawn();
-  counts_->slices_completed++;
-  (s->is_read ? counts_->bytes_read : counts_->bytes_written) += len;
-  shm::finish(s, TransferState::kCompleted, len);
 }
 
 void ShmTransport::diagnose(TransportDiagnosis& out) const {
   out.facts.emplace_back("copy threads", std::to_string(settings_.threads));
   out.facts.emplace_back("split bytes", std::to_string(settings_.split_bytes));
+  out.facts.emplace_back("iovecs per call", std::to_string(settings_.max_iov));
   std::ifstream f("/proc/sys/kernel/yama/ptrace_scope");
   int scope = -1;
   if (f >> scope)
@@ -506,7 +460,8 @@ Counters ShmTransport::stats() const {
   return {{"slices_completed", c.slices_completed.load()}, {"slices_failed", c.slices_failed.load()},
           {"bytes_read", c.bytes_read.load()},             {"bytes_written", c.bytes_written.load()},
           {"refused_requests", c.refused.load()},          {"peers_opened", c.peers_opened.load()},
-          {"peers_refused", c.peers_refused.load()},       {"peers_gone", c.peers_gone.load()}};
+          {"peers_refused", c.peers_refused.load()},       {"peers_gone", c.peers_gone.load()},
+          {"copy_calls", c.copy_calls.load()},             {"withdrawals_waited", table_.waits()}};
 }
 
 std::unique_ptr<Transport> makeShmTransport() { return std::make_unique<ShmTransport>(); }

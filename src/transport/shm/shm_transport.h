@@ -11,11 +11,16 @@
 // the kernel refuses cross-memory attach to that process; kNotSupported with
 // the reason, and the engine falls back to the next transport), checks it
 // holds the nonce (the pid is that process), opens a pidfd and maps the
-// peer's table read-only through /proc/<pid>/fd. Each slice (a task cut at
-// shm.split_bytes) is checked against that table and copied by one of
-// shm.threads workers. A peer that exits (its pidfd becomes readable, or a
-// copy answers ESRCH) is marked dead at once: its table is unmapped, its
-// slices fail kUnavailable.
+// peer's table through /proc/<pid>/fd. Each task is cut into slices of at
+// most shm.split_bytes and bound to the registration that holds its range
+// (its generation in the table); consecutive slices of one prepare (a block
+// request's window of runs) are grouped, up to shm.max_iov of them and
+// shm.split_bytes in all, and each group is moved by one
+// process_vm_readv/writev call with an iovec per slice, by one of
+// shm.threads workers, after announcing it in the peer's table (the
+// target's unregister waits for it). A peer that exits (its pidfd becomes
+// readable, or a copy answers ESRCH) is marked dead at once: its table is
+// unmapped, its slices fail kUnavailable.
 //
 // Files: shm_transport.cpp (install, peers, workers, sub-batches),
 // shm_table.{h,cpp} (the registration table). Trust model, tunables and
@@ -41,12 +46,15 @@ namespace hawser {
 namespace shm {
 struct Peer;
 struct Slice;
+struct Group;
+struct Scratch;
 class SubBatchImpl;
 }  // namespace shm
 
 struct ShmSettings {
   uint32_t threads = 0;             // shm.threads (0: min(4, CPUs))
   uint64_t split_bytes = 512 << 10; // shm.split_bytes
+  uint32_t max_iov = 1024;          // shm.max_iov (IOV_MAX)
 };
 
 class ShmTransport final : public Transport {
@@ -73,11 +81,11 @@ class ShmTransport final : public Transport {
 
  private:
   friend class shm::SubBatchImpl;
-  void enqueue(std::vector<shm::Slice*>& slices);
+  void enqueue(std::vector<shm::Group*>& groups);
   void cancelQueued(shm::SubBatchImpl* sb);
-  void work();
+  void work(unsigned worker);
   void watch();
-  void runSlice(shm::Slice* s);
+  void runGroup(unsigned worker, shm::Group* g, shm::Scratch& scratch);
   void peerGone(int pidfd);
 
   ShmSettings settings_;
@@ -89,7 +97,7 @@ class ShmTransport final : public Transport {
   // Workers and their queue.
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<shm::Slice*> queue_;
+  std::deque<shm::Group*> queue_;
   std::vector<std::thread> workers_;
 
   // Peers by "pid/nonce"; the watcher waits on their pidfds.
@@ -105,6 +113,7 @@ class ShmTransport final : public Transport {
     std::atomic<uint64_t> slices_failed{0};
     std::atomic<uint64_t> bytes_read{0};
     std::atomic<uint64_t> bytes_written{0};
+    std::atomic<uint64_t> copy_calls{0};    // process_vm_readv/writev calls (each moves a group of slices)
     std::atomic<uint64_t> refused{0};       // not in the target's live table
     std::atomic<uint64_t> peers_opened{0};
     std::atomic<uint64_t> peers_refused{0};  // openPeer said no (CMA refused, wrong process)

@@ -1,0 +1,193 @@
+// Internals of the shm transport shared by its .cpp files (not an interface
+// for anyone else): peers, slices and their groups, the sub-batch, and how
+// slices end.
+#pragma once
+
+#include <poll.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/log.h"
+#include "base/transport.h"
+#include "transport/shm/shm_table.h"
+#include "transport/shm/shm_transport.h"
+
+namespace hawser::shm {
+
+inline constexpr uint32_t kDescVersion = 2;  // 2: the table carries generations and reader slots
+inline constexpr uint32_t kMaxThreads = 64;
+
+// One target process, shared by every handle on it.
+struct Peer {
+  ShmTransport* owner = nullptr;
+  int64_t pid = 0;
+  uint64_t nonce = 0;
+  int pidfd = -1;
+  std::atomic<bool> dead{false};
+  std::mutex mu;
+  std::shared_ptr<TableView> table;  // null once the peer is gone
+  // The reader slot in its table of each of our copy threads (claimed at
+  // its first copy; -1: none yet). Only that thread touches its entry.
+  int slots[kMaxThreads];
+
+  Peer() { std::fill(std::begin(slots), std::end(slots), -1); }
+
+  std::shared_ptr<TableView> view() {
+    std::lock_guard lk(mu);
+    return table;
+  }
+  // Copy thread `worker`'s reader slot in `t` (-1: the table has none free).
+  int slotFor(unsigned worker, const TableView& t) {
+    if (slots[worker] < 0) slots[worker] = t.claimSlot();
+    return slots[worker];
+  }
+  // Whether the process has exited (its pidfd is readable).
+  bool exited() const {
+    pollfd p{pidfd, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
+  }
+  // The process is gone: unmap its table (once no copy uses it).
+  void markDead() {
+    if (dead.exchange(true)) return;
+    std::shared_ptr<TableView> t;
+    {
+      std::lock_guard lk(mu);
+      t = std::move(table);
+    }
+    HLOG_INFO("shm: peer process {} exited; its registration table is unmapped", pid);
+  }
+};
+
+// A registration of the target as the descriptor a request was made with
+// names it: its range and its generation in the target's table (0: the
+// descriptor names none).
+struct Reg {
+  uint64_t addr = 0, length = 0, gen = 0;
+};
+
+// The engine's handle on one segment (one descriptor version): its process,
+// and the registration each of its buffers is (attrs.shm.gen). A request to
+// buffer i is bound to regs[i]: every task (and every window of a block
+// request) made with this descriptor checks the same registration.
+class PeerRef final : public PeerHandle {
+ public:
+  PeerRef(std::shared_ptr<Peer> p, std::vector<Reg> r) : peer(std::move(p)), regs(std::move(r)) {}
+  const std::shared_ptr<Peer> peer;
+  const std::vector<Reg> regs;
+};
+// regs of a PeerRef: the shm generation of each buffer of `seg`.
+std::vector<Reg> registrationsOf(const SegmentDesc& seg);
+
+class SubBatchImpl;
+
+// The slices of one run of a block request's window that is longer than
+// shm.split_bytes: the run ends when its last slice does.
+struct RunPieces {
+  std::atomic<uint32_t> left{0};
+  uint64_t length = 0;
+  std::mutex mu;  // the first failure of a slice
+  bool failed = false;
+  TransferState state = TransferState::kFailed;
+  Status why;
+};
+
+// At most shm.split_bytes of one task (or of one run of a window): one
+// iovec pair of a copy. Bound to the registration its request was made for
+// (`gen`, the target's range [reg_addr, +reg_len)).
+struct Slice {
+  Task* task = nullptr;        // a task's slice; else a run's:
+  RunSink* sink = nullptr;     //   its window
+  RunPieces* pieces = nullptr; //   null: the slice is the whole run
+  SubBatchImpl* sb = nullptr;
+  Peer* peer = nullptr;
+  char* local = nullptr;
+  uint64_t remote = 0;
+  uint64_t len = 0;
+  uint64_t gen = 0;
+  uint64_t reg_addr = 0, reg_len = 0;
+  bool is_read = false;
+};
+
+// Consecutive slices of one prepare moved by one process_vm_readv/writev
+// call (an iovec pair each): same peer, same direction, same registration;
+// at most shm.max_iov of them and shm.split_bytes in all (a slice of that
+// size goes alone), so small runs cost a call per shm.split_bytes, as
+// contiguous bytes do.
+struct Group {
+  Slice* first = nullptr;
+  uint32_t n = 0;
+};
+
+struct Work final : PreparedWork {
+  std::unique_ptr<Slice[]> chunk;
+  std::unique_ptr<Group[]> groups;
+  size_t ngroups = 0;
+  std::unique_ptr<RunPieces[]> pieces;
+};
+
+// A copy thread's iovec arrays and per-slice outcomes (shm.max_iov each).
+struct Scratch {
+  explicit Scratch(size_t n) : local(n), remote(n), err(n) {}
+  std::vector<iovec> local, remote;
+  std::vector<int> err;
+};
+
+class SubBatchImpl final : public SubBatch {
+ public:
+  explicit SubBatchImpl(ShmTransport* owner) : owner_(owner) {}
+  ~SubBatchImpl() override;
+  Status prepare(std::span<Task* const> tasks, std::unique_ptr<PreparedWork>& out) override;
+  Status prepareRuns(const RunWindow& w, std::unique_ptr<PreparedWork>& out) override;
+  void post(std::unique_ptr<PreparedWork> work) override;
+  void cancel() override;
+  bool idle() const override { return outstanding.load(std::memory_order_acquire) == 0; }
+
+  std::atomic<int64_t> outstanding{0};  // slices queued or being copied
+
+ private:
+  // Cuts the groups of work.chunk[0, work.slices).
+  void group(Work& work) const;
+  ShmTransport* owner_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Work>> posted_;
+};
+
+// Ends slices, each exactly once. A task's slice ends at once; whole runs
+// of a window that completed are gathered and reported together (one
+// RunSink call for many runs) by flush() or at destruction. Nothing of a
+// slice is touched once it ended, nor its sub-batch after its last slice:
+// everything needed is read first.
+class Ends {
+ public:
+  Ends() = default;
+  Ends(const Ends&) = delete;
+  ~Ends() { flush(); }
+  void end(Slice* s, TransferState state, uint64_t bytes, const Status& why);
+  void flush();
+
+ private:
+  SubBatchImpl* sb_ = nullptr;
+  RunSink* sink_ = nullptr;
+  size_t runs_ = 0;
+  uint64_t bytes_ = 0;
+};
+
+// Ends every slice of `g` the same way; `why(slice)` names its range.
+template <class Why>
+void endAll(Group* g, TransferState state, Code code, Why why) {
+  Slice* const first = g->first;
+  const uint32_t n = g->n;  // g is not touched once its last slice ended
+  Ends ends;
+  for (uint32_t i = 0; i < n; ++i) ends.end(&first[i], state, 0, Status(code, why(first[i])));
+}
+
+std::string cmaRefusal(int64_t pid, int err);
+
+}  // namespace hawser::shm

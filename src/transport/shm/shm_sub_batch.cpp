@@ -1,0 +1,231 @@
+// The shm sub-batch: prepare cuts tasks into slices, prepareRuns a block
+// request's window of runs, both bound to the registrations their
+// descriptor names and grouped for the copy threads; post queues the
+// groups; cancel takes back what was not copied. And how slices end (Ends).
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <thread>
+
+#include "metadata/descriptor.h"
+#include "transport/shm/shm_internal.h"
+
+namespace hawser::shm {
+
+std::vector<Reg> registrationsOf(const SegmentDesc& seg) {
+  std::vector<Reg> regs(seg.buffers.size());
+  for (size_t i = 0; i < seg.buffers.size(); ++i) {
+    const BufferDesc& b = seg.buffers[i];
+    regs[i].addr = b.addr;
+    regs[i].length = b.length;
+    auto a = b.attrs.find("shm");
+    if (a == b.attrs.end() || !a->is_object()) continue;  // not exposed to shm: gen 0
+    auto g = a->find("gen");
+    if (g != a->end() && g->is_number_unsigned()) regs[i].gen = g->get<uint64_t>();
+  }
+  return regs;
+}
+
+namespace {
+
+// Cuts a request's [local, +len) <-> [remote, +len) into slices of at most
+// `split` at `out`, each `proto` but for its range; returns how many.
+uint32_t cut(Slice* out, const Slice& proto, char* local, uint64_t remote, uint64_t len, uint64_t split) {
+  uint32_t n = 0;
+  uint64_t off = 0;
+  do {
+    Slice& s = out[n++];
+    s = proto;
+    s.local = local + off;
+    s.remote = remote + off;
+    s.len = std::min<uint64_t>(split, len - off);
+    off += s.len;
+  } while (off < len);
+  return n;
+}
+
+// A slice of `sb` to `peer`, bound to `reg` (its range still to set).
+Slice bound(const Reg& reg, SubBatchImpl* sb, Peer* peer, bool is_read) {
+  Slice s;
+  s.sb = sb;
+  s.peer = peer;
+  s.gen = reg.gen;
+  s.reg_addr = reg.addr;
+  s.reg_len = reg.length;
+  s.is_read = is_read;
+  return s;
+}
+
+}  // namespace
+
+SubBatchImpl::~SubBatchImpl() {
+  // The engine frees only idle sub-batches; copies are short and bounded.
+  while (outstanding.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+}
+
+Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<PreparedWork>& out) {
+  if (!owner_->installed_ || owner_->stopping_.load()) return {Code::kUnavailable, "shm transport is not running"};
+  const uint64_t split = owner_->settings_.split_bytes;
+  size_t total = 0;
+  for (Task* t : tasks) {
+    const uint64_t n = std::max<uint64_t>(1, (t->request().length + split - 1) / split);
+    if (n > UINT32_MAX)
+      return {Code::kInvalidArgument, fmt::format("requests[{}]: length {} needs {} slices of {} bytes (max {})",
+                                                  t->id(), t->request().length, n, split, UINT32_MAX)};
+    total += n;
+  }
+  auto work = std::make_unique<Work>();
+  work->chunk.reset(new Slice[total]);
+  work->slices = total;
+  size_t k = 0;
+  for (Task* t : tasks) {
+    const TransferRequest& r = t->request();
+    const auto* ref = static_cast<const PeerRef*>(t->peer());
+    const int bi = t->remoteBuffer();
+    const Reg reg = bi >= 0 && static_cast<size_t>(bi) < ref->regs.size() ? ref->regs[static_cast<size_t>(bi)] : Reg{};
+    Slice proto = bound(reg, this, ref->peer.get(), r.opcode == OpCode::kRead);
+    proto.task = t;
+    const uint32_t n = cut(&work->chunk[k], proto, static_cast<char*>(r.source), r.target_offset, r.length, split);
+    k += n;
+    t->setSliceCount(n);
+  }
+  group(*work);
+  out = std::move(work);
+  return Status::OK();
+}
+
+Status SubBatchImpl::prepareRuns(const RunWindow& w, std::unique_ptr<PreparedWork>& out) {
+  if (!owner_->installed_ || owner_->stopping_.load()) return {Code::kUnavailable, "shm transport is not running"};
+  const auto* ref = static_cast<const PeerRef*>(w.peer);
+  const uint64_t split = owner_->settings_.split_bytes;
+  const std::span<const RunRef> runs = w.runs();
+  size_t total = 0, multi = 0;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const RunRef& r = runs[i];
+    if (r.buffer < 0 || static_cast<size_t>(r.buffer) >= ref->regs.size())
+      return {Code::kInternal, fmt::format("blocks: run {} has no remote buffer index for shm", i)};
+    const uint64_t n = std::max<uint64_t>(1, (r.length + split - 1) / split);
+    total += n;
+    multi += n > 1;
+  }
+  auto work = std::make_unique<Work>();
+  work->chunk.reset(new Slice[total]);
+  if (multi) work->pieces.reset(new RunPieces[multi]);
+  work->slices = total;
+  size_t k = 0, m = 0;
+  const bool is_read = w.op == OpCode::kRead;
+  for (const RunRef& r : runs) {
+    const Reg& reg = ref->regs[static_cast<size_t>(r.buffer)];
+    RunPieces* rp = nullptr;
+    if (r.length > split) {
+      rp = &work->pieces[m++];
+      rp->left.store(static_cast<uint32_t>((r.length + split - 1) / split), std::memory_order_relaxed);
+      rp->length = r.length;
+    }
+    Slice proto = bound(reg, this, ref->peer.get(), is_read);
+    proto.sink = w.sink;
+    proto.pieces = rp;
+    k += cut(&work->chunk[k], proto, reinterpret_cast<char*>(r.local), r.remote, r.length, split);
+  }
+  group(*work);
+  out = std::move(work);
+  return Status::OK();
+}
+
+void SubBatchImpl::group(Work& work) const {
+  const uint32_t max_iov = owner_->settings_.max_iov;
+  const uint64_t split = owner_->settings_.split_bytes;
+  work.groups.reset(new Group[work.slices]);
+  Group* g = nullptr;
+  uint64_t g_bytes = 0;
+  for (size_t i = 0; i < work.slices; ++i) {
+    Slice& s = work.chunk[i];
+    if (g && g->n < max_iov && g_bytes + s.len <= split && s.peer == g->first->peer &&
+        s.is_read == g->first->is_read && s.gen == g->first->gen) {
+      ++g->n;
+      g_bytes += s.len;
+      continue;
+    }
+    g = &work.groups[work.ngroups++];
+    g->first = &s;
+    g->n = 1;
+    g_bytes = s.len;
+  }
+}
+
+void SubBatchImpl::post(std::unique_ptr<PreparedWork> base) {
+  auto* w = static_cast<Work*>(base.release());
+  std::vector<Group*> v(w->ngroups);
+  for (size_t i = 0; i < w->ngroups; ++i) v[i] = &w->groups[i];
+  const size_t n = w->slices;
+  {
+    std::lock_guard lk(mu_);
+    posted_.emplace_back(w);
+  }
+  outstanding.fetch_add(static_cast<int64_t>(n), std::memory_order_acq_rel);
+  owner_->enqueue(v);
+}
+
+void SubBatchImpl::cancel() { owner_->cancelQueued(this); }
+
+void Ends::end(Slice* s, TransferState state, uint64_t bytes, const Status& why) {
+  SubBatchImpl* sb = s->sb;
+  if (Task* t = s->task) {
+    sb->outstanding.fetch_sub(1, std::memory_order_acq_rel);
+    t->completeSlice(state, bytes, why);
+    return;
+  }
+  RunSink* sink = s->sink;
+  if (RunPieces* rp = s->pieces) {
+    if (state != TransferState::kCompleted) {
+      std::lock_guard lk(rp->mu);
+      if (!rp->failed) {
+        rp->failed = true;
+        rp->state = state;
+        rp->why = why;
+      }
+    }
+    if (rp->left.fetch_sub(1, std::memory_order_acq_rel) != 1) {
+      sb->outstanding.fetch_sub(1, std::memory_order_acq_rel);
+      return;
+    }
+    // The run's last slice: every other one ended before (acq_rel above).
+    const bool failed = rp->failed;
+    const uint64_t length = rp->length;
+    const TransferState st = rp->state;
+    const Status w = rp->why;
+    sb->outstanding.fetch_sub(1, std::memory_order_acq_rel);
+    if (failed) sink->runsEnded(1, 0, 0, st, w);
+    else sink->runsEnded(1, 1, length, TransferState::kCompleted, Status::OK());
+    return;
+  }
+  if (state == TransferState::kCompleted) {
+    if (sink_ != sink) flush();  // another window
+    sb_ = sb;
+    sink_ = sink;
+    ++runs_;
+    bytes_ += bytes;
+    return;
+  }
+  sb->outstanding.fetch_sub(1, std::memory_order_acq_rel);
+  sink->runsEnded(1, 0, 0, state, why);
+}
+
+void Ends::flush() {
+  if (runs_ == 0) return;
+  const size_t n = runs_;
+  const uint64_t bytes = bytes_;
+  RunSink* sink = sink_;
+  runs_ = 0;
+  bytes_ = 0;
+  sb_->outstanding.fetch_sub(static_cast<int64_t>(n), std::memory_order_acq_rel);
+  sink->runsEnded(n, n, bytes, TransferState::kCompleted, Status::OK());
+}
+
+std::string cmaRefusal(int64_t pid, int err) {
+  return fmt::format("cross-memory attach to pid {} refused ({}): process_vm_readv needs the same user or ptrace "
+                     "permission (CAP_SYS_PTRACE, Yama ptrace_scope)",
+                     pid, err == EPERM ? "EPERM" : std::strerror(err));
+}
+
+}  // namespace hawser::shm

@@ -1,0 +1,191 @@
+// shm and the target's registrations (issue 30): a task is bound to the
+// registration it started on. The target unregistering and registering
+// again at the same address between two slices of a task (or two runs of a
+// block request) fails the task (kOutOfRange naming the withdrawn range)
+// instead of mixing the bytes of both registrations, and
+// unregisterLocalMemory does not return while a copy into the range is
+// running. The interleavings are forced with the copy
+// threads' test seam (src/transport/shm/shm_testing.h): a copy thread parks
+// at a chosen point while the test acts as the target.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <fmt/format.h>
+#include <future>
+#include <mutex>
+
+#include "common/util.h"
+#include "hawser/engine.h"
+#include "transport/shm/shm_testing.h"
+
+namespace hawser::test {
+namespace {
+
+namespace seam = shm::testing;
+
+constexpr size_t kRegion = 2u << 20;   // the target's registration
+constexpr size_t kTask = 1u << 20;     // two slices of shm.split_bytes
+constexpr size_t kSplit = 512u << 10;
+
+// Parks the copy whose first run starts at `at` when it reaches `point`,
+// until released.
+struct Park {
+  std::mutex mu;
+  std::condition_variable cv;
+  seam::Point point = seam::Point::kTurn;
+  uint64_t at = 0;
+  bool armed = false, parked = false, released = false;
+};
+Park g_park;
+
+void parkHook(seam::Point point, uint64_t remote, uint64_t) {
+  std::unique_lock lk(g_park.mu);
+  if (!g_park.armed || point != g_park.point || remote != g_park.at) return;
+  g_park.armed = false;
+  g_park.parked = true;
+  g_park.cv.notify_all();
+  g_park.cv.wait_for(lk, std::chrono::seconds(60), [] { return g_park.released; });
+}
+
+class ShmRegistration : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    EngineOptions io;
+    io.config = {{"transport", "shm"}, {"shm.threads", "1"}, {"shm.split_bytes", std::to_string(kSplit)}};
+    ASSERT_TRUE(target_.init("p2p", "target", "127.0.0.1", 0).ok());
+    if (!hasTransport(target_, "shm")) GTEST_SKIP() << "shm is not installed here (no cross-memory attach)";
+    ASSERT_TRUE(init_.init("p2p", "initiator", "127.0.0.1", 0, io).ok());
+    ASSERT_TRUE(target_.registerLocalMemory(mem_.p, kRegion, "cpu:0", true).ok());
+    ASSERT_TRUE(init_.registerLocalMemory(local_.p, kRegion, "cpu:0", false).ok());
+    ASSERT_TRUE(init_.openSegment(target_.segmentName(), seg_).ok());
+    seam::on_copy.store(parkHook);
+  }
+  void TearDown() override {
+    release();
+    seam::on_copy.store(nullptr);
+  }
+  void arm(seam::Point point, uint64_t at) {
+    std::lock_guard lk(g_park.mu);
+    g_park.point = point;
+    g_park.at = at;
+    g_park.armed = true;
+    g_park.parked = g_park.released = false;
+  }
+  bool waitParked() {
+    std::unique_lock lk(g_park.mu);
+    return g_park.cv.wait_for(lk, std::chrono::seconds(30), [] { return g_park.parked; });
+  }
+  void release() {
+    std::lock_guard lk(g_park.mu);
+    g_park.armed = false;
+    g_park.released = true;
+    g_park.cv.notify_all();
+  }
+  // One task of kTask bytes at `remote` (two slices), run to its end.
+  TransferStatus runTask(OpCode op, uint64_t remote) {
+    auto st = runBatch(init_, seg_, {{op, local_.p, seg_, remote, kTask}});
+    return st.empty() ? TransferStatus{} : st[0];
+  }
+  std::future<TransferStatus> start(OpCode op, uint64_t remote) {
+    return std::async(std::launch::async, [this, op, remote] { return runTask(op, remote); });
+  }
+  // The target withdraws its registration and registers the same range
+  // again (the application reused the buffer), with new contents.
+  void reregister(uint64_t seed) {
+    EXPECT_TRUE(target_.unregisterLocalMemory(mem_.p).ok());
+    fillPattern(mem_.p, kRegion, seed);
+    EXPECT_TRUE(target_.registerLocalMemory(mem_.p, kRegion, "cpu:0", true).ok());
+  }
+  uint64_t base() const { return reinterpret_cast<uint64_t>(mem_.p); }
+  // Runs `transfer` with the copy of the target's `at` parked at its turn,
+  // re-registers the target's range (new contents `seed`) meanwhile, and
+  // checks the transfer failed for it: kOutOfRange naming the withdrawn range.
+  template <class Transfer>
+  TransferStatus reregisterWhileParked(uint64_t at, uint64_t seed, Transfer transfer) {
+    arm(seam::Point::kTurn, at);
+    std::future<TransferStatus> task = std::async(std::launch::async, transfer);
+    EXPECT_TRUE(waitParked());
+    reregister(seed);
+    release();
+    TransferStatus st = task.get();
+    EXPECT_EQ(st.s, TransferState::kFailed) << "the transfer used two registrations of one range";
+    EXPECT_EQ(st.error.code(), Code::kOutOfRange) << st.error.toString();
+    EXPECT_NE(st.error.message().find(fmt::format("withdrew [{:#x}, +{})", base(), kRegion)), std::string::npos)
+        << st.error.toString();
+    return st;
+  }
+
+  Buffer mem_{kRegion}, local_{kRegion};
+  TransferEngine target_, init_;
+  SegmentID seg_ = kInvalidSegment;
+};
+
+TEST_F(ShmRegistration, a_read_fails_when_the_target_registers_the_range_again_between_two_slices) {
+  fillPattern(mem_.p, kRegion, 1);
+  // The task's second slice finds the range registered again.
+  TransferStatus st = reregisterWhileParked(base() + kSplit, 2, [&] { return runTask(OpCode::kRead, base()); });
+  EXPECT_EQ(st.transferred_bytes, kSplit);  // the first slice, from the first registration
+  EXPECT_EQ(checkPattern(local_.p, kSplit, 1), -1);
+  // A task made for the new registration (once the initiator's descriptor
+  // caught up with it: the target's change notice) completes from it alone.
+  EXPECT_TRUE(eventually([&] { return runTask(OpCode::kRead, base()).s == TransferState::kCompleted; }));
+  EXPECT_EQ(checkPattern(local_.p, kTask, 2), -1);
+}
+
+TEST_F(ShmRegistration, a_block_request_fails_when_the_target_registers_the_range_again_between_two_runs) {
+  // Two runs of one window (a block request: no task per run), a copy each;
+  // the second one finds the range registered again.
+  fillPattern(mem_.p, kRegion, 7);
+  const std::vector<Block> blocks = {{local_.p, base() + kSplit, kSplit}, {local_.p + kSplit, base(), kSplit}};
+  reregisterWhileParked(base(), 8, [&] {
+    BatchID b = 0;
+    TransferStatus st;
+    if (!init_.allocateBatchID(1, b).ok() || !init_.submitBlocks(b, OpCode::kRead, seg_, blocks).ok()) return st;
+    (void)init_.waitTransfer(b, std::chrono::seconds(30));
+    (void)init_.getTransferStatus(b, 0, st);
+    (void)init_.freeBatchID(b);
+    return st;
+  });
+  EXPECT_EQ(checkPattern(local_.p, kSplit, 7, kSplit), -1) << "the first run, from the first registration";
+}
+
+TEST_F(ShmRegistration, a_write_lands_nothing_in_a_registration_it_did_not_start_on) {
+  std::memset(mem_.p, 0, kRegion);
+  fillPattern(local_.p, kTask, 3);
+  reregisterWhileParked(base() + kSplit, 4, [&] { return runTask(OpCode::kWrite, base()); });
+  // The new registration holds only what its owner put there.
+  EXPECT_EQ(checkPattern(mem_.p, kRegion, 4), -1);
+}
+
+TEST_F(ShmRegistration, unregister_returns_only_after_a_write_in_flight_into_the_range_ended) {
+  std::memset(mem_.p, 0, kRegion);
+  fillPattern(local_.p, kTask, 5);
+  // The first slice's copy is announced and checked; park before its write.
+  arm(seam::Point::kAnnounced, base());
+  auto task = start(OpCode::kWrite, base());
+  ASSERT_TRUE(waitParked());
+  std::vector<char> at_return;  // the range as unregister returned it to the application
+  std::atomic<bool> returned{false};
+  std::thread unreg([&] {
+    EXPECT_TRUE(target_.unregisterLocalMemory(mem_.p).ok());
+    at_return.assign(mem_.p, mem_.p + kRegion);
+    returned = true;
+  });
+  // unregister waits for the copy (counted), or — were it not to — returns.
+  auto waited = [&] { return transportCounter(target_, "shm", "withdrawals_waited"); };
+  EXPECT_TRUE(eventually([&] { return returned.load() || waited() == 1; }));
+  EXPECT_FALSE(returned.load()) << "unregisterLocalMemory returned while a write into the range was in flight";
+  release();
+  unreg.join();
+  TransferStatus st = task.get();
+  // The write in flight finished before unregister returned; nothing landed after.
+  EXPECT_EQ(std::memcmp(at_return.data(), mem_.p, kRegion), 0) << "bytes landed after unregister returned";
+  EXPECT_EQ(checkPattern(mem_.p, kSplit, 5), -1) << "the slice in flight was written whole";
+  ASSERT_EQ(st.s, TransferState::kFailed) << st.error.toString();  // its second slice found no registration
+  EXPECT_EQ(st.error.code(), Code::kOutOfRange) << st.error.toString();
+  EXPECT_EQ(waited(), 1u);
+}
+
+}  // namespace
+}  // namespace hawser::test
