@@ -221,7 +221,7 @@ TEST_F(FileGpu, gpu_to_file_and_back_through_cufile_every_byte_checked) {
   EXPECT_EQ(delta(after, before, "gpu_compat_bytes") + delta(after, before, "gpu_gds_bytes"), kMoved);
   EXPECT_GT(delta(after, before, "cufile_batches"), 0u);
   EXPECT_EQ(delta(after, before, "gpu_staged_uring_slices") + delta(after, before, "gpu_staged_posix_slices"), 0u);
-  EXPECT_EQ(delta(after, before, "gpu_copies"), 0u);
+  EXPECT_EQ(delta(after, before, "gpu_copy_windows"), 0u);
   EXPECT_TRUE(engine_.unregisterLocalMemory(dev.data()).ok());
 }
 
@@ -243,7 +243,7 @@ TEST_P(FileGpuStaged, gpu_to_file_and_back_through_staging_every_byte_checked) {
   const std::string path = "gpu_staged_" + GetParam();
   EXPECT_GT(delta(after, before, path + "_slices"), 40u);
   EXPECT_EQ(delta(after, before, path + "_bytes"), kMoved);
-  EXPECT_GT(delta(after, before, "gpu_copies"), 40u);
+  EXPECT_GT(delta(after, before, "gpu_copy_windows"), 40u);
   EXPECT_EQ(delta(after, before, "gpu_compat_slices") + delta(after, before, "gpu_gds_slices"), 0u);
   EXPECT_EQ(delta(after, before, "bounce_slices"), 0u) << "GPU memory must never bounce through host code";
 }
@@ -280,7 +280,7 @@ TEST_P(FileGpuStaged, scattered_gpu_blocks_go_to_a_contiguous_file_range_in_larg
   Status st = runBlocks(OpCode::kWrite, seg, blocks);
   ASSERT_TRUE(st.ok()) << st.toString();
   auto after = fileCounters(engine_);
-  const uint64_t ios = delta(after, before, "gpu_copies");
+  const uint64_t ios = delta(after, before, "gpu_copy_windows");
   EXPECT_GE(ios, n * bs / (1 << 20));
   EXPECT_LE(ios, n * bs / (1 << 20) + 2) << "4 MiB in 1 MiB I/Os (a window boundary may split one more)";
   EXPECT_EQ(delta(after, before, "gpu_copy_runs"), n) << "each block copied once, in its I/O's batched copy";
@@ -298,7 +298,7 @@ TEST_P(FileGpuStaged, scattered_gpu_blocks_go_to_a_contiguous_file_range_in_larg
   st = runBlocks(OpCode::kRead, seg, blocks);
   ASSERT_TRUE(st.ok()) << st.toString();
   after = fileCounters(engine_);
-  EXPECT_LE(delta(after, before, "gpu_copies"), n * bs / (1 << 20) + 2);
+  EXPECT_LE(delta(after, before, "gpu_copy_windows"), n * bs / (1 << 20) + 2);
   EXPECT_EQ(delta(after, before, "gpu_copy_runs"), n);
   auto back = dev.download();
   EXPECT_EQ(back, host) << "every block read back in place, nothing else written";
@@ -341,7 +341,7 @@ TEST_P(FileGpuStaged, odd_gpu_blocks_with_gaps_stage_through_few_ios) {
   Status st = runBlocks(OpCode::kRead, seg, reads);
   ASSERT_TRUE(st.ok()) << st.toString();
   auto after = fileCounters(engine_);
-  EXPECT_LE(delta(after, before, "gpu_copies"), 4u) << "one I/O per block?";
+  EXPECT_LE(delta(after, before, "gpu_copy_windows"), 4u) << "one I/O per block?";
   EXPECT_GE(delta(after, before, "gpu_copy_runs"), n) << "a block across a 1 MiB boundary is two runs";
   EXPECT_EQ(delta(after, before, "coalesced_runs"), delta(after, before, "gpu_copy_runs"));
   auto host = dev.download();
@@ -357,7 +357,7 @@ TEST_P(FileGpuStaged, odd_gpu_blocks_with_gaps_stage_through_few_ios) {
   st = runBlocks(OpCode::kWrite, seg, writes);
   ASSERT_TRUE(st.ok()) << st.toString();
   after = fileCounters(engine_);
-  EXPECT_LE(delta(after, before, "gpu_copies"), 6u) << "two windows: each an aligned middle, a head and a tail";
+  EXPECT_LE(delta(after, before, "gpu_copy_windows"), 6u) << "two windows: each an aligned middle, a head and a tail";
   auto disk = readFile(kv, 0, rend + 4096);
   ASSERT_EQ(disk.size(), rend + 4096);
   EXPECT_EQ(checkPattern(disk.data(), at, kSeed, 0), -1) << "bytes before the write changed";
@@ -424,7 +424,7 @@ TEST_F(FileGpu, with_cufile_on_each_run_of_a_block_request_is_one_cufile_entry) 
   auto after = fileCounters(engine_);
   EXPECT_EQ(delta(after, before, "cufile_ops"), n);
   EXPECT_EQ(delta(after, before, "coalesced_ios"), 0u);
-  EXPECT_EQ(delta(after, before, "gpu_copies"), 0u);
+  EXPECT_EQ(delta(after, before, "gpu_copy_windows"), 0u);
   auto host = dev.download();
   for (uint64_t i = 0; i < n; ++i)
     ASSERT_EQ(checkPattern(host.data() + ((i * 5) % n) * 2 * bs, bs, kSeed, i * bs), -1) << "block " << i;

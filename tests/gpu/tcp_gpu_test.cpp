@@ -286,6 +286,9 @@ TEST_P(tcp_gpu_ends, scattered_runs_move_both_ways_in_frames_of_many_runs) {
   // One copy per request (a frame: one copyRuns for all its runs), never one per run.
   const uint64_t alone = tcpCounter(in.engine, "slices_completed") - framed;
   EXPECT_EQ(tcpCounter(in.engine, "gpu_staging_copies"), local_gpu ? frames + alone : 0);
+  // The same copies as windows, with the runs they carried (gpu_copy_*).
+  EXPECT_EQ(tcpCounter(in.engine, "gpu_copy_windows"), local_gpu ? frames + alone : 0);
+  EXPECT_EQ(tcpCounter(in.engine, "gpu_copy_runs"), local_gpu ? framed + alone : 0);
 
   // Writes: each run lands at its place; nothing between them changes.
   const uint64_t seed = 4242;

@@ -50,6 +50,10 @@ Counters& counters() {
   static Counters c;
   return c;
 }
+gpu::CopyCounters& copyCounters() {
+  static gpu::CopyCounters c;
+  return c;
+}
 }  // namespace detail
 
 namespace {
@@ -76,7 +80,6 @@ constexpr CounterField kCounterFields[] = {
     HAWSER_FILE_COUNTER(gpu_staged_uring_bytes), HAWSER_FILE_COUNTER(gpu_staged_posix_slices),
     HAWSER_FILE_COUNTER(gpu_staged_posix_bytes), HAWSER_FILE_COUNTER(cufile_ops),
     HAWSER_FILE_COUNTER(cufile_batches),   HAWSER_FILE_COUNTER(cufile_refused_files),
-    HAWSER_FILE_COUNTER(gpu_copies),       HAWSER_FILE_COUNTER(gpu_copy_runs),
     HAWSER_FILE_COUNTER(coalesced_ios),    HAWSER_FILE_COUNTER(coalesced_runs),
     HAWSER_FILE_COUNTER(vectored_ios),
 };
@@ -95,6 +98,7 @@ Counters FileTransport::stats() const {
   auto& c = detail::counters();
   Counters out;
   for (const auto& f : kCounterFields) out.emplace_back(f.name, (c.*f.live).load());
+  detail::copyCounters().appendTo(out);
   return out;
 }
 

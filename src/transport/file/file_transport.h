@@ -69,8 +69,6 @@ struct FileStats {
   uint64_t cufile_ops = 0;         // ops issued through the cuFile engine (short I/O resumed counts again)
   uint64_t cufile_batches = 0;     // cuFileBatchIOSubmit calls
   uint64_t cufile_refused_files = 0;  // descriptors cuFile refused (their GPU slices staged instead)
-  uint64_t gpu_copies = 0;         // staging copies queued on GPU streams (one batched copy per staged I/O)
-  uint64_t gpu_copy_runs = 0;      // runs those copies moved (a staged I/O carries one per slice)
   // Storage I/O sized by the disk (file_coalesce.h): I/Os that carried more
   // than one slice, and the slices they carried; I/Os issued as one
   // vectored (readv/writev) op straight to/from the slices' memory.
@@ -88,10 +86,13 @@ struct Counters {
       quarantine_released{0}, files_opened{0}, files_open{0}, direct_bytes{0}, bounce_bytes{0}, buffered_bytes{0},
       gpu_gds_slices{0}, gpu_gds_bytes{0}, gpu_compat_slices{0}, gpu_compat_bytes{0}, gpu_staged_uring_slices{0},
       gpu_staged_uring_bytes{0}, gpu_staged_posix_slices{0}, gpu_staged_posix_bytes{0}, cufile_ops{0},
-      cufile_batches{0}, cufile_refused_files{0}, gpu_copies{0}, gpu_copy_runs{0}, coalesced_ios{0},
+      cufile_batches{0}, cufile_refused_files{0}, coalesced_ios{0},
       coalesced_runs{0}, vectored_ios{0};
 };
 Counters& counters();
+// The staging copies between pinned slots and GPU memory, one window a
+// staged I/O (gpu_copy_* in stats(): gpu/batch_copy.h).
+gpu::CopyCounters& copyCounters();
 }  // namespace detail
 
 class Inflight;

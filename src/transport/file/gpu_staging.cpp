@@ -69,7 +69,8 @@ class GpuStaging::Lane {
       // Queue every new copy on the stream first, then wait for the oldest:
       // the stream always holds all the work there is.
       for (Job& j : fresh) {
-        Status s = opened.ok() ? stream->copyRuns(j.runs, j.ticket) : opened;
+        gpu::CopyReport rep;
+        Status s = opened.ok() ? stream->copyRuns(j.runs, j.ticket, &rep) : opened;
         if (!s.ok()) {
           uint64_t bytes = 0;
           for (const auto& r : j.runs) bytes += r.len;
@@ -81,8 +82,7 @@ class GpuStaging::Lane {
                                                              to_gpu_ ? "to the GPU" : "from the GPU", s.message())));
           continue;
         }
-        detail::counters().gpu_copies++;
-        detail::counters().gpu_copy_runs += j.runs.size();
+        detail::copyCounters().add(rep);
         issued.push_back(Issued{j.cookie, j.ticket});
       }
       fresh.clear();

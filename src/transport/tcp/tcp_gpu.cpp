@@ -96,9 +96,16 @@ void IoThread::markReady(Conn* c) {
 
 Status IoThread::queueCopy(Lane* l, Slice* s, bool to_slot) {
   counters_->staging_copies.fetch_add(1, std::memory_order_relaxed);
-  if (!s->frame())
-    return to_slot ? l->stream->copy(s->buf, s->local, s->len, s->ticket)
-                   : l->stream->copy(s->local, s->buf, s->len, s->ticket);
+  if (!s->frame()) {
+    Status st = to_slot ? l->stream->copy(s->buf, s->local, s->len, s->ticket)
+                        : l->stream->copy(s->local, s->buf, s->len, s->ticket);
+    gpu::CopyReport one;  // one run, one cuMemcpyAsync
+    one.launches = 1;
+    one.runs = 1;
+    one.bytes = s->len;
+    if (st.ok()) counters_->copy.add(one);
+    return st;
+  }
   // A frame: its runs lie packed in the slot (commitFrame); one call for all.
   copy_runs_.clear();
   for (uint32_t j = 0; j < s->runs; ++j) {
@@ -107,7 +114,10 @@ Status IoThread::queueCopy(Lane* l, Slice* s, bool to_slot) {
     const uint64_t slot = reinterpret_cast<uint64_t>(r.buf), user = reinterpret_cast<uint64_t>(r.local);
     copy_runs_.push_back(to_slot ? gpu::CopyRun{slot, user, r.len} : gpu::CopyRun{user, slot, r.len});
   }
-  return l->stream->copyRuns(copy_runs_, s->ticket);
+  gpu::CopyReport rep;
+  Status st = l->stream->copyRuns(copy_runs_, s->ticket, &rep);
+  if (st.ok()) counters_->copy.add(rep);
+  return st;
 }
 
 void IoThread::finishPayload(Conn* c) {

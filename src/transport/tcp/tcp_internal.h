@@ -291,6 +291,7 @@ struct InitiatorCounters {
   std::atomic<uint64_t> gpu_from_device{0};  // write bytes copied GPU -> staging
   std::atomic<uint64_t> staging_waits{0};    // GPU slices that found no free staging slot
   std::atomic<uint64_t> staging_copies{0};   // copy calls queued (one per request: a slice, or a frame's copyRuns)
+  gpu::CopyCounters copy;                    // those copies as windows (gpu_copy_*: the mechanism, CTAs)
   std::atomic<int64_t> staging_in_use{0};    // staging slots held now
 };
 

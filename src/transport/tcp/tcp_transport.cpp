@@ -243,7 +243,7 @@ void TcpTransport::diagnose(TransportDiagnosis& out) const {
 
 Counters TcpTransport::stats() const {
   const TcpStats s = counters();
-  return {{"refused_requests", s.refused_requests},
+  Counters out = {{"refused_requests", s.refused_requests},
           {"malformed_frames", s.malformed_frames},
           {"abandoned_writes", s.abandoned_writes},
           {"served_reads", s.served_reads},
@@ -271,6 +271,8 @@ Counters TcpTransport::stats() const {
           {"served_gpu_from_device_bytes", s.served_gpu_from_device_bytes},
           {"served_gpu_staging_waits", s.served_gpu_staging_waits},
           {"served_gpu_staging_inflight", s.served_gpu_staging_inflight}};
+  if (counters_) counters_->copy.appendTo(out);  // the initiator's staging copies
+  return out;
 }
 
 TcpStats TcpTransport::counters() const {
