@@ -18,15 +18,15 @@ struct Loaded {
   cu::Function fn = nullptr;
 };
 
-std::mutex g_mu;
-std::map<int, Loaded> g_loaded;  // by device; modules live as long as the process
+std::mutex g_kernel_mu;
+std::map<int, Loaded> g_kernels;  // by device; modules live as long as the process
 
 }  // namespace
 
 Status copyKernel(const CudaDriver* d, int device, cu::Function& out) {
-  std::lock_guard lk(g_mu);
-  auto it = g_loaded.find(device);
-  if (it == g_loaded.end()) {
+  std::lock_guard lk(g_kernel_mu);
+  auto it = g_kernels.find(device);
+  if (it == g_kernels.end()) {
     Loaded l;
     const cu::Api& a = d->api();
     if (!a.ModuleLoadData || !a.ModuleGetFunction || !a.LaunchKernel) {
@@ -43,7 +43,7 @@ Status copyKernel(const CudaDriver* d, int device, cu::Function& out) {
       HLOG_DEBUG("gpu: copy kernel loaded on GPU {}", device);
     else
       HLOG_WARN("gpu: GPU {} copies without hawser's kernel: {}", device, l.status.message());
-    it = g_loaded.emplace(device, l).first;
+    it = g_kernels.emplace(device, l).first;
   }
   if (!it->second.status.ok()) return it->second.status;
   out = it->second.fn;
