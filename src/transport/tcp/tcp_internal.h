@@ -30,6 +30,7 @@ namespace hawser::tcp {
 using Clock = std::chrono::steady_clock;
 
 inline constexpr size_t kMaxIoThreads = 16;  // tcp.io_threads upper bound
+inline constexpr int kMaxIov = 1024;         // iovecs per sendmsg/readv (IOV_MAX)
 
 // Regions registered as GPU memory ("cuda:N"), for both sides: the
 // initiator stages slices whose local buffer lies in one, the target stages

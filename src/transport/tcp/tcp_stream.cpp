@@ -18,7 +18,6 @@
 namespace hawser::tcp {
 
 namespace {
-constexpr int kMaxIov = 1024;  // IOV_MAX
 constexpr size_t kMaxSendBytes = 16u << 20;  // per sendmsg
 constexpr size_t kMaxControlAhead = 64;  // responses read ahead in one recv
 

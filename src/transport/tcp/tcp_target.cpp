@@ -44,8 +44,6 @@ std::string peerName(int fd) {
   return fmt::format("{}:{}", host, port);
 }
 
-constexpr int kMaxIov = 1024;  // IOV_MAX
-
 // Blocking I/O on a socket whose SO_RCVTIMEO/SO_SNDTIMEO is a short poll
 // interval: waits are bounded by "no progress for timeout_ms", except the wait
 // for the first byte of a request (an idle connection), which is unbounded
