@@ -52,6 +52,30 @@ EngineOptions forcedRdma(const std::vector<std::pair<std::string, std::string>>&
   return o;
 }
 
+// An rdma transport installed on its own (no engine) over soft NICs sv0, sv1.
+struct LoneRdma {
+  SoftVerbsEnv env{"sv0,sv1"};
+  Config cfg;
+  MemoryRegistry registry;
+  rpc::Server server;
+  std::unique_ptr<Transport> t = makeRdmaTransport();
+  Status status;
+  LoneRdma() {
+    if (!(status = server.start("127.0.0.1", 0)).ok()) return;
+    TransportContext ctx;
+    ctx.config = &cfg;
+    ctx.registry = &registry;
+    ctx.rpc = &server;
+    ctx.host = "127.0.0.1";
+    ctx.rpc_port = server.port();
+    status = t->install(ctx);
+  }
+  ~LoneRdma() {
+    t->shutdown();
+    server.stop();
+  }
+};
+
 // A host-memory region as the engine hands it to registerRegion.
 Region hostRegion(void* p, size_t n, bool remote) {
   Region r;
@@ -314,19 +338,9 @@ TEST_F(RdmaTransportTest, registration_publishes_lkey_and_rkey_for_every_nic) {
 }
 
 TEST_F(RdmaTransportTest, transport_claims_only_what_it_can_serve) {
-  SoftVerbsEnv env("sv0,sv1");
-  Config cfg;
-  MemoryRegistry reg;
-  rpc::Server server;
-  ASSERT_TRUE(server.start("127.0.0.1", 0).ok());
-  TransportContext ctx;
-  ctx.config = &cfg;
-  ctx.registry = &reg;
-  ctx.rpc = &server;
-  ctx.host = "127.0.0.1";
-  ctx.rpc_port = server.port();
-  std::unique_ptr<Transport> t = makeRdmaTransport();
-  ASSERT_TRUE(t->install(ctx).ok());
+  LoneRdma lone;
+  ASSERT_TRUE(lone.status.ok()) << lone.status.toString();
+  Transport* t = lone.t.get();
   nlohmann::json attrs;
   t->describe(attrs);
   ASSERT_EQ(attrs.at("nics").size(), 2u);
@@ -403,8 +417,6 @@ TEST_F(RdmaTransportTest, transport_claims_only_what_it_can_serve) {
   EXPECT_EQ(t->registerRegion(hostRegion(b.p + 4096, 4096, true), a, kept).code(), Code::kAddressOverlapped);
   EXPECT_EQ(t->unregisterMemory(b.p + 4096, 4096).code(), Code::kNotRegistered);
   EXPECT_TRUE(t->unregisterMemory(b.p, b.n).ok());
-  t->shutdown();
-  server.stop();
 }
 
 // The local region's MRs reach prepare with the task (Task::region()): no
@@ -412,19 +424,9 @@ TEST_F(RdmaTransportTest, transport_claims_only_what_it_can_serve) {
 // unregistered since it was submitted is refused, never posted with keys
 // the NIC no longer knows.
 TEST_F(RdmaTransportTest, prepare_takes_the_tasks_registration_and_refuses_one_torn_down) {
-  SoftVerbsEnv env("sv0,sv1");
-  Config cfg;
-  MemoryRegistry registry;
-  rpc::Server server;
-  ASSERT_TRUE(server.start("127.0.0.1", 0).ok());
-  TransportContext ctx;
-  ctx.config = &cfg;
-  ctx.registry = &registry;
-  ctx.rpc = &server;
-  ctx.host = "127.0.0.1";
-  ctx.rpc_port = server.port();
-  std::unique_ptr<Transport> t = makeRdmaTransport();
-  ASSERT_TRUE(t->install(ctx).ok());
+  LoneRdma lone;
+  ASSERT_TRUE(lone.status.ok()) << lone.status.toString();
+  Transport* t = lone.t.get();
   // This transport's own descriptor, with one remote-accessible buffer, as the peer.
   Buffer remote(64 << 10), local(64 << 10);
   nlohmann::json ra, la;
@@ -478,9 +480,6 @@ TEST_F(RdmaTransportTest, prepare_takes_the_tasks_registration_and_refuses_one_t
   EXPECT_EQ(s.code(), Code::kNotRegistered) << s.toString();
   EXPECT_NE(s.message().find("unregistered since it was submitted"), std::string::npos) << s.message();
   EXPECT_TRUE(t->unregisterMemory(remote.p, remote.n).ok());
-  peer.reset();
-  t->shutdown();
-  server.stop();
 }
 
 TEST_F(RdmaTransportTest, transfers_between_two_engines_are_byte_exact) {

@@ -67,6 +67,25 @@ TransferStatus waitTask(TransferEngine& e, BatchID b, size_t task) {
   return st;
 }
 
+// 8 blocks of 4 KiB, alternately in the pair's local memory and in
+// `second`, none contiguous with another: 8 runs, each in its own region.
+std::vector<Block> alternating(EnginePair& p, Buffer& second) {
+  std::vector<Block> blocks;
+  for (size_t i = 0; i < 8; ++i)
+    blocks.push_back({(i % 2 ? second.p : p.local(0)) + i * 4 * KiB, p.remote(i * 8 * KiB), 4 * KiB});
+  return blocks;
+}
+
+// Moves `blocks` as one block request of a batch of its own.
+void moveBlocks(EnginePair& p, OpCode op, const std::vector<Block>& blocks) {
+  BatchID b;
+  ASSERT_TRUE(p.init.allocateBatchID(1, b).ok());
+  ASSERT_TRUE(p.init.submitBlocks(b, op, p.seg, blocks).ok());
+  TransferStatus st = waitTask(p.init, b, 0);
+  ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
+  ASSERT_TRUE(p.init.freeBatchID(b).ok());
+}
+
 }  // namespace
 
 TEST(Registrations, each_task_brings_its_regions_registration_to_prepare) {
@@ -105,15 +124,8 @@ TEST(Registrations, block_request_runs_bring_the_registration_of_their_own_regio
   ASSERT_TRUE(p.init.registerLocalMemory(second.p, second.n, "cpu:0", false).ok());
   Seen seen(*p.fake_init);
   // Runs alternating between the two regions: one task, a child task per run.
-  std::vector<Block> blocks;
-  for (size_t i = 0; i < 8; ++i)
-    blocks.push_back({(i % 2 ? second.p : p.local(0)) + i * 4 * KiB, p.remote(i * 8 * KiB), 4 * KiB});
-  BatchID b;
-  ASSERT_TRUE(p.init.allocateBatchID(1, b).ok());
-  ASSERT_TRUE(p.init.submitBlocks(b, OpCode::kWrite, p.seg, blocks).ok());
-  TransferStatus st = waitTask(p.init, b, 0);
-  ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
-  ASSERT_TRUE(p.init.freeBatchID(b).ok());
+  const std::vector<Block> blocks = alternating(p, second);
+  moveBlocks(p, OpCode::kWrite, blocks);
   ASSERT_EQ(seen.size(), blocks.size());
   for (size_t i = 0; i < blocks.size(); ++i)
     EXPECT_EQ(seen.at(addrOf(blocks[i].local)).registration,
@@ -337,15 +349,8 @@ TEST(Registrations, windows_of_runs_bring_each_regions_registration) {
   ASSERT_NE(first_reg, nullptr);
   ASSERT_NE(second_reg, nullptr);
   fillPattern(p.target_mem.p, p.target_mem.n, 9);
-  std::vector<Block> blocks;
-  for (size_t i = 0; i < 8; ++i)
-    blocks.push_back({(i % 2 ? second.p : p.local(0)) + i * 4 * KiB, p.remote(i * 8 * KiB), 4 * KiB});
-  BatchID b;
-  ASSERT_TRUE(p.init.allocateBatchID(1, b).ok());
-  ASSERT_TRUE(p.init.submitBlocks(b, OpCode::kRead, p.seg, blocks).ok());
-  TransferStatus st = waitTask(p.init, b, 0);
-  ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
-  ASSERT_TRUE(p.init.freeBatchID(b).ok());
+  const std::vector<Block> blocks = alternating(p, second);
+  moveBlocks(p, OpCode::kRead, blocks);
   for (size_t i = 0; i < blocks.size(); ++i)
     EXPECT_EQ(checkPattern(blocks[i].local, 4 * KiB, 9, i * 8 * KiB), -1) << "block " << i;
   auto seen = windows->seen();
