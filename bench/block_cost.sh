@@ -37,11 +37,12 @@ for _ in $(seq "$REPEAT"); do
   done
 done
 if [[ "$CALLGRIND" == 1 ]]; then
-  for mode in requests strided list post; do
+  for mode in requests strided list prepare post; do
     case $mode in
       requests) fn='hawser::TransferEngine::submitTransfer*' ;;
       strided) fn='hawser::TransferEngine::submitStrided*' ;;
       list) fn='hawser::TransferEngine::submitBlocks*' ;;
+      prepare) fn='hawser::TransferEngine::prepareBlocks*' ;;
       post) fn='hawser::TransferEngine::postPlan*' ;;
     esac
     # Under valgrind the io_uring engine's thread never wakes (and pidfd_open

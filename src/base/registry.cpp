@@ -26,6 +26,13 @@ void MemoryRegistry::unpinned() {
   wait_cv_.notify_all();
 }
 
+void LocalRegion::pick(const Transport* t) {
+  registration = nullptr;
+  if (!registrations) return;
+  for (const auto& [owner, reg] : *registrations)
+    if (owner == t) registration = reg.get();
+}
+
 static bool overlaps(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen) {
   return a < b + blen && b < a + alen;
 }
@@ -53,6 +60,7 @@ Status MemoryRegistry::insert(const Region& r) {
   if (!s.ok()) return s;
   std::unique_lock lk(mu_);
   auto it = regions_.emplace(r.addr, r).first;
+  it->second.gpu = gpuOrdinalOf(r.location);
   it->second.seq = version_.fetch_add(1) + 1;
   return Status::OK();
 }
@@ -83,74 +91,73 @@ std::optional<Region> MemoryRegistry::find(uint64_t addr) const {
   return it->second;
 }
 
-Status MemoryRegistry::checkLocal(uint64_t addr, uint64_t len, std::string* location) const {
-  std::shared_lock lk(mu_);
+const Region* MemoryRegistry::holding(uint64_t addr, uint64_t len) const {
   auto it = regions_.upper_bound(addr);
-  if (it != regions_.begin()) {
-    --it;
-    const Region& r = it->second;
-    if (addr >= r.addr && len <= r.length && addr - r.addr <= r.length - len) {
-      if (location) *location = r.location;
-      return Status::OK();
-    }
-  }
+  if (it == regions_.begin()) return nullptr;
+  const Region& r = std::prev(it)->second;
+  return addr >= r.addr && len <= r.length && addr - r.addr <= r.length - len ? &r : nullptr;
+}
+
+static Status notLocal(uint64_t addr, uint64_t len) {
   return {Code::kNotRegistered,
           fmt::format("local range [{:#x}, +{}) is not inside one registered region", addr, len)};
 }
 
-Status MemoryRegistry::regionOf(uint64_t addr, uint64_t len, uint64_t& start, uint64_t& length,
-                                std::string* location) const {
+Status MemoryRegistry::checkLocal(uint64_t addr, uint64_t len, std::string* location) const {
   std::shared_lock lk(mu_);
-  auto it = regions_.upper_bound(addr);
-  if (it != regions_.begin()) {
-    --it;
-    const Region& r = it->second;
-    if (addr >= r.addr && len <= r.length && addr - r.addr <= r.length - len) {
-      start = r.addr;
-      length = r.length;
-      if (location) *location = r.location;
-      return Status::OK();
-    }
-  }
-  return {Code::kNotRegistered,
-          fmt::format("local range [{:#x}, +{}) is not inside one registered region", addr, len)};
+  const Region* r = holding(addr, len);
+  if (!r) return notLocal(addr, len);
+  if (location) *location = r->location;
+  return Status::OK();
 }
 
 Status MemoryRegistry::regionAt(uint64_t addr, uint64_t len, LocalRegion& out, std::string* location) const {
   std::shared_lock lk(mu_);
-  auto it = regions_.upper_bound(addr);
-  if (it != regions_.begin()) {
-    --it;
-    const Region& r = it->second;
-    if (addr >= r.addr && len <= r.length && addr - r.addr <= r.length - len) {
-      out = LocalRegion{r.addr, r.length, gpuOrdinalOf(r.location), r.seq};
-      if (location) *location = r.location;
-      return Status::OK();
-    }
-  }
-  return {Code::kNotRegistered,
-          fmt::format("local range [{:#x}, +{}) is not inside one registered region", addr, len)};
+  const Region* r = holding(addr, len);
+  if (!r) return notLocal(addr, len);
+  out.addr = r->addr;
+  out.length = r->length;
+  out.gpu = r->gpu;
+  out.seq = r->seq;
+  out.registration = nullptr;
+  out.registrations = r->registrations;
+  if (location) *location = r->location;
+  return Status::OK();
 }
 
-Status MemoryRegistry::pinRemote(uint64_t addr, uint64_t len, Pin& pin, uint64_t seq) {
+Status MemoryRegistry::pinRemote(uint64_t addr, uint64_t len, Pin& pin, uint64_t seq, LocalRegion* region) {
   std::shared_lock lk(mu_);
-  auto it = regions_.upper_bound(addr);
-  if (it != regions_.begin()) {
-    --it;
-    const Region& r = it->second;
-    if (addr >= r.addr && len <= r.length && addr - r.addr <= r.length - len && r.remote_accessible) {
-      if (seq != 0 && r.seq != seq)
-        return {Code::kOutOfRange,
-                fmt::format("registration {} (the one the request is bound to) was withdrawn: [{:#x}, +{}) now "
-                            "belongs to registration {} [{:#x}, +{})",
-                            seq, addr, len, r.seq, r.addr, r.length)};
-      r.pins->fetch_add(1);
-      pin = Pin(r.pins, this);
-      return Status::OK();
-    }
+  const Region* r = holding(addr, len);
+  if (!r || !r->remote_accessible)
+    return {Code::kOutOfRange,
+            fmt::format("range [{:#x}, +{}) is not inside one remote-accessible registered region", addr, len)};
+  if (seq != 0 && r->seq != seq)
+    return {Code::kOutOfRange,
+            fmt::format("registration {} (the one the request is bound to) was withdrawn: [{:#x}, +{}) now "
+                        "belongs to registration {} [{:#x}, +{})",
+                        seq, addr, len, r->seq, r->addr, r->length)};
+  r->pins->fetch_add(1);
+  pin = Pin(r->pins, this);
+  if (region) {
+    region->addr = r->addr;
+    region->length = r->length;
+    region->gpu = r->gpu;
+    region->seq = r->seq;
   }
-  return {Code::kOutOfRange,
-          fmt::format("range [{:#x}, +{}) is not inside one remote-accessible registered region", addr, len)};
+  return Status::OK();
+}
+
+Status MemoryRegistry::addRegistration(uint64_t addr, const Transport* t, std::shared_ptr<const Registration> reg) {
+  std::unique_lock lk(mu_);
+  auto it = regions_.find(addr);
+  if (it == regions_.end())
+    return {Code::kNotRegistered, fmt::format("addr {:#x} is not the start of a registered region", addr)};
+  // Tasks and plans may hold the list: a new one replaces it.
+  auto more = it->second.registrations ? std::make_shared<Registrations>(*it->second.registrations)
+                                       : std::make_shared<Registrations>();
+  more->emplace_back(t, std::move(reg));
+  it->second.registrations = std::move(more);
+  return Status::OK();
 }
 
 std::vector<Region> MemoryRegistry::snapshot() const {

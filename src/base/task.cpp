@@ -5,6 +5,8 @@
 
 namespace hawser {
 
+const LocalRegion Task::kNoRegion{};
+
 int failureRank(TransferState s) {
   switch (s) {
     case TransferState::kFailed: return 4;
@@ -120,6 +122,7 @@ void Task::reset(const TransferRequest& request, size_t id, std::shared_ptr<cons
   segment_ = std::move(segment);
   peer_ = std::move(peer);
   traffic_ = std::move(traffic);
+  region_ = nullptr;
   remote_buffer_ = remote_buffer;
   slices_total_ = 0;
   slices_done_.store(0, std::memory_order_relaxed);

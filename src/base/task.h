@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 
+#include "base/registry.h"
 #include "hawser/status.h"
 #include "hawser/types.h"
 
@@ -45,6 +46,11 @@ class Task {
   PeerHandle* peer() const { return peer_.get(); }
   // Index of the remote buffer the request lies in (memory segments), else -1.
   int remoteBuffer() const { return remote_buffer_; }
+  // The registered region the local buffer lies in, found when the task was
+  // submitted, with the registration of the transport that moves it
+  // (region().registration): a transport reads it instead of looking the
+  // region up again. An empty region (length 0) when none was set.
+  const LocalRegion& region() const { return region_ ? *region_ : kNoRegion; }
   size_t id() const { return id_; }
 
   // Set by the transport in prepare(): how many slices this task is cut into
@@ -72,6 +78,9 @@ class Task {
   void reset(const TransferRequest& request, size_t id, std::shared_ptr<const SegmentDesc> segment,
              std::shared_ptr<PeerHandle> peer, int remote_buffer,
              std::shared_ptr<metrics::PeerTraffic> traffic = nullptr);
+  // After reset(): the task's local region, which the caller keeps alive
+  // as long as the task (its batch, or the block plan of its runs).
+  void setRegion(const LocalRegion* region) { region_ = region; }
   // Before its slices are posted; `now` starts its latency clock.
   void markSubmitted(std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now());
 
@@ -83,6 +92,8 @@ class Task {
   TransferRequest request_;
   std::shared_ptr<const SegmentDesc> segment_;
   std::shared_ptr<PeerHandle> peer_;
+  const LocalRegion* region_ = nullptr;
+  static const LocalRegion kNoRegion;
   // The end of `n` slices (their failure, if any, already noted); `shard`:
   // the caller's metrics::threadShard() (0 without traffic counting).
   void slicesEnded(uint32_t n, uint64_t ns, size_t shard);

@@ -11,20 +11,33 @@ MemoryKind memoryKindOf(const std::string& location) {
   return location.rfind("cuda", 0) == 0 ? kGpuMemory : kHostMemory;
 }
 
-int gpuOrdinalOf(const std::string& location) {
-  std::string_view v(location);
-  if (!v.starts_with("cuda:")) return -1;
-  v.remove_prefix(5);
+namespace {
+
+// N of "<prefix>N"; -1 for any other text.
+int indexAfter(std::string_view v, std::string_view prefix) {
+  if (!v.starts_with(prefix)) return -1;
+  v.remove_prefix(prefix.size());
   int n = -1;
   auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
   return ec == std::errc() && p == v.data() + v.size() && n >= 0 ? n : -1;
 }
+
+}  // namespace
+
+int gpuOrdinalOf(const std::string& location) { return indexAfter(location, "cuda:"); }
+
+int hostNodeOf(const std::string& location) { return indexAfter(location, "cpu:"); }
 
 Status SubBatch::prepareRuns(const RunWindow&, std::unique_ptr<PreparedWork>&) {
   return {Code::kNotSupported, "this transport moves block requests as a task per run"};
 }
 
 void Transport::describe(nlohmann::json& attrs) const { attrs = nlohmann::json::object(); }
+
+Status Transport::registerRegion(const Region& r, nlohmann::json& attrs, std::shared_ptr<const Registration>& out) {
+  out.reset();
+  return registerMemory(reinterpret_cast<void*>(r.addr), r.length, r.location, r.remote_accessible, attrs);
+}
 
 Status Transport::registerMemory(void*, size_t, const std::string&, bool, nlohmann::json&) {
   return Status::OK();

@@ -14,9 +14,12 @@
 // 2. Per request the engine picks the cheapest transport whose caps cover it
 //    (engine/selection.h has the table) and groups requests by transport.
 // 3. For each group, the transport's SubBatch::prepare() checks what only the
-//    transport knows and cuts slices into a PreparedWork. No I/O. If any
-//    prepare fails or the batch lacks slice capacity, the engine drops every
-//    PreparedWork (RAII: nothing was posted) and the batch is as it was.
+//    transport knows and cuts slices into a PreparedWork. No I/O. Each task
+//    brings its local region, found when the engine checked the request,
+//    with what this transport learned when it registered the region
+//    (Task::region().registration). If any prepare fails or the batch lacks
+//    slice capacity, the engine drops every PreparedWork (RAII: nothing was
+//    posted) and the batch is as it was.
 // 4. Otherwise post() each PreparedWork. post() cannot fail: a failure to
 //    post becomes a slice failure.
 // Completion: the transport calls Task::completeSlice() once per slice, from
@@ -54,9 +57,12 @@ enum MemoryKind : uint32_t {
 };
 // The kind of a location string ("cpu:0" -> kHostMemory).
 MemoryKind memoryKindOf(const std::string& location);
-// The GPU ordinal of a "cuda:N" location; -1 for any other text. The one
-// place a location is parsed.
+// The GPU ordinal of a "cuda:N" location; -1 for any other text. With
+// hostNodeOf, the one place a location is parsed: the registry keeps a
+// region's (Region::gpu, LocalRegion::gpu).
 int gpuOrdinalOf(const std::string& location);
+// The NUMA node of a "cpu:N" location; -1 for any other text.
+int hostNodeOf(const std::string& location);
 
 struct TransportCaps {
   bool memory_segments = false;            // serves memory segments of peers
@@ -137,7 +143,9 @@ struct RunWindow {
   const SegmentDesc* segment = nullptr;
   size_t count = 0;              // runs in the window
   RunSource* source = nullptr;   // the runs (any thread; one at a time)
-  std::span<const LocalRegion> regions;  // found once when the block request was checked
+  // The local regions, found once when the block request was checked, each
+  // with this transport's registration of it (LocalRegion::registration).
+  std::span<const LocalRegion> regions;
   RunSink* sink = nullptr;
   // Set when the runs come from a prepared plan (posted any number of
   // times): window [first, first + count) of `plan` has the same runs, local
@@ -193,9 +201,23 @@ class Transport {
   virtual void describe(nlohmann::json& attrs) const;
 
   // Memory registration: called for every region, in every installed
-  // transport. `attrs` is published under the buffer's "attrs.<name>".
+  // transport, with the region as the registry will keep it (its GPU
+  // parsed once: Region::gpu). `attrs` is published under the buffer's
+  // "attrs.<name>". What the transport learned (its MR keys, an export, a
+  // cuFile buffer) it may return in `out`: the registry keeps it with the
+  // region, and the engine hands it back with every task
+  // (Task::region().registration) and window of runs
+  // (RunWindow::regions[i].registration) whose local memory lies there,
+  // found once at submit or when a plan is checked, so that the data path
+  // never looks the region up again. Default: registerMemory, nothing kept.
+  virtual Status registerRegion(const Region& region, nlohmann::json& attrs, std::shared_ptr<const Registration>& out);
+  // The older form, for transports that keep nothing per region (file and
+  // shm, until they move to registerRegion). Default: nothing to do.
   virtual Status registerMemory(void* addr, size_t length, const std::string& location,
                                 bool remote_accessible, nlohmann::json& attrs);
+  // Tears down what registration set up, before it returns: the caller may
+  // free the memory then. A task or plan may still hold the registration
+  // object (Registration) afterwards.
   virtual Status unregisterMemory(void* addr, size_t length);
 
   // Resolves a segment name of caps().segment_scheme into a descriptor.

@@ -113,6 +113,11 @@ bool Batch::waitUntil(std::chrono::steady_clock::time_point deadline) {
   return done;
 }
 
+const LocalRegion* Batch::keepRegions(std::vector<LocalRegion> regions) {
+  regions_.push_back(std::move(regions));  // moving a vector keeps where its elements lie
+  return regions_.back().data();
+}
+
 Status Batch::subBatch(Transport* t, SubBatch*& out) {
   auto& sb = subs_[t];
   if (!sb) {

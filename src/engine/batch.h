@@ -83,6 +83,11 @@ class Batch final : public TaskOwner {
   // Under submitMutex(): a block request in flight (block_runner.h).
   void addRunner(std::shared_ptr<BlockRunner> r) { runners_.push_back(std::move(r)); }
   const std::vector<std::shared_ptr<BlockRunner>>& runners() const { return runners_; }
+  // Under submitMutex(): keeps the local regions a submit's tasks point at
+  // (Task::setRegion) as long as the batch; returns where they now lie.
+  // dropRegions: the last kept, for a submit refused after layout.
+  const LocalRegion* keepRegions(std::vector<LocalRegion> regions);
+  void dropRegions() { regions_.pop_back(); }
   // The first transport whose sub-batch still has I/O referencing memory, or nullptr.
   Transport* busyTransport();
   // Destroys every sub-batch (freeBatch once idle; shutdown after the
@@ -106,6 +111,7 @@ class Batch final : public TaskOwner {
   size_t slices_used_ = 0;  // under submit_mu_
   std::map<Transport*, std::unique_ptr<SubBatch>> subs_;  // under submit_mu_
   std::vector<std::shared_ptr<BlockRunner>> runners_;      // under submit_mu_
+  std::vector<std::vector<LocalRegion>> regions_;          // under submit_mu_
   std::mutex submit_mu_;
   std::atomic<int> inside_{0};          // completers touching the batch in taskFinished()
   std::atomic<uint32_t> done_seq_{0};  // futex word: bumped when the last task ends

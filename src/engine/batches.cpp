@@ -23,6 +23,7 @@ struct Resolved {
   std::shared_ptr<const SegmentView> view;
   const Route* route = nullptr;
   int remote_buffer = -1;
+  uint32_t region = 0;  // its local region, with its route's registration: an index into `regions`
 };
 
 }  // namespace
@@ -77,6 +78,12 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
   };
   SegmentID last_id = kInvalidSegment;
   std::shared_ptr<const SegmentView> view;
+  // The local regions of these requests, each with the registration of
+  // the request's transport, found once: consecutive requests mostly lie
+  // in the region of the one before and take its route.
+  LocalRegion cur;  // the region of the request before
+  std::vector<LocalRegion> regions;
+  std::vector<const Transport*> region_for;  // whose registration regions[k] holds
   for (size_t i = 0; i < reqs.size(); ++i) {
     const auto& r = reqs[i];
     if (r.opcode != OpCode::kRead && r.opcode != OpCode::kWrite)
@@ -91,11 +98,9 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
     }
     const uint64_t src = reinterpret_cast<uint64_t>(r.source);
     if (src + r.length < src) return refuse(i, {Code::kInvalidArgument, "source + length wraps around"});
-    std::string loc;
-    s = registry_.checkLocal(src, r.length, &loc);
-    if (!s.ok()) return refuse(i, s);
+    if (!cur.contains(src, r.length) && !(s = registry_.regionAt(src, r.length, cur)).ok()) return refuse(i, s);
     RouteQuery q;
-    q.local_kind = memoryKindOf(loc);
+    q.local_kind = cur.gpu >= 0 ? kGpuMemory : kHostMemory;
     int buf = -1;
     if (view->desc->kind == SegmentDesc::Kind::kMemory) {
       if (r.target_offset + r.length < r.target_offset)
@@ -124,7 +129,12 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
       return refuse(i, {Code::kNoTransport, fmt::format("no installed transport ({}) can serve it to segment '{}': {}",
                                                         fmt::join(transportNames(), ","), view->desc->name, why)});
     }
-    res[i] = Resolved{view, route, buf};
+    if (regions.empty() || regions.back().seq != cur.seq || region_for.back() != route->transport) {
+      regions.push_back(cur);
+      regions.back().pick(route->transport);
+      region_for.push_back(route->transport);
+    }
+    res[i] = Resolved{view, route, buf, static_cast<uint32_t>(regions.size() - 1)};
   }
 
   // The notification goes to the owner of requests[0]'s segment.
@@ -145,31 +155,34 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
                                                  batch->capacity(), reqs.size())};
   }
   std::map<Transport*, std::vector<Task*>> groups;
+  const LocalRegion* kept = batch->keepRegions(std::move(regions));
   for (size_t i = 0; i < reqs.size(); ++i) {
     Task& t = batch->task(base + i);
     t.reset(reqs[i], base + i, res[i].view->desc, res[i].route->peer, res[i].remote_buffer, res[i].route->traffic);
+    t.setRegion(kept + res[i].region);
     groups[res[i].route->transport].push_back(&t);
   }
   size_t slices = 0;
   std::vector<std::pair<SubBatch*, std::unique_ptr<PreparedWork>>> work;  // dropped unposted on failure
+  auto refused = [&](Status why) {
+    work.clear();
+    batch->dropRegions();  // no task points at them: none was committed
+    n_refused_.fetch_add(1, std::memory_order_relaxed);
+    return why;
+  };
   for (auto& [t, tasks] : groups) {
     SubBatch* sb = nullptr;
     s = batch->subBatch(t, sb);
     std::unique_ptr<PreparedWork> w;
     if (s.ok()) s = sb->prepare(std::span<Task* const>(tasks.data(), tasks.size()), w);
     if (s.ok() && !w) s = {Code::kInternal, fmt::format("transport {}: prepare returned no work", t->name())};
-    if (!s.ok()) {
-      n_refused_.fetch_add(1, std::memory_order_relaxed);
-      return s;
-    }
+    if (!s.ok()) return refused(s);
     slices += w->slices;
     work.emplace_back(sb, std::move(w));
   }
-  if (slices > batch->sliceCapacity() - batch->slicesUsed()) {
-    n_refused_.fetch_add(1, std::memory_order_relaxed);
-    return {Code::kCapacityExceeded, fmt::format("batch {} holds {} of {} slices; these requests need {} more", id,
-                                                 batch->slicesUsed(), batch->sliceCapacity(), slices)};
-  }
+  if (slices > batch->sliceCapacity() - batch->slicesUsed())
+    return refused({Code::kCapacityExceeded, fmt::format("batch {} holds {} of {} slices; these requests need {} more",
+                                                         id, batch->slicesUsed(), batch->sliceCapacity(), slices)});
   if (notify)  // queued now, so that it keeps its place among this peer's notifications
     batch->addNotify(reqs.size(),
                      outbox_.queue(notify_host, notify_port, res[0].view->desc->name, *notify, false), &outbox_);

@@ -102,7 +102,7 @@ Status EngineImpl::postPlan(BatchID id, PlanID plan_id, size_t* task_id) {
   }
   // Memory unregistered since the plan was checked: check its local side again.
   if (registry_.removals() != plan->removals) {
-    s = recheckLocal(*plan);
+    s = refreshLocal(plan_id, plan);
     if (!s.ok()) {
       n_refused_.fetch_add(1, std::memory_order_relaxed);
       return {s.code(), fmt::format("plan {}: {}", plan_id, s.message())};

@@ -83,9 +83,10 @@ struct BlockPlan {
   uint64_t local_base = 0, remote_base = 0, length = 0, local_stride = 0, remote_stride = 0, tail = 0;
   std::vector<Run> list;
 
-  // The local regions the runs lie in, found when the plan was checked
-  // (transports that move windows of runs get them with the runs), and the
-  // region of every run: empty when every run is in regions[0].
+  // The local regions the runs lie in, found when the plan was checked,
+  // each with the registration of the route's transport (handed to it with
+  // every task or window of runs: found once, never looked up per block),
+  // and the region of every run: empty when every run is in regions[0].
   std::vector<LocalRegion> regions;
   std::vector<uint32_t> run_region;
   uint32_t regionOf(size_t i) const { return run_region.empty() ? 0 : run_region[i]; }

@@ -158,7 +158,7 @@ Status EngineImpl::checkBlocks(const BlockSource& src, BlockPlan& plan, bool& re
       reg_end = lr.addr + lr.length;
       cur_region = 0;
       while (cur_region < plan.regions.size() && plan.regions[cur_region].addr != lr.addr) ++cur_region;
-      if (cur_region == plan.regions.size()) plan.regions.push_back(lr);
+      if (cur_region == plan.regions.size()) plan.regions.push_back(std::move(lr));
       const uint32_t kind = memoryKindOf(where);
       kinds_changed = kind != local_kind;
       local_kind = kind;
@@ -267,6 +267,7 @@ Status EngineImpl::checkBlocks(const BlockSource& src, BlockPlan& plan, bool& re
   plan.blocks = n;
   plan.runs = plan.list.size();
   plan.route = route;
+  for (LocalRegion& r : plan.regions) r.pick(route->transport);
   plan.buffer = file ? -1 : (one_buffer ? run_buf : BlockPlan::kPerRun);
   return Status::OK();
 }
@@ -333,7 +334,8 @@ Status EngineImpl::buildStrided(OpCode op, SegmentID target, const StridedBlocks
   s = blockRoute(*plan.view, memoryKindOf(loc), remote_kind, plan.route);
   if (!s.ok()) return s;
   plan.strided = true;
-  plan.regions = {region};
+  region.pick(plan.route->transport);
+  plan.regions = {std::move(region)};
   plan.blocks = n;
   plan.bytes = n * len;
   plan.buffer = file ? -1 : buf;
@@ -357,18 +359,52 @@ Status EngineImpl::buildStrided(OpCode op, SegmentID target, const StridedBlocks
   return Status::OK();
 }
 
-Status EngineImpl::recheckLocal(const BlockPlan& plan) {
-  uint64_t start = 0, end = 0;
-  for (size_t i = 0; i < plan.runs; ++i) {
-    const Run r = plan.run(i);
-    if (r.local >= start && r.local + r.length <= end) continue;
-    uint64_t len = 0;
-    Status s = registry_.regionOf(r.local, r.length, start, len, nullptr);
-    if (!s.ok())
-      return {s.code(), fmt::format("the plan's run {} (local [{:#x}, +{})) is no longer registered: {}", i, r.local,
-                                    r.length, s.message())};
-    end = start + len;
+Status EngineImpl::refreshLocal(PlanID id, std::shared_ptr<const BlockPlan>& plan) {
+  const uint64_t removals = registry_.removals();
+  // Every region still the registration it was: every run is still inside one.
+  bool same = true;
+  for (const LocalRegion& r : plan->regions) {
+    LocalRegion now;
+    same &= registry_.regionAt(r.addr, r.length, now).ok() && now.seq == r.seq;
+    if (!same) break;
   }
+  if (same) return Status::OK();
+  // Some region went: find every run's region anew. The registrations the
+  // plan holds are not used again (the transport may have torn them down).
+  auto fresh = std::make_shared<BlockPlan>(*plan);
+  fresh->removals = removals;
+  fresh->regions.clear();
+  fresh->run_region.clear();
+  uint32_t cur = 0;
+  for (size_t i = 0; i < plan->runs; ++i) {
+    const Run r = plan->run(i);
+    if (fresh->regions.empty() || !fresh->regions[cur].contains(r.local, r.length)) {
+      LocalRegion lr;
+      Status s = registry_.regionAt(r.local, r.length, lr);
+      if (!s.ok())
+        return {s.code(), fmt::format("the plan's run {} (local [{:#x}, +{})) is no longer registered: {}", i,
+                                      r.local, r.length, s.message())};
+      cur = 0;
+      while (cur < fresh->regions.size() && fresh->regions[cur].addr != lr.addr) ++cur;
+      if (cur == fresh->regions.size()) {
+        lr.pick(fresh->route->transport);
+        fresh->regions.push_back(std::move(lr));
+      }
+    }
+    if (cur != 0 && fresh->run_region.empty()) fresh->run_region.assign(i, 0);
+    if (!fresh->run_region.empty()) fresh->run_region.push_back(cur);
+  }
+  // Later posts take the refreshed plan (unless it was released meanwhile).
+  {
+    std::lock_guard lk(plan_mu_);
+    auto it = plans_.find(id);
+    if (it != plans_.end() && it->second == plan) {
+      block_counters_.plan_bytes.fetch_add(fresh->memoryBytes(), std::memory_order_relaxed);
+      block_counters_.plan_bytes.fetch_sub(plan->memoryBytes(), std::memory_order_relaxed);
+      it->second = fresh;
+    }
+  }
+  plan = std::move(fresh);
   return Status::OK();
 }
 

@@ -120,6 +120,7 @@ Status BlockRunner::fill(Window* w, size_t first, size_t k, std::unique_ptr<Prep
       const Run r = p.run(first + j);
       TransferRequest req{p.op, reinterpret_cast<void*>(r.local), p.target, r.remote, r.length};
       w->children[j].task.reset(req, parent_->id(), p.view->desc, p.route->peer, p.bufferOf(first + j));
+      w->children[j].task.setRegion(&p.regions[p.regionOf(first + j)]);
     }
     s = w->sb->prepare(std::span<Task* const>(w->tasks.get(), k), work);
   }

@@ -224,7 +224,9 @@ Status EngineImpl::installTransport(std::unique_ptr<Transport> t) {
   std::lock_guard lk(reg_mu_);
   for (auto& r : registry_.snapshot()) {
     nlohmann::json a = nlohmann::json::object();
-    s = t->registerMemory(reinterpret_cast<void*>(r.addr), r.length, r.location, r.remote_accessible, a);
+    std::shared_ptr<const Registration> reg;
+    s = t->registerRegion(r, a, reg);
+    if (s.ok() && reg) s = registry_.addRegistration(r.addr, t.get(), std::move(reg));  // under reg_mu_: still there
     if (!s.ok()) {
       t->shutdown();
       return s;

@@ -141,7 +141,12 @@ class EngineImpl {
   Status checkBlocks(const BlockSource& src, BlockPlan& plan, bool& refresh);
   Status buildStrided(OpCode op, SegmentID target, const StridedBlocks& b, BlockPlan& plan);
   Status blockRoute(const SegmentView& view, uint32_t local_kind, uint32_t remote_kind, const Route*& out);
-  Status recheckLocal(const BlockPlan& plan);
+  // A prepared plan posted after memory was unregistered: its regions are
+  // still the registrations they were, or every run is found again (in
+  // memory registered since) and `plan` becomes a copy holding the regions
+  // and registrations of now, which replaces prepared plan `id`; else
+  // kNotRegistered naming the first run no longer registered.
+  Status refreshLocal(PlanID id, std::shared_ptr<const BlockPlan>& plan);
   Status postBlocks(BatchID id, std::shared_ptr<const BlockPlan> plan, size_t* task_id);
   Status addPlan(BlockPlan&& plan, PlanID& out);
   Counters blockStats() const;

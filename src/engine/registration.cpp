@@ -34,17 +34,26 @@ Status EngineImpl::registerMemory(const std::vector<BufferEntry>& buffers) {
     s = gpu::resolveLocation(buffers[i].addr, buffers[i].length, buffers[i].location, locations[i]);
     if (!s.ok()) return {s.code(), fmt::format("buffers[{}]: {}", i, s.message())};
   }
-  // Register in every transport; undo on failure.
+  // Register in every transport; undo on failure. What each transport
+  // learned stays with the region (Region::registrations).
   size_t done = 0;
   std::vector<nlohmann::json> attrs(buffers.size(), nlohmann::json::object());
   for (; done < buffers.size(); ++done) {
     const auto& b = buffers[done];
-    const std::string& loc = locations[done];
+    Region r;
+    r.addr = reinterpret_cast<uint64_t>(b.addr);
+    r.length = b.length;
+    r.location = locations[done];
+    r.remote_accessible = b.remote_accessible;
+    r.gpu = gpuOrdinalOf(r.location);
+    auto regs = std::make_shared<Registrations>();
     size_t t = 0;
     for (; t < transports_.size(); ++t) {
       nlohmann::json a = nlohmann::json::object();
-      s = transports_[t]->registerMemory(b.addr, b.length, loc, b.remote_accessible, a);
+      std::shared_ptr<const Registration> reg;
+      s = transports_[t]->registerRegion(r, a, reg);
       if (!s.ok()) break;
+      if (reg) regs->emplace_back(transports_[t].get(), std::move(reg));
       if (!a.is_null() && !(a.is_object() && a.empty())) attrs[done][transports_[t]->name()] = std::move(a);
     }
     if (!s.ok()) {
@@ -52,11 +61,7 @@ Status EngineImpl::registerMemory(const std::vector<BufferEntry>& buffers) {
       s = Status(s.code(), fmt::format("buffers[{}] in transport {}: {}", done, transports_[t]->name(), s.message()));
       break;
     }
-    Region r;
-    r.addr = reinterpret_cast<uint64_t>(b.addr);
-    r.length = b.length;
-    r.location = loc;
-    r.remote_accessible = b.remote_accessible;
+    if (!regs->empty()) r.registrations = std::move(regs);
     (void)registry_.insert(r);  // validated above, under reg_mu_
   }
   if (!s.ok()) {

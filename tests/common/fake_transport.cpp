@@ -21,7 +21,7 @@ struct FakeTransport::Sub : SubBatch {
       uint32_t n = 0;
       for (uint64_t off = 0; off < r.length; off += owner->slice_size_, ++n) {
         uint64_t len = std::min<uint64_t>(owner->slice_size_, r.length - off);
-        w->slices_.push_back(Slice{t, t->localAddr() + off, r.target_offset + off, len, n});
+        w->slices_.push_back(Slice{t, t->localAddr() + off, r.target_offset + off, len, n, t->region()});
       }
       t->setSliceCount(n);
     }
@@ -84,6 +84,31 @@ void FakeTransport::shutdown() {
   if (worker_.joinable()) worker_.join();
 }
 
+Status FakeTransport::registerRegion(const Region& region, nlohmann::json&, std::shared_ptr<const Registration>& out) {
+  auto r = std::make_shared<Registered>();
+  r->addr = region.addr;
+  r->length = region.length;
+  std::lock_guard lk(mu_);
+  registered_[region.addr] = r;
+  out = std::move(r);
+  return Status::OK();
+}
+
+Status FakeTransport::unregisterMemory(void* addr, size_t) {
+  std::lock_guard lk(mu_);
+  auto it = registered_.find(reinterpret_cast<uint64_t>(addr));
+  if (it == registered_.end()) return {Code::kNotRegistered, "fake: not a registered region"};
+  it->second->torn_down.store(true);
+  registered_.erase(it);
+  return Status::OK();
+}
+
+std::shared_ptr<const FakeTransport::Registered> FakeTransport::registeredAt(uint64_t addr) {
+  std::lock_guard lk(mu_);
+  auto it = registered_.find(addr);
+  return it == registered_.end() ? nullptr : it->second;
+}
+
 Status FakeTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) {
   if (seg.kind != SegmentDesc::Kind::kMemory || !seg.transports.contains("fake"))
     return {Code::kNotSupported, "the peer has no fake transport"};
@@ -130,6 +155,7 @@ void FakeTransport::loop() {
       if (sl.task->request().opcode == OpCode::kRead) std::memcpy(local, remote, sl.len);
       else std::memcpy(remote, local, sl.len);
     }
+    sl.region = LocalRegion{};  // the task alone holds its region once its slice ends
     executed_++;
     sub->inflight--;
     sl.task->completeSlice(st, st == TransferState::kCompleted ? sl.len : 0,

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -15,10 +16,18 @@ namespace hawser::test {
 
 class FakeTransport : public Transport {
  public:
+  // What it keeps of a registered region (Transport::registerRegion), and
+  // whether unregisterMemory tore it down since.
+  struct Registered : Registration {
+    uint64_t addr = 0, length = 0;
+    mutable std::atomic<bool> torn_down{false};
+  };
   struct Slice {
     Task* task;
     uint64_t local, remote, len;
     uint32_t index;  // slice index within its task
+    // The task's region and registration as prepare() was handed them (Task::region()).
+    LocalRegion region;
   };
   // Decides how a slice ends: return kCompleted to copy, anything else to fail it.
   using Verdict = std::function<TransferState(const Slice&)>;
@@ -31,6 +40,9 @@ class FakeTransport : public Transport {
   TransportCaps caps() const override { return {.memory_segments = true, .cost_rank = 1}; }
   Status install(const TransportContext&) override;
   void shutdown() override;
+  Status registerRegion(const Region& region, nlohmann::json& attrs,
+                        std::shared_ptr<const Registration>& out) override;
+  Status unregisterMemory(void* addr, size_t length) override;
   Status openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) override;
   Status newSubBatch(size_t, std::unique_ptr<SubBatch>& out) override;
 
@@ -40,6 +52,8 @@ class FakeTransport : public Transport {
   void setCancelable(bool on);
   uint64_t slicesExecuted() const { return executed_.load(); }
   uint64_t subBatchesFreed() const { return freed_.load(); }
+  // The registration of the region starting at `addr` (null if none).
+  std::shared_ptr<const Registered> registeredAt(uint64_t addr);
 
  private:
   struct Sub;
@@ -53,6 +67,7 @@ class FakeTransport : public Transport {
   Verdict verdict_;
   std::thread worker_;
   std::atomic<uint64_t> executed_{0}, freed_{0};
+  std::map<uint64_t, std::shared_ptr<Registered>> registered_;  // under mu_
 };
 
 }  // namespace hawser::test

@@ -674,7 +674,13 @@ TEST(TcpTransport, gpu_memory_is_refused_at_registration_without_a_cuda_driver) 
   // location already; the transport alone refuses it too, saying why.
   test::Buffer fake(1 << 16);
   nlohmann::json attrs;
-  Status s = t.tcp.registerMemory(fake.p, fake.n, "cuda:0", true, attrs);
+  Region gpu;
+  gpu.addr = addrOf(fake.p);
+  gpu.length = fake.n;
+  gpu.location = "cuda:0";
+  gpu.gpu = 0;
+  std::shared_ptr<const Registration> kept;
+  Status s = t.tcp.registerRegion(gpu, attrs, kept);
   EXPECT_EQ(s.code(), Code::kNotSupported);
   EXPECT_NE(s.message().find("cuda:0"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("CUDA driver"), std::string::npos) << s.message();
@@ -684,8 +690,12 @@ TEST(TcpTransport, gpu_memory_is_refused_at_registration_without_a_cuda_driver) 
   nlohmann::json d;
   t.tcp.describe(d);
   EXPECT_EQ(d["gpu"], false);
-  // Host memory registers as before.
-  EXPECT_TRUE(t.tcp.registerMemory(fake.p, fake.n, "cpu:0", true, attrs).ok());
+  // Host memory registers as before (tcp keeps nothing per region).
+  Region host = gpu;
+  host.location = "cpu:0";
+  host.gpu = -1;
+  EXPECT_TRUE(t.tcp.registerRegion(host, attrs, kept).ok());
+  EXPECT_EQ(kept, nullptr);
   EXPECT_TRUE(t.tcp.unregisterMemory(fake.p, fake.n).ok());
 }
 

@@ -52,6 +52,40 @@ EngineOptions forcedRdma(const std::vector<std::pair<std::string, std::string>>&
   return o;
 }
 
+// An rdma transport installed on its own (no engine) over soft NICs sv0, sv1.
+struct LoneRdma {
+  SoftVerbsEnv env{"sv0,sv1"};
+  Config cfg;
+  MemoryRegistry registry;
+  rpc::Server server;
+  std::unique_ptr<Transport> t = makeRdmaTransport();
+  Status status;
+  LoneRdma() {
+    if (!(status = server.start("127.0.0.1", 0)).ok()) return;
+    TransportContext ctx;
+    ctx.config = &cfg;
+    ctx.registry = &registry;
+    ctx.rpc = &server;
+    ctx.host = "127.0.0.1";
+    ctx.rpc_port = server.port();
+    status = t->install(ctx);
+  }
+  ~LoneRdma() {
+    t->shutdown();
+    server.stop();
+  }
+};
+
+// A host-memory region as the engine hands it to registerRegion.
+Region hostRegion(void* p, size_t n, bool remote) {
+  Region r;
+  r.addr = reinterpret_cast<uint64_t>(p);
+  r.length = n;
+  r.location = "cpu:0";
+  r.remote_accessible = remote;
+  return r;
+}
+
 const rdma::NicReport* find(const std::vector<rdma::NicReport>& v, const std::string& name) {
   for (auto& r : v)
     if (r.name == name) return &r;
@@ -327,19 +361,9 @@ TEST_F(RdmaTransportTest, a_range_registered_again_gets_other_rkeys) {
 }
 
 TEST_F(RdmaTransportTest, transport_claims_only_what_it_can_serve) {
-  SoftVerbsEnv env("sv0,sv1");
-  Config cfg;
-  MemoryRegistry reg;
-  rpc::Server server;
-  ASSERT_TRUE(server.start("127.0.0.1", 0).ok());
-  TransportContext ctx;
-  ctx.config = &cfg;
-  ctx.registry = &reg;
-  ctx.rpc = &server;
-  ctx.host = "127.0.0.1";
-  ctx.rpc_port = server.port();
-  std::unique_ptr<Transport> t = makeRdmaTransport();
-  ASSERT_TRUE(t->install(ctx).ok());
+  LoneRdma lone;
+  ASSERT_TRUE(lone.status.ok()) << lone.status.toString();
+  Transport* t = lone.t.get();
   nlohmann::json attrs;
   t->describe(attrs);
   ASSERT_EQ(attrs.at("nics").size(), 2u);
@@ -408,14 +432,77 @@ TEST_F(RdmaTransportTest, transport_claims_only_what_it_can_serve) {
 
   Buffer b(64 << 10);
   nlohmann::json a;
-  ASSERT_TRUE(t->registerMemory(b.p, b.n, "cpu:0", false, a).ok());
+  std::shared_ptr<const Registration> kept;
+  ASSERT_TRUE(t->registerRegion(hostRegion(b.p, b.n, false), a, kept).ok());
+  EXPECT_NE(kept, nullptr);  // its MRs, kept with the region by the engine
   EXPECT_EQ(a.at("lkey").size(), 2u);
   EXPECT_FALSE(a.contains("rkey"));  // local-only memory: no remote key at all
-  EXPECT_EQ(t->registerMemory(b.p + 4096, 4096, "cpu:0", true, a).code(), Code::kAddressOverlapped);
+  EXPECT_EQ(t->registerRegion(hostRegion(b.p + 4096, 4096, true), a, kept).code(), Code::kAddressOverlapped);
   EXPECT_EQ(t->unregisterMemory(b.p + 4096, 4096).code(), Code::kNotRegistered);
   EXPECT_TRUE(t->unregisterMemory(b.p, b.n).ok());
-  t->shutdown();
-  server.stop();
+}
+
+// The local region's MRs reach prepare with the task (Task::region()): no
+// lookup of rdma's own. A task still holding a registration that was
+// unregistered since it was submitted is refused, never posted with keys
+// the NIC no longer knows.
+TEST_F(RdmaTransportTest, prepare_takes_the_tasks_registration_and_refuses_one_torn_down) {
+  LoneRdma lone;
+  ASSERT_TRUE(lone.status.ok()) << lone.status.toString();
+  Transport* t = lone.t.get();
+  // This transport's own descriptor, with one remote-accessible buffer, as the peer.
+  Buffer remote(64 << 10), local(64 << 10);
+  nlohmann::json ra, la;
+  std::shared_ptr<const Registration> rreg, lreg;
+  ASSERT_TRUE(t->registerRegion(hostRegion(remote.p, remote.n, true), ra, rreg).ok());
+  ASSERT_TRUE(t->registerRegion(hostRegion(local.p, local.n, false), la, lreg).ok());
+  ASSERT_NE(lreg, nullptr);
+  auto seg = std::make_shared<SegmentDesc>();
+  seg->kind = SegmentDesc::Kind::kMemory;
+  seg->name = "self";
+  t->describe(seg->transports["rdma"]);
+  BufferDesc bd;
+  bd.addr = reinterpret_cast<uint64_t>(remote.p);
+  bd.length = remote.n;
+  bd.location = "cpu:0";
+  bd.attrs["rdma"] = ra;
+  seg->buffers.push_back(bd);
+  std::shared_ptr<PeerHandle> peer;
+  ASSERT_TRUE(t->openPeer(*seg, peer).ok());
+
+  auto prepare = [&](const LocalRegion& region) {
+    Task task;
+    task.reset(TransferRequest{OpCode::kWrite, local.p, 0, bd.addr, 8192}, 0, seg, peer, 0);
+    task.setRegion(&region);
+    std::unique_ptr<SubBatch> sb;
+    EXPECT_TRUE(t->newSubBatch(1, sb).ok());
+    Task* tasks[] = {&task};
+    std::unique_ptr<PreparedWork> work;
+    Status s = sb->prepare(tasks, work);  // dropped unposted
+    if (s.ok()) {
+      EXPECT_EQ(task.sliceCount(), 1u);
+    }
+    return s;
+  };
+  LocalRegion region;
+  region.addr = reinterpret_cast<uint64_t>(local.p);
+  region.length = local.n;
+  region.registrations = std::make_shared<Registrations>(Registrations{{t, lreg}});
+  region.pick(t);
+  ASSERT_EQ(region.registration, lreg.get());
+  Status s = prepare(region);
+  EXPECT_TRUE(s.ok()) << s.toString();
+  // A region that reached rdma without its registration: refused, not looked up.
+  LocalRegion bare = region;
+  bare.registration = nullptr;
+  s = prepare(bare);
+  EXPECT_EQ(s.code(), Code::kNotRegistered) << s.toString();
+  // Unregistered after the task found its region: refused.
+  ASSERT_TRUE(t->unregisterMemory(local.p, local.n).ok());
+  s = prepare(region);
+  EXPECT_EQ(s.code(), Code::kNotRegistered) << s.toString();
+  EXPECT_NE(s.message().find("unregistered since it was submitted"), std::string::npos) << s.message();
+  EXPECT_TRUE(t->unregisterMemory(remote.p, remote.n).ok());
 }
 
 TEST_F(RdmaTransportTest, transfers_between_two_engines_are_byte_exact) {

@@ -71,9 +71,9 @@ Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
     if (r.target_offset < b.base || r.target_offset + r.length > b.base + b.size)
       return {Code::kOutOfRange, fmt::format("requests[{}]: remote range [{:#x}, +{}) is outside its allocation",
                                              t.id(), r.target_offset, r.length)};
-    LocalRegion lr;
-    Status s = owner_->registry_->regionAt(t.localAddr(), r.length, lr);
-    if (!s.ok()) return {s.code(), fmt::format("requests[{}]: {}", t.id(), s.message())};
+    // The local region's GPU, found at submit.
+    const LocalRegion& lr = t.region();
+    Status s;
     if (lr.gpu < 0)
       return {Code::kNotSupported, fmt::format("requests[{}]: local memory is host memory; nvlink moves GPU memory only",
                                                t.id())};

@@ -144,7 +144,6 @@ Status NvlinkTransport::install(const TransportContext& ctx) {
   }
   start_time_ = nvlink::processStartTime(::getpid());
   pidns_ = nvlink::pidNamespace();
-  registry_ = ctx.registry;
   counters_ = std::make_shared<nvlink::Counters>();
   cache_ = std::make_unique<nvlink::WindowCache>();
   if (!(s = nvlink::Exports::create(counters_, exports_)).ok()) return s;
@@ -175,20 +174,18 @@ void NvlinkTransport::describe(nlohmann::json& attrs) const {
   attrs["table_slots"] = nvlink::kTableSlots;
 }
 
-Status NvlinkTransport::registerMemory(void* addr, size_t length, const std::string& location, bool remote_accessible,
-                                       nlohmann::json& attrs) {
+Status NvlinkTransport::registerRegion(const Region& r, nlohmann::json& attrs, std::shared_ptr<const Registration>& out) {
   attrs = nlohmann::json::object();
+  out.reset();
   // Host memory never goes to nvlink; memory peers may not reach is not exported.
-  if (!installed_ || memoryKindOf(location) != kGpuMemory || !remote_accessible) return Status::OK();
-  int dev = -1;
-  const char* p = location.data() + 5;  // "cuda:"
-  std::from_chars(p, location.data() + location.size(), dev);
-  const std::string bus = dev >= 0 && static_cast<size_t>(dev) < buses_.size() ? buses_[dev] : "";
-  Status s = exports_->add(addr, length, dev, bus, attrs);
+  if (!installed_ || r.gpu < 0 || !r.remote_accessible) return Status::OK();
+  void* const addr = reinterpret_cast<void*>(r.addr);
+  const std::string bus = static_cast<size_t>(r.gpu) < buses_.size() ? buses_[static_cast<size_t>(r.gpu)] : "";
+  Status s = exports_->add(addr, r.length, r.gpu, bus, attrs);
   if (!s.ok()) {
     // Registration still succeeds (another transport may move it); peers
     // read why nvlink cannot.
-    HLOG_WARN("nvlink: {} bytes at {} ({}) not exported: {}", length, addr, location, s.message());
+    HLOG_WARN("nvlink: {} bytes at {} ({}) not exported: {}", r.length, addr, r.location, s.message());
     attrs = nlohmann::json::object();
     attrs["error"] = s.message();
   }

@@ -77,8 +77,10 @@ class NvlinkTransport final : public Transport {
   void shutdown() override;
   void describe(nlohmann::json& attrs) const override;
   // Exports remote-accessible GPU regions; host memory is left alone.
-  Status registerMemory(void* addr, size_t length, const std::string& location, bool remote_accessible,
-                        nlohmann::json& attrs) override;
+  // Keeps nothing with the region: a task's GPU is its region's
+  // (Task::region().gpu), found at submit.
+  Status registerRegion(const Region& region, nlohmann::json& attrs,
+                        std::shared_ptr<const Registration>& out) override;
   Status unregisterMemory(void* addr, size_t length) override;
   Status openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) override;
   Status newSubBatch(size_t task_capacity, std::unique_ptr<SubBatch>& out) override;
@@ -99,7 +101,6 @@ class NvlinkTransport final : public Transport {
   NvlinkSettings settings_;
   bool installed_ = false;
   std::atomic<bool> stopping_{false};
-  MemoryRegistry* registry_ = nullptr;
   std::vector<std::string> buses_;  // PCI bus id of each local GPU (lower case)
   uint64_t start_time_ = 0;  // this process's (describe)
   uint64_t pidns_ = 0;

@@ -64,7 +64,7 @@ struct SubBatchState;
 struct TaskCtx {
   Task* task = nullptr;
   std::shared_ptr<const Peer> peer;
-  std::vector<uint32_t> lkeys;  // local region, per local NIC (0 = not registered there)
+  const uint32_t* lkeys = nullptr;  // local region, per local NIC (0 = not registered there): its registration's
   std::vector<uint32_t> rkeys;  // remote buffer, per peer NIC (0 = unusable)
   int local_numa = -1;
   int remote_numa = -1;

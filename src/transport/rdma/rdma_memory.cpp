@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 #include <thread>
 
@@ -24,16 +23,6 @@
 
 namespace hawser::rdma {
 
-int locationNode(const std::string& loc, const char* prefix) {
-  size_t n = std::strlen(prefix);
-  if (loc.compare(0, n, prefix) != 0) return -1;
-  int v = -1;
-  const char* b = loc.data() + n;
-  const char* e = loc.data() + loc.size();
-  auto [p, ec] = std::from_chars(b, e, v);
-  return (ec == std::errc() && p == e && v >= 0) ? v : -1;
-}
-
 // ---------------------------------------------------------------- RegionMap
 
 Status RegionMap::checkFree(uint64_t a, uint64_t length) const {
@@ -41,7 +30,7 @@ Status RegionMap::checkFree(uint64_t a, uint64_t length) const {
   auto it = map_.upper_bound(a);
   if (it != map_.begin()) {
     auto prev = std::prev(it);
-    if (a < prev->first + prev->second.length)
+    if (a < prev->first + prev->second->length)
       return Status(Code::kAddressOverlapped,
                     fmt::format("[{:#x}, +{}) overlaps the rdma region at {:#x}", a, length, prev->first));
   }
@@ -51,38 +40,27 @@ Status RegionMap::checkFree(uint64_t a, uint64_t length) const {
   return Status::OK();
 }
 
-void RegionMap::insert(LocalRegion r) {
+void RegionMap::insert(std::shared_ptr<MemoryRegistration> r) {
   std::unique_lock lock(mu_);
-  const uint64_t a = r.addr;
+  const uint64_t a = r->addr;
   map_.emplace(a, std::move(r));
 }
 
-bool RegionMap::take(uint64_t addr, LocalRegion& out) {
+std::shared_ptr<MemoryRegistration> RegionMap::take(uint64_t addr) {
   std::unique_lock lock(mu_);
   auto it = map_.find(addr);
-  if (it == map_.end()) return false;
-  out = std::move(it->second);
+  if (it == map_.end()) return nullptr;
+  auto out = std::move(it->second);
   map_.erase(it);
-  return true;
-}
-
-std::vector<LocalRegion> RegionMap::takeAll() {
-  std::unique_lock lock(mu_);
-  std::vector<LocalRegion> out;
-  for (auto& [a, r] : map_) out.push_back(std::move(r));
-  map_.clear();
   return out;
 }
 
-bool RegionMap::lookup(uint64_t addr, uint64_t length, std::vector<uint32_t>& lkeys, int& numa) const {
-  std::shared_lock lock(mu_);
-  auto it = map_.upper_bound(addr);
-  if (it == map_.begin()) return false;
-  const LocalRegion& r = std::prev(it)->second;
-  if (addr - r.addr + length > r.length) return false;
-  lkeys = r.lkeys;
-  numa = r.numa;
-  return true;
+std::vector<std::shared_ptr<MemoryRegistration>> RegionMap::takeAll() {
+  std::unique_lock lock(mu_);
+  std::vector<std::shared_ptr<MemoryRegistration>> out;
+  for (auto& [a, r] : map_) out.push_back(std::move(r));
+  map_.clear();
+  return out;
 }
 
 // ---------------------------------------------------------------- registration
@@ -111,21 +89,27 @@ void preTouch(void* addr, size_t len, unsigned threads) {
 
 }  // namespace
 
-Status RdmaTransport::registerMemory(void* addr, size_t length, const std::string& location, bool remote,
-                                     nlohmann::json& attrs) {
+Status RdmaTransport::registerRegion(const Region& region, nlohmann::json& attrs,
+                                     std::shared_ptr<const Registration>& out) {
   using json = nlohmann::json;
+  out.reset();
   if (ctxs_.empty()) return Status::OK();
-  const uint64_t a = reinterpret_cast<uint64_t>(addr);
+  const uint64_t a = region.addr;
+  const size_t length = region.length;
+  const std::string& location = region.location;
+  const bool remote = region.remote_accessible;
+  void* const addr = reinterpret_cast<void*>(a);
   Status s = regions_.checkFree(a, length);
   if (!s.ok()) return s;
-  const int gpu = locationNode(location, "cuda:");
+  const int gpu = region.gpu;
   const gpu::CudaDriver* cuda = gpu >= 0 ? gpu::CudaDriver::get() : nullptr;
-  LocalRegion r;
+  auto made = std::make_shared<MemoryRegistration>();
+  MemoryRegistration& r = *made;
   r.addr = a;
   r.length = length;
   r.location = location;
   r.remote = remote;
-  r.numa = gpu >= 0 ? (cuda ? cuda->numaNode(gpu) : -1) : locationNode(location, "cpu:");
+  r.numa = gpu >= 0 ? (cuda ? cuda->numaNode(gpu) : -1) : hostNodeOf(location);
 
   unsigned access = IBV_ACCESS_LOCAL_WRITE;
   if (remote) access |= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
@@ -197,19 +181,22 @@ Status RdmaTransport::registerMemory(void* addr, size_t length, const std::strin
     HLOG_INFO("rdma: GPU {} buffer {:#x} registered via {}", gpu, a, all_dmabuf ? "dma-buf" : "peer-memory");
     (all_dmabuf ? rdma::stats().gpu_dmabuf_regs : rdma::stats().gpu_peer_memory_regs).fetch_add(1);
   }
-  regions_.insert(std::move(r));
+  regions_.insert(made);
+  out = std::move(made);
   return Status::OK();
 }
 
 Status RdmaTransport::unregisterMemory(void* addr, size_t) {
   if (ctxs_.empty()) return Status::OK();
-  LocalRegion r;
-  if (!regions_.take(reinterpret_cast<uint64_t>(addr), r))
-    return Status(Code::kNotRegistered, fmt::format("{} is not the start of an rdma-registered region", addr));
+  std::shared_ptr<MemoryRegistration> r = regions_.take(reinterpret_cast<uint64_t>(addr));
+  if (!r) return Status(Code::kNotRegistered, fmt::format("{} is not the start of an rdma-registered region", addr));
+  // Tasks may still hold the registration (their region): from here on
+  // prepare refuses them.
+  r->deregistered.store(true, std::memory_order_release);
   Status out;
-  for (size_t i = 0; i < r.mrs.size(); ++i) {
-    if (!r.mrs[i]) continue;
-    int rc = v_->dereg_mr(r.mrs[i]);
+  for (size_t i = 0; i < r->mrs.size(); ++i) {
+    if (!r->mrs[i]) continue;
+    int rc = v_->dereg_mr(r->mrs[i]);
     if (rc != 0 && out.ok())
       out = Status(Code::kIoError, fmt::format("ibv_dereg_mr on {} for {}: {}", ctxs_[i]->info().name, addr,
                                                std::strerror(rc)));

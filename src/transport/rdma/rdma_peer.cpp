@@ -46,7 +46,7 @@ Status decodeNics(const SegmentDesc& seg, const json& attrs, std::vector<PeerNic
 
 RemoteBuffer decodeBuffer(const SegmentDesc& seg, const BufferDesc& buf, size_t nics) {
   RemoteBuffer rb;
-  rb.numa = locationNode(buf.location, "cpu:");
+  rb.numa = hostNodeOf(buf.location);
   auto at = buf.attrs.find("rdma");
   const json* rk = nullptr;
   if (at != buf.attrs.end() && at->is_object()) {

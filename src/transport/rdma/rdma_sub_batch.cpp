@@ -36,10 +36,14 @@ Status RdmaSubBatch::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
     tc.peer = ref->peer;
     tc.rkeys = rb.rkeys;
     tc.remote_numa = rb.numa;
-    const uint64_t la = task->localAddr();
-    if (!t.regions_.lookup(la, rq.length, tc.lkeys, tc.local_numa))
+    // The local region's MRs: found with the region at submit, never looked up here.
+    const auto* reg = static_cast<const MemoryRegistration*>(task->region().registration);
+    if (!reg || reg->deregistered.load(std::memory_order_acquire))
       return Status(Code::kNotRegistered,
-                    fmt::format("local range [{:#x}, +{}) is not inside one rdma-registered region", la, rq.length));
+                    fmt::format("local range [{:#x}, +{}) is not inside one rdma-registered region{}",
+                                task->localAddr(), rq.length, reg ? " (unregistered since it was submitted)" : ""));
+    tc.lkeys = reg->lkeys.data();
+    tc.local_numa = reg->numa;
     const uint64_t n = sliceCount(rq.length);
     if (n > 0xffffffffull) return Status(Code::kInvalidArgument, "too many slices for one task");
     tc.salt = t.salt_.fetch_add(1, std::memory_order_relaxed);

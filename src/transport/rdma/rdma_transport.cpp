@@ -127,9 +127,11 @@ void RdmaTransport::shutdown() {
     for (auto& [k, p] : passive_) destroyPassive(p);
     passive_.clear();
   }
-  for (LocalRegion& r : regions_.takeAll())
-    for (ibv_mr* mr : r.mrs)
+  for (auto& r : regions_.takeAll()) {
+    r->deregistered.store(true, std::memory_order_release);
+    for (ibv_mr* mr : r->mrs)
       if (mr) v_->dereg_mr(mr);
+  }
   for (auto& c : ctxs_) c->takeStarved();  // endpoints must go before their NIC
   ctxs_.clear();
 }

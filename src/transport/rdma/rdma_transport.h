@@ -4,12 +4,13 @@
 //                each usable one, start the CQ workers, serve handshakes.
 //   register     an MR on every NIC (in parallel; large regions pre-touched
 //                in parallel first); per-NIC lkey[]/rkey[] go to the buffer's
-//                attrs.rdma; regions kept in an ordered map (upper_bound).
+//                attrs.rdma; the MRs are the region's registration, which
+//                the engine keeps with the region and hands back per task.
 //   openPeer     the peer's NICs and each buffer's rkey[] decoded once into a
 //                PeerRef; refused (with the reason) when no NIC here shares a
 //                link layer with an up NIC there.
 //   prepare      per task: the remote buffer's rkey[] from the PeerRef, local
-//                lkey[] from the region map; cut slices.
+//                lkey[] from the task's region (its registration); cut slices.
 //   post         route each slice to a (local NIC, peer NIC) pair: local NIC
 //                by the buffer's NUMA node, slices of a task spread over the
 //                candidates; the pair's endpoint posts it (rdma_endpoint.cpp).
@@ -19,7 +20,7 @@
 //
 // Files, one concept each:
 //   rdma_transport.cpp  install, shutdown, describe, stats, diagnose
-//   rdma_memory.cpp     memory registration and the region map
+//   rdma_memory.cpp     memory registration (and the map that tears it down)
 //   rdma_peer.cpp       openPeer, peer handles, the endpoint table
 //   rdma_connect.cpp    the handshake (both sides) and connector threads
 //   rdma_route.cpp      NIC pair choice, retries, how a slice ends
@@ -67,8 +68,10 @@ class RdmaTransport final : public Transport, public EndpointHost {
   Status install(const TransportContext& ctx) override;
   void shutdown() override;
   void describe(nlohmann::json& attrs) const override;
-  Status registerMemory(void* addr, size_t length, const std::string& location, bool remote_accessible,
-                        nlohmann::json& attrs) override;
+  // An MR on every NIC; returned as the region's registration
+  // (MemoryRegistration), which every task in the region brings back.
+  Status registerRegion(const Region& region, nlohmann::json& attrs,
+                        std::shared_ptr<const Registration>& out) override;
   Status unregisterMemory(void* addr, size_t length) override;
   // The peer's NICs and per-buffer rkeys, decoded once. kNotSupported with
   // the reason when it publishes no (or malformed) rdma attributes, or no NIC

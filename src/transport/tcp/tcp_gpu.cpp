@@ -14,7 +14,6 @@
 // A slice completes only when no copy of it is in flight, so a task the
 // user gets back (completed, failed or canceled) has no copy still reading
 // or writing its memory.
-#include <charconv>
 #include <fmt/format.h>
 
 #include "base/log.h"
@@ -22,37 +21,6 @@
 #include "transport/tcp/tcp_internal.h"
 
 namespace hawser::tcp {
-
-// ---- GPU regions -------------------------------------------------------------------
-
-int cudaOrdinal(const std::string& location) {
-  std::string_view v(location);
-  if (!v.starts_with("cuda:")) return -1;
-  v.remove_prefix(5);
-  int n = -1;
-  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-  return ec == std::errc() && p == v.data() + v.size() && n >= 0 ? n : -1;
-}
-
-void GpuRegions::add(uint64_t addr, uint64_t len, int device) {
-  std::unique_lock lk(mu_);
-  regions_[addr] = Range{len, device};
-  count_.store(regions_.size(), std::memory_order_release);
-}
-
-void GpuRegions::remove(uint64_t addr) {
-  std::unique_lock lk(mu_);
-  regions_.erase(addr);
-  count_.store(regions_.size(), std::memory_order_release);
-}
-
-int GpuRegions::deviceOf(uint64_t addr) const {
-  std::shared_lock lk(mu_);
-  auto it = regions_.upper_bound(addr);
-  if (it == regions_.begin()) return -1;
-  --it;
-  return addr - it->first < it->second.len ? it->second.device : -1;
-}
 
 // ---- the initiator's staging ---------------------------------------------------------
 

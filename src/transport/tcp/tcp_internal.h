@@ -32,30 +32,6 @@ using Clock = std::chrono::steady_clock;
 inline constexpr size_t kMaxIoThreads = 16;  // tcp.io_threads upper bound
 inline constexpr int kMaxIov = 1024;         // iovecs per sendmsg/readv (IOV_MAX)
 
-// Regions registered as GPU memory ("cuda:N"), for both sides: the
-// initiator stages slices whose local buffer lies in one, the target stages
-// requests addressed to one.
-class GpuRegions {
- public:
-  void add(uint64_t addr, uint64_t len, int device);
-  void remove(uint64_t addr);
-  bool empty() const { return count_.load(std::memory_order_acquire) == 0; }
-  // The GPU of the region that holds `addr`, or -1 (host memory).
-  int deviceOf(uint64_t addr) const;
-
- private:
-  struct Range {
-    uint64_t len;
-    int device;
-  };
-  std::atomic<size_t> count_{0};
-  mutable std::shared_mutex mu_;
-  std::map<uint64_t, Range> regions_;
-};
-
-// "cuda:N" -> N; -1 for any other location.
-int cudaOrdinal(const std::string& location);
-
 // Socket buffers of a data connection, either end: `sock_buf` (tcp.sock_buf)
 // sizes both when set; otherwise a connection whose peer is this host over
 // loopback gets `loopback_send_buf` (tcp.loopback_send_buf) as its send
@@ -215,8 +191,9 @@ struct Peer {
 // The engine's handle on one peer: decoded once per descriptor.
 class PeerRef final : public PeerHandle {
  public:
-  PeerRef(TcpTransport* owner, Peer* peer, uint64_t slice, bool gpu, uint32_t runs, uint64_t group)
-      : owner(owner), peer(peer), slice(slice), gpu(gpu), runs(runs), group(group) {}
+  PeerRef(TcpTransport* owner, Peer* peer, uint64_t slice, bool gpu, uint32_t runs, uint64_t group,
+          std::vector<int16_t> buffer_gpu)
+      : owner(owner), peer(peer), slice(slice), gpu(gpu), runs(runs), group(group), buffer_gpu(std::move(buffer_gpu)) {}
   ~PeerRef() override;
   TcpTransport* const owner;
   Peer* const peer;
@@ -227,6 +204,9 @@ class PeerRef final : public PeerHandle {
   // each; runs < 2 or group 0: every slice goes alone.
   const uint32_t runs;
   const uint64_t group;
+  // The GPU of each of the segment's buffers (its location "cuda:N"), -1 for
+  // host memory.
+  const std::vector<int16_t> buffer_gpu;
 };
 
 enum class ConnState : uint8_t { kDisconnected, kConnecting, kConnected };
@@ -457,9 +437,9 @@ struct TargetState {
   std::atomic<uint64_t> run_frames{0};        // RUNS requests served
   std::atomic<uint64_t> framed_runs{0};       // runs of those
 
-  // GPU memory: requests for it go through pinned staging slots shared by
-  // every data connection (docs/tcp.md "GPU memory").
-  std::shared_ptr<GpuRegions> gpu;
+  // GPU memory (a region whose registry entry says "cuda:N"): requests for
+  // it go through pinned staging slots shared by every data connection
+  // (docs/tcp.md "GPU memory").
   gpu::CopySettings copy;      // gpu.copy_*
   uint64_t slot_size = 0;      // tcp.slice_size
   size_t staging_count = 0;    // tcp.gpu_staging_buffers

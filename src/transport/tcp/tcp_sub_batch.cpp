@@ -19,18 +19,19 @@ Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
   // Pass 1: count. The peer's facts were decoded when the segment was opened.
   std::vector<uint32_t> counts(tasks.size());
   std::vector<int16_t> gpus(tasks.size(), -1), remote_gpus(tasks.size(), -2);
-  const GpuRegions& regions = *owner_->gpu_;
   size_t total = 0;
   bool frames = false;  // a peer takes frames of many runs
   for (size_t i = 0; i < tasks.size(); ++i) {
     const Task& t = *tasks[i];
     const auto* ref = static_cast<const PeerRef*>(t.peer());
     frames |= ref->runs > 1;
-    // GPU memory at this end is staged (the registry knows which regions are).
-    if (!regions.empty()) gpus[i] = static_cast<int16_t>(regions.deviceOf(t.localAddr()));
+    // GPU memory at this end is staged (the task's region, found at submit, says which GPU).
+    gpus[i] = static_cast<int16_t>(t.region().gpu);
     if (t.remoteBuffer() >= 0) {
       const auto& b = t.segment().buffers[static_cast<size_t>(t.remoteBuffer())];
-      remote_gpus[i] = static_cast<int16_t>(cudaOrdinal(b.location));
+      remote_gpus[i] = static_cast<size_t>(t.remoteBuffer()) < ref->buffer_gpu.size()
+                           ? ref->buffer_gpu[static_cast<size_t>(t.remoteBuffer())]
+                           : int16_t{-2};
       // GPU memory at the other end needs a peer that stages it.
       if (!ref->gpu && remote_gpus[i] >= 0)
         return {Code::kNotSupported,

@@ -580,18 +580,16 @@ Status pinRuns(TargetState& st, const WireHeader& h, const RunEntry* runs, size_
     const uint64_t a = runs[i].addr, len = runs[i].len;
     if (a >= lo && a <= hi && len <= hi - a) continue;  // pinned, checked and placed with that region
     MemoryRegistry::Pin pin;
-    Status ps = st.registry->pinRemote(a, len, pin);
+    LocalRegion region;  // one lookup pins it and says where it lies
+    Status ps = st.registry->pinRemote(a, len, pin, 0, &region);
     if (!ps.ok()) {
       pins.clear();
       if (!frame) return ps;
       return {ps.code(), fmt::format("run {} of {}: {}", i, n, ps.message())};
     }
-    uint64_t start = 0, length = 0;
-    if (frame && st.registry->regionOf(a, len, start, length, nullptr).ok()) {
-      lo = start;
-      hi = start + length;
-    }
-    const int d = st.gpu->empty() ? -1 : st.gpu->deviceOf(a);
+    lo = region.addr;
+    hi = region.addr + region.length;
+    const int d = region.gpu;
     if (i == 0) {
       device = d;
     } else if (d != device) {

@@ -65,7 +65,7 @@ void sizeBuffers(int fd, uint32_t sock_buf, uint32_t loopback_send_buf) {
 
 }  // namespace tcp
 
-TcpTransport::TcpTransport() : gpu_(std::make_shared<tcp::GpuRegions>()) {}
+TcpTransport::TcpTransport() = default;
 
 TcpTransport::~TcpTransport() { shutdown(); }
 
@@ -115,7 +115,6 @@ Status TcpTransport::install(const TransportContext& ctx) {
   target_->timeout_ms = settings_.timeout_ms;
   target_->sock_buf = settings_.sock_buf;
   target_->loopback_send_buf = settings_.loopback_send_buf;
-  target_->gpu = gpu_;
   target_->copy = copy;
   target_->slot_size = settings_.slice_size;
   target_->staging_count = settings_.gpu_staging_buffers;
@@ -148,22 +147,13 @@ void TcpTransport::describe(nlohmann::json& attrs) const {
   attrs["gpu"] = gpu::CudaDriver::get() != nullptr;
 }
 
-Status TcpTransport::registerMemory(void* addr, size_t length, const std::string& location, bool,
-                                    nlohmann::json& attrs) {
+Status TcpTransport::registerRegion(const Region& r, nlohmann::json& attrs, std::shared_ptr<const Registration>& out) {
   attrs = nlohmann::json::object();
-  const int device = tcp::cudaOrdinal(location);
-  if (device < 0) return Status::OK();
-  if (!gpu::CudaDriver::get())
-    return {Code::kNotSupported,
-            fmt::format("tcp moves GPU memory ({}) only with a CUDA driver loaded: {}", location,
-                        gpu::CudaDriver::reason().empty() ? "none was loaded" : gpu::CudaDriver::reason())};
-  gpu_->add(reinterpret_cast<uint64_t>(addr), length, device);
-  return Status::OK();
-}
-
-Status TcpTransport::unregisterMemory(void* addr, size_t) {
-  gpu_->remove(reinterpret_cast<uint64_t>(addr));
-  return Status::OK();
+  out.reset();
+  if (r.gpu < 0 || gpu::CudaDriver::get()) return Status::OK();
+  return {Code::kNotSupported,
+          fmt::format("tcp moves GPU memory ({}) only with a CUDA driver loaded: {}", r.location,
+                      gpu::CudaDriver::reason().empty() ? "none was loaded" : gpu::CudaDriver::reason())};
 }
 
 Status TcpTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) {
@@ -211,7 +201,10 @@ Status TcpTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle
   tcp::Peer* peer = pit->second.get();
   if (peer->handles++ == 0)
     for (auto& c : peer->conns) c->close_idle.store(false, std::memory_order_relaxed);
-  out = std::make_shared<tcp::PeerRef>(this, peer, slice, peer_gpu, runs, group);
+  std::vector<int16_t> buffer_gpu;
+  buffer_gpu.reserve(seg.buffers.size());
+  for (const BufferDesc& b : seg.buffers) buffer_gpu.push_back(static_cast<int16_t>(gpuOrdinalOf(b.location)));
+  out = std::make_shared<tcp::PeerRef>(this, peer, slice, peer_gpu, runs, group, std::move(buffer_gpu));
   return Status::OK();
 }
 

@@ -45,7 +45,6 @@
 namespace hawser {
 
 namespace tcp {
-class GpuRegions;
 class IoThread;
 class PeerRef;
 class SubBatchImpl;
@@ -118,11 +117,12 @@ class TcpTransport final : public Transport {
   Status install(const TransportContext& ctx) override;
   void shutdown() override;
   void describe(nlohmann::json& attrs) const override;
-  // Tracks GPU memory ("cuda:N"), which both sides stage; refused
-  // (kNotSupported) when no CUDA driver is loaded.
-  Status registerMemory(void* addr, size_t length, const std::string& location, bool remote_accessible,
-                        nlohmann::json& attrs) override;
-  Status unregisterMemory(void* addr, size_t length) override;
+  // GPU memory ("cuda:N"), which both sides stage, is refused
+  // (kNotSupported) when no CUDA driver is loaded. Keeps nothing: a task's
+  // region (Task::region().gpu) and, at the target, the registry's entry
+  // say which GPU memory lies on.
+  Status registerRegion(const Region& region, nlohmann::json& attrs,
+                        std::shared_ptr<const Registration>& out) override;
   // The peer's host, port, max_frame, max_runs and whether it serves GPU memory, decoded once. Its data connections
   // are released once the last handle on that host:port goes and nothing is
   // outstanding on them.
@@ -149,7 +149,6 @@ class TcpTransport final : public Transport {
   bool installed_ = false;
   std::atomic<bool> stopping_{false};
   std::shared_ptr<metrics::Registry> metrics_;  // the engine's (base/transport_metrics.h)
-  std::shared_ptr<tcp::GpuRegions> gpu_;
   std::shared_ptr<tcp::TargetState> target_;
   std::unique_ptr<tcp::InitiatorCounters> counters_;
   std::vector<std::unique_ptr<tcp::IoThread>> io_;
