@@ -128,14 +128,20 @@ Status MemoryRegistry::regionAt(uint64_t addr, uint64_t len, LocalRegion& out, s
 Status MemoryRegistry::pinRemote(uint64_t addr, uint64_t len, Pin& pin, uint64_t seq, LocalRegion* region) {
   std::shared_lock lk(mu_);
   const Region* r = holding(addr, len);
-  if (!r || !r->remote_accessible)
-    return {Code::kOutOfRange,
-            fmt::format("range [{:#x}, +{}) is not inside one remote-accessible registered region", addr, len)};
-  if (seq != 0 && r->seq != seq)
+  if (seq != 0 && (!r || r->seq != seq)) {
+    if (!r)
+      return {Code::kOutOfRange,
+              fmt::format("registration {} (the one the request is bound to) was withdrawn: [{:#x}, +{}) is not "
+                          "inside one registered region any more",
+                          seq, addr, len)};
     return {Code::kOutOfRange,
             fmt::format("registration {} (the one the request is bound to) was withdrawn: [{:#x}, +{}) now "
                         "belongs to registration {} [{:#x}, +{})",
                         seq, addr, len, r->seq, r->addr, r->length)};
+  }
+  if (!r || !r->remote_accessible)
+    return {Code::kOutOfRange,
+            fmt::format("range [{:#x}, +{}) is not inside one remote-accessible registered region", addr, len)};
   r->pins->fetch_add(1);
   pin = Pin(r->pins, this);
   if (region) {

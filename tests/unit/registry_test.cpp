@@ -35,6 +35,15 @@ TEST(Registry, a_range_registered_again_at_the_same_address_is_another_registrat
   EXPECT_TRUE(pin);
   pin.release();
   EXPECT_TRUE(reg.pinRemote(r.addr, 0x4000, pin).ok()) << "0: bound to no registration";
+  pin.release();
+
+  // Withdrawn and not registered again: the request names its registration too.
+  ASSERT_TRUE(reg.erase(r.addr).ok());
+  s = reg.pinRemote(r.addr, 0x1000, pin, second);
+  EXPECT_EQ(s.code(), Code::kOutOfRange);
+  EXPECT_NE(s.message().find(fmt::format("registration {} (the one the request is bound to) was withdrawn", second)),
+            std::string::npos)
+      << s.toString();
 }
 
 }  // namespace
