@@ -9,12 +9,11 @@
 // at a chosen point while the test acts as the target.
 #include <gtest/gtest.h>
 
-#include <condition_variable>
 #include <cstring>
 #include <fmt/format.h>
 #include <future>
-#include <mutex>
 
+#include "common/parking.h"
 #include "common/util.h"
 #include "hawser/engine.h"
 #include "transport/shm/shm_testing.h"
@@ -28,25 +27,9 @@ constexpr size_t kRegion = 2u << 20;   // the target's registration
 constexpr size_t kTask = 1u << 20;     // two slices of shm.split_bytes
 constexpr size_t kSplit = 512u << 10;
 
-// Parks the copy whose first run starts at `at` when it reaches `point`,
-// until released.
-struct Park {
-  std::mutex mu;
-  std::condition_variable cv;
-  seam::Point point = seam::Point::kTurn;
-  uint64_t at = 0;
-  bool armed = false, parked = false, released = false;
-};
-Park g_park;
-
-void parkHook(seam::Point point, uint64_t remote, uint64_t) {
-  std::unique_lock lk(g_park.mu);
-  if (!g_park.armed || point != g_park.point || remote != g_park.at) return;
-  g_park.armed = false;
-  g_park.parked = true;
-  g_park.cv.notify_all();
-  g_park.cv.wait_for(lk, std::chrono::seconds(60), [] { return g_park.released; });
-}
+// The copy whose first run starts at the armed address parks at the armed point.
+Parking g_park;
+void parkHook(seam::Point point, uint64_t remote, uint64_t) { g_park.reached(remote, static_cast<int>(point)); }
 
 class ShmRegistration : public ::testing::Test {
  protected:
@@ -65,23 +48,9 @@ class ShmRegistration : public ::testing::Test {
     release();
     seam::on_copy.store(nullptr);
   }
-  void arm(seam::Point point, uint64_t at) {
-    std::lock_guard lk(g_park.mu);
-    g_park.point = point;
-    g_park.at = at;
-    g_park.armed = true;
-    g_park.parked = g_park.released = false;
-  }
-  bool waitParked() {
-    std::unique_lock lk(g_park.mu);
-    return g_park.cv.wait_for(lk, std::chrono::seconds(30), [] { return g_park.parked; });
-  }
-  void release() {
-    std::lock_guard lk(g_park.mu);
-    g_park.armed = false;
-    g_park.released = true;
-    g_park.cv.notify_all();
-  }
+  void arm(seam::Point point, uint64_t at) { g_park.arm(at, static_cast<int>(point)); }
+  bool waitParked() { return g_park.waitParked(); }
+  void release() { g_park.release(); }
   // One task of kTask bytes at `remote` (two slices), run to its end.
   TransferStatus runTask(OpCode op, uint64_t remote) {
     auto st = runBatch(init_, seg_, {{op, local_.p, seg_, remote, kTask}});
