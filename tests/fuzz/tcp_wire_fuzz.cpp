@@ -5,8 +5,9 @@
 // also chooses. Input: [max_frame u32] [flags u8: 1 a request awaits, 2 a
 // read, 4 a RUNS request] [id u64] [len u32], then headers, each accepted
 // RUNS request followed by its table. Invariants: an accepted request
-// addresses 1..max_frame bytes and carries exactly its payload (writes) or
-// none (reads), a RUNS request 1..kMaxFrameRuns runs and its table; an
+// (version 1, or 2: bound to a registration, whose number it carries)
+// addresses 1..max_frame bytes and carries exactly its binding and payload
+// (writes) or binding alone (reads), a RUNS request 1..kMaxFrameRuns runs and its table; an
 // accepted table has runs of at least one byte, reserved words 0, lengths
 // adding up to the request's size; an accepted response answers the awaited
 // request with its type and exactly its bytes, or is an error with a known
@@ -34,11 +35,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const WireHeader h = in.take<WireHeader>();
     Status s = checkRequest(h, max_frame);
     if (s.ok()) {
-      FUZZ_CHECK(h.magic == kWireMagic && h.version == kWireVersion && h.status == 0);
+      FUZZ_CHECK(h.magic == kWireMagic && (h.version == kWireVersion || h.version == kBoundVersion) && h.status == 0);
       FUZZ_CHECK(h.size >= 1 && h.size <= max_frame);
+      const uint64_t bound = h.version == kBoundVersion ? kBindingSize : 0;
       if (isRunsType(h.type)) {
         FUZZ_CHECK(h.addr >= 1 && h.addr <= kMaxFrameRuns);
-        FUZZ_CHECK(h.length == runTableBytes(h.addr) + (h.type == kWriteRunsReq ? h.size : 0));
+        FUZZ_CHECK(h.length == bound + runTableBytes(h.addr) + (h.type == kWriteRunsReq ? h.size : 0));
         std::vector<RunEntry> table(h.addr);
         for (RunEntry& r : table) r = in.take<RunEntry>();
         Status t = checkRunTable(h, table.data());
@@ -53,7 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           FUZZ_CHECK(t.code() == Code::kRemoteError && !t.message().empty());
         }
       } else {
-        FUZZ_CHECK(h.type == kReadReq ? h.length == 0 : (h.type == kWriteReq && h.length == h.size));
+        FUZZ_CHECK(h.type == kReadReq ? h.length == bound : (h.type == kWriteReq && h.length == h.size + bound));
       }
     } else {
       FUZZ_CHECK(s.code() == Code::kRemoteError && !s.message().empty());

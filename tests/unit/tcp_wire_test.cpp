@@ -3,6 +3,8 @@
 
 #include <cstddef>
 
+#include <fmt/format.h>
+
 #include "base/config.h"
 #include "metadata/descriptor.h"
 #include "transport/tcp/tcp_transport.h"
@@ -55,9 +57,45 @@ TEST(TcpWire, bad_magic_is_rejected_naming_the_value) {
 }
 
 TEST(TcpWire, unknown_version_is_rejected) {
-  WireHeader h = readReq(16);
-  h.version = 2;
-  EXPECT_EQ(tcp::checkRequest(h, 1 << 20).code(), Code::kRemoteError);
+  for (uint16_t v : {uint16_t{0}, uint16_t{3}}) {
+    WireHeader h = readReq(16);
+    h.version = v;
+    Status s = tcp::checkRequest(h, 1 << 20);
+    EXPECT_EQ(s.code(), Code::kRemoteError);
+    EXPECT_NE(s.message().find(fmt::format("unsupported version {}", v)), std::string::npos) << s.message();
+  }
+}
+
+// Version 2: bound to a registration, whose number follows the header.
+WireHeader bound(WireHeader h) {
+  h.version = tcp::kBoundVersion;
+  h.length += tcp::kBindingSize;
+  return h;
+}
+
+TEST(TcpWire, a_bound_request_carries_its_registration_right_after_the_header) {
+  tcp::RequestHeader r;
+  EXPECT_EQ(sizeof(r), 40u);
+  EXPECT_EQ(reinterpret_cast<char*>(&r.seq) - reinterpret_cast<char*>(&r), 32);
+  EXPECT_EQ(tcp::bindingBytes(r), 0u) << "version 1: no binding";
+  r.version = tcp::kBoundVersion;
+  EXPECT_EQ(tcp::bindingBytes(r), 8u);
+}
+
+TEST(TcpWire, bound_requests_whose_length_counts_the_binding_are_accepted_and_others_rejected) {
+  EXPECT_TRUE(tcp::checkRequest(bound(readReq(4096)), 1 << 20).ok());
+  EXPECT_TRUE(tcp::checkRequest(bound(writeReq(1 << 20)), 1 << 20).ok());
+  WireHeader h = readReq(4096);
+  h.version = tcp::kBoundVersion;  // its binding not counted
+  Status s = tcp::checkRequest(h, 1 << 20);
+  EXPECT_EQ(s.code(), Code::kRemoteError);
+  EXPECT_NE(s.message().find("READ_REQ of version 2 has length 0 (must be 8)"), std::string::npos) << s.message();
+  h = writeReq(4096);
+  h.version = tcp::kBoundVersion;
+  s = tcp::checkRequest(h, 1 << 20);
+  EXPECT_NE(s.message().find("WRITE_REQ of version 2 has length 4096 where its size is 4096"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(tcp::checkRequest(bound(bound(writeReq(64))), 1 << 20).code(), Code::kRemoteError) << "two bindings";
 }
 
 TEST(TcpWire, response_type_or_unknown_type_in_a_request_is_rejected) {
@@ -195,6 +233,16 @@ TEST(TcpWire, runs_request_whose_length_is_not_table_plus_payload_is_rejected) {
   h = runsReq(tcp::kReadRunsReq, 4, 64);
   h.length += 64;  // a read carrying payload
   EXPECT_EQ(tcp::checkRequest(h, 1 << 20).code(), Code::kRemoteError);
+}
+
+TEST(TcpWire, a_bound_runs_request_counts_binding_table_and_payload) {
+  EXPECT_TRUE(tcp::checkRequest(bound(runsReq(tcp::kReadRunsReq, 3, 300)), 1 << 20).ok());
+  EXPECT_TRUE(tcp::checkRequest(bound(runsReq(tcp::kWriteRunsReq, 3, 300)), 1 << 20).ok());
+  WireHeader h = runsReq(tcp::kWriteRunsReq, 4, 64);
+  h.version = tcp::kBoundVersion;
+  Status s = tcp::checkRequest(h, 1 << 20);
+  EXPECT_EQ(s.code(), Code::kRemoteError);
+  EXPECT_NE(s.message().find("has length 128 (must be 136)"), std::string::npos) << s.message();
 }
 
 TEST(TcpWire, runs_request_over_max_frame_or_of_size_0_is_rejected) {

@@ -87,7 +87,9 @@ struct Slice {
   uint16_t live = 1;        // runs of the frame committed to the wire
   uint32_t flen = 0;        // payload bytes of the request it carries (`len` alone; a frame's committed runs)
   RunEntry* table = nullptr;  // a frame's run table (sent after hdr), in its post's table array
-  WireHeader hdr;  // the request header, sent from here (a run of a frame: its own range, in hdr.addr)
+  // The request header (and, version 2, the registration it is bound to),
+  // sent from here (a run of a frame: its own range, in hdr.addr).
+  RequestHeader hdr;
 
   bool frame() const { return runs > 1; }
   // A frame's payload lies packed in one staging slot (GPU memory).
@@ -115,7 +117,7 @@ void forEachRun(Slice* lead, F&& f) {
 
 // Bytes the request `s` carries puts on the wire: header, run table, payload.
 inline size_t wireBytes(const Slice* s) {
-  return kHeaderSize + (s->frame() ? runTableBytes(s->live) : 0) + (s->is_read ? 0 : s->flen);
+  return kHeaderSize + bindingBytes(s->hdr) + (s->frame() ? runTableBytes(s->live) : 0) + (s->is_read ? 0 : s->flen);
 }
 
 struct SliceList {
@@ -191,9 +193,16 @@ struct Peer {
 // The engine's handle on one peer: decoded once per descriptor.
 class PeerRef final : public PeerHandle {
  public:
-  PeerRef(TcpTransport* owner, Peer* peer, uint64_t slice, bool gpu, uint32_t runs, uint64_t group,
+  PeerRef(TcpTransport* owner, Peer* peer, uint64_t slice, bool gpu, uint32_t runs, uint64_t group, bool bound,
           std::vector<int16_t> buffer_gpu)
-      : owner(owner), peer(peer), slice(slice), gpu(gpu), runs(runs), group(group), buffer_gpu(std::move(buffer_gpu)) {}
+      : owner(owner),
+        peer(peer),
+        slice(slice),
+        gpu(gpu),
+        runs(runs),
+        group(group),
+        bound(bound),
+        buffer_gpu(std::move(buffer_gpu)) {}
   ~PeerRef() override;
   TcpTransport* const owner;
   Peer* const peer;
@@ -204,6 +213,9 @@ class PeerRef final : public PeerHandle {
   // each; runs < 2 or group 0: every slice goes alone.
   const uint32_t runs;
   const uint64_t group;
+  // The peer takes requests bound to a registration (descriptor "version"
+  // >= 2): each request carries the seq of the buffer it lies in.
+  const bool bound;
   // The GPU of each of the segment's buffers (its location "cuda:N"), -1 for
   // host memory.
   const std::vector<int16_t> buffer_gpu;

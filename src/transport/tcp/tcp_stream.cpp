@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fmt/format.h>
 
+#include "metadata/descriptor.h"
 #include "transport/tcp/tcp_internal.h"
 
 namespace hawser::tcp {
@@ -22,7 +23,7 @@ constexpr size_t kMaxSendBytes = 16u << 20;  // per sendmsg
 constexpr size_t kMaxControlAhead = 64;  // responses read ahead in one recv
 
 // The iovecs of one request on the wire from byte `off` on, appended to
-// iov[cnt..kMaxIov): header, run table (a frame), write payload (a frame in
+// iov[cnt..kMaxIov): header (and binding), run table (a frame), write payload (a frame in
 // host memory: run by run). False when they did not all fit.
 bool appendRequest(Slice* s, size_t off, iovec* iov, int& cnt, size_t& bytes) {
   size_t pos = 0;
@@ -38,13 +39,22 @@ bool appendRequest(Slice* s, size_t off, iovec* iov, int& cnt, size_t& bytes) {
     pos += n;
     return true;
   };
-  if (!piece(&s->hdr, kHeaderSize)) return false;
+  if (!piece(&s->hdr, kHeaderSize + bindingBytes(s->hdr))) return false;
   if (s->frame() && !piece(s->table, runTableBytes(s->live))) return false;
   if (s->is_read) return true;
   if (!s->frame() || s->packed()) return piece(s->buf, s->flen);
   for (uint32_t j = 0; j < s->runs; ++j)
     if (s[j].state.load(std::memory_order_relaxed) == kSliceCommitted && !piece(s[j].buf, s[j].len)) return false;
   return true;
+}
+
+// " of registration G [base, +len)" for a request bound to a registration
+// of the target (the remote buffer its task was made for), else "".
+std::string boundTo(const Slice* s) {
+  if (s->hdr.seq == 0) return {};
+  const Task* t = s->task;
+  const BufferDesc& b = t->segment().buffers[static_cast<size_t>(t->remoteBuffer())];
+  return fmt::format(" of registration {} [{:#x}, +{})", s->hdr.seq, b.addr, b.length);
 }
 
 // The first run of the frame `lead` carries from `r` on that is on the
@@ -92,7 +102,7 @@ bool IoThread::commitFrame(Slice* s) {
   s->hdr.type = s->is_read ? kReadRunsReq : kWriteRunsReq;
   s->hdr.addr = live;
   s->hdr.size = s->flen;
-  s->hdr.length = static_cast<uint32_t>(runTableBytes(live) + (s->is_read ? 0 : off));
+  s->hdr.length = static_cast<uint32_t>(bindingBytes(s->hdr) + runTableBytes(live) + (s->is_read ? 0 : off));
   return true;
 }
 
@@ -254,11 +264,13 @@ bool IoThread::parse(Conn* c) {
       // A frame is refused whole: each of its runs fails with the reason
       // (which names the first run at fault).
       Status why = f->frame()
-                       ? Status(code, fmt::format("tcp: {} refused a {} frame of {} runs ({} bytes) holding this run: {}",
+                       ? Status(code, fmt::format("tcp: {} refused a {} frame of {} runs ({} bytes){} holding this "
+                                                  "run: {}",
                                                   c->peer->name, f->is_read ? "read" : "write", f->live, f->flen,
-                                                  c->reason))
-                       : Status(code, fmt::format("tcp: {} refused {} [{:#x}, +{}): {}", c->peer->name,
-                                                  f->is_read ? "read" : "write", f->hdr.addr, f->len, c->reason));
+                                                  boundTo(f), c->reason))
+                       : Status(code, fmt::format("tcp: {} refused {} [{:#x}, +{}){}: {}", c->peer->name,
+                                                  f->is_read ? "read" : "write", f->hdr.addr, f->len, boundTo(f),
+                                                  c->reason));
       completeFront(c, false, why);
       c->rx_mode = RxMode::kHeader;
       continue;

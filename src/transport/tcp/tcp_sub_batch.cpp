@@ -58,6 +58,11 @@ Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
     const TransferRequest& r = t->request();
     const auto* ref = static_cast<const PeerRef*>(t->peer());
     const bool is_read = r.opcode == OpCode::kRead;
+    // Bound to the registration of the remote buffer the task was made for
+    // (its seq in the descriptor): the target serves no slice of it from another.
+    const uint64_t seq = ref->bound && t->remoteBuffer() >= 0
+                             ? t->segment().buffers[static_cast<size_t>(t->remoteBuffer())].seq
+                             : 0;
     uint64_t off = 0;
     for (uint32_t j = 0; j < counts[i]; ++j) {
       Slice& s = work->chunk[k++];
@@ -76,6 +81,11 @@ Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
       s.hdr.size = static_cast<uint32_t>(len);
       s.hdr.length = is_read ? 0 : static_cast<uint32_t>(len);
       s.hdr.addr = r.target_offset + off;
+      if (seq != 0) {
+        s.hdr.version = kBoundVersion;
+        s.hdr.seq = seq;
+        s.hdr.length += kBindingSize;
+      }
       off += len;
     }
     t->setSliceCount(counts[i]);
@@ -86,7 +96,8 @@ Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
 
 // How many slices from arr[i] on go in one request (docs/tcp.md "Frames of
 // many runs"): consecutive slices of one peer handle, one direction, one
-// kind of memory at each end (host, or the same GPU), while their bytes stay
+// kind of memory at each end (host, or the same GPU), bound to one
+// registration of the target (a frame carries one), while their bytes stay
 // within the handle's group size and their count within its runs. 1: alone.
 static size_t groupAt(const Slice* arr, size_t i, size_t n) {
   const Slice& s = arr[i];
@@ -97,7 +108,7 @@ static size_t groupAt(const Slice* arr, size_t i, size_t n) {
   for (; i + k < n && k < ref->runs; ++k) {
     const Slice& t = arr[i + k];
     if (t.task->peer() != s.task->peer() || t.is_read != s.is_read || t.gpu != s.gpu ||
-        t.remote_gpu != s.remote_gpu || bytes + t.len > ref->group)
+        t.remote_gpu != s.remote_gpu || t.hdr.seq != s.hdr.seq || bytes + t.len > ref->group)
       break;
     bytes += t.len;
   }

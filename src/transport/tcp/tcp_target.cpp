@@ -21,8 +21,13 @@
 
 #include "base/log.h"
 #include "transport/tcp/tcp_internal.h"
+#include "transport/tcp/tcp_testing.h"
 
 namespace hawser::tcp {
+
+namespace testing {
+std::atomic<RequestHook> on_request{nullptr};
+}
 
 namespace {
 
@@ -83,14 +88,17 @@ class Channel {
       }
       const size_t need = sizeof(h) - have;
       size_t got = 0;
-      Status s = recvAtLeast(in_.get() + in_end_, need, ahead_ ? kReadAhead - in_end_ : need, idle_ok && have == 0,
-                             got);
+      Status s = recvAtLeast(in_.get() + in_end_, need, ahead_ ? kReadAhead - in_end_ : next_ - have,
+                             idle_ok && have == 0, got);
       in_end_ += got;
       if (!s.ok()) return s;
     }
     std::memcpy(&h, in_.get() + in_begin_, sizeof(h));
     in_begin_ += sizeof(h);
     ahead_ = !((h.type == kWriteReq || h.type == kWriteRunsReq) && h.size > kSmallWrite);
+    // An initiator binds all its requests or none: the next one likely has
+    // the same header (and binding) as this one.
+    next_ = sizeof(h) + bindingBytes(h);
     return Status::OK();
   }
 
@@ -119,7 +127,8 @@ class Channel {
   // is already there. `then_header`: the payload ends its message, so the
   // receive that completes it also takes the next request's header (never
   // more: a large write's payload goes only to its destination), saving a
-  // recv per write and letting the answer wait for the next one.
+  // recv per write and letting the answer wait for the next one (and the
+  // registration that follows it, when this request carried one).
   Status recvPayload(void* buf, size_t len, bool then_header = false) {
     iovec one{buf, len};
     return recvPayload(&one, 1, then_header);
@@ -179,7 +188,7 @@ class Channel {
         size_t n_iov = k;
         if (then_header && at + k == cnt && in_begin_ == in_end_) {
           in_begin_ = in_end_ = 0;
-          iov[n_iov++] = {in_.get(), sizeof(WireHeader)};
+          iov[n_iov++] = {in_.get(), next_};
         }
         msghdr m{};
         m.msg_iov = iov;
@@ -340,6 +349,7 @@ class Channel {
   std::unique_ptr<char[]> in_;
   size_t in_begin_ = 0, in_end_ = 0;  // unread bytes of in_
   bool ahead_ = true;                 // read ahead with the next header
+  size_t next_ = sizeof(WireHeader);  // bytes of the next request's header (and binding), when not reading ahead
   WireHeader hdrs_[kMaxQueued];
   std::vector<iovec> iov_;  // headers and the runs of the data they answer with
   size_t nq_ = 0, niov_ = 0;
@@ -564,13 +574,15 @@ class GpuPipe {
 
 // Pins the `n` runs of the request `h` (a RUNS request's table, or its own
 // range) and says where they lie: `device` -1 for host memory, else their
-// GPU. A run outside the registered, remote-accessible memory refuses the
+// GPU. `seq` (not 0): the registration the request is bound to; a run that
+// lies in another one (its range was registered again) refuses the request.
+// A run outside the registered, remote-accessible memory refuses the
 // whole request (the reason names the first such run), and so do runs of one
 // frame in host memory and GPU memory, or on two GPUs (an initiator never
 // groups such runs: it groups by the remote buffer's location). A run inside
 // the region pinned for an earlier run of the frame (the usual case: a KV
 // cache is one region) needs no lookup or pin of its own.
-Status pinRuns(TargetState& st, const WireHeader& h, const RunEntry* runs, size_t n,
+Status pinRuns(TargetState& st, const WireHeader& h, uint64_t seq, const RunEntry* runs, size_t n,
                std::vector<MemoryRegistry::Pin>& pins, int& device) {
   pins.clear();
   device = -1;
@@ -581,7 +593,7 @@ Status pinRuns(TargetState& st, const WireHeader& h, const RunEntry* runs, size_
     if (a >= lo && a <= hi && len <= hi - a) continue;  // pinned, checked and placed with that region
     MemoryRegistry::Pin pin;
     LocalRegion region;  // one lookup pins it and says where it lies
-    Status ps = st.registry->pinRemote(a, len, pin, 0, &region);
+    Status ps = st.registry->pinRemote(a, len, pin, seq, &region);
     if (!ps.ok()) {
       pins.clear();
       if (!frame) return ps;
@@ -669,6 +681,11 @@ void TargetState::serve(net::Fd fd) {
     Status v = checkRequest(h, max_frame);
     const bool frame = isRunsType(h.type);
     size_t n = 1;
+    uint64_t seq = 0;  // the registration the request is bound to (version 2)
+    if (v.ok() && bindingBytes(h) > 0) {
+      s = ch.recvExact(&seq, sizeof(seq), false);
+      if (!s.ok()) break;
+    }
     if (v.ok() && frame) {
       n = h.addr;
       s = ch.recvExact(runs.get(), runTableBytes(n), false);
@@ -682,8 +699,9 @@ void TargetState::serve(net::Fd fd) {
       break;
     }
     if (!frame) runs[0] = RunEntry{h.addr, h.size, 0};
+    testing::call(runs[0].addr, h.size);
     int device = -1;
-    Status ps = pinRuns(*this, h, runs.get(), n, pins, device);
+    Status ps = pinRuns(*this, h, seq, runs.get(), n, pins, device);
     auto countFrame = [&] {
       if (!frame) return;
       run_frames.fetch_add(1, std::memory_order_relaxed);

@@ -139,7 +139,8 @@ void TcpTransport::shutdown() {
 
 void TcpTransport::describe(nlohmann::json& attrs) const {
   attrs = nlohmann::json::object();
-  attrs["version"] = tcp::kWireVersion;
+  // The newest request version the target takes (2: requests bound to a registration).
+  attrs["version"] = tcp::kBoundVersion;
   attrs["max_frame"] = settings_.max_frame;
   // The target serves RUNS requests (frames of many runs) of up to this many runs.
   attrs["max_runs"] = tcp::kMaxFrameRuns;
@@ -178,6 +179,10 @@ Status TcpTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle
     runs = static_cast<uint32_t>(std::min<int64_t>(mr->get<int64_t>(), tcp::kMaxFrameRuns));
   const uint64_t group = std::min(settings_.group_bytes, slice);
   if (group == 0) runs = 0;
+  // Requests bound to the registration they were made for (version 2) only
+  // to a peer that takes them; a peer of an older release publishes version 1.
+  auto v = it->find("version");
+  const bool bound = v != it->end() && v->is_number_integer() && v->get<int64_t>() >= tcp::kBoundVersion;
 
   std::string key = fmt::format("{}:{}", seg.host, seg.rpc_port);
   std::lock_guard lk(peers_mu_);
@@ -204,7 +209,7 @@ Status TcpTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle
   std::vector<int16_t> buffer_gpu;
   buffer_gpu.reserve(seg.buffers.size());
   for (const BufferDesc& b : seg.buffers) buffer_gpu.push_back(static_cast<int16_t>(gpuOrdinalOf(b.location)));
-  out = std::make_shared<tcp::PeerRef>(this, peer, slice, peer_gpu, runs, group, std::move(buffer_gpu));
+  out = std::make_shared<tcp::PeerRef>(this, peer, slice, peer_gpu, runs, group, bound, std::move(buffer_gpu));
   return Status::OK();
 }
 

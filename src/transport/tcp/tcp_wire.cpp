@@ -22,7 +22,8 @@ const char* typeName(uint8_t type) {
 
 Status checkRequest(const WireHeader& h, uint64_t max_frame) {
   if (h.magic != kWireMagic) return {Code::kRemoteError, fmt::format("bad magic {:#010x}", h.magic)};
-  if (h.version != kWireVersion) return {Code::kRemoteError, fmt::format("unsupported version {}", h.version)};
+  if (h.version != kWireVersion && h.version != kBoundVersion)
+    return {Code::kRemoteError, fmt::format("unsupported version {}", h.version)};
   if (h.type != kReadReq && h.type != kWriteReq && h.type != kReadRunsReq && h.type != kWriteRunsReq)
     return {Code::kRemoteError, fmt::format("unexpected message type {} in a request", h.type)};
   if (h.status != 0) return {Code::kRemoteError, fmt::format("{} has status {} (must be 0)", typeName(h.type), h.status)};
@@ -30,20 +31,23 @@ Status checkRequest(const WireHeader& h, uint64_t max_frame) {
   if (h.size > max_frame)
     return {Code::kRemoteError,
             fmt::format("{} size {} exceeds tcp.max_frame {}", typeName(h.type), h.size, max_frame)};
+  const uint32_t bound = bindingBytes(h);
   if (isRunsType(h.type)) {
     if (h.addr == 0 || h.addr > kMaxFrameRuns)
       return {Code::kRemoteError,
               fmt::format("{} carries {} runs (must be 1..{})", typeName(h.type), h.addr, kMaxFrameRuns)};
-    const uint64_t want = runTableBytes(h.addr) + (h.type == kWriteRunsReq ? h.size : 0);
+    const uint64_t want = bound + runTableBytes(h.addr) + (h.type == kWriteRunsReq ? h.size : 0);
     if (h.length != want)
       return {Code::kRemoteError, fmt::format("{} of {} runs and {} bytes has length {} (must be {})",
                                               typeName(h.type), h.addr, h.size, h.length, want)};
     return Status::OK();
   }
-  if (h.type == kReadReq && h.length != 0)
-    return {Code::kRemoteError, fmt::format("READ_REQ carries {} payload bytes (must be 0)", h.length)};
-  if (h.type == kWriteReq && h.length != h.size)
-    return {Code::kRemoteError, fmt::format("WRITE_REQ length {} != size {}", h.length, h.size)};
+  if (h.type == kReadReq && h.length != bound)
+    return {Code::kRemoteError,
+            fmt::format("READ_REQ of version {} has length {} (must be {})", h.version, h.length, bound)};
+  if (h.type == kWriteReq && h.length != uint64_t{h.size} + bound)
+    return {Code::kRemoteError,
+            fmt::format("WRITE_REQ of version {} has length {} where its size is {}", h.version, h.length, h.size)};
   return Status::OK();
 }
 

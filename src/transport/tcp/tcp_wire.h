@@ -29,6 +29,15 @@
 // RUNS requests when its descriptor's tcp attributes carry "max_runs" >= 2
 // (the most runs one frame may carry there); an initiator sends them to no
 // other peer, so peers without them keep working (docs/tcp.md "Wire format").
+//
+// Requests bound to a registration: a request of version 2 (any of the four
+// types) carries, right after its header and counted in `length`, the
+// number of the target's registration every byte it addresses lies in
+// (RequestHeader::seq: the BufferDesc::seq of the buffer the initiator's
+// descriptor named). The target serves it only from that registration: a
+// range registered again meanwhile is another registration, and the request
+// is refused (kOutOfRange). A peer takes version-2 requests when its
+// descriptor's tcp attributes say "version" >= 2; responses are version 1.
 #pragma once
 
 #include <cstddef>
@@ -40,8 +49,13 @@
 namespace hawser::tcp {
 
 inline constexpr uint32_t kWireMagic = 0x44545748;  // "HWTD" little-endian
+// Responses, and requests bound to no registration.
 inline constexpr uint16_t kWireVersion = 1;
+// Requests bound to one registration (followed by its number).
+inline constexpr uint16_t kBoundVersion = 2;
 inline constexpr uint32_t kHeaderSize = 32;
+// The registration number a version-2 request carries after its header.
+inline constexpr uint32_t kBindingSize = 8;
 // Longest reason text in an error response.
 inline constexpr uint32_t kMaxReason = 1024;
 // Hard upper bound of tcp.max_frame (payload bytes of one message).
@@ -79,6 +93,16 @@ struct alignas(8) WireHeader {
 static_assert(sizeof(WireHeader) == kHeaderSize);
 static_assert(offsetof(WireHeader, length) == 8 && offsetof(WireHeader, id) == 16 && offsetof(WireHeader, addr) == 24);
 
+// A request as it leaves the initiator: the header and, for version 2, the
+// registration it is bound to (sent only then: bindingBytes()).
+struct alignas(8) RequestHeader : WireHeader {
+  uint64_t seq = 0;  // the target's registration (BufferDesc::seq); 0: bound to none (version 1)
+};
+static_assert(sizeof(RequestHeader) == kHeaderSize + kBindingSize);
+
+// Bytes of binding that follow the header `h` of a request.
+inline uint32_t bindingBytes(const WireHeader& h) { return h.version == kBoundVersion ? kBindingSize : 0; }
+
 // One run of a RUNS request's table.
 struct alignas(8) RunEntry {
   uint64_t addr = 0;  // target virtual address
@@ -94,8 +118,8 @@ inline constexpr uint64_t runTableBytes(uint64_t runs) { return runs * sizeof(Ru
 // tests/fuzz/tcp_wire_fuzz.cpp.
 //
 // Target side: is `h` a well-formed request whose payload fits `max_frame`
-// (a RUNS request: 1..kMaxFrameRuns runs, `length` the table and, for a
-// write, the payload)? The message names the offending field; the
+// (a RUNS request: 1..kMaxFrameRuns runs, `length` the binding of a
+// version-2 request, the table and, for a write, the payload)? The message names the offending field; the
 // connection must be closed.
 Status checkRequest(const WireHeader& h, uint64_t max_frame);
 
