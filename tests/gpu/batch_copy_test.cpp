@@ -4,7 +4,6 @@
 // call per window, the CTA bound holds, auto picks by run size, and a failed
 // launch is an error of exactly that window. Against the stand-in driver in
 // CI (gpu_sim.*), against the real one on a GPU host (gpu.*).
-#include <dlfcn.h>
 
 #include <gtest/gtest.h>
 
@@ -25,18 +24,6 @@ using gpu::CopyReport;
 using gpu::CopyRun;
 using gpu::CopySettings;
 
-// A hook of the stand-in driver, or null with the real one.
-template <typename F>
-F fakeHook(const char* name) {
-  void* h = dlopen(testCudaDriverPath().c_str(), RTLD_NOW | RTLD_NOLOAD);
-  F f = h ? reinterpret_cast<F>(dlsym(h, name)) : nullptr;
-  if (h) dlclose(h);
-  return f;
-}
-long long fakeCalls(const char* what) {
-  auto f = fakeHook<long long (*)(const char*)>("hawserFakeCudaCalls");
-  return f ? f(what) : -1;
-}
 bool simulated() {
   const char* sim = getenv("HAWSER_TEST_CUDA_DRIVER");
   return sim && *sim;

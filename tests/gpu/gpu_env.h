@@ -39,6 +39,33 @@ inline int openedIpcHandles() {
   return n;
 }
 
+// A hook of the stand-in driver (tests/gpu/sim/fake_cuda.cpp), or null with the real one.
+template <typename F>
+F fakeHook(const char* name) {
+  void* h = dlopen(testCudaDriverPath().c_str(), RTLD_NOW | RTLD_NOLOAD);
+  F f = h ? reinterpret_cast<F>(dlsym(h, name)) : nullptr;
+  if (h) dlclose(h);
+  return f;
+}
+// Calls the stand-in driver counted ("launch", "batch", "memcpy_async"), or -1 with the real one.
+inline long long fakeCalls(const char* what) {
+  auto f = fakeHook<long long (*)(const char*)>("hawserFakeCudaCalls");
+  return f ? f(what) : -1;
+}
+
+// Holds the stand-in driver's streams for a scope (nothing queued runs, as
+// on a busy GPU): `hold` is its hawserFakeCudaHoldStreams.
+struct Held {
+  explicit Held(void (*hold)(int)) : hold_(hold) { hold_(1); }
+  ~Held() { release(); }
+  Held(const Held&) = delete;
+  void release() {
+    if (hold_) hold_(0);
+    hold_ = nullptr;
+  }
+  void (*hold_)(int);
+};
+
 // Skips the test (with the reason) where there is no GPU.
 #define HAWSER_REQUIRE_GPU(n)                                                                              \
   do {                                                                                                     \

@@ -3,7 +3,6 @@
 // copied with one launch of hawser's copy kernel (gpu/batch_copy.h). Every
 // byte verified; a failed launch, a cancel and an owner's death mid-request
 // end the request with nothing left in flight.
-#include <dlfcn.h>
 #include <signal.h>
 
 #include <gtest/gtest.h>
@@ -35,29 +34,6 @@ uint64_t counter(const TransferEngine& e, const std::string& key) {
   return 0;
 }
 
-template <typename F>
-F fakeHook(const char* name) {
-  void* h = dlopen(testCudaDriverPath().c_str(), RTLD_NOW | RTLD_NOLOAD);
-  F f = h ? reinterpret_cast<F>(dlsym(h, name)) : nullptr;
-  if (h) dlclose(h);
-  return f;
-}
-// Calls the stand-in driver counted, or -1 with the real one.
-long long fakeCalls(const char* what) {
-  auto f = fakeHook<long long (*)(const char*)>("hawserFakeCudaCalls");
-  return f ? f(what) : -1;
-}
-
-// Holds the stand-in driver's streams for a scope (nothing queued runs).
-struct Held {
-  explicit Held(void (*hold)(int)) : hold_(hold) { hold_(1); }
-  ~Held() { release(); }
-  void release() {
-    if (hold_) hold_(0);
-    hold_ = nullptr;
-  }
-  void (*hold_)(int);
-};
 
 // `n` blocks of `block` bytes: block i at local slot lperm[i] and remote
 // slot rperm[i] (two different permutations: each side its own block table).
