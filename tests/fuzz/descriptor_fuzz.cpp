@@ -43,6 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (nvlink::decodeBufferAttrs(b, info, bus)) {
       FUZZ_CHECK(info.handle.size() == 64 && b.addr >= info.base && b.length <= info.size &&
                  b.addr - info.base <= info.size - b.length);
+      FUZZ_CHECK(info.slot < nvlink::kTableSlots);  // its bit lies in a reader's bitmap
     } else {
       FUZZ_CHECK(!info.why.empty());
     }

@@ -5,10 +5,12 @@
 // without a driver, and what doctor and bench say of it.
 #include <signal.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <future>
 #include <mutex>
+#include <thread>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -297,8 +299,7 @@ TEST(nvlink, a_task_fails_when_the_owner_registers_its_range_again_between_two_s
       std::unique_lock lk(g_park_mu);
       ASSERT_TRUE(g_park_cv.wait_for(lk, std::chrono::seconds(30), [] { return g_parked; }));
     }
-    // The first stripe has landed (a copy already issued is not fenced
-    // against the owner's unregister: nvlink.md) ...
+    // The first stripe has landed ...
     ASSERT_TRUE(eventually([&] {
       TransferStatus st;
       return init.getTransferStatus(b, 0, st).ok() && st.transferred_bytes == (1u << 20);
@@ -332,6 +333,82 @@ TEST(nvlink, a_task_fails_when_the_owner_registers_its_range_again_between_two_s
     }));
   }
   nvlink::testing::before_check.store(nullptr);
+  (void)init.unregisterLocalMemory(local.data());
+  (void)target.unregisterLocalMemory(mem.data());
+}
+
+// Issue 30: the owner's unregisterLocalMemory does not return while a copy
+// a peer issued with the range is still running (the peer announced it in
+// the owner's table: nvlink_readers.h): a write in flight lands whole before
+// it returns and nothing lands after; a read in flight takes the bytes of
+// the registration it was made for. The copy is held on the GPU by the
+// stand-in driver.
+TEST(nvlink, unregister_returns_only_after_the_copies_in_flight_with_the_range_ended) {
+  HAWSER_REQUIRE_GPU(1);
+  auto hold = fakeHook<void (*)(int)>("hawserFakeCudaHoldStreams");
+  if (!hold) GTEST_SKIP() << "needs the stand-in driver's hawserFakeCudaHoldStreams to hold a copy in flight";
+  TransferEngine target, init;
+  ASSERT_TRUE(target.init("p2p", "nvlink-fence-t", "127.0.0.1", 0, gpuOptions()).ok());
+  ASSERT_TRUE(init.init("p2p", "nvlink-fence-i", "127.0.0.1", 0,
+                        gpuOptions({{"nvlink.streams", "1"}, {"nvlink.stream_depth", "1"}}))
+                  .ok());
+  constexpr size_t kTask = 1 << 20;
+  DeviceBuffer mem(0, 2 * kTask), local(0, kTask);
+  ASSERT_TRUE(target.registerLocalMemory(mem.data(), mem.size()).ok());
+  ASSERT_TRUE(init.registerLocalMemory(local.data(), local.size()).ok());
+  SegmentID seg;
+  ASSERT_TRUE(init.openSegment(target.segmentName(), seg).ok());
+  const uint64_t base = reinterpret_cast<uint64_t>(mem.data());
+  for (OpCode op : {OpCode::kWrite, OpCode::kRead}) {
+    SCOPED_TRACE(op == OpCode::kRead ? "read" : "write");
+    std::vector<char> theirs(mem.size()), mine(local.size());
+    fillPattern(theirs.data(), theirs.size(), 41);
+    fillPattern(mine.data(), mine.size(), 42);
+    mem.upload(theirs);
+    local.upload(mine);
+    const uint64_t windows = counter(init, "gpu_copy_windows"), waited = counter(target, "withdrawals_waited");
+    BatchID b = 0;
+    ASSERT_TRUE(init.allocateBatchID(1, b).ok());
+    std::vector<char> at_return;  // the range as unregister returned it to the application
+    std::atomic<bool> returned{false};
+    std::thread unreg;
+    {
+      Held held(hold);
+      ASSERT_TRUE(init.submitTransfer(b, {{op, local.data(), seg, base, kTask}}).ok());
+      // Its copy is issued (and held on the GPU).
+      ASSERT_TRUE(eventually([&] { return counter(init, "gpu_copy_windows") > windows; }));
+      unreg = std::thread([&] {
+        EXPECT_TRUE(target.unregisterLocalMemory(mem.data()).ok());
+        returned = true;
+        at_return = mem.download();
+      });
+      // unregister waits for the copy (counted), or — were it not to — returns.
+      EXPECT_TRUE(eventually([&] { return returned.load() || counter(target, "withdrawals_waited") > waited; }));
+      EXPECT_FALSE(returned.load()) << "unregisterLocalMemory returned while a copy with the range was in flight";
+    }  // the GPU runs the copy
+    unreg.join();
+    EXPECT_EQ(counter(target, "withdrawals_waited"), waited + 1);
+    ASSERT_TRUE(init.waitTransfer(b, std::chrono::seconds(30)).ok());
+    TransferStatus st;
+    ASSERT_TRUE(init.getTransferStatus(b, 0, st).ok());
+    ASSERT_TRUE(init.freeBatchID(b).ok());
+    // Issued before the withdrawal: it completes, from and into the registration it was made for.
+    EXPECT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
+    if (op == OpCode::kWrite) {
+      ASSERT_EQ(at_return.size(), mem.size());
+      EXPECT_EQ(checkPattern(at_return.data(), kTask, 42), -1) << "the write in flight had not landed whole";
+      EXPECT_EQ(checkPattern(at_return.data() + kTask, kTask, 41, kTask), -1);
+      EXPECT_EQ(std::memcmp(mem.download().data(), at_return.data(), at_return.size()), 0)
+          << "bytes landed after unregister returned";
+    } else {
+      EXPECT_EQ(checkPattern(local.download().data(), kTask, 41), -1) << "the read took other bytes";
+    }
+    // Registered again; tasks made for the new registration complete.
+    ASSERT_TRUE(target.registerLocalMemory(mem.data(), mem.size()).ok());
+    EXPECT_TRUE(eventually([&] {
+      return init.transferSync({{OpCode::kRead, local.data(), seg, base, 4096}}, std::chrono::seconds(10)).ok();
+    }));
+  }
   (void)init.unregisterLocalMemory(local.data());
   (void)target.unregisterLocalMemory(mem.data());
 }

@@ -21,12 +21,11 @@
 #include "gpu/copy_stream.h"
 #include "gpu/cuda_api.h"
 #include "metadata/descriptor.h"
+#include "transport/nvlink/nvlink_readers.h"
 #include "transport/nvlink/nvlink_transport.h"
 
 namespace hawser::nvlink {
 
-// Slots of the owner's region table (8 bytes each; the memfd is sparse).
-inline constexpr size_t kTableSlots = 65536;
 inline constexpr const char* kTableName = "hawser-nvlink-regions";
 
 struct Counters {
@@ -40,6 +39,7 @@ struct Counters {
   std::atomic<uint64_t> bytes{0};
   std::atomic<uint64_t> peer_copies{0};           // slices between two different GPUs
   std::atomic<uint64_t> withdrawn_refusals{0};    // slices refused: the owner unregistered the buffer
+  std::atomic<uint64_t> withdrawals_waited{0};    // owner: withdrawals that waited for peers' copies in flight
   gpu::CopyCounters copy;                         // how windows were copied (gpu_copy_*)
   std::atomic<uint64_t> plan_cache_hits{0};       // windows launched from a run list kept on the GPU
   std::atomic<uint64_t> plan_cache_misses{0};     // prepared plans' windows whose run list was (re)made
@@ -58,7 +58,8 @@ Status onOwnThread(const std::function<Status()>& fn);
 // ---- owner side -------------------------------------------------------------
 
 // The regions this engine exports, their IPC handles (one per allocation)
-// and the shared table that says which are still registered.
+// and the shared table that says which are still registered, with the
+// readers' area where peers announce their copies (nvlink_readers.h).
 class Exports {
  public:
   static Status create(std::shared_ptr<Counters> counters, std::unique_ptr<Exports>& out);
@@ -67,7 +68,12 @@ class Exports {
   const std::atomic<uint64_t>* table() const { return table_; }
   // Exports [addr, addr + len) of GPU `device` (bus id `bus`); fills attrs.
   Status add(void* addr, size_t len, int device, const std::string& bus, nlohmann::json& attrs);
+  // Withdraws the region registered at `addr`: no peer issues a copy on it
+  // from here on, and this returns once no copy a live peer issued before
+  // is still running.
   void remove(uint64_t addr);
+  // The engine shuts down: withdraws every region (and waits likewise).
+  void close();
 
  private:
   Exports() = default;
@@ -80,9 +86,14 @@ class Exports {
     uint64_t base = 0;
     uint32_t slot = 0;
   };
+  // Under mu_: takes the region at `addr` out of the table; its slot and gen.
+  bool withdrawLocked(uint64_t addr, uint32_t& slot, uint64_t& gen);
+  // Fences, waits for the peers' copies of every withdrawn slot, then frees the slots.
+  void waitAndFree(const std::vector<std::pair<uint32_t, uint64_t>>& withdrawn);
   std::shared_ptr<Counters> counters_;
   int fd_ = -1;
   std::atomic<uint64_t>* table_ = nullptr;
+  void* readers_ = nullptr;  // the readers' area (nvlink_readers.h), in the same mapping
   std::mutex mu_;
   std::map<uint64_t, Alloc> allocs_;   // by allocation base
   std::map<uint64_t, Region> regions_; // by region start
@@ -136,7 +147,8 @@ struct BufferInfo {
 // Reads attrs.nvlink of one buffer of a peer's descriptor (peer-written):
 // true with b's handle, base, size, slot and gen and the GPU's PCI `bus`
 // ("" when not published) when the buffer is GPU memory whose published
-// allocation [base, base+size) holds it; else false with b.why saying why.
+// allocation [base, base+size) holds it and whose slot lies in the table;
+// else false with b.why saying why.
 // Fuzzed by tests/fuzz/descriptor_fuzz.cpp.
 bool decodeBufferAttrs(const BufferDesc& bd, BufferInfo& b, std::string& bus);
 
@@ -154,6 +166,11 @@ struct Owner {
   std::shared_ptr<Mapping> cached(const std::string& h);
   // The owner exited: every mapping closes once idle.
   void died();
+  // Stream worker `worker`'s reader slot in the owner's readers' area,
+  // claimed on first use (that worker's thread alone uses it). Null with OK
+  // when the owner has no readers' area (an earlier release: its
+  // withdrawals do not wait for copies); kUnavailable when every slot is held.
+  Status reader(size_t worker, Reader*& out);
 
   int64_t pid = 0;
   uint64_t start = 0;
@@ -162,6 +179,7 @@ struct Owner {
   std::string name;  // "process N"
   const std::atomic<uint64_t>* table = nullptr;
   size_t table_bytes = 0;  // mapped here (0: the table is this process's own)
+  void* readers = nullptr;  // the owner's readers' area, mapped read-write here (null: it has none)
   std::atomic<bool> dead{false};
   std::shared_ptr<Watcher> watcher;
   std::shared_ptr<Counters> counters;
@@ -169,6 +187,8 @@ struct Owner {
  private:
   std::mutex mu_;
   std::map<std::string, std::weak_ptr<Mapping>> mappings_;  // by handle
+  std::mutex readers_mu_;
+  std::vector<std::unique_ptr<Reader>> readers_;  // by stream worker
 };
 
 // Notices owners exiting (pidfd readable; kill(pid, 0) polled where pidfds
@@ -332,8 +352,9 @@ void endItems(Group& g, size_t first, size_t n, TransferState state, const Statu
 // to `depth` groups (one copyRuns each), then waits for the oldest one.
 class StreamWorker {
  public:
-  StreamWorker(int device, uint32_t depth, std::shared_ptr<Counters> counters, const gpu::CopySettings& copy,
-               bool spin_wait, WindowCache* cache, uint64_t cache_budget);
+  // `index`: its number in the transport (its reader slot in each owner's table).
+  StreamWorker(size_t index, int device, uint32_t depth, std::shared_ptr<Counters> counters,
+               const gpu::CopySettings& copy, bool spin_wait, WindowCache* cache, uint64_t cache_budget);
   ~StreamWorker();
   Status start();
   // Fails what is queued, waits for what was issued, joins.
@@ -350,6 +371,9 @@ class StreamWorker {
     uint64_t bytes = 0;    // of its issued items
     size_t issued = 0;
     std::vector<Mapping*> maps;  // acquired for its copies
+    // The owners' table slots its copies were announced under (cleared
+    // once they completed: an owner's withdrawal waits for them).
+    std::vector<std::pair<Reader*, uint32_t>> hazards;
     std::shared_ptr<CachedWindow> list;  // the run list its launch reads
   };
   // What one (peer, buffer) of a group holds while it is issued.
@@ -376,10 +400,14 @@ class StreamWorker {
   void lookUp(PeerRef* peer, uint32_t buf, uint64_t remote, uint64_t len, Pending& p, Mapping*& m, uint64_t& base,
               Status& bad, int& peer_device);
   void finish(Pending& p);
+  // Lets go of what `p` held for its copies (mappings, announcements): they
+  // completed, or none was issued.
+  void release(Pending& p);
   // The group is done with: the sub-batch may free it from here on.
   void letGo(Group* g);
   static void cpuRelax();
 
+  const size_t index_;
   const int device_;
   const uint32_t depth_;
   std::shared_ptr<Counters> counters_;

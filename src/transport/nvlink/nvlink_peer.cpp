@@ -55,7 +55,8 @@ Status onOwnThread(const std::function<Status()>& fn) {
 Status Exports::create(std::shared_ptr<Counters> counters, std::unique_ptr<Exports>& out) {
   std::unique_ptr<Exports> e(new Exports());
   e->counters_ = std::move(counters);
-  const size_t bytes = kTableSlots * sizeof(uint64_t);
+  // The table and the readers' area (sparse: pages appear as they are used).
+  const size_t bytes = kTableFileBytes;
   e->fd_ = ::memfd_create(kTableName, MFD_CLOEXEC);
   if (e->fd_ < 0) return {Code::kNotSupported, fmt::format("nvlink: memfd_create: {}", std::strerror(errno))};
   void* m = MAP_FAILED;
@@ -63,12 +64,13 @@ Status Exports::create(std::shared_ptr<Counters> counters, std::unique_ptr<Expor
     m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, e->fd_, 0);
   if (m == MAP_FAILED) return {Code::kNotSupported, fmt::format("nvlink: region table: {}", std::strerror(errno))};
   e->table_ = static_cast<std::atomic<uint64_t>*>(m);
+  e->readers_ = static_cast<char*>(m) + kReadersOffset;
   out = std::move(e);
   return Status::OK();
 }
 
 Exports::~Exports() {
-  if (table_) ::munmap(table_, kTableSlots * sizeof(uint64_t));
+  if (table_) ::munmap(table_, kTableFileBytes);
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -128,13 +130,13 @@ Status Exports::add(void* addr, size_t len, int device, const std::string& bus, 
   return Status::OK();
 }
 
-void Exports::remove(uint64_t addr) {
-  std::lock_guard lk(mu_);
+bool Exports::withdrawLocked(uint64_t addr, uint32_t& slot, uint64_t& gen) {
   auto it = regions_.find(addr);
-  if (it == regions_.end()) return;
-  // Peers check this word before every copy: from here on they refuse it.
-  table_[it->second.slot].store(0, std::memory_order_release);
-  free_.push_back(it->second.slot);
+  if (it == regions_.end()) return false;
+  slot = it->second.slot;
+  gen = table_[slot].load(std::memory_order_relaxed);
+  // Peers check this word before every group of copies: from here on they refuse it.
+  table_[slot].store(0, std::memory_order_release);
   auto al = allocs_.find(it->second.base);
   if (al != allocs_.end() && --al->second.refs == 0) {
     allocs_.erase(al);
@@ -142,6 +144,41 @@ void Exports::remove(uint64_t addr) {
   }
   regions_.erase(it);
   counters_->exported_regions.fetch_sub(1, std::memory_order_relaxed);
+  return true;
+}
+
+void Exports::waitAndFree(const std::vector<std::pair<uint32_t, uint64_t>>& withdrawn) {
+  if (withdrawn.empty()) return;
+  // Pairs with the fence a peer's stream worker makes between announcing a
+  // slot and checking its word (nvlink_readers.h).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (auto [slot, gen] : withdrawn) waitForReaders(readers_, slot, gen, counters_->withdrawals_waited);
+  // Only now may a new registration take the slots.
+  std::lock_guard lk(mu_);
+  for (auto [slot, gen] : withdrawn) free_.push_back(slot);
+}
+
+void Exports::remove(uint64_t addr) {
+  std::vector<std::pair<uint32_t, uint64_t>> withdrawn(1);
+  {
+    std::lock_guard lk(mu_);
+    if (!withdrawLocked(addr, withdrawn[0].first, withdrawn[0].second)) return;
+  }
+  waitAndFree(withdrawn);
+}
+
+void Exports::close() {
+  std::vector<std::pair<uint32_t, uint64_t>> withdrawn;
+  {
+    std::lock_guard lk(mu_);
+    while (!regions_.empty()) {
+      uint32_t slot = 0;
+      uint64_t gen = 0;
+      (void)withdrawLocked(regions_.begin()->first, slot, gen);
+      withdrawn.emplace_back(slot, gen);
+    }
+  }
+  waitAndFree(withdrawn);
 }
 
 // ---- Mapping ----------------------------------------------------------------
@@ -191,7 +228,28 @@ void Mapping::closeLocked() {
 Owner::~Owner() {
   if (watcher && !self) watcher->remove(this);
   if (pidfd >= 0) ::close(pidfd);
+  // No group holds a view of this owner any more: its copies completed.
+  for (auto& r : readers_)
+    if (r) r->release();
+  if (readers) ::munmap(readers, kReadersBytes);
   if (table_bytes) ::munmap(const_cast<std::atomic<uint64_t>*>(table), table_bytes);
+}
+
+Status Owner::reader(size_t worker, Reader*& out) {
+  out = nullptr;
+  if (!readers) return Status::OK();
+  std::lock_guard lk(readers_mu_);
+  if (readers_.size() <= worker) readers_.resize(worker + 1);
+  if (!readers_[worker]) {
+    auto r = std::make_unique<Reader>();
+    if (!r->claim(readers))
+      return {Code::kUnavailable, fmt::format("the region table of {} has no free reader slot ({} copy threads of "
+                                              "live processes hold them all)",
+                                              name, kReaderSlots)};
+    readers_[worker] = std::move(r);
+  }
+  out = readers_[worker].get();
+  return Status::OK();
 }
 
 std::shared_ptr<Mapping> Owner::cached(const std::string& h) {

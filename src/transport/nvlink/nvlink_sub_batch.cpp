@@ -282,9 +282,10 @@ SubBatchImpl::~SubBatchImpl() {
 
 // ---- stream worker ------------------------------------------------------------
 
-StreamWorker::StreamWorker(int device, uint32_t depth, std::shared_ptr<Counters> counters,
+StreamWorker::StreamWorker(size_t index, int device, uint32_t depth, std::shared_ptr<Counters> counters,
                            const gpu::CopySettings& copy, bool spin_wait, WindowCache* cache, uint64_t cache_budget)
-    : device_(device),
+    : index_(index),
+      device_(device),
       depth_(depth),
       counters_(std::move(counters)),
       copy_(copy),
@@ -428,9 +429,20 @@ void StreamWorker::lookUp(PeerRef* peer, uint32_t buf, uint64_t remote, uint64_t
   // slot and gen of the descriptor its PeerRef was decoded from. So every
   // group of a task checks the same registration, and a task never mixes two.
   testing::call(remote);
+  Reader* reader = nullptr;
   if (o.dead.load(std::memory_order_acquire)) {
     bad = Status(Code::kUnavailable, fmt::format("the owner of segment '{}', {}, has exited", pr.segment, o.name));
-  } else if (!o.valid(b.slot, b.gen)) {
+    return;
+  }
+  if (Status rs = o.reader(index_, reader); !rs.ok()) {
+    bad = rs;
+    return;
+  }
+  // Announced before the check (nvlink_readers.h): either the check sees the
+  // owner's withdrawal, or the withdrawal sees this and waits for the copies.
+  if (reader) reader->enter(b.slot);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!o.valid(b.slot, b.gen)) {
     counters_->withdrawn_refusals.fetch_add(1, std::memory_order_relaxed);
     bad = Status(Code::kOutOfRange,
                  fmt::format("remote range [{:#x}, +{}) of segment '{}' was withdrawn by its owner (unregistered): "
@@ -444,8 +456,10 @@ void StreamWorker::lookUp(PeerRef* peer, uint32_t buf, uint64_t remote, uint64_t
     m = nullptr;
   } else {
     p.maps.push_back(m);
+    if (reader) p.hazards.emplace_back(reader, b.slot);
     if (m->device != device_) peer_device = m->device;
   }
+  if (!bad.ok() && reader) reader->leave(b.slot);
   if (switched) (void)d->bindDevice(device_);
 }
 
@@ -542,8 +556,7 @@ bool StreamWorker::reuse(Group* g, Pending& p) {
     Status bad;
     lookUp(g->peer, buf, 0, 0, p, m, base, bad, peer_device);
     if (!bad.ok() || base != was || peer_device >= 0) {
-      for (Mapping* mp : p.maps) mp->release();
-      p.maps.clear();
+      release(p);
       cache_->drop(&kept);
       return false;
     }
@@ -604,7 +617,7 @@ void StreamWorker::issue(Group* g) {
       collectItems(g, p, peer_device);
   }
   if (p.issued == 0) {
-    for (Mapping* mp : p.maps) mp->release();
+    release(p);
     letGo(g);
     return;
   }
@@ -613,7 +626,7 @@ void StreamWorker::issue(Group* g) {
   if (!st.ok()) {
     // Whatever of the group was queued must stop before its memory is let go.
     (void)stream_->waitAll();
-    for (Mapping* mp : p.maps) mp->release();
+    release(p);
     counters_->slices_failed.fetch_add(p.issued, std::memory_order_relaxed);
     endIssued(*g, p.issued, 0, TransferState::kFailed,
               Status(st.code(), fmt::format("copy of {} bytes on GPU {}: {}", p.bytes, device_, st.message())));
@@ -625,9 +638,16 @@ void StreamWorker::issue(Group* g) {
   inflight_.push_back(std::move(p));
 }
 
+void StreamWorker::release(Pending& p) {
+  for (Mapping* m : p.maps) m->release();
+  p.maps.clear();
+  for (auto& [reader, slot] : p.hazards) reader->leave(slot);
+  p.hazards.clear();
+}
+
 void StreamWorker::finish(Pending& p) {
   Status st = stream_->wait(p.ticket);
-  for (Mapping* m : p.maps) m->release();
+  release(p);  // before the tasks hear of it: an owner's withdrawal may be waiting
   Group* g = p.g;
   if (!st.ok()) {
     counters_->slices_failed.fetch_add(p.issued, std::memory_order_relaxed);

@@ -77,7 +77,8 @@ bool decodeBufferAttrs(const BufferDesc& bd, BufferInfo& b, std::string& bus) {
   }
   if (auto h = a->find("handle"); h == a->end() || !h->is_string() || !parseHex(h->get<std::string>(), b.handle) ||
                                   !field(*a, "base", b.base) || !field(*a, "size", b.size) ||
-                                  !field(*a, "slot", b.slot) || !field(*a, "gen", b.gen)) {
+                                  !field(*a, "slot", b.slot) || !field(*a, "gen", b.gen) ||
+                                  b.slot >= kTableSlots) {
     b.why = fmt::format("malformed attrs.nvlink {}", a->dump());
     return false;
   }
@@ -157,6 +158,9 @@ Status NvlinkTransport::install(const TransportContext& ctx) {
 
 void NvlinkTransport::shutdown() {
   if (!installed_ || stopping_.exchange(true)) return;
+  // Peers stop copying from and to this engine's memory, and the copies they
+  // issued before end first (this engine's own workers among them: still running).
+  if (exports_) exports_->close();
   std::lock_guard lk(workers_mu_);
   for (auto& [dev, ws] : workers_)
     for (auto& w : ws) w->stop();
@@ -172,6 +176,9 @@ void NvlinkTransport::describe(nlohmann::json& attrs) const {
   attrs["pidns"] = pidns_;
   attrs["table_fd"] = exports_->tableFd();
   attrs["table_slots"] = nvlink::kTableSlots;
+  // Peers announce their copies in the table's readers' area, and a
+  // withdrawal waits for them (nvlink_readers.h).
+  attrs["readers"] = nvlink::kReaderSlots;
 }
 
 Status NvlinkTransport::registerRegion(const Region& r, nlohmann::json& attrs, std::shared_ptr<const Registration>& out) {
@@ -252,20 +259,36 @@ Status NvlinkTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHan
         return {Code::kNotSupported,
                 fmt::format("segment '{}': cannot see the owner's region table {}: {} (nvlink needs both processes "
                             "under one user)", seg.name, path, ln < 0 ? std::strerror(errno) : "not the table")};
-      int tfd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      // The readers' area (an owner of an earlier release has none) is
+      // written here: the file is opened read-write, the table mapped read-only.
+      uint32_t reader_slots = 0;
+      const bool readers = field(*it, "readers", reader_slots) && reader_slots == nvlink::kReaderSlots;
+      int tfd = ::open(path.c_str(), (readers ? O_RDWR : O_RDONLY) | O_CLOEXEC);
       if (tfd < 0)
         return {Code::kNotSupported, fmt::format("segment '{}': cannot open the owner's region table {}: {}",
                                                  seg.name, path, std::strerror(errno))};
       struct stat st {};
-      const size_t bytes = nvlink::kTableSlots * sizeof(uint64_t);
+      const size_t bytes = nvlink::kTableBytes;
+      const size_t need = readers ? nvlink::kTableFileBytes : bytes;
       void* m = MAP_FAILED;
-      if (::fstat(tfd, &st) == 0 && static_cast<size_t>(st.st_size) >= bytes)
+      void* r = MAP_FAILED;
+      if (::fstat(tfd, &st) == 0 && static_cast<size_t>(st.st_size) >= need) {
         m = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, tfd, 0);
+        if (readers && m != MAP_FAILED) {
+          r = ::mmap(nullptr, nvlink::kReadersBytes, PROT_READ | PROT_WRITE, MAP_SHARED, tfd,
+                     static_cast<off_t>(nvlink::kReadersOffset));
+          if (r == MAP_FAILED) {
+            ::munmap(m, bytes);
+            m = MAP_FAILED;
+          }
+        }
+      }
       ::close(tfd);
       if (m == MAP_FAILED)
         return {Code::kNotSupported, fmt::format("segment '{}': cannot map the owner's region table", seg.name)};
       o->table = static_cast<const std::atomic<uint64_t>*>(m);
       o->table_bytes = bytes;
+      if (readers) o->readers = r;
       if (!o->self) {
         // The pid named the owner throughout (not a reused number).
         if (nvlink::processStartTime(pid) != start)
@@ -305,8 +328,9 @@ Status NvlinkTransport::workers(int device, std::vector<nvlink::StreamWorker*>& 
   if (it == workers_.end()) {
     std::vector<std::unique_ptr<nvlink::StreamWorker>> ws;
     for (uint32_t i = 0; i < settings_.streams; ++i) {
-      auto w = std::make_unique<nvlink::StreamWorker>(device, settings_.stream_depth, counters_, settings_.copy,
-                                                      settings_.spin_wait, cache_.get(), settings_.plan_cache);
+      auto w = std::make_unique<nvlink::StreamWorker>(next_worker_++, device, settings_.stream_depth, counters_,
+                                                      settings_.copy, settings_.spin_wait, cache_.get(),
+                                                      settings_.plan_cache);
       Status s = w->start();
       if (!s.ok()) {
         for (auto& o : ws) o->stop();
@@ -366,6 +390,7 @@ Counters NvlinkTransport::stats() const {
           {"bytes", c.bytes.load()},
           {"peer_copies", c.peer_copies.load()},
           {"withdrawn_refusals", c.withdrawn_refusals.load()},
+          {"withdrawals_waited", c.withdrawals_waited.load()},
           {"plan_cache_hits", c.plan_cache_hits.load()},
           {"plan_cache_misses", c.plan_cache_misses.load()},
           {"plan_cache_bytes", c.plan_cache_bytes.load()}};

@@ -9,11 +9,15 @@
 // holds a slot of a small shared table (a memfd) whose word says whether the
 // region is still registered: peers check it before every copy, so memory
 // the owner withdrew is refused even by a peer holding an old descriptor.
+// Peers announce in the table's readers' area the slots their copies in
+// flight use, and a withdrawal (unregisterLocalMemory, shutdown) waits for
+// those copies: none runs after it returned (nvlink_readers.h).
 // describe() publishes the pid, its start time and pid namespace (liveness)
 // and the table's fd.
 //
 // Peer (the initiator): per owner process, one Owner record: a pidfd that
-// says when the owner exits, and the owner's table mapped read-only. Each
+// says when the owner exits, and the owner's table mapped read-only (its
+// readers' area read-write). Each
 // allocation's handle is opened once (lazy peer access) in the context of
 // the GPU that holds it, on first use, and cached; it is closed when no
 // descriptor view lists it any more (the owner unregistered it) or as soon
@@ -29,6 +33,7 @@
 //
 // Files: nvlink_transport.cpp (install, export, peers, stats),
 // nvlink_peer.cpp (owners, opened handles, the liveness watcher),
+// nvlink_readers.cpp (the table's readers' area: copies announced, waited for),
 // nvlink_sub_batch.cpp (prepare, prepareRuns, post, cancel, stream workers),
 // nvlink_window_cache.cpp (prepared plans' run lists kept on the GPU).
 #pragma once
@@ -110,6 +115,7 @@ class NvlinkTransport final : public Transport {
   std::shared_ptr<nvlink::Watcher> watcher_;
   std::mutex workers_mu_;
   std::map<int, std::vector<std::unique_ptr<nvlink::StreamWorker>>> workers_;
+  size_t next_worker_ = 0;  // under workers_mu_: the next stream worker's number
   std::atomic<uint32_t> rr_{0};  // spreads tasks over a GPU's streams
   std::mutex owners_mu_;
   std::map<std::string, std::weak_ptr<nvlink::Owner>> owners_;  // "pid:start time:table fd" (one per engine)
