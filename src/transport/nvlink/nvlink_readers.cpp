@@ -13,9 +13,35 @@
 #include "base/log.h"
 #include "transport/nvlink/nvlink_internal.h"
 
+// ThreadSanitizer keys synchronization by address, and the readers' area is
+// mapped at another address in each process that uses it (twice in one
+// whose engines copy with each other): the handshake's release (a bit
+// cleared once the copies completed) and acquire (the owner finding it
+// clear) are told to it on a key of the table slot.
+#if defined(__SANITIZE_THREAD__)
+#define HAWSER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define HAWSER_TSAN 1
+#endif
+#endif
+#ifdef HAWSER_TSAN
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+#endif
+
 namespace hawser::nvlink {
 
 namespace {
+
+#ifdef HAWSER_TSAN
+char g_tsan_keys[kTableSlots];
+void tsanRelease(uint32_t slot) { __tsan_release(&g_tsan_keys[slot]); }
+void tsanAcquire(uint32_t slot) { __tsan_acquire(&g_tsan_keys[slot]); }
+#else
+void tsanRelease(uint32_t) {}
+void tsanAcquire(uint32_t) {}
+#endif
 
 ReadersHeader* header(void* r) { return static_cast<ReadersHeader*>(r); }
 ReaderSlot* slots(void* r) { return reinterpret_cast<ReaderSlot*>(static_cast<char*>(r) + sizeof(ReadersHeader)); }
@@ -63,6 +89,7 @@ void waitForReaders(void* readers, uint32_t slot, uint64_t gen, std::atomic<uint
       else std::this_thread::sleep_for(std::chrono::microseconds(spin < 1000 ? 20 : 1000));
     }
   }
+  tsanAcquire(slot);
 }
 
 bool Reader::claim(void* readers) {
@@ -110,6 +137,7 @@ void Reader::leave(uint32_t s) {
   if (it == uses_.end() || --it->second > 0) return;
   uses_.erase(it);
   std::atomic<uint64_t>& w = bits_[s / 64];
+  tsanRelease(s);
   w.store(w.load(std::memory_order_relaxed) & ~(uint64_t{1} << (s % 64)), std::memory_order_release);
 }
 
