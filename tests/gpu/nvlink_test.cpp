@@ -145,10 +145,12 @@ TEST(nvlink, an_owner_in_this_process_is_addressed_directly_and_large_tasks_are_
 
 TEST(nvlink, host_memory_at_either_end_never_takes_nvlink) {
   HAWSER_REQUIRE_GPU(1);
+  // Before the engines: a target thread may still be inside the sendmsg of a
+  // response the initiator already has when the test ends.
+  Buffer host_remote(1 << 20), host_local(1 << 20);
   TransferEngine target, init;
   ASSERT_TRUE(target.init("p2p", "nvlink-host-t", "127.0.0.1", 0, gpuOptions()).ok());
   ASSERT_TRUE(init.init("p2p", "nvlink-host-i", "127.0.0.1", 0, gpuOptions()).ok());
-  Buffer host_remote(1 << 20), host_local(1 << 20);
   DeviceBuffer gpu_remote(0, 1 << 20), gpu_local(0, 1 << 20);
   ASSERT_TRUE(target.registerLocalMemory(host_remote.p, host_remote.n).ok());
   ASSERT_TRUE(target.registerLocalMemory(gpu_remote.data(), gpu_remote.size()).ok());
