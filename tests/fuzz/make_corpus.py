@@ -30,8 +30,8 @@ def rpc_frame(type_, length, status=0, id_=0, magic=RPC_MAGIC, version=RPC_VERSI
     return struct.pack("<IHHIiQ", magic, version, type_, length, status, id_)
 
 
-def tcp_header(type_, length, size, id_, addr=0, status=0):
-    return struct.pack("<IHBBIIQQ", TCP_MAGIC, TCP_VERSION, type_, status, length, size, id_, addr)
+def tcp_header(type_, length, size, id_, addr=0, status=0, version=TCP_VERSION):
+    return struct.pack("<IHBBIIQQ", TCP_MAGIC, version, type_, status, length, size, id_, addr)
 
 
 def rpc():
@@ -84,6 +84,13 @@ def tcp_wire():
     write("tcp_wire", "refused-runs", prefix(True, 13, 8192, True) + tcp_header(7, 60, 0, 13, status=4))
     write("tcp_wire", "bad-run-table", prefix(True, 14, 100, True) +
           tcp_header(5, 32, 100, 14, 2) + tcp_run_table([(0x1000, 50), (0x2000, 49)]))
+    # Version 2: bound to registration 7 (its number follows the header).
+    seq = struct.pack("<Q", 7)
+    write("tcp_wire", "bound-read", prefix(True, 15, 4096) +
+          tcp_header(1, 8, 4096, 15, 0x7f0000001000, version=2) + seq + tcp_header(3, 4096, 4096, 15))
+    write("tcp_wire", "bound-write-runs", prefix(False, 16, size, True) +
+          tcp_header(6, 8 + 16 * len(writes) + size, size, 16, len(writes), version=2) + seq +
+          tcp_run_table(writes) + tcp_header(8, 0, size, 16))
 
 
 NIC = {"name": "rxe0", "link_layer": "eth", "gid": "fe80:0000:0000:0000:0242:acff:fe11:0002", "lid": 0,

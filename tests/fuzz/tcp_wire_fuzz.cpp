@@ -4,7 +4,8 @@
 // the input) and the initiator's response check against a request the input
 // also chooses. Input: [max_frame u32] [flags u8: 1 a request awaits, 2 a
 // read, 4 a RUNS request] [id u64] [len u32], then headers, each accepted
-// RUNS request followed by its table. Invariants: an accepted request
+// request of version 2 followed by its registration number (u64), each
+// accepted RUNS request then by its table. Invariants: an accepted request
 // (version 1, or 2: bound to a registration, whose number it carries)
 // addresses 1..max_frame bytes and carries exactly its binding and payload
 // (writes) or binding alone (reads), a RUNS request 1..kMaxFrameRuns runs and its table; an
@@ -38,6 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(h.magic == kWireMagic && (h.version == kWireVersion || h.version == kBoundVersion) && h.status == 0);
       FUZZ_CHECK(h.size >= 1 && h.size <= max_frame);
       const uint64_t bound = h.version == kBoundVersion ? kBindingSize : 0;
+      if (bound) (void)in.take<uint64_t>();  // the registration: any number is a well-formed one
       if (isRunsType(h.type)) {
         FUZZ_CHECK(h.addr >= 1 && h.addr <= kMaxFrameRuns);
         FUZZ_CHECK(h.length == bound + runTableBytes(h.addr) + (h.type == kWriteRunsReq ? h.size : 0));
