@@ -28,13 +28,7 @@
 
 // ThreadSanitizer: the discard buffer is written by many reads at once on
 // purpose (nobody reads it); said once, where it is made.
-#if defined(__SANITIZE_THREAD__)
-#define HAWSER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define HAWSER_TSAN 1
-#endif
-#endif
+#include "base/tsan.h"
 #ifdef HAWSER_TSAN
 extern "C" void AnnotateBenignRaceSized(const char* file, int line, const volatile void* mem, size_t size,
                                         const char* description);

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "base/log.h"
+#include "base/tsan.h"
 #include "transport/nvlink/nvlink_internal.h"
 
 // ThreadSanitizer keys synchronization by address, and the readers' area is
@@ -18,13 +19,6 @@
 // whose engines copy with each other): the handshake's release (a bit
 // cleared once the copies completed) and acquire (the owner finding it
 // clear) are told to it on a key of the table slot.
-#if defined(__SANITIZE_THREAD__)
-#define HAWSER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define HAWSER_TSAN 1
-#endif
-#endif
 #ifdef HAWSER_TSAN
 extern "C" void __tsan_acquire(void* addr);
 extern "C" void __tsan_release(void* addr);
