@@ -87,11 +87,13 @@ struct PartsTarget {
     nlohmann::json a;
     tcp.describe(a);
     if (!publish_runs) a.erase("max_runs");  // as a peer of an older release
+    if (const int v = publish_version.load()) a["version"] = v;
     d.transports["tcp"] = a;
     std::vector<BufferDesc> bufs;
     BufferDesc b;
     b.addr = addrOf(mem.p);
     b.length = mem.n;
+    if (auto r = reg.find(b.addr); r && publish_seq) b.seq = r->seq;  // which registration of it
     bufs.push_back(b);
     for (auto [addr, len] : extra) {
       BufferDesc e;
@@ -113,6 +115,8 @@ struct PartsTarget {
   test::Buffer mem, priv;
   std::vector<std::pair<uint64_t, uint64_t>> extra;
   bool publish_runs = true;  // false: the descriptor says nothing of frames of many runs
+  std::atomic<int> publish_version{0};  // the tcp "version" published (0: what the transport describes)
+  bool publish_seq = false;  // `mem`'s registration number in the descriptor (requests bound to it)
   Status status;
 };
 

@@ -22,6 +22,7 @@
 #include "common/util.h"
 #include "engine/access.h"
 #include "hawser/engine.h"
+#include "integration/tcp_parts.h"
 #include "transport/tcp/tcp_testing.h"
 
 namespace hawser::test {
@@ -165,6 +166,52 @@ TEST_F(TcpRegistration, a_block_request_read_fails_when_the_target_registers_the
 
 TEST_F(TcpRegistration, a_block_request_write_fails_when_the_target_registers_the_range_again_between_two_frames) {
   blockRequestCase(OpCode::kWrite);
+}
+
+// A target that publishes wire version 1 (an earlier release, which would
+// close the connection on a version-2 request) gets requests bound to no
+// registration: served by address, as before. The same target publishing
+// version 2 gets them bound.
+TEST(TcpRegistrationVersions, a_peer_of_version_1_gets_unbound_requests_and_one_of_version_2_bound_ones) {
+  tcp_parts::PartsTarget t(kRegion);
+  ASSERT_TRUE(t.status.ok()) << t.status.toString();
+  t.publish_seq = true;
+  tcp_parts::Initiator in(kRegion, {{"tcp.slice_size", std::to_string(kSlice)},
+                                    {"tcp.connections", "1"},
+                                    {"tcp.inflight", "1"},
+                                    {"tcp.timeout_ms", "60000"}});
+  ASSERT_TRUE(in.status.ok()) << in.status.toString();
+  tcp::testing::on_request.store(parkHook);
+  for (int version : {1, 2}) {
+    SCOPED_TRACE(fmt::format("the target publishes version {}", version));
+    t.publish_version = version;
+    if (in.seg != kInvalidSegment) {
+      ASSERT_TRUE(in.engine.closeSegment(in.seg).ok());
+    }
+    ASSERT_TRUE(in.open(t.name()).ok());
+    fillPattern(t.mem.p, kRegion, 11);
+    g_park.arm(t.remote(kSlice));
+    auto task = std::async(std::launch::async,
+                           [&] { return in.run({{OpCode::kRead, in.mem.p, in.seg, t.remote(), kTask}}); });
+    ASSERT_TRUE(g_park.waitParked());
+    // The range registered again, with new contents.
+    Region r;
+    ASSERT_TRUE(t.reg.erase(t.remote(), &r).ok());
+    fillPattern(t.mem.p, kRegion, 12);
+    ASSERT_TRUE(t.reg.insert(r).ok());
+    g_park.release();
+    const std::vector<TransferStatus> st = task.get();
+    ASSERT_EQ(st.size(), 1u);
+    if (version == 1) {
+      EXPECT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();  // by address: both registrations
+      EXPECT_EQ(checkPattern(in.mem.p + kSlice, kSlice, 12, kSlice), -1);
+    } else {
+      EXPECT_EQ(st[0].s, TransferState::kFailed);
+      EXPECT_EQ(st[0].error.code(), Code::kOutOfRange) << st[0].error.toString();
+    }
+    EXPECT_EQ(checkPattern(in.mem.p, kSlice, 11), -1);
+  }
+  tcp::testing::on_request.store(nullptr);
 }
 
 }  // namespace
