@@ -48,7 +48,7 @@ struct Counters {
 
 // This process's start time (clock ticks since boot, /proc/<pid>/stat field
 // 22) and pid namespace: with the pid, they name a process for good.
-uint64_t processStartTime(int64_t pid);  // 0 when the process does not exist
+uint64_t processStartTime(int64_t pid);  // 0 when the process does not exist (or exited: a zombie)
 uint64_t pidNamespace();                 // inode of /proc/self/ns/pid (0 unknown)
 
 // Runs fn on a short-lived thread (so GPU contexts made current for it never

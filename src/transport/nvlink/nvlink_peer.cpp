@@ -32,8 +32,10 @@ uint64_t processStartTime(int64_t pid) {
   if (rp == std::string::npos) return 0;
   std::istringstream in(line.substr(rp + 2));
   std::string v;
-  for (int field = 3; field <= 22 && (in >> v); ++field)
+  for (int field = 3; field <= 22 && (in >> v); ++field) {
+    if (field == 3 && (v == "Z" || v == "X")) return 0;  // exited, not yet reaped: its copies ended with it
     if (field == 22) return std::strtoull(v.c_str(), nullptr, 10);
+  }
   return 0;
 }
 
