@@ -139,6 +139,9 @@ TEST(nvlink_blocks, scattered_kv_blocks_move_a_window_per_kernel_launch) {
   EXPECT_EQ(counter(p.init, "gpu_copy_kernel_launches"), windows) << "one launch per window";
   EXPECT_EQ(counter(p.init, "gpu_copy_per_run"), 0u);
   EXPECT_LE(counter(p.init, "gpu_copy_ctas_max"), 32u) << "gpu.copy_max_ctas's default";
+  // Where the windows' time went is counted per group (one group a window).
+  EXPECT_EQ(counter(p.init, "groups_issued"), windows);
+  EXPECT_GT(counter(p.init, "group_gpu_ns"), 0u) << "launched until seen done";
   EXPECT_EQ(counter(p.init, "slices_failed"), 0u);
 
   // The other way: the initiator's blocks written into the target's, checked there.
