@@ -126,7 +126,7 @@ void Inflight::configure(IoEngine* uring, std::chrono::milliseconds grace, size_
   // Bounce buffers are not registered with io_uring: they are taken under the
   // lock, and a registration is a round trip to the ring's thread, which may
   // itself be waiting for that lock.
-  pool_.configure(bounce_size, bounce_buffers, nullptr);
+  pool_.configure(bounce_size, bounce_buffers);
 }
 
 void Inflight::setStaging(GpuStaging* staging) {
