@@ -1,6 +1,7 @@
 // The io_uring engine's class (internal to the file transport): the ring and
 // its owner thread in uring_engine.cpp, the lazily registered fixed buffers
-// of each added region (UringMemory) in uring_buffers.cpp. Only built with liburing (HAWSER_HAVE_URING).
+// of each added region (UringMemory) in uring_buffers.cpp. Only built with
+// liburing (HAWSER_HAVE_URING).
 #pragma once
 
 #if HAWSER_HAVE_URING
