@@ -126,7 +126,10 @@ Status BlockRunner::fill(Window* w, size_t first, size_t k, std::unique_ptr<Prep
   }
   if (s.ok() && !work) s = {Code::kInternal, fmt::format("transport {}: prepare returned no work", t->name())};
   if (!s.ok()) {
+    // Nothing of it runs: reusable at once (a window used before still
+    // counts the runs of its last use as exited).
     w->n = 0;
+    w->exited.store(0, std::memory_order_release);
     return s;
   }
   if (!run_mode_)

@@ -39,6 +39,16 @@ inline int openedIpcHandles() {
   return n;
 }
 
+// The stand-in driver's count of calls of `what` (hawserFakeCudaCalls:
+// "launch", "batch", "memcpy_async", "pointer"); -1 with the real driver.
+inline long long fakeCudaCalls(const char* what) {
+  void* h = dlopen(testCudaDriverPath().c_str(), RTLD_NOW | RTLD_NOLOAD);
+  auto f = h ? reinterpret_cast<long long (*)(const char*)>(dlsym(h, "hawserFakeCudaCalls")) : nullptr;
+  const long long n = f ? f(what) : -1;
+  if (h) dlclose(h);
+  return n;
+}
+
 // Skips the test (with the reason) where there is no GPU.
 #define HAWSER_REQUIRE_GPU(n)                                                                              \
   do {                                                                                                     \
