@@ -10,12 +10,17 @@
 //   post      postPlan of that prepared list
 //   requests  the old way: N TransferRequests in one submitTransfer
 // CPU time of the call on the calling thread (CLOCK_THREAD_CPUTIME_ID).
+// With --file PATH the target is a file segment (file://PATH, made sparse,
+// 2 x N x block bytes): the file transport's part of the call instead of a
+// memory segment's.
 // With --move the batch is waited for (the blocks really move; end-to-end
 // cost, e.g. under callgrind); else it is canceled at once and only the
 // call is measured.
 //
-// Usage: block_cost [--mode M] [--blocks N] [--block-size B] [--move 0|1]
+// Usage: block_cost [--mode M] [--blocks N] [--block-size B] [--move 0|1] [--file PATH]
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <algorithm>
@@ -49,14 +54,16 @@ int main(int argc, char** argv) {
   std::string mode = "strided";
   size_t n = 1 << 20, bs = 4096;
   bool move = false;
+  std::string file;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
     if (k == "--mode") mode = v;
     else if (k == "--blocks") n = std::strtoull(v.c_str(), nullptr, 10);
     else if (k == "--block-size") bs = std::strtoull(v.c_str(), nullptr, 10);
     else if (k == "--move") move = v == "1";
+    else if (k == "--file") file = v;
     else return std::fprintf(stderr, "usage: %s [--mode strided|list|prepare|post|requests] [--blocks N] "
-                                     "[--block-size B] [--move 0|1]\n", argv[0]), 2;
+                                     "[--block-size B] [--move 0|1] [--file PATH]\n", argv[0]), 2;
   }
   using namespace hawser;
   const size_t span = 2 * n * bs;
@@ -74,8 +81,18 @@ int main(int argc, char** argv) {
       !check(init.registerLocalMemory(lmem, span, "cpu:0", false), "register local"))
     return 1;
   SegmentID seg;
-  if (!check(init.openSegment(target.segmentName(), seg), "open")) return 1;
-  const uint64_t tbase = reinterpret_cast<uint64_t>(tmem);
+  uint64_t tbase = reinterpret_cast<uint64_t>(tmem);
+  if (!file.empty()) {
+    // Sparse: nothing is written unless --move 1.
+    int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(span)) != 0)
+      return std::fprintf(stderr, "block_cost: cannot make %s of %zu bytes\n", file.c_str(), span), 1;
+    ::close(fd);
+    if (!check(init.openSegment("file://" + file, seg), "open file segment")) return 1;
+    tbase = 0;
+  } else if (!check(init.openSegment(target.segmentName(), seg), "open")) {
+    return 1;
+  }
   // Scattered: block i at a shuffled slot of the remote span.
   std::vector<uint64_t> slot(n);
   for (size_t i = 0; i < n; ++i) slot[i] = 2 * i;

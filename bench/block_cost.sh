@@ -11,9 +11,13 @@
 # default when it is), also the instructions per block of each call
 # (callgrind, collecting inside the call only), for CG_BLOCKS blocks.
 #
+# SEGMENT=file: the target is a file segment (a sparse file in a temporary
+# folder) instead of another engine's memory: the file transport's part.
+#
 # Usage: bench/block_cost.sh
 # Environment: BLOCKS (1048576), REPEAT (3), CALLGRIND (1 when valgrind is
-#   installed), CG_BLOCKS (16384), BLOCK_COST (path of the helper)
+#   installed), CG_BLOCKS (16384), SEGMENT (memory | file), BLOCK_COST (path
+#   of the helper)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,17 +27,24 @@ BLOCKS=${BLOCKS:-1048576}
 REPEAT=${REPEAT:-3}
 CG_BLOCKS=${CG_BLOCKS:-16384}
 CALLGRIND=${CALLGRIND:-$(command -v valgrind >/dev/null && echo 1 || echo 0)}
+SEGMENT=${SEGMENT:-memory}
 helper=${BLOCK_COST:-$(find_bin block_cost)}
 [[ -x "$helper" ]] || { echo "block_cost not built (cmake --build build --target block_cost)" >&2; exit 2; }
 
 work=$(mktemp -d /tmp/hawser-block-cost-XXXXXX)
 trap 'rm -rf "$work"' EXIT
+target=()
+case "$SEGMENT" in
+  memory) ;;
+  file) target=(--file "$work/segment") ;;
+  *) echo "SEGMENT must be memory or file" >&2; exit 2 ;;
+esac
 
 for _ in $(seq "$REPEAT"); do
   for mode in strided post list prepare requests; do
     n=$BLOCKS
     [[ $mode == requests && $n -gt 131072 ]] && n=131072
-    "$helper" --mode "$mode" --blocks "$n" >>"$work/cpu"
+    "$helper" --mode "$mode" --blocks "$n" "${target[@]}" >>"$work/cpu"
   done
 done
 if [[ "$CALLGRIND" == 1 ]]; then
@@ -49,7 +60,7 @@ if [[ "$CALLGRIND" == 1 ]]; then
     # is unknown to it, so shm does not install): POSIX file I/O, tcp.
     HAWSER_FILE_ENGINE=posix HAWSER_TRANSPORT=tcp \
       valgrind --tool=callgrind --callgrind-out-file="$work/cg.$mode" --toggle-collect="$fn" \
-      "$helper" --mode "$mode" --blocks "$CG_BLOCKS" >/dev/null 2>"$work/cg.$mode.log"
+      "$helper" --mode "$mode" --blocks "$CG_BLOCKS" "${target[@]}" >/dev/null 2>"$work/cg.$mode.log"
     ir=$(callgrind_annotate "$work/cg.$mode" 2>/dev/null | awk '/PROGRAM TOTALS/ && !n++ {gsub(",", "", $1); print $1}')
     echo "{\"mode\":\"$mode\",\"blocks\":$CG_BLOCKS,\"ir\":${ir:-0}}" >>"$work/ir"
   done

@@ -54,6 +54,9 @@ struct Moved {
   bool has_gpu_copy = false;  // some transport has gpu_copy_* counters
   bool has_ctas = false;
   uint64_t ctas_max = 0;
+  // Every counter's growth, "transport.key" (those that grew): where the
+  // time of the timed transfers went (e.g. nvlink's group_*_ns).
+  std::map<std::string, uint64_t> growth;
 };
 
 void addMoved(const EngineStats& before, const EngineStats& after, Moved& m) {
@@ -67,6 +70,7 @@ void addMoved(const EngineStats& before, const EngineStats& after, Moved& m) {
         for (const auto& [bk, bv] : *old)
           if (bk == k) was = bv;
       if (v != was) m.transports.insert(t.transport);
+      if (v > was) m.growth[t.transport + "." + k] += v - was;
       if (k == kCtasCounter) {
         m.has_ctas = true;
         m.ctas_max = std::max(m.ctas_max, v);
@@ -320,6 +324,8 @@ int runKvBench(const KvBenchOpts& o) {
     j["copy_ctas_max"] = kv_moved.has_ctas ? nlohmann::json(kv_moved.ctas_max) : nlohmann::json("n/a");
     j["gpu_copy"] = kv_moved.gpu_copy;  // growth of each gpu_copy_* counter over the KV transfers
     j["contiguous_copy_mechanism"] = mechanismOf(contiguous_moved);
+    j["kv_counters"] = kv_moved.growth;  // summed over the timed KV transfers (rounds of them)
+    j["contiguous_counters"] = contiguous_moved.growth;
     j["verified"] = verified;
     j["verified_transfers"] = verified ? transfers : transfers - 1;
     if (!verified) j["verify_error"] = bad;

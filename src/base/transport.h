@@ -211,8 +211,9 @@ class Transport {
   // found once at submit or when a plan is checked, so that the data path
   // never looks the region up again. Default: registerMemory, nothing kept.
   virtual Status registerRegion(const Region& region, nlohmann::json& attrs, std::shared_ptr<const Registration>& out);
-  // The older form, for transports that keep nothing per region (file and
-  // shm, until they move to registerRegion). Default: nothing to do.
+  // The older form, for transports whose data path needs nothing per
+  // local region (shm: its table serves peers, never its own tasks).
+  // Default: nothing to do.
   virtual Status registerMemory(void* addr, size_t length, const std::string& location,
                                 bool remote_accessible, nlohmann::json& attrs);
   // Tears down what registration set up, before it returns: the caller may

@@ -126,7 +126,10 @@ Status BlockRunner::fill(Window* w, size_t first, size_t k, std::unique_ptr<Prep
   }
   if (s.ok() && !work) s = {Code::kInternal, fmt::format("transport {}: prepare returned no work", t->name())};
   if (!s.ok()) {
+    // Nothing of it runs: reusable at once (a window used before still
+    // counts the runs of its last use as exited).
     w->n = 0;
+    w->exited.store(0, std::memory_order_release);
     return s;
   }
   if (!run_mode_)
@@ -144,8 +147,15 @@ void BlockRunner::post(Window* w, std::unique_ptr<PreparedWork> work) {
 
 Status BlockRunner::prepareFirst() {
   std::lock_guard lk(mu_);
-  // A short first window: the caller's thread pays for it (the pump cuts the rest).
-  Window* w = windowFor(0, std::min(window_, kFirstWindow));
+  // A short first window: the caller's thread pays for it (the pump cuts the
+  // rest). A prepared plan's runs were checked when it was made, and a
+  // transport that moves windows of runs keeps what it derived from a
+  // window for the next post (nvlink: its run list on the GPU): its first
+  // window is a whole one, so a request of up to block.run_window runs goes
+  // to the transport from the caller's thread in one piece, with no hand-over
+  // to the pump on the way.
+  const bool whole = run_mode_ && plan_->prepared;
+  Window* w = windowFor(0, whole ? window_ : std::min(window_, kFirstWindow));
   size_t first = 0;
   const size_t k = take(w->capacity, first);
   Status s = fill(w, first, k, first_work_);

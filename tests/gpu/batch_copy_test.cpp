@@ -159,7 +159,7 @@ TEST(batch_copy, a_window_of_a_thousand_small_runs_is_one_launch_within_the_cta_
   for (uint32_t ctas : {8u, 0u}) {
     dst.fill(0);
     auto s = openStream(settingsFor(CopyMechanism::kAuto, ctas));
-    const long long launches = fakeCalls("launch"), copies = fakeCalls("memcpy_async");
+    const long long launches = fakeCudaCalls("launch"), copies = fakeCudaCalls("memcpy_async");
     uint64_t ticket = 0;
     CopyReport rep;
     ASSERT_TRUE(s->copyRuns(runs, ticket, &rep).ok());
@@ -169,8 +169,8 @@ TEST(batch_copy, a_window_of_a_thousand_small_runs_is_one_launch_within_the_cta_
     // 1000 pieces, a warp each, 16 warps a CTA: 63 CTAs with no bound.
     EXPECT_EQ(rep.ctas, ctas ? ctas : 63u);
     if (simulated()) {
-      EXPECT_EQ(fakeCalls("launch") - launches, 1) << "one cuLaunchKernel for the window";
-      EXPECT_EQ(fakeCalls("memcpy_async") - copies, 1) << "one copy: the run list, none per run";
+      EXPECT_EQ(fakeCudaCalls("launch") - launches, 1) << "one cuLaunchKernel for the window";
+      EXPECT_EQ(fakeCudaCalls("memcpy_async") - copies, 1) << "one copy: the run list, none per run";
     }
     expectExactly(dst.download(), reinterpret_cast<uint64_t>(dst.data()), pattern,
                   reinterpret_cast<uint64_t>(src.data()), runs, 0);

@@ -20,9 +20,11 @@
 #include <thread>
 
 #include "common/log_capture.h"
+#include "common/lone_file.h"
 #include "common/util.h"
 #include "gpu/gpu_env.h"
 #include "hawser/engine.h"
+#include "transport/file/file_transport.h"
 
 namespace hawser::test {
 namespace {
@@ -50,7 +52,7 @@ std::string testCufilePath() {
 // The stand-in libcufile's counts (hawserFakeCufileStats).
 struct FakeCufileStats {
   long opens = 0, setups = 0, live_batches = 0, submits = 0, entries = 0, max_entries = 0, files = 0, bufs = 0,
-       canceled = 0, gate_waiting = 0, buf_register_calls = 0;
+       canceled = 0, gate_waiting = 0, buf_register_calls = 0, buf_entries = 0;
 };
 FakeCufileStats fakeCufileStats() {
   FakeCufileStats s;
@@ -58,10 +60,10 @@ FakeCufileStats fakeCufileStats() {
   if (!h) return s;
   using Fn = int (*)(long*, int);
   auto fn = reinterpret_cast<Fn>(dlsym(h, "hawserFakeCufileStats"));
-  long v[11] = {0};
-  if (fn) fn(v, 11);
+  long v[12] = {0};
+  if (fn) fn(v, 12);
   dlclose(h);
-  s = FakeCufileStats{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10]};
+  s = FakeCufileStats{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11]};
   return s;
 }
 
@@ -703,6 +705,102 @@ TEST_F(FileGpu, shutdown_with_registrations_pending_is_clean) {
   EXPECT_EQ(now.bufs, base.bufs) << "a registration outlived the engine";
   EXPECT_GE(now.buf_register_calls, base.buf_register_calls + 1);
   EXPECT_LE(now.buf_register_calls, base.buf_register_calls + 2);
+}
+
+// cuFile I/O takes what it needs from the registration the request brings:
+// an entry names the registered buffer (its base and the offset in it) once
+// cuFileBufRegister took the region, the address itself before, and the GPU
+// bound for a batch is the region's (found at registration). The driver is
+// never asked where the memory is (the transport used to, for every batch
+// of a buffer not yet registered).
+TEST_F(FileGpu, cufile_entries_take_their_buffer_and_gpu_from_the_registration) {
+  HAWSER_REQUIRE_GPU(1);
+  HAWSER_REQUIRE_CUFILE();
+  if (!stubCufile()) GTEST_SKIP() << "counts entries and driver calls through the stand-ins (gpu_sim only)";
+  GateOpener opener;
+  start({{"file.cufile", "on"}, {"file.max_io_size", "64K"}});
+  DeviceBuffer dev(0, 4 << 20);
+  gateCufile(kGateBufRegister);  // the buffer's registration waits at the gate
+  ASSERT_TRUE(registersWhileGated(engine_, dev.data(), dev.size()));
+  const long long pointer_calls = fakeCudaCalls("pointer");
+  ASSERT_GE(pointer_calls, 0);
+  FakeCufileStats base = fakeCufileStats();
+  dev.fill(0);
+  Status s = run(OpCode::kRead, dev.data() + 17, 0, kFileA);  // opens cuFile; the region is queued
+  ASSERT_TRUE(s.ok()) << s.toString();
+  FakeCufileStats now = fakeCufileStats();
+  EXPECT_GT(now.entries - base.entries, 10);
+  EXPECT_EQ(now.buf_entries - base.buf_entries, 0) << "an entry named a buffer cuFile had not registered";
+  EXPECT_EQ(fakeCudaCalls("pointer"), pointer_calls) << "the driver was asked where the memory is";
+  auto got = dev.download(17, kFileA);
+  EXPECT_EQ(checkPattern(got.data(), got.size(), kSeed, 0), -1);
+
+  gateCufile(0);
+  ASSERT_TRUE(eventually([&] { return fakeCufileStats().bufs == base.bufs + 1; })) << "never registered";
+  base = fakeCufileStats();
+  dev.fill(0);
+  ASSERT_TRUE((s = run(OpCode::kRead, dev.data() + 4096 + 5, 0, kFileA + kFileB)).ok()) << s.toString();
+  now = fakeCufileStats();
+  EXPECT_GT(now.entries - base.entries, 10);
+  EXPECT_EQ(now.buf_entries - base.buf_entries, now.entries - base.entries)
+      << "entries named the address rather than the registered buffer";
+  EXPECT_EQ(fakeCudaCalls("pointer"), pointer_calls) << "the driver was asked where the memory is";
+  got = dev.download(4096 + 5, kFileA + kFileB);
+  EXPECT_EQ(checkPattern(got.data(), got.size(), kSeed, 0), -1);
+  ASSERT_TRUE(engine_.unregisterLocalMemory(dev.data()).ok());
+  EXPECT_EQ(fakeCufileStats().bufs, base.bufs - 1) << "cuFileBufDeregister at unregister";
+}
+
+// Which GPU a request's memory is on comes with its registration
+// (FileRegistration::gpu: Region::gpu, parsed once), never from a lookup: a
+// file transport that never registered the region moves its GPU memory by
+// the registration it is handed (staged: pinned slots and one GPU copy per
+// I/O), and refuses it once the transport that made it unregistered the
+// region. A transport that looked the address up would find nothing here
+// and move device memory as host memory.
+TEST(FileGpuRegistration, gpu_memory_moves_by_the_registration_it_brings_and_never_once_torn_down) {
+  HAWSER_REQUIRE_GPU(1);
+  TempDir dir;
+  const std::string path = dir.path + "/f";
+  constexpr uint64_t kSeed = 31;
+  ASSERT_TRUE(writeFile(path, 1 << 20, kSeed));
+  auto cfg = gpuConfig();
+  cfg["file.cufile"] = "off";
+  LoneFile owner(path, cfg), other(path, cfg);
+  ASSERT_TRUE(owner.status.ok()) << owner.status.toString();
+  ASSERT_TRUE(other.status.ok()) << other.status.toString();
+  DeviceBuffer dev(0, 1 << 20);
+  LocalRegion region;
+  ASSERT_TRUE(owner.registerRegion(dev.data(), dev.size(), "cuda:0", region).ok());
+  EXPECT_EQ(region.gpu, 0);
+  dev.fill(0);
+  const auto before = file::globalStats();
+  Status s = other.move(OpCode::kRead, dev.data() + 4096, 0, 256 << 10, region);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  const LocalRegion regions[] = {region};
+  const uint64_t at = reinterpret_cast<uint64_t>(dev.data()) + 4096;
+  s = other.moveRuns(OpCode::kWrite, {{at, 512 << 10, 64 << 10, -1, 0}, {at + (128 << 10), 640 << 10, 64 << 10, -1, 0}},
+                     regions);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  const auto after = file::globalStats();
+  EXPECT_GT(after.gpu_staged_uring_slices + after.gpu_staged_posix_slices,
+            before.gpu_staged_uring_slices + before.gpu_staged_posix_slices);
+  EXPECT_EQ(after.direct_slices + after.bounce_slices + after.buffered_slices,
+            before.direct_slices + before.bounce_slices + before.buffered_slices)
+      << "GPU memory moved as host memory";
+  auto got = dev.download(4096, 256 << 10);
+  EXPECT_EQ(checkPattern(got.data(), got.size(), kSeed, 0), -1);
+  auto file = readFile(path, 512 << 10, 64 << 10);
+  EXPECT_EQ(checkPattern(file.data(), file.size(), kSeed, 0), -1);
+  file = readFile(path, 640 << 10, 64 << 10);
+  EXPECT_EQ(checkPattern(file.data(), file.size(), kSeed, 128 << 10), -1);
+
+  // Torn down by the transport that made it: refused, nothing written.
+  ASSERT_TRUE(owner.unregister(dev.data(), dev.size()).ok());
+  s = other.move(OpCode::kWrite, dev.data(), 0, 4096, region);
+  EXPECT_EQ(s.code(), Code::kNotRegistered) << s.toString();
+  file = readFile(path, 0, 4096);
+  EXPECT_EQ(checkPattern(file.data(), file.size(), kSeed, 0), -1) << "a refused write reached the file";
 }
 
 }  // namespace

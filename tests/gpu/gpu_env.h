@@ -47,8 +47,10 @@ F fakeHook(const char* name) {
   if (h) dlclose(h);
   return f;
 }
-// Calls the stand-in driver counted ("launch", "batch", "memcpy_async"), or -1 with the real one.
-inline long long fakeCalls(const char* what) {
+
+// The stand-in driver's count of calls of `what` (hawserFakeCudaCalls:
+// "launch", "batch", "memcpy_async", "pointer"); -1 with the real driver.
+inline long long fakeCudaCalls(const char* what) {
   auto f = fakeHook<long long (*)(const char*)>("hawserFakeCudaCalls");
   return f ? f(what) : -1;
 }

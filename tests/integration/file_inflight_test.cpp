@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <set>
@@ -90,7 +91,7 @@ struct Uffd {
 
 const char* kEnvKeys[] = {"HAWSER_FILE_ENGINE",         "HAWSER_FILE_MAX_IO_SIZE",   "HAWSER_FILE_IO_DEPTH",
                           "HAWSER_FILE_DIRECT",         "HAWSER_FILE_FIXED_BUFFERS", "HAWSER_FILE_CANCEL_GRACE_MS",
-                          "HAWSER_FILE_POSIX_THREADS"};
+                          "HAWSER_FILE_POSIX_THREADS",  "HAWSER_BLOCK_RUN_WINDOW",   "HAWSER_BLOCK_LANES"};
 
 class FileInflight : public ::testing::TestWithParam<std::string> {
  protected:
@@ -343,6 +344,51 @@ TEST_P(FileInflight, cancel_mid_way_through_coalesced_block_ios) {
   Status s = freeWhenIdle(b);
   EXPECT_TRUE(s.ok()) << s.toString();
   EXPECT_EQ(file::globalStats().quarantine_released - before.quarantine_released, 1u);
+}
+
+// Memory unregistered while a block request into it is under way (the
+// caller's mistake): its later window, prepared after the unregister, brings
+// the registration unregister tore down (found when the request was
+// checked), and the transport refuses it rather than move the runs by what
+// is gone: those runs fail (kNotRegistered, saying why) and move nothing;
+// the runs before complete.
+TEST_P(FileInflight, runs_whose_registration_was_torn_down_mid_request_fail_and_move_nothing) {
+  // Windows of 4 runs on one lane: two windows in flight at most.
+  ::setenv("HAWSER_BLOCK_RUN_WINDOW", "4", 1);
+  ::setenv("HAWSER_BLOCK_LANES", "1", 1);
+  start();
+  const std::string path = dir.path + "/f";
+  ASSERT_TRUE(writeFile(path, 64 * KiB, 6));
+  SegmentID seg;
+  ASSERT_TRUE(engine->openSegment("file://" + path, seg).ok());
+  Buffer later(64 * KiB);
+  std::memset(later.p, 0x5a, later.n);
+  ASSERT_TRUE(engine->registerLocalMemory(later.p, later.n, "cpu:0", false).ok());
+  // Runs 0-7 (two windows) read into userfaultfd pages and block there;
+  // runs 8-11 read into `later`: their window is prepared once one of the
+  // first two has ended.
+  std::vector<Block> blocks;
+  for (uint64_t i = 0; i < 8; ++i) blocks.push_back(Block{uffd.base + 2 * i * kPage, i * kPage, kPage});
+  for (uint64_t i = 0; i < 4; ++i) blocks.push_back(Block{later.p + 2 * i * kPage, (8 + i) * kPage, kPage});
+  BatchID b;
+  ASSERT_TRUE(engine->allocateBatchID(1, b).ok());
+  ASSERT_TRUE(engine->submitBlocks(b, OpCode::kRead, seg, blocks).ok());
+  ASSERT_TRUE(uffd.waitFault(0));
+  ASSERT_TRUE(engine->unregisterLocalMemory(later.p).ok());
+  for (size_t p = 0; p < uffd.len / kPage; ++p) ASSERT_TRUE(uffd.fill(p));
+  ASSERT_TRUE(engine->waitTransfer(b, std::chrono::seconds(20)).ok());
+  TransferStatus st;
+  ASSERT_TRUE(engine->getTransferStatus(b, 0, st).ok());
+  EXPECT_EQ(st.s, TransferState::kFailed);
+  EXPECT_EQ(st.error.code(), Code::kNotRegistered) << st.error.toString();
+  EXPECT_NE(st.error.message().find("unregistered since the request was checked"), std::string::npos)
+      << st.error.message();
+  EXPECT_EQ(st.transferred_bytes, 8 * kPage) << "the runs before the unregister, no more";
+  for (uint64_t i = 0; i < 8; ++i) EXPECT_EQ(checkPattern(uffd.base + 2 * i * kPage, kPage, 6, i * kPage), -1);
+  EXPECT_EQ(std::count(later.p, later.p + later.n, 0x5a), static_cast<long>(later.n))
+      << "a run was moved by a registration unregister tore down";
+  Status s = freeWhenIdle(b);
+  EXPECT_TRUE(s.ok()) << s.toString();
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, FileInflight, ::testing::Values("uring", "posix"), paramName);

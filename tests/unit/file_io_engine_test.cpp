@@ -292,16 +292,27 @@ TEST_P(IoEngineTest, registered_file_is_used_for_fixed_file_ops) {
   engine->removeFile(token);
 }
 
-// Registration pins nothing; the first op in a region asks for its piece
-// and goes out plain; once the piece is registered in the background, ops
-// in it use the fixed buffer.
-TEST_P(IoEngineTest, registered_memory_is_used_as_fixed_buffers) {
+// Registration pins nothing; the first op that carries the memory asks for
+// its piece and goes out plain; once the piece is registered in the
+// background, ops that carry it use the fixed buffer. An op in the same
+// memory that does not carry it goes plain: the engine never looks an
+// address up.
+TEST_P(IoEngineTest, registered_memory_is_used_as_fixed_buffers_by_the_ops_that_carry_it) {
   MAKE_OR_SKIP();
   Buffer buf(MiB);
   fillPattern(buf.p, buf.n, 9);
-  engine->addMemory(buf.p, buf.n);
+  std::shared_ptr<EngineMemory> mem = engine->addMemory(buf.p, buf.n, -1);
+  if (GetParam() == "uring") {
+    ASSERT_NE(mem, nullptr);
+  } else {
+    EXPECT_EQ(mem, nullptr) << "the POSIX engine sets nothing up";
+  }
+  auto in = [&](IoOp o) {
+    o.memory = mem.get();
+    return o;
+  };
   EXPECT_EQ(engine->stats().registered_bytes, 0u);  // nothing pinned at registration
-  engine->submit(std::vector<IoOp>{op(1, true, buf.p, buf.n, 0)});
+  engine->submit(std::vector<IoOp>{in(op(1, true, buf.p, buf.n, 0))});
   ASSERT_TRUE(sink.waitCount(1));
   EXPECT_EQ(sink.results[1], static_cast<int64_t>(MiB));
   Buffer back(MiB);
@@ -314,20 +325,29 @@ TEST_P(IoEngineTest, registered_memory_is_used_as_fixed_buffers) {
     while (engine->stats().registered_bytes != MiB && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     ASSERT_EQ(engine->stats().registered_bytes, MiB) << "the piece was never registered";
-    engine->submit(std::vector<IoOp>{op(4, true, buf.p, buf.n, 0)});
+    engine->submit(std::vector<IoOp>{in(op(4, true, buf.p, buf.n, 0))});
     ASSERT_TRUE(sink.waitCount(3));
     EXPECT_EQ(sink.results[4], static_cast<int64_t>(MiB));
     EXPECT_EQ(engine->stats().fixed_buffer_ops, 1u);
+    // The same registered bytes without the memory: plain, not found by address.
+    engine->submit(std::vector<IoOp>{op(5, true, buf.p, buf.n, 0)});
+    ASSERT_TRUE(sink.waitCount(4));
+    EXPECT_EQ(sink.results[5], static_cast<int64_t>(MiB));
+    EXPECT_EQ(engine->stats().fixed_buffer_ops, 1u) << "an op that carried no memory used a fixed buffer";
   }
-  engine->removeMemory(buf.p, buf.n);
+  if (mem) engine->removeMemory(*mem);
   if (GetParam() == "uring") {
     EXPECT_EQ(engine->stats().registered_bytes, 0u);
   }
-  // After removal the same memory still works, unregistered.
+  // After removal the same memory still works, unregistered, even by an op
+  // that still carries what was removed.
   const size_t before = sink.count;
-  engine->submit(std::vector<IoOp>{op(3, false, buf.p, buf.n, 0)});
+  engine->submit(std::vector<IoOp>{in(op(3, false, buf.p, buf.n, 0))});
   ASSERT_TRUE(sink.waitCount(before + 1));
   EXPECT_EQ(sink.results[3], static_cast<int64_t>(MiB));
+  if (GetParam() == "uring") {
+    EXPECT_EQ(engine->stats().fixed_buffer_ops, 1u) << "an op used a fixed buffer of removed memory";
+  }
 }
 
 TEST_P(IoEngineTest, memory_the_kernel_will_not_pin_still_moves_data) {
@@ -341,15 +361,17 @@ TEST_P(IoEngineTest, memory_the_kernel_will_not_pin_still_moves_data) {
   void* m = ::mmap(nullptr, 256 * KiB, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
   ASSERT_NE(m, MAP_FAILED);
   fillPattern(m, 256 * KiB, 21);
-  engine->addMemory(m, 256 * KiB);
-  engine->submit(std::vector<IoOp>{op(1, true, m, 256 * KiB, MiB)});
+  std::shared_ptr<EngineMemory> mem = engine->addMemory(m, 256 * KiB, -1);
+  IoOp w = op(1, true, m, 256 * KiB, MiB);
+  w.memory = mem.get();
+  engine->submit(std::vector<IoOp>{w});
   ASSERT_TRUE(sink.waitCount(1));
   EXPECT_EQ(sink.results[1], static_cast<int64_t>(256 * KiB));
   Buffer back(256 * KiB);
   engine->submit(std::vector<IoOp>{op(2, false, back.p, back.n, MiB)});
   ASSERT_TRUE(sink.waitCount(2));
   EXPECT_EQ(checkPattern(back.p, back.n, 21), -1);
-  engine->removeMemory(m, 256 * KiB);
+  if (mem) engine->removeMemory(*mem);
   ::munmap(m, 256 * KiB);
   ::close(mfd);
 }
@@ -479,7 +501,8 @@ TEST(UringEngine, pieces_are_registered_on_first_use_in_the_background) {
   if (m == MAP_FAILED) GTEST_SKIP() << "cannot map 1 GiB here";
   Sink sink;
   ASSERT_TRUE(e->start(sink.fn()).ok());
-  e->addMemory(m, n);
+  std::shared_ptr<EngineMemory> mem = e->addMemory(m, n, -1);
+  ASSERT_NE(mem, nullptr);
   EXPECT_EQ(e->stats().registered_bytes, 0u);
   unsigned char present = 1;
   ASSERT_EQ(::mincore(m, 4096, &present), 0);
@@ -496,6 +519,7 @@ TEST(UringEngine, pieces_are_registered_on_first_use_in_the_background) {
   a.buf = base;
   a.len = MiB;
   a.offset = 0;
+  a.memory = mem.get();
   IoOp b = a;
   b.cookie = 2;
   b.buf = base + (1ULL << 30);  // the tail piece
@@ -521,7 +545,7 @@ TEST(UringEngine, pieces_are_registered_on_first_use_in_the_background) {
   EXPECT_EQ(sink.results[3], static_cast<int64_t>(MiB));
   EXPECT_EQ(sink.results[4], static_cast<int64_t>(MiB));
   EXPECT_EQ(e->stats().fixed_buffer_ops, 2u);
-  e->removeMemory(m, n);
+  e->removeMemory(*mem);
   EXPECT_EQ(e->stats().registered_bytes, 0u);
   EXPECT_EQ(e->stop(std::chrono::seconds(5)), 0u);
   ::close(fd);
@@ -561,9 +585,10 @@ TEST(UringEngine, registration_refused_by_rlimit_memlock_falls_back_to_plain_io)
     if (fd < 0) _exit(15);
     Buffer buf(4 * MiB), back(4 * MiB);
     fillPattern(buf.p, buf.n, 33);
-    e->addMemory(buf.p, buf.n);  // 4 MiB > 64 KiB: refused
+    std::shared_ptr<EngineMemory> mem = e->addMemory(buf.p, buf.n, -1);  // 4 MiB > 64 KiB: refused
     if (e->stats().registered_bytes != 0) _exit(16);
     IoOp w;
+    w.memory = mem.get();
     w.cookie = 1;
     w.fd = fd;
     w.write = true;

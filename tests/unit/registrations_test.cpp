@@ -4,16 +4,21 @@
 // hands it with that transport's registration to prepare() with each task
 // and to prepareRuns() with each window of runs; a registration torn down
 // by unregister is never handed out again, and one a task in flight holds
-// lives until the task is freed.
+// lives until the task is freed. The file transport (no fake: the
+// transport itself) moves a request by the registration it brings and
+// refuses one unregister tore down.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <thread>
 
 #include "common/engine_pair.h"
+#include "common/lone_file.h"
 #include "metadata/descriptor.h"
+#include "transport/file/file_transport.h"
 
 using namespace hawser;
 using namespace hawser::test;
@@ -357,4 +362,64 @@ TEST(Registrations, windows_of_runs_bring_each_regions_registration) {
   ASSERT_EQ(seen.size(), blocks.size());
   for (size_t i = 0; i < blocks.size(); ++i)
     EXPECT_EQ(seen[addrOf(blocks[i].local)], i % 2 ? second_reg : first_reg) << "block " << i;
+}
+
+// ---- the file transport ------------------------------------------------------------
+
+// The file transport moves a request by what its registration says (the
+// region's GPU, io_uring's fixed buffers of it), never by what it would
+// find at the address now. A region unregistered and registered again at
+// the same address is another registration: a task or window that still
+// brings the one unregister tore down is refused, and moves nothing.
+TEST(Registrations, the_file_transport_moves_a_request_by_its_registration_and_refuses_one_torn_down) {
+  TempDir dir;
+  const std::string path = dir.path + "/f";
+  ASSERT_TRUE(writeFile(path, 1 << 20, 5));
+  const bool uring = uringUnavailableReason().empty();
+  LoneFile f(path, {{"file.engine", uring ? "uring" : "posix"}});
+  ASSERT_TRUE(f.status.ok()) << f.status.toString();
+  Buffer mem(256 * KiB);
+  LocalRegion first, second;
+  ASSERT_TRUE(f.registerRegion(mem.p, mem.n, "cpu:0", first).ok());
+  ASSERT_NE(first.registration, nullptr) << "the file transport returned no registration";
+  Status s = f.move(OpCode::kRead, mem.p, 0, 64 * KiB, first);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(checkPattern(mem.p, 64 * KiB, 5, 0), -1);
+
+  // Torn down, and the same memory registered again.
+  ASSERT_TRUE(f.unregister(mem.p, mem.n).ok());
+  ASSERT_TRUE(f.registerRegion(mem.p, mem.n, "cpu:0", second).ok());
+  ASSERT_NE(second.registration, first.registration);
+  std::memset(mem.p, 0, mem.n);
+  s = f.move(OpCode::kRead, mem.p, 64 * KiB, 64 * KiB, first);
+  EXPECT_EQ(s.code(), Code::kNotRegistered) << s.toString();
+  EXPECT_NE(s.message().find("unregistered since the request was checked"), std::string::npos) << s.message();
+  // A window whose second run brings the old registration: refused whole.
+  const LocalRegion mixed[] = {second, first};
+  s = f.moveRuns(OpCode::kRead, {{addrOf(mem.p), 0, 4 * KiB, -1, 0}, {addrOf(mem.p) + 8 * KiB, 8 * KiB, 4 * KiB, -1, 1}},
+                 mixed);
+  EXPECT_EQ(s.code(), Code::kNotRegistered) << s.toString();
+  EXPECT_NE(s.message().find("run 1: "), std::string::npos) << s.message();
+  EXPECT_EQ(std::count(mem.p, mem.p + mem.n, 0), static_cast<long>(mem.n)) << "a refused request moved bytes";
+
+  // The new registration moves them, as a task and as a window.
+  ASSERT_TRUE((s = f.move(OpCode::kRead, mem.p, 64 * KiB, 64 * KiB, second)).ok()) << s.toString();
+  EXPECT_EQ(checkPattern(mem.p, 64 * KiB, 5, 64 * KiB), -1);
+  const LocalRegion now[] = {second};
+  s = f.moveRuns(OpCode::kRead,
+                 {{addrOf(mem.p) + 128 * KiB, 0, 4 * KiB, -1, 0}, {addrOf(mem.p) + 136 * KiB, 8 * KiB, 4 * KiB, -1, 0}},
+                 now);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(checkPattern(mem.p + 128 * KiB, 4 * KiB, 5, 0), -1);
+  EXPECT_EQ(checkPattern(mem.p + 136 * KiB, 4 * KiB, 5, 8 * KiB), -1);
+  // io_uring's fixed buffers of the region come with the registration: once
+  // the piece the first read asked for is registered (in the background),
+  // reads that bring it use it.
+  if (uring) {
+    const uint64_t before = file::globalStats().fixed_buffer_ops;
+    EXPECT_TRUE(eventually([&] {
+      return f.move(OpCode::kRead, mem.p, 0, 64 * KiB, second).ok() && file::globalStats().fixed_buffer_ops > before;
+    })) << "no read used the registration's fixed buffer";
+  }
+  ASSERT_TRUE(f.unregister(mem.p, mem.n).ok());
 }

@@ -4,7 +4,6 @@
 #include <sys/mman.h>
 
 #include "transport/file/file_plan.h"
-#include "transport/file/io_engine.h"
 
 namespace hawser::file {
 
@@ -15,10 +14,9 @@ char* mapAnonymous(size_t n) {
 }
 }  // namespace
 
-void BouncePool::configure(size_t buf_size, size_t max_bufs, IoEngine* reg) {
+void BouncePool::configure(size_t buf_size, size_t max_bufs) {
   buf_size_ = alignUp(buf_size, kPage);
   max_ = max_bufs;
-  reg_ = reg;
 }
 
 Bounce BouncePool::acquire(size_t need) {
@@ -36,7 +34,6 @@ Bounce BouncePool::acquire(size_t need) {
   char* p = mapAnonymous(buf_size_);
   if (!p) return {};
   all_.push_back(p);
-  if (reg_) reg_->addMemory(p, buf_size_);
   return Bounce{p, buf_size_, true};
 }
 
@@ -50,10 +47,7 @@ void BouncePool::release(Bounce& b) {
 }
 
 void BouncePool::releaseAll() {
-  for (char* p : all_) {
-    if (reg_) reg_->removeMemory(p, buf_size_);
-    ::munmap(p, buf_size_);
-  }
+  for (char* p : all_) ::munmap(p, buf_size_);
   all_.clear();
   free_.clear();
 }

@@ -11,8 +11,6 @@
 
 namespace hawser::file {
 
-class IoEngine;
-
 struct Bounce {
   char* p = nullptr;
   size_t size = 0;
@@ -25,9 +23,8 @@ class BouncePool {
   BouncePool(const BouncePool&) = delete;
   ~BouncePool() { releaseAll(); }
 
-  // Buffers of `buf_size` (rounded up to a page), at most `max_bufs` of them;
-  // `reg` (optional) is told of each buffer (fixed-buffer registration).
-  void configure(size_t buf_size, size_t max_bufs, IoEngine* reg);
+  // Buffers of `buf_size` (rounded up to a page), at most `max_bufs` of them.
+  void configure(size_t buf_size, size_t max_bufs);
 
   // A buffer of at least `need` bytes; nullptr .p: every pooled buffer is in
   // use (wait for one) or mapping failed.
@@ -41,7 +38,6 @@ class BouncePool {
  private:
   size_t buf_size_ = 0;
   size_t max_ = 0;
-  IoEngine* reg_ = nullptr;
   std::vector<char*> all_;
   std::vector<char*> free_;
 };

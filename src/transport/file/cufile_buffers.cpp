@@ -1,7 +1,7 @@
 // GPU buffers registered with cuFile in the background. See cufile_buffers.h.
 #include "transport/file/cufile_buffers.h"
 
-#include <vector>
+#include <algorithm>
 
 #include "base/log.h"
 #include "gpu/cuda_driver.h"
@@ -9,48 +9,41 @@
 
 namespace hawser::file {
 
-void CufileBuffers::add(void* addr, size_t len) {
-  if (!addr || len == 0) return;
+void CufileMemory::locate(void* p, size_t n, void*& base, off_t& off) const {
+  const auto a = reinterpret_cast<uint64_t>(p), b = reinterpret_cast<uint64_t>(addr);
+  if (registered.load(std::memory_order_acquire) && a >= b && n <= len && a - b <= len - n) {
+    base = addr;
+    off = static_cast<off_t>(a - b);
+    return;
+  }
+  base = p;
+  off = 0;
+}
+
+void CufileBuffers::add(std::shared_ptr<CufileMemory> m) {
+  if (!m || !m->addr || m->len == 0) return;
   {
     std::lock_guard lk(mu_);
     if (stopped_) return;  // unregistered: the library stages it itself
-    queue_.push_back(Job{reinterpret_cast<uint64_t>(addr), len});
+    queue_.push_back(std::move(m));
     if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
   }
   cv_.notify_one();
 }
 
-void CufileBuffers::remove(void* addr, size_t len) {
-  const auto base = reinterpret_cast<uint64_t>(addr);
-  auto inRange = [&](uint64_t a) { return a >= base && a - base < len; };
+void CufileBuffers::remove(CufileMemory& m) {
   {
     std::unique_lock lk(mu_);
-    for (auto it = queue_.begin(); it != queue_.end();) it = inRange(it->addr) ? queue_.erase(it) : it + 1;
-    // A registration of this range that already reached the library is
-    // finished first, so that it is deregistered below, not left behind.
-    done_cv_.wait(lk, [&] { return !running_ || !inRange(running_->addr); });
+    queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const auto& q) { return q.get() == &m; }),
+                 queue_.end());
+    // A registration of it that already reached the library is finished
+    // first, so that it is deregistered below, not left behind.
+    done_cv_.wait(lk, [&] { return running_.get() != &m; });
+    auto it = std::find_if(registered_.begin(), registered_.end(), [&](const auto& r) { return r.get() == &m; });
+    if (it == registered_.end()) return;
+    registered_.erase(it);
   }
-  deregisterRange(base, len);
-}
-
-void CufileBuffers::locate(void* p, void*& base, off_t& off, int& device) const {
-  const auto a = reinterpret_cast<uint64_t>(p);
-  {
-    std::shared_lock bl(buf_mu_);
-    auto it = bufs_.upper_bound(a);
-    if (it != bufs_.begin()) {
-      --it;
-      if (a - it->first < it->second.len) {
-        base = reinterpret_cast<void*>(it->first);
-        off = static_cast<off_t>(a - it->first);
-        device = it->second.device;
-        return;
-      }
-    }
-  }
-  base = p;
-  off = 0;
-  device = -1;
+  deregister(m);
 }
 
 size_t CufileBuffers::queued() const {
@@ -60,6 +53,7 @@ size_t CufileBuffers::queued() const {
 
 void CufileBuffers::stop() {
   size_t dropped = 0;
+  std::vector<std::shared_ptr<CufileMemory>> left;
   {
     std::lock_guard lk(mu_);
     if (stopped_) return;
@@ -71,7 +65,11 @@ void CufileBuffers::stop() {
   if (thread_.joinable()) thread_.join();  // after the registration it is running, if any
   if (dropped)
     HLOG_DEBUG("file/cufile: {} buffer registration(s) still queued at shutdown were dropped", dropped);
-  deregisterRange(0, SIZE_MAX);
+  {
+    std::lock_guard lk(mu_);
+    left.swap(registered_);
+  }
+  for (auto& m : left) deregister(*m);
 }
 
 void CufileBuffers::run() {
@@ -79,47 +77,38 @@ void CufileBuffers::run() {
   for (;;) {
     cv_.wait(lk, [&] { return stopped_ || !queue_.empty(); });
     if (stopped_) return;
-    running_ = queue_.front();
+    running_ = std::move(queue_.front());
     queue_.pop_front();
     lk.unlock();
-    registerOne(*running_);
+    registerOne(running_);
     lk.lock();
     running_.reset();
     done_cv_.notify_all();
   }
 }
 
-void CufileBuffers::registerOne(const Job& j) {
-  auto* addr = reinterpret_cast<void*>(j.addr);
-  const gpu::CudaDriver* d = gpu::CudaDriver::get();
-  const int dev = d ? d->pointer(addr).ordinal : -1;
-  if (d && dev >= 0) (void)d->bindDevice(dev);
-  cufile::Error e = a_.BufRegister(addr, j.len, 0);
+void CufileBuffers::registerOne(const std::shared_ptr<CufileMemory>& m) {
+  // The buffer's GPU is the region's (found at registration): no driver query.
+  if (const gpu::CudaDriver* d = gpu::CudaDriver::get(); d && m->device >= 0) (void)d->bindDevice(m->device);
+  cufile::Error e = a_.BufRegister(m->addr, m->len, 0);
   if (e.err == cufile::kSuccess) {
-    std::unique_lock bl(buf_mu_);
-    bufs_[j.addr] = Buf{j.len, dev};
+    std::lock_guard lk(mu_);
+    registered_.push_back(m);
+    m->registered.store(true, std::memory_order_release);
     return;
   }
   // Unregistered GPU memory still works: the library stages it itself.
   HLOG_INFO("file/cufile: cuFileBufRegister({:p}, {}) failed: {}; its I/O goes through the library's own bounce "
             "buffers",
-            addr, j.len, CufileLibrary::describe(e));
+            m->addr, m->len, CufileLibrary::describe(e));
 }
 
-void CufileBuffers::deregisterRange(uint64_t base, size_t len) {
-  std::vector<uint64_t> gone;
-  {
-    std::unique_lock bl(buf_mu_);
-    for (auto it = bufs_.lower_bound(base); it != bufs_.end() && it->first - base < len;) {
-      gone.push_back(it->first);
-      it = bufs_.erase(it);
-    }
-  }
-  for (uint64_t b : gone) {
-    cufile::Error e = a_.BufDeregister(reinterpret_cast<void*>(b));
-    if (e.err != cufile::kSuccess)
-      HLOG_WARN("file/cufile: cuFileBufDeregister({:#x}): {}", b, CufileLibrary::describe(e));
-  }
+void CufileBuffers::deregister(CufileMemory& m) {
+  // I/O submitted from now on names the address itself.
+  m.registered.store(false, std::memory_order_release);
+  cufile::Error e = a_.BufDeregister(m.addr);
+  if (e.err != cufile::kSuccess)
+    HLOG_WARN("file/cufile: cuFileBufDeregister({:p}): {}", m.addr, CufileLibrary::describe(e));
 }
 
 }  // namespace hawser::file

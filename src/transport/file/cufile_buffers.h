@@ -5,14 +5,17 @@
 // the queue in order, with the buffer's GPU context current. It is not the
 // batch engine's thread: a registration never delays I/O of other buffers.
 //
+// Each buffer is a CufileMemory, which every op in it carries (IoOp::memory):
+// whether it is registered is read there, never looked up by address.
+//
 // Guarantees:
 //   - I/O on a buffer whose registration is still queued or running goes
-//     through unregistered (locate() finds no registered buffer and returns
-//     the address itself; cuFile stages unregistered GPU memory through its
-//     own bounce buffers). It never waits for the registration.
+//     through unregistered (CufileMemory::locate gives the address itself;
+//     cuFile stages unregistered GPU memory through its own bounce
+//     buffers). It never waits for the registration.
 //   - remove() after add() leaves no registration behind: a registration
 //     still queued is dropped (it never reaches the library); one running is
-//     waited for and then deregistered. remove() returns once the range is
+//     waited for and then deregistered. remove() returns once the buffer is
 //     deregistered, so the caller may free the memory.
 //   - stop() drops queued registrations, waits for the running one and
 //     deregisters every buffer still registered; later add() calls are
@@ -22,19 +25,36 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <map>
+#include <memory>
 #include <mutex>
-#include <optional>
-#include <shared_mutex>
 #include <thread>
+#include <vector>
 
 #include "transport/file/cufile_api.h"
+#include "transport/file/io_engine.h"
 
 namespace hawser::file {
+
+// One GPU buffer as cuFile sees it (CufileEngine::addMemory).
+class CufileMemory final : public EngineMemory {
+ public:
+  CufileMemory(const IoEngine* owner, void* a, size_t n, int gpu) : EngineMemory(owner), addr(a), len(n), device(gpu) {}
+  void* const addr;
+  const size_t len;
+  const int device;  // its GPU (the registration thread binds it)
+  // Set once cuFileBufRegister took the buffer, cleared before it is
+  // deregistered: I/O names the registered buffer only while set.
+  std::atomic<bool> registered{false};
+
+  // How an entry names [p, +n): the registered buffer's base and the
+  // offset in it, or (not registered, or not inside) p itself and 0.
+  void locate(void* p, size_t n, void*& base, off_t& off) const;
+};
 
 class CufileBuffers {
  public:
@@ -43,43 +63,31 @@ class CufileBuffers {
   CufileBuffers(const CufileBuffers&) = delete;
   CufileBuffers& operator=(const CufileBuffers&) = delete;
 
-  // Queues [addr, +len) for cuFileBufRegister and returns.
-  void add(void* addr, size_t len);
-  // Drops queued registrations of buffers starting in [addr, +len), waits
-  // for one of them that is running, and deregisters those registered.
-  void remove(void* addr, size_t len);
-  // The registered buffer holding `p` (base, offset in it, its GPU), or p
-  // itself with offset 0 and device -1 when none is registered (yet).
-  void locate(void* p, void*& base, off_t& off, int& device) const;
+  // Queues `m` for cuFileBufRegister and returns.
+  void add(std::shared_ptr<CufileMemory> m);
+  // Drops m's registration when still queued, waits for it when running,
+  // and deregisters it when registered.
+  void remove(CufileMemory& m);
   // Registrations queued and not started (for tests and the doctor).
   size_t queued() const;
   void stop();
 
  private:
-  struct Job {
-    uint64_t addr;
-    size_t len;
-  };
-  struct Buf {
-    size_t len;
-    int device;
-  };
   void run();
-  void registerOne(const Job& j);
-  void deregisterRange(uint64_t base, size_t len);
+  void registerOne(const std::shared_ptr<CufileMemory>& m);
+  void deregister(CufileMemory& m);
 
   const cufile::Api& a_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;       // work or stop for the thread
   std::condition_variable done_cv_;  // a registration ended
-  std::deque<Job> queue_;
-  std::optional<Job> running_;
+  std::deque<std::shared_ptr<CufileMemory>> queue_;
+  std::shared_ptr<CufileMemory> running_;
   bool stopped_ = false;
   std::thread thread_;
-
-  mutable std::shared_mutex buf_mu_;
-  std::map<uint64_t, Buf> bufs_;  // registered, by base address
+  // Registered ones, for remove() and stop() (never read by I/O).
+  std::vector<std::shared_ptr<CufileMemory>> registered_;
 };
 
 }  // namespace hawser::file

@@ -292,15 +292,31 @@ class Engine final : public CufileEngine {
   }
 
   // In the background (cufile_buffers.h): registering costs tens of ms.
-  void addMemory(void* addr, size_t len) override { buffers_.add(addr, len); }
-  void removeMemory(void* addr, size_t len) override { buffers_.remove(addr, len); }
+  std::shared_ptr<EngineMemory> addMemory(void* addr, size_t len, int device) override {
+    auto m = std::make_shared<CufileMemory>(this, addr, len, device);
+    buffers_.add(m);
+    return m;
+  }
+  void removeMemory(EngineMemory& m) override {
+    if (m.engine == this) buffers_.remove(static_cast<CufileMemory&>(m));
+  }
 
+  // How each entry names its buffer is decided here, from the memory the
+  // op carries (registered: the buffer's base and the offset in it).
   void submit(std::span<const IoOp> ops) override {
     if (ops.empty()) return;
+    std::vector<Entry> es;
+    es.reserve(ops.size());
+    for (const IoOp& op : ops) {
+      Entry& e = es.emplace_back(Entry{op, op.buf, 0});
+      if (op.memory && op.memory->engine == this)
+        static_cast<const CufileMemory&>(*op.memory).locate(op.buf, op.len, e.base, e.off);
+      e.op.memory = nullptr;  // it may go once submit returns
+    }
     outstanding_ += ops.size();
     {
       std::lock_guard lk(mu_);
-      queue_.insert(queue_.end(), ops.begin(), ops.end());
+      queue_.insert(queue_.end(), es.begin(), es.end());
     }
     cv_.notify_all();
   }
@@ -325,6 +341,12 @@ class Engine final : public CufileEngine {
   }
 
  private:
+  // An op and the buffer its entry names.
+  struct Entry {
+    IoOp op;
+    void* base = nullptr;
+    off_t off = 0;
+  };
   struct Batch {
     cufile::BatchHandle h = nullptr;
     size_t outstanding = 0;
@@ -423,7 +445,7 @@ class Engine final : public CufileEngine {
         if (!err.empty() && batches_.empty()) {
           // Nothing in flight will free a handle: fail what waits.
           HLOG_WARN("file/cufile: {}", err);
-          for (auto& op : backlog_) done.push_back(IoCompletion{op.cookie, -EIO});
+          for (auto& e : backlog_) done.push_back(IoCompletion{e.op.cookie, -EIO});
           backlog_.clear();
         }
         return;
@@ -434,7 +456,8 @@ class Engine final : public CufileEngine {
       b->h = h;
       int dev = -1;
       for (size_t i = 0; i < n; ++i) {
-        IoOp op = backlog_.front();
+        const Entry e = backlog_.front();
+        const IoOp& op = e.op;
         backlog_.pop_front();
         cufile::Handle fh = fileHandle(op.file_token);
         if (!fh || op.iov_count > 0) {  // an entry is one buffer: the transport never sends iovecs here
@@ -443,9 +466,9 @@ class Engine final : public CufileEngine {
         }
         cufile::IoParams p{};
         p.mode = cufile::kBatchMode;
-        int d = -1;
-        buffers_.locate(op.buf, p.u.batch.devPtr_base, p.u.batch.devPtr_offset, d);
-        if (dev < 0) dev = d;
+        p.u.batch.devPtr_base = e.base;
+        p.u.batch.devPtr_offset = e.off;
+        if (dev < 0) dev = op.device;
         p.u.batch.file_offset = static_cast<off_t>(op.offset);
         p.u.batch.size = op.len;
         p.fh = fh;
@@ -457,7 +480,6 @@ class Engine final : public CufileEngine {
         pool_.push_back(h);
         continue;
       }
-      if (dev < 0) dev = deviceOf(params.front().u.batch.devPtr_base);
       if (const gpu::CudaDriver* d = gpu::CudaDriver::get(); d && dev >= 0) (void)d->bindDevice(dev);
       cufile::Error e = a_.BatchIOSubmit(h, static_cast<unsigned>(params.size()), params.data(), 0);
       if (e.err != cufile::kSuccess) {
@@ -479,16 +501,11 @@ class Engine final : public CufileEngine {
     }
   }
 
-  static int deviceOf(void* p) {
-    const gpu::CudaDriver* d = gpu::CudaDriver::get();
-    return d ? d->pointer(p).ordinal : -1;
-  }
-
   size_t inflight() const { return live_.size(); }
 
   void applyCancels(std::vector<uint64_t>& cancels, std::vector<IoCompletion>& done) {
     for (uint64_t c : cancels) {
-      auto q = std::find_if(backlog_.begin(), backlog_.end(), [&](const IoOp& op) { return op.cookie == c; });
+      auto q = std::find_if(backlog_.begin(), backlog_.end(), [&](const Entry& e) { return e.op.cookie == c; });
       if (q != backlog_.end()) {
         done.push_back(IoCompletion{c, -ECANCELED});
         backlog_.erase(q);
@@ -518,7 +535,7 @@ class Engine final : public CufileEngine {
   }
 
   void run() {
-    std::vector<IoOp> incoming;
+    std::vector<Entry> incoming;
     std::vector<uint64_t> cancels;
     std::vector<IoCompletion> done;
     bool stopping = false;
@@ -534,7 +551,7 @@ class Engine final : public CufileEngine {
       backlog_.insert(backlog_.end(), incoming.begin(), incoming.end());
       incoming.clear();
       if (stopping) {
-        for (auto& op : backlog_) cancels.push_back(op.cookie);
+        for (auto& e : backlog_) cancels.push_back(e.op.cookie);
         for (auto& [c, l] : live_) cancels.push_back(c);
       }
       applyCancels(cancels, done);
@@ -568,13 +585,13 @@ class Engine final : public CufileEngine {
   // Shared with callers.
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<IoOp> queue_;
+  std::vector<Entry> queue_;
   std::vector<uint64_t> cancel_q_;
   bool stop_req_ = false;
   std::atomic<size_t> outstanding_{0};
 
   // Engine thread only.
-  std::deque<IoOp> backlog_;
+  std::deque<Entry> backlog_;
   std::vector<std::unique_ptr<Batch>> batches_;  // submitted, oldest first
   std::unordered_map<uint64_t, Live> live_;      // cookie -> its batch
   std::vector<cufile::BatchHandle> pool_;

@@ -20,7 +20,10 @@
 // Files: addFile(fd) is not used; registerFile() registers a cuFile handle
 // (cuFileHandleRegister) and says why when the library refuses (5027 for a
 // file system without a udev record, tmpfs, ...). GPU buffers: addMemory()
-// queues cuFileBufRegister and returns; removeMemory() returns once the
+// queues cuFileBufRegister and returns the buffer's CufileMemory, which ops
+// in it carry (IoOp::memory): an entry names the registered buffer (base and
+// offset) once it is registered, the address itself before; the op's
+// IoOp::device is bound for the batch. removeMemory() returns once the
 // buffer is deregistered (cufile_buffers.h: a registration thread of its
 // own, and what I/O on a buffer still being registered does).
 #pragma once

@@ -1,5 +1,7 @@
-// The file transport's GPU side: GPU regions, cuFile (library, engine, file
-// handles, the fallback rule), staging, and what the doctor says of them.
+// The file transport's GPU side: cuFile (library, engine, file handles, the
+// fallback rule, GPU regions' buffer registration), staging, and what the
+// doctor says of them. Which memory is GPU memory comes with each task and
+// window (FileRegistration::gpu, file_registration.h).
 // Slices themselves: file_sub_batch.cpp (which path) and file_inflight.cpp.
 //
 // The rule, per descriptor a GPU I/O needs:
@@ -20,17 +22,13 @@
 #include "transport/file/file_handles.h"
 #include "transport/file/file_inflight.h"
 #include "transport/file/file_plan.h"
+#include "transport/file/file_registration.h"
 #include "transport/file/file_transport.h"
 #include "transport/file/gpu_staging.h"
 
 namespace hawser::file {
 
 namespace {
-
-int ordinalOf(const std::string& location) {
-  auto colon = location.find(':');
-  return colon == std::string::npos ? 0 : std::atoi(location.c_str() + colon + 1);
-}
 
 // For a refusal: what the doctor would say of the file's device.
 std::string udevHint(int fd) {
@@ -45,39 +43,11 @@ std::string udevHint(int fd) {
 
 }  // namespace
 
-bool FileTransport::gpuMemory(const void* addr, size_t len, int& device) const {
-  auto a = reinterpret_cast<uint64_t>(addr);
-  std::shared_lock lk(regions_mu_);
-  auto it = gpu_regions_.upper_bound(a);
-  if (it == gpu_regions_.begin()) return false;
-  --it;
-  if (a < it->first || a + len > it->first + it->second.len) return false;
-  device = it->second.device;
-  return true;
-}
-
-// Nothing of cuFile runs here: the library opens at the first transfer that
-// needs it (cufileEngine()), and buffers register in the background.
-Status FileTransport::registerGpuMemory(void* addr, size_t length, const std::string& location) {
-  // Under the lock: an engine that opens meanwhile queues every region it
-  // finds (openCufile), so each region is queued exactly once.
-  std::unique_lock lk(regions_mu_);
-  gpu_regions_[reinterpret_cast<uint64_t>(addr)] = GpuRegion{length, ordinalOf(location)};
-  if (CufileEngine* cf = cufile_ptr_.load()) cf->addMemory(addr, length);  // queued: returns at once
-  return Status::OK();
-}
-
-bool FileTransport::unregisterGpuMemory(void* addr, size_t length) {
-  CufileEngine* cf = nullptr;
-  {
-    std::unique_lock lk(regions_mu_);
-    if (!gpu_regions_.erase(reinterpret_cast<uint64_t>(addr))) return false;
-    cf = cufile_ptr_.load();
-  }
-  // Drops a registration still queued, or waits for one running and
-  // deregisters it: the caller may free the memory once this returns.
-  if (cf) cf->removeMemory(addr, length);
-  return true;
+// Nothing of cuFile runs at registration: the library opens at the first
+// transfer that needs it (cufileEngine()), and buffers register in the
+// background (cufile_buffers.h).
+void FileTransport::attachCufile(FileRegistration& r, CufileEngine& cf) {
+  r.setCufile(cf.addMemory(reinterpret_cast<void*>(r.addr), r.length, r.gpu));
 }
 
 void FileTransport::startCufile() {
@@ -115,9 +85,10 @@ void FileTransport::openCufile() {
   }
   if (engine) {
     // Every GPU region registered so far, queued for cuFileBufRegister
-    // before the engine is published (registerGpuMemory queues later ones).
-    std::unique_lock lk(regions_mu_);
-    for (const auto& [a, r] : gpu_regions_) engine->addMemory(reinterpret_cast<void*>(a), r.len);
+    // before the engine is published (registerRegion queues later ones).
+    std::lock_guard lk(regions_mu_);
+    for (const auto& [a, r] : regions_)
+      if (r->gpu >= 0) attachCufile(*r, *engine);
     cufile_ = std::move(engine);
     cufile_ptr_.store(cufile_.get());
   }

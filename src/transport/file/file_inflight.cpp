@@ -126,7 +126,7 @@ void Inflight::configure(IoEngine* uring, std::chrono::milliseconds grace, size_
   // Bounce buffers are not registered with io_uring: they are taken under the
   // lock, and a registration is a round trip to the ring's thread, which may
   // itself be waiting for that lock.
-  pool_.configure(bounce_size, bounce_buffers, nullptr);
+  pool_.configure(bounce_size, bounce_buffers);
 }
 
 void Inflight::setStaging(GpuStaging* staging) {
@@ -315,7 +315,11 @@ void Inflight::issue(FileIo* io, Outbox& ob) {
                  : io->bounce                ? io->bb.p
                                              : slice(io, 0).user;
     op.buf = base + io->progress;
+    // What the engine set up for that memory: the staging slots', or the
+    // registration's the I/O was prepared with (a bounce buffer has none).
+    op.memory = io->route == Route::kStaged ? staging_->memory() : io->bounce ? nullptr : io->memory;
   }
+  op.device = io->device;
   ob.of(io->engine).ops.push_back(op);
   auto& c = detail::counters();
   (io->route == Route::kCufile ? c.cufile_ops : io->engine == uring_ ? c.uring_ops : c.posix_ops)++;

@@ -107,6 +107,10 @@ struct FileIo {
   long slot = -1;         // staging slot held (kStaged)
   IoEngine* engine = nullptr;  // engine of the I/O (the file's, or cuFile)
   int token = -1;              // that engine's file token
+  // What that engine set up for the slice's memory (one buffer, no
+  // iovecs): from the registration of its region, which the task (or the
+  // window's plan) keeps alive while the I/O may be issued. Null: none.
+  EngineMemory* memory = nullptr;
   uint64_t data_off = 0;
   uint64_t data_len = 0;
   uint64_t bytes = 0;     // its slices' bytes (data_len less the gaps)

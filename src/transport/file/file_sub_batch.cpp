@@ -10,6 +10,7 @@
 #include "transport/file/cufile_engine.h"
 #include "transport/file/file_coalesce.h"
 #include "transport/file/file_plan.h"
+#include "transport/file/file_registration.h"
 #include "transport/file/file_transport.h"
 
 namespace hawser::file {
@@ -32,12 +33,40 @@ struct FileSubBatch::Group {
   std::vector<RunPart> parts;
 };
 
-// What one window's units (tasks, or runs) ask, grouped.
+// What one window's units (tasks, or runs) ask, grouped, and where each
+// unit's registration is: the task's region, or the run's region of the window.
 struct FileSubBatch::Parts {
   std::vector<Group> groups;
   std::vector<FileSpan> spans;  // scratch
   size_t hint = 0;              // the group the last part went to
+  std::span<Task* const> tasks;
+  std::span<const RunRef> runs;
+  std::span<const LocalRegion> regions;
+
+  // Checked by prepare/prepareRuns before the unit's parts were added.
+  const FileRegistration& registrationOf(uint32_t unit) const {
+    const LocalRegion& r = tasks.empty() ? regions[runs[unit].region] : tasks[unit]->region();
+    return *static_cast<const FileRegistration*>(r.registration);
+  }
 };
+
+namespace {
+
+// The file transport's registration of `r`, or why it cannot be used: none
+// (not registered with this transport), or torn down by unregisterMemory
+// after the request was checked.
+Status usable(const LocalRegion& r, const FileRegistration*& out) {
+  out = static_cast<const FileRegistration*>(r.registration);
+  if (out && !out->deregistered.load(std::memory_order_acquire)) return Status::OK();
+  return {Code::kNotRegistered, out ? fmt::format("local region [{:#x}, +{}) was unregistered since the request was "
+                                                  "checked",
+                                                  r.addr, r.length)
+                                    : fmt::format("local region [{:#x}, +{}) has no registration of the file "
+                                                  "transport",
+                                                  r.addr, r.length)};
+}
+
+}  // namespace
 
 Status FileSubBatch::addParts(Parts& p, FilePeer* peer, bool write, uint64_t offset, uint64_t length, uint64_t mem,
                               int device, uint32_t unit) {
@@ -62,16 +91,19 @@ Status FileSubBatch::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
   PreparedIos& pw = work->ios;
   pw.tasks.assign(tasks.begin(), tasks.end());
   Parts parts;
+  parts.tasks = tasks;
   for (uint32_t t = 0; t < tasks.size(); ++t) {
     Task* task = tasks[t];
     auto* peer = static_cast<FilePeer*>(task->peer());
     if (!peer)
       return {Code::kInternal, fmt::format("file transport got task {} without a file segment handle", task->id())};
     const TransferRequest& r = task->request();
-    int device = -1;
-    if (!owner_->gpuMemory(r.source, r.length, device)) device = -1;
-    Status s = addParts(parts, peer, r.opcode == OpCode::kWrite, r.target_offset, r.length,
-                        reinterpret_cast<uint64_t>(r.source), device, t);
+    // The local region and what registering it set up came with the task.
+    const FileRegistration* reg = nullptr;
+    Status s = usable(task->region(), reg);
+    if (!s.ok()) return {s.code(), fmt::format("requests[{}]: {}", task->id(), s.message())};
+    s = addParts(parts, peer, r.opcode == OpCode::kWrite, r.target_offset, r.length,
+                 reinterpret_cast<uint64_t>(r.source), reg->gpu, t);
     if (!s.ok()) return s;
   }
   Status s = makeIos(parts, pw);
@@ -93,17 +125,25 @@ Status FileSubBatch::prepareRuns(const RunWindow& w, std::unique_ptr<PreparedWor
   pw.sink = w.sink;
   pw.runs = runs.size();
   Parts parts;
+  parts.runs = runs;
+  parts.regions = w.regions;
   const bool write = w.op == OpCode::kWrite;
+  // Each run's region came with the window, with what registering it set
+  // up: checked once per change of region (runs mostly follow each other
+  // in one), never looked up.
+  uint32_t last = UINT32_MAX;
+  const FileRegistration* reg = nullptr;
   for (uint32_t i = 0; i < runs.size(); ++i) {
     const RunRef& r = runs[i];
-    // The GPU of the run's memory was found when the request was checked
-    // (asked here only if the window came without its regions).
-    int device = -1;
-    if (r.region < w.regions.size())
-      device = w.regions[r.region].gpu;
-    else if (!owner_->gpuMemory(reinterpret_cast<void*>(r.local), r.length, device))
-      device = -1;
-    Status s = addParts(parts, peer, write, r.remote, r.length, r.local, device, i);
+    if (r.region != last) {
+      if (r.region >= w.regions.size())
+        return {Code::kInternal, fmt::format("blocks: run {} names local region {} of a window of {}", i, r.region,
+                                             w.regions.size())};
+      Status s = usable(w.regions[r.region], reg);
+      if (!s.ok()) return {s.code(), fmt::format("blocks: run {}: {}", i, s.message())};
+      last = r.region;
+    }
+    Status s = addParts(parts, peer, write, r.remote, r.length, r.local, reg->gpu, i);
     if (!s.ok()) return {s.code(), fmt::format("blocks: run {}: {}", i, s.message())};
   }
   Status s = makeIos(parts, pw);
@@ -199,12 +239,18 @@ Status FileSubBatch::makeIos(Parts& parts, PreparedIos& pw) {
         io.io_len = alignUp(e.file_off + e.len, a) - io.io_off;
       }
       if (vectored) buildIovecs(ms, owner_->discard_, io.iov);
+      // One buffer straight from the slice's memory: what the engine set
+      // up for it comes with the registration (io_uring's fixed buffers,
+      // cuFile's buffer registration).
+      const FileRegistration& reg = parts.registrationOf(ms.front().index);
       if (io.route == Route::kCufile) {
         io.engine = cf;
         io.token = io.file->cufile_token;
+        io.memory = reg.cufile.load(std::memory_order_acquire);
       } else {
         io.engine = io.file->engine;
         io.token = io.file->token;
+        if (io.route == Route::kHost && !vectored && !io.bounce) io.memory = reg.fixed.get();
       }
       if (io.route == Route::kStaged) {
         staged = true;

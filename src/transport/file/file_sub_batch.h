@@ -52,8 +52,14 @@ class FileSubBatch final : public SubBatch {
   // A block request's window of runs (caps().run_windows): the same as
   // prepare() with a run in place of each task and no task per run; each
   // run ends through w.sink once its last slice has (runs that complete
-  // together are told together). The GPU of each run's memory comes with the
-  // window (found when the request was checked).
+  // together are told together).
+  //
+  // Each task's local region (Task::region()) and each run's
+  // (RunWindow::regions) comes with this transport's registration of it
+  // (FileRegistration: the GPU, io_uring's fixed buffers, cuFile's
+  // registration), found when the request was checked; nothing is looked up
+  // here. A registration unregisterMemory tore down since is refused
+  // (kNotRegistered, saying so), never used.
   Status prepareRuns(const RunWindow& w, std::unique_ptr<PreparedWork>& out) override;
   // Issues every I/O (one engine submission for all of them).
   void post(std::unique_ptr<PreparedWork> work) override;

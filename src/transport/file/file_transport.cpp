@@ -23,6 +23,7 @@
 #include "transport/file/gpu_staging.h"
 #include "transport/file/file_inflight.h"
 #include "transport/file/file_plan.h"
+#include "transport/file/file_registration.h"
 #include "base/file_info.h"
 #include "transport/file/file_sub_batch.h"
 
@@ -206,6 +207,13 @@ IoEngine* FileTransport::engineFor(bool direct) {
 
 void FileTransport::shutdown() {
   if (!installed_ || down_.exchange(true)) return;
+  {
+    // What the engines set up goes with them (cuFile deregisters its
+    // buffers as it stops): no registration is used from here on.
+    std::lock_guard lk(regions_mu_);
+    for (auto& [a, r] : regions_) r->deregistered.store(true, std::memory_order_release);
+    regions_.clear();
+  }
   inflight_->cancelAll("the engine is shutting down");
   inflight_->waitDrained(settings_.cancel_grace + std::chrono::seconds(2));
   size_t left = 0;
@@ -263,20 +271,44 @@ void FileTransport::describe(nlohmann::json& attrs) const {
 
 // ---- memory --------------------------------------------------------------------------
 
-Status FileTransport::registerMemory(void* addr, size_t length, const std::string& location, bool,
-                                     nlohmann::json& attrs) {
-  // Host memory may be pre-registered with io_uring (fixed buffers); anything
-  // the kernel refuses just goes through plain reads/writes.
-  if (memoryKindOf(location) != kGpuMemory) {
-    if (uring_) uring_->addMemory(addr, length);
-    return Status::OK();
+Status FileTransport::registerRegion(const Region& region, nlohmann::json&, std::shared_ptr<const Registration>& out) {
+  auto reg = std::make_shared<FileRegistration>();
+  reg->addr = region.addr;
+  reg->length = region.length;
+  reg->gpu = region.gpu;
+  // Host memory may get io_uring fixed buffers (nothing is pinned now);
+  // whatever the kernel refuses just goes through plain reads/writes.
+  if (reg->gpu < 0 && uring_) reg->fixed = uring_->addMemory(reinterpret_cast<void*>(region.addr), region.length, -1);
+  {
+    // Under the lock: a cuFile engine that opens meanwhile queues every GPU
+    // region it finds here (openCufile), so each is queued exactly once.
+    std::lock_guard lk(regions_mu_);
+    if (reg->gpu >= 0)
+      if (CufileEngine* cf = cufile_ptr_.load()) attachCufile(*reg, *cf);  // queued: returns at once
+    regions_[region.addr] = reg;
   }
-  return registerGpuMemory(addr, length, location);
+  out = std::move(reg);
+  return Status::OK();
 }
 
-Status FileTransport::unregisterMemory(void* addr, size_t length) {
-  if (unregisterGpuMemory(addr, length)) return Status::OK();
-  if (uring_) uring_->removeMemory(addr, length);
+Status FileTransport::unregisterMemory(void* addr, size_t) {
+  std::shared_ptr<FileRegistration> reg;
+  CufileEngine* cf = nullptr;
+  {
+    std::lock_guard lk(regions_mu_);
+    auto it = regions_.find(reinterpret_cast<uint64_t>(addr));
+    if (it == regions_.end()) return Status::OK();
+    reg = std::move(it->second);
+    regions_.erase(it);
+    cf = cufile_ptr_.load();
+  }
+  // Tasks and plans may still hold the registration: from here on prepare
+  // refuses them.
+  reg->deregistered.store(true, std::memory_order_release);
+  if (reg->fixed && uring_) uring_->removeMemory(*reg->fixed);
+  // Drops a cuFile registration still queued, or waits for one running and
+  // deregisters it: the caller may free the memory once this returns.
+  if (EngineMemory* m = reg->cufile.load(std::memory_order_acquire); m && cf) cf->removeMemory(*m);
   return Status::OK();
 }
 

@@ -15,7 +15,8 @@
 //   file_handles.*      a segment's files as this host sees them, and their cached open descriptors
 //   bounce_pool.*       aligned bounce buffers for O_DIRECT I/O of unaligned memory
 //   file_plan.*         pure slicing (no I/O); io_engine.h + uring/posix_engine.cpp: the I/O engines
-//   file_gpu.cpp        GPU memory: regions, cuFile or staging per file (the fallback rule), doctor facts
+//   file_registration.h what registering a region set up (GPU, fixed buffers, cuFile), carried by its tasks
+//   file_gpu.cpp        GPU memory: cuFile or staging per file (the fallback rule), doctor facts
 //   cufile_engine.*     libcufile loaded at run time, and the cuFile batch engine (cufile_api.h: its ABI)
 //   cufile_buffers.*    GPU buffers registered with cuFile in the background
 //   gpu_staging.*       pinned staging slots and the pipelined GPU copy lanes
@@ -29,7 +30,6 @@
 #include <memory>
 #include <mutex>
 #include <set>
-#include <shared_mutex>
 #include <string>
 #include <thread>
 
@@ -97,6 +97,7 @@ gpu::CopyCounters& copyCounters();
 
 class Inflight;
 class PeerSet;
+struct FileRegistration;
 class FileSubBatch;
 class CufileEngine;
 class GpuStaging;
@@ -133,13 +134,17 @@ class FileTransport final : public Transport {
   void shutdown() override;
   void describe(nlohmann::json& attrs) const override;
 
-  // Host memory is pre-registered with io_uring (fixed buffers) when it can
-  // be; GPU memory ("cuda:N") is registered with cuFile (cuFileBufRegister)
-  // in the background once cuFile is open, which the first GPU <-> file
-  // transfer starts (file.cufile auto/on): neither blocks the caller
-  // (file_gpu.cpp).
-  Status registerMemory(void* addr, size_t length, const std::string& location, bool remote_accessible,
-                        nlohmann::json& attrs) override;
+  // Returns a FileRegistration (file_registration.h), which the engine
+  // hands back with every task and window of runs in the region. Host
+  // memory gets io_uring fixed buffers (registered piece by piece as I/O
+  // first touches them) when it can; GPU memory (Region::gpu) is
+  // registered with cuFile (cuFileBufRegister) in the background once cuFile
+  // is open, which the first GPU <-> file transfer starts (file.cufile
+  // auto/on): neither blocks the caller (file_gpu.cpp).
+  Status registerRegion(const Region& region, nlohmann::json& attrs,
+                        std::shared_ptr<const Registration>& out) override;
+  // Marks the region's registration torn down (tasks still holding it are
+  // refused at prepare), then drops its fixed buffers and cuFile registration.
   Status unregisterMemory(void* addr, size_t length) override;
 
   // "file://ABS_PATH": one backing file, its length the file's (or block
@@ -164,8 +169,6 @@ class FileTransport final : public Transport {
   IoEngine* posixEngine();  // started on first use
 
   // ---- GPU memory (file_gpu.cpp) ----
-  // The GPU of a registered GPU region holding [addr, +len), or false.
-  bool gpuMemory(const void* addr, size_t len, int& device) const;
   // Starts loading cuFile and its engine on cufile_opener_, once
   // (file.cufile auto/on), at the first transfer that needs it.
   void startCufile();
@@ -181,8 +184,8 @@ class FileTransport final : public Transport {
   // (logged once per file) -- or, with file.cufile=on, an error.
   Status gpuRoute(OpenFile& f, CufileEngine* cf, Route& out);
   void noteFallback(const std::string& path, const std::string& why, bool warn);
-  Status registerGpuMemory(void* addr, size_t length, const std::string& location);
-  bool unregisterGpuMemory(void* addr, size_t length);  // false: not GPU memory of ours
+  // Under regions_mu_: queues `r` (GPU memory) for cuFile's registration.
+  static void attachCufile(FileRegistration& r, CufileEngine& cf);
   void diagnoseGpu(TransportDiagnosis& out, const std::string& dir) const;
 
   FileSettings settings_;
@@ -209,12 +212,10 @@ class FileTransport final : public Transport {
   gpu::CopySettings copy_settings_;  // gpu.copy_*: how staging copies a window of runs
   std::unique_ptr<GpuStaging> staging_;
   std::atomic<bool> staging_ready_{false};
-  mutable std::shared_mutex regions_mu_;
-  struct GpuRegion {
-    size_t len;
-    int device;
-  };
-  std::map<uint64_t, GpuRegion> gpu_regions_;
+  // Every registration by start address, for teardown only (unregister,
+  // cuFile opening, shutdown): the data path reads the task's.
+  std::mutex regions_mu_;
+  std::map<uint64_t, std::shared_ptr<FileRegistration>> regions_;
   std::mutex fallback_mu_;
   std::set<std::string> fallback_logged_;
 

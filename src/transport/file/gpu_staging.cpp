@@ -124,7 +124,7 @@ Status GpuStaging::init(size_t slots, size_t slot_size, IoEngine* uring, const g
   sink_ = std::move(sink);
   uring_ = uring;
   // Registered outside any lock of the transport (a round trip to the ring's thread).
-  if (uring_) uring_->addMemory(buffers_->base(), buffers_->bytes());
+  if (uring_) memory_ = uring_->addMemory(buffers_->base(), buffers_->bytes(), -1);
   return Status::OK();
 }
 
@@ -146,7 +146,8 @@ void GpuStaging::stop() {
     lanes.swap(lanes_);
   }
   lanes.clear();  // each lane finishes its copies first
-  if (buffers_ && uring_) uring_->removeMemory(buffers_->base(), buffers_->bytes());
+  if (memory_ && uring_) uring_->removeMemory(*memory_);
+  memory_.reset();
   uring_ = nullptr;
 }
 

@@ -30,6 +30,7 @@
 
 namespace hawser::file {
 
+class EngineMemory;
 class IoEngine;
 
 // Called from a lane's thread when a copy ended (error: the stream's).
@@ -53,6 +54,8 @@ class GpuStaging {
   long tryAcquire() { return buffers_->tryAcquire(); }
   void release(long slot) { buffers_->release(static_cast<size_t>(slot)); }
   char* slot(long i) const { return buffers_->slot(static_cast<size_t>(i)); }
+  // What io_uring set up for the slots (IoOp::memory of a staged I/O), or null.
+  EngineMemory* memory() const { return memory_.get(); }
 
   // Queues `runs` (one window: dst <- src each) on GPU `device`'s lane for
   // that direction; the sink hears of the whole window with `cookie`. Never
@@ -68,6 +71,7 @@ class GpuStaging {
 
   std::unique_ptr<gpu::PinnedBuffers> buffers_;
   IoEngine* uring_ = nullptr;
+  std::shared_ptr<EngineMemory> memory_;
   gpu::CopySettings copy_;
   CopySink sink_;
   std::mutex mu_;

@@ -28,6 +28,20 @@ class Config;
 
 namespace hawser::file {
 
+// Memory an engine set up for I/O (IoEngine::addMemory): io_uring's fixed
+// buffers of it, cuFile's registration of it. Every op in that memory
+// carries it (IoOp::memory), so the engine uses what it set up without
+// looking the address up; an op that carries none goes plain. Opaque to the
+// caller, who keeps it (with its registration of the region) at least as
+// long as any op in it is being submitted.
+class IoEngine;
+class EngineMemory {
+ public:
+  explicit EngineMemory(const IoEngine* owner) : engine(owner) {}
+  virtual ~EngineMemory() = default;
+  const IoEngine* const engine;  // the engine that set it up (another one ignores it)
+};
+
 // One I/O. `cookie` is the caller's one-based id of the op; it comes back
 // unchanged in the completion (never matched by position).
 struct IoOp {
@@ -43,6 +57,11 @@ struct IoOp {
   // completes. Not for the cuFile engine (it fails such an op with EINVAL).
   const ::iovec* iov = nullptr;
   uint32_t iov_count = 0;
+  // What this engine's addMemory set up for the memory holding [buf, +len),
+  // or null (plain I/O). Read during submit() only; ignored with iovecs and
+  // when it belongs to another engine or does not hold the buffer.
+  EngineMemory* memory = nullptr;
+  int device = -1;  // the GPU of `buf` (the cuFile engine binds it), -1: host memory
 };
 
 // result >= 0: bytes moved (may be short); < 0: -errno (-ECANCELED when the
@@ -96,10 +115,15 @@ class IoEngine {
   virtual int addFile(int fd) { return -1; }
   virtual void removeFile(int token) {}
 
-  // Memory the engine may pre-register (every region registered with the
-  // transfer engine, and bounce buffers). Failure only means slower I/O.
-  virtual void addMemory(void* addr, size_t len) {}
-  virtual void removeMemory(void* addr, size_t len) {}
+  // Memory the engine may set up for I/O (every region registered with the
+  // transfer engine, staging slots); `device`: its GPU, -1 for host memory.
+  // Returns what ops in it then carry (IoOp::memory), or null when the
+  // engine sets up nothing. Never blocks on the set-up (it may happen in
+  // the background, or never: failure only means slower I/O).
+  virtual std::shared_ptr<EngineMemory> addMemory(void* addr, size_t len, int device) { return nullptr; }
+  // Tears down what addMemory set up before it returns (the caller may free
+  // the memory then); ops submitted later that still carry `m` go plain.
+  virtual void removeMemory(EngineMemory& m) {}
 
   // Queues ops; never fails: an op that cannot be issued completes with an
   // error through the sink. Many ops go out with one kernel submission.

@@ -237,7 +237,11 @@ void UringEngine::submit(std::span<const IoOp> ops) {
   if (ops.empty()) return;
   std::vector<Queued> qs;
   qs.reserve(ops.size());
-  for (const auto& op : ops) qs.push_back(Queued{op, op.iov_count ? -1 : lookupBuffer(op.buf, op.len)});
+  for (const auto& op : ops) {
+    // The fixed buffer is found now: op.memory may go once submit returns.
+    Queued& q = qs.emplace_back(Queued{op, fixedBuffer(op)});
+    q.op.memory = nullptr;
+  }
   outstanding_ += ops.size();
   {
     std::lock_guard lk(mu_);

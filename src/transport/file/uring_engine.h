@@ -1,6 +1,7 @@
 // The io_uring engine's class (internal to the file transport): the ring and
 // its owner thread in uring_engine.cpp, the lazily registered fixed buffers
-// in uring_buffers.cpp. Only built with liburing (HAWSER_HAVE_URING).
+// of each added region (UringMemory) in uring_buffers.cpp. Only built with
+// liburing (HAWSER_HAVE_URING).
 #pragma once
 
 #if HAWSER_HAVE_URING
@@ -12,9 +13,8 @@
 #include <deque>
 #include <functional>
 #include <future>
-#include <map>
+#include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -26,6 +26,22 @@ namespace hawser::file::uring_detail {
 struct Queued {
   IoOp op;
   int buf_index = -1;  // fixed buffer holding [buf, buf+len), or -1
+};
+
+// A region added with addMemory: its fixed buffers, one slot per 64 MiB
+// piece (uring_buffers.cpp), found from the op that carries it.
+class UringMemory final : public EngineMemory, public std::enable_shared_from_this<UringMemory> {
+ public:
+  UringMemory(const IoEngine* owner, uint64_t addr, uint64_t len);
+  // Slot states besides a slot number (>= 0).
+  static constexpr int kUnasked = -2;  // no op asked for the piece yet
+  static constexpr int kNoSlot = -1;   // asked for (being registered, refused, or removed)
+
+  const uint64_t addr;
+  const uint64_t len;
+  const size_t pieces;
+  std::unique_ptr<std::atomic<int>[]> slots;  // per piece
+  bool removed = false;                       // under the engine's reg_mu_
 };
 
 // A registration the owner thread performs for another thread.
@@ -45,18 +61,13 @@ class UringEngine final : public IoEngine {
   size_t stop(std::chrono::milliseconds timeout) override;
   int addFile(int fd) override;
   void removeFile(int token) override;
-  void addMemory(void* addr, size_t len) override;
-  void removeMemory(void* addr, size_t len) override;
+  std::shared_ptr<EngineMemory> addMemory(void* addr, size_t len, int device) override;
+  void removeMemory(EngineMemory& m) override;
   void submit(std::span<const IoOp> ops) override;
   void cancel(std::span<const uint64_t> cookies) override;
   IoEngineStats stats() const override;
 
  private:
-  struct Chunk {
-    uint64_t len = 0;
-    int index = -1;
-  };
-
   void main(std::promise<Status>* ready);
   Status setup();
   void run();
@@ -70,14 +81,16 @@ class UringEngine final : public IoEngine {
   io_uring_sqe* getSqe();
   void prep(const Queued& q, io_uring_sqe* sqe);
   void reap(std::vector<IoCompletion>& done);
-  // The fixed buffer holding [buf, buf+len), or -1; asks for the piece
-  // holding it when it lies in recorded memory not yet registered.
-  int lookupBuffer(const void* buf, uint64_t len);
+  // The fixed buffer of op.memory holding [buf, buf+len), or -1; asks for
+  // the piece holding it the first time an op lies there.
+  int fixedBuffer(const IoOp& op);
   // Background: fault pieces in, then have the owner register them.
   void pin();
   void stopPinner();
-  // Owner thread: registers one piece if its region is still recorded.
-  void registerPiece(uint64_t region, uint64_t gen, uint64_t start, uint64_t len);
+  // Owner thread: registers piece `piece` of `m` unless m was removed.
+  void registerPiece(UringMemory& m, size_t piece);
+  static uint64_t pieceStart(const UringMemory& m, size_t i);
+  static uint64_t pieceLen(const UringMemory& m, size_t i);
 
   IoEngineOptions opts_;
   io_uring ring_{};
@@ -108,23 +121,14 @@ class UringEngine final : public IoEngine {
   std::condition_variable done_cv_;
   bool done_ = false;
 
-  // Registration bookkeeping (slots, recorded regions and asked-for pieces
-  // under reg_mu_, chunk map under buf_mu_).
-  struct Recorded {
-    uint64_t len = 0;
-    uint64_t gen = 0;  // which addMemory recorded it (a later one may reuse the address)
-  };
+  // Registration bookkeeping under reg_mu_: free slots, the pieces asked
+  // for, the pinning thread. What is registered where lives in each
+  // UringMemory: no table of regions here.
   struct Piece {
-    uint64_t region = 0, gen = 0, start = 0, len = 0;
+    std::shared_ptr<UringMemory> memory;
+    size_t index = 0;
   };
   std::mutex reg_mu_;
-  mutable std::shared_mutex buf_mu_;
-  std::map<uint64_t, Chunk> chunks_;  // start address -> registered piece
-  std::map<uint64_t, Recorded> recorded_;  // addMemory regions by start
-  std::atomic<size_t> recorded_count_{0};
-  std::unordered_set<uint64_t> asked_;      // piece starts asked for (pending, registered or refused)
-  uint64_t next_gen_ = 0;
-  // The pinning thread and its queue (under reg_mu_).
   std::deque<Piece> pin_q_;
   std::condition_variable pin_cv_;
   std::thread pinner_;

@@ -44,6 +44,17 @@ struct Counters {
   std::atomic<uint64_t> plan_cache_hits{0};       // windows launched from a run list kept on the GPU
   std::atomic<uint64_t> plan_cache_misses{0};     // prepared plans' windows whose run list was (re)made
   std::atomic<uint64_t> plan_cache_bytes{0};      // gauge: device memory the kept run lists hold
+  // Where a group's time goes (initiator; sums of nanoseconds over
+  // `groups_issued`): queued (posted -> its stream thread takes it),
+  // checking (owners, registrations, mappings, the runs collected),
+  // launching (run list, kernel or copies, event), on the GPU (launched ->
+  // seen done) and ending (its tasks or runs completed).
+  std::atomic<uint64_t> groups_issued{0};
+  std::atomic<uint64_t> group_queued_ns{0};
+  std::atomic<uint64_t> group_check_ns{0};
+  std::atomic<uint64_t> group_launch_ns{0};
+  std::atomic<uint64_t> group_gpu_ns{0};
+  std::atomic<uint64_t> group_end_ns{0};
 };
 
 // This process's start time (clock ticks since boot, /proc/<pid>/stat field
@@ -318,6 +329,7 @@ struct Group {
   std::weak_ptr<const void> plan;          // to keep the window's run list once made
   uint64_t first = 0;
   std::atomic<uint8_t> state{kGroupPrepared};
+  std::chrono::steady_clock::time_point posted;  // handed to its stream thread
   size_t size() const { return runs || cached ? nruns : items.size(); }
 };
 
@@ -375,6 +387,7 @@ class StreamWorker {
     // once they completed: an owner's withdrawal waits for them).
     std::vector<std::pair<Reader*, uint32_t>> hazards;
     std::shared_ptr<CachedWindow> list;  // the run list its launch reads
+    std::chrono::steady_clock::time_point launched;
   };
   // What one (peer, buffer) of a group holds while it is issued.
   struct Memo {

@@ -25,7 +25,10 @@ std::atomic<CheckHook> before_check{nullptr};
 
 namespace {
 using Clock = std::chrono::steady_clock;
+uint64_t nanos(Clock::time_point from, Clock::time_point to) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count());
 }
+}  // namespace
 
 void endItems(Group& g, size_t first, size_t n, TransferState state, const Status& why) {
   if (n == 0) return;
@@ -316,6 +319,7 @@ void StreamWorker::post(Group* g) {
   {
     std::lock_guard lk(mu_);
     if (!stop_) {
+      g->posted = Clock::now();
       queue_.push_back(g);
       queued_.store(true, std::memory_order_release);
       cv_.notify_all();
@@ -602,6 +606,7 @@ void StreamWorker::issue(Group* g) {
     letGo(g);  // canceled: its items already ended
     return;
   }
+  const auto t0 = Clock::now();
   Pending p{g};
   runs_.clear();
   int peer_device = -1;
@@ -622,6 +627,7 @@ void StreamWorker::issue(Group* g) {
     return;
   }
   gpu::CopyReport rep;
+  const auto t1 = Clock::now();
   Status st = queue(g, p, peer_device, rep);
   if (!st.ok()) {
     // Whatever of the group was queued must stop before its memory is let go.
@@ -635,6 +641,11 @@ void StreamWorker::issue(Group* g) {
   }
   counters_->copy.add(rep);
   if (peer_device >= 0) counters_->peer_copies.fetch_add(p.issued, std::memory_order_relaxed);
+  p.launched = Clock::now();
+  counters_->groups_issued.fetch_add(1, std::memory_order_relaxed);
+  counters_->group_queued_ns.fetch_add(nanos(g->posted, t0), std::memory_order_relaxed);
+  counters_->group_check_ns.fetch_add(nanos(t0, t1), std::memory_order_relaxed);
+  counters_->group_launch_ns.fetch_add(nanos(t1, p.launched), std::memory_order_relaxed);
   inflight_.push_back(std::move(p));
 }
 
@@ -647,6 +658,8 @@ void StreamWorker::release(Pending& p) {
 
 void StreamWorker::finish(Pending& p) {
   Status st = stream_->wait(p.ticket);
+  const auto done = Clock::now();
+  counters_->group_gpu_ns.fetch_add(nanos(p.launched, done), std::memory_order_relaxed);
   release(p);  // before the tasks hear of it: an owner's withdrawal may be waiting
   Group* g = p.g;
   if (!st.ok()) {
@@ -659,6 +672,7 @@ void StreamWorker::finish(Pending& p) {
   counters_->slices_completed.fetch_add(p.issued, std::memory_order_relaxed);
   counters_->bytes.fetch_add(p.bytes, std::memory_order_relaxed);
   endIssued(*g, p.issued, p.bytes, TransferState::kCompleted, Status::OK());
+  counters_->group_end_ns.fetch_add(nanos(done, Clock::now()), std::memory_order_relaxed);
   letGo(g);
 }
 

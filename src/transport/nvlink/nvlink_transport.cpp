@@ -393,7 +393,13 @@ Counters NvlinkTransport::stats() const {
           {"withdrawals_waited", c.withdrawals_waited.load()},
           {"plan_cache_hits", c.plan_cache_hits.load()},
           {"plan_cache_misses", c.plan_cache_misses.load()},
-          {"plan_cache_bytes", c.plan_cache_bytes.load()}};
+          {"plan_cache_bytes", c.plan_cache_bytes.load()},
+          {"groups_issued", c.groups_issued.load()},
+          {"group_queued_ns", c.group_queued_ns.load()},
+          {"group_check_ns", c.group_check_ns.load()},
+          {"group_launch_ns", c.group_launch_ns.load()},
+          {"group_gpu_ns", c.group_gpu_ns.load()},
+          {"group_end_ns", c.group_end_ns.load()}};
   c.copy.appendTo(out);
   return out;
 }

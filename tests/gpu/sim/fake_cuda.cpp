@@ -103,7 +103,7 @@ thread_local int t_device = -1;           // current context's device
 
 // Calls counted for tests (hawserFakeCudaCalls), and launches made to fail
 // (hawserFakeCudaFailLaunch).
-std::atomic<uint64_t> g_calls_memcpy_async{0}, g_calls_launch{0}, g_calls_batch{0};
+std::atomic<uint64_t> g_calls_memcpy_async{0}, g_calls_launch{0}, g_calls_batch{0}, g_calls_pointer{0};
 std::atomic<long> g_fail_after{-1};  // launches to let through before the one that fails
 std::atomic<int> g_fail_code{0};
 std::atomic<bool> g_fail_async{false};
@@ -325,6 +325,7 @@ Result cuCtxGetCurrent(void** ctx) {
 }
 
 Result cuPointerGetAttribute(void* out, int attr, DevicePtr p) {
+  g_calls_pointer++;
   std::lock_guard lk(g_mu);
   if (Allocation* a = findAlloc(p)) {
     if (attr == 2) *static_cast<unsigned*>(out) = 2;                 // device
@@ -859,12 +860,13 @@ Result cuMemcpyBatchAsync_v2(DevicePtr* dsts, DevicePtr* srcs, size_t* sizes, si
 }
 
 // Test hooks (not CUDA): calls made so far of "launch" (cuLaunchKernel),
-// "batch" (cuMemcpyBatchAsync_v2) or "memcpy_async" (cuMemcpyAsync); -1 for
-// another name.
+// "batch" (cuMemcpyBatchAsync_v2), "memcpy_async" (cuMemcpyAsync) or
+// "pointer" (cuPointerGetAttribute); -1 for another name.
 long long hawserFakeCudaCalls(const char* what) {
   if (!strcmp(what, "launch")) return static_cast<long long>(g_calls_launch.load());
   if (!strcmp(what, "batch")) return static_cast<long long>(g_calls_batch.load());
   if (!strcmp(what, "memcpy_async")) return static_cast<long long>(g_calls_memcpy_async.load());
+  if (!strcmp(what, "pointer")) return static_cast<long long>(g_calls_pointer.load());
   return -1;
 }
 

@@ -137,7 +137,7 @@ void gate(int bit) {
   g_gate_waiting--;
 }
 
-long g_setups = 0, g_submits = 0, g_entries = 0, g_max_entries = 0, g_opens = 0, g_canceled = 0;
+long g_setups = 0, g_submits = 0, g_entries = 0, g_max_entries = 0, g_opens = 0, g_canceled = 0, g_buf_entries = 0;
 
 Error ok() { return {kOk, 0}; }
 Error err(int e) { return {e, 0}; }
@@ -318,9 +318,17 @@ Error cuFileBatchIOSubmit(void* b, unsigned nr, IoParams* ps, unsigned) {
   auto* batch = static_cast<Batch*>(b);
   if (!g_batches.count(batch) || nr == 0 || nr > batch->max || batch->running > 0 || !batch->done.empty())
     return err(kInvalidValue);
+  long named = 0;  // entries naming a registered buffer (its base), which must hold them
   for (unsigned i = 0; i < nr; ++i) {
     if (ps[i].mode != 1 || (ps[i].opcode != 0 && ps[i].opcode != 1)) return err(kInvalidValue);
+    auto b = g_bufs.find(reinterpret_cast<uint64_t>(ps[i].u.batch.devPtr_base));
+    if (b == g_bufs.end()) continue;
+    if (ps[i].u.batch.devPtr_offset < 0 ||
+        static_cast<size_t>(ps[i].u.batch.devPtr_offset) + ps[i].u.batch.size > b->second)
+      return err(kInvalidValue);
+    named++;
   }
+  g_buf_entries += named;
   for (unsigned i = 0; i < nr; ++i) g_work.push_back(Job{batch, ps[i], false});
   batch->running = nr;
   g_submits++;
@@ -376,7 +384,8 @@ void cuFileBatchIODestroy(void* b) {
 
 // Test hook (not cuFile): [driver opens, batch set-ups, live batches, submits,
 // entries, largest submit, registered files, registered buffers, entries canceled,
-// calls waiting at the gate, cuFileBufRegister calls].
+// calls waiting at the gate, cuFileBufRegister calls, entries that named a
+// registered buffer (its base, and the offset in it)].
 int hawserFakeCufileStats(long* out, int n) {
   long waiting, buf_calls;
   {
@@ -390,7 +399,7 @@ int hawserFakeCufileStats(long* out, int n) {
                     g_entries,     g_max_entries,
                     static_cast<long>(g_files.size()),   static_cast<long>(g_bufs.size()),
                     g_canceled,    waiting,
-                    buf_calls};
+                    buf_calls,     g_buf_entries};
   int k = std::min<int>(n, static_cast<int>(sizeof(v) / sizeof(v[0])));
   for (int i = 0; i < k; ++i) out[i] = v[i];
   return k;
