@@ -150,6 +150,14 @@ TEST(ConfigTable, every_key_used_in_the_sources_is_in_the_table) {
     ss << in.rdbuf();
     public_defs += ss.str();
   }
+  // And so are the macros the internal headers define (base/tsan.h's
+  // HAWSER_TSAN, used by files that include it).
+  for (auto& e : fs::recursive_directory_iterator(fs::path(HAWSER_SOURCE_DIR) / "src")) {
+    if (!e.is_regular_file() || e.path().extension() != ".h") continue;
+    std::ifstream in(e.path());
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("#define HAWSER_", 0) == 0) public_defs += line + "\n";
+  }
   auto defined_publicly = [&](const std::string& name) {
     return public_defs.find("#define " + name + " ") != std::string::npos ||
            public_defs.find(" " + name + " =") != std::string::npos;
