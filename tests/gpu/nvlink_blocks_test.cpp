@@ -188,6 +188,49 @@ TEST(nvlink_blocks, a_prepared_plan_posted_again_is_launched_from_its_run_list_k
   ASSERT_TRUE(p.target.registerLocalMemory(p.src.data(), p.src.size()).ok());
 }
 
+// A window posted while its stream is idle is checked and launched by the
+// posting thread (no hand-over to a sleeping stream thread), and that
+// thread's current GPU context is what it was before the post.
+TEST(nvlink_blocks, a_window_posted_to_an_idle_stream_is_issued_by_the_posting_thread_which_keeps_its_context) {
+  HAWSER_REQUIRE_GPU(1);
+  const gpu::CudaDriver* d = testCudaDriver();
+  ASSERT_NE(d, nullptr);
+  const uint64_t block = 8 << 10;
+  const size_t n = 500;
+  for (bool inline_issue : {true, false}) {
+    SCOPED_TRACE(inline_issue ? "nvlink.issue_inline=true" : "nvlink.issue_inline=false");
+    Pair p(n * block, {{"nvlink.issue_inline", inline_issue ? "true" : "false"}});
+    std::vector<Block> blocks = kvBlocks(p.dst.data(), p.remote(), n, block, 12);
+    PlanID plan;
+    ASSERT_TRUE(p.init.prepareBlocks(OpCode::kRead, p.seg, blocks, plan).ok());
+    const int posts = 5;
+    for (int i = 0; i < posts; ++i) {
+      p.dst.fill(0);
+      // An application thread with no current context (it never touched CUDA).
+      ASSERT_EQ(d->api().CtxSetCurrent(nullptr), gpu::cu::kSuccess);
+      BatchID b;
+      ASSERT_TRUE(p.init.allocateBatchID(1, b).ok());
+      size_t task = 0;
+      ASSERT_TRUE(p.init.postPlan(b, plan, &task).ok());
+      gpu::cu::Context now = reinterpret_cast<gpu::cu::Context>(1);
+      ASSERT_EQ(d->api().CtxGetCurrent(&now), gpu::cu::kSuccess);
+      EXPECT_EQ(now, nullptr) << "the post left a GPU context current on the caller's thread";
+      ASSERT_TRUE(p.init.waitTransfer(b, std::chrono::seconds(60)).ok());
+      TransferStatus st;
+      ASSERT_TRUE(p.init.getTransferStatus(b, task, st).ok());
+      ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
+      ASSERT_TRUE(p.init.freeBatchID(b).ok());
+      expectBlocks(p, blocks);
+    }
+    EXPECT_EQ(counter(p.init, "groups_issued"), uint64_t(posts)) << "one window a post (a prepared plan's first is whole)";
+    if (inline_issue)
+      EXPECT_GE(counter(p.init, "groups_inline"), 1u) << "posted to an idle stream, issued by the poster";
+    else
+      EXPECT_EQ(counter(p.init, "groups_inline"), 0u);
+    ASSERT_TRUE(p.init.releasePlan(plan).ok());
+  }
+}
+
 TEST(nvlink_blocks, every_mechanism_moves_the_same_bytes) {
   HAWSER_REQUIRE_GPU(1);
   for (const char* m : {"kernel", "copy_engine", "per_run"}) {

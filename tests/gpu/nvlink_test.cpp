@@ -271,8 +271,12 @@ TEST(nvlink, a_task_fails_when_the_owner_registers_its_range_again_between_two_s
   ASSERT_TRUE(target.init("p2p", "nvlink-rereg-t", "127.0.0.1", 0, gpuOptions()).ok());
   // Two streams: a task's two stripes go to two stream workers (a group
   // each), each of which checks the task's registration before its copy.
+  // Issued by the stream threads (not the submitting one, which the seam
+  // would park inside submitTransfer).
   ASSERT_TRUE(init.init("p2p", "nvlink-rereg-i", "127.0.0.1", 0,
-                        gpuOptions({{"nvlink.stripe_size", "1M"}, {"nvlink.streams", "2"}}))
+                        gpuOptions({{"nvlink.stripe_size", "1M"},
+                                    {"nvlink.streams", "2"},
+                                    {"nvlink.issue_inline", "false"}}))
                   .ok());
   DeviceBuffer mem(0, 4 << 20), local(0, 2 << 20);
   ASSERT_TRUE(target.registerLocalMemory(mem.data(), mem.size()).ok());

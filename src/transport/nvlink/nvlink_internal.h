@@ -50,6 +50,7 @@ struct Counters {
   // launching (run list, kernel or copies, event), on the GPU (launched ->
   // seen done) and ending (its tasks or runs completed).
   std::atomic<uint64_t> groups_issued{0};
+  std::atomic<uint64_t> groups_inline{0};  // of those, issued by the posting thread (nvlink.issue_inline)
   std::atomic<uint64_t> group_queued_ns{0};
   std::atomic<uint64_t> group_check_ns{0};
   std::atomic<uint64_t> group_launch_ns{0};
@@ -365,8 +366,11 @@ void endItems(Group& g, size_t first, size_t n, TransferState state, const Statu
 class StreamWorker {
  public:
   // `index`: its number in the transport (its reader slot in each owner's table).
+  // `issue_inline` (nvlink.issue_inline): a group posted while this stream
+  // is idle is issued by the posting thread (issueHere).
   StreamWorker(size_t index, int device, uint32_t depth, std::shared_ptr<Counters> counters,
-               const gpu::CopySettings& copy, bool spin_wait, WindowCache* cache, uint64_t cache_budget);
+               const gpu::CopySettings& copy, bool spin_wait, bool issue_inline, WindowCache* cache,
+               uint64_t cache_budget);
   ~StreamWorker();
   Status start();
   // Fails what is queued, waits for what was issued, joins.
@@ -396,6 +400,11 @@ class StreamWorker {
     Status bad;         // why its copies cannot be made
   };
   void run();
+  // Issues `g` on the calling thread (its GPU context restored after) when
+  // the stream is idle: nothing queued, room in flight, its thread neither
+  // issuing nor polling. The stream's thread is then woken only to see the
+  // group end, while the GPU copies: the wake-up is off the request's path.
+  bool issueHere(Group* g);
   void issue(Group* g);
   // Fill runs_ with the group's copies (the ones whose buffer can be
   // copied); the others end at once.
@@ -423,6 +432,7 @@ class StreamWorker {
   const size_t index_;
   const int device_;
   const uint32_t depth_;
+  const bool issue_inline_;
   std::shared_ptr<Counters> counters_;
   gpu::CopySettings copy_;
   WindowCache* const cache_;
@@ -436,9 +446,14 @@ class StreamWorker {
   bool stop_ = false;
   bool started_ = false;
   Status start_status_;
-  std::deque<Pending> inflight_;       // worker thread only
-  std::vector<gpu::CopyRun> runs_;     // worker thread only
-  std::vector<Memo> memo_;             // worker thread only
+  // Who issues, polls or finishes holds issue_mu_ (taken before mu_): the
+  // stream's thread, or a poster in issueHere. The stream, what is in
+  // flight on it and the scratch below are used under it only.
+  std::mutex issue_mu_;
+  bool kicked_ = false;                // under mu_: a poster issued; poll for its end
+  std::deque<Pending> inflight_;
+  std::vector<gpu::CopyRun> runs_;
+  std::vector<Memo> memo_;             // under issue_mu_
 };
 
 }  // namespace hawser::nvlink

@@ -285,11 +285,20 @@ SubBatchImpl::~SubBatchImpl() {
 
 // ---- stream worker ------------------------------------------------------------
 
+namespace {
+// The stream worker whose thread this is (null on any other thread): a
+// group posted from a worker's own thread (a completion's callback) is
+// queued, never issued there.
+thread_local const StreamWorker* t_worker = nullptr;
+}  // namespace
+
 StreamWorker::StreamWorker(size_t index, int device, uint32_t depth, std::shared_ptr<Counters> counters,
-                           const gpu::CopySettings& copy, bool spin_wait, WindowCache* cache, uint64_t cache_budget)
+                           const gpu::CopySettings& copy, bool spin_wait, bool issue_inline, WindowCache* cache,
+                           uint64_t cache_budget)
     : index_(index),
       device_(device),
       depth_(depth),
+      issue_inline_(issue_inline),
       counters_(std::move(counters)),
       copy_(copy),
       cache_(cache),
@@ -315,7 +324,34 @@ void StreamWorker::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+bool StreamWorker::issueHere(Group* g) {
+  if (!issue_inline_ || t_worker) return false;
+  std::unique_lock ilk(issue_mu_, std::try_to_lock);
+  if (!ilk.owns_lock()) return false;  // the stream's thread is issuing or polling: it takes the queue at once
+  {
+    std::lock_guard lk(mu_);
+    // Behind queued groups it would overtake them; a full stream waits.
+    if (stop_ || !started_ || !queue_.empty() || inflight_.size() >= depth_) return false;
+  }
+  const gpu::CudaDriver* d = gpu::CudaDriver::get();
+  {
+    gpu::ContextScope scope(d, device_);  // the caller's own context comes back
+    if (!scope.status().ok()) return false;
+    g->posted = Clock::now();
+    issue(g);
+    counters_->groups_inline.fetch_add(1, std::memory_order_relaxed);
+  }
+  ilk.unlock();
+  {
+    std::lock_guard lk(mu_);
+    kicked_ = true;  // the stream's thread polls for its end
+  }
+  cv_.notify_all();
+  return true;
+}
+
 void StreamWorker::post(Group* g) {
+  if (issueHere(g)) return;
   {
     std::lock_guard lk(mu_);
     if (!stop_) {
@@ -355,13 +391,25 @@ void StreamWorker::run() {
   }
   cv_.notify_all();
   if (!st.ok()) return;
+  t_worker = this;
 
   std::vector<Group*> take;
   for (;;) {
     bool stopping = false;
+    // Held while this thread issues, polls and finishes; let go of between
+    // turns and while it sleeps, so that a poster may issue meanwhile
+    // (issueHere) instead of waking it first.
+    std::unique_lock ilk(issue_mu_);
     {
       std::unique_lock lk(mu_);
-      if (inflight_.empty()) cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      while (inflight_.empty() && !stop_ && queue_.empty()) {
+        ilk.unlock();
+        cv_.wait(lk, [&] { return stop_ || !queue_.empty() || kicked_; });
+        kicked_ = false;
+        lk.unlock();  // issue_mu_ before mu_, as posters take them
+        ilk.lock();
+        lk.lock();
+      }
       stopping = stop_;
       if (stopping) {
         take.assign(queue_.begin(), queue_.end());

@@ -100,6 +100,7 @@ Status NvlinkTransport::loadSettings(const Config& cfg, NvlinkSettings& out) {
       !(st = cfg.getSize("nvlink.stripe_size", s.stripe_size)).ok() ||
       !(st = cfg.getInt("nvlink.stream_depth", s.stream_depth)).ok() ||
       !(st = cfg.getBool("nvlink.spin_wait", s.spin_wait)).ok() ||
+      !(st = cfg.getBool("nvlink.issue_inline", s.issue_inline)).ok() ||
       !(st = cfg.getSize("nvlink.plan_cache", s.plan_cache)).ok() ||
       !(st = gpu::CopySettings::fromConfig(cfg, s.copy)).ok())
     return st;
@@ -329,7 +330,7 @@ Status NvlinkTransport::workers(int device, std::vector<nvlink::StreamWorker*>& 
     std::vector<std::unique_ptr<nvlink::StreamWorker>> ws;
     for (uint32_t i = 0; i < settings_.streams; ++i) {
       auto w = std::make_unique<nvlink::StreamWorker>(next_worker_++, device, settings_.stream_depth, counters_,
-                                                      settings_.copy, settings_.spin_wait, cache_.get(),
+                                                      settings_.copy, settings_.spin_wait, settings_.issue_inline, cache_.get(),
                                                       settings_.plan_cache);
       Status s = w->start();
       if (!s.ok()) {
@@ -365,6 +366,8 @@ void NvlinkTransport::diagnose(TransportDiagnosis& out) const {
                                                  : "not usable, windows copied run by run: " + k.message());
   }
   out.facts.emplace_back("waits", settings_.spin_wait ? "polling (nvlink.spin_wait)" : "sleeping in the driver");
+  out.facts.emplace_back("issue", settings_.issue_inline ? "by the posting thread when the stream is idle (nvlink.issue_inline)"
+                                                         : "by the stream's thread");
   out.facts.emplace_back("prepared plans' run lists kept on the GPU",
                          settings_.plan_cache ? fmt::format("up to {} bytes (nvlink.plan_cache)", settings_.plan_cache)
                                               : std::string("no (nvlink.plan_cache=0)"));
@@ -395,6 +398,7 @@ Counters NvlinkTransport::stats() const {
           {"plan_cache_misses", c.plan_cache_misses.load()},
           {"plan_cache_bytes", c.plan_cache_bytes.load()},
           {"groups_issued", c.groups_issued.load()},
+          {"groups_inline", c.groups_inline.load()},
           {"group_queued_ns", c.group_queued_ns.load()},
           {"group_check_ns", c.group_check_ns.load()},
           {"group_launch_ns", c.group_launch_ns.load()},

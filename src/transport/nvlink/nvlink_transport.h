@@ -66,6 +66,7 @@ struct NvlinkSettings {
   uint64_t stripe_size = 64ull << 20;  // nvlink.stripe_size
   uint32_t stream_depth = 4;        // nvlink.stream_depth (copies queued per stream)
   bool spin_wait = true;            // nvlink.spin_wait
+  bool issue_inline = true;         // nvlink.issue_inline
   uint64_t plan_cache = 64ull << 20;  // nvlink.plan_cache (device bytes of kept run lists)
   gpu::CopySettings copy;           // gpu.copy_*: how windows of runs are copied
 };
