@@ -1,6 +1,6 @@
 // The nvlink transport: install, what the owner exports and publishes, peers,
 // stats. Owners and opened handles: nvlink_peer.cpp; the data path:
-// nvlink_sub_batch.cpp.
+// nvlink_sub_batch.cpp and nvlink_stream_worker.cpp.
 #include "transport/nvlink/nvlink_transport.h"
 
 #include <fcntl.h>

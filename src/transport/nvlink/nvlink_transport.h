@@ -34,7 +34,8 @@
 // Files: nvlink_transport.cpp (install, export, peers, stats),
 // nvlink_peer.cpp (owners, opened handles, the liveness watcher),
 // nvlink_readers.cpp (the table's readers' area: copies announced, waited for),
-// nvlink_sub_batch.cpp (prepare, prepareRuns, post, cancel, stream workers),
+// nvlink_sub_batch.cpp (prepare, prepareRuns, post, cancel),
+// nvlink_stream_worker.cpp (the stream workers: check, launch, end groups),
 // nvlink_window_cache.cpp (prepared plans' run lists kept on the GPU).
 #pragma once
 
