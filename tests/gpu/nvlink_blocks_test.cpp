@@ -76,6 +76,17 @@ struct Pair {
 };
 
 // Every block of `blocks` (read into dst) holds the target's bytes.
+// Posts `plan` in a batch of its own, waits for it and says how it ended.
+void postAndWait(Pair& p, PlanID plan, TransferStatus& st) {
+  BatchID b;
+  ASSERT_TRUE(p.init.allocateBatchID(1, b).ok());
+  size_t task = 0;
+  ASSERT_TRUE(p.init.postPlan(b, plan, &task).ok());
+  ASSERT_TRUE(p.init.waitTransfer(b, std::chrono::seconds(60)).ok());
+  ASSERT_TRUE(p.init.getTransferStatus(b, task, st).ok());
+  ASSERT_TRUE(p.init.freeBatchID(b).ok());
+}
+
 void expectBlocks(const Pair& p, const std::vector<Block>& blocks) {
   std::vector<char> got = p.dst.download();
   size_t bad = 0;
@@ -97,16 +108,10 @@ TEST(nvlink_blocks, scattered_kv_blocks_move_a_window_per_kernel_launch) {
   PlanInfo info;
   ASSERT_TRUE(p.init.planInfo(plan, info).ok());
   ASSERT_GT(info.runs, 2900u) << "two random block tables leave few blocks contiguous on both sides";
-  BatchID b;
-  ASSERT_TRUE(p.init.allocateBatchID(4, b).ok());
-  size_t task = 0;
-  ASSERT_TRUE(p.init.postPlan(b, plan, &task).ok());
-  ASSERT_TRUE(p.init.waitTransfer(b, std::chrono::seconds(60)).ok());
   TransferStatus st;
-  ASSERT_TRUE(p.init.getTransferStatus(b, task, st).ok());
+  ASSERT_NO_FATAL_FAILURE(postAndWait(p, plan, st));
   ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
   EXPECT_EQ(st.transferred_bytes, n * block);
-  ASSERT_TRUE(p.init.freeBatchID(b).ok());
   expectBlocks(p, blocks);
   // No task per run: the runs went as windows, each one launch.
   const uint64_t windows = counter(p.init, "gpu_copy_windows");
@@ -125,6 +130,8 @@ TEST(nvlink_blocks, scattered_kv_blocks_move_a_window_per_kernel_launch) {
   fillPattern(mine.data(), mine.size(), 77);
   p.dst.upload(mine);
   std::vector<Block> wblocks = kvBlocks(p.dst.data(), p.remote(), n, block, 9);
+  BatchID b;
+  size_t task = 0;
   ASSERT_TRUE(p.init.allocateBatchID(4, b).ok());
   ASSERT_TRUE(p.init.submitBlocks(b, OpCode::kWrite, p.seg, wblocks, &task).ok());
   ASSERT_TRUE(p.init.waitTransfer(b, std::chrono::seconds(60)).ok());
@@ -151,15 +158,9 @@ TEST(nvlink_blocks, a_prepared_plan_posted_again_is_launched_from_its_run_list_k
   ASSERT_TRUE(p.init.prepareBlocks(OpCode::kRead, p.seg, blocks, plan).ok());
   auto post = [&](TransferState want) {
     p.dst.fill(0);
-    BatchID b;
-    ASSERT_TRUE(p.init.allocateBatchID(1, b).ok());
-    size_t task = 0;
-    ASSERT_TRUE(p.init.postPlan(b, plan, &task).ok());
-    ASSERT_TRUE(p.init.waitTransfer(b, std::chrono::seconds(60)).ok());
     TransferStatus st;
-    ASSERT_TRUE(p.init.getTransferStatus(b, task, st).ok());
+    ASSERT_NO_FATAL_FAILURE(postAndWait(p, plan, st));
     ASSERT_EQ(st.s, want) << st.error.toString();
-    ASSERT_TRUE(p.init.freeBatchID(b).ok());
     if (want == TransferState::kCompleted) expectBlocks(p, blocks);
   };
   post(TransferState::kCompleted);
