@@ -127,9 +127,10 @@ Status CopyStream::copyRuns(std::span<const CopyRun> runs, uint64_t& ticket, Cop
 Status CopyStream::perRun(std::span<const CopyRun> runs, CopyReport& rep) {
   const cu::Api& a = d_->api();
   for (const CopyRun& r : runs) {
-    Status st = d_->check(a.MemcpyAsync(r.dst, r.src, r.len, stream_),
-                          fmt::format("cuMemcpyAsync({:#x} <- {:#x}, {} bytes, GPU {})", r.dst, r.src, r.len, device_));
-    if (!st.ok()) return st;
+    // The message is made only for a copy that failed (one call per run here).
+    const cu::Result rc = a.MemcpyAsync(r.dst, r.src, r.len, stream_);
+    if (rc != cu::kSuccess)
+      return d_->check(rc, fmt::format("cuMemcpyAsync({:#x} <- {:#x}, {} bytes, GPU {})", r.dst, r.src, r.len, device_));
     ++rep.launches;
     ++rep.runs;
     rep.bytes += r.len;
