@@ -148,14 +148,17 @@ void BlockRunner::post(Window* w, std::unique_ptr<PreparedWork> work) {
 Status BlockRunner::prepareFirst() {
   std::lock_guard lk(mu_);
   // A short first window: the caller's thread pays for it (the pump cuts the
-  // rest). A prepared plan's runs were checked when it was made, and a
-  // transport that moves windows of runs keeps what it derived from a
-  // window for the next post (nvlink: its run list on the GPU): its first
-  // window is a whole one, so a request of up to block.run_window runs goes
-  // to the transport from the caller's thread in one piece, with no hand-over
-  // to the pump on the way.
-  const bool whole = run_mode_ && plan_->prepared;
-  Window* w = windowFor(0, whole ? window_ : std::min(window_, kFirstWindow));
+  // rest). A transport that moves windows of runs costs the engine little a
+  // run, so its first window is block.first_run_window runs: a request of up
+  // to that many goes to the transport from the caller's thread in one piece,
+  // with no hand-over to the pump (whose wake-up is worth thousands of runs).
+  // A prepared plan's runs were checked when it was made, and the transport
+  // keeps what it derived from a window for the next post (nvlink: its run
+  // list on the GPU): its first window is always a whole one.
+  const size_t first_runs = !run_mode_        ? kFirstWindow
+                            : plan_->prepared ? window_
+                                              : std::max<size_t>(1, settings_.first_run_window);
+  Window* w = windowFor(0, std::min(window_, first_runs));
   size_t first = 0;
   const size_t k = take(w->capacity, first);
   Status s = fill(w, first, k, first_work_);
