@@ -1,6 +1,8 @@
 #include "engine/block_runner.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <new>
 
 #include <fmt/format.h>
 
@@ -20,11 +22,46 @@ size_t BlockRunner::windowBytes(size_t capacity) const {
   return capacity * (run_mode_ ? sizeof(RunRef) : bytesPerRun()) + sizeof(Window);
 }
 
+RunArrays::~RunArrays() {
+  for (auto& [runs, capacity] : free_) std::free(runs);
+}
+
+RunRef* RunArrays::take(size_t capacity, size_t& got) {
+  {
+    std::lock_guard lk(mu_);
+    for (auto it = free_.begin(); it != free_.end(); ++it)
+      if (it->second >= capacity) {
+        RunRef* runs = it->first;
+        got = it->second;
+        free_.erase(it);
+        return runs;
+      }
+  }
+  // RunRef is an aggregate: malloc's storage holds its objects once written.
+  auto* runs = static_cast<RunRef*>(std::malloc(capacity * sizeof(RunRef)));
+  if (!runs) throw std::bad_alloc();
+  got = capacity;
+  return runs;
+}
+
+void RunArrays::give(RunRef* runs, size_t capacity) {
+  if (!runs) return;
+  {
+    std::lock_guard lk(mu_);
+    if (free_.size() < kKeep) {
+      free_.emplace_back(runs, capacity);
+      return;
+    }
+  }
+  std::free(runs);
+}
+
 BlockRunner::BlockRunner(std::shared_ptr<const BlockPlan> plan, Task* parent, BlockPump* pump,
-                         const BlockSettings& settings, BlockCounters* counters)
+                         std::shared_ptr<RunArrays> arrays, const BlockSettings& settings, BlockCounters* counters)
     : plan_(std::move(plan)),
       parent_(parent),
       pump_(pump),
+      arrays_(std::move(arrays)),
       settings_(settings),
       counters_(counters),
       run_mode_(plan_->route->transport->caps().run_windows),
@@ -34,7 +71,10 @@ BlockRunner::BlockRunner(std::shared_ptr<const BlockPlan> plan, Task* parent, Bl
 
 BlockRunner::~BlockRunner() {
   size_t bytes = 0;
-  for (auto& w : windows_) bytes += windowBytes(w->capacity);
+  for (auto& w : windows_) {
+    bytes += windowBytes(w->capacity);
+    arrays_->give(w->runs, w->runs_capacity);
+  }
   counters_->window_bytes.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
@@ -69,9 +109,7 @@ BlockRunner::Window* BlockRunner::windowFor(size_t lane, size_t runs) {
       nw->runner = this;
       nw->capacity = need;
       nw->sink.w = nw.get();
-      if (run_mode_) {
-        nw->runs.reset(new RunRef[nw->capacity]);
-      } else {
+      if (!run_mode_) {
         nw->children.reset(new Child[nw->capacity]);
         nw->tasks.reset(new Task*[nw->capacity]);
         for (size_t i = 0; i < nw->capacity; ++i) {
@@ -246,13 +284,14 @@ std::span<const RunRef> BlockRunner::RunsSink::runs() {
   // end: no lock.
   if (!w->written) {
     const BlockPlan& p = *w->runner->plan_;
+    if (!w->runs) w->runs = w->runner->arrays_->take(w->capacity, w->runs_capacity);
     for (size_t j = 0; j < w->n; ++j) {
       const Run r = p.run(w->first + j);
       w->runs[j] = RunRef{r.local, r.remote, r.length, p.bufferOf(w->first + j), p.regionOf(w->first + j)};
     }
     w->written = true;
   }
-  return {w->runs.get(), w->n};
+  return {w->runs, w->n};
 }
 
 void BlockRunner::RunsSink::runsEnded(size_t n, size_t completed, uint64_t bytes, TransferState state,
