@@ -209,14 +209,22 @@ if base:
         elif b.get("skipped"):
             print(f"{kib(b['block_size']):>5} {b['kind']:<22} skipped: {b['skipped']}")
         else:
-            what = b["kind"] if b["kind"] != "gather" else f"gather, {b['ctas_limit']} CTAs ({b['ctas']})"
+            what = {"gather": f"gather, {b.get('ctas_limit')} CTAs ({b.get('ctas')})",
+                    "contiguous_alone": "contiguous, one request", "gather_alone": "gather (all), one request"}.get(
+                        b["kind"], b["kind"])
             print(f"{kib(b['block_size']):>5} {what:<22} {b['gbps']:>9.1f} {b.get('ratio_to_contiguous', 1.0):>6.3f}")
     print()
-    print("nvlink rows against the GPU's contiguous cuMemcpyAsync of the same bytes:")
+    alone = {(b["kind"], b["block_size"]): b["gbps"] for b in base if b.get("kind", "").endswith("_alone")}
+    print("nvlink rows against the GPU's contiguous cuMemcpyAsync of the same bytes (back to back), and against")
+    print("one contiguous copy / one whole-GPU gather issued as a request of its own (after a pause, waited for):")
     for r in rows:
         if r.get("row") == "nvlink" and not r.get("failed") and r["block_size"] in contig:
-            print(f"  nvlink {kib(r['block_size'])} {r['op']}: {r['kv_gbps']:.1f} / {contig[r['block_size']]:.1f} GB/s"
-                  f" = {r['kv_gbps'] / contig[r['block_size']]:.3f}")
+            bs = r["block_size"]
+            more = "".join(f"; / {what} {alone[(k, bs)]:.1f} = {r['kv_gbps'] / alone[(k, bs)]:.3f}"
+                           for k, what in (("contiguous_alone", "one copy"), ("gather_alone", "one gather"))
+                           if (k, bs) in alone and alone[(k, bs)] > 0)
+            print(f"  nvlink {kib(bs)} {r['op']}: {r['kv_gbps']:.1f} / {contig[bs]:.1f} GB/s"
+                  f" = {r['kv_gbps'] / contig[bs]:.3f}{more}")
 def per_group(c):
     n = c.get("nvlink.groups_issued", 0)
     if not n:
