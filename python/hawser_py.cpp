@@ -321,6 +321,19 @@ PYBIND11_MODULE(hawser, m) {
   for (const char* name : {"TransferEngine", "TransferOpcode", "TransferNotify", "Read", "Write", "SUPPORT_CUDA",
                            "SUPPORT_EFA", "SUPPORT_HIP", "SUPPORT_MNNVL", "SUPPORT_INTRA_NVLINK", "Error"})
     mc.attr(name) = m.attr(name);
+  // Mooncake's SharedSegment (mooncake.engine) is refused clearly: a
+  // connector that constructs one learns at once what to use instead.
+  struct SharedSegmentRefused {};
+  py::class_<SharedSegmentRefused>(mc, "SharedSegment",
+                                   "Not provided: constructing one raises hawser.Error (not_supported).")
+      .def(py::init([](const py::args&, const py::kwargs&) -> SharedSegmentRefused* {
+        const Status s{Code::kNotSupported,
+                       "SharedSegment: Mooncake's shared segments are not provided by hawser; register the memory "
+                       "with register_memory (peers on this host reach it through the shm transport) "
+                       "(docs/porting-from-mooncake.md)"};
+        t_last_error = s;
+        throw Failure{s};
+      }));
   py::module_::import("sys").attr("modules")["hawser.mooncake"] = mc;
   hawser::pymod::defineBlocks(cls);  // block requests and plans (py_blocks.cpp)
   bindMetrics(cls);

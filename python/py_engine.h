@@ -127,7 +127,8 @@ class PyEngine {
       if (s.ok() && addrs.size() != capacities.size())
         s = {Code::kInvalidArgument, fmt::format("buffer_addresses has {} entries, capacities {}", addrs.size(),
                                                  capacities.size())};
-      if (s.ok()) {
+      // Nothing to register is success, as Mooncake (and as batch_unregister_memory([])).
+      if (s.ok() && !addrs.empty()) {
         std::vector<BufferEntry> entries(addrs.size());
         for (size_t i = 0; i < addrs.size(); ++i)
           entries[i] = BufferEntry{reinterpret_cast<void*>(addrs[i]), capacities[i], location, true};
@@ -243,7 +244,11 @@ class PyEngine {
     return ret(context(s, "free_managed_buffer"));
   }
 
+  // `data`: any contiguous buffer, or a str (its UTF-8 bytes, as Mooncake's
+  // char* argument takes it).
   int writeBytes(uint64_t addr, py::object data, uint64_t length) {
+    if (py::isinstance<py::str>(data)) data = py::reinterpret_steal<py::object>(PyUnicode_AsUTF8String(data.ptr()));
+    if (!data) throw py::error_already_set();
     BufferView view(data);
     Status s;
     {
