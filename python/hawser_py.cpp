@@ -25,6 +25,7 @@
 #include "py_blocks.h"
 #include "py_engine.h"
 #include "py_metrics.h"
+#include "py_objects.h"
 #include "py_support.h"
 
 namespace py = pybind11;
@@ -130,7 +131,8 @@ PYBIND11_MODULE(hawser, m) {
   };
 
   using Addrs = std::vector<uint64_t>;
-  py::class_<PyEngine> cls(m, "TransferEngine");
+  // dynamic_attr: hawser.tensors keeps the objects it registered on the engine.
+  py::class_<PyEngine> cls(m, "TransferEngine", py::dynamic_attr());
   cls.attr("TransferOpcode") = opcode;
   cls.def(py::init<bool>(), py::arg("raise_on_error") = false,
           "raise_on_error=True: failures raise hawser.Error instead of returning 0 / a negative code.")
@@ -337,4 +339,7 @@ PYBIND11_MODULE(hawser, m) {
   py::module_::import("sys").attr("modules")["hawser.mooncake"] = mc;
   hawser::pymod::defineBlocks(cls);  // block requests and plans (py_blocks.cpp)
   bindMetrics(cls);
+  // hawser.tensors and hawser.nixl, written in Python (python/pysrc/).
+  hawser::pymod::bindObjectHelpers(m);
+  hawser::pymod::loadEmbeddedModules(m);
 }
