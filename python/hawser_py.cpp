@@ -137,11 +137,12 @@ PYBIND11_MODULE(hawser, m) {
   cls.def(py::init<bool>(), py::arg("raise_on_error") = false,
           "raise_on_error=True: failures raise hawser.Error instead of returning 0 / a negative code.")
       .def("initialize", &PyEngine::initialize, py::arg("local_hostname"), py::arg("metadata_server"),
-           py::arg("protocol"), py::arg("device_name"),
+           py::arg("protocol"), py::arg("device_name"), py::arg("config") = std::map<std::string, std::string>{},
            "local_hostname: 'host' or 'host:port'; metadata_server: 'P2PHANDSHAKE'/'p2p' or 'etcd://h:p' "
            "(no scheme = etcd); protocol: an installed transport's name ('tcp', 'rdma', ...: forced; a Mooncake "
            "protocol this host cannot honour falls back to tcp with one log line) or ''/'auto'; device_name: RDMA "
-           "NICs ('mlx5_0,mlx5_1'), '' or None. Returns 0 or a negative code.")
+           "NICs ('mlx5_0,mlx5_1'), '' or None; config (hawser): {key: value} of the config table for this engine, "
+           "winning over HAWSER_* variables. Returns 0 or a negative code.")
       .def("initialize_ext", &PyEngine::initializeExt, py::arg("local_hostname"), py::arg("metadata_server"),
            py::arg("protocol"), py::arg("device_name"), py::arg("metadata_type"))
       .def("get_rpc_port", &PyEngine::rpcPort)
