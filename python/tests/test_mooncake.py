@@ -344,6 +344,23 @@ def test_on_cuda_waits_for_the_stream_then_moves_gpu_memory(hw):
     assert out == {"location": "cuda:0", "moved": True}, out
 
 
+def test_on_cuda_with_the_real_driver_waits_for_the_torch_stream(hw):
+    from conftest import require_cuda
+    torch = require_cuda()
+    a, b = new_engine(""), new_engine("")
+    n = 1 << 22
+    src = torch.zeros(n, dtype=torch.uint8, device="cuda")
+    dst = torch.zeros(n, dtype=torch.uint8, device="cuda")
+    assert a.register_memory(src.data_ptr(), n) == 0 and b.register_memory(dst.data_ptr(), n) == 0
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        src.fill_(7)  # queued on `stream`: the write must wait for it
+        a.transfer_write_on_cuda(b.get_segment_name(), src.data_ptr(), dst.data_ptr(), n, stream.cuda_stream)
+    torch.cuda.synchronize()
+    assert bool((dst == 7).all())
+
+
 # ---- the gaps Mooncake's own tests expose ------------------------------------------------------
 
 
