@@ -229,8 +229,14 @@ def unregister_tensor(self, obj):
     return rc
 
 
-def _post(self, target, local, remote, length, op, sync):
-    """One transfer of blocks local[i] <-> remote[i] of `length` bytes each."""
+def _post(self, target, local, remote, length, op, sync, notify=None):
+    """One transfer of blocks local[i] <-> remote[i] of `length` bytes each;
+    then `notify` (sync only), once every byte is in place."""
+    if notify is not None:
+        if not sync:
+            raise ValueError("notify= needs sync=True")
+        rc = _post(self, target, local, remote, length, op, True)
+        return rc if rc != 0 else self.batch_transfer_sync(target, [], [], [], op, notify)
     np = _numpy()
     n = len(local)
     if n == 1:
@@ -246,7 +252,7 @@ def _post(self, target, local, remote, length, op, sync):
     return self.transfer_blocks_async(target, local, remote, int(length), op)
 
 
-def transfer_tensor(self, target_hostname, obj, remote, opcode, index=None, sync=True):
+def transfer_tensor(self, target_hostname, obj, remote, opcode, index=None, sync=True, notify=None):
     """Moves the bytes of tensor `obj` (or of its view obj[index]) to (Write)
     or from (Read) the peer `target_hostname`.
 
@@ -255,7 +261,9 @@ def transfer_tensor(self, target_hostname, obj, remote, opcode, index=None, sync
     same index is applied to both sides (the peer tensor has the same shape,
     strides and itemsize). A non-contiguous view moves as one block request
     of its contiguous runs, each landing at the same offset at the peer.
-    sync=True: 0 or a negative code; sync=False: a batch id (0 = failed)."""
+    sync=True: 0 or a negative code; sync=False: a batch id (0 = failed).
+    notify (sync only): a TransferNotify or (name, msg) the peer receives once
+    every byte is in place, never when the transfer failed."""
     op = _opcode(opcode)
     whole = describe(obj)
     view = describe(obj[index]) if index is not None else whole
@@ -272,7 +280,7 @@ def transfer_tensor(self, target_hostname, obj, remote, opcode, index=None, sync
         remote_addr = rd["addr"] + (view["addr"] - whole["addr"])
     offsets, run = runs(view)
     if run == 0:
-        return self.batch_transfer_sync(target_hostname, [], [], [], op) if sync else \
+        return self.batch_transfer_sync(target_hostname, [], [], [], op, notify) if sync else \
             self.batch_transfer_async(target_hostname, [], [], [], op)
     np = _numpy()
     if np is not None:
@@ -282,7 +290,7 @@ def transfer_tensor(self, target_hostname, obj, remote, opcode, index=None, sync
     else:
         local = [o + view["addr"] for o in offsets]
         remote_addrs = [o + remote_addr for o in offsets]
-    return _post(self, target_hostname, local, remote_addrs, run, op, sync)
+    return _post(self, target_hostname, local, remote_addrs, run, op, sync, notify)
 
 
 def block_addresses(obj, block_ids, what="block_ids"):
@@ -308,7 +316,8 @@ def block_addresses(obj, block_ids, what="block_ids"):
     return [a for p in parts for a in p], block_bytes
 
 
-def transfer_tensor_blocks(self, target_hostname, obj, block_ids, remote, remote_block_ids, opcode, sync=True):
+def transfer_tensor_blocks(self, target_hostname, obj, block_ids, remote, remote_block_ids, opcode, sync=True,
+                           notify=None):
     """Moves blocks of a paged KV cache as one request: block block_ids[i]
     of `obj` <-> block remote_block_ids[i] of the peer's cache `remote`.
 
@@ -317,7 +326,8 @@ def transfer_tensor_blocks(self, target_hostname, obj, block_ids, remote, remote
     remote: the peer's describe() dict(s), as many as `obj` has tensors.
     block_ids / remote_block_ids: index tensors (a block table's rows, any
     integer dtype, on any device), numpy arrays or lists, of equal length.
-    sync=True: 0 or a negative code; sync=False: a batch id (0 = failed)."""
+    sync=True: 0 or a negative code; sync=False: a batch id (0 = failed).
+    notify: as transfer_tensor's."""
     op = _opcode(opcode)
     layers = obj if isinstance(obj, (list, tuple)) else [obj]
     remotes = remote if isinstance(remote, (list, tuple)) else [remote]
@@ -331,9 +341,9 @@ def transfer_tensor_blocks(self, target_hostname, obj, block_ids, remote, remote
     if len(local) and lb != rb:
         raise ValueError(f"transfer_tensor_blocks: local blocks of {lb} bytes, remote blocks of {rb}")
     if not len(local):
-        return self.batch_transfer_sync(target_hostname, [], [], [], op) if sync else \
+        return self.batch_transfer_sync(target_hostname, [], [], [], op, notify) if sync else \
             self.batch_transfer_async(target_hostname, [], [], [], op)
-    return _post(self, target_hostname, local, peer, lb, op, sync)
+    return _post(self, target_hostname, local, peer, lb, op, sync, notify)
 
 
 for _name in ("register_tensor", "unregister_tensor", "transfer_tensor", "transfer_tensor_blocks"):

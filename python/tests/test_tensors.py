@@ -132,6 +132,15 @@ def test_slices_land_in_the_same_slice_at_the_peer(hw):
     # A view of a different layout at the peer is refused before any byte moves.
     with pytest.raises(ValueError, match="shape"):
         a.transfer_tensor(peer, src, hw.tensor_desc(dst[:8]), hw.Write, index=idx)
+    # With a notification: it arrives once the bytes are there.
+    assert a.transfer_tensor(peer, src, hw.tensor_desc(dst), hw.Write, index=(slice(0, 2),),
+                             notify=hw.TransferNotify("slice", "rows 0-1")) == 0, hw.last_error()
+    expect[0:2] = src[0:2]
+    assert torch.equal(dst, expect)
+    got = b.get_notifies()
+    assert [(n.name, n.msg) for n in got] == [("slice", "rows 0-1")]
+    with pytest.raises(ValueError, match="notify= needs sync=True"):
+        a.transfer_tensor(peer, src, hw.tensor_desc(dst), hw.Write, sync=False, notify=("x", "y"))
     # Async: a batch id.
     batch = a.transfer_tensor(peer, src, hw.tensor_desc(dst), hw.Write, sync=False)
     assert batch > 0 and a.get_batch_transfer_status([batch]) == 0
