@@ -32,26 +32,20 @@ pack() {
   so=$(ls "$build"/python/hawser*.so 2>/dev/null | head -1)
   [ -n "$so" ] || { echo "gpu_python: no module in $build/python: bash scripts/build.sh release hawser_py" >&2; exit 1; }
   [ -f "$build/libhawser.a" ] || { echo "gpu_python: no $build/libhawser.a" >&2; exit 1; }
-  rm -rf "$kit"
-  mkdir -p "$kit/lib" "$kit/include" "$kit/generated" "$kit/bin" "$kit/pylib"
-  strip --strip-debug -o "$kit/lib/libhawser.a" "$build/libhawser.a"
+  # bin/hawser, lib/: the rdma provider and every library they load beyond the base system;
+  # the module loads the same ones (those of libhawser.a).
+  ONLY=hawser bash scripts/gpu_bundle.sh "$build" "$kit" >/dev/null
+  mkdir -p "$kit/include" "$kit/generated" "$kit/pylib"
+  cp "$build/libhawser.a" "$kit/lib/"
   cp -r /usr/include/fmt /usr/include/nlohmann "$kit/include/"
   cp "$build/python/generated/py_embedded_sources.inc" "$kit/generated/"
-  [ -x "$build/bin/hawser" ] && cp "$build/bin/hawser" "$kit/bin/"
-  [ -f "$build/lib/libhawser_softverbs.so" ] && cp "$build/lib/libhawser_softverbs.so" "$kit/lib/"
-  # What the module, the tool and the provider load, less the base system.
-  local skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libstdc\+\+|libgcc_s|libresolv)'
-  local f
-  for f in "$so" "$kit"/bin/* "$kit"/lib/*.so; do
-    [ -e "$f" ] || continue
-    ldd "$f" 2>/dev/null | awk '/=> \//{print $1" "$3}' | while read -r name path; do
-      [[ $name =~ $skip ]] && continue
-      [ -f "$kit/lib/$name" ] || cp -L "$path" "$kit/lib/$name"
-    done
-  done
-  strip --strip-unneeded "$kit"/bin/* "$kit"/lib/*.so* 2>/dev/null || true
-  # The libraries the engine links by name (their link-time names).
-  printf '%s\n' libspdlog.so.1.10 libfmt.so.9 libcurl.so.4 liburing.so.2 > "$kit/link-libs.txt"
+  # The libraries the module links by name (its NEEDED entries beyond the base system).
+  readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' |
+    grep -Ev '^(libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libstdc\+\+|libgcc_s|ld-linux)' > "$kit/link-libs.txt"
+  local l
+  while read -r l; do
+    [ -f "$kit/lib/$l" ] || { echo "gpu_python: $l is not in the bundle (ldd $so)" >&2; exit 1; }
+  done < "$kit/link-libs.txt"
   local p
   for p in _pytest pytest py py.py pluggy iniconfig packaging attr attrs more_itertools; do
     [ -e "/usr/lib/python3/dist-packages/$p" ] && cp -r "/usr/lib/python3/dist-packages/$p" "$kit/pylib/"

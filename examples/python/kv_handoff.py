@@ -90,6 +90,15 @@ def flat(cache):
     return [t for kv in cache for t in kv]
 
 
+def engine_for(cache):
+    """A hawser engine (p2p, the transport chosen per request) with `cache` registered."""
+    engine = hawser.TransferEngine(raise_on_error=True)
+    engine.initialize("127.0.0.1", "P2PHANDSHAKE", "", "")
+    for t in flat(cache):
+        engine.register_tensor(t)
+    return engine
+
+
 @torch.no_grad()
 def generate(model, cache, table, prompt_len, first, tokens_wanted, device):
     """Greedy decoding from a cache holding the prompt's K/V; `first` is the
@@ -114,10 +123,7 @@ def decode_worker(conn, device, tokens_wanted):
     are, waits for the notification, generates."""
     model = TinyLM().to(device)
     cache = new_cache(device)
-    engine = hawser.TransferEngine(raise_on_error=True)
-    engine.initialize("127.0.0.1", "P2PHANDSHAKE", "", "")
-    for t in flat(cache):
-        engine.register_tensor(t)
+    engine = engine_for(cache)
     # Its own block table for the request: blocks this side has free.
     conn.send({"segment": engine.get_segment_name(), "cache": [hawser.tensor_desc(t) for t in flat(cache)],
                "free_blocks": DECODE_BLOCKS})
@@ -163,10 +169,7 @@ def main(argv=None):
     # The prefill: its own block table (blocks 5, 2, 7 of its cache), the prompt's K/V written there.
     model = TinyLM().to(device)
     cache = new_cache(device)
-    engine = hawser.TransferEngine(raise_on_error=True)
-    engine.initialize("127.0.0.1", "P2PHANDSHAKE", "", "")
-    for t in flat(cache):
-        engine.register_tensor(t)
+    engine = engine_for(cache)
     n_blocks = -(-args.prompt_len // BLOCK)
     table = torch.zeros(NUM_BLOCKS, dtype=torch.long, device=device)
     table[:n_blocks] = torch.tensor(PREFILL_BLOCKS[:n_blocks], device=device)

@@ -203,14 +203,18 @@ class JsonPeer:
         return self.read()
 
     def close(self):
+        """Asks the child to quit (kills it when it does not); its exit status."""
+        import subprocess
         if self.proc.poll() is None:
             try:
                 self.proc.stdin.write(self._json.dumps({"op": "quit"}) + "\n")
                 self.proc.stdin.flush()
                 self.proc.wait(timeout=60)
-            except (BrokenPipeError, OSError):
+            except (OSError, subprocess.TimeoutExpired):
                 pass
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            f.close()
         return self.proc.returncode

@@ -14,7 +14,6 @@ Commands:   {"op": "load", "md"}                  -> {"name"}      add_remote_ag
             {"op": "quit"}
 """
 import base64
-import hashlib
 import json
 import sys
 import time
@@ -23,6 +22,7 @@ import uuid
 import torch
 
 from hawser.nixl import nixl_agent, nixl_agent_config  # was: from nixl._api import ...
+from peer_loop import blocks_digest, serve
 
 LAYERS, BLOCKS, SHAPE = 2, 32, (16, 2, 32)
 
@@ -56,30 +56,23 @@ def main():
                       "base_addrs": [t.data_ptr() for t in regions], "num_blocks": BLOCKS,
                       "block_len": block_len, "dev": dev, "mem": mem}), flush=True)
     pending = {}
-    for line in sys.stdin:
-        cmd = json.loads(line)
-        if cmd["op"] == "load":
-            out = {"name": agent.add_remote_agent(base64.b64decode(cmd["md"])).decode()}
-        elif cmd["op"] == "digest":
-            ids = torch.tensor(cmd["blocks"], dtype=torch.long, device=device)
-            out = {"digests": [hashlib.sha256(t[ids].contiguous().view(torch.uint8).cpu().numpy().tobytes())
-                               .hexdigest() for t in regions]}
-        elif cmd["op"] == "notifs":
-            deadline = time.monotonic() + 30
-            while sum(len(v) for v in pending.values()) < cmd["count"] and time.monotonic() < deadline:
-                for name, msgs in agent.get_new_notifs().items():
-                    pending.setdefault(name, []).extend(m.decode("utf-8") for m in msgs)
-                time.sleep(0.001)
-            out = {"notifs": pending}
-            pending = {}
-        elif cmd["op"] == "send_notif":
-            agent.send_notif(cmd["to"], notif_msg=cmd["msg"].encode())
-            out = {"ok": True}
-        elif cmd["op"] == "quit":
-            break
-        else:
-            out = {"error": f"unknown op {cmd['op']}"}
-        print(json.dumps(out), flush=True)
+
+    def notifs(cmd):
+        nonlocal pending
+        deadline = time.monotonic() + 30
+        while sum(len(v) for v in pending.values()) < cmd["count"] and time.monotonic() < deadline:
+            for name, msgs in agent.get_new_notifs().items():
+                pending.setdefault(name, []).extend(m.decode("utf-8") for m in msgs)
+            time.sleep(0.001)
+        out, pending = {"notifs": pending}, {}
+        return out
+
+    def send_notif(cmd):
+        agent.send_notif(cmd["to"], notif_msg=cmd["msg"].encode())
+        return {"ok": True}
+    serve({"load": lambda cmd: {"name": agent.add_remote_agent(base64.b64decode(cmd["md"])).decode()},
+           "digest": lambda cmd: {"digests": [blocks_digest(torch, t, cmd["blocks"]) for t in regions]},
+           "notifs": notifs, "send_notif": send_notif})
     return 0
 
 

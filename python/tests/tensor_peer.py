@@ -8,13 +8,13 @@ object a line on stdin:
   {"op": "fill", "seed": s}                      -> {"ok": true}   (every layer: a known pattern)
   {"op": "quit"}
 """
-import hashlib
 import json
 import sys
 
 import torch
 
 import hawser
+from peer_loop import blocks_digest, serve
 
 
 def pattern(shape, dtype, device, seed):
@@ -37,22 +37,14 @@ def main():
             return 1
     print(json.dumps({"segment": engine.get_segment_name(),
                       "layers": [hawser.tensor_desc(t) for t in cache]}), flush=True)
-    for line in sys.stdin:
-        cmd = json.loads(line)
-        if cmd["op"] == "digest":
-            t = cache[cmd["layer"]][torch.tensor(cmd["blocks"], dtype=torch.long, device=device)]
-            out = {"digest": hashlib.sha256(t.contiguous().view(torch.uint8).cpu().numpy().tobytes()).hexdigest()}
-        elif cmd["op"] == "fill":
-            for k, t in enumerate(cache):
-                t.copy_(pattern(shape, dtype, device, cmd["seed"] + k))
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
-            out = {"ok": True}
-        elif cmd["op"] == "quit":
-            break
-        else:
-            out = {"error": f"unknown op {cmd['op']}"}
-        print(json.dumps(out), flush=True)
+    def fill(cmd):
+        for k, t in enumerate(cache):
+            t.copy_(pattern(shape, dtype, device, cmd["seed"] + k))
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        return {"ok": True}
+    serve({"digest": lambda cmd: {"digest": blocks_digest(torch, cache[cmd["layer"]], cmd["blocks"])},
+           "fill": fill})
     for t in cache:
         engine.unregister_tensor(t)
     return 0

@@ -5,6 +5,7 @@ hawser.nixl, nixl_peer.py the other. Metadata, block ids and notifications
 travel as the connectors send them; every block's bytes are checked on the
 receiving side. CPU tensors here (CI); CUDA tensors on the GPU machine."""
 import base64
+import contextlib
 import json
 import threading
 import time
@@ -13,6 +14,7 @@ import uuid
 import pytest
 
 from conftest import JsonPeer, eventually, require_cuda, require_hawser, require_torch
+from peer_loop import blocks_digest
 
 np = pytest.importorskip("numpy")
 
@@ -55,10 +57,31 @@ class Side:
                         dtype=np.uint64)
 
     def digests(self, ids):
-        import hashlib
-        idx = self.torch.tensor(ids, dtype=self.torch.long, device=self.device)
-        return [hashlib.sha256(t[idx].contiguous().view(self.torch.uint8).cpu().numpy().tobytes()).hexdigest()
-                for t in self.regions]
+        return [blocks_digest(self.torch, t, ids) for t in self.regions]
+
+
+def vllm_worker(nx, torch, device, peer, fill):
+    """NixlBaseConnectorWorker as vLLM sets it up: the agent, the KV caches
+    registered (register_kv_caches), the local handle
+    (register_local_xfer_handler), then the peer's metadata from the
+    handshake loaded and its handle prepared (add_remote_agent)."""
+    agent = nx.nixl_agent(str(uuid.uuid4()), nx.nixl_agent_config(num_threads=4, capture_telemetry=True))
+    me = Side(agent, torch, device, fill=fill, flavour="vllm")
+    local_h = agent.prep_xfer_dlist("NIXL_INIT_AGENT", agent.get_xfer_descs(me.blocks_data(), me.mem))
+    meta = peer.meta
+    remote_name = agent.add_remote_agent(base64.b64decode(meta["md"]))
+    assert remote_name == meta["name"].encode()
+    remote_h = agent.prep_xfer_dlist(remote_name, agent.get_xfer_descs(
+        me.blocks_data(meta["base_addrs"], meta["dev"]), meta["mem"]))
+    return agent, me, local_h, remote_name, remote_h
+
+
+def vllm_cleanup(agent, me, local_h, remote_name, remote_h):
+    """_cleanup_remote_engine and shutdown."""
+    agent.release_dlist_handle(remote_h)
+    agent.remove_remote_agent(remote_name)
+    agent.release_dlist_handle(local_h)
+    agent.deregister_memory(me.reg)
 
 
 def desc_ids(block_ids, dtype=np.int64):
@@ -67,26 +90,26 @@ def desc_ids(block_ids, dtype=np.int64):
     return np.concatenate([r * BLOCKS + ids for r in range(2 * LAYERS)]).astype(dtype)
 
 
+@contextlib.contextmanager
+def peer_process(flavour, device):
+    """(hawser.nixl, torch, the other side in a child process), which must exit 0."""
+    torch = torch_for(device)
+    peer = JsonPeer("nixl_peer.py", flavour, device)
+    try:
+        yield require_hawser().nixl, torch, peer
+    finally:
+        assert peer.close() == 0
+
+
 def wait_done(agent, handle):
     assert eventually(lambda: agent.check_xfer_state(handle) == "DONE")
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_vllm_pull_decode_reads_blocks_from_prefill(device):
-    nx = require_hawser().nixl
-    torch = torch_for(device)
-    prefill = JsonPeer("nixl_peer.py", "vllm", device)
-    try:
-        # Decode worker: NixlBaseConnectorWorker.__init__ and register_kv_caches.
-        agent = nx.nixl_agent(str(uuid.uuid4()), nx.nixl_agent_config(num_threads=4, capture_telemetry=True))
-        me = Side(agent, torch, device, fill=False, flavour="vllm")
-        local_h = agent.prep_xfer_dlist("NIXL_INIT_AGENT", agent.get_xfer_descs(me.blocks_data(), me.mem))
-        # _nixl_handshake: the prefill's NixlAgentMetadata arrives; add_remote_agent.
-        meta = prefill.meta
-        remote_name = agent.add_remote_agent(base64.b64decode(meta["md"]))
-        assert remote_name == meta["name"].encode()
-        remote_h = agent.prep_xfer_dlist(remote_name, agent.get_xfer_descs(
-            me.blocks_data(meta["base_addrs"], meta["dev"]), meta["mem"]))
+    with peer_process("vllm", device) as (nx, torch, prefill):
+        # The decode worker; the prefill's NixlAgentMetadata came in the handshake.
+        agent, me, local_h, remote_name, remote_h = vllm_worker(nx, torch, device, prefill, fill=False)
         # _read_blocks for two requests: block ids differ on each side.
         reqs = {"req-a": ([3, 4, 5, 6], [10, 11, 12, 30]), "req-b": ([0, 31], [1, 2])}
         handles = {}
@@ -111,28 +134,14 @@ def test_vllm_pull_decode_reads_blocks_from_prefill(device):
         # The prefill learns each request is read (its blocks can be freed).
         got = prefill.ask({"op": "notifs", "count": 4})["notifs"]
         assert sorted(got[agent.name]) == sorted(["req-a:1", "req-b:1", "req-c:1", "HB:req-a,req-b"])
-        # _cleanup_remote_engine, shutdown.
-        agent.release_dlist_handle(remote_h)
-        agent.remove_remote_agent(remote_name)
-        agent.release_dlist_handle(local_h)
-        agent.deregister_memory(me.reg)
-    finally:
-        assert prefill.close() == 0
+        vllm_cleanup(agent, me, local_h, remote_name, remote_h)
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_vllm_push_prefill_writes_blocks_into_decode(device):
-    nx = require_hawser().nixl
-    torch = torch_for(device)
-    decode = JsonPeer("nixl_peer.py", "vllm", device)
-    try:
-        agent = nx.nixl_agent(str(uuid.uuid4()), nx.nixl_agent_config(num_threads=4, capture_telemetry=True))
-        me = Side(agent, torch, device, fill=True, flavour="vllm")
-        local_h = agent.prep_xfer_dlist("NIXL_INIT_AGENT", agent.get_xfer_descs(me.blocks_data(), me.mem))
-        meta = decode.meta
-        remote_name = agent.add_remote_agent(base64.b64decode(meta["md"]))
-        remote_h = agent.prep_xfer_dlist(remote_name, agent.get_xfer_descs(
-            me.blocks_data(meta["base_addrs"], meta["dev"]), meta["mem"]))
+    with peer_process("vllm", device) as (nx, torch, decode):
+        # The prefill worker; the decode's metadata came in the handshake.
+        agent, me, local_h, remote_name, remote_h = vllm_worker(nx, torch, device, decode, fill=True)
         # _add_notif_only_remote_agent: the decode loads the prefill's metadata to notify it.
         assert decode.ask({"op": "load", "md": base64.b64encode(agent.get_agent_metadata()).decode()})["name"] == \
             agent.name
@@ -174,19 +183,12 @@ def test_vllm_push_prefill_writes_blocks_into_decode(device):
         assert sorted(got[agent.name]) == ["r1:1", "r2:1"]
         for req in ("r1", "r2"):
             assert decode.ask({"op": "digest", "blocks": dst_blocks[req]})["digests"] == me.digests(src_blocks[req])
-        agent.release_dlist_handle(remote_h)
-        agent.remove_remote_agent(remote_name)
-        agent.deregister_memory(me.reg)
-    finally:
-        assert decode.close() == 0
+        vllm_cleanup(agent, me, local_h, remote_name, remote_h)
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_sglang_prefill_writes_kv_and_aux_into_decode(device):
-    nx = require_hawser().nixl
-    torch = torch_for(device)
-    decode = JsonPeer("nixl_peer.py", "sglang", device)
-    try:
+    with peer_process("sglang", device) as (nx, torch, decode):
         # NixlKVManager.__init__ (prefill).
         agent = nx.nixl_agent(str(uuid.uuid4()), nx.nixl_agent_config(backends=[], num_threads=8))
         agent.create_backend("UCX", {"num_threads": "8"})
@@ -251,5 +253,3 @@ def test_sglang_prefill_writes_kv_and_aux_into_decode(device):
         release = getattr(agent, "release_xfer_handle", None)
         for x in handles:
             release(x)
-    finally:
-        assert decode.close() == 0

@@ -418,10 +418,13 @@ class _MooncakeHttpMetadata:
                 return urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)["key"][0]
 
             def _answer(self, code, body=b""):
-                self.send_response(code)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.send_response(code)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # an engine that stopped without reading its answer
 
             def do_GET(self):
                 k = self._key()

@@ -7,11 +7,11 @@ run in CI; CUDA cases run on the GPU machine (scripts/gpu_python.sh), where a
 missing GPU fails them."""
 import array
 import ctypes
-import hashlib
 
 import pytest
 
 from conftest import JsonPeer, new_engine, require_cuda, require_torch
+from peer_loop import blocks_digest
 
 DTYPES = ["float32", "bfloat16", "float16", "int8", "int64", "float64"]
 
@@ -222,10 +222,6 @@ def test_block_table_errors_name_the_bad_entry(hw):
 # ---- two processes (CPU here, CUDA on the GPU machine) ----------------------------------------
 
 
-def digest(torch, t):
-    return hashlib.sha256(t.contiguous().view(torch.uint8).cpu().numpy().tobytes()).hexdigest()
-
-
 def _two_process_blocks(hw, torch, device):
     layers, blocks = 2, 24
     peer = JsonPeer("tensor_peer.py", device, "bfloat16", layers, blocks, 16, 2, 32)
@@ -243,13 +239,14 @@ def _two_process_blocks(hw, torch, device):
                                         hw.Write) == 0, hw.last_error()
         for k in range(layers):
             got = peer.ask({"op": "digest", "layer": k, "blocks": dst_ids.tolist()})["digest"]
-            assert got == digest(torch, mine[k][src_ids]), f"layer {k}"
+            assert got == blocks_digest(torch, mine[k], src_ids.tolist()), f"layer {k}"
         # And the other way: the peer fills its cache, we read two blocks of it.
         assert peer.ask({"op": "fill", "seed": 77})["ok"]
         assert e.transfer_tensor_blocks(peer.meta["segment"], mine, [0, 1], peer.meta["layers"], [5, 6],
                                         hw.Read) == 0, hw.last_error()
         for k in range(layers):
-            assert peer.ask({"op": "digest", "layer": k, "blocks": [5, 6]})["digest"] == digest(torch, mine[k][:2])
+            assert peer.ask({"op": "digest", "layer": k, "blocks": [5, 6]})["digest"] == \
+                blocks_digest(torch, mine[k], [0, 1])
         del e
     finally:
         assert peer.close() == 0
