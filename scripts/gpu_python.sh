@@ -4,7 +4,7 @@
 # Debian packages), and the whole pytest suite run there with the GPU tests
 # required (HAWSER_TEST_REQUIRE_GPU=1: a case that finds no GPU fails).
 #
-#   here:  bash scripts/build.sh release hawser_py hawser hawser_softverbs
+#   here:  bash scripts/build.sh release hawser_py hawser_cli hawser_softverbs hawser_fake_cuda
 #          bash scripts/gpu_python.sh pack [BUILD_DIR] [KIT]     (default build .device-py)
 #   there: bash scripts/gpu_python.sh run [KIT]                 (carry KIT; logs in $OUT or ./gpu-python-logs)
 #
@@ -12,8 +12,9 @@
 #   outside: libhawser.a (the engine, built here), the headers the binding
 #   includes (fmt, nlohmann/json; hawser's own come with the tree), the
 #   shared libraries the engine loads that are not part of the base system,
-#   the generated embedded-sources file, the hawser tool and the software
-#   verbs provider (test_serve, the rdma cases), and pytest's pure-Python
+#   the generated embedded-sources file, the hawser tool, the software verbs
+#   provider (test_serve, the rdma cases) and the stand-in CUDA driver
+#   (test_mooncake's stream case), and pytest's pure-Python
 #   packages (used there only when its Python has no pytest).
 # run: compiles python/*.cpp for that machine's python3 (headers from
 #   sysconfig, pybind11 from `python3 -m pybind11 --includes` or CMake's
@@ -37,6 +38,11 @@ pack() {
   ONLY=hawser bash scripts/gpu_bundle.sh "$build" "$kit" >/dev/null
   mkdir -p "$kit/include" "$kit/generated" "$kit/pylib"
   cp "$build/libhawser.a" "$kit/lib/"
+  # The stand-in CUDA driver (test_mooncake's *_on_cuda case), where the module's tests look for it.
+  if [ -f "$build/tests/libhawser_fake_cuda.so" ]; then
+    mkdir -p "$kit/tests"
+    cp "$build/tests/libhawser_fake_cuda.so" "$kit/tests/"
+  fi
   cp -r /usr/include/fmt /usr/include/nlohmann "$kit/include/"
   cp "$build/python/generated/py_embedded_sources.inc" "$kit/generated/"
   # The libraries the module links by name (its NEEDED entries beyond the base system).
