@@ -490,7 +490,8 @@ class nixl_agent:
             dev = int(loc.split(":")[1]) if loc.startswith("cuda") else 0
             if cls is nixlRegDList:
                 rows.append((d["addr"], d["nbytes"], dev, ""))
-                self._objects.setdefault(d["addr"], t)  # kept alive while registered
+                with self._lock:
+                    self._objects.setdefault(d["addr"], t)  # kept alive while registered
             else:
                 rows.append((d["addr"], d["nbytes"], dev))
         return cls(mem_type or kind, rows=rows)

@@ -339,6 +339,29 @@ def test_a_failed_transfer_raises_nixl_errors_and_removed_agents_refuse(nx):
         a.send_notif("B", b"x")
 
 
+def test_repost_while_in_progress_is_refused_and_release_drops_the_notification(nx):
+    a, b, pa, pb = loaded_pair(nx)
+    held = []
+
+    class Held:  # the agent's waiters, holding each finished transfer back until the test lets it go
+        def submit(self, fn, *args):
+            held.append((fn, args))
+    a._waiters = Held()
+    h = a.initialize_xfer("WRITE", a.get_xfer_descs([(pa.ctypes.data, 4096, 0)], "DRAM"),
+                          a.get_xfer_descs([(pb.ctypes.data, 4096, 0)], "DRAM"), "B", b"never")
+    assert a.transfer(h) == "PROC" and a.check_xfer_state(h) == "PROC"
+    with pytest.raises(nx.nixlRepostActiveError):
+        a.transfer(h)
+    a.release_xfer_handle(h)  # in flight: it finishes, without its notification
+    (fn, args), = held
+    fn(*args)
+    assert np.array_equal(pb[:4096], pa[:4096])
+    a.send_notif("B", b"after")
+    assert notifs_until(b, 1) == [b"after"]
+    with pytest.raises(nx.nixlInvalidParamError):
+        a.transfer(h)
+
+
 # ---- notifications ---------------------------------------------------------------------------
 
 
