@@ -63,7 +63,8 @@ void SignalBoard::stop() {
     probe_cv_.notify_all();
   }
   for (auto& t : threads) t.join();
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [&] { return waiting_ == 0; });  // waits end at once (stopping_): they hold their Sender
   senders_.clear();
   signal_count_ = 0;
 }
@@ -400,14 +401,18 @@ SignalResult SignalBoard::wait(const std::string& peer, const std::string& name,
   }
   Sender& s = senderLocked(peer);
   ++s.waiters;
+  ++waiting_;
   s.touched = start;
-  auto sit = s.signals.find(name);
-  if (sit != s.signals.end()) ++sit->second.waiters;
-  const bool had = sit != s.signals.end();
+  // The signal's record, once there, counts this waiter (so that nothing
+  // drops it meanwhile).
+  bool counted = false;
   watchLocked(s);
   for (;;) {
     auto it = s.signals.find(name);
-    if (it != s.signals.end() && !had && it->second.waiters == 0) ++it->second.waiters;  // created since
+    if (it != s.signals.end() && !counted) {
+      ++it->second.waiters;
+      counted = true;
+    }
     Sig* g = it == s.signals.end() ? nullptr : &it->second;
     out.landed = g ? g->landed : 0;
     if (g && g->failed) {
@@ -456,7 +461,7 @@ SignalResult SignalBoard::wait(const std::string& peer, const std::string& name,
   }
   --s.waiters;
   auto it = s.signals.find(name);
-  if (it != s.signals.end() && it->second.waiters > 0) --it->second.waiters;
+  if (it != s.signals.end() && counted) --it->second.waiters;
   // A definite answer consumes the signal; a timeout leaves it for a later wait.
   if (out.s != SignalState::kTimeout && it != s.signals.end() && it->second.waiters == 0 && it->second.open == 0) {
     s.signals.erase(it);
@@ -467,6 +472,7 @@ SignalResult SignalBoard::wait(const std::string& peer, const std::string& name,
     case SignalState::kFailed: ++counters_.failed; break;
     case SignalState::kTimeout: ++counters_.timeouts; break;
   }
+  if (--waiting_ == 0) cv_.notify_all();  // stop() waits for the last one to leave
   return out;
 }
 

@@ -130,6 +130,7 @@ class SignalBoard {
   bool stopping_ = false, started_ = false;
   std::map<std::string, std::unique_ptr<Sender>> senders_;
   size_t signal_count_ = 0;
+  int waiting_ = 0;  // wait() calls inside
   std::thread sweeper_;
   Counters counters_;
 };
