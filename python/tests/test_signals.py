@@ -4,24 +4,14 @@ at the deadline, FAILED PEER_LOST for a sender that cannot be reached), and
 get_notifies(with_failures=True) (docs/signals.md)."""
 import pytest
 
-from conftest import REGION, EnginePair, Region, pattern
-
-
-def engine(hw):
-    e = hw.TransferEngine()
-    assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0, hw.last_error()
-    return e
+from conftest import new_engine, pattern
 
 
 @pytest.fixture
-def two(hw, monkeypatch):
-    # A sender that does not answer is lost after 300 ms here.
+def two(pair, monkeypatch):
+    """The conftest pair; engines made here lose a silent sender after 300 ms."""
     monkeypatch.setenv("HAWSER_SIGNAL_PEER_TIMEOUT_MS", "300")
-    a, b = engine(hw), engine(hw)
-    ra, rb = Region(REGION), Region(REGION)
-    assert a.register_memory(ra.addr, REGION) == 0, hw.last_error()
-    assert b.register_memory(rb.addr, REGION) == 0, hw.last_error()
-    return EnginePair(a, ra, b, rb)
+    return pair
 
 
 def test_a_signal_completes_once_its_requests_landed(two, hw):
@@ -43,7 +33,7 @@ def test_a_signal_completes_once_its_requests_landed(two, hw):
 
 
 def test_a_sender_that_cannot_be_reached_fails_the_wait(two, hw):
-    _, _, b, _ = two
+    b = new_engine()  # with the short peer timeout
     r = b.wait_signal("127.0.0.1:1", "never", 1, timeout_ms=60000)
     assert r.state == "FAILED" and r.reason == "PEER_LOST", r
     assert "127.0.0.1:1" in r.error

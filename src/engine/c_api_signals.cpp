@@ -1,4 +1,5 @@
-// The C API's signals and notification outcomes (hawser/c_api.h, "Signals").
+// The C API's signals (hawser/c_api.h, "Signals"); hawser_get_notify_outcomes
+// is with the notifications (c_api_notify.cpp).
 #include <chrono>
 #include <string>
 #include <vector>
@@ -19,8 +20,6 @@ static_assert(HAWSER_SIGNAL_REASON_NONE == int(hawser::SignalReason::kNone) &&
               HAWSER_SIGNAL_REASON_REFUSED == int(hawser::SignalReason::kRefused) &&
               HAWSER_SIGNAL_REASON_PEER_LOST == int(hawser::SignalReason::kPeerLost) &&
               HAWSER_SIGNAL_REASON_OVERFLOW == int(hawser::SignalReason::kOverflow));
-static_assert(HAWSER_NOTIFY_KIND_DELIVERED == int(hawser::NotifyKind::kDelivered) &&
-              HAWSER_NOTIFY_KIND_FAILED == int(hawser::NotifyKind::kFailed));
 
 }  // namespace
 
@@ -53,39 +52,6 @@ int hawser_wait_signal(hawser_engine_t* engine, const char* peer, const char* na
     strings.clear();
     *out = hawser_signal_result_t{static_cast<int>(r.s), static_cast<int>(r.reason), strings.keep(r.peer), r.landed,
                                   -static_cast<int>(r.error.code()), strings.keep(r.error.message())};
-    return 0;
-  });
-}
-
-int hawser_get_notify_outcomes(hawser_engine_t* engine, hawser_notify_outcome_t* out, size_t* count) {
-  thread_local Strings strings;
-  return guarded([&] {
-    if (!engine) return nullArg("engine");
-    if (!count) return nullArg("count");
-    std::vector<hawser::ReceivedNotification> fresh;
-    int rc = ret(engine->engine.getNotifies(fresh, true));
-    if (rc != 0) return rc;
-    std::lock_guard lk(engine->notify_mu);
-    auto& pending = engine->outcome_pending;
-    for (auto& n : fresh) pending.push_back(std::move(n));
-    if (!fitsOrReport(out, count, pending.size(), "notification outcomes", &rc)) return rc;
-    strings.clear();
-    for (size_t i = 0; i < pending.size(); ++i) {
-      const auto& n = pending[i];
-      const char* peer = strings.keep(n.peer);
-      const char* name = strings.keep(n.name);
-      const char* msg = strings.keep(n.message);
-      out[i] = hawser_notify_outcome_t{peer,
-                                       name,
-                                       n.name.size(),
-                                       msg,
-                                       n.message.size(),
-                                       static_cast<int>(n.kind),
-                                       -static_cast<int>(n.error.code()),
-                                       strings.keep(n.error.message())};
-    }
-    *count = pending.size();
-    pending.clear();
     return 0;
   });
 }
