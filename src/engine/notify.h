@@ -161,9 +161,11 @@ class NotifyOutbox {
   void wake(NotifyPeer* p);
   // One engine.signal frame to `p` (its thread, without mu_): sent again
   // after a failed call until signal.peer_timeout_ms passed (once only while
-  // the peer is down); the receiver's outcome of its DONE record in *outcome.
-  Status sendFrame(NotifyPeer* p, std::vector<SignalRecord> records, Status* outcome);
-  void finishTracked(NotifyPeer* p, const std::shared_ptr<OutgoingNotify>& o, NotifyState head);
+  // the peer is down); the receiver's outcome of each DONE record in *outcomes.
+  Status sendFrame(NotifyPeer* p, std::vector<SignalRecord> records, std::vector<Status>* outcomes);
+  // The DONE record of tracked item `o`, whose state was `head`.
+  static SignalRecord doneRecord(const OutgoingNotify& o, NotifyState head);
+  void settleDone(OutgoingNotify& o, const Status& sent, const Status& outcome);
   static void settle(OutgoingNotify& o, NotifyState s, Status error);
 
   Settings settings_;

@@ -150,7 +150,7 @@ AliveReply NotifyOutbox::aliveFor(const std::string& asker) {
   return r;
 }
 
-Status NotifyOutbox::sendFrame(NotifyPeer* p, std::vector<SignalRecord> records, Status* outcome) {
+Status NotifyOutbox::sendFrame(NotifyPeer* p, std::vector<SignalRecord> records, std::vector<Status>* outcomes) {
   SignalFrame f;
   f.from = settings_.from;
   f.host = settings_.host;
@@ -181,10 +181,10 @@ Status NotifyOutbox::sendFrame(NotifyPeer* p, std::vector<SignalRecord> records,
     }
     if (s.ok()) {
       p->down = false;
-      Status o;
-      s = decodeOutcome(reply, o);
-      if (outcome) *outcome = s.ok() ? o : s;
-      return Status::OK();
+      std::vector<Status> got;
+      s = decodeOutcomes(reply, got);
+      if (s.ok() && outcomes) *outcomes = std::move(got);
+      return s;  // applied there; a reply we cannot read fails the frame's items here
     }
     if (std::chrono::steady_clock::now() + pause >= give_up) {
       p->down = true;
@@ -213,99 +213,105 @@ SignalRecord recordOf(const OutgoingNotify& o, uint8_t kind, uint64_t id, uint32
 }
 }  // namespace
 
-// A tracked item left the head of the queue: its DONE record tells the
-// receiver how its submit ended; `head` is its state then.
-void NotifyOutbox::finishTracked(NotifyPeer* p, const std::shared_ptr<OutgoingNotify>& o, NotifyState head) {
-  SignalRecord r = recordOf(*o, SignalRecord::kDone, o->id_, o->requests_);
+SignalRecord NotifyOutbox::doneRecord(const OutgoingNotify& o, NotifyState head) {
+  SignalRecord r = recordOf(o, SignalRecord::kDone, o.id_, o.requests_);
   if (head == NotifyState::kSending) {
-    r.notify_message = o->notification().message;
-  } else {
-    NotifyStatus st = o->status();
-    r.code = static_cast<int32_t>(st.error.ok() ? Code::kInternal : st.error.code());
-    {
-      std::lock_guard lk(o->mu_);
-      r.reason = o->reason_;
-    }
-    r.error = st.error.message();
+    r.notify_message = o.notification().message;
+    return r;
   }
-  std::vector<SignalRecord> recs;
-  recs.push_back(std::move(r));
-  Status outcome;
-  Status s = sendFrame(p, std::move(recs), &outcome);
-  if (head != NotifyState::kSending) return;  // settled already (not sent)
-  if (s.ok() && outcome.ok()) {
-    if (o->hasNotification()) delivered_.fetch_add(1, std::memory_order_relaxed);
-    settle(*o, NotifyState::kDelivered, Status::OK());
+  NotifyStatus st = o.status();
+  r.code = static_cast<int32_t>(st.error.ok() ? Code::kInternal : st.error.code());
+  {
+    std::lock_guard lk(o.mu_);
+    r.reason = o.reason_;
+  }
+  r.error = st.error.message();
+  return r;
+}
+
+// A tracked item whose DONE record went (or did not: `sent` is the frame's
+// fate) settles by the receiver's `outcome`, when its transfer completed.
+void NotifyOutbox::settleDone(OutgoingNotify& o, const Status& sent, const Status& outcome) {
+  if (sent.ok() && outcome.ok()) {
+    if (o.hasNotification()) delivered_.fetch_add(1, std::memory_order_relaxed);
+    settle(o, NotifyState::kDelivered, Status::OK());
     return;
   }
-  const Status& why = s.ok() ? outcome : s;
-  if (o->hasNotification()) failed_.fetch_add(1, std::memory_order_relaxed);
-  HLOG_DEBUG("{} to '{}' failed: {}", o->what(), o->target(), why.toString());
-  settle(*o, NotifyState::kFailed,
-         Status(why.code(), fmt::format("{} to segment '{}': {}", o->what(), o->target(), why.message())));
+  const Status& why = sent.ok() ? outcome : sent;
+  if (o.hasNotification()) failed_.fetch_add(1, std::memory_order_relaxed);
+  HLOG_DEBUG("{} to '{}' failed: {}", o.what(), o.target(), why.toString());
+  settle(o, NotifyState::kFailed,
+         Status(why.code(), fmt::format("{} to segment '{}': {}", o.what(), o.target(), why.message())));
 }
 
 void NotifyOutbox::run(NotifyPeer* p) {
+  constexpr size_t kMaxDone = 256;  // DONE records per frame
   std::unique_lock lk(mu_);
   for (;;) {
-    // OPEN records first (all waiting, in one frame); then the head of the
-    // queue once it is ready or settled.
-    NotifyState head = NotifyState::kWaiting;
+    // Pending OPEN records, and the DONE records of the settled items at
+    // the head of the queue (in issue order), go in one frame.
     p->cv.wait(lk, [&] {
-      if (!p->opens.empty()) return true;
-      if (p->queue.empty()) return stopping_;
-      head = p->queue.front()->status().s;
-      return head != NotifyState::kWaiting || stopping_;
+      if (!p->opens.empty() || stopping_) return true;
+      return !p->queue.empty() && p->queue.front()->status().s != NotifyState::kWaiting;
     });
-    if (!p->opens.empty()) {
-      std::vector<std::shared_ptr<OutgoingNotify>> opens;
-      opens.swap(p->opens);
+    if (stopping_) {
+      // Transfers still unfinished at shutdown fail; a tracked one's
+      // receiver is told (its DONE record says failed).
+      for (auto& o : p->queue) {
+        if (o->status().s != NotifyState::kWaiting) continue;
+        {
+          std::lock_guard ol(o->mu_);
+          o->reason_ = SignalReason::kTransferFailed;
+        }
+        settle(*o, NotifyState::kFailed,
+               Status(Code::kUnavailable,
+                      fmt::format("{} to '{}' not sent: the engine stopped while its transfer was unfinished",
+                                  o->what(), o->target())));
+        if (o->hasNotification()) failed_.fetch_add(1, std::memory_order_relaxed);
+      }
+      if (p->queue.empty() && p->opens.empty()) return;
+    }
+    std::vector<SignalRecord> recs;
+    for (auto& o : p->opens) recs.push_back(recordOf(*o, SignalRecord::kOpen, o->id_, o->requests_));
+    p->opens.clear();
+    std::vector<std::pair<std::shared_ptr<OutgoingNotify>, NotifyState>> done;
+    while (!p->queue.empty() && done.size() < kMaxDone) {
+      const std::shared_ptr<OutgoingNotify>& o = p->queue.front();
+      const NotifyState st = o->status().s;
+      if (st == NotifyState::kWaiting || !o->tracked_) break;
+      done.emplace_back(o, st);
+      p->queue.pop_front();
+    }
+    if (!recs.empty() || !done.empty()) {
       lk.unlock();
-      std::vector<SignalRecord> recs;
-      recs.reserve(opens.size());
-      for (auto& o : opens) recs.push_back(recordOf(*o, SignalRecord::kOpen, o->id_, o->requests_));
-      (void)sendFrame(p, std::move(recs), nullptr);  // lost: the receiver sees the gap
+      for (auto& [o, st] : done) recs.push_back(doneRecord(*o, st));
+      std::vector<Status> outcomes;
+      const Status sent = sendFrame(p, std::move(recs), &outcomes);  // lost: the receiver sees the gap
+      for (size_t i = 0; i < done.size(); ++i)
+        if (done[i].second == NotifyState::kSending)
+          settleDone(*done[i].first, sent, i < outcomes.size() ? outcomes[i] : Status::OK());
       lk.lock();
       continue;
     }
-    if (p->queue.empty()) return;  // stopping, nothing left
+    // The head is sendNotify's (untracked, ready): an engine.notify call.
+    if (p->queue.empty()) continue;
     std::shared_ptr<OutgoingNotify> o = p->queue.front();
-    if (head == NotifyState::kWaiting) {
-      // Stopping with its transfer still unfinished: it fails, and a tracked
-      // one's receiver is told; those after it go their way in turn.
-      Status why(Code::kUnavailable,
-                 fmt::format("{} to '{}' not sent: the engine stopped while its transfer was unfinished", o->what(),
-                             o->target()));
-      {
-        std::lock_guard ol(o->mu_);
-        o->reason_ = SignalReason::kTransferFailed;
-      }
-      settle(*o, NotifyState::kFailed, why);
-      if (o->hasNotification()) failed_.fetch_add(1, std::memory_order_relaxed);
-      if (!o->tracked_) {
-        p->queue.pop_front();
-        continue;
-      }
-      head = NotifyState::kNotSent;  // its DONE record says failed
-    }
+    const NotifyState head = o->status().s;
     p->queue.pop_front();
+    if (head != NotifyState::kSending) continue;
     lk.unlock();
-    if (o->tracked_) {
-      finishTracked(p, o, head);
-    } else if (head == NotifyState::kSending) {
-      std::string reply;
-      Status s = p->conn.call(kNotifyCall.id, encodeNotification(settings_.from, o->notification()), reply,
-                              settings_.timeout);
-      if (s.ok()) {
-        delivered_.fetch_add(1, std::memory_order_relaxed);
-        settle(*o, NotifyState::kDelivered, Status::OK());
-      } else {
-        failed_.fetch_add(1, std::memory_order_relaxed);
-        HLOG_DEBUG("notification '{}' to '{}' failed: {}", o->notification().name, o->target(), s.toString());
-        settle(*o, NotifyState::kFailed,
-               Status(s.code(), fmt::format("notification '{}' to segment '{}': {}", o->notification().name,
-                                            o->target(), s.message())));
-      }
+    std::string reply;
+    Status s = p->conn.call(kNotifyCall.id, encodeNotification(settings_.from, o->notification()), reply,
+                            settings_.timeout);
+    if (s.ok()) {
+      delivered_.fetch_add(1, std::memory_order_relaxed);
+      settle(*o, NotifyState::kDelivered, Status::OK());
+    } else {
+      failed_.fetch_add(1, std::memory_order_relaxed);
+      HLOG_DEBUG("notification '{}' to '{}' failed: {}", o->notification().name, o->target(), s.toString());
+      settle(*o, NotifyState::kFailed,
+             Status(s.code(), fmt::format("notification '{}' to segment '{}': {}", o->notification().name,
+                                          o->target(), s.message())));
     }
     lk.lock();
   }

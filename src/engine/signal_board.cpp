@@ -232,7 +232,7 @@ Status SignalBoard::accept(const std::string& body, std::string& reply) {
   }
   if (f.seq <= s.applied) {  // sent again after its reply was lost: applied already
     ++counters_.duplicates;
-    reply = f.seq == s.applied ? s.last_reply : encodeOutcome(Status::OK());
+    reply = f.seq == s.applied ? s.last_reply : encodeOutcomes({});
     return Status::OK();
   }
   if (f.seq > s.applied + 1)
@@ -241,7 +241,7 @@ Status SignalBoard::accept(const std::string& body, std::string& reply) {
                                                      "them)",
                                                      f.seq - 1 - s.applied, s.name)),
               now);
-  Status outcome;
+  std::vector<Status> outcomes;
   for (auto& r : f.records) {
     if (r.kind == SignalRecord::kOpen) {
       if (s.ended.count(r.id)) continue;
@@ -252,13 +252,12 @@ Status SignalBoard::accept(const std::string& body, std::string& reply) {
           g->touched = now;
         }
     } else {
-      Status o = applyDone(s, r, now);
-      if (outcome.ok()) outcome = o;
+      outcomes.push_back(applyDone(s, r, now));
     }
   }
   ++counters_.frames;
   s.applied = f.seq;
-  s.last_reply = encodeOutcome(outcome);
+  s.last_reply = encodeOutcomes(outcomes);
   reply = s.last_reply;
   if (!s.open.empty()) watchLocked(s);
   return Status::OK();

@@ -132,20 +132,29 @@ Status decodeSignalFrame(const std::string& body, SignalFrame& out) {
   return Status::OK();
 }
 
-std::string encodeOutcome(const Status& s) {
+std::string encodeOutcomes(const std::vector<Status>& outcomes) {
   Writer w;
-  w.u32(static_cast<uint32_t>(s.code()));
-  w.str(s.message());
+  w.u32(static_cast<uint32_t>(outcomes.size()));
+  for (auto& s : outcomes) {
+    w.u32(static_cast<uint32_t>(s.code()));
+    w.str(s.message());
+  }
   return w.take();
 }
 
-Status decodeOutcome(const std::string& body, Status& out) {
+Status decodeOutcomes(const std::string& body, std::vector<Status>& out) {
   Reader rd(body);
-  uint32_t code = 0;
-  std::string msg;
-  if (!rd.u32(code) || !rd.str(msg) || !rd.done() || code > static_cast<uint32_t>(Code::kInternal))
-    return {Code::kRemoteError, fmt::format("malformed signal outcome ({} bytes)", body.size())};
-  out = code == 0 ? Status::OK() : Status(static_cast<Code>(code), std::move(msg));
+  uint32_t n = 0;
+  auto bad = [&] { return Status(Code::kRemoteError, fmt::format("malformed signal outcomes ({} bytes)", body.size())); };
+  if (!rd.u32(n) || n > rd.left() / 8) return bad();
+  out.clear();
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t code = 0;
+    std::string msg;
+    if (!rd.u32(code) || !rd.str(msg) || code > static_cast<uint32_t>(Code::kInternal)) return bad();
+    out.push_back(code == 0 ? Status::OK() : Status(static_cast<Code>(code), std::move(msg)));
+  }
+  if (!rd.done()) return bad();
   return Status::OK();
 }
 

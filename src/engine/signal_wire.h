@@ -50,10 +50,11 @@ struct SignalFrame {
 std::string encodeSignalFrame(const SignalFrame& f);
 Status decodeSignalFrame(const std::string& body, SignalFrame& out);
 
-// The reply to a frame: the outcome of its DONE record (0 or a Code, and a
-// message); Ok for a frame of OPEN records.
-std::string encodeOutcome(const Status& s);
-Status decodeOutcome(const std::string& body, Status& out);
+// The reply to a frame: the outcome of each of its DONE records, in order
+// (Ok, or why the receiver refused it: its notification queue full, the
+// submit already ended there as failed, ...).
+std::string encodeOutcomes(const std::vector<Status>& outcomes);
+Status decodeOutcomes(const std::string& body, std::vector<Status>& out);
 
 // engine.alive: asked with the asker's segment name; answered with the
 // sender's incarnation and the last sequence number it gave up sending to
