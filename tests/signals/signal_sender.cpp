@@ -30,6 +30,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 #include <string>
@@ -70,7 +71,19 @@ void say(const std::string& line) {
   std::fflush(stdout);
 }
 
+// The local buffer: host memory or GPU memory, freed after the engine
+// (declared before it in Sender) let go of it.
+struct LocalBuffer {
+  char* p = nullptr;
+  bool gpu = false;
+  ~LocalBuffer() {
+    if (gpu && p) (void)freeDeviceMemory(p);
+    else std::free(p);
+  }
+};
+
 struct Sender {
+  LocalBuffer buffer;
   TransferEngine engine;
   SegmentID seg = kInvalidSegment;
   std::string target;
@@ -207,14 +220,15 @@ int main(int argc, char** argv) {
   Status st = s.engine.init("p2p", "signal-sender", host, 0);
   if (!st.ok()) return say("init: " + st.toString()), 1;
   if (location == "cpu") {
-    s.local = static_cast<char*>(std::aligned_alloc(4096, s.bytes));
+    s.buffer.p = static_cast<char*>(std::aligned_alloc(4096, (s.bytes + 4095) / 4096 * 4096));
   } else {
-    s.gpu = true;
+    s.gpu = s.buffer.gpu = true;
     void* p = nullptr;
     if (!(st = loadCudaDriver()).ok() || !(st = allocateDeviceMemory(std::stoi(location.substr(5)), s.bytes, &p)).ok())
       return say("gpu: " + st.toString()), 1;
-    s.local = static_cast<char*>(p);
+    s.buffer.p = static_cast<char*>(p);
   }
+  s.local = s.buffer.p;
   if (!(st = s.engine.registerLocalMemory(s.local, s.bytes, s.gpu ? "*" : "cpu:0", false)).ok())
     return say("register: " + st.toString()), 1;
   if (!(st = s.engine.openSegment(s.target, s.seg)).ok()) return say("open: " + st.toString()), 1;
