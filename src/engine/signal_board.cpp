@@ -227,6 +227,7 @@ Status SignalBoard::accept(const std::string& body, std::string& reply) {
                                                             s.name, self_)));
     s.incarnation = f.incarnation;
     s.applied = s.gap_seq = 0;
+    s.contact = false;
     s.ended.clear();
     s.ended_order.clear();
   }
@@ -235,7 +236,7 @@ Status SignalBoard::accept(const std::string& body, std::string& reply) {
     reply = f.seq == s.applied ? s.last_reply : encodeOutcomes({});
     return Status::OK();
   }
-  if (f.seq > s.applied + 1)
+  if (s.contact && f.seq > s.applied + 1)
     gapLocked(s, f.seq - 1,
               Status(Code::kUnavailable, fmt::format("{} frame(s) from engine '{}' were lost (the sender gave up on "
                                                      "them)",
@@ -256,6 +257,7 @@ Status SignalBoard::accept(const std::string& body, std::string& reply) {
     }
   }
   ++counters_.frames;
+  s.contact = true;
   s.applied = f.seq;
   s.last_reply = encodeOutcomes(outcomes);
   reply = s.last_reply;
@@ -309,11 +311,15 @@ void SignalBoard::probeLoop(Sender* s) {
                                                               "transfers to '{}' ended",
                                                               name, self_)));
         s->applied = s->gap_seq = 0;
+        s->contact = false;
         s->ended.clear();
         s->ended_order.clear();
       }
       s->incarnation = alive.incarnation;
-      if (alive.abandoned > s->applied && alive.abandoned > s->gap_seq)
+      if (!s->contact) {  // the first word from it: what it gave up on before is history
+        s->contact = true;
+        s->gap_seq = std::max(s->gap_seq, alive.abandoned);
+      } else if (alive.abandoned > s->applied && alive.abandoned > s->gap_seq)
         gapLocked(*s, alive.abandoned,
                   Status(Code::kUnavailable, fmt::format("engine '{}' gave up sending frame {} to '{}' (it could "
                                                          "not deliver it within its signal.peer_timeout_ms)",

@@ -90,6 +90,10 @@ class SignalBoard {
     uint64_t incarnation = 0;  // of the frames applied (0: none yet)
     uint64_t applied = 0;      // last frame applied
     uint64_t gap_seq = 0;      // last frame known lost
+    // Whether this engine heard from that incarnation (a frame or a probe's
+    // answer): frames it gave up on before (to this engine's previous
+    // incarnation, or to nobody yet) are not gaps here.
+    bool contact = false;
     std::string last_reply;    // the reply to frame `applied`, for a resend
     std::map<std::string, Sig> signals;
     std::map<uint64_t, OpenSubmit> open;
