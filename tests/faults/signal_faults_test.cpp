@@ -310,6 +310,23 @@ TEST_F(Signals, a_signal_nobody_waits_for_expires) {
   EXPECT_EQ(r.landed, 0u);
 }
 
+TEST_F(Signals, a_full_signal_table_drops_the_oldest_signal_nobody_waits_for) {
+  engine_.reset();
+  start({{"signal.max_signals", "2"}});
+  Child sender;
+  // (It stays alive: a wait on a sender that exited fails instead.)
+  const std::string peer = startSender(
+      sender, {"write:f1:1:4096:0:1", "write:f2:1:4096:4096:2", "write:f3:1:4096:8192:3", "sleep:60000"});
+  ASSERT_FALSE(sender.waitFor("done f3 COMPLETED", 30000).empty());
+  EXPECT_EQ(engineCounter(*engine_, "signals_expired"), 1u) << "the table holds 2: the third drops the first";
+  SignalResult r = wait(peer, "f3", 1, 10s);
+  EXPECT_EQ(r.s, SignalState::kCompleted) << describe(r);
+  r = wait(peer, "f2", 1, 10s);
+  EXPECT_EQ(r.s, SignalState::kCompleted) << describe(r);
+  r = wait(peer, "f1", 1, 100ms);
+  EXPECT_EQ(r.s, SignalState::kTimeout) << "the oldest should have gone: " << describe(r);
+}
+
 // A partition between the receiver (this process, a network namespace of
 // its own) and an initiator in another: the receiver's probes go
 // unanswered, and the wait fails within signal.peer_timeout_ms.
