@@ -209,14 +209,40 @@ if base:
         elif b.get("skipped"):
             print(f"{kib(b['block_size']):>5} {b['kind']:<22} skipped: {b['skipped']}")
         else:
-            what = b["kind"] if b["kind"] != "gather" else f"gather, {b['ctas_limit']} CTAs ({b['ctas']})"
+            what = {"gather": f"gather, {b.get('ctas_limit')} CTAs ({b.get('ctas')})",
+                    "contiguous_alone": "contiguous, one request", "gather_alone": "gather (all), one request"}.get(
+                        b["kind"], b["kind"])
             print(f"{kib(b['block_size']):>5} {what:<22} {b['gbps']:>9.1f} {b.get('ratio_to_contiguous', 1.0):>6.3f}")
     print()
-    print("nvlink rows against the GPU's contiguous cuMemcpyAsync of the same bytes:")
+    alone = {(b["kind"], b["block_size"]): b["gbps"] for b in base if b.get("kind", "").endswith("_alone")}
+    print("nvlink rows against the GPU's contiguous cuMemcpyAsync of the same bytes (back to back), and against")
+    print("one contiguous copy / one whole-GPU gather issued as a request of its own (after a pause, waited for):")
     for r in rows:
         if r.get("row") == "nvlink" and not r.get("failed") and r["block_size"] in contig:
-            print(f"  nvlink {kib(r['block_size'])} {r['op']}: {r['kv_gbps']:.1f} / {contig[r['block_size']]:.1f} GB/s"
-                  f" = {r['kv_gbps'] / contig[r['block_size']]:.3f}")
+            bs = r["block_size"]
+            more = "".join(f"; / {what} {alone[(k, bs)]:.1f} = {r['kv_gbps'] / alone[(k, bs)]:.3f}"
+                           for k, what in (("contiguous_alone", "one copy"), ("gather_alone", "one gather"))
+                           if (k, bs) in alone and alone[(k, bs)] > 0)
+            print(f"  nvlink {kib(bs)} {r['op']}: {r['kv_gbps']:.1f} / {contig[bs]:.1f} GB/s"
+                  f" = {r['kv_gbps'] / contig[bs]:.3f}{more}")
+def per_group(c):
+    n = c.get("nvlink.groups_issued", 0)
+    if not n:
+        return None
+    us = {k: c.get(f"nvlink.group_{k}_ns", 0) / n / 1e3 for k in ("queued", "check", "launch", "gpu", "end")}
+    return n, us, c.get("nvlink.groups_inline", 0), c.get("nvlink.groups_polled", 0)
+lines = []
+for r in rows:
+    for way in ("kv", "contiguous"):
+        g = None if r.get("failed") else per_group(r.get(f"{way}_counters", {}))
+        if g:
+            n, us, inl, pol = g
+            lines.append(f"  {r['row']} {kib(r['block_size'])} {r['op']:<5} {way:<10} {n:>4} groups ({inl} issued inline, "
+                         f"{pol} ended by the waiter): " + ", ".join(f"{k} {v:.1f}" for k, v in us.items()))
+if lines:
+    print()
+    print("nvlink: where a group's time went (us, means over the timed transfers):")
+    print("\n".join(lines))
 print()
 print("aims (issue 25): nvlink one GPU >= 0.5 of contiguous cuMemcpyAsync at 32K, >= 0.25 at 4K; "
       "file <-> host/GPU >= 0.8 of the path's contiguous rate at 32K; tcp (host, GPU) and shm >= 0.8 at 32K.")

@@ -12,7 +12,10 @@
 //                cuMemcpyBatchAsync (CUDA 13; skipped where the driver lacks it);
 //   gather       bench/kv_gather.cu's kernel, one CTA per chunk (the whole
 //                GPU), then limited to each of --ctas CTAs; every chunk of
-//                every gather row is checked against its source.
+//                every gather row is checked against its source;
+// and, as requests of their own (a 20 ms pause, then one call, waited for;
+// the median of 9): contiguous_alone (one cuMemcpyAsync) and gather_alone
+// (the whole-GPU gather): what a single request costs on this machine.
 // One JSON line per measurement, e.g.
 //   {"kind":"gather","block_size":32768,"chunks":8000,"bytes":262144000,"ctas":32,"ctas_limit":"32",
 //    "gbps":250.1,"ratio_to_contiguous":0.12,"verified":true}
@@ -35,6 +38,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpu/cuda_driver.h"
@@ -118,6 +122,33 @@ double measure(const CudaDriver* d, cu::Stream s, double seconds, uint64_t bytes
     el = std::chrono::duration<double>(Clock::now() - t0).count();
   } while (el < seconds);
   return static_cast<double>(moved) / el / 1e9;
+}
+
+// GB/s of `op` issued as a request of its own: after a pause (as between a
+// program's requests), issued and waited for (the stream polled), the median
+// of `n`. What one request costs on this machine, the driver call's latency
+// after idle included (on the H200 VM a first call after ~20 ms costs 50-60
+// us, against ~5 us back to back).
+double measureAlone(const CudaDriver* d, cu::Stream s, uint64_t bytes, const std::function<bool()>& op, int n = 9) {
+  const cu::Api& a = d->api();
+  cu::Event ev = nullptr;
+  if (!check(d, a.StreamSynchronize(s), "cuStreamSynchronize") ||
+      !check(d, a.EventCreate(&ev, cu::kEventDisableTiming), "cuEventCreate"))
+    return -1;
+  std::vector<double> el;
+  for (int i = 0; i < n; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const auto t0 = Clock::now();
+    if (!op() || !check(d, a.EventRecord(ev, s), "cuEventRecord")) return -1;
+    cu::Result rc;
+    while ((rc = a.EventQuery(ev)) == cu::kErrorNotReady) {
+    }
+    if (!check(d, rc, "cuEventQuery")) return -1;
+    el.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  a.EventDestroy(ev);
+  std::sort(el.begin(), el.end());
+  return static_cast<double>(bytes) / el[el.size() / 2] / 1e9;
 }
 
 // Word `i` of the source pool.
@@ -255,6 +286,11 @@ int main(int argc, char** argv) {
     });
     if (contiguous < 0) return 1;
     row("contiguous", contiguous, 0, "");
+    const double contiguous_alone = measureAlone(d, stream, bytes, [&] {
+      return check(d, a.MemcpyAsync(dst, src, bytes, stream), "cuMemcpyAsync");
+    });
+    if (contiguous_alone < 0) return 1;
+    row("contiguous_alone", contiguous_alone, contiguous, "");
     const double per_chunk = measure(d, stream, seconds, bytes, [&] {
       for (const KvCopyRun& r : runs)
         if (!check(d, a.MemcpyAsync(r.dst, r.src, r.len, stream), "cuMemcpyAsync (a chunk)")) return false;
@@ -308,6 +344,11 @@ int main(int argc, char** argv) {
         }
         const double gbps = measure(d, stream, seconds, bytes, launch);
         if (gbps < 0) return 1;
+        if (g == 0) {
+          const double alone = measureAlone(d, stream, bytes, launch);
+          if (alone < 0) return 1;
+          row("gather_alone", alone, contiguous, ",\"ctas\":" + std::to_string(grids[g]));
+        }
         const std::string limit = g == 0 ? "all" : std::to_string(ctas[g - 1]);
         row("gather", gbps, contiguous,
             ",\"ctas\":" + std::to_string(grids[g]) + ",\"ctas_limit\":\"" + limit + "\",\"verified\":" +

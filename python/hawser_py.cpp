@@ -25,6 +25,7 @@
 #include "py_blocks.h"
 #include "py_engine.h"
 #include "py_metrics.h"
+#include "py_objects.h"
 #include "py_support.h"
 
 namespace py = pybind11;
@@ -148,16 +149,18 @@ PYBIND11_MODULE(hawser, m) {
   };
 
   using Addrs = std::vector<uint64_t>;
-  py::class_<PyEngine> cls(m, "TransferEngine");
+  // dynamic_attr: hawser.tensors keeps the objects it registered on the engine.
+  py::class_<PyEngine> cls(m, "TransferEngine", py::dynamic_attr());
   cls.attr("TransferOpcode") = opcode;
   cls.def(py::init<bool>(), py::arg("raise_on_error") = false,
           "raise_on_error=True: failures raise hawser.Error instead of returning 0 / a negative code.")
       .def("initialize", &PyEngine::initialize, py::arg("local_hostname"), py::arg("metadata_server"),
-           py::arg("protocol"), py::arg("device_name"),
+           py::arg("protocol"), py::arg("device_name"), py::arg("config") = std::map<std::string, std::string>{},
            "local_hostname: 'host' or 'host:port'; metadata_server: 'P2PHANDSHAKE'/'p2p' or 'etcd://h:p' "
            "(no scheme = etcd); protocol: an installed transport's name ('tcp', 'rdma', ...: forced; a Mooncake "
            "protocol this host cannot honour falls back to tcp with one log line) or ''/'auto'; device_name: RDMA "
-           "NICs ('mlx5_0,mlx5_1'), '' or None. Returns 0 or a negative code.")
+           "NICs ('mlx5_0,mlx5_1'), '' or None; config (hawser): {key: value} of the config table for this engine, "
+           "winning over HAWSER_* variables. Returns 0 or a negative code.")
       .def("initialize_ext", &PyEngine::initializeExt, py::arg("local_hostname"), py::arg("metadata_server"),
            py::arg("protocol"), py::arg("device_name"), py::arg("metadata_type"))
       .def("get_rpc_port", &PyEngine::rpcPort)
@@ -353,7 +356,23 @@ PYBIND11_MODULE(hawser, m) {
   for (const char* name : {"TransferEngine", "TransferOpcode", "TransferNotify", "Read", "Write", "SUPPORT_CUDA",
                            "SUPPORT_EFA", "SUPPORT_HIP", "SUPPORT_MNNVL", "SUPPORT_INTRA_NVLINK", "Error"})
     mc.attr(name) = m.attr(name);
+  // Mooncake's SharedSegment (mooncake.engine) is refused clearly: a
+  // connector that constructs one learns at once what to use instead.
+  struct SharedSegmentRefused {};
+  py::class_<SharedSegmentRefused>(mc, "SharedSegment",
+                                   "Not provided: constructing one raises hawser.Error (not_supported).")
+      .def(py::init([](const py::args&, const py::kwargs&) -> SharedSegmentRefused* {
+        const Status s{Code::kNotSupported,
+                       "SharedSegment: Mooncake's shared segments are not provided by hawser; register the memory "
+                       "with register_memory (peers on this host reach it through the shm transport) "
+                       "(docs/porting-from-mooncake.md)"};
+        t_last_error = s;
+        throw Failure{s};
+      }));
   py::module_::import("sys").attr("modules")["hawser.mooncake"] = mc;
   hawser::pymod::defineBlocks(cls);  // block requests and plans (py_blocks.cpp)
   bindMetrics(cls);
+  // hawser.tensors and hawser.nixl, written in Python (python/pysrc/).
+  hawser::pymod::bindObjectHelpers(m);
+  hawser::pymod::loadEmbeddedModules(m);
 }

@@ -63,7 +63,7 @@ Status arrayOf(const py::handle& obj, const char* name, U64Array& out) {
   }
   return {Code::kInvalidArgument,
           fmt::format("{}: an array (buffer protocol) or a sequence of integers is needed, not {}", name,
-                      std::string(py::str(obj.get_type().attr("__name__"))))};
+                      std::string(py::str(py::type::handle_of(obj).attr("__name__"))))};
 }
 
 // The three arrays of a block list; `lengths` may be one int for every block.

@@ -83,9 +83,11 @@ class PyEngine {
   }
 
   // -- setup --
+  // config (hawser): {key: value} of the config table (hawser config), for
+  // this engine only; it wins over the HAWSER_* environment variables.
   int initialize(const std::string& local_hostname, const std::string& metadata_server, const std::string& protocol,
-                 const std::optional<std::string>& device_name) {
-    return initializeUri(local_hostname, metadataUri(metadata_server), protocol, device_name);
+                 const std::optional<std::string>& device_name, const std::map<std::string, std::string>& config = {}) {
+    return initializeUri(local_hostname, metadataUri(metadata_server), protocol, device_name, config);
   }
 
   int initializeExt(const std::string& local_hostname, const std::string& metadata_server,
@@ -137,7 +139,8 @@ class PyEngine {
       if (s.ok() && addrs.size() != capacities.size())
         s = {Code::kInvalidArgument, fmt::format("buffer_addresses has {} entries, capacities {}", addrs.size(),
                                                  capacities.size())};
-      if (s.ok()) {
+      // Nothing to register is success, as Mooncake (and as batch_unregister_memory([])).
+      if (s.ok() && !addrs.empty()) {
         std::vector<BufferEntry> entries(addrs.size());
         for (size_t i = 0; i < addrs.size(); ++i)
           entries[i] = BufferEntry{reinterpret_cast<void*>(addrs[i]), capacities[i], location, true};
@@ -257,7 +260,11 @@ class PyEngine {
     return ret(context(s, "free_managed_buffer"));
   }
 
+  // `data`: any contiguous buffer, or a str (its UTF-8 bytes, as Mooncake's
+  // char* argument takes it).
   int writeBytes(uint64_t addr, py::object data, uint64_t length) {
+    if (py::isinstance<py::str>(data)) data = py::reinterpret_steal<py::object>(PyUnicode_AsUTF8String(data.ptr()));
+    if (!data) throw py::error_already_set();
     BufferView view(data);
     Status s;
     {
@@ -409,12 +416,13 @@ class PyEngine {
   TransferEngine* live() const { return inited_.load(std::memory_order_acquire) ? engine_.get() : nullptr; }
 
   int initializeUri(const std::string& local_hostname, const std::string& uri, const std::string& protocol,
-                    const std::optional<std::string>& device_name) {
+                    const std::optional<std::string>& device_name,
+                    const std::map<std::string, std::string>& config = {}) {
     Status s;
     std::vector<LogLine> lines;
     {
       py::gil_scoped_release nogil;
-      s = init(local_hostname, uri, protocol, device_name.value_or(""));
+      s = init(local_hostname, uri, protocol, device_name.value_or(""), config);
       std::lock_guard lk(init_mu_);
       lines.swap(log_);
     }
@@ -435,7 +443,7 @@ class PyEngine {
   // where it finds no RDMA NIC. HAWSER_TRANSPORT wins over all of it, then
   // MC_FORCE_TCP (tcp); MC_FORCE_HCA keeps a forced "rdma" from falling back.
   Status init(const std::string& local_hostname, const std::string& uri, const std::string& protocol,
-              const std::string& device_name);
+              const std::string& device_name, const std::map<std::string, std::string>& config);
 
   void shutdown() {
     std::unique_ptr<TransferEngine> e;

@@ -5,7 +5,7 @@
 namespace hawser::pymod {
 
 Status PyEngine::init(const std::string& local_hostname, const std::string& uri, const std::string& protocol,
-                      const std::string& device_name) {
+                      const std::string& device_name, const std::map<std::string, std::string>& config) {
   std::lock_guard lk(init_mu_);
   if (live())
     return {Code::kInvalidArgument,
@@ -16,6 +16,7 @@ Status PyEngine::init(const std::string& local_hostname, const std::string& uri,
   if (!s.ok()) return context(s, "initialize");
   const MooncakeEnv mc = readMooncakeEnv(log_);
   EngineOptions opts;
+  for (const auto& [k, v] : config) opts.config[k] = v;  // validated by init(), naming the key
   // Every python.* knob is in the config table (hawser/config.h): read
   // through the public API, validated as init() validates it.
   ConfigSource src = ConfigSource::kDefault;

@@ -7,7 +7,7 @@ PKGS=(
   libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   liburing-dev libibverbs-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev
-  python3-dev pybind11-dev python3-pytest python3-numpy
+  python3-dev pybind11-dev python3-pytest python3-numpy python3-torch
   python3-setuptools python3-wheel python3-pip python3-venv dpkg-dev
   etcd-server etcd-client openssl iperf3 fio iproute2 procps nftables
   # The sanitizer builds and the fuzz targets: clang, its sanitizer and

@@ -136,3 +136,85 @@ def eventually(pred, timeout=20.0):
         time.sleep(pause)
         pause = min(pause * 2, 0.02)
     return bool(pred())
+
+
+# ---- PyTorch and GPUs --------------------------------------------------------------------
+
+
+def require_torch():
+    """torch, or a skip with the reason (Debian: python3-torch)."""
+    try:
+        import torch
+    except ImportError as exc:
+        pytest.skip(f"PyTorch is not installed ({exc}); Debian: apt-get install python3-torch")
+    return torch
+
+
+def require_cuda():
+    """torch with a usable CUDA device. Where HAWSER_TEST_REQUIRE_GPU=1 (the
+    GPU machine, scripts/gpu_python.sh) a missing GPU fails the test instead
+    of skipping it."""
+    required = os.environ.get("HAWSER_TEST_REQUIRE_GPU") == "1"
+    try:
+        import torch
+    except ImportError as exc:
+        if required:
+            pytest.fail(f"HAWSER_TEST_REQUIRE_GPU=1 but PyTorch does not import: {exc}")
+        pytest.skip(f"PyTorch is not installed ({exc})")
+    if not torch.cuda.is_available():
+        if required:
+            pytest.fail("HAWSER_TEST_REQUIRE_GPU=1 but torch.cuda.is_available() is False")
+        pytest.skip("no CUDA device (these cases run on the GPU machine: scripts/gpu_python.sh)")
+    return torch
+
+
+class JsonPeer:
+    """A child Python process speaking one JSON object a line: its first line
+    is what it publishes (.meta); ask() sends a command and reads the answer."""
+
+    def __init__(self, script, *args, env=None):
+        import json
+        import subprocess
+        self._json = json
+        hw = require_hawser()
+        child_env = dict(os.environ)
+        child_env.update(env or {})
+        module_dir = os.path.dirname(os.path.abspath(hw.__file__))
+        child_env["PYTHONPATH"] = os.pathsep.join([module_dir, child_env.get("PYTHONPATH", "")])
+        here = os.path.dirname(os.path.abspath(__file__))
+        self.proc = subprocess.Popen([sys.executable, os.path.join(here, script), *map(str, args)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=child_env)
+        self.meta = self.read()
+        if "error" in self.meta:
+            self.close()
+            pytest.fail(f"{script}: {self.meta['error']}")
+
+    def read(self):
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.wait(timeout=60)
+            pytest.fail(f"peer exited ({self.proc.returncode}): {self.proc.stderr.read()}")
+        return self._json.loads(line)
+
+    def ask(self, cmd):
+        self.proc.stdin.write(self._json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return self.read()
+
+    def close(self):
+        """Asks the child to quit (kills it when it does not); its exit status."""
+        import subprocess
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write(self._json.dumps({"op": "quit"}) + "\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            f.close()
+        return self.proc.returncode

@@ -6,63 +6,23 @@ the connectors make, with the defaults they pass (protocol "rdma", which a
 host without an RDMA NIC turns into tcp), and every byte checked on the
 receiving side."""
 import hashlib
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from conftest import Region, pattern, require_hawser
+from conftest import JsonPeer, Region, pattern
 
 LAYERS, BLOCKS, BLOCK_LEN = 4, 16, 8192
-PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "connector_peer.py")
 
 
-class DecodePeer:
+class DecodePeer(JsonPeer):
     """The decode worker in a child process; ask() is the connectors' side channel."""
 
     def __init__(self):
-        hw = require_hawser()
-        env = dict(os.environ)
-        # The child imports the same module as this process.
-        module_dir = os.path.dirname(os.path.abspath(hw.__file__))
-        env["PYTHONPATH"] = os.pathsep.join([module_dir, env.get("PYTHONPATH", "")])
-        self.proc = subprocess.Popen([sys.executable, PEER, str(LAYERS), str(BLOCKS), str(BLOCK_LEN)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, env=env)
-        self.meta = self._read()
-        if "error" in self.meta:
-            self.close()
-            pytest.fail(f"decode peer: {self.meta['error']}")
+        super().__init__("connector_peer.py", LAYERS, BLOCKS, BLOCK_LEN)
         self.session = f"{self.meta['remote_hostname']}:{self.meta['remote_port']}"
-
-    def _read(self):
-        line = self.proc.stdout.readline()
-        if not line:
-            self.proc.wait(timeout=30)
-            pytest.fail(f"decode peer exited ({self.proc.returncode}): {self.proc.stderr.read()}")
-        return json.loads(line)
-
-    def ask(self, cmd):
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-        return self._read()
 
     def digests(self, ranges):
         return self.ask({"op": "digest", "ranges": [list(r) for r in ranges]})["digests"]
-
-    def close(self):
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
-                self.proc.stdin.flush()
-                self.proc.wait(timeout=30)
-            except (BrokenPipeError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
-        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            f.close()
 
 
 @pytest.fixture

@@ -570,3 +570,19 @@ def test_file_segment_through_the_same_calls(hw, tmp_path):
     assert path.read_bytes()[100:117] == b"written-by-python"
     assert e.transfer_sync_read(seg, r.addr, (1 << 20) - 10, 8192) == -hw.codes["out_of_range"]
     assert e.get_segment_buffers(seg) == [(0, 1 << 20, str(path))]
+
+
+def test_initialize_config_is_this_engines_and_checked(hw):
+    e = hw.TransferEngine()
+    assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "", {"no.such_key": "1"}) == neg(hw, "invalid_argument")
+    assert "no.such_key" in hw.last_error()
+    # notify.max_message_bytes for these two engines only: a 100 KiB notification passes (default 64K).
+    a, b = hw.TransferEngine(), hw.TransferEngine()
+    big = {"notify.max_message_bytes": "1M"}
+    assert a.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "", big) == 0, hw.last_error()
+    assert b.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "", config=big) == 0, hw.last_error()
+    msg = "x" * (100 << 10)
+    assert a.batch_transfer_sync(b.get_segment_name(), [], [], [], 1, ("n", msg)) == 0, hw.last_error()
+    assert [n.msg for n in b.get_notifies()] == [msg]
+    c = new_engine()  # the default still holds elsewhere
+    assert c.batch_transfer_sync(b.get_segment_name(), [], [], [], 1, ("n", msg)) < 0

@@ -342,3 +342,132 @@ def test_on_cuda_waits_for_the_stream_then_moves_gpu_memory(hw):
         pytest.skip("the stand-in CUDA driver (tests/libhawser_fake_cuda.so) is not built next to the module")
     out = run_child("fake", {"HAWSER_GPU_CUDA_DRIVER": lib}, lib)
     assert out == {"location": "cuda:0", "moved": True}, out
+
+
+def test_on_cuda_with_the_real_driver_waits_for_the_torch_stream(hw):
+    from conftest import require_cuda
+    torch = require_cuda()
+    a, b = new_engine(""), new_engine("")
+    n = 1 << 22
+    src = torch.zeros(n, dtype=torch.uint8, device="cuda")
+    dst = torch.zeros(n, dtype=torch.uint8, device="cuda")
+    assert a.register_memory(src.data_ptr(), n) == 0 and b.register_memory(dst.data_ptr(), n) == 0
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        src.fill_(7)  # queued on `stream`: the write must wait for it
+        a.transfer_write_on_cuda(b.get_segment_name(), src.data_ptr(), dst.data_ptr(), n, stream.cuda_stream)
+    torch.cuda.synchronize()
+    assert bool((dst == 7).all())
+
+
+# ---- the gaps Mooncake's own tests expose ------------------------------------------------------
+
+
+def test_batch_register_memory_of_nothing_is_zero_as_mooncake(hw):
+    e = new_engine()
+    assert e.batch_register_memory([], []) == 0, hw.last_error()
+    assert e.batch_unregister_memory([]) == 0, hw.last_error()
+    # Nothing was registered: a region registers afterwards as if the call had not happened.
+    r = Region(4096)
+    assert e.batch_register_memory([r.addr], [4096]) == 0
+    assert [b[:2] for b in e.get_segment_buffers(e.get_segment_name())] == [(r.addr, 4096)]
+    # A length mismatch is still refused, empty or not.
+    assert e.batch_register_memory([], [4096]) == neg(hw, "invalid_argument")
+    # Before initialize() it fails as every call does.
+    assert hw.TransferEngine().batch_register_memory([], []) == neg(hw, "invalid_argument")
+
+
+def test_write_bytes_to_buffer_takes_a_str_as_mooncakes_char_pointer(hw):
+    e = new_engine()
+    r = Region(64)
+    assert e.register_memory(r.addr, 64) == 0
+    assert e.write_bytes_to_buffer(r.addr, "hello", 5) == 0, hw.last_error()
+    assert r.read(0, 5) == b"hello"
+    # Its UTF-8 bytes: "é" is two of them.
+    assert e.write_bytes_to_buffer(r.addr + 8, "caf\u00e9", 5) == 0, hw.last_error()
+    assert r.read(8, 5) == "caf\u00e9".encode()
+    assert e.write_bytes_to_buffer(r.addr, "abc", 4) == neg(hw, "invalid_argument")
+    assert "exceeds the 3 bytes" in hw.last_error()
+    with pytest.raises(TypeError):
+        e.write_bytes_to_buffer(r.addr, 12345, 4)
+
+
+def test_shared_segment_is_refused_with_what_to_use_instead(hw):
+    import hawser.mooncake as mc
+    with pytest.raises(hw.Error) as ei:
+        mc.SharedSegment("name", 4096)
+    assert ei.value.code_name == "not_supported"
+    assert "register_memory" in ei.value.message
+    assert hw.last_error_code() == "not_supported"
+    with pytest.raises(RuntimeError):  # what a caller catching Mooncake's errors catches
+        mc.SharedSegment()
+
+
+class _MooncakeHttpMetadata:
+    """Mooncake's HTTP metadata server protocol (GET/PUT/DELETE <url>?key=K), in a thread."""
+
+    def __init__(self):
+        import http.server
+        import threading
+        import urllib.parse
+        store = self.store = {}
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _key(self):
+                return urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)["key"][0]
+
+            def _answer(self, code, body=b""):
+                try:
+                    self.send_response(code)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # an engine that stopped without reading its answer
+
+            def do_GET(self):
+                k = self._key()
+                self._answer(200, store[k]) if k in store else self._answer(404)
+
+            def do_PUT(self):
+                store[self._key()] = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self._answer(200)
+
+            def do_DELETE(self):
+                self._answer(200 if store.pop(self._key(), None) is not None else 404)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metadata"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_http_metadata_server_of_mooncake_is_accepted(hw):
+    server = _MooncakeHttpMetadata()
+    try:
+        a, b = hw.TransferEngine(), hw.TransferEngine()
+        assert a.initialize(f"127.0.0.1:{_free_port()}", server.url, "tcp", "") == 0, hw.last_error()
+        assert b.initialize(f"127.0.0.1:{_free_port()}", server.url, "tcp", "") == 0, hw.last_error()
+        assert any(k.endswith("/segments/" + b.get_segment_name()) for k in server.store), server.store.keys()
+        ra, rb = Region(4096, pattern(4096, 3)), Region(4096)
+        assert a.register_memory(ra.addr, 4096) == 0 and b.register_memory(rb.addr, 4096) == 0
+        assert a.transfer_sync_write(b.get_segment_name(), ra.addr, rb.addr, 4096) == 0, hw.last_error()
+        assert rb.read() == pattern(4096, 3)
+        del a, b
+    finally:
+        server.close()

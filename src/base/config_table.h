@@ -69,6 +69,10 @@ inline constexpr Knob kKnobs[] = {
    "block requests through a transport that moves windows of runs (nvlink, shm): runs one lane hands it at once; "
    "an nvlink window is one launch of the GPU copy kernel, so larger windows amortize a launch over more bytes (32 "
    "bytes of engine memory a run)"},
+  {"block.first_run_window", "HAWSER_BLOCK_FIRST_RUN_WINDOW", KnobType::kSize, "8192", 1, knob_detail::M, {},
+   "block requests through a transport that moves windows of runs: runs of a one-shot request's first window, "
+   "which the caller's thread hands over itself (at most block.run_window); the pump cuts the rest. The default "
+   "sends a request of up to 8192 runs in one piece, with no wait for the pump thread to wake"},
   {"block.lanes", "HAWSER_BLOCK_LANES", KnobType::kInt, "4", 1, 64, {},
    "block requests: windows of runs of one task in flight at once"},
   {"batch.wait_spin_us", "HAWSER_BATCH_WAIT_SPIN_US", KnobType::kInt, "50", 0, 1000000, {},

@@ -34,7 +34,7 @@ Status EngineImpl::postBlocks(BatchID id, std::shared_ptr<const BlockPlan> plan,
   TransferRequest req{p.op, reinterpret_cast<void*>(first.local), p.target, first.remote, p.bytes};
   parent.reset(req, base, p.view->desc, p.route->peer, p.buffer >= 0 ? p.buffer : -1);
   parent.setSliceCount(static_cast<uint32_t>(p.runs));
-  auto runner = std::make_shared<BlockRunner>(std::move(plan), &parent, pump_.get(), block_settings_,
+  auto runner = std::make_shared<BlockRunner>(std::move(plan), &parent, pump_.get(), run_arrays_, block_settings_,
                                               &block_counters_);
   Status s = runner->prepareFirst();
   if (!s.ok()) {

@@ -28,6 +28,7 @@ struct BlockSettings {
   uint64_t max_run = 64 << 20;  // block.max_run: blocks are merged into runs up to this size
   size_t window = 1024;         // block.window: runs one lane hands a transport at once
   size_t run_window = 8192;     // block.run_window: the same, for transports that move windows of runs
+  size_t first_run_window = 8192;  // block.first_run_window: a one-shot request's first run window
   size_t lanes = 4;             // block.lanes: windows of one task in flight at once
 };
 

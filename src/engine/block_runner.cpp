@@ -1,6 +1,8 @@
 #include "engine/block_runner.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <new>
 
 #include <fmt/format.h>
 
@@ -20,11 +22,46 @@ size_t BlockRunner::windowBytes(size_t capacity) const {
   return capacity * (run_mode_ ? sizeof(RunRef) : bytesPerRun()) + sizeof(Window);
 }
 
+RunArrays::~RunArrays() {
+  for (auto& [runs, capacity] : free_) std::free(runs);
+}
+
+RunRef* RunArrays::take(size_t capacity, size_t& got) {
+  {
+    std::lock_guard lk(mu_);
+    for (auto it = free_.begin(); it != free_.end(); ++it)
+      if (it->second >= capacity) {
+        RunRef* runs = it->first;
+        got = it->second;
+        free_.erase(it);
+        return runs;
+      }
+  }
+  // RunRef is an aggregate: malloc's storage holds its objects once written.
+  auto* runs = static_cast<RunRef*>(std::malloc(capacity * sizeof(RunRef)));
+  if (!runs) throw std::bad_alloc();
+  got = capacity;
+  return runs;
+}
+
+void RunArrays::give(RunRef* runs, size_t capacity) {
+  if (!runs) return;
+  {
+    std::lock_guard lk(mu_);
+    if (free_.size() < kKeep) {
+      free_.emplace_back(runs, capacity);
+      return;
+    }
+  }
+  std::free(runs);
+}
+
 BlockRunner::BlockRunner(std::shared_ptr<const BlockPlan> plan, Task* parent, BlockPump* pump,
-                         const BlockSettings& settings, BlockCounters* counters)
+                         std::shared_ptr<RunArrays> arrays, const BlockSettings& settings, BlockCounters* counters)
     : plan_(std::move(plan)),
       parent_(parent),
       pump_(pump),
+      arrays_(std::move(arrays)),
       settings_(settings),
       counters_(counters),
       run_mode_(plan_->route->transport->caps().run_windows),
@@ -34,7 +71,10 @@ BlockRunner::BlockRunner(std::shared_ptr<const BlockPlan> plan, Task* parent, Bl
 
 BlockRunner::~BlockRunner() {
   size_t bytes = 0;
-  for (auto& w : windows_) bytes += windowBytes(w->capacity);
+  for (auto& w : windows_) {
+    bytes += windowBytes(w->capacity);
+    arrays_->give(w->runs, w->runs_capacity);
+  }
   counters_->window_bytes.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
@@ -69,9 +109,7 @@ BlockRunner::Window* BlockRunner::windowFor(size_t lane, size_t runs) {
       nw->runner = this;
       nw->capacity = need;
       nw->sink.w = nw.get();
-      if (run_mode_) {
-        nw->runs.reset(new RunRef[nw->capacity]);
-      } else {
+      if (!run_mode_) {
         nw->children.reset(new Child[nw->capacity]);
         nw->tasks.reset(new Task*[nw->capacity]);
         for (size_t i = 0; i < nw->capacity; ++i) {
@@ -148,14 +186,17 @@ void BlockRunner::post(Window* w, std::unique_ptr<PreparedWork> work) {
 Status BlockRunner::prepareFirst() {
   std::lock_guard lk(mu_);
   // A short first window: the caller's thread pays for it (the pump cuts the
-  // rest). A prepared plan's runs were checked when it was made, and a
-  // transport that moves windows of runs keeps what it derived from a
-  // window for the next post (nvlink: its run list on the GPU): its first
-  // window is a whole one, so a request of up to block.run_window runs goes
-  // to the transport from the caller's thread in one piece, with no hand-over
-  // to the pump on the way.
-  const bool whole = run_mode_ && plan_->prepared;
-  Window* w = windowFor(0, whole ? window_ : std::min(window_, kFirstWindow));
+  // rest). A transport that moves windows of runs costs the engine little a
+  // run, so its first window is block.first_run_window runs: a request of up
+  // to that many goes to the transport from the caller's thread in one piece,
+  // with no hand-over to the pump (whose wake-up is worth thousands of runs).
+  // A prepared plan's runs were checked when it was made, and the transport
+  // keeps what it derived from a window for the next post (nvlink: its run
+  // list on the GPU): its first window is always a whole one.
+  const size_t first_runs = !run_mode_        ? kFirstWindow
+                            : plan_->prepared ? window_
+                                              : std::max<size_t>(1, settings_.first_run_window);
+  Window* w = windowFor(0, std::min(window_, first_runs));
   size_t first = 0;
   const size_t k = take(w->capacity, first);
   Status s = fill(w, first, k, first_work_);
@@ -243,13 +284,14 @@ std::span<const RunRef> BlockRunner::RunsSink::runs() {
   // end: no lock.
   if (!w->written) {
     const BlockPlan& p = *w->runner->plan_;
+    if (!w->runs) w->runs = w->runner->arrays_->take(w->capacity, w->runs_capacity);
     for (size_t j = 0; j < w->n; ++j) {
       const Run r = p.run(w->first + j);
       w->runs[j] = RunRef{r.local, r.remote, r.length, p.bufferOf(w->first + j), p.regionOf(w->first + j)};
     }
     w->written = true;
   }
-  return {w->runs.get(), w->n};
+  return {w->runs, w->n};
 }
 
 void BlockRunner::RunsSink::runsEnded(size_t n, size_t completed, uint64_t bytes, TransferState state,

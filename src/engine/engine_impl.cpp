@@ -111,6 +111,7 @@ Status EngineImpl::init(const std::string& metadata_uri, const std::string& serv
       !(s = config_.getSize("block.max_run", block_settings_.max_run)).ok() ||
       !(s = config_.getSize("block.window", block_settings_.window)).ok() ||
       !(s = config_.getSize("block.run_window", block_settings_.run_window)).ok() ||
+      !(s = config_.getSize("block.first_run_window", block_settings_.first_run_window)).ok() ||
       !(s = config_.getInt("block.lanes", block_settings_.lanes)).ok())
     return {s.code(), "init: " + s.message()};
   pump_ = std::make_unique<BlockPump>();

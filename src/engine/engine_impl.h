@@ -222,6 +222,7 @@ class EngineImpl {
   std::unordered_map<PlanID, std::shared_ptr<const BlockPlan>> plans_;
   PlanID next_plan_ = 1;
   std::unique_ptr<BlockPump> pump_;
+  std::shared_ptr<RunArrays> run_arrays_ = std::make_shared<RunArrays>();  // kept by the runners too
   BlockCounters block_counters_;
 
   // Engine counters (stats()).

@@ -13,6 +13,7 @@
 #include "common/util.h"
 #include "gpu/gpu_env.h"
 #include "hawser/engine.h"
+#include "transport/nvlink/nvlink_testing.h"
 
 namespace hawser::test {
 namespace {
@@ -173,7 +174,9 @@ TEST(nvlink_blocks, a_prepared_plan_posted_again_is_launched_from_its_run_list_k
   post(TransferState::kCompleted);
   EXPECT_EQ(counter(p.init, "plan_cache_hits"), 2 * windows) << "later posts launch the kept lists";
   EXPECT_EQ(counter(p.init, "plan_cache_misses"), windows);
-  if (copies >= 0) EXPECT_EQ(fakeCudaCalls("memcpy_async"), copies) << "no run list copied to the GPU again";
+  if (copies >= 0) {
+    EXPECT_EQ(fakeCudaCalls("memcpy_async"), copies) << "no run list copied to the GPU again";
+  }
   // One-shot requests keep nothing.
   BatchID b;
   ASSERT_TRUE(p.init.allocateBatchID(1, b).ok());
@@ -232,6 +235,39 @@ TEST(nvlink_blocks, a_window_posted_to_an_idle_stream_is_issued_by_the_posting_t
   }
 }
 
+// A caller waiting for its batch ends the groups whose copies are done on
+// its own thread (Transport::poll within batch.wait_spin_us): here the stream
+// threads ignore the posters' kicks, so every request ends through the
+// waiter's poll or not at all.
+TEST(nvlink_blocks, a_waiting_caller_ends_the_copies_it_waits_for_without_the_stream_thread) {
+  HAWSER_REQUIRE_GPU(1);
+  const uint64_t block = 8 << 10;
+  const size_t n = 400;
+  Pair p(n * block, {{"batch.wait_spin_us", "1000000"}});
+  std::vector<Block> blocks = kvBlocks(p.dst.data(), p.remote(), n, block, 21);
+  PlanID plan;
+  ASSERT_TRUE(p.init.prepareBlocks(OpCode::kRead, p.seg, blocks, plan).ok());
+  struct Ignore {
+    Ignore() { nvlink::testing::stream_threads_ignore_kicks.store(true); }
+    ~Ignore() { nvlink::testing::stream_threads_ignore_kicks.store(false); }
+  };
+  const int posts = 6;
+  {
+    Ignore ignore;
+    for (int i = 0; i < posts; ++i) {
+      p.dst.fill(0);
+      TransferStatus st;
+      ASSERT_NO_FATAL_FAILURE(postAndWait(p, plan, st));
+      ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
+      expectBlocks(p, blocks);
+    }
+  }
+  EXPECT_EQ(counter(p.init, "groups_issued"), uint64_t(posts));
+  EXPECT_EQ(counter(p.init, "groups_inline"), uint64_t(posts)) << "each posted to an idle stream";
+  EXPECT_EQ(counter(p.init, "groups_polled"), uint64_t(posts)) << "each ended by the waiting caller";
+  ASSERT_TRUE(p.init.releasePlan(plan).ok());
+}
+
 TEST(nvlink_blocks, every_mechanism_moves_the_same_bytes) {
   HAWSER_REQUIRE_GPU(1);
   for (const char* m : {"kernel", "copy_engine", "per_run"}) {
@@ -266,7 +302,7 @@ TEST(nvlink_blocks, a_failed_launch_fails_the_request_and_leaves_nothing_in_flig
   if (!fail) GTEST_SKIP() << "needs the stand-in driver's hawserFakeCudaFailLaunch (a real GPU cannot be made to fail)";
   const uint64_t block = 8 << 10;
   const size_t n = 2500;
-  Pair p(n * block);
+  Pair p(n * block, {{"block.first_run_window", "64"}});  // a short first window: the request is two
   std::vector<Block> blocks = kvBlocks(p.dst.data(), p.remote(), n, block, 2);
   for (int async : {0, 1}) {
     SCOPED_TRACE(async ? "a fault on the GPU" : "refused at the launch");
@@ -304,7 +340,8 @@ TEST(nvlink_blocks, cancel_mid_request_ends_it_canceled_with_only_issued_windows
   if (!hold) GTEST_SKIP() << "needs the stand-in driver's hawserFakeCudaHoldStreams to stop the GPU mid-request";
   const uint64_t block = 4 << 10;
   const size_t n = 12000;
-  Pair p(n * block, {{"nvlink.stream_depth", "1"}});
+  // A short first window: the request is several windows.
+  Pair p(n * block, {{"nvlink.stream_depth", "1"}, {"block.first_run_window", "64"}});
   std::vector<Block> blocks = kvBlocks(p.dst.data(), p.remote(), n, block, 3);
   BatchID b;
   ASSERT_TRUE(p.init.allocateBatchID(1, b).ok());

@@ -51,6 +51,7 @@ struct Counters {
   // seen done) and ending (its tasks or runs completed).
   std::atomic<uint64_t> groups_issued{0};
   std::atomic<uint64_t> groups_inline{0};  // of those, issued by the posting thread (nvlink.issue_inline)
+  std::atomic<uint64_t> groups_polled{0};  // groups ended by a waiting caller's thread (Transport::poll)
   std::atomic<uint64_t> group_queued_ns{0};
   std::atomic<uint64_t> group_check_ns{0};
   std::atomic<uint64_t> group_launch_ns{0};
@@ -376,6 +377,11 @@ class StreamWorker {
   // Fails what is queued, waits for what was issued, joins.
   void stop();
   void post(Group* g);
+  // A waiting caller's turn (Transport::poll): ends the groups in flight
+  // whose copies are done, on the calling thread (its GPU context restored
+  // after), unless the stream's thread is at it. A group a completion posts
+  // meanwhile is queued for the stream's thread. Never blocks.
+  void pollHere();
   // Drops `sb`'s canceled groups from the queue; how many it dropped.
   size_t purge(const SubBatchImpl* sb);
   int device() const { return device_; }

@@ -169,6 +169,13 @@ void NvlinkTransport::shutdown() {
   if (watcher_) watcher_->stop();
 }
 
+void NvlinkTransport::poll() {
+  std::unique_lock lk(workers_mu_, std::try_to_lock);  // never waits (shutdown holds it while stopping)
+  if (!lk.owns_lock() || stopping_.load(std::memory_order_acquire)) return;
+  for (auto& [dev, ws] : workers_)
+    for (auto& w : ws) w->pollHere();
+}
+
 void NvlinkTransport::describe(nlohmann::json& attrs) const {
   attrs = nlohmann::json::object();
   if (!installed_) return;
@@ -399,6 +406,7 @@ Counters NvlinkTransport::stats() const {
           {"plan_cache_bytes", c.plan_cache_bytes.load()},
           {"groups_issued", c.groups_issued.load()},
           {"groups_inline", c.groups_inline.load()},
+          {"groups_polled", c.groups_polled.load()},
           {"group_queued_ns", c.group_queued_ns.load()},
           {"group_check_ns", c.group_check_ns.load()},
           {"group_launch_ns", c.group_launch_ns.load()},

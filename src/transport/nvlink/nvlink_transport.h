@@ -91,6 +91,9 @@ class NvlinkTransport final : public Transport {
   Status unregisterMemory(void* addr, size_t length) override;
   Status openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) override;
   Status newSubBatch(size_t task_capacity, std::unique_ptr<SubBatch>& out) override;
+  // A waiting caller ends the groups whose copies are done (batch.wait_spin_us):
+  // a copy shorter than the stream thread's wake-up ends without one.
+  void poll() override;
   void diagnose(TransportDiagnosis& out) const override;
   Counters stats() const override;
 
