@@ -16,6 +16,17 @@
 // put there is counted apart ("late bytes": a failed write that landed after
 // it was reported FAILED); any other mismatch is corruption.
 //
+// Signals (docs/signals.md): every write carries one, and its receiver waits
+// on it. The header page holds, after the header, one ticket per node: the
+// signal name ("t<ticket>") this node's waiter for that node waits on now.
+// A writer reads its ticket with the header (step 1) and writes with that
+// signal; it reports {"ev":"sig_sent"} once its batch ended. One waiter
+// thread per peer waits (waitSignal, 2 s deadlines, again after a TIMEOUT)
+// and reports {"ev":"sig_end"} when a wait ends COMPLETED or FAILED, then
+// publishes the next ticket. chaos_summary.py matches the two: a signal sent
+// whose receiver (still the same process) did not end its wait in time is a
+// stuck waiter.
+//
 // Every batch is waited for at most --hang-ms (more than any timeout of the
 // engine allows); one that is not terminal by then is a hang, unless this
 // process was stopped meanwhile (SIGCONT seen), when it is waited for again.
@@ -53,6 +64,7 @@ namespace {
 
 constexpr uint64_t kMagic = 0x534f414b48575352ULL;  // "RSWHKAOS"
 constexpr size_t kHeader = 4096;
+constexpr size_t kTickets = 64;  // offset of the tickets (one u64 per node) in the header page
 
 struct Header {
   uint64_t magic;
@@ -146,6 +158,8 @@ class Node {
     emit(fmt("{\"ev\":\"ready\",\"t\":%lld,\"node\":\"%s\",\"pid\":%d,\"inc\":\"%016llx\",\"segment\":\"%s\"}",
              nowMs(), o_.name.c_str(), static_cast<int>(::getpid()), static_cast<unsigned long long>(incarnation_),
              engine_->segmentName().c_str()));
+    std::vector<std::thread> waiters;
+    for (size_t k = 0; k < o_.peers.size(); ++k) waiters.emplace_back([this, k] { waitLoop(k); });
     std::thread reporter([this] {
       while (!g_stop) {
         for (int i = 0; i < 10 && !g_stop; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -162,6 +176,7 @@ class Node {
       }
     }
     reporter.join();
+    for (auto& w : waiters) w.join();
     report();
     engine_.reset();  // stops serving; bounded wait for in-flight work
     return 0;
@@ -184,9 +199,10 @@ class Node {
     }
     emit(fmt("{\"ev\":\"stats\",\"t\":%lld,\"node\":\"%s\",\"pid\":%d,\"rounds\":%llu,\"bytes_verified\":%llu,"
              "\"failed\":%llu,\"failed_by_code\":{%s},\"disturbed\":%llu,\"late_bytes\":%llu,\"corrupt_bytes\":%llu,"
-             "\"hangs\":%llu,\"init_failures\":%llu}",
+             "\"hangs\":%llu,\"init_failures\":%llu,\"signals_completed\":%llu,\"signals_failed\":%llu}",
              nowMs(), o_.name.c_str(), static_cast<int>(::getpid()), ull(rounds_), ull(bytes_), ull(failed_),
-             codes.c_str(), ull(disturbed_), ull(late_), ull(corrupt_), ull(hangs_), ull(init_failures_)));
+             codes.c_str(), ull(disturbed_), ull(late_), ull(corrupt_), ull(hangs_), ull(init_failures_),
+             ull(sig_completed_), ull(sig_failed_)));
   }
   static unsigned long long ull(const std::atomic<uint64_t>& v) { return v.load(); }
 
@@ -204,15 +220,18 @@ class Node {
   // Runs one batch; the first failed task's error (Ok when all completed).
   // A batch not terminal within hang_ms (this process not stopped meanwhile)
   // is a hang: counted, canceled, and reported as kTimeout.
-  Status batch(const std::vector<TransferRequest>& reqs) {
+  // signal: null, or the signal the requests carry (*submitted: whether
+  // the submit was accepted, so the signal went).
+  Status batch(const std::vector<TransferRequest>& reqs, const Signal* signal = nullptr, bool* submitted = nullptr) {
     BatchID b = 0;
     Status s = engine_->allocateBatchID(reqs.size(), b);
     if (!s.ok()) return s;
-    s = engine_->submitTransfer(b, reqs);
+    s = signal ? engine_->submitTransfer(b, reqs, *signal) : engine_->submitTransfer(b, reqs);
     if (!s.ok()) {
       (void)engine_->freeBatchID(b);
       return s;
     }
+    if (submitted) *submitted = true;
     while (true) {
       const uint64_t cont = g_continued.load();
       s = engine_->waitTransfer(b, std::chrono::milliseconds(o_.hang_ms));
@@ -286,8 +305,9 @@ class Node {
       (void)locate(name, p, /*quiet=*/true);  // a restarted peer has new addresses
       pause();
     };
-    // 1. the incarnation before
-    Status s = batch({{OpCode::kRead, hdr, p.seg, p.base, sizeof(Header)}});
+    // 1. the incarnation before, and this node's ticket there
+    const size_t hdr_len = kTickets + 8 * static_cast<size_t>(o_.nodes);
+    Status s = batch({{OpCode::kRead, hdr, p.seg, p.base, hdr_len}});
     if (!s.ok()) return lost("header", s);
     Header before;
     std::memcpy(&before, hdr, sizeof(before));
@@ -302,7 +322,17 @@ class Node {
     const uint64_t off = rng_() % (o_.slot - len + 1);
     const uint64_t seed = incarnation_ ^ (++seq_ * 0x9e3779b97f4a7c15ULL);
     tools::fillPattern(src, len, seed, off);
-    s = batch({{OpCode::kWrite, src, p.seg, p.base + slot + off, len}});
+    uint64_t ticket = 0;
+    std::memcpy(&ticket, hdr + kTickets + 8 * static_cast<size_t>(o_.index), sizeof(ticket));
+    const Signal signal{"t" + std::to_string(ticket)};
+    bool submitted = false;
+    const int64_t t_submit = nowMs();
+    s = batch({{OpCode::kWrite, src, p.seg, p.base + slot + off, len}}, ticket ? &signal : nullptr, &submitted);
+    if (ticket && submitted)
+      emit(fmt("{\"ev\":\"sig_sent\",\"t\":%lld,\"node\":\"%s\",\"peer\":\"%s\",\"peer_inc\":\"%016llx\","
+               "\"ticket\":%llu,\"t_submit\":%lld,\"ok\":%d}",
+               nowMs(), o_.name.c_str(), name.c_str(), static_cast<unsigned long long>(before.incarnation),
+               static_cast<unsigned long long>(ticket), t_submit, s.ok() ? 1 : 0));
     if (!s.ok()) {
       p.failed.push_back({seed, off, len});
       if (p.failed.size() > 64) p.failed.pop_front();
@@ -355,6 +385,37 @@ class Node {
              static_cast<unsigned long long>(corrupt)));
   }
 
+  // The waiter for peer k (the soak lists peers in index order, this node
+  // left out): waits on the signal named by the ticket it published for
+  // that peer in its header, reports how the wait ended, publishes the next.
+  void waitLoop(size_t k) {
+    const std::string& peer = o_.peers[k];
+    const size_t idx = k < static_cast<size_t>(o_.index) ? k : k + 1;
+    auto* slot = reinterpret_cast<std::atomic<uint64_t>*>(mem_ + kTickets + 8 * idx);
+    uint64_t ticket = 1;
+    slot->store(ticket);
+    while (!g_stop) {
+      const int64_t start = nowMs();
+      SignalResult r;
+      Status s = engine_->waitSignal(peer, "t" + std::to_string(ticket), 1, std::chrono::seconds(2), r);
+      if (!s.ok()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
+      if (r.s == SignalState::kTimeout) continue;  // nothing sent yet: wait again
+      (r.s == SignalState::kCompleted ? sig_completed_ : sig_failed_)++;
+      emit(fmt("{\"ev\":\"sig_end\",\"t\":%lld,\"node\":\"%s\",\"inc\":\"%016llx\",\"peer\":\"%s\","
+               "\"ticket\":%llu,\"state\":\"%s\",\"reason\":\"%s\",\"start\":%lld,\"msg\":\"%s\"}",
+               nowMs(), o_.name.c_str(), static_cast<unsigned long long>(incarnation_), peer.c_str(),
+               static_cast<unsigned long long>(ticket), std::string(signalStateName(r.s)).c_str(),
+               std::string(signalReasonName(r.reason)).c_str(), start,
+               jsonEscape(r.error.message().substr(0, 200)).c_str()));
+      slot->store(++ticket);
+      // A lost peer fails every wait at once until it is back: not so fast.
+      if (r.reason == SignalReason::kPeerLost) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+  }
+
   // After a failure: a short pause, so a dead peer is not hammered.
   void pause() { std::this_thread::sleep_for(std::chrono::milliseconds(100 + rng_() % 200)); }
 
@@ -367,7 +428,7 @@ class Node {
   std::map<std::string, PeerState> peers_;
   uint64_t seq_ = 0;
   std::atomic<uint64_t> rounds_{0}, bytes_{0}, failed_{0}, disturbed_{0}, late_{0}, corrupt_{0}, hangs_{0},
-      init_failures_{0};
+      init_failures_{0}, sig_completed_{0}, sig_failed_{0};
   std::mutex mu_;
   std::map<std::string, uint64_t> failed_by_code_;
 };

@@ -35,6 +35,71 @@ def load(path):
     return out
 
 
+def percentile(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else None
+
+
+def signals(logs, faults, run_end):
+    """Every write carries a signal its receiver waits on (chaos_node.cpp).
+    A signal sent (sig_sent) is matched with the end of its receiver's wait
+    (sig_end: the same sender, receiver incarnation and ticket). Unmatched,
+    it is a stuck waiter, unless its receiver's incarnation ended or the run
+    did within GRACE_MS (past any fault on either end) of it, or the ticket
+    had ended before it was sent (read twice before its waiter moved on).
+    Returns (sent, ended, stuck, latencies of FAILED waits in ms)."""
+    seg_of, inc_of, life = {}, {}, {}
+    for (name, k), evs in logs.items():
+        for e in evs:
+            if e.get("ev") == "ready":
+                seg_of[e["segment"]] = name
+                inc_of[e["inc"]] = (name, k)
+        ts = [e["t"] for e in evs if "t" in e]
+        if ts:
+            life[(name, k)] = (min(ts), max(ts))
+    sent, ends = [], {}
+    for evs in logs.values():
+        for e in evs:
+            if e.get("ev") == "sig_sent":
+                sent.append(e)
+            elif e.get("ev") == "sig_end":
+                ends.setdefault((seg_of.get(e["peer"], e["peer"]), e["node"], e["inc"], e["ticket"]), []).append(e)
+
+    def fault_end(targets, t):
+        """The end of the last fault on `targets` that overlaps [t, t + GRACE_MS], or t."""
+        end = t
+        for f in faults:
+            if f["target"] in targets and f["start"] <= end + GRACE_MS and f["end"] >= t:
+                end = max(end, f["end"])
+        return end
+
+    stuck, latencies, matched = [], [], 0
+    for s in sent:
+        receiver = seg_of.get(s["peer"], s["peer"])
+        key = (s["node"], receiver, s["peer_inc"], s["ticket"])
+        got = [e for e in ends.get(key, []) if e["t"] >= s["t_submit"]]
+        if got:
+            matched += 1
+            e = got[0]
+            if e["state"] == "FAILED":
+                # Seen after: from what caused it (the initiator's own failure,
+                # or the latest fault on either end), or from the wait's start.
+                causes = [f["start"] for f in faults
+                          if f["target"] in (s["node"], receiver) and f["start"] <= e["t"]]
+                cause = max([s["t"]] + [c for c in causes if c >= s["t_submit"] - 1000]) \
+                    if e["reason"] != "PEER_LOST" or not causes else max(max(causes), e["start"])
+                latencies.append(max(0, e["t"] - min(cause, e["t"])))
+            continue
+        if any(e["t"] < s["t_submit"] for e in ends.get(key, [])):
+            continue  # the ticket had ended already: nobody waits for this one
+        bound = fault_end({s["node"], receiver, "etcd"}, s["t"]) + GRACE_MS
+        r = inc_of.get(s["peer_inc"])
+        if r is None or life.get(r, (0, 0))[1] < bound or run_end < bound:
+            continue  # its receiver (this incarnation) or the run ended first
+        stuck.append(s)
+    return len(sent), matched, stuck, latencies
+
+
 def main():
     d, seconds, quiet, stuck = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     faults = load(os.path.join(d, "faults.jsonl")) if os.path.exists(os.path.join(d, "faults.jsonl")) else []
@@ -168,7 +233,20 @@ def main():
     if not judged:
         print("  (no process lived long enough to judge)")
 
+    sig_sent, sig_matched, sig_stuck, sig_lat = signals(logs, faults, run_end)
+    sig_failed = len(sig_lat)
+    print(f"signals (one per write, waited on by its receiver): {sig_sent} sent, {sig_matched} waits ended "
+          f"({sig_matched - sig_failed} COMPLETED, {sig_failed} FAILED)")
+    print(f"stuck waiters: {len(sig_stuck)}")
+    for e in sig_stuck[:10]:
+        print(f"  {e['node']} -> {e['peer']} ticket {e['ticket']} sent at {e['t_submit']}")
+    if sig_lat:
+        print(f"failures seen by the receiver after (ms): p50 {percentile(sig_lat, 0.5)}, "
+              f"p99 {percentile(sig_lat, 0.99)}, max {max(sig_lat)} ({len(sig_lat)} failed waits)")
+
     problems = []
+    if sig_stuck:
+        problems.append("stuck waiters")
     if hangs or stuck:
         problems.append("hangs")
     if corrupt:

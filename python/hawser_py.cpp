@@ -104,12 +104,30 @@ PYBIND11_MODULE(hawser, m) {
           "msg", [](const Notify& n) { return strOf(n.msg); }, [](Notify& n, std::string v) { n.msg = std::move(v); })
       .def_property_readonly(
           "peer", [](const Notify& n) { return strOf(n.peer); }, "The sender's segment name (received notifications).")
+      .def_readonly("failed", &Notify::failed,
+                    "get_notifies(with_failures=True): its submit failed (or its sender was lost); error says why.")
+      .def_readonly("code", &Notify::code, "failed: the negative hawser code (hawser.codes).")
+      .def_readonly("error", &Notify::error, "failed: why.")
       .def("__repr__",
            [](const Notify& n) {
              return "TransferNotify(name=" + py::repr(strOf(n.name)).cast<std::string>() +
                     ", msg=" + py::repr(strOf(n.msg)).cast<std::string>() + ")";
            })
       .def("__eq__", [](const Notify& a, const Notify& b) { return a.name == b.name && a.msg == b.msg; });
+
+  py::class_<SignalOutcome>(m, "SignalResult", "How wait_signal ended (docs/signals.md).")
+      .def_readonly("state", &SignalOutcome::state, "COMPLETED, FAILED or TIMEOUT")
+      .def_readonly("reason", &SignalOutcome::reason,
+                    "FAILED: TRANSFER_FAILED, CANCELED, REFUSED, PEER_LOST or OVERFLOW; else NONE")
+      .def_readonly("peer", &SignalOutcome::peer, "The sender's segment name.")
+      .def_readonly("landed", &SignalOutcome::landed, "Requests of the signal that landed.")
+      .def_readonly("code", &SignalOutcome::code, "0, or the negative hawser code of the first failed request.")
+      .def_readonly("error", &SignalOutcome::error)
+      .def("__bool__", [](const SignalOutcome& r) { return r.state == "COMPLETED"; })
+      .def("__repr__", [](const SignalOutcome& r) -> std::string {
+        return fmt::format("SignalResult({} {} landed={} peer={} error={})", r.state, r.reason, r.landed,
+                           py::repr(strOf(r.peer)).cast<std::string>(), py::repr(strOf(r.error)).cast<std::string>());
+      });
 
   // What Mooncake's module says of its build: hawser finds GPUs at run time.
   m.attr("SUPPORT_CUDA") = true;
@@ -225,7 +243,7 @@ PYBIND11_MODULE(hawser, m) {
       .def(
           "batch_transfer_async",
           [toOp, badOp](PyEngine& e, const std::string& t, const Addrs& b, const Addrs& p, const Addrs& l, int op,
-                        py::object notify, const std::string& h) -> uint64_t {
+                        py::object notify, const std::string& h, py::object signal) -> uint64_t {
             OpCode o;
             if (!toOp(op, o)) {
               e.fail(badOp("batch_transfer_async", op));
@@ -233,11 +251,19 @@ PYBIND11_MODULE(hawser, m) {
             }
             Notification n;
             const bool with = PyEngine::notificationFrom(notify, n, "batch_transfer_async");
+            if (!signal.is_none() && with)
+              throw py::type_error("batch_transfer_async: give notify or signal, not both");
+            if (!signal.is_none()) {
+              Signal sig{signal.cast<std::string>()};
+              return e.batchAsync(t, b, p, l, o, "batch_transfer_async", h, nullptr, &sig);
+            }
             return e.batchAsync(t, b, p, l, o, "batch_transfer_async", h, with ? &n : nullptr);
           },
           py::arg("target_hostname"), py::arg("buffers"), py::arg("peer_buffer_addresses"), py::arg("lengths"),
           py::arg("opcode"), py::arg("notify") = py::none(), py::arg("transport_hint") = "",
-          "notify (hawser): sent once every request completed, never when one failed.")
+          py::arg("signal") = py::none(),
+          "notify (hawser): sent once every request completed, never when one failed. signal (hawser): the "
+          "requests count toward that signal at the target, whose wait_signal learns how they ended.")
       .def(
           "transfer_submit_write",
           [](PyEngine& e, const std::string& t, uint64_t b, uint64_t p, uint64_t l, const std::string& h) {
@@ -265,8 +291,14 @@ PYBIND11_MODULE(hawser, m) {
       .def("warmup_efa_segment", [](PyEngine&, const std::string&) { return 0; }, py::arg("segment_name"),
            "0: hawser has no EFA transport (Mooncake's builds without EFA do the same).")
       .def(
-          "get_notifies", [](PyEngine& e) { return e.getNotifies(); },
-          "Notifications received since the last call, oldest first (TransferNotify; .peer names the sender).")
+          "get_notifies", [](PyEngine& e, bool with_failures) { return e.getNotifies(with_failures); },
+          py::arg("with_failures") = false,
+          "Notifications received since the last call, oldest first (TransferNotify; .peer names the sender). "
+          "with_failures (hawser): also the notifying submits that failed (.failed, .code, .error) in their places.")
+      .def("wait_signal", &PyEngine::waitSignal, py::arg("peer"), py::arg("name"), py::arg("expected"),
+           py::arg("timeout_ms") = -1,
+           "Waits until `expected` requests of signal `name` from segment `peer` landed here (COMPLETED), one "
+           "cannot (FAILED: .reason, .error), or timeout_ms passes (TIMEOUT; -1: no deadline). A SignalResult.")
       .def(
           "transfer_write_on_cuda",
           [](PyEngine& e, const std::string& t, uint64_t b, uint64_t p, uint64_t l, uint64_t stream,

@@ -49,6 +49,16 @@ struct Notify {
   std::string name;
   std::string msg;
   std::string peer;  // the sender's segment name (received notifications only)
+  bool failed = false;  // get_notifies(with_failures=True): its submit failed; error says why
+  int code = 0;         // failed: the negative hawser code
+  std::string error;
+};
+
+// wait_signal's answer (SignalResult).
+struct SignalOutcome {
+  std::string state, reason, peer, error;
+  uint64_t landed = 0;
+  int code = 0;  // 0, or the negative hawser code
 };
 
 class PyEngine {
@@ -185,21 +195,25 @@ class PyEngine {
   // (name, msg) tuple; each str or bytes. TypeError for anything else.
   static bool notificationFrom(const py::handle& notify, Notification& out, const char* what);
 
-  // Every notification received since the last call, oldest first.
-  std::vector<Notify> getNotifies();
+  // Every notification received since the last call, oldest first;
+  // with_failures: failed notifying submits too (Notify::failed).
+  std::vector<Notify> getNotifies(bool with_failures = false);
+  // TransferEngine::waitSignal (GIL released); timeout_ms < 0: no deadline.
+  SignalOutcome waitSignal(const std::string& peer, const std::string& name, uint64_t expected, int64_t timeout_ms);
 
   // Positive batch id; 0 on failure, as Mooncake (last_error() says why).
   // With a notification (hawser: Mooncake's async calls take none), it is
   // sent once every request completed, never when one failed.
   uint64_t batchAsync(const std::string& target, const std::vector<uint64_t>& buffers,
                       const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
-                      const char* what, const std::string& hint, const Notification* notify = nullptr) {
+                      const char* what, const std::string& hint, const Notification* notify = nullptr,
+                      const Signal* signal = nullptr) {
     Status s;
     Submitted sub;
     {
       py::gil_scoped_release nogil;
       reap();
-      s = submit(what, target, buffers, peers, lengths, op, hint, sub, notify);
+      s = submit(what, target, buffers, peers, lengths, op, hint, sub, notify, signal);
       if (s.ok()) batches_.track(sub);
     }
     if (!s.ok()) {
@@ -504,7 +518,8 @@ class PyEngine {
   // An async batch: requests() then allocate and submit.
   Status submit(const char* what, const std::string& target, const std::vector<uint64_t>& buffers,
                 const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
-                const std::string& hint, Submitted& out, const Notification* notify = nullptr);
+                const std::string& hint, Submitted& out, const Notification* notify = nullptr,
+                const Signal* signal = nullptr);
 
   // The sync path (GIL released): one batch through the engine's
   // transferSync (deadline, cancel, bounded wait, free, or an orphan kept

@@ -1,5 +1,5 @@
-// PyEngine's notifications (py_engine.h): notify= as Python passes it, and
-// get_notifies().
+// PyEngine's notifications (py_engine.h): notify= as Python passes it,
+// get_notifies() and wait_signal().
 #include "py_engine.h"
 
 namespace hawser::pymod {
@@ -28,14 +28,14 @@ bool PyEngine::notificationFrom(const py::handle& notify, Notification& out, con
   return true;
 }
 
-std::vector<Notify> PyEngine::getNotifies() {
+std::vector<Notify> PyEngine::getNotifies(bool with_failures) {
   std::vector<ReceivedNotification> got;
   Status s;
   {
     py::gil_scoped_release nogil;
     TransferEngine* e = nullptr;
     s = engine(e);
-    if (s.ok()) s = e->getNotifies(got);
+    if (s.ok()) s = e->getNotifies(got, with_failures);
   }
   std::vector<Notify> out;
   if (!s.ok()) {
@@ -45,7 +45,38 @@ std::vector<Notify> PyEngine::getNotifies() {
   for (auto& g : got) {
     out.emplace_back(std::move(g.name), std::move(g.message));
     out.back().peer = std::move(g.peer);
+    out.back().failed = g.kind == NotifyKind::kFailed;
+    out.back().code = -static_cast<int>(g.error.code());
+    out.back().error = g.error.message();
   }
+  return out;
+}
+
+SignalOutcome PyEngine::waitSignal(const std::string& peer, const std::string& name, uint64_t expected,
+                                   int64_t timeout_ms) {
+  SignalResult r;
+  Status s;
+  {
+    py::gil_scoped_release nogil;
+    TransferEngine* e = nullptr;
+    s = engine(e);
+    const auto timeout = timeout_ms < 0 ? std::chrono::milliseconds::max() : std::chrono::milliseconds(timeout_ms);
+    if (s.ok()) s = e->waitSignal(peer, name, expected, timeout, r);
+  }
+  SignalOutcome out;
+  if (!s.ok()) {
+    fail(context(s, "wait_signal"));
+    out.state = "INVALID";
+    out.code = -static_cast<int>(s.code());
+    out.error = s.message();
+    return out;
+  }
+  out.state = signalStateName(r.s);
+  out.reason = signalReasonName(r.reason);
+  out.peer = r.peer;
+  out.landed = r.landed;
+  out.code = -static_cast<int>(r.error.code());
+  out.error = r.error.message();
   return out;
 }
 

@@ -41,7 +41,8 @@ Status PyEngine::requests(const char* what, const std::string& target, const std
 
 Status PyEngine::submit(const char* what, const std::string& target, const std::vector<uint64_t>& buffers,
                         const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
-                        const std::string& hint, Submitted& out, const Notification* notify) {
+                        const std::string& hint, Submitted& out, const Notification* notify,
+                        const Signal* signal) {
   std::vector<TransferRequest> reqs;
   Status s = requests(what, target, buffers, peers, lengths, op, hint, reqs, out);
   if (!s.ok()) return s;
@@ -51,7 +52,9 @@ Status PyEngine::submit(const char* what, const std::string& target, const std::
   s = e->allocateBatchID(std::max<size_t>(reqs.size(), 1), b);
   if (!s.ok()) return context(s, where);
   if (!reqs.empty()) {
-    s = notify ? e->submitTransfer(b, reqs, *notify) : e->submitTransfer(b, reqs);
+    s = notify   ? e->submitTransfer(b, reqs, *notify)
+        : signal ? e->submitTransfer(b, reqs, *signal)
+                 : e->submitTransfer(b, reqs);
   } else if (notify) {  // an empty batch is complete as it is: the notification goes alone
     SegmentID seg = kInvalidSegment;
     s = segment(e, target, seg);

@@ -1,7 +1,10 @@
 // A KV cache handoff from a prefill process to a decode process, as
 // disaggregated inference serving does it: prefill computes a request's KV
 // cache, writes every block of every layer into the decode process's cache
-// with ONE block request, and tells decode it landed with a notification.
+// with ONE block request that carries a signal named for the request, and
+// decode waits on that signal: it learns that the KV landed, or that it never
+// will (prefill's transfer failed, or prefill died or became unreachable),
+// within a bound, instead of waiting out a timeout.
 //
 //   kv_handoff          KV caches in host memory (runs anywhere)
 //   kv_handoff --gpu    KV caches in GPU memory (GPU 0 for both processes)
@@ -11,8 +14,9 @@
 // x 128 dims of bf16 (32 KiB). A request's tokens live in the blocks its
 // block table names, and each process has its own table: the same token
 // block sits in different places on the two sides. The two processes swap
-// what they must know (decode's segment, cache address and block table)
-// through a pipe here; in a server, that is your scheduler's RPC.
+// what they must know (decode's segment, cache address and block table;
+// prefill's segment) through pipes here; in a server, that is your
+// scheduler's RPC.
 #include <hawser/device_memory.h>
 #include <hawser/engine.h>
 #include <sys/wait.h>
@@ -26,7 +30,6 @@
 #include <numeric>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace {
@@ -103,10 +106,14 @@ bool start(hawser::TransferEngine& engine, KvCache& cache, bool gpu, const std::
          ok(engine.registerLocalMemory(cache.data, kCacheBytes), (who + ": register the KV cache").c_str());
 }
 
-int prefill(bool gpu, int from_decode) {
+int prefill(bool gpu, int from_decode, int to_decode) {
   hawser::TransferEngine engine;
   KvCache cache;
   if (!start(engine, cache, gpu, "prefill")) return 1;
+  // Who we are, for decode's wait.
+  const std::string me = engine.segmentName() + "\n";
+  if (::write(to_decode, me.data(), me.size()) != static_cast<ssize_t>(me.size()))
+    return std::fprintf(stderr, "prefill: cannot reach decode\n"), 1;
   // Compute the request's KV into our own blocks.
   const std::vector<size_t> mine = blockTable(1);
   std::vector<uint32_t> kv(kBlockBytes / 4);
@@ -126,7 +133,8 @@ int prefill(bool gpu, int from_decode) {
   for (size_t i = 0; got && i < kRequestBlocks; ++i) got = std::fscanf(in, "%zu", &theirs[i]) == 1;
   if (!got) return std::fprintf(stderr, "prefill: no block table from decode\n"), 1;
 
-  // Every block of every layer, K and V: ours -> theirs, one block request.
+  // Every block of every layer, K and V: ours -> theirs, one block request,
+  // which counts toward signal kRequest at decode.
   std::vector<hawser::Block> blocks;
   for (size_t layer = 0; layer < kLayers; ++layer)
     for (size_t k = 0; k < 2; ++k)
@@ -138,20 +146,20 @@ int prefill(bool gpu, int from_decode) {
   hawser::TransferStatus st;
   if (!ok(engine.openSegment(segment, decode), "prefill: open decode's segment") ||
       !ok(engine.allocateBatchID(1, batch), "prefill: batch") ||
-      !ok(engine.submitBlocks(batch, hawser::OpCode::kWrite, decode, blocks), "prefill: submit the blocks") ||
+      !ok(engine.submitBlocks(batch, hawser::OpCode::kWrite, decode, blocks, hawser::Signal{kRequest}),
+          "prefill: submit the blocks") ||
       !ok(engine.waitTransfer(batch, std::chrono::seconds(30)), "prefill: wait") ||
       !ok(engine.getBatchTransferStatus(batch, st), "prefill: status"))
     return 1;
   (void)engine.freeBatchID(batch);
+  // waitTransfer returned once decode's engine took the outcome: decode knows.
   if (st.s != hawser::TransferState::kCompleted) return ok(st.error, "prefill: the block request"), 1;
-  // A completed write is in decode's memory: say so.
-  if (!ok(engine.sendNotify(decode, {"kv-ready", kRequest}), "prefill: notify decode")) return 1;
-  std::printf("prefill: %s: %zu blocks (%zu layers x K/V x %zu) written as one block request, decode notified\n",
+  std::printf("prefill: %s: %zu blocks (%zu layers x K/V x %zu) written as one block request with a signal\n",
               kRequest, blocks.size(), kLayers, kRequestBlocks);
   return 0;
 }
 
-int decode(bool gpu, int to_prefill) {
+int decode(bool gpu, int to_prefill, int from_prefill) {
   hawser::TransferEngine engine;
   KvCache cache;
   if (!start(engine, cache, gpu, "decode")) return 1;
@@ -163,17 +171,20 @@ int decode(bool gpu, int to_prefill) {
   if (::write(to_prefill, msg.data(), msg.size()) != static_cast<ssize_t>(msg.size()))
     return std::fprintf(stderr, "decode: cannot reach prefill\n"), 1;
 
-  // Decode waits for the notification, then reads the request's KV.
-  std::vector<hawser::ReceivedNotification> notes;
-  std::string from;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (from.empty() && std::chrono::steady_clock::now() < deadline) {
-    if (!ok(engine.getNotifies(notes), "decode: notifications")) return 1;
-    for (const auto& n : notes)
-      if (n.name == "kv-ready" && n.message == kRequest) from = n.peer;
-    if (from.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  if (from.empty()) return std::fprintf(stderr, "decode: no notification within 30 s\n"), 1;
+  // Decode waits on the request's signal from prefill: one request (the
+  // block request) must land. COMPLETED means its bytes are in our cache;
+  // FAILED says why they never will be (a server frees the request's blocks
+  // and schedules it again); TIMEOUT comes only at the deadline.
+  FILE* in = fdopen(from_prefill, "r");
+  char from[256] = {};
+  if (!in || std::fscanf(in, "%255s", from) != 1) return std::fprintf(stderr, "decode: no word from prefill\n"), 1;
+  hawser::SignalResult got;
+  if (!ok(engine.waitSignal(from, kRequest, 1, std::chrono::seconds(30), got), "decode: wait")) return 1;
+  if (got.s != hawser::SignalState::kCompleted)
+    return std::fprintf(stderr, "decode: %s from %s: %s (%s): %s\n", kRequest, from,
+                        std::string(hawser::signalStateName(got.s)).c_str(),
+                        std::string(hawser::signalReasonName(got.reason)).c_str(), got.error.toString().c_str()),
+           1;
   std::vector<uint32_t> want(kBlockBytes / 4), have(kBlockBytes / 4);
   for (size_t layer = 0; layer < kLayers; ++layer)
     for (size_t k = 0; k < 2; ++k)
@@ -183,8 +194,8 @@ int decode(bool gpu, int to_prefill) {
         if (want != have)
           return std::fprintf(stderr, "decode: layer %zu %s block %zu is wrong\n", layer, k ? "V" : "K", i), 1;
       }
-  std::printf("decode: %s: KV of %zu layers x K/V x %zu blocks of %zu KiB in %s memory, notified by %s, verified\n",
-              kRequest, kLayers, kRequestBlocks, kBlockBytes >> 10, gpu ? "GPU" : "host", from.c_str());
+  std::printf("decode: %s: KV of %zu layers x K/V x %zu blocks of %zu KiB in %s memory, signaled by %s, verified\n",
+              kRequest, kLayers, kRequestBlocks, kBlockBytes >> 10, gpu ? "GPU" : "host", from);
   return 0;
 }
 
@@ -193,17 +204,19 @@ int decode(bool gpu, int to_prefill) {
 int main(int argc, char** argv) {
   const bool gpu = argc == 2 && std::strcmp(argv[1], "--gpu") == 0;
   if (argc > 2 || (argc == 2 && !gpu)) return std::fprintf(stderr, "usage: kv_handoff [--gpu]\n"), 2;
-  int pipe_fds[2];
-  if (::pipe(pipe_fds) != 0) return std::perror("pipe"), 1;
+  int pipe_fds[2], back[2];  // decode -> prefill, prefill -> decode
+  if (::pipe(pipe_fds) != 0 || ::pipe(back) != 0) return std::perror("pipe"), 1;
   // Two processes; each makes its engine (and GPU context) after the fork.
   const pid_t child = ::fork();
   if (child < 0) return std::perror("fork"), 1;
   if (child == 0) {
     ::close(pipe_fds[1]);
-    std::exit(prefill(gpu, pipe_fds[0]));
+    ::close(back[0]);
+    std::exit(prefill(gpu, pipe_fds[0], back[1]));
   }
   ::close(pipe_fds[0]);
-  const int rc = decode(gpu, pipe_fds[1]);
+  ::close(back[1]);
+  const int rc = decode(gpu, pipe_fds[1], back[0]);
   ::close(pipe_fds[1]);  // a decode that failed before sending its table lets prefill see the end
   int status = 0;
   ::waitpid(child, &status, 0);

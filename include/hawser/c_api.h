@@ -342,6 +342,58 @@ int hawser_transfer_sync_with_notify(hawser_engine_t* engine, const hawser_reque
 /* Name of a notification state ("DELIVERED", ...; "UNKNOWN" otherwise); static. */
 const char* hawser_notify_state_name(int state);
 
+/* A notifying submit's end at its receiver: the notification, or the news that it failed (C++ getNotifies with
+ * failures). Strings library-owned (see Strings); each is also NUL-terminated. */
+enum { HAWSER_NOTIFY_KIND_DELIVERED = 0, HAWSER_NOTIFY_KIND_FAILED = 1 };
+typedef struct {
+  const char* peer; /* the sender's segment name */
+  const char* name;
+  size_t name_len;
+  const char* message; /* "" for a failure */
+  size_t message_len;
+  int kind;                  /* HAWSER_NOTIFY_KIND_* */
+  int error_code;            /* FAILED: the first failed request's code, or HAWSER_E_UNAVAILABLE (sender lost) */
+  const char* error_message; /* "" when error_code is 0 */
+} hawser_notify_outcome_t;
+/* As hawser_get_notifies, with the failed notifying submits among them, in their places (see Output arrays):
+ * every notifying submit to this engine ends here as exactly one of the two (docs/signals.md). Draws from the
+ * same queue as hawser_get_notifies, which drops the failures. */
+int hawser_get_notify_outcomes(hawser_engine_t* engine, hawser_notify_outcome_t* out, size_t* count);
+
+/* ---- Signals (C++ submitTransfer with a Signal, waitSignal; docs/signals.md) ---- */
+
+enum { HAWSER_SIGNAL_COMPLETED = 0, HAWSER_SIGNAL_FAILED = 1, HAWSER_SIGNAL_TIMEOUT = 2 };
+/* Why a signal FAILED (C++ SignalReason). */
+enum {
+  HAWSER_SIGNAL_REASON_NONE = 0,
+  HAWSER_SIGNAL_REASON_TRANSFER_FAILED = 1, /* a request failed at the initiator */
+  HAWSER_SIGNAL_REASON_CANCELED = 2,        /* the initiator canceled a request */
+  HAWSER_SIGNAL_REASON_REFUSED = 3,         /* the target refused a range */
+  HAWSER_SIGNAL_REASON_PEER_LOST = 4,       /* the initiator died, restarted, became unreachable, or frames were lost */
+  HAWSER_SIGNAL_REASON_OVERFLOW = 5         /* the receiver's signal table was full (signal.max_signals) */
+};
+/* How a wait ended. Strings library-owned (see Strings). */
+typedef struct {
+  int state;                 /* HAWSER_SIGNAL_* */
+  int reason;                /* HAWSER_SIGNAL_REASON_* */
+  const char* peer;          /* the sender's segment name */
+  uint64_t landed;           /* requests of the signal that landed */
+  int error_code;            /* FAILED: the first failed request's code (or why the peer is lost); TIMEOUT: HAWSER_E_TIMEOUT */
+  const char* error_message; /* "" when error_code is 0 */
+} hawser_signal_result_t;
+/* As hawser_submit; the requests (all to one memory segment) count toward signal `signal` (NUL-terminated) at the
+ * engine that owns it. */
+int hawser_submit_with_signal(hawser_engine_t* engine, hawser_batch_id_t batch, const hawser_request_t* requests,
+                              size_t count, const char* signal);
+/* Waits until `expected` requests of signal `name` from the engine whose segment is `peer` landed here
+ * (COMPLETED), one cannot (FAILED, with reason and error), or `timeout_ms` passes (TIMEOUT; < 0: no deadline).
+ * Returns 0 with *out filled whatever the outcome; an error only for bad arguments. */
+int hawser_wait_signal(hawser_engine_t* engine, const char* peer, const char* name, uint64_t expected,
+                       int64_t timeout_ms, hawser_signal_result_t* out);
+/* Names ("COMPLETED", "PEER_LOST", ...; "UNKNOWN" otherwise); static. */
+const char* hawser_signal_state_name(int state);
+const char* hawser_signal_reason_name(int reason);
+
 /* ---- Introspection --------------------------------------------------------- */
 
 /* Names of the installed transports, cheapest first (see Output arrays; names library-owned). */

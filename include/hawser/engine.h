@@ -176,6 +176,37 @@ class TransferEngine {
                       std::chrono::milliseconds timeout, std::vector<TransferStatus>* statuses = nullptr,
                       std::chrono::milliseconds cancel_wait = std::chrono::seconds(5));
 
+  // As getNotifies; with_failures: also the news that a notifying submit to
+  // this engine failed (kind NotifyKind::kFailed: its request failed or was
+  // canceled, or its sender died or became unreachable), in the place of the
+  // notification it would have been. Every notifying submit to this engine
+  // ends here as exactly one of the two (docs/signals.md). Without it (the
+  // call above, Mooncake's and NIXL's), failures are dropped when drained.
+  Status getNotifies(std::vector<ReceivedNotification>& out, bool with_failures);
+
+  // ---- Signals (docs/signals.md) ------------------------------------------
+  // As submitTransfer, and the requests count toward signal `signal` at the
+  // engine that owns their segment (all of them must target that one memory
+  // segment): once every request of this submit ended, that engine learns
+  // whether they all COMPLETED (then they count as landed) or why not.
+  // Several submits may carry the same signal. kInvalidArgument for an empty
+  // request list or name, requests to several segments or a file segment.
+  Status submitTransfer(BatchID batch, const std::vector<TransferRequest>& requests, const Signal& signal);
+  // As submitBlocks/postPlan; the block request counts as one request.
+  Status submitBlocks(BatchID batch, OpCode op, SegmentID target, std::span<const Block> blocks,
+                      const Signal& signal, size_t* task_id = nullptr);
+  Status postPlan(BatchID batch, PlanID plan, const Signal& signal, size_t* task_id = nullptr);
+  // Waits until `expected` requests of signal `name` from the engine whose
+  // segment is `peer` landed here (COMPLETED), one of them cannot land
+  // (FAILED, with the reason, the sender and the first failed request's
+  // error), or `timeout` passes (TIMEOUT). A peer that died or cannot be
+  // reached fails the wait within signal.peer_timeout_ms (docs/signals.md:
+  // the bounds). A COMPLETED or FAILED answer consumes the signal: a later
+  // wait on the name starts from nothing. kInvalidArgument for an empty peer
+  // or name or expected 0.
+  Status waitSignal(const std::string& peer, const std::string& name, uint64_t expected,
+                    std::chrono::milliseconds timeout, SignalResult& out);
+
   // Names of installed transports, cheapest first.
   std::vector<std::string> transports() const;
   // Counters of the engine and of every installed transport (frees, first,

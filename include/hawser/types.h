@@ -137,11 +137,26 @@ struct Notification {
   std::string message;
 };
 
+// The signal a submit carries (TransferEngine::submitTransfer with one; the
+// receiver waits with waitSignal). Any bytes, at most signal.max_name_bytes.
+struct Signal {
+  std::string name;
+};
+
+// What a received notification is: the notification itself, or the news
+// that a notifying submit failed (docs/signals.md).
+enum class NotifyKind : uint8_t {
+  kDelivered = 0,  // the notification: its submit completed (or sendNotify)
+  kFailed = 1,     // its submit failed, was canceled, or its sender died or became unreachable: error says which
+};
+
 // A notification as its receiver drains it (TransferEngine::getNotifies).
 struct ReceivedNotification {
   std::string peer;  // the sender's segment name (what the receiver would openSegment to reach it)
   std::string name;
-  std::string message;
+  std::string message;  // empty for kFailed
+  NotifyKind kind = NotifyKind::kDelivered;
+  Status error;  // kFailed: why (the first failed request's code and message, or the sender lost)
 };
 
 // Where the notification of one notifying submit stands.
@@ -154,6 +169,37 @@ enum class NotifyState : uint8_t {
 };
 
 std::string_view notifyStateName(NotifyState s);
+
+// ---- signals (docs/signals.md) ------------------------------------------------------
+// A signal is a name the application chooses (a request id) that submits to
+// one peer carry; that peer's engine counts the requests of the signal that
+// landed and tells a waiter (TransferEngine::waitSignal) how it ended.
+enum class SignalState : uint8_t {
+  kCompleted = 0,  // `expected` requests landed, their bytes in the receiver's memory
+  kFailed = 1,     // a contributing request cannot complete (reason, error)
+  kTimeout = 2,    // the deadline passed first
+};
+
+// Why a signal FAILED.
+enum class SignalReason : uint8_t {
+  kNone = 0,
+  kTransferFailed = 1,  // a request of it failed at the initiator (FAILED or TIMEOUT)
+  kCanceled = 2,        // the initiator canceled a request of it
+  kRefused = 3,         // the target refused a range of it (withdrawn or never registered memory)
+  kPeerLost = 4,        // the initiator died, restarted, became unreachable, or its frames were lost
+  kOverflow = 5,        // the receiver's signal table was full (config signal.max_signals)
+};
+
+std::string_view signalStateName(SignalState s);
+std::string_view signalReasonName(SignalReason r);
+
+struct SignalResult {
+  SignalState s = SignalState::kTimeout;
+  SignalReason reason = SignalReason::kNone;
+  std::string peer;     // the sender's segment name
+  uint64_t landed = 0;  // requests of this signal that landed so far
+  Status error;         // kFailed: the first failed request's code and message (or why the peer is lost)
+};
 
 struct NotifyStatus {
   NotifyState s = NotifyState::kWaiting;

@@ -104,6 +104,22 @@ inline constexpr Knob kKnobs[] = {
    "finds the queue full gets kCapacityExceeded"},
   {"notify.max_message_bytes", "HAWSER_NOTIFY_MAX_MESSAGE_BYTES", KnobType::kSize, "64K", 1, 8 * knob_detail::M, {},
    "largest notification (name + message) this engine sends or accepts"},
+  {"signal.probe_interval_ms", "HAWSER_SIGNAL_PROBE_INTERVAL_MS", KnobType::kDurationMs, "200", 10, 60000, {},
+   "receiver: how often it asks a sender it waits on, or has a signal or notifying submit in flight from, "
+   "whether it is alive (engine.alive); a sender that died is found within this"},
+  {"signal.peer_timeout_ms", "HAWSER_SIGNAL_PEER_TIMEOUT_MS", KnobType::kDurationMs, "3000", 100,
+   knob_detail::kHour, {},
+   "receiver: a sender that does not answer for this long (partition, host gone, frozen) is lost, and what it "
+   "had in flight here fails; sender: how long it sends a signal frame again before it gives up"},
+  {"signal.expire_ms", "HAWSER_SIGNAL_EXPIRE_MS", KnobType::kDurationMs, "120000", 10, 7 * 24 * knob_detail::kHour,
+   {}, "receiver: a signal nobody waits for, with nothing in flight, is dropped this long after it last changed"},
+  {"signal.submit_deadline_ms", "HAWSER_SIGNAL_SUBMIT_DEADLINE_MS", KnobType::kDurationMs, "300000", 10,
+   7 * 24 * knob_detail::kHour, {},
+   "receiver: a submit with a signal or notification whose outcome has not come this long after it was "
+   "announced ends here as failed (kTimeout)"},
+  {"signal.max_signals", "HAWSER_SIGNAL_MAX_SIGNALS", KnobType::kSize, "65536", 1, 1 << 24, {},
+   "receiver: signals held at once (from every sender); when full, the oldest one nobody waits for goes, "
+   "and a new one is refused (its waiter fails with reason OVERFLOW) when none can"},
   // ---- metadata -----------------------------------------------------------------------------------------------------
   {"file_segments", "HAWSER_FILE_SEGMENTS", KnobType::kString, "", 0, 0, {},
    "p2p: JSON file holding named file segments (hawser segment --file-segments); empty: none"},

@@ -148,10 +148,11 @@ void Batch::addNotify(size_t n, std::shared_ptr<OutgoingNotify> o, NotifyOutbox*
   has_notifies_.store(true, std::memory_order_release);
 }
 
-std::vector<std::shared_ptr<OutgoingNotify>> Batch::notifies() const {
+std::vector<std::shared_ptr<OutgoingNotify>> Batch::notifies(bool with_signals) const {
   std::vector<std::shared_ptr<OutgoingNotify>> out;
   std::lock_guard nl(notify_mu_);
-  for (auto& [first, g] : notify_groups_) out.push_back(g.item);
+  for (auto& [first, g] : notify_groups_)
+    if (with_signals || g.item->hasNotification()) out.push_back(g.item);
   return out;
 }
 
@@ -159,11 +160,17 @@ void Batch::settleNotify(size_t first, const NotifyGroup& g) {
   for (size_t i = first; i < first + g.count; ++i) {
     TransferStatus st = tasks_[i].status();
     if (st.s != TransferState::kCompleted) {
-      const Notification& n = g.item->notification();
-      outbox_->notSent(g.item, Status(st.error.ok() ? Code::kInternal : st.error.code(),
-                                      fmt::format("notification '{}' not sent: task {} of batch {} ended {}{}{}",
-                                                  n.name, i, id_, stateName(st.s), st.error.ok() ? "" : ": ",
-                                                  st.error.message())));
+      // The receiver's view: canceled here, refused by the target (a range
+      // it does not serve: kOutOfRange after the submit's own checks), or
+      // failed otherwise.
+      const SignalReason reason = st.s == TransferState::kCanceled     ? SignalReason::kCanceled
+                                  : st.error.code() == Code::kOutOfRange ? SignalReason::kRefused
+                                                                         : SignalReason::kTransferFailed;
+      outbox_->notSent(g.item,
+                       Status(st.error.ok() ? Code::kInternal : st.error.code(),
+                              fmt::format("{} not sent: task {} of batch {} ended {}{}{}", g.item->what(), i, id_,
+                                          stateName(st.s), st.error.ok() ? "" : ": ", st.error.message())),
+                       reason);
       return;
     }
   }

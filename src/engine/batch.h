@@ -95,11 +95,12 @@ class Batch final : public TaskOwner {
   void dropSubBatches();
 
   // Under submitMutex(), before commit(): the `n` tasks about to be
-  // committed (from taskCount()) carry notification `o`; when the last of
+  // committed (from taskCount()) carry notification (or signal) `o`; when the last of
   // them ends, `outbox` sends it if all COMPLETED, else marks it not sent.
   void addNotify(size_t n, std::shared_ptr<OutgoingNotify> o, NotifyOutbox* outbox);
-  // The notifications of this batch's notifying submits, in submit order.
-  std::vector<std::shared_ptr<OutgoingNotify>> notifies() const;
+  // The notifications of this batch's notifying submits, in submit order;
+  // with_signals: also the outcomes of submits that carry a signal alone.
+  std::vector<std::shared_ptr<OutgoingNotify>> notifies(bool with_signals = false) const;
 
  private:
   const BatchID id_;

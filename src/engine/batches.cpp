@@ -55,7 +55,8 @@ std::shared_ptr<Batch> EngineImpl::findBatch(BatchID id) const {
   return it == batches_.end() ? nullptr : it->second;
 }
 
-Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, const Notification* notify) {
+Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, const Notification* notify,
+                          const Signal* signal) {
   Status s = checkInit();
   if (!s.ok()) return s;
   auto batch = findBatch(id);
@@ -64,6 +65,9 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
     return {Code::kInvalidArgument,
             fmt::format("notification '{}' follows the requests of its submit, and there are none: use sendNotify",
                         notify->name)};
+  if (reqs.empty() && signal)
+    return {Code::kInvalidArgument,
+            fmt::format("signal '{}' counts the requests of its submit, and there are none", signal->name)};
   if (reqs.empty()) return Status::OK();
   if (reqs.size() > batch->capacity())
     return {Code::kCapacityExceeded,
@@ -144,6 +148,15 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
     n_refused_.fetch_add(1, std::memory_order_relaxed);
     return s;
   }
+  if (signal) {
+    std::string others;
+    for (auto& r : res)
+      if (r.view->desc->name != res[0].view->desc->name) others = r.view->desc->name;
+    if (!(s = signalTarget(*res[0].view, others, *signal, notify_host, notify_port)).ok()) {
+      n_refused_.fetch_add(1, std::memory_order_relaxed);
+      return s;
+    }
+  }
 
   // 2. Under the batch's lock: lay the tasks out (not yet visible), prepare
   //    in every transport involved, all or nothing, then commit and post.
@@ -183,9 +196,11 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
   if (slices > batch->sliceCapacity() - batch->slicesUsed())
     return refused({Code::kCapacityExceeded, fmt::format("batch {} holds {} of {} slices; these requests need {} more",
                                                          id, batch->slicesUsed(), batch->sliceCapacity(), slices)});
-  if (notify)  // queued now, so that it keeps its place among this peer's notifications
+  if (notify || signal)  // queued now, so that it keeps its place among this peer's notifications
     batch->addNotify(reqs.size(),
-                     outbox_.queue(notify_host, notify_port, res[0].view->desc->name, *notify, false), &outbox_);
+                     outbox_.track(notify_host, notify_port, res[0].view->desc->name, notify,
+                                   signal ? signal->name : std::string(), static_cast<uint32_t>(reqs.size())),
+                     &outbox_);
   batch->commit(reqs.size(), slices);
   n_tasks_.fetch_add(reqs.size(), std::memory_order_relaxed);
   for (auto& [sb, w] : work) sb->post(std::move(w));
@@ -216,10 +231,10 @@ Status EngineImpl::wait(BatchID id, std::chrono::milliseconds timeout) {
   if (!batch->waitUntil(deadline))
     return {Code::kTimeout,
             fmt::format("batch {}: {} task(s) unfinished after {} ms", id, batch->unfinished(), timeout.count())};
-  for (auto& o : batch->notifies())
+  for (auto& o : batch->notifies(true))
     if (!o->waitSettled(deadline))
-      return {Code::kTimeout, fmt::format("batch {}: notification '{}' to '{}' still on its way after {} ms", id,
-                                          o->notification().name, o->target(), timeout.count())};
+      return {Code::kTimeout, fmt::format("batch {}: {} to '{}' still on its way after {} ms", id, o->what(),
+                                          o->target(), timeout.count())};
   return Status::OK();
 }
 

@@ -8,9 +8,19 @@
 
 namespace hawser {
 
-Status EngineImpl::postBlocks(BatchID id, std::shared_ptr<const BlockPlan> plan, size_t* task_id) {
+Status EngineImpl::postBlocks(BatchID id, std::shared_ptr<const BlockPlan> plan, size_t* task_id,
+                              const Signal* signal) {
   auto batch = findBatch(id);
   if (!batch) return {Code::kInvalidBatch, fmt::format("batch id {} is not allocated (never, or already freed)", id)};
+  std::string signal_host;
+  uint16_t signal_port = 0;
+  if (signal) {
+    Status s = signalTarget(*plan->view, "", *signal, signal_host, signal_port);
+    if (!s.ok()) {
+      n_refused_.fetch_add(1, std::memory_order_relaxed);
+      return s;
+    }
+  }
   std::lock_guard sl(batch->submitMutex());
   const size_t base = batch->taskCount();
   if (base >= batch->capacity()) {
@@ -32,6 +42,9 @@ Status EngineImpl::postBlocks(BatchID id, std::shared_ptr<const BlockPlan> plan,
     return s;
   }
   batch->addRunner(runner);
+  if (signal)  // the block request counts as one request of the signal
+    batch->addNotify(1, outbox_.track(signal_host, signal_port, p.view->desc->name, nullptr, signal->name, 1),
+                     &outbox_);
   batch->commit(1, 0);  // the runner bounds its own slices (block.lanes x block.window runs)
   n_tasks_.fetch_add(1, std::memory_order_relaxed);
   block_counters_.tasks.fetch_add(1, std::memory_order_relaxed);
@@ -40,7 +53,8 @@ Status EngineImpl::postBlocks(BatchID id, std::shared_ptr<const BlockPlan> plan,
   return Status::OK();
 }
 
-Status EngineImpl::submitBlocks(BatchID id, OpCode op, SegmentID target, const BlockSource& src, size_t* task_id) {
+Status EngineImpl::submitBlocks(BatchID id, OpCode op, SegmentID target, const BlockSource& src, size_t* task_id,
+                                const Signal* signal) {
   if (!findBatch(id))
     return {Code::kInvalidBatch, fmt::format("batch id {} is not allocated (never, or already freed)", id)};
   auto plan = std::make_shared<BlockPlan>();
@@ -49,7 +63,7 @@ Status EngineImpl::submitBlocks(BatchID id, OpCode op, SegmentID target, const B
     n_refused_.fetch_add(1, std::memory_order_relaxed);
     return s;
   }
-  return postBlocks(id, std::move(plan), task_id);
+  return postBlocks(id, std::move(plan), task_id, signal);
 }
 
 Status EngineImpl::submitStrided(BatchID id, OpCode op, SegmentID target, const StridedBlocks& b, size_t* task_id) {
@@ -89,7 +103,7 @@ Status EngineImpl::prepareStrided(OpCode op, SegmentID target, const StridedBloc
   return addPlan(std::move(plan), out);
 }
 
-Status EngineImpl::postPlan(BatchID id, PlanID plan_id, size_t* task_id) {
+Status EngineImpl::postPlan(BatchID id, PlanID plan_id, size_t* task_id, const Signal* signal) {
   Status s = checkInit();
   if (!s.ok()) return s;
   std::shared_ptr<const BlockPlan> plan;
@@ -108,7 +122,7 @@ Status EngineImpl::postPlan(BatchID id, PlanID plan_id, size_t* task_id) {
       return {s.code(), fmt::format("plan {}: {}", plan_id, s.message())};
     }
   }
-  return postBlocks(id, std::move(plan), task_id);
+  return postBlocks(id, std::move(plan), task_id, signal);
 }
 
 Status EngineImpl::planInfo(PlanID plan_id, PlanInfo& out) const {
@@ -170,6 +184,13 @@ Status TransferEngine::prepareStrided(OpCode op, SegmentID target, const Strided
 }
 Status TransferEngine::postPlan(BatchID batch, PlanID plan, size_t* task_id) {
   return impl_->postPlan(batch, plan, task_id);
+}
+Status TransferEngine::submitBlocks(BatchID batch, OpCode op, SegmentID target, std::span<const Block> blocks,
+                                    const Signal& signal, size_t* task_id) {
+  return impl_->submitBlocks(batch, op, target, BlockSource::of(blocks), task_id, &signal);
+}
+Status TransferEngine::postPlan(BatchID batch, PlanID plan, const Signal& signal, size_t* task_id) {
+  return impl_->postPlan(batch, plan, task_id, &signal);
 }
 Status TransferEngine::planInfo(PlanID plan, PlanInfo& out) const { return impl_->planInfo(plan, out); }
 Status TransferEngine::releasePlan(PlanID plan) { return impl_->releasePlan(plan); }

@@ -14,6 +14,8 @@ static_assert(HAWSER_NOTIFY_WAITING == int(hawser::NotifyState::kWaiting) &&
               HAWSER_NOTIFY_DELIVERED == int(hawser::NotifyState::kDelivered) &&
               HAWSER_NOTIFY_NOT_SENT == int(hawser::NotifyState::kNotSent) &&
               HAWSER_NOTIFY_FAILED == int(hawser::NotifyState::kFailed));
+static_assert(HAWSER_NOTIFY_KIND_DELIVERED == int(hawser::NotifyKind::kDelivered) &&
+              HAWSER_NOTIFY_KIND_FAILED == int(hawser::NotifyKind::kFailed));
 
 int toCpp(const hawser_notification_t* n, hawser::Notification& out) {
   if (!n) return nullArg("notify");
@@ -21,6 +23,29 @@ int toCpp(const hawser_notification_t* n, hawser::Notification& out) {
   if (!n->message && n->message_len) return nullArg("notify->message");
   out.name.assign(n->name ? n->name : "", n->name_len);
   out.message.assign(n->message ? n->message : "", n->message_len);
+  return 0;
+}
+
+// Moves what the engine received into the handle's list `list` for this
+// call, then hands out all of it (each entry through `convert`, its strings
+// kept in `strings`) or, when `out` is NULL or too small, none of it.
+template <class Out, class Convert>
+int takeNotifies(hawser_engine_t* engine, bool with_failures,
+                 std::vector<hawser::ReceivedNotification> hawser_engine::*list, Out* out, size_t* count,
+                 const char* what, Strings& strings, Convert convert) {
+  if (!engine) return nullArg("engine");
+  if (!count) return nullArg("count");
+  auto& pending = engine->*list;
+  std::vector<hawser::ReceivedNotification> fresh;
+  int rc = ret(engine->engine.getNotifies(fresh, with_failures));
+  if (rc != 0) return rc;
+  std::lock_guard lk(engine->notify_mu);
+  for (auto& n : fresh) pending.push_back(std::move(n));
+  if (!fitsOrReport(out, count, pending.size(), what, &rc)) return rc;
+  strings.clear();
+  for (size_t i = 0; i < pending.size(); ++i) out[i] = convert(pending[i], strings);
+  *count = pending.size();
+  pending.clear();
   return 0;
 }
 
@@ -53,25 +78,33 @@ int hawser_send_notify(hawser_engine_t* engine, hawser_segment_id_t target, cons
 int hawser_get_notifies(hawser_engine_t* engine, hawser_received_notification_t* out, size_t* count) {
   thread_local Strings strings;
   return guarded([&] {
-    if (!engine) return nullArg("engine");
-    if (!count) return nullArg("count");
-    std::vector<hawser::ReceivedNotification> fresh;
-    int rc = ret(engine->engine.getNotifies(fresh));
-    if (rc != 0) return rc;
-    std::lock_guard lk(engine->notify_mu);
-    auto& pending = engine->notify_pending;
-    for (auto& n : fresh) pending.push_back(std::move(n));
-    if (!fitsOrReport(out, count, pending.size(), "notifications", &rc)) return rc;
-    strings.clear();
-    for (size_t i = 0; i < pending.size(); ++i) {
-      const auto& n = pending[i];
-      const char* name = strings.keep(n.name);
-      const char* msg = strings.keep(n.message);
-      out[i] = hawser_received_notification_t{strings.keep(n.peer), name, n.name.size(), msg, n.message.size()};
-    }
-    *count = pending.size();
-    pending.clear();
-    return 0;
+    return takeNotifies(engine, false, &hawser_engine::notify_pending, out, count, "notifications", strings,
+                        [](const hawser::ReceivedNotification& n, Strings& keep) {
+                          const char* peer = keep.keep(n.peer);
+                          const char* name = keep.keep(n.name);
+                          const char* msg = keep.keep(n.message);
+                          return hawser_received_notification_t{peer, name, n.name.size(), msg, n.message.size()};
+                        });
+  });
+}
+
+int hawser_get_notify_outcomes(hawser_engine_t* engine, hawser_notify_outcome_t* out, size_t* count) {
+  thread_local Strings strings;
+  return guarded([&] {
+    return takeNotifies(engine, true, &hawser_engine::outcome_pending, out, count, "notification outcomes", strings,
+                        [](const hawser::ReceivedNotification& n, Strings& keep) {
+                          const char* peer = keep.keep(n.peer);
+                          const char* name = keep.keep(n.name);
+                          const char* msg = keep.keep(n.message);
+                          return hawser_notify_outcome_t{peer,
+                                                         name,
+                                                         n.name.size(),
+                                                         msg,
+                                                         n.message.size(),
+                                                         static_cast<int>(n.kind),
+                                                         -static_cast<int>(n.error.code()),
+                                                         keep.keep(n.error.message())};
+                        });
   });
 }
 

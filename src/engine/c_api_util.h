@@ -19,6 +19,8 @@ struct hawser_engine {
   // hawser_get_notifies (a call whose array is too small takes none).
   std::mutex notify_mu;
   std::vector<hawser::ReceivedNotification> notify_pending;
+  // The same for hawser_get_notify_outcomes (failures included).
+  std::vector<hawser::ReceivedNotification> outcome_pending;
 };
 
 namespace hawser::capi {

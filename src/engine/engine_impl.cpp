@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <fstream>
+#include <random>
 
 #include "base/log.h"
 #include "engine/transport_list.h"
@@ -48,6 +49,8 @@ TransportContext EngineImpl::transportContext() {
 }
 
 void EngineImpl::abandonInit() {
+  outbox_.stop();
+  signals_.stop();
   rpc_.stop();
   for (auto& t : transports_) t->shutdown();
   transports_.clear();
@@ -98,6 +101,7 @@ Status EngineImpl::init(const std::string& metadata_uri, const std::string& serv
   host_ = host.empty() ? "127.0.0.1" : host;
   if (server_name_.empty()) server_name_ = host_;
   host_id_ = localHostId();
+  incarnation_ = (uint64_t(std::random_device{}()) << 32 | std::random_device{}()) | 1;  // never 0
   std::string auth_token;
   if (!(s = config_.getString("transport", forced_transport_)).ok() ||
       !(s = config_.getSize("batch.slices_per_task", slices_per_task_)).ok() ||
@@ -256,7 +260,8 @@ void EngineImpl::shutdown() {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   for (auto& b : live) b->waitUntil(deadline);
   pump_->stop();  // block requests: runs not yet started end FAILED
-  outbox_.stop();  // sends what is ready; what still waits for its transfer fails
+  outbox_.stop();  // sends what is ready; what still waits for its transfer fails (receivers are told)
+  signals_.stop();  // waits end (FAILED: shutting down)
   store_->stop();
   rpc_.stop();
   for (auto& t : transports_) t->shutdown();
@@ -335,7 +340,21 @@ EngineStats EngineImpl::stats() {
               {"notifies_delivered", outbox_.delivered()},
               {"notifies_failed", outbox_.failed()},
               {"notifies_received", inbox_.received()},
-              {"notifies_refused_queue_full", inbox_.refusedFull()}};
+              {"notifies_refused_queue_full", inbox_.refusedFull()},
+              {"notify_failures_received", inbox_.failuresReceived()}};
+  const SignalBoard::Counters sc = signals_.counters();
+  for (auto& c : Counters{{"signal_waits_completed", sc.completed},
+                          {"signal_waits_failed", sc.failed},
+                          {"signal_waits_timed_out", sc.timeouts},
+                          {"signals_expired", sc.expired},
+                          {"signal_peers_lost", sc.peers_lost},
+                          {"signal_submits_failed", sc.submits_failed},
+                          {"signal_frames_received", sc.frames},
+                          {"signal_frames_duplicate", sc.duplicates},
+                          {"signal_frame_gaps", sc.gaps},
+                          {"signal_frames_resent", outbox_.framesResent()},
+                          {"signal_frames_abandoned", outbox_.framesAbandoned()}})
+    s.engine.push_back(std::move(c));
   for (auto& c : blockStats()) s.engine.push_back(std::move(c));
   for (auto& t : transports_) s.transports.push_back(TransportStats{t->name(), t->stats()});
   s.metrics = metrics_->collect();

@@ -5,6 +5,7 @@
 //   selection.cpp     which transport serves a request (the table is in selection.h)
 //   batches.cpp       allocate, submit, status, wait, cancel, free, transferSync
 //   notifications.cpp sendNotify, getNotifies, notification status (notify.h: the queues)
+//   signals.cpp       submits with a signal, waitSignal (signal_board.h: the receiver's side)
 #pragma once
 
 #include <chrono>
@@ -24,6 +25,7 @@
 #include "base/transport.h"
 #include "engine/batch.h"
 #include "engine/notify.h"
+#include "engine/signal_board.h"
 #include "engine/selection.h"
 #include "hawser/engine.h"
 #include "metadata/descriptor.h"
@@ -53,7 +55,9 @@ class EngineImpl {
 
   Status allocateBatch(size_t capacity, BatchID& out);
   // notify: null, or the notification to send once these requests completed.
-  Status submit(BatchID id, const std::vector<TransferRequest>& reqs, const Notification* notify = nullptr);
+  // signal: null, or the signal these requests count toward (signals.cpp).
+  Status submit(BatchID id, const std::vector<TransferRequest>& reqs, const Notification* notify = nullptr,
+                const Signal* signal = nullptr);
   Status taskStatus(BatchID id, size_t task, TransferStatus& st);
   Status batchStatus(BatchID id, TransferStatus& st);
   Status wait(BatchID id, std::chrono::milliseconds timeout);
@@ -67,7 +71,11 @@ class EngineImpl {
 
   // notifications.cpp
   Status sendNotify(SegmentID target, const Notification& n);
-  Status getNotifies(std::vector<ReceivedNotification>& out);
+  Status getNotifies(std::vector<ReceivedNotification>& out, bool with_failures = false);
+
+  // signals.cpp
+  Status waitSignal(const std::string& peer, const std::string& name, uint64_t expected,
+                    std::chrono::milliseconds timeout, SignalResult& out);
   Status notifyStatus(BatchID id, std::vector<NotifyStatus>& out);
 
   SegmentDesc localDescriptor() const;
@@ -77,11 +85,12 @@ class EngineImpl {
   Status explainRoute(SegmentID id, const std::string& local_location, RouteExplanation& out);
 
   // Block requests and plans (block_requests.cpp checks, block_api.cpp posts).
-  Status submitBlocks(BatchID id, OpCode op, SegmentID target, const BlockSource& src, size_t* task_id);
+  Status submitBlocks(BatchID id, OpCode op, SegmentID target, const BlockSource& src, size_t* task_id,
+                      const Signal* signal = nullptr);
   Status submitStrided(BatchID id, OpCode op, SegmentID target, const StridedBlocks& b, size_t* task_id);
   Status prepareBlocks(OpCode op, SegmentID target, const BlockSource& src, PlanID& out);
   Status prepareStrided(OpCode op, SegmentID target, const StridedBlocks& b, PlanID& out);
-  Status postPlan(BatchID id, PlanID plan, size_t* task_id);
+  Status postPlan(BatchID id, PlanID plan, size_t* task_id, const Signal* signal = nullptr);
   Status planInfo(PlanID plan, PlanInfo& out) const;
   Status releasePlan(PlanID plan);
 
@@ -121,7 +130,19 @@ class EngineImpl {
   // notifications.cpp: checks a notification and finds where its target
   // listens (a memory segment's owner engine).
   Status notifyTarget(const SegmentView& view, const Notification& n, std::string& host, uint16_t& port) const;
+  // The rpc listener of the engine owning memory segment `view`, for `what`
+  // (a notification or signal of `bytes` bytes).
+  Status listenerOf(const SegmentView& view, const std::string& what, size_t bytes, std::string& host,
+                    uint16_t& port) const;
   Status startNotifications();
+  Status startSignals();
+  // signals.cpp: checks a signal's submit (`others`: the name of a second
+  // segment its requests target, "" when all target `view`'s) and finds
+  // where its receiver listens.
+  Status signalTarget(const SegmentView& view, const std::string& others, const Signal& signal, std::string& host,
+                      uint16_t& port) const;
+  // Where engine `name` listens, for the signal board's probes.
+  Status resolveListener(const std::string& name, std::string& host, uint16_t& port);
 
   // segments.cpp
   Transport* schemeOwner(const std::string& name) const;
@@ -147,7 +168,8 @@ class EngineImpl {
   // and registrations of now, which replaces prepared plan `id`; else
   // kNotRegistered naming the first run no longer registered.
   Status refreshLocal(PlanID id, std::shared_ptr<const BlockPlan>& plan);
-  Status postBlocks(BatchID id, std::shared_ptr<const BlockPlan> plan, size_t* task_id);
+  Status postBlocks(BatchID id, std::shared_ptr<const BlockPlan> plan, size_t* task_id,
+                    const Signal* signal = nullptr);
   Status addPlan(BlockPlan&& plan, PlanID& out);
   Counters blockStats() const;
 
@@ -161,6 +183,8 @@ class EngineImpl {
   std::unique_ptr<MetadataStore> store_;
   NotifyInbox inbox_;
   NotifyOutbox outbox_;
+  SignalBoard signals_;
+  uint64_t incarnation_ = 0;  // new at every init: peers tell a restarted engine from the one before
   size_t notify_max_bytes_ = 0;
   std::vector<std::unique_ptr<Transport>> transports_;  // installed, cheapest first
   std::vector<TransportDiagnosis> diagnoses_;            // every transport of the build

@@ -26,23 +26,32 @@ Status EngineImpl::startNotifications() {
       !(s = config_.getSize("notify.max_message_bytes", max_bytes)).ok() ||
       !(s = config_.getDuration("rpc.timeout_ms", timeout)).ok())
     return {s.code(), "init: " + s.message()};
+  std::chrono::milliseconds peer_timeout{0};
+  if (!(s = config_.getDuration("signal.peer_timeout_ms", peer_timeout)).ok())
+    return {s.code(), "init: " + s.message()};
   notify_max_bytes_ = max_bytes;
-  outbox_.configure(segment_name_, timeout);
-  return inbox_.start(rpc_, static_cast<size_t>(depth), max_bytes, segment_name_);
+  outbox_.configure(NotifyOutbox::Settings{segment_name_, host_, rpc_.port(), incarnation_, timeout, peer_timeout});
+  s = inbox_.start(rpc_, static_cast<size_t>(depth), max_bytes, segment_name_);
+  if (!s.ok()) return s;
+  return startSignals();
 }
 
 Status EngineImpl::notifyTarget(const SegmentView& view, const Notification& n, std::string& host,
                                 uint16_t& port) const {
+  return listenerOf(view, fmt::format("notification '{}'", n.name.substr(0, 64)), n.name.size() + n.message.size(),
+                    host, port);
+}
+
+Status EngineImpl::listenerOf(const SegmentView& view, const std::string& what, size_t bytes, std::string& host,
+                              uint16_t& port) const {
   const SegmentDesc& d = *view.desc;
   if (d.kind != SegmentDesc::Kind::kMemory)
     return {Code::kInvalidArgument,
-            fmt::format("notification '{}': segment '{}' is a file segment; only a memory segment has an engine "
-                        "to notify",
-                        n.name, d.name)};
-  if (n.name.size() + n.message.size() > notify_max_bytes_)
+            fmt::format("{}: segment '{}' is a file segment; only a memory segment has an engine to notify", what,
+                        d.name)};
+  if (bytes > notify_max_bytes_)
     return {Code::kInvalidArgument,
-            fmt::format("notification '{}' has {} bytes (name + message); config notify.max_message_bytes allows {}",
-                        n.name.substr(0, 64), n.name.size() + n.message.size(), notify_max_bytes_)};
+            fmt::format("{} has {} bytes; config notify.max_message_bytes allows {}", what, bytes, notify_max_bytes_)};
   if (d.host.empty() || d.rpc_port == 0)
     return {Code::kMetadataError,
             fmt::format("segment '{}': its descriptor names no rpc listener to notify", d.name)};
@@ -66,10 +75,10 @@ Status EngineImpl::sendNotify(SegmentID target, const Notification& n) {
   return o->status().error;
 }
 
-Status EngineImpl::getNotifies(std::vector<ReceivedNotification>& out) {
+Status EngineImpl::getNotifies(std::vector<ReceivedNotification>& out, bool with_failures) {
   Status s = checkInit();
   if (!s.ok()) return s;
-  inbox_.drain(out);
+  inbox_.drain(out, with_failures);
   return Status::OK();
 }
 

@@ -61,6 +61,10 @@ Status NotifyInbox::accept(const std::string& body) {
   ReceivedNotification n;
   Status s = decodeNotification(body, n);
   if (!s.ok()) return s;
+  return push(std::move(n));
+}
+
+Status NotifyInbox::push(ReceivedNotification n) {
   std::lock_guard lk(mu_);
   if (n.name.size() + n.message.size() > max_bytes_)
     return {Code::kInvalidArgument,
@@ -74,17 +78,24 @@ Status NotifyInbox::accept(const std::string& body) {
                         "getNotifies; config notify.queue_depth)",
                         segment_, queue_.size())};
   }
+  if (n.kind == NotifyKind::kFailed) ++failures_;
+  else ++received_;
   queue_.push_back(std::move(n));
-  ++received_;
   return Status::OK();
 }
 
-void NotifyInbox::drain(std::vector<ReceivedNotification>& out) {
+void NotifyInbox::drain(std::vector<ReceivedNotification>& out, bool with_failures) {
   out.clear();
   std::lock_guard lk(mu_);
   out.reserve(queue_.size());
-  for (auto& n : queue_) out.push_back(std::move(n));
+  for (auto& n : queue_)
+    if (with_failures || n.kind == NotifyKind::kDelivered) out.push_back(std::move(n));
   queue_.clear();
+}
+
+uint64_t NotifyInbox::failuresReceived() const {
+  std::lock_guard lk(mu_);
+  return failures_;
 }
 
 uint64_t NotifyInbox::received() const {

@@ -68,6 +68,17 @@ Status TransferEngine::sendNotify(SegmentID target, const Notification& notify) 
   return impl_->sendNotify(target, notify);
 }
 Status TransferEngine::getNotifies(std::vector<ReceivedNotification>& out) { return impl_->getNotifies(out); }
+Status TransferEngine::getNotifies(std::vector<ReceivedNotification>& out, bool with_failures) {
+  return impl_->getNotifies(out, with_failures);
+}
+Status TransferEngine::submitTransfer(BatchID batch, const std::vector<TransferRequest>& requests,
+                                      const Signal& signal) {
+  return impl_->submit(batch, requests, nullptr, &signal);
+}
+Status TransferEngine::waitSignal(const std::string& peer, const std::string& name, uint64_t expected,
+                                  std::chrono::milliseconds timeout, SignalResult& out) {
+  return impl_->waitSignal(peer, name, expected, timeout, out);
+}
 Status TransferEngine::getNotifyStatus(BatchID batch, std::vector<NotifyStatus>& out) {
   return impl_->notifyStatus(batch, out);
 }

@@ -1,5 +1,6 @@
-/* hawser's C API for notifications (hawser/c_api.h, "Notifications") from C
- * (C11, -Wpedantic -Werror): two engines in one process over tcp.
+/* hawser's C API for notifications and signals (hawser/c_api.h,
+ * "Notifications", "Signals") from C (C11, -Wpedantic -Werror): two engines
+ * in one process over tcp.
  *
  * Usage: c_c_notify_test [case]   (no argument: every case)
  */
@@ -139,12 +140,98 @@ static int bad_arguments_are_invalid(void) {
   return 0;
 }
 
+/* ---- Signals (hawser/c_api.h, "Signals"): the target waits on what the initiator writes ---- */
+
+static int a_signal_completes_once_its_writes_landed_and_is_then_consumed(void) {
+  struct pair p;
+  if (pair_open(&p, "16")) return 1;
+  char me[128];
+  CHECK_OK(hawser_segment_name(p.init, me, sizeof(me)));
+  for (size_t i = 0; i < 8192; ++i) p.local[i] = (unsigned char)(i * 13u + 1u);
+  hawser_request_t w[2] = {{HAWSER_OP_WRITE, p.local, p.seg, (uint64_t)(uintptr_t)p.mem, 4096},
+                           {HAWSER_OP_WRITE, p.local + 4096, p.seg, (uint64_t)(uintptr_t)p.mem + 4096, 4096}};
+  hawser_batch_id_t b;
+  CHECK_OK(hawser_allocate_batch(p.init, 2, &b));
+  CHECK_OK(hawser_submit_with_signal(p.init, b, w, 2, "req42"));
+  hawser_signal_result_t r;
+  CHECK_OK(hawser_wait_signal(p.target, me, "req42", 2, 20000, &r));
+  CHECK(r.state == HAWSER_SIGNAL_COMPLETED);
+  CHECK(r.reason == HAWSER_SIGNAL_REASON_NONE);
+  CHECK(r.landed == 2);
+  CHECK(r.error_code == 0);
+  CHECK(strcmp(r.peer, me) == 0);
+  CHECK(memcmp(p.mem, p.local, 8192) == 0);
+  CHECK_OK(hawser_wait(p.init, b, 20000));
+  CHECK_OK(hawser_free_batch(p.init, b));
+  /* Consumed: a second wait starts from nothing. */
+  CHECK_OK(hawser_wait_signal(p.target, me, "req42", 2, 20, &r));
+  CHECK(r.state == HAWSER_SIGNAL_TIMEOUT);
+  CHECK(r.error_code == HAWSER_E_TIMEOUT);
+  CHECK(r.landed == 0);
+  CHECK(strcmp(hawser_signal_state_name(r.state), "TIMEOUT") == 0);
+  pair_close(&p);
+  return 0;
+}
+
+static int notify_outcomes_hold_the_delivered_notification(void) {
+  struct pair p;
+  if (pair_open(&p, "16")) return 1;
+  char me[128];
+  CHECK_OK(hawser_segment_name(p.init, me, sizeof(me)));
+  hawser_request_t w = {HAWSER_OP_WRITE, p.local, p.seg, (uint64_t)(uintptr_t)p.mem, 4096};
+  hawser_notification_t n = {"kv", 2, "done", 4};
+  hawser_status_t st;
+  CHECK_OK(hawser_transfer_sync_with_notify(p.init, &w, 1, &n, 20000, &st));
+  size_t count = 0;
+  CHECK_OK(hawser_get_notify_outcomes(p.target, NULL, &count));
+  CHECK(count == 1);
+  hawser_notify_outcome_t got[2];
+  count = 2;
+  CHECK_OK(hawser_get_notify_outcomes(p.target, got, &count));
+  CHECK(count == 1);
+  CHECK(got[0].kind == HAWSER_NOTIFY_KIND_DELIVERED);
+  CHECK(got[0].name_len == 2 && memcmp(got[0].name, "kv", 2) == 0);
+  CHECK(got[0].message_len == 4 && memcmp(got[0].message, "done", 4) == 0);
+  CHECK(got[0].error_code == 0);
+  CHECK(strcmp(got[0].peer, me) == 0);
+  pair_close(&p);
+  return 0;
+}
+
+static int signal_bad_arguments_are_invalid(void) {
+  struct pair p;
+  if (pair_open(&p, "16")) return 1;
+  hawser_signal_result_t r;
+  CHECK_RC(hawser_wait_signal(NULL, "a", "b", 1, 0, &r), HAWSER_E_INVALID_ARGUMENT);
+  CHECK_RC(hawser_wait_signal(p.target, NULL, "b", 1, 0, &r), HAWSER_E_INVALID_ARGUMENT);
+  CHECK_ERROR_NAMES("peer");
+  CHECK_RC(hawser_wait_signal(p.target, "a", NULL, 1, 0, &r), HAWSER_E_INVALID_ARGUMENT);
+  CHECK_RC(hawser_wait_signal(p.target, "a", "b", 1, 0, NULL), HAWSER_E_INVALID_ARGUMENT);
+  CHECK_RC(hawser_wait_signal(p.target, "a", "b", 0, 0, &r), HAWSER_E_INVALID_ARGUMENT);
+  CHECK_ERROR_NAMES("expected is 0");
+  hawser_batch_id_t b;
+  CHECK_OK(hawser_allocate_batch(p.init, 1, &b));
+  hawser_request_t w = {HAWSER_OP_WRITE, p.local, p.seg, (uint64_t)(uintptr_t)p.mem, 64};
+  CHECK_RC(hawser_submit_with_signal(p.init, b, &w, 1, NULL), HAWSER_E_INVALID_ARGUMENT);
+  CHECK_RC(hawser_submit_with_signal(p.init, b, &w, 1, ""), HAWSER_E_INVALID_ARGUMENT);
+  CHECK_RC(hawser_get_notify_outcomes(p.target, NULL, NULL), HAWSER_E_INVALID_ARGUMENT);
+  CHECK(strcmp(hawser_signal_state_name(7), "UNKNOWN") == 0);
+  CHECK(strcmp(hawser_signal_reason_name(HAWSER_SIGNAL_REASON_PEER_LOST), "PEER_LOST") == 0);
+  CHECK_OK(hawser_free_batch(p.init, b));
+  pair_close(&p);
+  return 0;
+}
+
 static const struct c_case cases[] = {
     {"sent_alone_and_after_a_write_received_in_order_with_exact_bytes",
      sent_alone_and_after_a_write_received_in_order_with_exact_bytes},
     {"a_full_queue_fails_the_notification_and_the_batch_says_why",
      a_full_queue_fails_the_notification_and_the_batch_says_why},
     {"bad_arguments_are_invalid", bad_arguments_are_invalid},
+    {"a_signal_completes_once_its_writes_landed_and_is_then_consumed",
+     a_signal_completes_once_its_writes_landed_and_is_then_consumed},
+    {"notify_outcomes_hold_the_delivered_notification", notify_outcomes_hold_the_delivered_notification},
+    {"signal_bad_arguments_are_invalid", signal_bad_arguments_are_invalid},
 };
 
 int main(int argc, char** argv) { return run_cases(cases, sizeof(cases) / sizeof(cases[0]), argc, argv); }

@@ -24,6 +24,8 @@
 #include <functional>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "common/util.h"
 #include "engine/access.h"
 #include "hawser/device_memory.h"
@@ -164,7 +166,28 @@ class TransportSuite : public ::testing::TestWithParam<SuiteParam> {
     return out;
   }
 
+  // Signals: starts tests/signals/signal_sender.cpp, the initiator, toward
+  // `remote` (an address of this engine's memory) over this transport, with
+  // `cmds`; its segment name in sender_seg_.
+  void startSender(Child& c, uint64_t remote, const std::vector<std::string>& cmds) {
+    std::vector<std::string> argv = {HAWSER_SIGNAL_SENDER, "--target", engine_.segmentName(), "--remote",
+                                     fmt::format("{:x}", remote), "--location", loc()};
+    argv.insert(argv.end(), cmds.begin(), cmds.end());
+    ASSERT_TRUE(c.exec(argv, env_));
+    std::string seg = c.waitFor("segment: ", 90000);
+    ASSERT_FALSE(seg.empty()) << "signal_sender did not start";
+    sender_seg_ = seg.substr(9);
+    ASSERT_FALSE(c.waitFor("ready", 90000).empty());
+  }
+  SignalResult waitSignal(const std::string& name, uint64_t expected, std::chrono::milliseconds timeout) {
+    SignalResult r;
+    Status s = engine_.waitSignal(sender_seg_, name, expected, timeout, r);
+    EXPECT_TRUE(s.ok()) << s.toString();
+    return r;
+  }
+
   Child child_;
+  std::string sender_seg_;
   std::vector<std::string> env_;
   TransferEngine engine_;
   std::string segment_;
@@ -384,6 +407,88 @@ TEST_P(TransportSuite, notification_of_a_failed_write_is_never_delivered) {
   ASSERT_TRUE(engine_.sendNotify(seg_, Notification{"after", "x"}).ok());
   ASSERT_TRUE(eventually([&] { return !notified().empty(); }));
   EXPECT_EQ(notified(), std::vector<std::string>{engine_.segmentName() + " after x"});
+}
+
+// ---- signals (docs/signals.md): this process is the receiver ----------------------
+// The initiator is tests/signals/signal_sender.cpp, a process of its own over
+// the same transport (the suite's environment), writing into memory of this
+// process (the initiator's kind: cpu or cuda:N) that it registered remote
+// accessible; this process waits on the signals.
+
+inline std::string describe(const SignalResult& r) {
+  return fmt::format("{} {} landed {} from '{}': {}", signalStateName(r.s), signalReasonName(r.reason), r.landed,
+                     r.peer, r.error.toString());
+}
+
+TEST_P(TransportSuite, signal_completes_once_its_requests_landed_and_their_bytes_are_here) {
+  const size_t mib = 1u << 20;
+  SuiteBuffer mem(loc(), 8 * mib);
+  mem.zero();
+  ASSERT_TRUE(engine_.registerLocalMemory(mem.p, mem.n, mem.location(), true).ok());
+  Child sender;
+  // Four requests of 1 MiB, then eight blocks of 64 KiB as one block request.
+  startSender(sender, reinterpret_cast<uint64_t>(mem.p),
+              {"write:kv1:4:1048576:0:77", fmt::format("blocks:kv2:8:65536:{}:78", 4 * mib)});
+  SignalResult r = waitSignal("kv1", 4, std::chrono::seconds(120));
+  ASSERT_EQ(r.s, SignalState::kCompleted) << describe(r);
+  EXPECT_EQ(r.landed, 4u);
+  EXPECT_EQ(r.peer, sender_seg_);
+  EXPECT_EQ(mem.check(0, 4 * mib, 77, 0), -1) << "COMPLETED before the bytes were here";
+  r = waitSignal("kv2", 1, std::chrono::seconds(120));  // a block request counts as one request
+  ASSERT_EQ(r.s, SignalState::kCompleted) << describe(r);
+  EXPECT_EQ(mem.check(4 * mib, 8 * 65536, 78, 4 * mib), -1) << "COMPLETED before the blocks were here";
+  // Consumed: a second wait starts from nothing (and times out at its deadline).
+  r = waitSignal("kv1", 4, std::chrono::milliseconds(50));
+  EXPECT_EQ(r.s, SignalState::kTimeout) << describe(r);
+  EXPECT_EQ(r.landed, 0u);
+  ASSERT_FALSE(sender.waitFor("finished", 60000).empty());
+}
+
+// The receiver withdrew the range; the initiator still holds the descriptor
+// naming it, so the request reaches this engine's transport, which refuses it.
+TEST_P(TransportSuite, signal_of_a_range_the_receiver_withdrew_fails_with_refused) {
+  SuiteBuffer kept(loc(), 1u << 20), gone(loc(), 1u << 20);
+  ASSERT_TRUE(engine_.registerLocalMemory(kept.p, kept.n, kept.location(), true).ok());
+  ASSERT_TRUE(engine_.registerLocalMemory(gone.p, gone.n, gone.location(), true).ok());
+  // The sender addresses both from the lower one (its bytes come from its
+  // buffer's start when the offset lies beyond it).
+  const uint64_t base = std::min(reinterpret_cast<uint64_t>(kept.p), reinterpret_cast<uint64_t>(gone.p));
+  const uint64_t off = reinterpret_cast<uint64_t>(gone.p) - base;
+  TempDir dir;
+  const std::string go = dir.path + "/go";
+  Child sender;
+  startSender(sender, base, {"await:" + go, "stale", fmt::format("write:gone:1:65536:{}:5", off)});
+  ASSERT_TRUE(engine_.unregisterLocalMemory(gone.p).ok());
+  ASSERT_TRUE(writeFile(go, 1, 0));
+  SignalResult r = waitSignal("gone", 1, std::chrono::seconds(120));
+  ASSERT_EQ(r.s, SignalState::kFailed) << describe(r);
+  EXPECT_EQ(r.reason, SignalReason::kRefused) << describe(r);
+  EXPECT_EQ(r.error.code(), GetParam().refused_code) << describe(r);
+  EXPECT_EQ(r.peer, sender_seg_);
+  EXPECT_EQ(r.landed, 0u);
+  ASSERT_FALSE(sender.waitFor("done gone FAILED", 60000).empty());
+}
+
+TEST_P(TransportSuite, signal_fails_with_peer_lost_when_its_initiator_is_killed_mid_batch) {
+  SuiteBuffer mem(loc(), 8u << 20);
+  ASSERT_TRUE(engine_.registerLocalMemory(mem.p, mem.n, mem.location(), true).ok());
+  Child sender;
+  startSender(sender, reinterpret_cast<uint64_t>(mem.p), {"loop:doomed:1048576"});
+  ASSERT_FALSE(sender.waitFor("looping", 60000).empty());
+  // Never reached: the initiator writes until it dies, with requests in flight.
+  // (Whether the wait begins before or after the kill, it must end FAILED.)
+  SignalResult r;
+  std::thread waiter([&] { r = waitSignal("doomed", uint64_t(1) << 40, std::chrono::seconds(120)); });
+  const auto killed = std::chrono::steady_clock::now();
+  sender.kill(SIGKILL);
+  sender.wait();
+  waiter.join();
+  const auto seen = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - killed);
+  ASSERT_EQ(r.s, SignalState::kFailed) << describe(r);
+  EXPECT_EQ(r.reason, SignalReason::kPeerLost) << describe(r);
+  EXPECT_NE(r.error.message().find(sender_seg_), std::string::npos) << describe(r);
+  std::printf("[ info ] %s: the killed initiator was seen after %lld ms\n", GetParam().transport.c_str(),
+              static_cast<long long>(seen.count()));
 }
 
 }  // namespace hawser::test
