@@ -285,4 +285,5 @@ def test_a_fallback_shows_in_get_metrics_and_metrics_text_and_a_contract_forbids
         assert ("forbids the route this request would take, tcp; the expected route, shm, is unavailable: "
                 "other_pid_namespace: segment '" + s.segment + "' runs in another pid namespace") in err, err
     finally:
+        s.proc.kill()  # unshare ignores SIGTERM while it waits; --kill-child takes the target with it
         s.close()
