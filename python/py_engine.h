@@ -115,6 +115,12 @@ class PyEngine {
     return 0;
   }
 
+  // The contract set_route_contract gave (RouteContract{}: the engine's).
+  RouteContract routeContract() const {
+    std::lock_guard lk(route_mu_);
+    return route_;
+  }
+
   // -- registration --
   int registerMemory(uint64_t addr, uint64_t capacity, const std::string& location, bool remote_accessible) {
     Status s;

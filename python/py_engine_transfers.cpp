@@ -24,11 +24,7 @@ Status PyEngine::requests(const char* what, const std::string& target, const std
   s = segment(e, target, seg);
   if (!s.ok()) return context(s, what);
   reqs.assign(buffers.size(), TransferRequest{});
-  RouteContract route;
-  {
-    std::lock_guard lk(route_mu_);
-    route = route_;
-  }
+  const RouteContract route = routeContract();
   uint64_t bytes = 0;
   for (size_t i = 0; i < buffers.size(); ++i) {
     reqs[i] = TransferRequest{op, reinterpret_cast<void*>(buffers[i]), seg, peers[i], lengths[i], route};
