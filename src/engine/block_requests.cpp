@@ -60,11 +60,12 @@ void sortDests(std::vector<Dest>& v) {
 
 }  // namespace
 
-Status EngineImpl::blockRoute(const SegmentView& view, uint32_t local_kind, uint32_t remote_kind,
+Status EngineImpl::blockRoute(const SegmentView& view, uint32_t local_kind, uint32_t remote_kind, int buffer,
                               const RouteContract& rc, RouteChoice& out) {
   RouteQuery q;
   q.local_kind = local_kind;
   q.remote_kind = remote_kind;
+  q.buffer = buffer;
   const char* source = nullptr;
   const Contract contract = contractOf(rc, &source);
   out = selectRoute(view, q, forced_transport_, contract);
@@ -193,7 +194,9 @@ Status EngineImpl::checkBlocks(const BlockSource& src, BlockPlan& plan, bool& re
     // another transport is refused (split the request by kind).
     if (kinds_changed || !route) {
       RouteChoice choice;
-      s = blockRoute(*plan.view, local_kind, remote_kind, src.arrays.route, choice);
+      // The route is chosen by the first block of these kinds; its buffer
+      // stands for the request's (a transport may decline one).
+      s = blockRoute(*plan.view, local_kind, remote_kind, file ? -1 : buf, src.arrays.route, choice);
       if (!s.ok()) return at(i, s.code(), s.message());
       const Route* r = choice.route;
       if (!route || choice.fallback) {
@@ -344,7 +347,7 @@ Status EngineImpl::buildStrided(OpCode op, SegmentID target, const StridedBlocks
   }
   const uint32_t remote_kind = file ? kHostMemory : memoryKindOf(plan.view->desc->buffers[size_t(buf)].location);
   RouteChoice choice;
-  s = blockRoute(*plan.view, memoryKindOf(loc), remote_kind, sb.route, choice);
+  s = blockRoute(*plan.view, memoryKindOf(loc), remote_kind, file ? -1 : buf, sb.route, choice);
   if (!s.ok()) return s;
   plan.route = choice.route;
   plan.fallback = choice.fallback;

@@ -140,8 +140,9 @@ class EngineImpl {
   Status buildBlocks(OpCode op, SegmentID target, const BlockSource& src, BlockPlan& plan);
   Status checkBlocks(const BlockSource& src, BlockPlan& plan, bool& refresh);
   Status buildStrided(OpCode op, SegmentID target, const StridedBlocks& b, BlockPlan& plan);
-  Status blockRoute(const SegmentView& view, uint32_t local_kind, uint32_t remote_kind, const RouteContract& contract,
-                    RouteChoice& out);
+  // `buffer`: the remote buffer of the block that chose it (-1: none).
+  Status blockRoute(const SegmentView& view, uint32_t local_kind, uint32_t remote_kind, int buffer,
+                    const RouteContract& contract, RouteChoice& out);
   // A prepared plan posted after memory was unregistered: its regions are
   // still the registrations they were, or every run is found again (in
   // memory registered since) and `plan` becomes a copy holding the regions

@@ -61,6 +61,20 @@ TEST_F(GpuRoutes, gpu_memory_without_an_ipc_handle_falls_back_from_nvlink_counte
   std::vector<char> got = remote_->download(0, 131072);
   EXPECT_EQ(checkPattern(got.data(), got.size(), 91, 0), -1);
   EXPECT_EQ(routeFallbacks(init, "nvlink", "tcp", "no_ipc_handle"), 4);
+  // A block request to that buffer falls back the same way (counted once).
+  BatchID b;
+  ASSERT_TRUE(init.allocateBatchID(1, b).ok());
+  std::vector<Block> blocks = {{local_->data() + 131072, remote + 131072, 4096},
+                               {local_->data() + 262144, remote + 200704, 4096}};
+  ASSERT_TRUE(init.submitBlocks(b, OpCode::kWrite, seg_, blocks).ok());
+  ASSERT_TRUE(init.waitTransfer(b, std::chrono::seconds(20)).ok());
+  TransferStatus bs;
+  ASSERT_TRUE(init.getTransferStatus(b, 0, bs).ok());
+  EXPECT_EQ(bs.s, TransferState::kCompleted) << bs.error.toString();
+  ASSERT_TRUE(freeWhenIdle(init, b).ok());
+  got = remote_->download(200704, 4096);
+  EXPECT_EQ(checkPattern(got.data(), got.size(), 91, 262144), -1);
+  EXPECT_EQ(routeFallbacks(init, "nvlink", "tcp", "no_ipc_handle"), 5);
   const std::string text = log.text();
   size_t lines = 0;
   for (size_t p = 0; (p = text.find("requests go over tcp, not nvlink: no_ipc_handle", p)) != std::string::npos; ++p)
