@@ -166,6 +166,11 @@ PYBIND11_MODULE(hawser, m) {
       .def("get_rpc_port", &PyEngine::rpcPort)
       .def("get_segment_name", &PyEngine::segmentName, "The name peers pass as target_hostname ('host:port' in p2p).")
       .def("transports", &PyEngine::transports, "Installed transports, in preference order.")
+      .def("set_route_contract", &PyEngine::setRouteContract, py::arg("transports") = "", py::arg("require") = "",
+           "The route contract of every request this object submits from now on (docs/routes.md): transports "
+           "'shm,nvlink' (allowed; '' any), require 'zero_copy,no_staging,same_host' ('' none); both '': the "
+           "engine's (config route.*). A request it forbids fails with no_transport saying why. 0 or a negative "
+           "code.")
       .def("get_engine", [](py::object self) { return self; },
            "This engine (Mooncake returns its inner C++ engine, which only Mooncake Store takes).")
       .def("get_engine_ptr", &PyEngine::enginePtr,

@@ -194,8 +194,10 @@ void defineBlocks(py::class_<PyEngine>& cls) {
     SegmentID seg = kInvalidSegment;
     if (s.ok()) s = A::target(pe, what, target, e, seg);
     if (!s.ok()) return pe.ret(context(s, what));
+    BlockArrays arrays = args.arrays();
+    arrays.route = pe.routeContract();  // set_route_contract
     return A::run(pe, what, target, args.bytes(), sync, [&](TransferEngine* eng, BatchID b) {
-      return eng->submitBlocks(b, o, seg, args.arrays());
+      return eng->submitBlocks(b, o, seg, arrays);
     });
   };
   auto strided = [](PyEngine& pe, const char* what, bool sync, const std::string& target, uint64_t local_base,
@@ -207,7 +209,8 @@ void defineBlocks(py::class_<PyEngine>& cls) {
     SegmentID seg = kInvalidSegment;
     Status s = A::target(pe, what, target, e, seg);
     if (!s.ok()) return pe.ret(s);
-    StridedBlocks sb{reinterpret_cast<void*>(local_base), remote_base, block_length, local_stride, remote_stride, count};
+    StridedBlocks sb{reinterpret_cast<void*>(local_base), remote_base, block_length, local_stride, remote_stride, count,
+                     pe.routeContract()};
     return A::run(pe, what, target, block_length * count, sync,
                   [&](TransferEngine* eng, BatchID b) { return eng->submitStrided(b, o, seg, sb); });
   };
@@ -261,7 +264,9 @@ void defineBlocks(py::class_<PyEngine>& cls) {
             PlanID plan = kInvalidPlan;
             if (s.ok()) {
               py::gil_scoped_release nogil;
-              s = e->prepareBlocks(o, seg, args.arrays(), plan);
+              BlockArrays arrays = args.arrays();
+              arrays.route = pe.routeContract();
+              s = e->prepareBlocks(o, seg, arrays, plan);
             }
             if (!s.ok()) return pe.ret(context(s, "prepare_blocks"));
             std::lock_guard lk(A::planMu());
@@ -284,7 +289,8 @@ void defineBlocks(py::class_<PyEngine>& cls) {
             PlanID plan = kInvalidPlan;
             if (s.ok()) {
               py::gil_scoped_release nogil;
-              s = e->prepareStrided(o, seg, {reinterpret_cast<void*>(lb), rb, len, ls, rs, count}, plan);
+              s = e->prepareStrided(o, seg, {reinterpret_cast<void*>(lb), rb, len, ls, rs, count, pe.routeContract()},
+                                    plan);
             }
             if (!s.ok()) return pe.ret(context(s, "prepare_strided"));
             std::lock_guard lk(A::planMu());

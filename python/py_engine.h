@@ -114,6 +114,25 @@ class PyEngine {
     return e ? e->transports() : std::vector<std::string>{};
   }
 
+  // The route contract of every request this object submits from now on
+  // (docs/routes.md): names as config route.transports / route.require take
+  // them; both empty: the engine's contract again.
+  int setRouteContract(const std::string& transports, const std::string& require) {
+    RouteContract c;
+    Status s = parseRouteContract(transports, require, c);
+    if (!s.ok()) return ret(context(s, "set_route_contract"));
+    if (transports.empty() && require.empty()) c = RouteContract{};
+    std::lock_guard lk(route_mu_);
+    route_ = c;
+    return 0;
+  }
+
+  // The contract set_route_contract gave (RouteContract{}: the engine's).
+  RouteContract routeContract() const {
+    std::lock_guard lk(route_mu_);
+    return route_;
+  }
+
   // -- registration --
   int registerMemory(uint64_t addr, uint64_t capacity, const std::string& location, bool remote_accessible) {
     Status s;
@@ -584,6 +603,8 @@ class PyEngine {
   std::unique_ptr<TransferEngine> engine_;
   std::atomic<bool> inited_{false};
   Limits limits_;
+  mutable std::mutex route_mu_;
+  RouteContract route_;  // set_route_contract
   std::vector<LogLine> log_;  // what init() has to say, written to Python's logging once the GIL is back
 
   std::mutex seg_mu_;

@@ -24,9 +24,10 @@ Status PyEngine::requests(const char* what, const std::string& target, const std
   s = segment(e, target, seg);
   if (!s.ok()) return context(s, what);
   reqs.assign(buffers.size(), TransferRequest{});
+  const RouteContract route = routeContract();
   uint64_t bytes = 0;
   for (size_t i = 0; i < buffers.size(); ++i) {
-    reqs[i] = TransferRequest{op, reinterpret_cast<void*>(buffers[i]), seg, peers[i], lengths[i]};
+    reqs[i] = TransferRequest{op, reinterpret_cast<void*>(buffers[i]), seg, peers[i], lengths[i], route};
     bytes = bytes + lengths[i] < bytes ? UINT64_MAX : bytes + lengths[i];
   }
   out.tasks = reqs.size();

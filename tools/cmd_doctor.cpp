@@ -78,7 +78,15 @@ int runDoctor(const std::string& metadata, const std::string& peer, bool as_json
       for (const char* loc : {"cpu:0", "cuda:0"}) {
         RouteExplanation r;
         Status rs = e.explainRoute(seg, loc, r);
-        p["routes"][loc] = rs.ok() ? json{{"transport", r.transport}, {"why", r.why}} : json{{"error", rs.toString()}};
+        json route = rs.ok() ? json{{"transport", r.transport}, {"why", r.why}} : json{{"error", rs.toString()}};
+        // A fallback: the cheaper transport that declined, why (the reason
+        // label of hawser_route_fallbacks_total) and its words.
+        if (rs.ok() && !r.fallback_from.empty())
+          route["fallback"] = {{"from", r.fallback_from},
+                               {"to", r.transport},
+                               {"reason", r.fallback_reason},
+                               {"detail", r.fallback_detail}};
+        p["routes"][loc] = route;
       }
     }
     out["peer"] = p;
@@ -113,6 +121,10 @@ int runDoctor(const std::string& metadata, const std::string& peer, bool as_json
           fmt::print("peer {} from {} memory: {} ({})\n", peer, loc,
                      r["transport"].get<std::string>().empty() ? "no transport" : r["transport"].get<std::string>(),
                      r["why"].get<std::string>());
+        if (r.contains("fallback"))
+          fmt::print("  fallback {} -> {}: {}: {}\n", r["fallback"]["from"].get<std::string>(),
+                     r["fallback"]["to"].get<std::string>(), r["fallback"]["reason"].get<std::string>(),
+                     r["fallback"]["detail"].get<std::string>());
       }
     }
   }

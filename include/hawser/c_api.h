@@ -214,6 +214,22 @@ int hawser_unregister_file_segment(hawser_engine_t* engine, const char* name);
 int hawser_allocate_batch(hawser_engine_t* engine, size_t capacity, hawser_batch_id_t* out);
 /* Submits `count` requests, all or nothing; task ids continue across submits of one batch. */
 int hawser_submit(hawser_engine_t* engine, hawser_batch_id_t batch, const hawser_request_t* requests, size_t count);
+/* A route contract (C++ RouteContract; docs/routes.md): the transports a request may take (HAWSER_ROUTE_*
+ * bits; 0: any) and the properties its route must give (HAWSER_ROUTE_ZERO_COPY, ...; 0: none). */
+enum {
+  HAWSER_ROUTE_TCP = 1 << 0, HAWSER_ROUTE_SHM = 1 << 1, HAWSER_ROUTE_RDMA = 1 << 2, HAWSER_ROUTE_NVLINK = 1 << 3,
+  HAWSER_ROUTE_FILE = 1 << 4
+};
+enum { HAWSER_ROUTE_ZERO_COPY = 1 << 0, HAWSER_ROUTE_NO_STAGING = 1 << 1, HAWSER_ROUTE_SAME_HOST = 1 << 2 };
+typedef struct {
+  uint32_t transports;
+  uint32_t require;
+} hawser_route_contract_t;
+/* As hawser_submit, every request under `contract` instead of the engine's (config route.transports,
+ * route.require; NULL: the engine's). A request it forbids: HAWSER_E_NO_TRANSPORT, and hawser_last_error names
+ * the transport it would have taken, the one expected and why that one is unavailable. */
+int hawser_submit_routed(hawser_engine_t* engine, hawser_batch_id_t batch, const hawser_request_t* requests,
+                         size_t count, const hawser_route_contract_t* contract);
 /* Status of task `task_id` of the batch (error_message library-owned). */
 int hawser_task_status(hawser_engine_t* engine, hawser_batch_id_t batch, size_t task_id, hawser_status_t* out);
 /* Aggregate status of every task of the batch (state ranked, bytes summed; error_message library-owned). */

@@ -68,6 +68,12 @@ struct TransportDiagnosis {
 struct RouteExplanation {
   std::string transport;  // "" when none can serve it
   std::string why;        // the rule that decided, and each candidate refused with its reason
+  // A fallback (docs/routes.md): the cheaper transport that declined the
+  // peer, the reason's name ("other_pid_namespace", ...: the `reason` label
+  // of hawser_route_fallbacks_total) and its words. Empty when none.
+  std::string fallback_from;
+  std::string fallback_reason;
+  std::string fallback_detail;
 };
 
 }  // namespace hawser

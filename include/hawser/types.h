@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hawser/status.h"
@@ -22,6 +23,41 @@ enum class OpCode : uint8_t {
   kWrite = 1,  // local memory -> target segment
 };
 
+// ---- route contracts (docs/routes.md) -------------------------------------------
+// What a request requires of the transport that serves it. A request the
+// contract forbids fails at submit with kNoTransport, naming the transport it
+// would have taken, the better one expected and why that one is unavailable.
+
+// Transports a contract may allow (RouteContract::transports).
+enum RouteTransport : uint32_t {
+  kRouteTcp = 1u << 0,
+  kRouteShm = 1u << 1,
+  kRouteRdma = 1u << 2,
+  kRouteNvlink = 1u << 3,
+  kRouteFile = 1u << 4,
+};
+
+// Properties a contract may require (RouteContract::require), each defined
+// exactly in docs/routes.md:
+enum RouteProperty : uint32_t {
+  kZeroCopy = 1u << 0,   // "zero_copy": no CPU copies the payload (DMA by a NIC or a GPU copy engine)
+  kNoStaging = 1u << 1,  // "no_staging": GPU memory never passes through a host bounce buffer
+  kSameHost = 1u << 2,   // "same_host": the bytes never cross a network (shm, nvlink, local files)
+};
+
+struct RouteContract {
+  // false: the engine's contract (config route.transports, route.require)
+  // applies; true: this one does instead.
+  bool set = false;
+  uint32_t transports = 0;  // RouteTransport bits allowed; 0: any
+  uint32_t require = 0;     // RouteProperty bits the route must give
+};
+
+// A contract from comma-separated names, as config route.transports
+// ("shm,nvlink"; "" any) and route.require ("zero_copy"; "" none) take
+// them; `out.set` true. kInvalidArgument naming the first unknown word.
+Status parseRouteContract(std::string_view transports, std::string_view require, RouteContract& out);
+
 // One request: move `length` bytes between local registered memory at
 // `source` and the target segment at `target_offset` (memory segments: the
 // remote virtual address; file segments: the logical offset).
@@ -31,6 +67,7 @@ struct TransferRequest {
   SegmentID target_id = kInvalidSegment;
   uint64_t target_offset = 0;
   size_t length = 0;
+  RouteContract route;  // route.set: this request's contract instead of the engine's
 };
 
 // ---- block requests (docs/blocks.md) ------------------------------------------
@@ -55,6 +92,7 @@ struct BlockArrays {
   const uint64_t* lengths = nullptr;
   uint64_t block_length = 0;
   size_t count = 0;
+  RouteContract route;  // route.set: this block request's contract instead of the engine's
 };
 
 // `count` blocks of `block_length` bytes; block i lies at
@@ -67,6 +105,7 @@ struct StridedBlocks {
   size_t local_stride = 0;
   size_t remote_stride = 0;
   size_t count = 0;
+  RouteContract route;  // route.set: this block request's contract instead of the engine's
 };
 
 // A transfer plan: blocks validated once by prepareBlocks/prepareStrided,

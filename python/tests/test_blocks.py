@@ -155,3 +155,20 @@ def test_raise_on_error_raises_with_the_block_index(hw):
         a.prepare_blocks(b.get_segment_name(), local, remote, 4096, 0)
     assert err.value.code_name == "out_of_range"
     assert "blocks[1]" in str(err.value)
+
+
+def test_block_requests_follow_the_route_contract(pair, hw):
+    # The engines force tcp (new_engine's protocol): a contract allowing shm
+    # only refuses block requests and plans too, naming tcp (docs/routes.md).
+    a, ra, b, rb = pair
+    seg = b.get_segment_name()
+    local = ra.addr + np.arange(4, dtype=np.uint64) * 1024
+    remote = rb.addr + np.arange(4, dtype=np.uint64) * 1024
+    assert a.set_route_contract("shm") == 0, hw.last_error()
+    assert a.transfer_blocks_sync(seg, local, remote, 512, 0) == neg(hw, "no_transport")
+    assert "forbids the route this request would take, tcp" in hw.last_error(), hw.last_error()
+    assert a.transfer_strided_sync(seg, ra.addr, rb.addr, 256, 256, 1024, 4, 0) == neg(hw, "no_transport")
+    assert a.prepare_blocks(seg, local, remote, 512, 0) == neg(hw, "no_transport")
+    assert a.prepare_strided(seg, ra.addr, rb.addr, 256, 256, 1024, 4, 0) == neg(hw, "no_transport")
+    assert a.set_route_contract("tcp") == 0, hw.last_error()
+    assert a.transfer_blocks_sync(seg, local, remote, 512, 0) == 0, hw.last_error()

@@ -183,6 +183,28 @@ def test_sync_write_then_read_moves_bytes(pair, hw):
     assert ra.read(0, 100) == bytes(100)
 
 
+def test_a_route_contract_refuses_a_request_naming_the_route_and_why(pair, hw):
+    # The engines force tcp (new_engine's protocol): a contract allowing shm
+    # only forbids every request, naming tcp and why shm is not taken.
+    a, ra, b, rb = pair
+    data = pattern(4096, 3)
+    ra.write(0, data)
+    seg = b.get_segment_name()
+    assert a.set_route_contract("shm") == 0, hw.last_error()
+    assert a.transfer_sync_write(seg, ra.addr, rb.addr, 4096) == neg(hw, "no_transport")
+    err = hw.last_error()
+    assert ("the route contract (transports shm, from the request) forbids the route this request would take, "
+            "tcp; the expected route, shm, is not the transport forced by config 'transport'") in err, err
+    assert rb.read(0, 4096) == bytes(4096)
+    assert a.set_route_contract("tcp", "no_staging") == 0, hw.last_error()
+    assert a.transfer_sync_write(seg, ra.addr, rb.addr, 4096) == 0, hw.last_error()
+    assert rb.read(0, 4096) == data
+    assert a.set_route_contract() == 0  # the engine's again: none
+    assert a.transfer_sync_read(seg, ra.addr + 8192, rb.addr, 4096) == 0, hw.last_error()
+    assert a.set_route_contract("shm", "fast") == neg(hw, "invalid_argument")
+    assert "'fast' is not a route property" in hw.last_error()
+
+
 def test_transfer_sync_with_opcode(pair, hw):
     a, ra, b, rb = pair
     ra.write(0, b"opcode-write")

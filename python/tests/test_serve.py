@@ -19,12 +19,13 @@ SERVE_MEMORY = 8 << 20
 
 
 class Serve:
-    def __init__(self):
+    def __init__(self, prefix=()):
+        """prefix: a command the child runs under (unshare ...)."""
         exe = hawser_bin()
         if exe is None:
             pytest.skip("the hawser CLI (build/bin/hawser) is not built next to the module; set HAWSER_BIN")
         self.proc = subprocess.Popen(
-            [exe, "serve", "--listen", "127.0.0.1:0", "--memory", str(SERVE_MEMORY)],
+            [*prefix, exe, "serve", "--listen", "127.0.0.1:0", "--memory", str(SERVE_MEMORY)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.segment = None
         self.addr = None
@@ -255,3 +256,34 @@ def test_sync_timeout_is_mc_transfer_timeout_unless_ours_is_set(serve, hw, monke
     msg = hw.last_error()
     assert f"not finished after {limit_ms} ms" in msg, msg
     serve.resume()
+
+
+UNSHARE_PID = ["/usr/bin/unshare", "--pid", "--fork", "--kill-child"]
+
+
+def test_a_fallback_shows_in_get_metrics_and_metrics_text_and_a_contract_forbids_it(hw):
+    # A target in a pid namespace of its own (as a container would be): shm
+    # declines it (other_pid_namespace), tcp serves; docs/routes.md.
+    if not os.access(UNSHARE_PID[0], os.X_OK) or subprocess.run(
+            UNSHARE_PID[:3] + ["true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare --pid is not permitted here (needs root or user namespaces)")
+    s = Serve(prefix=UNSHARE_PID)
+    try:
+        e = new_engine("")  # no protocol forced: shm would serve a process of this host
+        r = Region(1 << 20)
+        assert e.register_memory(r.addr, 1 << 20) == 0, hw.last_error()
+        for _ in range(2):
+            assert e.transfer_sync_read(s.segment, r.addr, s.addr, 65536) == 0, hw.last_error()
+        family = e.get_metrics()["hawser_route_fallbacks_total"]
+        want = {"from": "shm", "to": "tcp", "reason": "other_pid_namespace"}
+        assert [x["value"] for x in family["samples"] if x["labels"] == want] == [2], family
+        text = e.metrics_text()
+        assert 'hawser_route_fallbacks_total{from="shm",to="tcp",reason="other_pid_namespace"} 2' in text, text
+        assert e.set_route_contract("", "same_host") == 0
+        assert e.transfer_sync_read(s.segment, r.addr, s.addr, 65536) == -hw.codes["no_transport"]
+        err = hw.last_error()
+        assert ("forbids the route this request would take, tcp; the expected route, shm, is unavailable: "
+                "other_pid_namespace: segment '" + s.segment + "' runs in another pid namespace") in err, err
+    finally:
+        s.proc.kill()  # unshare ignores SIGTERM while it waits; --kill-child takes the target with it
+        s.close()

@@ -56,6 +56,12 @@ inline constexpr Knob kKnobs[] = {
   {"transport", "HAWSER_TRANSPORT", KnobType::kString, "auto", 0, 0, {},
    "force one transport of this build for memory segments (tcp, rdma, ...; nvmeof = file); auto or empty: "
    "the cheapest that can serve each request"},
+  {"route.transports", "HAWSER_ROUTE_TRANSPORTS", KnobType::kString, "", 0, 0, {},
+   "route contract (docs/routes.md): the transports a request may take, comma-separated (tcp, shm, rdma, nvlink, "
+   "file); empty: any. A request it forbids fails at submit with no_transport"},
+  {"route.require", "HAWSER_ROUTE_REQUIRE", KnobType::kString, "", 0, 0, {},
+   "route contract (docs/routes.md): properties every route must give, comma-separated (zero_copy, no_staging, "
+   "same_host); empty: none"},
   {"batch.slices_per_task", "HAWSER_BATCH_SLICES_PER_TASK", KnobType::kSize, "16384", 1, 16 * knob_detail::M, {},
    "a batch of capacity N holds at most N x this many slices"},
   {"batch.max_capacity", "HAWSER_BATCH_MAX_CAPACITY", KnobType::kSize, "1M", 1, knob_detail::G, {},

@@ -49,6 +49,20 @@ Status Transport::resolveSegment(const std::string& name, SegmentDesc&) {
   return {Code::kNotSupported, "transport " + std::string(this->name()) + " resolves no segment names ('" + name + "')"};
 }
 
+Status Transport::openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out, RouteDecline& why) {
+  Status s = openPeer(seg, out);
+  why = s.ok() ? RouteDecline{} : RouteDecline{RouteReason::kRefused, s.message()};
+  return s;
+}
+
+RouteDecline Transport::declinesBuffer(const PeerHandle&, int) const { return {}; }
+
+RouteReason Transport::absentReason() const { return RouteReason::kNotInstalled; }
+
+RouteDecline Transport::lacks(uint32_t property, uint32_t) const {
+  return {RouteReason::kNone, std::string(name()) + " does not give " + std::string(routePropertyName(property))};
+}
+
 void Transport::diagnose(TransportDiagnosis&) const {}
 
 Counters Transport::stats() const { return {}; }

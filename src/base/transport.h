@@ -36,6 +36,7 @@
 
 #include "base/metrics.h"
 #include "base/registry.h"
+#include "base/route.h"
 #include "base/task.h"
 #include "hawser/stats.h"
 #include "hawser/status.h"
@@ -76,6 +77,14 @@ struct TransportCaps {
   // Its sub-batches move a block request's runs as windows (SubBatch::prepareRuns)
   // rather than as a task per run.
   bool run_windows = false;
+  // The route properties (hawser/types.h RouteProperty, docs/routes.md) it
+  // gives a request with host memory at both ends, and one with GPU memory
+  // at either end. A route contract may require them.
+  uint32_t host_properties = 0;
+  uint32_t gpu_properties = 0;
+  // It may decline single remote buffers of a peer it opened
+  // (Transport::declinesBuffer): selection asks before choosing it.
+  bool buffer_declines = false;
 };
 
 // What the engine gives a transport at install time.
@@ -227,6 +236,25 @@ class Transport {
   // Decodes `seg` for this transport. kNotSupported with the reason when
   // this transport cannot reach it; the handle otherwise.
   virtual Status openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) = 0;
+  // openPeer, classifying a refusal (base/route.h): the engine calls this
+  // one, and counts and explains a fallback by `why.reason`. A transport
+  // that knows why it declines overrides it (its openPeer then calls it).
+  // Default: openPeer; a refusal is RouteReason::kRefused with its message.
+  virtual Status openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out, RouteDecline& why);
+  // Transports whose caps say buffer_declines: why it cannot move remote
+  // buffer `buffer` (an index into the segment's buffers) of a peer it
+  // opened (kNone: it can), e.g. GPU memory without an IPC handle. Asked on
+  // the submit path before the transport is chosen: a lookup, no I/O.
+  // Default: kNone.
+  virtual RouteDecline declinesBuffer(const PeerHandle& peer, int buffer) const;
+  // Why install() said kNotSupported, classified: kNoDevice where the host
+  // lacks the device, else kNotInstalled (the default).
+  virtual RouteReason absentReason() const;
+  // Why it does not give `property` (one RouteProperty bit) to a request
+  // with memory of `kinds` (MemoryKind bits at both ends), for the message
+  // of a request a route contract forbids. Default: reason kNone, text
+  // "<name> does not give <property>".
+  virtual RouteDecline lacks(uint32_t property, uint32_t kinds) const;
 
   virtual Status newSubBatch(size_t task_capacity, std::unique_ptr<SubBatch>& out) = 0;
 

@@ -88,6 +88,16 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
   LocalRegion cur;  // the region of the request before
   std::vector<LocalRegion> regions;
   std::vector<const Transport*> region_for;  // whose registration regions[k] holds
+  // Fallbacks taken, counted once the submit is accepted: runs of requests
+  // with the same one.
+  struct Fell {
+    const SegmentView* view;
+    const Route* from;
+    const Route* to;
+    RouteDecline why;
+    uint64_t n;
+  };
+  std::vector<Fell> fell;
   for (size_t i = 0; i < reqs.size(); ++i) {
     const auto& r = reqs[i];
     if (r.opcode != OpCode::kRead && r.opcode != OpCode::kWrite)
@@ -119,9 +129,16 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
                                         r.target_offset, r.length, view->desc->name)});
       }
       q.remote_kind = memoryKindOf(view->desc->buffers[static_cast<size_t>(buf)].location);
+      q.buffer = buf;
     }
-    const Route* route = selectRoute(*view, q, forced_transport_);
+    const char* source = nullptr;
+    const Contract contract = contractOf(r.route, &source);
+    const RouteChoice choice = selectRoute(*view, q, forced_transport_, contract);
+    const Route* route = choice.route;
     if (!route) {
+      if (contract.any())
+        if (const Route* would = selectRoute(*view, q, forced_transport_))
+          return refuse(i, contractRefusal(*view, q, contract, *would, source));
       std::string why;
       (void)selectRoute(*view, q, forced_transport_, &why);
       // When one transport alone serves this kind of segment and it failed to
@@ -139,6 +156,12 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
       region_for.push_back(route->transport);
     }
     res[i] = Resolved{view, route, buf, static_cast<uint32_t>(regions.size() - 1)};
+    if (choice.fallback) {
+      if (fell.empty() || fell.back().from != choice.fallback || fell.back().to != route ||
+          fell.back().view != view.get() || fell.back().why.reason != choice.fallback_why.reason)
+        fell.push_back(Fell{view.get(), choice.fallback, route, choice.fallback_why, 0});
+      fell.back().n++;
+    }
   }
 
   // The notification goes to the owner of requests[0]'s segment.
@@ -203,6 +226,7 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
                      &outbox_);
   batch->commit(reqs.size(), slices);
   n_tasks_.fetch_add(reqs.size(), std::memory_order_relaxed);
+  for (const Fell& f : fell) fallbacks_->note(f.view->desc->name, *f.from, *f.to, f.why, f.n);
   for (auto& [sb, w] : work) sb->post(std::move(w));
   return Status::OK();
 }

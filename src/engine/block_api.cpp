@@ -48,6 +48,7 @@ Status EngineImpl::postBlocks(BatchID id, std::shared_ptr<const BlockPlan> plan,
   batch->commit(1, 0);  // the runner bounds its own slices (block.lanes x block.window runs)
   n_tasks_.fetch_add(1, std::memory_order_relaxed);
   block_counters_.tasks.fetch_add(1, std::memory_order_relaxed);
+  if (p.fallback) fallbacks_->note(p.view->desc->name, *p.fallback, *p.route, p.fallback_why, 1);
   runner->start();
   if (task_id) *task_id = base;
   return Status::OK();

@@ -62,6 +62,8 @@ struct BlockPlan {
   SegmentID target = kInvalidSegment;
   std::shared_ptr<const SegmentView> view;
   const Route* route = nullptr;  // into view->routes
+  const Route* fallback = nullptr;  // set: the cheaper route that declined (engine/selection.h), counted per post
+  RouteDecline fallback_why;        // and why
   size_t blocks = 0;             // as given
   size_t runs = 0;
   uint64_t bytes = 0;

@@ -60,13 +60,19 @@ void sortDests(std::vector<Dest>& v) {
 
 }  // namespace
 
-Status EngineImpl::blockRoute(const SegmentView& view, uint32_t local_kind, uint32_t remote_kind,
-                              const Route*& out) {
+Status EngineImpl::blockRoute(const SegmentView& view, uint32_t local_kind, uint32_t remote_kind, int buffer,
+                              const RouteContract& rc, RouteChoice& out) {
   RouteQuery q;
   q.local_kind = local_kind;
   q.remote_kind = remote_kind;
-  out = selectRoute(view, q, forced_transport_);
-  if (out) return Status::OK();
+  q.buffer = buffer;
+  const char* source = nullptr;
+  const Contract contract = contractOf(rc, &source);
+  out = selectRoute(view, q, forced_transport_, contract);
+  if (out.route) return Status::OK();
+  if (contract.any())
+    if (const Route* would = selectRoute(view, q, forced_transport_))
+      return contractRefusal(view, q, contract, *would, source);
   std::string why;
   (void)selectRoute(view, q, forced_transport_, &why);
   const Status& only = view.routes.size() == 1 ? view.routes[0].refusal : Status::OK();
@@ -187,14 +193,21 @@ Status EngineImpl::checkBlocks(const BlockSource& src, BlockPlan& plan, bool& re
     // One request takes one route: a block whose kinds of memory would take
     // another transport is refused (split the request by kind).
     if (kinds_changed || !route) {
-      const Route* r = nullptr;
-      s = blockRoute(*plan.view, local_kind, remote_kind, r);
+      RouteChoice choice;
+      // The route is chosen by the first block of these kinds; its buffer
+      // stands for the request's (a transport may decline one).
+      s = blockRoute(*plan.view, local_kind, remote_kind, file ? -1 : buf, src.arrays.route, choice);
       if (!s.ok()) return at(i, s.code(), s.message());
+      const Route* r = choice.route;
+      if (!route || choice.fallback) {
+        plan.fallback = choice.fallback;
+        plan.fallback_why = choice.fallback_why;
+      }
       if (route && r->transport != route->transport)
         return at(i, Code::kInvalidArgument,
                   fmt::format("local {} would go through transport {}, the blocks before it through {}: one block "
                               "request moves through one transport (split it by kind of memory)",
-                              loc, r->transport->name(), route->transport->name()));
+                              loc, r->name, route->name));
       route = r;
     }
     // Destinations overlapping: the bytes would depend on the order of the copies.
@@ -328,11 +341,17 @@ Status EngineImpl::buildStrided(OpCode op, SegmentID target, const StridedBlocks
       Run r = Gen{sb}(i);
       blocks[i] = Block{reinterpret_cast<void*>(r.local), r.remote, r.length};
     }
-    return buildBlocks(op, target, BlockSource::of(std::span<const Block>(blocks)), plan);
+    BlockSource src = BlockSource::of(std::span<const Block>(blocks));
+    src.arrays.route = sb.route;  // the strided request's contract
+    return buildBlocks(op, target, src, plan);
   }
   const uint32_t remote_kind = file ? kHostMemory : memoryKindOf(plan.view->desc->buffers[size_t(buf)].location);
-  s = blockRoute(*plan.view, memoryKindOf(loc), remote_kind, plan.route);
+  RouteChoice choice;
+  s = blockRoute(*plan.view, memoryKindOf(loc), remote_kind, file ? -1 : buf, sb.route, choice);
   if (!s.ok()) return s;
+  plan.route = choice.route;
+  plan.fallback = choice.fallback;
+  plan.fallback_why = choice.fallback_why;
   plan.strided = true;
   region.pick(plan.route->transport);
   plan.regions = {std::move(region)};

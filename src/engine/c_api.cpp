@@ -62,6 +62,13 @@ namespace {
 using namespace hawser::capi;
 using hawser::Code;
 
+// The route contract's bits are the C++ ones.
+static_assert(unsigned(HAWSER_ROUTE_TCP) == hawser::kRouteTcp && unsigned(HAWSER_ROUTE_SHM) == hawser::kRouteShm &&
+              unsigned(HAWSER_ROUTE_RDMA) == hawser::kRouteRdma &&
+              unsigned(HAWSER_ROUTE_NVLINK) == hawser::kRouteNvlink && unsigned(HAWSER_ROUTE_FILE) == hawser::kRouteFile);
+static_assert(unsigned(HAWSER_ROUTE_ZERO_COPY) == hawser::kZeroCopy &&
+              unsigned(HAWSER_ROUTE_NO_STAGING) == hawser::kNoStaging &&
+              unsigned(HAWSER_ROUTE_SAME_HOST) == hawser::kSameHost);
 // The C codes are the negated C++ codes: keep them in step.
 static_assert(HAWSER_E_INVALID_ARGUMENT == -int(Code::kInvalidArgument));
 static_assert(HAWSER_E_ADDRESS_OVERLAPPED == -int(Code::kAddressOverlapped));
@@ -273,6 +280,19 @@ int hawser_submit(hawser_engine_t* engine, hawser_batch_id_t batch, const hawser
     if (!requests && count) return nullArg("requests");
     std::vector<hawser::TransferRequest> reqs;
     if (int rc = toCpp(requests, count, reqs); rc != 0) return rc;
+    return ret(engine->engine.submitTransfer(batch, reqs));
+  });
+}
+
+int hawser_submit_routed(hawser_engine_t* engine, hawser_batch_id_t batch, const hawser_request_t* requests,
+                         size_t count, const hawser_route_contract_t* contract) {
+  return guarded([&] {
+    if (!engine) return nullArg("engine");
+    if (!requests && count) return nullArg("requests");
+    std::vector<hawser::TransferRequest> reqs;
+    if (int rc = toCpp(requests, count, reqs); rc != 0) return rc;
+    if (contract)
+      for (auto& r : reqs) r.route = hawser::RouteContract{true, contract->transports, contract->require};
     return ret(engine->engine.submitTransfer(batch, reqs));
   });
 }

@@ -9,7 +9,8 @@ using namespace hawser::capi;
 
 static_assert(sizeof(hawser_block_t) == sizeof(Block) && offsetof(hawser_block_t, remote) == offsetof(Block, remote) &&
               offsetof(hawser_block_t, length) == offsetof(Block, length));
-static_assert(sizeof(hawser_strided_t) == sizeof(StridedBlocks));
+// Every field but the route contract (C: hawser_submit_routed for requests).
+static_assert(sizeof(hawser_strided_t) == offsetof(StridedBlocks, route));
 
 namespace {
 

@@ -114,6 +114,20 @@ Status EngineImpl::init(const std::string& metadata_uri, const std::string& serv
       !(s = config_.getSize("block.first_run_window", block_settings_.first_run_window)).ok() ||
       !(s = config_.getInt("block.lanes", block_settings_.lanes)).ok())
     return {s.code(), "init: " + s.message()};
+  {
+    std::string transports, require;
+    if (!(s = config_.getString("route.transports", transports)).ok() ||
+        !(s = config_.getString("route.require", require)).ok())
+      return {s.code(), "init: " + s.message()};
+    contract_ = {};
+    if (!(s = parseRouteTransports(transports, contract_.transports)).ok())
+      return {s.code(), fmt::format("init: config route.transports (env HAWSER_ROUTE_TRANSPORTS) = '{}': {}",
+                                    transports, s.message())};
+    if (!(s = parseRouteProperties(require, contract_.require)).ok())
+      return {s.code(), fmt::format("init: config route.require (env HAWSER_ROUTE_REQUIRE) = '{}': {}", require,
+                                    s.message())};
+  }
+  fallbacks_ = std::make_unique<RouteFallbacks>(metrics_);
   pump_ = std::make_unique<BlockPump>();
   uint32_t max_peers = 0;
   if (!(s = config_.getInt("metrics.max_peers", max_peers)).ok()) return {s.code(), "init: " + s.message()};
@@ -164,6 +178,7 @@ Status EngineImpl::init(const std::string& metadata_uri, const std::string& serv
   // is a broken transport or a bad setting, and fails init.
   const TransportContext ctx = transportContext();
   diagnoses_.clear();
+  absent_.clear();
   for (auto& f : transportFactories()) {
     std::unique_ptr<Transport> t = f.make();
     TransportDiagnosis d;
@@ -180,6 +195,13 @@ Status EngineImpl::init(const std::string& metadata_uri, const std::string& serv
       transports_.push_back(std::move(t));
     } else if (ts.code() == Code::kNotSupported) {
       HLOG_INFO("transport {} not installed: {}", t->name(), ts.message());
+      Route a;
+      a.name = t->name();
+      a.caps = t->caps();
+      a.refusal = ts;
+      a.decline = {t->absentReason(), "not installed on this host: " + ts.message()};
+      a.counts = true;
+      absent_.push_back(std::move(a));
     } else {
       abandonInit();
       return {ts.code(), fmt::format("init: transport {} failed to install: {}", f.name, ts.message())};

@@ -25,6 +25,7 @@
 #include "base/transport.h"
 #include "engine/batch.h"
 #include "engine/notify.h"
+#include "engine/route_fallbacks.h"
 #include "engine/signal_board.h"
 #include "engine/selection.h"
 #include "hawser/engine.h"
@@ -148,7 +149,6 @@ class EngineImpl {
   Transport* schemeOwner(const std::string& name) const;
   Status fetchSegment(const std::string& name, SegmentDesc& out);
   std::shared_ptr<const SegmentView> makeView(SegmentDesc desc) const;
-  void logFallbacks(const SegmentView& view) const;
   std::shared_ptr<const SegmentView> segmentView(SegmentID id) const;
   // Re-fetches a segment's descriptor (owner registered more memory) and
   // rebuilds its view; nullptr when that fails.
@@ -161,7 +161,9 @@ class EngineImpl {
   Status buildBlocks(OpCode op, SegmentID target, const BlockSource& src, BlockPlan& plan);
   Status checkBlocks(const BlockSource& src, BlockPlan& plan, bool& refresh);
   Status buildStrided(OpCode op, SegmentID target, const StridedBlocks& b, BlockPlan& plan);
-  Status blockRoute(const SegmentView& view, uint32_t local_kind, uint32_t remote_kind, const Route*& out);
+  // `buffer`: the remote buffer of the block that chose it (-1: none).
+  Status blockRoute(const SegmentView& view, uint32_t local_kind, uint32_t remote_kind, int buffer,
+                    const RouteContract& contract, RouteChoice& out);
   // A prepared plan posted after memory was unregistered: its regions are
   // still the registrations they were, or every run is found again (in
   // memory registered since) and `plan` becomes a copy holding the regions
@@ -201,9 +203,18 @@ class EngineImpl {
   mutable std::mutex attrs_mu_;
   std::map<uint64_t, nlohmann::json> buffer_attrs_;  // per region: transport attrs
 
-  // Fallbacks already logged (segment, transport, reason): one line each.
-  mutable std::mutex fallback_mu_;
-  mutable std::set<std::string> fallbacks_logged_;
+  // Route contracts and fallbacks (docs/routes.md): the transports of the
+  // build that did not install here (each as a Route without a transport),
+  // the engine's contract (config route.*), the fallbacks counted.
+  std::vector<Route> absent_;
+  Contract contract_;
+  std::unique_ptr<RouteFallbacks> fallbacks_;
+  // The contract of a request: its own when set, else the engine's;
+  // `source` says which (for messages).
+  Contract contractOf(const RouteContract& c, const char** source) const {
+    if (source) *source = c.set ? "the request" : "config route.transports/route.require";
+    return c.set ? Contract{c.transports, c.require} : contract_;
+  }
 
   mutable std::mutex seg_mu_;
   std::map<SegmentID, OpenSegment> segments_;

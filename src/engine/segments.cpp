@@ -21,56 +21,63 @@ Status EngineImpl::fetchSegment(const std::string& name, SegmentDesc& out) {
   return store_->getSegment(name, out);
 }
 
+namespace {
+
+// The kernel's boot id: a host id up to its '/' (localHostId).
+std::string_view bootIdOf(std::string_view host_id) { return host_id.substr(0, host_id.find('/')); }
+
+}  // namespace
+
 std::shared_ptr<const SegmentView> EngineImpl::makeView(SegmentDesc desc) const {
   auto view = std::make_shared<SegmentView>();
   view->desc = std::make_shared<const SegmentDesc>(std::move(desc));
   const SegmentDesc& d = *view->desc;
   view->same_host = d.kind == SegmentDesc::Kind::kMemory && !d.host_id.empty() && d.host_id == host_id_;
+  // One kernel, another network namespace (two containers of one host).
+  const bool same_kernel = d.kind == SegmentDesc::Kind::kMemory && !d.host_id.empty() &&
+                           bootIdOf(d.host_id) == bootIdOf(host_id_);
   const bool file = d.kind == SegmentDesc::Kind::kFile;
   for (auto& t : transports_) {
     const TransportCaps c = t->caps();
     if (file ? !c.file_segments : !c.memory_segments) continue;
     Route r;
     r.transport = t.get();
+    r.name = t->name();
     r.caps = c;
     if (c.same_host_only && !view->same_host) {
       r.refusal = {Code::kNotSupported, "the peer is on another host"};
+      r.decline = same_kernel ? RouteDecline{RouteReason::kOtherNetNamespace,
+                                             "the peer shares this host's kernel but runs in another network namespace"}
+                              : RouteDecline{RouteReason::kOtherHost, "the peer is on another host"};
+      r.counts = same_kernel;
     } else {
-      r.refusal = t->openPeer(d, r.peer);
+      r.refusal = t->openRoute(d, r.peer, r.decline);
       if (r.refusal.ok() && !r.peer) r.refusal = {Code::kInternal, "openPeer returned no handle"};
       if (!r.refusal.ok()) {
         r.peer.reset();
+        if (!r.decline.declined()) r.decline = {RouteReason::kRefused, r.refusal.message()};
+        r.counts = true;
         HLOG_DEBUG("segment '{}': transport {} cannot serve it: {}", d.name, t->name(), r.refusal.toString());
       } else {
+        r.decline = {};
         r.traffic = traffic_->get(t->name(), d.name);
       }
     }
+    view->any_counts |= r.counts;
     view->routes.push_back(std::move(r));
   }
-  logFallbacks(*view);
-  return view;
-}
-
-// A transport that fits the segment by its caps but refused the peer, where a
-// costlier one will serve host memory instead (shm refused by the kernel,
-// tcp takes over): one log line naming the reason, once per segment,
-// transport and reason.
-void EngineImpl::logFallbacks(const SegmentView& view) const {
-  if (view.desc->kind != SegmentDesc::Kind::kMemory || !forced_transport_.empty()) return;
-  const Route* chosen = selectRoute(view, RouteQuery{}, "");
-  for (const Route& r : view.routes) {
-    if (r.peer || r.refusal.code() != Code::kNotSupported) continue;
-    if (r.caps.same_host_only && !view.same_host) continue;  // not a refusal: another host
-    if (!(r.caps.local_memory & kHostMemory) || !(r.caps.remote_memory & kHostMemory)) continue;
-    if (chosen && r.caps.cost_rank > chosen->caps.cost_rank) continue;
-    std::string key = fmt::format("{}\n{}\n{}", view.desc->name, r.transport->name(), r.refusal.message());
-    {
-      std::lock_guard lk(fallback_mu_);
-      if (!fallbacks_logged_.insert(std::move(key)).second) continue;
+  // Transports this build has but this host did not install (what a route
+  // contract expected may be one). Passing one over is a fallback where the
+  // peer's engine did install it: a request goes slower than both ends could.
+  if (!file)
+    for (const Route& a : absent_) {
+      if (!a.caps.memory_segments) continue;
+      view->absent.push_back(a);
+      Route& r = view->absent.back();
+      r.counts = d.transports.count(a.name) && (!a.caps.same_host_only || view->same_host);
+      view->any_counts |= r.counts;
     }
-    HLOG_WARN("segment '{}': {} cannot serve it ({}); host memory goes over {}", view.desc->name,
-              r.transport->name(), r.refusal.message(), chosen ? chosen->transport->name() : "no transport");
-  }
+  return view;
 }
 
 Status EngineImpl::openSegment(const std::string& name, SegmentID& out) {
@@ -201,8 +208,22 @@ Status EngineImpl::explainRoute(SegmentID id, const std::string& local_location,
   if (v->desc->kind == SegmentDesc::Kind::kMemory)
     for (auto& b : v->desc->buffers) published |= memoryKindOf(b.location);
   q.remote_kind = (published & q.local_kind) ? q.local_kind : (published & kGpuMemory) ? kGpuMemory : kHostMemory;
-  const Route* r = selectRoute(*v, q, forced_transport_, &out.why);
-  out.transport = r ? r->transport->name() : "";
+  // The first buffer of that kind stands for the others (a transport may
+  // decline single buffers: Transport::declinesBuffer).
+  if (v->desc->kind == SegmentDesc::Kind::kMemory)
+    for (size_t i = 0; i < v->desc->buffers.size() && q.buffer < 0; ++i)
+      if (memoryKindOf(v->desc->buffers[i].location) == q.remote_kind) q.buffer = static_cast<int>(i);
+  const RouteChoice c = selectRoute(*v, q, forced_transport_, contract_, &out.why);
+  const Route* r = c.route;
+  if (!r && contract_.any())
+    if (const Route* would = selectRoute(*v, q, forced_transport_)) {
+      Status refusal = contractRefusal(*v, q, contract_, *would, "config route.transports/route.require");
+      out.why = refusal.message();
+    }
+  out.transport = r ? r->name : "";
+  out.fallback_from = c.fallback ? c.fallback->name : "";
+  out.fallback_reason = c.fallback ? std::string(routeReasonName(c.fallback_why.reason)) : "";
+  out.fallback_detail = c.fallback ? c.fallback_why.text : "";
   if (v->desc->kind == SegmentDesc::Kind::kMemory)
     out.why = fmt::format("to the peer's {} memory: {}", q.remote_kind == kGpuMemory ? "GPU" : "host", out.why);
   return Status::OK();

@@ -372,6 +372,56 @@ static int memory_registers_singly_and_in_batches(void) {
   return 0;
 }
 
+/* A route contract given with the requests (hawser_submit_routed, docs/routes.md): two engines of one
+ * process take shm; a contract allowing rdma only, on a host without an RDMA NIC, is refused at submit
+ * naming both and why; allowing tcp only moves the bytes over tcp; NULL is the engine's (none). */
+static int a_route_contract_refuses_at_submit_or_picks_the_allowed_transport(void) {
+  hawser_engine_t *a = NULL, *b = NULL;
+  CHECK_OK(create_engine("capi-route-a", &a));
+  CHECK_OK(create_engine("capi-route-b", &b));
+  if (has_transport(a, "rdma")) {
+    printf("# %s: skipped: this host has an RDMA NIC (the contract would be met)\n", g_case);
+    hawser_engine_destroy(a);
+    hawser_engine_destroy(b);
+    return 0;
+  }
+  const size_t len = 65536;
+  unsigned char* target = aligned(len);
+  unsigned char* src = aligned(len);
+  CHECK(target && src);
+  fill(src, len, 7);
+  memset(target, 0, len);
+  CHECK_OK(hawser_register_memory(b, target, len, "cpu:0", 1));
+  CHECK_OK(hawser_register_memory(a, src, len, "cpu:0", 0));
+  char name[64];
+  CHECK_OK(hawser_segment_name(b, name, sizeof(name)));
+  hawser_segment_id_t seg = 0;
+  CHECK_OK(hawser_open_segment(a, name, &seg));
+  hawser_batch_id_t batch = 0;
+  CHECK_OK(hawser_allocate_batch(a, 4, &batch));
+  hawser_request_t req = {HAWSER_OP_WRITE, src, seg, (uint64_t)(uintptr_t)target, len};
+  hawser_route_contract_t rdma_only = {HAWSER_ROUTE_RDMA, 0};
+  CHECK_RC(hawser_submit_routed(a, batch, &req, 1, &rdma_only), HAWSER_E_NO_TRANSPORT);
+  CHECK_ERROR_NAMES("the route contract (transports rdma, from the request) forbids the route this request would "
+                    "take, shm; the expected route, rdma, is unavailable: no_device: not installed on this host");
+  hawser_route_contract_t tcp_only = {HAWSER_ROUTE_TCP, HAWSER_ROUTE_NO_STAGING};
+  CHECK_OK(hawser_submit_routed(a, batch, &req, 1, &tcp_only));
+  CHECK_OK(hawser_wait(a, batch, 20000));
+  hawser_status_t st;
+  CHECK_OK(hawser_task_status(a, batch, 0, &st));
+  CHECK(st.state == HAWSER_COMPLETED);
+  CHECK(memcmp(target, src, len) == 0);
+  CHECK(counter(a, "tcp", "slices_completed") > 0);
+  CHECK_OK(hawser_submit_routed(a, batch, &req, 1, NULL));
+  CHECK_OK(hawser_wait(a, batch, 20000));
+  CHECK_OK(hawser_free_batch(a, batch));
+  hawser_engine_destroy(a);
+  hawser_engine_destroy(b);
+  free(target);
+  free(src);
+  return 0;
+}
+
 /* Engine a writes to engine b's memory in a batch and reads it back with transfer_sync.
  * Over tcp (forced: two engines of one process would otherwise take shm), whose
  * counters show both ends. */
@@ -739,6 +789,8 @@ static const struct c_case cases[] = {
     {"cancel_ends_a_batch_that_free_refused_as_busy", cancel_ends_a_batch_that_free_refused_as_busy},
     {"file_segments_read_and_write_through_the_c_api", file_segments_read_and_write_through_the_c_api},
     {"transports_and_diagnosis_agree", transports_and_diagnosis_agree},
+    {"a_route_contract_refuses_at_submit_or_picks_the_allowed_transport",
+     a_route_contract_refuses_at_submit_or_picks_the_allowed_transport},
 };
 
 int main(int argc, char** argv) { return run_cases(cases, sizeof(cases) / sizeof(cases[0]), argc, argv); }

@@ -219,6 +219,18 @@ int sh(const std::string& cmd, std::string* out) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+double metricValue(const EngineStats& st, const std::string& family, const std::map<std::string, std::string>& labels) {
+  for (const MetricFamily& f : st.metrics) {
+    if (f.name != family) continue;
+    for (const MetricSample& s : f.samples) {
+      size_t hit = 0;
+      for (const auto& [k, v] : s.labels) hit += labels.count(k) && labels.at(k) == v;
+      if (hit == labels.size()) return s.value;
+    }
+  }
+  return -1;
+}
+
 std::string lastLine(const std::string& out) {
   const size_t nl = out.find_last_of('\n', out.size() >= 2 ? out.size() - 2 : 0);
   return nl == std::string::npos ? out : out.substr(nl + 1);

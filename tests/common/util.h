@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -139,6 +140,15 @@ struct Child {
 
 // Runs a shell command; returns its exit status and (optionally) stdout.
 int sh(const std::string& cmd, std::string* out = nullptr);
+
+// The value of the sample of metric family `family` whose labels include
+// every one of `labels`, or -1 when there is none.
+double metricValue(const EngineStats& st, const std::string& family, const std::map<std::string, std::string>& labels);
+// hawser_route_fallbacks_total{from,to,reason} of `e` (docs/routes.md), or -1.
+inline double routeFallbacks(TransferEngine& e, const std::string& from, const std::string& to,
+                             const std::string& reason) {
+  return metricValue(e.stats(), "hawser_route_fallbacks_total", {{"from", from}, {"to", to}, {"reason", reason}});
+}
 
 // The last line of a command's output (a trailing newline ignored): where
 // `--json` tools print their summary.

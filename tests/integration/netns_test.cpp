@@ -41,18 +41,23 @@ class NetnsHosts : public ::testing::Test {
   void cleanup() {
     sh("ip netns del " + a_ + " 2>/dev/null; ip netns del " + b_ + " 2>/dev/null");
   }
+  // `hawser serve` of `memory` bytes in namespace a_; `seg` its segment name.
+  void serveInA(Child& serve, const std::string& memory, std::string& seg) {
+    ASSERT_TRUE(serve.exec({"ip", "netns", "exec", a_, hawserBin(), "serve", "--listen", ip_a_ + ":0", "--memory",
+                            memory}));
+    seg = serve.waitFor("segment: ", 20000);
+    ASSERT_FALSE(seg.empty()) << "serve did not start in namespace " << a_;
+    ASSERT_FALSE(serve.waitFor("ready", 20000).empty());
+    seg = seg.substr(9);
+  }
   std::string tag_, a_, b_, ip_a_, ip_b_;
   bool made_ = false;
 };
 
 TEST_F(NetnsHosts, serve_on_one_host_and_bench_on_another_move_verified_data) {
   Child serve;
-  ASSERT_TRUE(serve.exec({"ip", "netns", "exec", a_, hawserBin(), "serve", "--listen", ip_a_ + ":0", "--memory",
-                          "64M"}));
-  std::string seg = serve.waitFor("segment: ", 20000);
-  ASSERT_FALSE(seg.empty()) << "serve did not start in namespace " << a_;
-  ASSERT_FALSE(serve.waitFor("ready", 20000).empty());
-  seg = seg.substr(9);
+  std::string seg;
+  ASSERT_NO_FATAL_FAILURE(serveInA(serve, "64M", seg));
   ASSERT_EQ(seg.rfind(ip_a_ + ":", 0), 0u) << seg;
   for (const char* op : {"write", "read"}) {
     std::string out;
@@ -69,6 +74,38 @@ TEST_F(NetnsHosts, serve_on_one_host_and_bench_on_another_move_verified_data) {
     EXPECT_EQ(j["verified"], true) << out;
     EXPECT_GE(j["bytes"].get<uint64_t>(), 128u << 20);
   }
+}
+
+// Two containers of one host: one kernel (boot id), two network
+// namespaces. shm could serve them but the engine cannot know the peer is
+// reachable by it; the fallback to tcp is counted with its reason
+// (docs/routes.md), and doctor --peer shows it.
+TEST_F(NetnsHosts, a_peer_in_another_network_namespace_of_this_kernel_is_a_counted_fallback_from_shm) {
+  Child serve;
+  std::string seg;
+  ASSERT_NO_FATAL_FAILURE(serveInA(serve, "16M", seg));
+  std::string out;
+  ASSERT_EQ(sh("ip netns exec " + b_ + " " + hawserBin() + " bench --target " + seg + " --host " + ip_b_ +
+                   " --op read --block-size 64K --batch-size 8 --threads 1 --total 8M --json 2>/dev/null",
+               &out),
+            0)
+      << out;
+  auto j = nlohmann::json::parse(lastLine(out), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << out;
+  EXPECT_EQ(j["transports"], nlohmann::json::array({"tcp"})) << out;
+  ASSERT_TRUE(j["metrics"].contains("hawser_route_fallbacks_total")) << out;
+  auto& samples = j["metrics"]["hawser_route_fallbacks_total"]["samples"];
+  ASSERT_EQ(samples.size(), 1u) << samples.dump();
+  EXPECT_EQ(samples[0]["labels"], nlohmann::json({{"from", "shm"}, {"to", "tcp"}, {"reason", "other_net_namespace"}}));
+  EXPECT_GE(samples[0]["value"].get<double>(), 128.0) << "every 64 KiB request of 8 MiB, counted";
+  ASSERT_EQ(sh("ip netns exec " + b_ + " " + hawserBin() + " doctor --json --peer " + seg +
+                   " 2>/dev/null",
+               &out),
+            0)
+      << out;
+  auto d = nlohmann::json::parse(lastLine(out), nullptr, false);
+  ASSERT_FALSE(d.is_discarded()) << out;
+  EXPECT_EQ(d["peer"]["routes"]["cpu:0"]["fallback"]["reason"], "other_net_namespace") << d["peer"].dump();
 }
 
 }  // namespace

@@ -174,9 +174,9 @@ TEST_F(ShmPeer, cma_refused_by_the_kernel_falls_back_to_tcp_and_logs_why_once) {
         if (transportCounter(e, "shm", "bytes_read") != 0) why << "shm moved bytes; ";
         const std::string text = log.text();
         size_t lines = 0;
-        for (size_t p = 0; (p = text.find("shm cannot serve it", p)) != std::string::npos; ++p) ++lines;
+        for (size_t p = 0; (p = text.find("requests go over tcp, not shm", p)) != std::string::npos; ++p) ++lines;
         if (lines != 1) why << lines << " fallback log lines: " << text << "; ";
-        if (text.find("EPERM") == std::string::npos || text.find("host memory goes over tcp") == std::string::npos)
+        if (text.find("EPERM") == std::string::npos || text.find("not shm: permission_denied") == std::string::npos)
           why << "the log line does not name the reason and the fallback: " << text << "; ";
       }
     }

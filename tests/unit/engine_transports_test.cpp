@@ -58,8 +58,11 @@ SegmentView viewOf(std::vector<StubTransport*> ts, bool same_host = false) {
   for (auto* t : ts) {
     Route r;
     r.transport = t;
+    r.name = t->name();
     r.caps = t->caps();
-    r.refusal = t->openPeer(*d, r.peer);
+    r.refusal = t->openRoute(*d, r.peer, r.decline);
+    r.counts = !r.peer;
+    v.any_counts |= r.counts;
     v.routes.push_back(std::move(r));
   }
   return v;
@@ -277,4 +280,74 @@ TEST(EngineStats, transports_report_counters_that_move_with_traffic) {
   const uint64_t b = slices(before), a = slices(after);
   EXPECT_GT(a, b);
   EXPECT_EQ(counter(after.engine, "tasks_submitted"), counter(before.engine, "tasks_submitted") + 1);
+}
+
+TEST(RouteContracts, only_the_transports_a_contract_allows_are_candidates) {
+  StubTransport tcp("tcp", {.memory_segments = true, .cost_rank = 40, .host_properties = kNoStaging});
+  StubTransport shm("shm", {.memory_segments = true, .same_host_only = true, .cost_rank = 20,
+                            .host_properties = kNoStaging | kSameHost});
+  SegmentView v = viewOf({&tcp, &shm}, /*same_host=*/true);
+  EXPECT_EQ(selectRoute(v, RouteQuery{}, "", Contract{}).route->name, "shm");
+  EXPECT_EQ(selectRoute(v, RouteQuery{}, "", Contract{kRouteTcp, 0}).route->name, "tcp");
+  EXPECT_EQ(selectRoute(v, RouteQuery{}, "", Contract{0, kSameHost}).route->name, "shm");
+  std::string why;
+  EXPECT_EQ(selectRoute(v, RouteQuery{}, "", Contract{kRouteTcp, kSameHost}, &why).route, nullptr);
+  EXPECT_EQ(why, "tcp: not allowed by the route contract; shm: not allowed by the route contract");
+  // A contract leaving a working transport out is a choice, not a fallback.
+  EXPECT_EQ(selectRoute(v, RouteQuery{}, "", Contract{kRouteTcp, 0}).fallback, nullptr);
+}
+
+TEST(RouteContracts, a_cheaper_transport_that_declined_is_the_fallback_unless_a_transport_is_forced) {
+  StubTransport tcp("tcp", {.memory_segments = true, .cost_rank = 40, .host_properties = kNoStaging});
+  StubTransport shm("shm", {.memory_segments = true, .same_host_only = true, .cost_rank = 20,
+                            .host_properties = kNoStaging | kSameHost});
+  StubTransport rdma("rdma", {.memory_segments = true, .cost_rank = 30, .host_properties = kZeroCopy | kNoStaging});
+  shm.refuse_ = "pid 7 is not running in this pid namespace";
+  rdma.refuse_ = "no NIC shares a link layer";
+  SegmentView v = viewOf({&tcp, &shm, &rdma}, /*same_host=*/true);
+  RouteChoice c = selectRoute(v, RouteQuery{}, "", Contract{});
+  ASSERT_NE(c.route, nullptr);
+  EXPECT_EQ(c.route->name, "tcp");
+  ASSERT_NE(c.fallback, nullptr);
+  EXPECT_EQ(c.fallback->name, "shm") << "the cheapest that declined";
+  EXPECT_EQ(c.fallback->decline.reason, RouteReason::kRefused) << "a stub classifies nothing";
+  EXPECT_EQ(c.fallback->decline.text, "pid 7 is not running in this pid namespace");
+  // A contract that leaves shm out: rdma is the one passed over.
+  c = selectRoute(v, RouteQuery{}, "", Contract{kRouteTcp | kRouteRdma, 0});
+  ASSERT_NE(c.fallback, nullptr);
+  EXPECT_EQ(c.fallback->name, "rdma");
+  // Forced by config 'transport': no fallback.
+  EXPECT_EQ(selectRoute(v, RouteQuery{}, "tcp", Contract{}).fallback, nullptr);
+}
+
+TEST(RouteContracts, a_forbidden_request_names_the_route_it_would_take_the_expected_one_and_why) {
+  StubTransport tcp("tcp", {.memory_segments = true, .cost_rank = 40, .host_properties = kNoStaging});
+  StubTransport shm("shm", {.memory_segments = true, .same_host_only = true, .cost_rank = 20,
+                            .host_properties = kNoStaging | kSameHost});
+  shm.refuse_ = "pid 7 is not running in this pid namespace";
+  SegmentView v = viewOf({&tcp, &shm}, /*same_host=*/true);
+  Route rdma;
+  rdma.name = "rdma";
+  rdma.caps = {.memory_segments = true, .cost_rank = 30, .host_properties = kZeroCopy | kNoStaging};
+  rdma.decline = {RouteReason::kNoDevice, "not installed on this host: no RDMA device"};
+  v.absent.push_back(rdma);
+  const Route* would = selectRoute(v, RouteQuery{}, "");
+  ASSERT_NE(would, nullptr);
+  Status s = contractRefusal(v, RouteQuery{}, Contract{0, kSameHost}, *would, "the request");
+  EXPECT_EQ(s.code(), Code::kNoTransport);
+  EXPECT_EQ(s.message(),
+            "segment 'peer': the route contract (require same_host, from the request) forbids the route this request "
+            "would take, tcp; the expected route, shm, is unavailable: refused: pid 7 is not running in this pid "
+            "namespace");
+  s = contractRefusal(v, RouteQuery{}, Contract{0, kZeroCopy}, *would, "config route.transports/route.require");
+  EXPECT_EQ(s.message(),
+            "segment 'peer': the route contract (require zero_copy, from config route.transports/route.require) "
+            "forbids the route this request would take, tcp; the expected route, rdma, is unavailable: no_device: "
+            "not installed on this host: no RDMA device");
+  // Nothing of the build gives it: what the route taken lacks.
+  s = contractRefusal(v, RouteQuery{kGpuMemory, kGpuMemory}, Contract{kRouteNvlink, 0}, *would, "the request");
+  EXPECT_EQ(s.message(),
+            "segment 'peer': the route contract (transports nvlink, from the request) forbids the route this request "
+            "would take, tcp; no transport of this build that the contract allows moves GPU memory to GPU memory "
+            "(tcp is not among the allowed transports)");
 }

@@ -22,15 +22,7 @@ using test::SoftVerbsEnv;
 
 // The value of the series of `name` whose labels include `want`; -1 if none.
 double valueOf(TransferEngine& e, const std::string& name, const std::map<std::string, std::string>& want) {
-  for (const MetricFamily& f : e.stats().metrics) {
-    if (f.name != name) continue;
-    for (const MetricSample& s : f.samples) {
-      size_t hit = 0;
-      for (const auto& [k, v] : s.labels) hit += want.count(k) && want.at(k) == v;
-      if (hit == want.size()) return s.value;
-    }
-  }
-  return -1;
+  return test::metricValue(e.stats(), name, want);
 }
 
 TEST(RdmaMetrics, connections_retries_and_bytes_are_counted_per_peer) {

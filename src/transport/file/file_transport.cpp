@@ -143,6 +143,10 @@ TransportCaps FileTransport::caps() const {
   c.cost_rank = 50;
   c.segment_scheme = "file://";
   c.run_windows = true;  // block requests: windows of runs, no task per run (FileSubBatch::prepareRuns)
+  // Local I/O. GPU memory: cuFile or staging, chosen per file at the first
+  // transfer (file_gpu.cpp), so no_staging is not promised.
+  c.host_properties = kNoStaging | kSameHost;
+  c.gpu_properties = kSameHost;
   return c;
 }
 

@@ -148,6 +148,7 @@ struct Mapping {
 // What a descriptor says of one buffer, for nvlink.
 struct BufferInfo {
   bool exported = false;
+  bool no_handle = false;  // not usable because its owner published no IPC handle for it
   std::string why;        // when not usable: why
   std::string handle;     // the 64 bytes of the IPC handle
   uint64_t base = 0;      // the allocation in the owner's address space

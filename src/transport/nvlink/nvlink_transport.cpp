@@ -69,10 +69,12 @@ bool decodeBufferAttrs(const BufferDesc& bd, BufferInfo& b, std::string& bus) {
   auto a = bd.attrs.find("nvlink");
   if (a == bd.attrs.end() || !a->is_object()) {
     b.why = "its owner published no IPC handle for it";
+    b.no_handle = true;
     return false;
   }
   if (auto e = a->find("error"); e != a->end() && e->is_string()) {
     b.why = "its owner could not export it: " + e->get<std::string>();
+    b.no_handle = true;
     return false;
   }
   if (auto h = a->find("handle"); h == a->end() || !h->is_string() || !parseHex(h->get<std::string>(), b.handle) ||
@@ -120,8 +122,23 @@ TransportCaps NvlinkTransport::caps() const {
   c.same_host_only = true;
   c.cost_rank = 10;
   c.run_windows = true;
+  c.gpu_properties = kZeroCopy | kNoStaging | kSameHost;  // the GPUs' copy engines, peer to peer
+  c.buffer_declines = true;  // a buffer its owner could not export (declinesBuffer)
   return c;
 }
+
+RouteDecline NvlinkTransport::declinesBuffer(const PeerHandle& peer, int buffer) const {
+  const auto& ref = static_cast<const nvlink::PeerRef&>(peer);
+  if (buffer < 0 || static_cast<size_t>(buffer) >= ref.bufs.size()) return {};
+  const nvlink::BufferInfo& b = ref.bufs[static_cast<size_t>(buffer)];
+  if (b.exported) return {};
+  // Not exported: no IPC handle published for it (or none this process can
+  // use); a buffer of host memory is not nvlink's to decline (its caps say so).
+  return {b.no_handle ? RouteReason::kNoIpcHandle : RouteReason::kRefused,
+          fmt::format("buffer {} of segment '{}' cannot go over nvlink: {}", buffer, ref.segment, b.why)};
+}
+
+RouteReason NvlinkTransport::absentReason() const { return RouteReason::kNoDevice; }  // no CUDA driver or GPU
 
 Status NvlinkTransport::install(const TransportContext& ctx) {
   if (installed_) return {Code::kInvalidArgument, "nvlink transport is already installed"};
@@ -220,21 +237,33 @@ int NvlinkTransport::ordinalOfBus(const std::string& bus) const {
 }
 
 Status NvlinkTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) {
-  if (!installed_ || stopping_.load()) return {Code::kUnavailable, "nvlink transport is not running"};
-  if (seg.kind != SegmentDesc::Kind::kMemory) return {Code::kNotSupported, "not a memory segment"};
+  RouteDecline why;
+  return openRoute(seg, out, why);
+}
+
+Status NvlinkTransport::openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out, RouteDecline& why) {
+  why = {};  // every refusal says why, in the words of base/route.h
+  if (!installed_ || stopping_.load())
+    return declined(why, RouteReason::kRefused, {Code::kUnavailable, "nvlink transport is not running"});
+  if (seg.kind != SegmentDesc::Kind::kMemory)
+    return declined(why, RouteReason::kRefused, {Code::kNotSupported, "not a memory segment"});
   auto it = seg.transports.find("nvlink");
   if (it == seg.transports.end() || !it->is_object() || it->empty())
-    return {Code::kNotSupported, fmt::format("segment '{}' publishes no nvlink transport (its engine has no CUDA "
-                                             "driver)", seg.name)};
+    return declined(why, RouteReason::kPeerLacksTransport,
+                   {Code::kNotSupported, fmt::format("segment '{}' publishes no nvlink transport (its engine has no "
+                                                     "CUDA driver)", seg.name)});
   int64_t pid = 0;
   uint64_t start = 0, pidns = 0;
   int fd = -1;
   if (!field(*it, "pid", pid) || !field(*it, "start", start) || !field(*it, "pidns", pidns) ||
       !field(*it, "table_fd", fd) || pid <= 0 || fd < 0)
-    return {Code::kNotSupported, fmt::format("segment '{}': malformed transports.nvlink {}", seg.name, it->dump())};
+    return declined(why, RouteReason::kPeerIncompatible, {Code::kNotSupported, fmt::format("segment '{}': malformed "
+                                                                                   "transports.nvlink {}", seg.name,
+                                                                                   it->dump())});
   if (pidns != pidns_)
-    return {Code::kNotSupported, fmt::format("segment '{}' runs in another pid namespace: CUDA IPC and the owner's "
-                                             "liveness check need both processes in one", seg.name)};
+    return declined(why, RouteReason::kOtherPidNamespace,
+                   {Code::kNotSupported, fmt::format("segment '{}' runs in another pid namespace: CUDA IPC and the "
+                                                     "owner's liveness check need both processes in one", seg.name)});
 
   std::shared_ptr<nvlink::Owner> owner;
   {
@@ -255,26 +284,33 @@ Status NvlinkTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHan
       o->self = pid == ::getpid() && start == start_time_;
       if (!o->self) {
         if (nvlink::processStartTime(pid) != start)
-          return {Code::kUnavailable, fmt::format("the owner of segment '{}', process {}, has exited", seg.name, pid)};
+          return declined(why, RouteReason::kPeerGone, {Code::kUnavailable, fmt::format("the owner of segment '{}', "
+                                                                                  "process {}, has exited",
+                                                                                  seg.name, pid)});
         o->pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
         if (o->pidfd < 0 && errno == ESRCH)
-          return {Code::kUnavailable, fmt::format("the owner of segment '{}', process {}, has exited", seg.name, pid)};
+          return declined(why, RouteReason::kPeerGone, {Code::kUnavailable, fmt::format("the owner of segment '{}', "
+                                                                                  "process {}, has exited",
+                                                                                  seg.name, pid)});
       }
       const std::string path = fmt::format("/proc/{}/fd/{}", pid, fd);
       char link[256] = {0};
       ssize_t ln = ::readlink(path.c_str(), link, sizeof(link) - 1);
       if (ln < 0 || std::strstr(link, nvlink::kTableName) == nullptr)
-        return {Code::kNotSupported,
-                fmt::format("segment '{}': cannot see the owner's region table {}: {} (nvlink needs both processes "
-                            "under one user)", seg.name, path, ln < 0 ? std::strerror(errno) : "not the table")};
+        return declined(why, RouteReason::kPermissionDenied,
+                       {Code::kNotSupported,
+                        fmt::format("segment '{}': cannot see the owner's region table {}: {} (nvlink needs both "
+                                    "processes under one user)", seg.name, path,
+                                    ln < 0 ? std::strerror(errno) : "not the table")});
       // The readers' area (an owner of an earlier release has none) is
       // written here: the file is opened read-write, the table mapped read-only.
       uint32_t reader_slots = 0;
       const bool readers = field(*it, "readers", reader_slots) && reader_slots == nvlink::kReaderSlots;
       int tfd = ::open(path.c_str(), (readers ? O_RDWR : O_RDONLY) | O_CLOEXEC);
       if (tfd < 0)
-        return {Code::kNotSupported, fmt::format("segment '{}': cannot open the owner's region table {}: {}",
-                                                 seg.name, path, std::strerror(errno))};
+        return declined(why, RouteReason::kPermissionDenied,
+                       {Code::kNotSupported, fmt::format("segment '{}': cannot open the owner's region table {}: {}",
+                                                         seg.name, path, std::strerror(errno))});
       struct stat st {};
       const size_t bytes = nvlink::kTableBytes;
       const size_t need = readers ? nvlink::kTableFileBytes : bytes;
@@ -293,14 +329,18 @@ Status NvlinkTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHan
       }
       ::close(tfd);
       if (m == MAP_FAILED)
-        return {Code::kNotSupported, fmt::format("segment '{}': cannot map the owner's region table", seg.name)};
+        return declined(why, RouteReason::kRefused,
+                       {Code::kNotSupported,
+                        fmt::format("segment '{}': cannot map the owner's region table", seg.name)});
       o->table = static_cast<const std::atomic<uint64_t>*>(m);
       o->table_bytes = bytes;
       if (readers) o->readers = r;
       if (!o->self) {
         // The pid named the owner throughout (not a reused number).
         if (nvlink::processStartTime(pid) != start)
-          return {Code::kUnavailable, fmt::format("the owner of segment '{}', process {}, has exited", seg.name, pid)};
+          return declined(why, RouteReason::kPeerGone, {Code::kUnavailable, fmt::format("the owner of segment '{}', "
+                                                                                  "process {}, has exited",
+                                                                                  seg.name, pid)});
         watcher_->add(o);
       }
       owners_[key] = o;

@@ -90,6 +90,9 @@ class NvlinkTransport final : public Transport {
                         std::shared_ptr<const Registration>& out) override;
   Status unregisterMemory(void* addr, size_t length) override;
   Status openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) override;
+  Status openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out, RouteDecline& why) override;
+  RouteReason absentReason() const override;
+  RouteDecline declinesBuffer(const PeerHandle& peer, int buffer) const override;
   Status newSubBatch(size_t task_capacity, std::unique_ptr<SubBatch>& out) override;
   // A waiting caller ends the groups whose copies are done (batch.wait_spin_us):
   // a copy shorter than the stream thread's wake-up ends without one.

@@ -101,6 +101,21 @@ Status decodePeer(const SegmentDesc& seg, Peer& peer, std::vector<RemoteBuffer>&
   return Status::OK();
 }
 
+Status RdmaTransport::openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out, RouteDecline& why) {
+  Status s = openPeer(seg, out);
+  why = {};
+  if (s.ok()) return s;
+  // What failed: this transport, the peer's attributes being absent, or
+  // their decoding and matching against this host's NICs.
+  RouteReason r = RouteReason::kPeerIncompatible;
+  if (!installed_ || stopping_.load() || seg.kind != SegmentDesc::Kind::kMemory)
+    r = RouteReason::kRefused;
+  else if (seg.transports.find("rdma") == seg.transports.end())
+    r = RouteReason::kPeerLacksTransport;
+  why = {r, s.message()};
+  return s;
+}
+
 Status RdmaTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) {
   if (!installed_ || stopping_.load()) return Status(Code::kUnavailable, "rdma transport is not running");
   if (seg.kind != SegmentDesc::Kind::kMemory) return Status(Code::kNotSupported, "not a memory segment");

@@ -32,8 +32,12 @@ TransportCaps RdmaTransport::caps() const {
   c.local_memory = kinds;
   c.remote_memory = kinds;
   c.cost_rank = 30;
+  c.host_properties = kZeroCopy | kNoStaging;  // the NICs' DMA, at both ends
+  c.gpu_properties = kZeroCopy | kNoStaging;
   return c;
 }
+
+RouteReason RdmaTransport::absentReason() const { return RouteReason::kNoDevice; }  // no usable RDMA NIC
 
 // Opens a context on every usable NIC; kNotSupported when there is none.
 Status RdmaTransport::openNics() {

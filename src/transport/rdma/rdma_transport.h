@@ -78,6 +78,8 @@ class RdmaTransport final : public Transport, public EndpointHost {
   // here shares a link layer with an up NIC there. Idle endpoints to the peer
   // give their QPs back once its last handle goes.
   Status openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) override;
+  Status openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out, RouteDecline& why) override;
+  RouteReason absentReason() const override;
   Status newSubBatch(size_t task_capacity, std::unique_ptr<SubBatch>& out) override;
   // Every NIC found and why it is (not) used; the scan's error if any.
   void diagnose(TransportDiagnosis& out) const override;

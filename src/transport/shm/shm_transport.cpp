@@ -4,6 +4,7 @@
 
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/stat.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -62,6 +63,7 @@ TransportCaps ShmTransport::caps() const {
   c.same_host_only = true;
   c.cost_rank = 20;
   c.run_windows = true;  // a block request's runs come as windows (SubBatchImpl::prepareRuns)
+  c.host_properties = kNoStaging | kSameHost;  // one copy by the kernel (or the CPU), no bounce buffer
   return c;
 }
 
@@ -128,6 +130,10 @@ void ShmTransport::describe(nlohmann::json& attrs) const {
   attrs["nonce"] = nonce_;
   attrs["probe"] = reinterpret_cast<uint64_t>(&nonce_);
   attrs["table_fd"] = table_.fd();
+  // The pid namespace `pid` is a number of: a peer in another one finds
+  // some other process (or none) under that number.
+  struct stat st {};
+  if (::stat("/proc/self/ns/pid", &st) == 0) attrs["pidns"] = static_cast<uint64_t>(st.st_ino);
 }
 
 Status ShmTransport::registerMemory(void* addr, size_t length, const std::string& location, bool remote_accessible,
@@ -146,11 +152,20 @@ Status ShmTransport::unregisterMemory(void* addr, size_t) {
 }
 
 Status ShmTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) {
-  if (!installed_ || stopping_.load()) return {Code::kUnavailable, "shm transport is not running"};
-  if (seg.kind != SegmentDesc::Kind::kMemory) return {Code::kNotSupported, "not a memory segment"};
+  RouteDecline why;
+  return openRoute(seg, out, why);
+}
+
+Status ShmTransport::openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out, RouteDecline& why) {
+  why = {};  // every refusal says why, in the words of base/route.h
+  if (!installed_ || stopping_.load())
+    return declined(why, RouteReason::kRefused, {Code::kUnavailable, "shm transport is not running"});
+  if (seg.kind != SegmentDesc::Kind::kMemory)
+    return declined(why, RouteReason::kRefused, {Code::kNotSupported, "not a memory segment"});
   auto it = seg.transports.find("shm");
   if (it == seg.transports.end() || !it->is_object())
-    return {Code::kNotSupported, fmt::format("segment '{}' publishes no shm transport", seg.name)};
+    return declined(why, RouteReason::kPeerLacksTransport,
+                   {Code::kNotSupported, fmt::format("segment '{}' publishes no shm transport", seg.name)});
   auto num = [&](const char* k, uint64_t& v) {
     auto f = it->find(k);
     if (f == it->end() || !f->is_number_integer()) return false;
@@ -161,10 +176,24 @@ Status ShmTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle
   uint64_t version = 0, pid = 0, nonce = 0, probe = 0, table_fd = 0;
   if (!num("version", version) || !num("pid", pid) || !num("nonce", nonce) || !num("probe", probe) ||
       !num("table_fd", table_fd) || pid == 0 || pid > INT32_MAX || table_fd > INT32_MAX)
-    return {Code::kNotSupported, fmt::format("segment '{}': malformed shm attributes {}", seg.name, it->dump())};
+    return declined(why, RouteReason::kPeerIncompatible,
+                   {Code::kNotSupported,
+                    fmt::format("segment '{}': malformed shm attributes {}", seg.name, it->dump())});
   if (version != shm::kDescVersion)
-    return {Code::kNotSupported, fmt::format("segment '{}': shm version {} (this build speaks {})", seg.name, version,
-                                             shm::kDescVersion)};
+    return declined(why, RouteReason::kPeerIncompatible,
+                   {Code::kNotSupported, fmt::format("segment '{}': shm version {} (this build speaks {})", seg.name,
+                                                     version, shm::kDescVersion)});
+  if (auto ns = it->find("pidns"); ns != it->end() && ns->is_number_unsigned()) {
+    struct stat st {};
+    if (::stat("/proc/self/ns/pid", &st) == 0 && ns->get<uint64_t>() != static_cast<uint64_t>(st.st_ino)) {
+      counts_->peers_refused++;
+      return declined(why, RouteReason::kOtherPidNamespace,
+                      {Code::kNotSupported,
+                       fmt::format("segment '{}' runs in another pid namespace (pid:[{}], this process pid:[{}]): its "
+                                   "pid {} does not name it here",
+                                   seg.name, ns->get<uint64_t>(), st.st_ino, pid)});
+    }
+  }
   const std::string key = fmt::format("{}/{}", pid, nonce);
   {
     std::shared_ptr<Peer> p;  // released after the lock (its deleter takes it)
@@ -179,8 +208,9 @@ Status ShmTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle
   const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
   if (pidfd < 0) {
     counts_->peers_refused++;
-    return {Code::kNotSupported, fmt::format("pid {} of segment '{}' is not running in this pid namespace ({})", pid,
-                                             seg.name, std::strerror(errno))};
+    return declined(why, RouteReason::kOtherPidNamespace,
+                   {Code::kNotSupported, fmt::format("pid {} of segment '{}' is not running in this pid namespace ({})",
+                                                     pid, seg.name, std::strerror(errno))});
   }
   auto peer = std::shared_ptr<Peer>(new Peer(), [this](Peer* p) {
     if (p->table)
@@ -205,24 +235,37 @@ Status ShmTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle
   if (::process_vm_readv(static_cast<pid_t>(pid), &l, 1, &r, 1, 0) != static_cast<ssize_t>(sizeof word)) {
     const int err = errno;
     counts_->peers_refused++;
-    if (err == EPERM || err == EACCES) return {Code::kNotSupported, shm::cmaRefusal(peer->pid, err)};
-    return {Code::kNotSupported,
-            fmt::format("process_vm_readv of pid {}'s probe word failed: {}", pid, std::strerror(err))};
+    if (err == EPERM || err == EACCES)
+      return declined(why, RouteReason::kPermissionDenied, {Code::kNotSupported, shm::cmaRefusal(peer->pid, err)});
+    // The pid names a process here without the owner's probe word mapped
+    // (or none at all): the owner's pid is of another pid namespace.
+    if (err == EFAULT || err == ESRCH)
+      return declined(why, RouteReason::kOtherPidNamespace,
+                     {Code::kNotSupported,
+                      fmt::format("pid {} here is not the owner of segment '{}': its probe word is not there ({}); "
+                                  "the owner runs in another pid namespace",
+                                  pid, seg.name, std::strerror(err))});
+    return declined(why, RouteReason::kRefused,
+                   {Code::kNotSupported,
+                    fmt::format("process_vm_readv of pid {}'s probe word failed: {}", pid, std::strerror(err))});
   }
   if (word != nonce) {
     counts_->peers_refused++;
-    return {Code::kNotSupported,
-            fmt::format("pid {} here is not the owner of segment '{}' (another pid namespace?)", pid, seg.name)};
+    return declined(why, RouteReason::kOtherPidNamespace,
+                   {Code::kNotSupported,
+                    fmt::format("pid {} here is not the owner of segment '{}' (another pid namespace?)", pid,
+                                seg.name)});
   }
   std::unique_ptr<shm::TableView> table;
   Status s = shm::TableView::open(peer->pid, static_cast<int>(table_fd), nonce, table);
   if (!s.ok()) {
     counts_->peers_refused++;
-    return s;
+    return declined(why, RouteReason::kRefused, s);
   }
   if (table->closed()) {
     counts_->peers_refused++;
-    return {Code::kNotSupported, fmt::format("the engine of pid {} shut down", pid)};
+    return declined(why, RouteReason::kPeerGone,
+                    {Code::kNotSupported, fmt::format("the engine of pid {} shut down", pid)});
   }
   peer->table = std::move(table);
   std::lock_guard lk(peers_mu_);

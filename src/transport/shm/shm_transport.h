@@ -72,6 +72,7 @@ class ShmTransport final : public Transport {
                         nlohmann::json& attrs) override;
   Status unregisterMemory(void* addr, size_t length) override;
   Status openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) override;
+  Status openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out, RouteDecline& why) override;
   Status newSubBatch(size_t task_capacity, std::unique_ptr<SubBatch>& out) override;
   void diagnose(TransportDiagnosis& out) const override;
   Counters stats() const override;

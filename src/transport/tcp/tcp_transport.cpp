@@ -78,6 +78,7 @@ TransportCaps TcpTransport::caps() const {
   c.local_memory = kinds;
   c.remote_memory = kinds;
   c.cost_rank = 40;
+  c.host_properties = kNoStaging;  // GPU memory: staged, so none
   return c;
 }
 
