@@ -18,8 +18,10 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <thread>
@@ -426,9 +428,12 @@ TEST_P(TransportSuite, signal_completes_once_its_requests_landed_and_their_bytes
   mem.zero();
   ASSERT_TRUE(engine_.registerLocalMemory(mem.p, mem.n, mem.location(), true).ok());
   Child sender;
-  // Four requests of 1 MiB, then eight blocks of 64 KiB as one block request.
+  // Four requests of 1 MiB, then eight blocks of 64 KiB as one block request;
+  // then the sender stays until `go` exists (alive while the consumed wait runs).
+  const std::string go = fmt::format("/tmp/hawser-signal-go-{}-{}", ::getpid(), GetParam().transport);
+  std::filesystem::remove(go);
   startSender(sender, reinterpret_cast<uint64_t>(mem.p),
-              {"write:kv1:4:1048576:0:77", fmt::format("blocks:kv2:8:65536:{}:78", 4 * mib)});
+              {"write:kv1:4:1048576:0:77", fmt::format("blocks:kv2:8:65536:{}:78", 4 * mib), "await:" + go});
   SignalResult r = waitSignal("kv1", 4, std::chrono::seconds(120));
   ASSERT_EQ(r.s, SignalState::kCompleted) << describe(r);
   EXPECT_EQ(r.landed, 4u);
@@ -441,7 +446,9 @@ TEST_P(TransportSuite, signal_completes_once_its_requests_landed_and_their_bytes
   r = waitSignal("kv1", 4, std::chrono::milliseconds(50));
   EXPECT_EQ(r.s, SignalState::kTimeout) << describe(r);
   EXPECT_EQ(r.landed, 0u);
+  { std::ofstream(go).put('1'); }
   ASSERT_FALSE(sender.waitFor("finished", 60000).empty());
+  std::filesystem::remove(go);
 }
 
 // The receiver withdrew the range; the initiator still holds the descriptor
