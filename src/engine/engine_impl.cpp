@@ -371,6 +371,7 @@ EngineStats EngineImpl::stats() {
                           {"signals_expired", sc.expired},
                           {"signal_peers_lost", sc.peers_lost},
                           {"signal_submits_failed", sc.submits_failed},
+                          {"signal_submits_open", sc.submits_open},
                           {"signal_frames_received", sc.frames},
                           {"signal_frames_duplicate", sc.duplicates},
                           {"signal_frame_gaps", sc.gaps},

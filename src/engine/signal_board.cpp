@@ -71,7 +71,9 @@ void SignalBoard::stop() {
 
 SignalBoard::Counters SignalBoard::counters() const {
   std::lock_guard lk(mu_);
-  return counters_;
+  Counters c = counters_;
+  for (auto& [name, s] : senders_) c.submits_open += s->open.size();
+  return c;
 }
 
 SignalBoard::Sender& SignalBoard::senderLocked(const std::string& name) {

@@ -65,6 +65,7 @@ class SignalBoard {
     uint64_t peers_lost = 0;                           // senders declared dead or unreachable
     uint64_t frames = 0, duplicates = 0, gaps = 0;     // frames applied, received again, found missing
     uint64_t submits_failed = 0;                       // tracked submits ended here as failed
+    uint64_t submits_open = 0;                         // gauge: announced submits not yet ended here
   };
   Counters counters() const;
 

@@ -42,9 +42,9 @@ Status CopyStream::copy(void* dst, const void* src, size_t len, uint64_t& ticket
   Status st = bind();
   if (!st.ok()) return st;
   const cu::Api& a = d_->api();
-  st = d_->check(a.MemcpyAsync(reinterpret_cast<cu::DevicePtr>(dst), reinterpret_cast<cu::DevicePtr>(src), len,
-                               stream_),
-                 fmt::format("cuMemcpyAsync({:p} <- {:p}, {} bytes, GPU {})", dst, src, len, device_));
+  st = d_->checkLazy(
+      a.MemcpyAsync(reinterpret_cast<cu::DevicePtr>(dst), reinterpret_cast<cu::DevicePtr>(src), len, stream_),
+      [&] { return fmt::format("cuMemcpyAsync({:p} <- {:p}, {} bytes, GPU {})", dst, src, len, device_); });
   if (!st.ok()) return st;
   return mark(ticket);
 }
@@ -152,9 +152,9 @@ Status CopyStream::viaBatch(std::span<const CopyRun> runs, CopyReport& rep) {
   cu::MemcpyAttributes attr{};
   attr.srcAccessOrder = cu::kMemcpySrcAccessOrderStream;
   size_t first = 0;
-  Status st = d_->check(d_->api().MemcpyBatchAsync(batch_dst_.data(), batch_src_.data(), batch_len_.data(),
-                                                   runs.size(), &attr, &first, 1, stream_),
-                        fmt::format("cuMemcpyBatchAsync({} copies, GPU {})", runs.size(), device_));
+  Status st = d_->checkLazy(d_->api().MemcpyBatchAsync(batch_dst_.data(), batch_src_.data(), batch_len_.data(),
+                                                       runs.size(), &attr, &first, 1, stream_),
+                            [&] { return fmt::format("cuMemcpyBatchAsync({} copies, GPU {})", runs.size(), device_); });
   if (!st.ok()) return st;
   rep.launches = 1;
   rep.runs = runs.size();
@@ -181,8 +181,9 @@ Status CopyStream::slots() {
 
 Status CopyStream::launch(PieceSlot& s, uint64_t count, CopyReport& rep) {
   const cu::Api& a = d_->api();
-  Status st = d_->check(a.MemcpyAsync(s.dev, reinterpret_cast<cu::DevicePtr>(s.host), count * sizeof(CopyRun), stream_),
-                        fmt::format("copying the run list of the copy kernel to GPU {}", device_));
+  Status st =
+      d_->checkLazy(a.MemcpyAsync(s.dev, reinterpret_cast<cu::DevicePtr>(s.host), count * sizeof(CopyRun), stream_),
+                    [&] { return fmt::format("copying the run list of the copy kernel to GPU {}", device_); });
   if (!st.ok()) return st;
   if (!(st = launchList(s.dev, count, rep)).ok()) return st;
   // The slot is free again once this launch is done.
@@ -200,8 +201,10 @@ Status CopyStream::launchList(cu::DevicePtr list_at, uint64_t count, CopyReport&
   cu::DevicePtr list = list_at;
   unsigned long long n = count;
   void* args[] = {&list, &n};
-  st = d_->check(a.LaunchKernel(kernel_, static_cast<unsigned>(grid), 1, 1, threads, 1, 1, 0, stream_, args, nullptr),
-                 fmt::format("launching the copy kernel on GPU {} ({} pieces, {} CTAs)", device_, count, grid));
+  st = d_->checkLazy(
+      a.LaunchKernel(kernel_, static_cast<unsigned>(grid), 1, 1, threads, 1, 1, 0, stream_, args, nullptr), [&] {
+        return fmt::format("launching the copy kernel on GPU {} ({} pieces, {} CTAs)", device_, count, grid);
+      });
   if (!st.ok()) return st;
   ++rep.launches;
   rep.ctas = std::max<uint32_t>(rep.ctas, static_cast<uint32_t>(grid));
@@ -238,9 +241,9 @@ Status CopyStream::makePieces(std::span<const CopyRun> runs, DevicePieces& out) 
   uint64_t at = 0, count = 0;
   PieceSlot* s = nullptr;
   auto flush = [&]() -> Status {
-    Status f = d_->check(a.MemcpyAsync(p.list + at * sizeof(CopyRun), reinterpret_cast<cu::DevicePtr>(s->host),
-                                       count * sizeof(CopyRun), stream_),
-                         fmt::format("copying a run list to GPU {}", device_));
+    Status f = d_->checkLazy(a.MemcpyAsync(p.list + at * sizeof(CopyRun), reinterpret_cast<cu::DevicePtr>(s->host),
+                                           count * sizeof(CopyRun), stream_),
+                             [&] { return fmt::format("copying a run list to GPU {}", device_); });
     if (f.ok()) f = mark(s->ticket);
     at += count;
     count = 0;

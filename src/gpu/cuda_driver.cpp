@@ -182,7 +182,7 @@ Status CudaDriver::bindDevice(int ordinal) const {
   if (!ctx)
     return Status(Code::kInvalidArgument,
                   fmt::format("GPU {} has no usable context ({} GPU(s) on this host)", ordinal, devices_));
-  return check(api_.CtxSetCurrent(ctx), fmt::format("cuCtxSetCurrent(GPU {})", ordinal));
+  return checkLazy(api_.CtxSetCurrent(ctx), [&] { return fmt::format("cuCtxSetCurrent(GPU {})", ordinal); });
 }
 
 ContextScope::ContextScope(const CudaDriver* d, int ordinal) : d_(d) {

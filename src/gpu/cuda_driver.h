@@ -58,6 +58,12 @@ class CudaDriver {
 
   // OK for kSuccess, else `code` with "<what>: <driver's text> (CUresult N)".
   Status check(cu::Result rc, std::string_view what, Code code = Code::kIoError) const;
+  // The same with the message made only for a failed call (`what()`): for
+  // the calls of every request, which should not format a string each time.
+  template <class What>
+  Status checkLazy(cu::Result rc, What&& what, Code code = Code::kIoError) const {
+    return rc == cu::kSuccess ? Status::OK() : check(rc, what(), code);
+  }
 
  private:
   CudaDriver() = default;

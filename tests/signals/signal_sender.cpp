@@ -14,7 +14,7 @@
 //                                "looping" once the first is submitted
 //   nloop:NAME:LEN               the same with notification {NAME, "kv"}
 //   await:PATH                   waits until file PATH exists
-//   sleep:MS                     sleeps MS milliseconds
+//   hold                         stays alive until killed (the test kills it)
 //   stale                        takes the target's change notice, so the next submit keeps the
 //                                descriptor this process holds (a range withdrawn since reaches the target)
 //   drop:K | losereply:K         the next K signal frames sent are lost / their replies are lost
@@ -188,9 +188,8 @@ struct Sender {
       auto* store = detail::EngineAccess::of(engine).store();
       return test::eventually([&] { return store->mayHaveChanged(target, 0); }) ? 0 : 1;
     }
-    if (op == "sleep" && a.size() == 2) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(std::stoul(a[1])));
-      return 0;
+    if (op == "hold" && a.size() == 1) {
+      for (;;) ::pause();  // until the test's SIGKILL
     }
     if (op == "drop" && a.size() == 2) return g_drop.store(std::stoi(a[1])), 0;
     if (op == "losereply" && a.size() == 2) return g_lose.store(std::stoi(a[1])), 0;
