@@ -167,9 +167,6 @@ inline constexpr Knob kKnobs[] = {
   {"gpu.copy_max_ctas", "HAWSER_GPU_COPY_MAX_CTAS", KnobType::kInt, "32", 0, 65535, {},
    "most CTAs (thread blocks, at most one SM each) one launch of the copy kernel uses, leaving the rest of the GPU "
    "to inference; 0: as many as the window has pieces"},
-  {"gpu.copy_piece_bytes", "HAWSER_GPU_COPY_PIECE_BYTES", KnobType::kSize, "64K", 512, 16 * knob_detail::M, {},
-   "the copy kernel: longest piece of a run one warp copies; smaller pieces spread a window of few runs over more "
-   "warps (more loads in flight, e.g. a staging slot's runs read across PCIe), larger ones keep the run list short"},
   {"gpu.copy_kernel_below", "HAWSER_GPU_COPY_KERNEL_BELOW", KnobType::kSize, "1M", 0, 16 * knob_detail::G, {},
    "gpu.copy_mechanism=auto: windows whose runs average fewer bytes than this go to the copy kernel, others to "
    "per-run copies on the copy engines"},

@@ -31,7 +31,6 @@ Status CopySettings::fromConfig(const Config& c, CopySettings& out) {
     return {Code::kInvalidArgument, "gpu.copy_mechanism: unknown mechanism '" + m + "'"};
   if (!(st = c.getInt("gpu.copy_max_ctas", s.max_ctas)).ok()) return st;
   if (!(st = c.getSize("gpu.copy_kernel_below", s.kernel_below)).ok()) return st;
-  if (!(st = c.getSize("gpu.copy_piece_bytes", s.piece_bytes)).ok()) return st;
   out = s;
   return Status::OK();
 }

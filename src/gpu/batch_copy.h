@@ -54,11 +54,12 @@ struct CopySettings {
   CopyMechanism mechanism = CopyMechanism::kAuto;  // gpu.copy_mechanism
   uint32_t max_ctas = 32;                           // gpu.copy_max_ctas: 0 = as many as the window has pieces
   uint64_t kernel_below = 1ull << 20;               // gpu.copy_kernel_below: auto uses the kernel below this mean run
-  uint64_t piece_bytes = 64 << 10;                  // gpu.copy_piece_bytes: the longest piece one warp copies
   // Not knobs: wait() sleeps in the driver (blocking-sync events) instead
-  // of spinning; the kernel's CTA size (measured on an H200: docs/gpu.md).
+  // of spinning; the kernel's CTA size and the longest piece one warp
+  // copies (the defaults were measured on an H200: docs/gpu.md).
   bool blocking_sync = false;
   uint32_t threads_per_cta = 512;
+  uint64_t piece_bytes = 64 << 10;
 
   // Reads the gpu.copy_* knobs (kInvalidArgument naming the key).
   static Status fromConfig(const Config& c, CopySettings& out);
