@@ -203,6 +203,8 @@ Status EngineImpl::explainRoute(SegmentID id, const std::string& local_location,
   q.remote_kind = (published & q.local_kind) ? q.local_kind : (published & kGpuMemory) ? kGpuMemory : kHostMemory;
   const Route* r = selectRoute(*v, q, forced_transport_, &out.why);
   out.transport = r ? r->transport->name() : "";
+  if (r && r->peer)
+    if (std::string m = r->peer->mechanism(); !m.empty()) out.why += fmt::format("; {}: {}", out.transport, m);
   if (v->desc->kind == SegmentDesc::Kind::kMemory)
     out.why = fmt::format("to the peer's {} memory: {}", q.remote_kind == kGpuMemory ? "GPU" : "host", out.why);
   return Status::OK();
