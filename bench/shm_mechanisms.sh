@@ -6,7 +6,8 @@
 # block size, working set and thread count (bench/memcpy_rate.cpp, built
 # here with c++ -O2: THREADS threads, each copying BATCH blocks from the same
 # slots of a source region as large as the target range hawser bench cycles
-# through, into its own slots).
+# through, into its own slots; the slots on transparent huge pages as hawser
+# bench's local buffers are, the source on small pages as the target's memfd).
 #
 # Working sets (per side, all threads together): "warm" fits the CPU caches,
 # "cold" does not (both sides cycle through it, round after round).
@@ -94,7 +95,7 @@ for block in $BLOCKS; do
       for op in $OPS; do
         mc=(); sh=(); cm=()
         for _ in $(seq "$REPEAT"); do
-          mc+=("$("$work/memcpy_rate" "$b" "$batch" "$t" "$DURATION" "$source")")
+          mc+=("$("$work/memcpy_rate" "$b" "$batch" "$t" "$DURATION" "$source" local-thp)")
           sh+=("$(run_bench "$PORT" "$op" "$block" "$batch" "$t" shared)")
           cm+=("$(run_bench "$((PORT + 1))" "$op" "$block" "$batch" "$t" cma)")
         done
