@@ -10,7 +10,8 @@
 # bench's local buffers are, the source on small pages as the target's memfd).
 #
 # Working sets (per side, all threads together): "warm" fits the CPU caches,
-# "cold" does not (both sides cycle through it, round after round).
+# "cold" does not (both sides cycle through it, round after round); at most
+# 64 blocks a thread (column ws: the working set each run had).
 # Threads: hawser bench --threads N with shm.threads N (one and several
 # copying threads), against memcpy with N threads. Rounds interleave memcpy,
 # shared and cma, so a busy machine's load hits them alike; the medians and
@@ -82,7 +83,7 @@ echo "host: $(nproc) cores, $(uname -r), load average $(cut -d' ' -f1-3 /proc/lo
 echo "case: two hawser serve --memory $MEMORY (shared / private host memory); bench --seconds $DURATION;" \
      "median of $REPEAT interleaved rounds; GB/s = 10^9 bytes/s"
 echo
-printf '%-5s %-5s %-7s %3s %5s %9s %9s %9s %7s %7s\n' block set op thr batch memcpy shared cma "sh/mc" "cma/mc"
+printf '%-5s %-5s %6s %-7s %3s %5s %9s %9s %9s %7s %7s\n' block set ws op thr batch memcpy shared cma "sh/mc" "cma/mc"
 for block in $BLOCKS; do
   b=$(size_bytes "$block")
   for set in $SETS; do
@@ -90,7 +91,7 @@ for block in $BLOCKS; do
     for t in $THREADS; do
       batch=$(( sbytes / t / b ))
       (( batch >= 1 )) || continue   # a working set smaller than one block per thread
-      (( batch > 64 )) && batch=64
+      (( batch > 64 )) && batch=64   # then the working set is smaller than asked: column ws says what it was
       source=$(( batch * t * b ))
       for op in $OPS; do
         mc=(); sh=(); cm=()
@@ -100,7 +101,8 @@ for block in $BLOCKS; do
           cm+=("$(run_bench "$((PORT + 1))" "$op" "$block" "$batch" "$t" cma)")
         done
         m=$(median "${mc[@]}"); s=$(median "${sh[@]}"); c=$(median "${cm[@]}")
-        printf '%-5s %-5s %-7s %3s %5s %9s %9s %9s %7s %7s   | memcpy %s shared %s cma %s\n' "$block" "$sname" "$op" \
+        printf '%-5s %-5s %6s %-7s %3s %5s %9s %9s %9s %7s %7s   | memcpy %s shared %s cma %s\n' "$block" "$sname" \
+          "$((source >> 20))M" "$op" \
           "$t" "$batch" "$m" "$s" "$c" "$(python3 -c "print('%.2f' % ($s / $m))")" \
           "$(python3 -c "print('%.2f' % ($c / $m))")" "${mc[*]}" "${sh[*]}" "${cm[*]}"
       done
