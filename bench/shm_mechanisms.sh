@@ -32,12 +32,12 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
+CXX=${CXX:-c++}
+PORT=${PORT:-17830}
 # shellcheck source=bench/lib.sh
 source "$here/bench/lib.sh"
 find_hawser
 command -v python3 >/dev/null || { echo "python3 is needed to read the JSON results" >&2; exit 2; }
-CXX=${CXX:-c++}
-PORT=${PORT:-17830}
 BLOCKS=${BLOCKS:-"64K 1M 16M"}
 SETS=${SETS:-"warm:4M cold:256M"}
 THREADS=${THREADS:-"1 2"}

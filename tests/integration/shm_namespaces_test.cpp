@@ -45,14 +45,19 @@ struct NsServe {
   std::string segment;
 };
 
-// `hawser bench` against `segment` in pid and mount namespaces of its own:
-// its JSON summary.
-nlohmann::json benchInNamespaces(const std::string& segment, const std::string& env, std::string& out) {
+// `hawser bench` against `segment` in pid and mount namespaces of its own
+// (`env` before it): its data verified, carried by `transport` alone. `out`
+// gets its output (the log lines too).
+void benchInNamespaces(const std::string& segment, const std::string& env, const std::string& transport,
+                       std::string& out) {
   const int rc = sh(env + " unshare --pid --mount --fork --kill-child " + hawserBin() + " bench --target " + segment +
                         " --op read --block-size 256K --batch-size 8 --threads 2 --total 32M --json 2>&1",
                     &out);
-  EXPECT_EQ(rc, 0) << out;
-  return nlohmann::json::parse(lastLine(out), nullptr, false);
+  ASSERT_EQ(rc, 0) << out;
+  auto j = nlohmann::json::parse(lastLine(out), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << out;
+  EXPECT_TRUE(j["verified"].get<bool>()) << out;
+  EXPECT_EQ(j["transports"], nlohmann::json::array({transport})) << out;
 }
 
 class ShmNamespaces : public ::testing::Test {
@@ -102,10 +107,7 @@ TEST_F(ShmNamespaces, sibling_pid_namespaces_get_shm_for_shareable_memory) {
   NsServe s({});
   ASSERT_FALSE(s.segment.empty());
   std::string out;
-  auto j = benchInNamespaces(s.segment, "", out);
-  ASSERT_FALSE(j.is_discarded()) << out;
-  EXPECT_TRUE(j["verified"].get<bool>()) << out;
-  EXPECT_EQ(j["transports"], nlohmann::json::array({"shm"})) << out;
+  benchInNamespaces(s.segment, "", "shm", out);
 }
 
 // Private memory in a sibling pid namespace: cross-memory attach needs a
@@ -114,10 +116,7 @@ TEST_F(ShmNamespaces, private_memory_in_a_sibling_pid_namespace_falls_back_to_tc
   NsServe s({"--host-memory", "private"});
   ASSERT_FALSE(s.segment.empty());
   std::string out;
-  auto j = benchInNamespaces(s.segment, "", out);
-  ASSERT_FALSE(j.is_discarded()) << out;
-  EXPECT_TRUE(j["verified"].get<bool>()) << out;
-  EXPECT_EQ(j["transports"], nlohmann::json::array({"tcp"})) << out;
+  ASSERT_NO_FATAL_FAILURE(benchInNamespaces(s.segment, "", "tcp", out));
   EXPECT_NE(out.find("cannot be mapped"), std::string::npos) << out;
   EXPECT_NE(out.find("is not visible from this one"), std::string::npos) << out;
 }
@@ -131,9 +130,7 @@ TEST_F(ShmNamespaces, a_socket_directory_both_mount_namespaces_see_gives_shm_one
   NsServe s({}, {"HAWSER_SHM_SOCKET_DIR=" + shared.path});
   ASSERT_FALSE(s.segment.empty());
   std::string out;
-  auto j = benchInNamespaces(s.segment, "HAWSER_SHM_SOCKET_DIR=" + shared.path, out);
-  ASSERT_FALSE(j.is_discarded()) << out;
-  EXPECT_EQ(j["transports"], nlohmann::json::array({"shm"})) << out;
+  ASSERT_NO_FATAL_FAILURE(benchInNamespaces(s.segment, "HAWSER_SHM_SOCKET_DIR=" + shared.path, "shm", out));
 
   // The target's socket directory is hidden from everyone else by a tmpfs
   // mounted over it in the target's mount namespace only.

@@ -53,15 +53,11 @@ void Server::stop() {
     ::close(fd);
   }
   conns_.clear();
-  if (listen_ >= 0) {
-    ::close(listen_);
-    if (!name_.empty() && name_[0] != '@') ::unlink(name_.c_str());
+  if (listen_ >= 0 && !name_.empty() && name_[0] != '@') ::unlink(name_.c_str());
+  for (int* fd : {&listen_, &epfd_, &evfd_, &pidfd_}) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
   }
-  for (int* fd : {&listen_, &epfd_, &evfd_, &pidfd_})
-    if (*fd >= 0) {
-      if (fd != &listen_) ::close(*fd);
-      *fd = -1;
-    }
 }
 
 void Server::share(uint64_t gen, uint64_t addr, uint64_t length, const Backing& b) {
