@@ -204,7 +204,7 @@ inline constexpr Knob kKnobs[] = {
    "(shared out among tcp.io_threads, at least 2 each)"},
   // ---- shm ----------------------------------------------------------------------------------------------------------
   {"shm.threads", "HAWSER_SHM_THREADS", KnobType::kInt, "0", 0, 64, {},
-   "copy threads (process_vm_readv/writev); 0: min(4, CPUs)"},
+   "copy threads (memcpy through shared mappings, process_vm_readv/writev otherwise); 0: min(4, CPUs)"},
   {"shm.split_bytes", "HAWSER_SHM_SPLIT_BYTES", KnobType::kSize, "512K", 4 * knob_detail::K, knob_detail::G, {},
    "a task is cut into pieces of at most this many bytes, copied in parallel by the copy threads"},
   {"shm.max_iov", "HAWSER_SHM_MAX_IOV", KnobType::kInt, "1024", 1, 1024, {},
