@@ -5,7 +5,10 @@
 // expose (slot k reads source block k mod (SOURCE / BLOCK)). Prints GB/s
 // (10^9 bytes/s).
 //
-// Usage: memcpy_rate BLOCK BATCH THREADS SECONDS SOURCE   (bytes, bytes: plain integers)
+// Usage: memcpy_rate BLOCK BATCH THREADS SECONDS SOURCE [local-thp]   (bytes: plain integers)
+// local-thp: the slots (the initiator's side) on transparent huge pages, as
+// `hawser bench` allocates its local buffers, the source on small pages, as
+// a target's memfd (hawser serve --host-memory shared) is.
 #include <sys/mman.h>
 
 #include <atomic>
@@ -17,23 +20,25 @@
 #include <vector>
 
 int main(int argc, char** argv) {
-  if (argc != 6) {
-    std::fprintf(stderr, "usage: %s BLOCK BATCH THREADS SECONDS SOURCE\n", argv[0]);
+  if (argc != 6 && !(argc == 7 && std::strcmp(argv[6], "local-thp") == 0)) {
+    std::fprintf(stderr, "usage: %s BLOCK BATCH THREADS SECONDS SOURCE [local-thp]\n", argv[0]);
     return 2;
   }
+  const bool local_thp = argc == 7;
   const size_t block = std::strtoull(argv[1], nullptr, 10), batch = std::strtoull(argv[2], nullptr, 10);
   const size_t threads = std::strtoull(argv[3], nullptr, 10), source = std::strtoull(argv[5], nullptr, 10);
   const double seconds = std::atof(argv[4]);
   if (!block || !batch || !threads || source < block || seconds <= 0) return 2;
   const size_t slots = threads * batch, per_source = source / block;
-  auto alloc = [](size_t n) {
+  auto alloc = [](size_t n, bool thp = false) {
     void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) std::exit(1);
+    if (thp) (void)::madvise(p, n, MADV_HUGEPAGE);
     std::memset(p, 1, n);  // fault in, as both hawser processes do
     return static_cast<char*>(p);
   };
   char* src = alloc(per_source * block);
-  char* dst = alloc(slots * block);
+  char* dst = alloc(slots * block, local_thp);
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> bytes{0};
   std::vector<std::thread> ts;

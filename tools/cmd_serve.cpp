@@ -23,6 +23,7 @@
 
 #include "hawser/config.h"
 #include "hawser/device_memory.h"
+#include "hawser/host_memory.h"
 #include "hawser/engine.h"
 #include "tools/commands.h"
 #include "tools/location.h"
@@ -44,6 +45,7 @@ struct ServeOpts {
   std::string name;
   int64_t fill_seed = -1;
   std::string location = "cpu";  // cpu, or cuda:N
+  std::string host_memory = "shared";  // shared (allocateHostMemory: peers of this host map it) or private
   std::string metrics;           // HOST:PORT of the Prometheus endpoint; empty: none
   bool print_notifies = false;
 };
@@ -133,10 +135,18 @@ int runServe(const ServeOpts& o) {
       return 1;
     }
   } else {
-    mem = ::mmap(nullptr, *size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mem == MAP_FAILED) {
-      fmt::print(stderr, "hawser serve: cannot allocate {} bytes: {}\n", *size, std::strerror(errno));
-      return 1;
+    if (o.host_memory == "shared") {
+      Status as = allocateHostMemory(*size, &mem);
+      if (!as.ok()) {
+        fmt::print(stderr, "hawser serve: {}\n", as.toString());
+        return 1;
+      }
+    } else {
+      mem = ::mmap(nullptr, *size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (mem == MAP_FAILED) {
+        fmt::print(stderr, "hawser serve: cannot allocate {} bytes: {}\n", *size, std::strerror(errno));
+        return 1;
+      }
     }
     // Transparent huge pages where THP is "madvise" only, as the bench's own
     // buffers: copies over a large region then miss the TLB far less. Best
@@ -198,6 +208,8 @@ int runServe(const ServeOpts& o) {
   if (exposed) (void)engine.unregisterLocalMemory(mem);
   if (gpu >= 0)
     (void)freeDeviceMemory(mem);
+  else if (o.host_memory == "shared")
+    (void)freeHostMemory(mem);
   else
     ::munmap(mem, *size);
   return 0;
@@ -215,6 +227,11 @@ void addServe(CLI::App& app, Commands& cmds) {
       ->capture_default_str();
   sub->add_option("--name", o->name, "server name (with etcd: the segment name)");
   sub->add_option("--location", o->location, "where the memory lives: cpu, or cuda:N (GPU memory)")
+      ->capture_default_str();
+  sub->add_option("--host-memory", o->host_memory,
+                  "host memory: shared (hawser::allocateHostMemory, a memfd: shm peers map it and copy with memcpy) "
+                  "or private (an anonymous mapping: shm peers use cross-memory attach)")
+      ->check(CLI::IsMember({"shared", "private"}))
       ->capture_default_str();
   sub->add_option("--fill-seed", o->fill_seed, "fill the memory with the verification pattern of this seed");
   sub->add_option("--metrics", o->metrics,

@@ -230,12 +230,18 @@ inline constexpr Knob kKnobs[] = {
    "(shared out among tcp.io_threads, at least 2 each)"},
   // ---- shm ----------------------------------------------------------------------------------------------------------
   {"shm.threads", "HAWSER_SHM_THREADS", KnobType::kInt, "0", 0, 64, {},
-   "copy threads (process_vm_readv/writev); 0: min(4, CPUs)"},
+   "copy threads (memcpy through shared mappings, process_vm_readv/writev otherwise); 0: min(4, CPUs)"},
   {"shm.split_bytes", "HAWSER_SHM_SPLIT_BYTES", KnobType::kSize, "512K", 4 * knob_detail::K, knob_detail::G, {},
    "a task is cut into pieces of at most this many bytes, copied in parallel by the copy threads"},
   {"shm.max_iov", "HAWSER_SHM_MAX_IOV", KnobType::kInt, "1024", 1, 1024, {},
    "runs (slices of the tasks of one prepare, e.g. a block request's window) one process_vm_readv/writev call "
    "moves together, at most shm.split_bytes in all (1: a call per run)"},
+  {"shm.socket_dir", "HAWSER_SHM_SOCKET_DIR", KnobType::kString, "", 0, 0, {},
+   "where a target's local socket (fds passed to its peers of this host) lives: empty: the abstract namespace "
+   "(peers must share the network namespace); else a directory both sides see (e.g. a volume two containers mount)"},
+  {"shm.shared_mappings", "HAWSER_SHM_SHARED_MAPPINGS", KnobType::kBool, "true", 0, 0, {},
+   "map a peer's shareable memory (memfd, shared files, hawser::allocateHostMemory) once and copy with memcpy; "
+   "false: cross-memory attach (process_vm_readv/writev) for everything"},
   // ---- rdma ---------------------------------------------------------------------------------------------------------
   {"rdma.verbs_lib", "HAWSER_RDMA_VERBS_LIB", KnobType::kString, "libibverbs.so.1", 0, 0, {},
    "verbs library loaded at run time"},

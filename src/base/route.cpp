@@ -16,6 +16,7 @@ std::string_view routeReasonName(RouteReason r) {
     case RouteReason::kOtherHost: return "other_host";
     case RouteReason::kOtherNetNamespace: return "other_net_namespace";
     case RouteReason::kOtherPidNamespace: return "other_pid_namespace";
+    case RouteReason::kOtherMountNamespace: return "other_mount_namespace";
     case RouteReason::kPermissionDenied: return "permission_denied";
     case RouteReason::kPeerLacksTransport: return "peer_lacks_transport";
     case RouteReason::kPeerIncompatible: return "peer_incompatible";

@@ -23,6 +23,7 @@ enum class RouteReason : uint8_t {
   kOtherHost,             // "other_host": the peer runs on another host
   kOtherNetNamespace,     // "other_net_namespace": the peer shares this host's kernel but not its network namespace
   kOtherPidNamespace,     // "other_pid_namespace": the peer's process cannot be found from this pid namespace
+  kOtherMountNamespace,   // "other_mount_namespace": the peer's socket lives in a directory this process does not see
   kPermissionDenied,      // "permission_denied": the kernel refuses access to the peer's memory (ptrace scope, user)
   kPeerLacksTransport,    // "peer_lacks_transport": the peer's engine publishes no such transport
   kPeerIncompatible,      // "peer_incompatible": the peer publishes it malformed or in another version

@@ -106,6 +106,9 @@ struct TransportContext {
 class PeerHandle {
  public:
   virtual ~PeerHandle() = default;
+  // How this transport reaches the peer, for the route explanation (e.g.
+  // shm: "shared mappings for 2 of 2 buffers"); "" when there is one way only.
+  virtual std::string mechanism() const { return ""; }
 };
 
 // ---- block requests as windows of runs ---------------------------------------

@@ -14,16 +14,14 @@
 
 namespace hawser {
 
+// The kernel's boot id: processes of one host share it whatever namespaces
+// (containers) they run in. Whether a same-host transport reaches a peer
+// across namespaces is that transport's to say (shm: its socket, nvlink:
+// the driver), with the reason when it cannot.
 std::string localHostId() {
   std::string id;
   std::ifstream in("/proc/sys/kernel/random/boot_id");
   std::getline(in, id);
-  char buf[256] = {0};
-  ssize_t n = ::readlink("/proc/self/ns/net", buf, sizeof(buf) - 1);
-  if (n > 0) {
-    id.push_back('/');
-    id.append(buf, static_cast<size_t>(n));
-  }
   return id;
 }
 

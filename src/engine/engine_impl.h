@@ -244,8 +244,9 @@ class EngineImpl {
 // frames to s.metrics (engine_metrics.cpp).
 void appendEngineMetrics(EngineStats& s, uint64_t rpc_refused_frames);
 
-// Reads /proc/sys/kernel/random/boot_id + this network namespace: two
-// engines with the same host id share memory reachability (shm, CMA).
+// Reads /proc/sys/kernel/random/boot_id: two engines with the same host id
+// run on one kernel (any containers of it); whether a same-host transport
+// reaches the other (shm, nvlink) its openPeer says.
 std::string localHostId();
 
 }  // namespace hawser

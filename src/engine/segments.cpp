@@ -21,21 +21,11 @@ Status EngineImpl::fetchSegment(const std::string& name, SegmentDesc& out) {
   return store_->getSegment(name, out);
 }
 
-namespace {
-
-// The kernel's boot id: a host id up to its '/' (localHostId).
-std::string_view bootIdOf(std::string_view host_id) { return host_id.substr(0, host_id.find('/')); }
-
-}  // namespace
-
 std::shared_ptr<const SegmentView> EngineImpl::makeView(SegmentDesc desc) const {
   auto view = std::make_shared<SegmentView>();
   view->desc = std::make_shared<const SegmentDesc>(std::move(desc));
   const SegmentDesc& d = *view->desc;
   view->same_host = d.kind == SegmentDesc::Kind::kMemory && !d.host_id.empty() && d.host_id == host_id_;
-  // One kernel, another network namespace (two containers of one host).
-  const bool same_kernel = d.kind == SegmentDesc::Kind::kMemory && !d.host_id.empty() &&
-                           bootIdOf(d.host_id) == bootIdOf(host_id_);
   const bool file = d.kind == SegmentDesc::Kind::kFile;
   for (auto& t : transports_) {
     const TransportCaps c = t->caps();
@@ -46,10 +36,10 @@ std::shared_ptr<const SegmentView> EngineImpl::makeView(SegmentDesc desc) const 
     r.caps = c;
     if (c.same_host_only && !view->same_host) {
       r.refusal = {Code::kNotSupported, "the peer is on another host"};
-      r.decline = same_kernel ? RouteDecline{RouteReason::kOtherNetNamespace,
-                                             "the peer shares this host's kernel but runs in another network namespace"}
-                              : RouteDecline{RouteReason::kOtherHost, "the peer is on another host"};
-      r.counts = same_kernel;
+      // The host id is the kernel's boot id (containers of one host share
+      // it): a same-host transport says itself why it cannot reach a peer
+      // in another namespace.
+      r.decline = {RouteReason::kOtherHost, "the peer is on another host"};
     } else {
       r.refusal = t->openRoute(d, r.peer, r.decline);
       if (r.refusal.ok() && !r.peer) r.refusal = {Code::kInternal, "openPeer returned no handle"};
@@ -224,6 +214,8 @@ Status EngineImpl::explainRoute(SegmentID id, const std::string& local_location,
   out.fallback_from = c.fallback ? c.fallback->name : "";
   out.fallback_reason = c.fallback ? std::string(routeReasonName(c.fallback_why.reason)) : "";
   out.fallback_detail = c.fallback ? c.fallback_why.text : "";
+  if (r && r->peer)
+    if (std::string m = r->peer->mechanism(); !m.empty()) out.why += fmt::format("; {}: {}", out.transport, m);
   if (v->desc->kind == SegmentDesc::Kind::kMemory)
     out.why = fmt::format("to the peer's {} memory: {}", q.remote_kind == kGpuMemory ? "GPU" : "host", out.why);
   return Status::OK();

@@ -14,7 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 RPC_MAGIC, RPC_VERSION = 0x52535748, 2
 TCP_MAGIC, TCP_VERSION = 0x44545748, 1
-SHM_MAGIC, SHM_VERSION, SHM_CAPACITY = 0x6873776172746162, 2, 65536
+SHM_MAGIC, SHM_VERSION, SHM_CAPACITY = 0x6873776172746162, 3, 65536
 
 
 def write(target, name, data):
@@ -102,7 +102,8 @@ def memory_descriptor():
         "version": "1.0", "kind": "memory", "name": "127.0.0.1:5000", "host": "127.0.0.1", "rpc_port": 5000,
         "host_id": "0b3c6f2e-boot", "server_name": "node-a", "pid": 4242, "generation": 3,
         "transports": {"tcp": {}, "rdma": {"instance": "a1b2c3", "nics": [NIC]},
-                       "shm": {"version": 1, "pid": 4242, "nonce": 99, "probe": 140000000, "table_fd": 7}},
+                       "shm": {"version": 3, "pid": 4242, "nonce": 99, "probe": 140000000,
+                               "socket": "@hawser-shm-00000000deadbeef"}},
         "buffers": [
             {"addr": 140000000000, "length": 1048576, "location": "cpu:0",
              "attrs": {"rdma": {"lkey": [17], "rkey": [18]}}},

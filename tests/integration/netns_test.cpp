@@ -73,7 +73,23 @@ TEST_F(NetnsHosts, serve_on_one_host_and_bench_on_another_move_verified_data) {
     EXPECT_EQ(j["op"], op);
     EXPECT_EQ(j["verified"], true) << out;
     EXPECT_GE(j["bytes"].get<uint64_t>(), 128u << 20);
+    // One host, two network namespaces: shm's abstract socket is not
+    // reachable across them; tcp carried the data.
+    EXPECT_EQ(j["transports"], nlohmann::json::array({"tcp"})) << out;
   }
+  std::string doc;
+  ASSERT_EQ(sh("ip netns exec " + b_ + " " + hawserBin() + " doctor --peer " + seg +
+                   " --json 2>/dev/null",
+               &doc),
+            0)
+      << doc;
+  auto d = nlohmann::json::parse(lastLine(doc), nullptr, false);
+  ASSERT_FALSE(d.is_discarded()) << doc;
+  EXPECT_EQ(d["peer"]["routes"]["cpu:0"]["transport"], "tcp") << doc;
+  EXPECT_NE(d["peer"]["routes"]["cpu:0"]["why"].get<std::string>().find(
+                "abstract sockets belong to a network namespace, and the peer runs in another one"),
+            std::string::npos)
+      << doc;
 }
 
 // Two containers of one host: one kernel (boot id), two network

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,18 +22,37 @@
 
 namespace hawser::shm {
 
-inline constexpr uint32_t kDescVersion = 2;  // 2: the table carries generations and reader slots
+// 3: the table, the peer's pidfd and its shareable memory come over its local socket
+inline constexpr uint32_t kDescVersion = 3;
 inline constexpr uint32_t kMaxThreads = 64;
+
+// A registration of the peer mapped into this process (its file, passed
+// over the socket): `base` is where the peer's address `addr` lies here.
+struct Mapping {
+  uint64_t gen = 0, addr = 0, length = 0;
+  char* base = nullptr;
+  void* map = nullptr;  // what mmap gave (page-aligned)
+  size_t map_len = 0;
+  ~Mapping();
+};
 
 // One target process, shared by every handle on it.
 struct Peer {
   ShmTransport* owner = nullptr;
-  int64_t pid = 0;
+  int64_t pid = 0;        // in this pid namespace, for cross-memory attach; 0: not visible from here
+  int64_t own_pid = 0;    // in its own (what its descriptor says; names it in messages)
   uint64_t nonce = 0;
-  int pidfd = -1;
+  int pidfd = -1;         // passed by the peer: its exit, whatever the pid namespaces
+  int sock = -1;          // our connection to its socket (closed: our reader slots are freed)
+  uint64_t token = 0;     // the peer's name for that connection (owns our reader slots)
+  bool cma = false;       // cross-memory attach works (else only mapped registrations are served)
+  std::string cma_why;    // why not
+  RouteReason cma_reason = RouteReason::kNone;  // the same, as a route reason
   std::atomic<bool> dead{false};
   std::mutex mu;
   std::shared_ptr<TableView> table;  // null once the peer is gone
+  std::mutex map_mu;                 // the socket's requests, and maps
+  std::map<uint64_t, std::weak_ptr<Mapping>> maps;  // by generation
   // The reader slot in its table of each of our copy threads (claimed at
   // its first copy; -1: none yet). Only that thread touches its entry.
   int slots[kMaxThreads];
@@ -45,7 +65,7 @@ struct Peer {
   }
   // Copy thread `worker`'s reader slot in `t` (-1: the table has none free).
   int slotFor(unsigned worker, const TableView& t) {
-    if (slots[worker] < 0) slots[worker] = t.claimSlot();
+    if (slots[worker] < 0) slots[worker] = t.claimSlot(token);
     return slots[worker];
   }
   // Whether the process has exited (its pidfd is readable).
@@ -53,6 +73,9 @@ struct Peer {
     pollfd p{pidfd, POLLIN, 0};
     return ::poll(&p, 1, 0) > 0;
   }
+  // The mapping of registration `gen` (its file asked for over the socket
+  // the first time); null and `why` when the peer does not share it.
+  std::shared_ptr<Mapping> mapping(uint64_t gen, std::string& why);
   // The process is gone: unmap its table (once no copy uses it).
   void markDead() {
     if (dead.exchange(true)) return;
@@ -70,6 +93,8 @@ struct Peer {
 // descriptor names none).
 struct Reg {
   uint64_t addr = 0, length = 0, gen = 0;
+  bool shared = false;          // the target offers it to map (attrs.shm.shared)
+  std::shared_ptr<Mapping> map; // mapped here: copied with memcpy; null: cross-memory attach
 };
 
 // The engine's handle on one segment (one descriptor version): its process,
@@ -79,6 +104,7 @@ struct Reg {
 class PeerRef final : public PeerHandle {
  public:
   PeerRef(std::shared_ptr<Peer> p, std::vector<Reg> r) : peer(std::move(p)), regs(std::move(r)) {}
+  std::string mechanism() const override;
   const std::shared_ptr<Peer> peer;
   const std::vector<Reg> regs;
 };
@@ -112,6 +138,7 @@ struct Slice {
   uint64_t len = 0;
   uint64_t gen = 0;
   uint64_t reg_addr = 0, reg_len = 0;
+  char* map_base = nullptr;  // the registration mapped here (where reg_addr lies); null: cross-memory attach
   bool is_read = false;
 };
 

@@ -22,6 +22,8 @@ std::vector<Reg> registrationsOf(const SegmentDesc& seg) {
     if (a == b.attrs.end() || !a->is_object()) continue;  // not exposed to shm: gen 0
     auto g = a->find("gen");
     if (g != a->end() && g->is_number_unsigned()) regs[i].gen = g->get<uint64_t>();
+    auto sh = a->find("shared");
+    regs[i].shared = sh != a->end() && sh->is_boolean() && sh->get<bool>();
   }
   return regs;
 }
@@ -52,6 +54,7 @@ Slice bound(const Reg& reg, SubBatchImpl* sb, Peer* peer, bool is_read) {
   s.gen = reg.gen;
   s.reg_addr = reg.addr;
   s.reg_len = reg.length;
+  s.map_base = reg.map ? reg.map->base : nullptr;
   s.is_read = is_read;
   return s;
 }

@@ -37,13 +37,6 @@ const TableEntry* entries(const void* m) {
 ReadersHeader* readersHeader(void* r) { return static_cast<ReadersHeader*>(r); }
 ReaderSlot* slots(void* r) { return reinterpret_cast<ReaderSlot*>(static_cast<char*>(r) + sizeof(ReadersHeader)); }
 
-// Whether process `pid` still exists (in this pid namespace: an initiator
-// shares it, the probe at openPeer checked).
-bool alive(uint64_t pid) {
-  if (pid == 0 || pid > INT32_MAX) return false;
-  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
-}
-
 }  // namespace
 
 // ---- writer ------------------------------------------------------------------
@@ -93,17 +86,18 @@ Status TableWriter::add(uint64_t addr, uint64_t length, uint64_t& gen) {
   return Status::OK();
 }
 
-void TableWriter::remove(uint64_t addr) {
+uint64_t TableWriter::remove(uint64_t addr) {
   uint64_t gen = 0;
   {
     std::lock_guard lk(mu_);
     auto it = ranges_.find(addr);
-    if (it == ranges_.end()) return;
+    if (it == ranges_.end()) return 0;
     gen = it->second.gen;
     ranges_.erase(it);
     publishLocked();
   }
   waitForReaders(gen);
+  return gen;
 }
 
 void TableWriter::close() {
@@ -130,19 +124,47 @@ void TableWriter::waitForReaders(uint64_t gen) {
     for (unsigned spin = 0;; ++spin) {
       const uint64_t h = load(sl[i].hazard, std::memory_order_acquire);
       if (h == 0 || (gen != 0 && h != gen)) break;
-      const uint64_t pid = load(sl[i].pid, std::memory_order_acquire);
-      if (!alive(pid)) break;  // its copies ended with it
+      const uint64_t owner = load(sl[i].owner, std::memory_order_acquire);
+      if (!live(owner)) break;  // its copies ended with it
       if (!waited) waits_.fetch_add(1, std::memory_order_relaxed);  // counted as it starts waiting
       waited = true;
       const auto now = std::chrono::steady_clock::now();
       if (now >= next_log) {
-        HLOG_WARN("shm: withdrawing registration {} has waited {} ms for a copy of process {} (stopped?)", gen,
-                  std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count(), pid);
+        HLOG_WARN("shm: withdrawing registration {} has waited {} ms for a copy of reader {} (a stopped process?)",
+                  gen, std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count(), owner);
         next_log = now + std::chrono::seconds(5);
       }
       if (spin < 64) std::this_thread::yield();
       else std::this_thread::sleep_for(std::chrono::microseconds(spin < 1000 ? 20 : 1000));
     }
+  }
+}
+
+bool TableWriter::live(uint64_t token) const {
+  std::lock_guard lk(readers_mu_);
+  return token != 0 && readers_.count(token) != 0;
+}
+
+void TableWriter::readerJoined(uint64_t token) {
+  std::lock_guard lk(readers_mu_);
+  readers_.insert(token);
+}
+
+void TableWriter::readerLeft(uint64_t token) {
+  {
+    std::lock_guard lk(readers_mu_);
+    readers_.erase(token);
+  }
+  if (!map_) return;
+  void* r = static_cast<char*>(map_) + readersOffset(kTableCapacity);
+  const uint64_t used = std::min<uint64_t>(load(readersHeader(r)->used, std::memory_order_acquire), kReaderSlots);
+  ReaderSlot* sl = slots(r);
+  for (uint64_t i = 0; i < used; ++i) {
+    std::atomic_ref<uint64_t> owner(sl[i].owner);
+    uint64_t cur = token;
+    if (owner.load(std::memory_order_acquire) != token) continue;
+    store(sl[i].hazard, 0, std::memory_order_release);
+    owner.compare_exchange_strong(cur, 0, std::memory_order_acq_rel);
   }
 }
 
@@ -176,24 +198,17 @@ TableView::~TableView() {
   if (readers_) ::munmap(readers_, readersBytes());
 }
 
-Status TableView::open(int64_t pid, int fd, uint64_t nonce, std::unique_ptr<TableView>& out) {
-  const std::string path = fmt::format("/proc/{}/fd/{}", pid, fd);
-  // Read-write: the readers' area is written here (the entries are mapped
-  // read-only all the same).
-  int f = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (f < 0) return {Code::kNotSupported, fmt::format("cannot open the peer's shm table {}: {}", path, std::strerror(errno))};
+Status TableView::open(int f, uint64_t nonce, std::unique_ptr<TableView>& out) {
+  const std::string path = "the table the peer passed";
   struct stat st {};
-  if (::fstat(f, &st) != 0 || static_cast<size_t>(st.st_size) < fileBytes(kTableCapacity)) {
-    ::close(f);
+  if (::fstat(f, &st) != 0 || static_cast<size_t>(st.st_size) < fileBytes(kTableCapacity))
     return {Code::kNotSupported, fmt::format("{} is not a hawser shm table of version {} (size)", path, kTableVersion)};
-  }
   const size_t head = readersOffset(kTableCapacity);
   void* m = ::mmap(nullptr, head, PROT_READ, MAP_SHARED, f, 0);
   void* r = m == MAP_FAILED ? MAP_FAILED
                             : ::mmap(nullptr, readersBytes(), PROT_READ | PROT_WRITE, MAP_SHARED, f,
                                      static_cast<off_t>(head));
   const int err = errno;
-  ::close(f);  // the mappings keep the memfd alive
   if (m == MAP_FAILED || r == MAP_FAILED) {
     if (m != MAP_FAILED) ::munmap(m, head);
     return {Code::kNotSupported, fmt::format("mmap of {}: {}", path, std::strerror(err))};
@@ -211,15 +226,14 @@ bool TableView::closed() const { return load(header(map_)->closed, std::memory_o
 
 ReaderSlot* TableView::slot(int i) const { return &slots(readers_)[i]; }
 
-int TableView::claimSlot() const {
-  const uint64_t me = static_cast<uint64_t>(::getpid());
+int TableView::claimSlot(uint64_t token) const {
   ReadersHeader* rh = readersHeader(readers_);
   for (uint32_t i = 0; i < kReaderSlots; ++i) {
-    std::atomic_ref<uint64_t> pid(slot(static_cast<int>(i))->pid);
-    uint64_t cur = pid.load(std::memory_order_acquire);
-    if (cur != 0 && (cur == me || alive(cur))) continue;
-    if (!pid.compare_exchange_strong(cur, me, std::memory_order_acq_rel)) continue;
-    store(slot(static_cast<int>(i))->hazard, 0, std::memory_order_release);  // a dead holder's
+    std::atomic_ref<uint64_t> owner(slot(static_cast<int>(i))->owner);
+    uint64_t cur = 0;
+    if (owner.load(std::memory_order_acquire) != 0) continue;
+    if (!owner.compare_exchange_strong(cur, token, std::memory_order_acq_rel)) continue;
+    store(slot(static_cast<int>(i))->hazard, 0, std::memory_order_release);
     std::atomic_ref<uint64_t> used(rh->used);
     uint64_t u = used.load(std::memory_order_acquire);
     while (u < i + 1 && !used.compare_exchange_weak(u, i + 1, std::memory_order_acq_rel)) {
@@ -232,7 +246,7 @@ int TableView::claimSlot() const {
 void TableView::releaseSlot(int i) const {
   if (i < 0) return;
   store(slot(i)->hazard, 0, std::memory_order_release);
-  store(slot(i)->pid, 0, std::memory_order_release);
+  store(slot(i)->owner, 0, std::memory_order_release);
 }
 
 bool TableView::enter(int i, uint64_t entry_addr, uint64_t gen) const {

@@ -7,7 +7,7 @@
 //
 // Layout: a 64-byte header, then `capacity` entries {addr, length, gen} sorted
 // by addr (mapped read-only by initiators); then, page-aligned, the readers'
-// area: a 64-byte header and kReaderSlots slots {pid, hazard} that
+// area: a 64-byte header and kReaderSlots slots {owner, hazard} that
 // initiators write (mapped read-write by them). The writer (one process,
 // under its own mutex) publishes a change of the entries as a seqlock: seq
 // odd while the entries change, even when they are consistent. Readers retry
@@ -24,8 +24,11 @@
 // generation it copies under into its slot's `hazard`, then checks (after a
 // full fence) that the entry of that generation is still in the table, and
 // clears `hazard` once the copy returned. remove() takes the entry out of the
-// table, fences, then waits until no slot of a live process holds that
-// generation. Either the initiator's check sees the removal (and copies
+// table, fences, then waits until no slot of a live reader holds that
+// generation. A slot's owner is a token the target gave the initiator's
+// connection to its socket (shm_socket.h), not a pid (pids mean nothing
+// across pid namespaces): the connection closes when the initiator's process
+// ends, and the target then frees every slot of that token. Either the initiator's check sees the removal (and copies
 // nothing), or remove() sees the hazard (and waits for the copy): no copy on
 // a range starts after remove() began, or runs after it returned.
 #pragma once
@@ -36,6 +39,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include "hawser/status.h"
@@ -43,7 +47,7 @@
 namespace hawser::shm {
 
 inline constexpr uint64_t kTableMagic = 0x6873776172746162ull;  // "hswartab"
-inline constexpr uint32_t kTableVersion = 2;
+inline constexpr uint32_t kTableVersion = 3;  // 3: slots are owned by tokens
 inline constexpr uint32_t kTableCapacity = 65536;  // ranges one target can expose
 inline constexpr uint32_t kReaderSlots = 4096;     // initiator copy threads one target serves at once
 
@@ -73,7 +77,7 @@ struct ReadersHeader {
   uint64_t pad[7];
 };
 struct ReaderSlot {
-  uint64_t pid;     // the initiator process holding the slot; 0: free
+  uint64_t owner;   // the token of the initiator holding the slot; 0: free
   uint64_t hazard;  // the generation one of its copies runs under; 0: none
   uint64_t pad[6];  // a cache line each: copy threads do not share lines
 };
@@ -104,12 +108,18 @@ class TableWriter {
   Status add(uint64_t addr, uint64_t length, uint64_t& gen);
   // Withdraws the range registered at `addr`: no initiator starts a copy on
   // it from here on, and this returns once no copy that had started is still
-  // running (a slot whose process is gone is not waited for).
-  void remove(uint64_t addr);
+  // running (a slot whose reader left is not waited for).
+  // Returns the generation withdrawn (0: nothing was registered there).
+  uint64_t remove(uint64_t addr);
   // The engine shuts down: empties the table, marks it closed and waits for
   // every copy in flight.
   void close();
   size_t size() const;
+  // Readers: an initiator connected (its slots are owned by `token`), or
+  // left (its connection closed: its process, or its engine's handle on
+  // this one, ended); leaving frees its slots.
+  void readerJoined(uint64_t token);
+  void readerLeft(uint64_t token);
   // Withdrawals that had to wait for an initiator's copy.
   uint64_t waits() const { return waits_.load(std::memory_order_relaxed); }
 
@@ -121,12 +131,15 @@ class TableWriter {
   void publishLocked();
   // Waits until no live reader holds `gen` (0: any generation).
   void waitForReaders(uint64_t gen);
+  bool live(uint64_t token) const;
   int fd_ = -1;
   void* map_ = nullptr;
   mutable std::mutex mu_;
   std::map<uint64_t, Range> ranges_;  // by addr
   uint64_t next_gen_ = 1;
   std::atomic<uint64_t> waits_{0};
+  mutable std::mutex readers_mu_;
+  std::set<uint64_t> readers_;  // live tokens
 };
 
 // The reader's decode steps over a mapping of tableBytes(kTableCapacity)
@@ -147,17 +160,18 @@ bool lookupOnce(const void* map, uint64_t addr, uint64_t len, bool& in, TableEnt
 class TableView {
  public:
   ~TableView();
-  // Opens /proc/<pid>/fd/<fd>, maps it and checks magic, version and nonce.
-  static Status open(int64_t pid, int fd, uint64_t nonce, std::unique_ptr<TableView>& out);
+  // Maps the table file `fd` (the target passed it; not closed here) and
+  // checks magic, version and nonce.
+  static Status open(int fd, uint64_t nonce, std::unique_ptr<TableView>& out);
   // Whether [addr, addr+len) lies inside one exposed range now; `entry`
   // gets that range and its generation.
   bool find(uint64_t addr, uint64_t len, TableEntry& entry) const;
   // Whether the owner's engine shut down (its process may live on).
   bool closed() const;
 
-  // A reader slot for one copy thread of this process: a free one, or one
-  // whose process is gone. -1 when every slot is held.
-  int claimSlot() const;
+  // A free reader slot for one copy thread of the reader `token`; -1 when
+  // every slot is held.
+  int claimSlot(uint64_t token) const;
   void releaseSlot(int slot) const;
   // Announces a copy under registration `gen` (the entry at `entry_addr`)
   // in `slot`, then checks that registration is still exposed: true, and the

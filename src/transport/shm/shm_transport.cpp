@@ -21,7 +21,10 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "metadata/descriptor.h"
+#include "transport/shm/shm_backing.h"
 #include "transport/shm/shm_internal.h"
+#include "transport/shm/shm_server.h"
+#include "transport/shm/shm_socket.h"
 #include "transport/shm/shm_testing.h"
 
 namespace hawser {
@@ -36,12 +39,18 @@ using shm::Slice;
 
 static_assert(findKnob("shm.threads")->hi == static_cast<int64_t>(shm::kMaxThreads));
 
+namespace {
+constexpr int kSocketTimeoutMs = 5000;  // a peer's socket answers within this
+}
+
 Status ShmTransport::loadSettings(const Config& cfg, ShmSettings& out) {
   ShmSettings s;
   Status st;
   if (!(st = cfg.getInt("shm.threads", s.threads)).ok() || !(st = cfg.getSize("shm.split_bytes", s.split_bytes)).ok() ||
-      !(st = cfg.getInt("shm.max_iov", s.max_iov)).ok())
+      !(st = cfg.getInt("shm.max_iov", s.max_iov)).ok() || !(st = cfg.getString("shm.socket_dir", s.socket_dir)).ok() ||
+      !(st = cfg.getBool("shm.shared_mappings", s.shared_mappings)).ok())
     return st;
+  while (s.socket_dir.size() > 1 && s.socket_dir.back() == '/') s.socket_dir.pop_back();
   if (s.threads == 0) s.threads = std::clamp<uint32_t>(std::thread::hardware_concurrency(), 1, 4);
   out = s;
   return Status::OK();
@@ -75,16 +84,24 @@ Status ShmTransport::install(const TransportContext& ctx) {
   std::random_device rd;
   do nonce_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   while (nonce_ == 0);
-  // The kernel may lack or forbid cross-memory attach (seccomp in containers).
+  // The kernel may lack or forbid cross-memory attach (seccomp in
+  // containers): then only shareable memory is served (each peer's probe
+  // finds the same).
   uint64_t probe = 0;
   iovec l{&probe, sizeof probe}, r{&nonce_, sizeof nonce_};
   if (::process_vm_readv(::getpid(), &l, 1, &r, 1, 0) != static_cast<ssize_t>(sizeof probe) || probe != nonce_)
-    return {Code::kNotSupported, fmt::format("process_vm_readv does not work here: {}", std::strerror(errno))};
+    cma_here_ = fmt::format("process_vm_readv does not work here: {}", std::strerror(errno));
   const long self = ::syscall(SYS_pidfd_open, ::getpid(), 0);
   if (self < 0) return {Code::kNotSupported, fmt::format("pidfd_open (Linux 5.3+): {}", std::strerror(errno))};
   ::close(static_cast<int>(self));
   s = table_.create(nonce_);
   if (!s.ok()) return s;
+  server_ = std::make_unique<shm::Server>(table_, nonce_);
+  s = server_->start(settings_.socket_dir);
+  if (!s.ok()) {
+    server_.reset();
+    return s;
+  }
   epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
   evfd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (epfd_ < 0 || evfd_ < 0) return {Code::kInternal, fmt::format("shm: epoll/eventfd: {}", std::strerror(errno))};
@@ -95,8 +112,9 @@ Status ShmTransport::install(const TransportContext& ctx) {
   watcher_ = std::thread([this] { watch(); });
   for (uint32_t i = 0; i < settings_.threads; ++i) workers_.emplace_back([this, i] { work(i); });
   installed_ = true;
-  HLOG_INFO("shm transport: {} copy thread(s), split {} B, up to {} runs per call", settings_.threads,
-            settings_.split_bytes, settings_.max_iov);
+  HLOG_INFO("shm transport: {} copy thread(s), split {} B, up to {} runs per call, socket {}, shared mappings {}",
+            settings_.threads, settings_.split_bytes, settings_.max_iov, server_->name(),
+            settings_.shared_mappings ? "on" : "off");
   return Status::OK();
 }
 
@@ -107,6 +125,7 @@ void ShmTransport::shutdown() {
     if (stopping_.exchange(true)) return;
   }
   table_.close();  // initiators stop copying from/to this engine's memory
+  if (server_) server_->stop();
   cv_.notify_all();
   for (auto& w : workers_) w.join();
   workers_.clear();
@@ -129,11 +148,7 @@ void ShmTransport::describe(nlohmann::json& attrs) const {
   attrs["pid"] = static_cast<int64_t>(::getpid());
   attrs["nonce"] = nonce_;
   attrs["probe"] = reinterpret_cast<uint64_t>(&nonce_);
-  attrs["table_fd"] = table_.fd();
-  // The pid namespace `pid` is a number of: a peer in another one finds
-  // some other process (or none) under that number.
-  struct stat st {};
-  if (::stat("/proc/self/ns/pid", &st) == 0) attrs["pidns"] = static_cast<uint64_t>(st.st_ino);
+  attrs["socket"] = server_ ? server_->name() : "";
 }
 
 Status ShmTransport::registerMemory(void* addr, size_t length, const std::string& location, bool remote_accessible,
@@ -142,12 +157,24 @@ Status ShmTransport::registerMemory(void* addr, size_t length, const std::string
   if (!installed_ || !remote_accessible || memoryKindOf(location) != kHostMemory) return Status::OK();
   uint64_t gen = 0;
   Status s = table_.add(reinterpret_cast<uint64_t>(addr), length, gen);
-  if (s.ok()) attrs["gen"] = gen;
-  return s;
+  if (!s.ok()) return s;
+  attrs["gen"] = gen;
+  // Shareable pages: peers map them once and copy with memcpy.
+  shm::Backing b;
+  std::string why;
+  if (shm::findBacking(reinterpret_cast<uint64_t>(addr), length, b, why)) {
+    server_->share(gen, reinterpret_cast<uint64_t>(addr), length, b);
+    attrs["shared"] = true;
+    HLOG_DEBUG("shm: registration {} [{}, +{}) is shareable ({})", gen, addr, length, b.what);
+  } else {
+    HLOG_DEBUG("shm: registration {} [{}, +{}) is not shareable: {}", gen, addr, length, why);
+  }
+  return Status::OK();
 }
 
 Status ShmTransport::unregisterMemory(void* addr, size_t) {
-  table_.remove(reinterpret_cast<uint64_t>(addr));
+  const uint64_t gen = table_.remove(reinterpret_cast<uint64_t>(addr));
+  if (gen && server_) server_->unshare(gen);
   return Status::OK();
 }
 
@@ -173,49 +200,60 @@ Status ShmTransport::openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHandl
     v = f->get<uint64_t>();
     return true;
   };
-  uint64_t version = 0, pid = 0, nonce = 0, probe = 0, table_fd = 0;
-  if (!num("version", version) || !num("pid", pid) || !num("nonce", nonce) || !num("probe", probe) ||
-      !num("table_fd", table_fd) || pid == 0 || pid > INT32_MAX || table_fd > INT32_MAX)
+  uint64_t version = 0, pid = 0, nonce = 0, probe = 0;
+  if (!num("version", version))
     return declined(why, RouteReason::kPeerIncompatible,
-                   {Code::kNotSupported,
-                    fmt::format("segment '{}': malformed shm attributes {}", seg.name, it->dump())});
+                    {Code::kNotSupported,
+                     fmt::format("segment '{}': malformed shm attributes {}", seg.name, it->dump())});
   if (version != shm::kDescVersion)
     return declined(why, RouteReason::kPeerIncompatible,
-                   {Code::kNotSupported, fmt::format("segment '{}': shm version {} (this build speaks {})", seg.name,
-                                                     version, shm::kDescVersion)});
-  if (auto ns = it->find("pidns"); ns != it->end() && ns->is_number_unsigned()) {
-    struct stat st {};
-    if (::stat("/proc/self/ns/pid", &st) == 0 && ns->get<uint64_t>() != static_cast<uint64_t>(st.st_ino)) {
-      counts_->peers_refused++;
-      return declined(why, RouteReason::kOtherPidNamespace,
-                      {Code::kNotSupported,
-                       fmt::format("segment '{}' runs in another pid namespace (pid:[{}], this process pid:[{}]): its "
-                                   "pid {} does not name it here",
-                                   seg.name, ns->get<uint64_t>(), st.st_ino, pid)});
-    }
-  }
-  const std::string key = fmt::format("{}/{}", pid, nonce);
+                    {Code::kNotSupported, fmt::format("segment '{}': shm version {} (this build speaks {})", seg.name,
+                                                      version, shm::kDescVersion)});
+  auto sock = it->find("socket");
+  if (!num("pid", pid) || !num("nonce", nonce) || !num("probe", probe) || pid == 0 || pid > INT32_MAX ||
+      sock == it->end() || !sock->is_string() || sock->get<std::string>().empty())
+    return declined(why, RouteReason::kPeerIncompatible,
+                    {Code::kNotSupported,
+                     fmt::format("segment '{}': malformed shm attributes {}", seg.name, it->dump())});
+  const std::string socket = sock->get<std::string>();
+  const std::string key = fmt::format("{}/{}", socket, nonce);
+  std::shared_ptr<Peer> peer;
   {
-    std::shared_ptr<Peer> p;  // released after the lock (its deleter takes it)
     std::lock_guard lk(peers_mu_);
-    if (auto e = peers_.find(key); e != peers_.end()) p = e->second.lock();
-    if (p && !p->dead.load()) {
-      out = std::make_shared<shm::PeerRef>(std::move(p), shm::registrationsOf(seg));
-      return Status::OK();
+    if (auto e = peers_.find(key); e != peers_.end()) peer = e->second.lock();
+  }
+  if (peer && peer->dead.load()) peer.reset();  // (released outside the lock: its deleter takes it)
+  if (!peer) {
+    Status s = connectPeer(seg, socket, nonce, probe, static_cast<int64_t>(pid), peer, why);
+    if (!s.ok()) {
+      counts_->peers_refused++;
+      return s;
     }
   }
-  // A pidfd first: if the probe then finds the nonce, the pidfd is that process.
-  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
-  if (pidfd < 0) {
+  std::vector<shm::Reg> regs;
+  Status s = bindRegistrations(*peer, seg, regs, why);
+  if (!s.ok()) {
     counts_->peers_refused++;
-    return declined(why, RouteReason::kOtherPidNamespace,
-                   {Code::kNotSupported, fmt::format("pid {} of segment '{}' is not running in this pid namespace ({})",
-                                                     pid, seg.name, std::strerror(errno))});
+    return s;
   }
+  bool all_mapped = true;
+  for (const shm::Reg& r : regs)
+    if (r.gen != 0 && !r.map) all_mapped = false;
+  (all_mapped ? counts_->peers_mapped : counts_->peers_cma)++;
+  out = std::make_shared<shm::PeerRef>(std::move(peer), std::move(regs));
+  return Status::OK();
+}
+
+Status ShmTransport::connectPeer(const SegmentDesc& seg, const std::string& socket, uint64_t nonce, uint64_t probe,
+                                 int64_t own_pid, std::shared_ptr<Peer>& out, RouteDecline& why) {
+  int fd = -1;
+  RouteReason reason = RouteReason::kNone;
+  Status s = shm::connectTo(socket, fd, reason);
+  if (!s.ok()) return declined(why, reason, s);
   auto peer = std::shared_ptr<Peer>(new Peer(), [this](Peer* p) {
     if (p->table)
       for (int slot : p->slots) p->table->releaseSlot(slot);
-    {
+    if (p->pidfd >= 0) {
       std::lock_guard plk(peers_mu_);
       auto b = by_pidfd_.find(p->pidfd);
       if (b != by_pidfd_.end() && b->second.expired()) by_pidfd_.erase(b);
@@ -223,61 +261,124 @@ Status ShmTransport::openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHandl
         e = e->second.expired() ? peers_.erase(e) : std::next(e);
       if (epfd_ >= 0) ::epoll_ctl(epfd_, EPOLL_CTL_DEL, p->pidfd, nullptr);
     }
-    ::close(p->pidfd);
+    if (p->pidfd >= 0) ::close(p->pidfd);
+    if (p->sock >= 0) ::close(p->sock);  // the peer frees our reader slots
     delete p;
   });
   peer->owner = this;
-  peer->pid = static_cast<int64_t>(pid);
+  peer->sock = fd;
+  peer->own_pid = own_pid;
   peer->nonce = nonce;
-  peer->pidfd = pidfd;
-  uint64_t word = 0;
-  iovec l{&word, sizeof word}, r{reinterpret_cast<void*>(probe), sizeof word};
-  if (::process_vm_readv(static_cast<pid_t>(pid), &l, 1, &r, 1, 0) != static_cast<ssize_t>(sizeof word)) {
-    const int err = errno;
-    counts_->peers_refused++;
-    if (err == EPERM || err == EACCES)
-      return declined(why, RouteReason::kPermissionDenied, {Code::kNotSupported, shm::cmaRefusal(peer->pid, err)});
-    // The pid names a process here without the owner's probe word mapped
-    // (or none at all): the owner's pid is of another pid namespace.
-    if (err == EFAULT || err == ESRCH)
-      return declined(why, RouteReason::kOtherPidNamespace,
-                     {Code::kNotSupported,
-                      fmt::format("pid {} here is not the owner of segment '{}': its probe word is not there ({}); "
-                                  "the owner runs in another pid namespace",
-                                  pid, seg.name, std::strerror(err))});
-    return declined(why, RouteReason::kRefused,
-                   {Code::kNotSupported,
-                    fmt::format("process_vm_readv of pid {}'s probe word failed: {}", pid, std::strerror(err))});
-  }
-  if (word != nonce) {
-    counts_->peers_refused++;
-    return declined(why, RouteReason::kOtherPidNamespace,
-                   {Code::kNotSupported,
-                    fmt::format("pid {} here is not the owner of segment '{}' (another pid namespace?)", pid,
-                                seg.name)});
-  }
-  std::unique_ptr<shm::TableView> table;
-  Status s = shm::TableView::open(peer->pid, static_cast<int>(table_fd), nonce, table);
-  if (!s.ok()) {
-    counts_->peers_refused++;
-    return declined(why, RouteReason::kRefused, s);
-  }
-  if (table->closed()) {
-    counts_->peers_refused++;
+  // Who listens there: a process of a user we trust, and where it is in
+  // this pid namespace (0: not visible from here).
+  shm::Cred cred;
+  s = shm::peerCred(fd, cred);
+  if (!s.ok()) return declined(why, RouteReason::kRefused, s);
+  if (!shm::trusted(cred.uid))
+    return declined(why, RouteReason::kPermissionDenied, {Code::kNotSupported, fmt::format("the socket {} of segment '{}' belongs to uid {}: shm serves peers of the "
+                                             "same user (or root) only",
+                                             socket, seg.name, cred.uid)});
+  shm::Msg hello;
+  hello.type = static_cast<uint32_t>(shm::MsgType::kHello);
+  hello.nonce = nonce;
+  shm::Msg w;
+  std::vector<int> fds;
+  s = shm::sendMsg(fd, hello);
+  if (s.ok()) s = shm::recvMsg(fd, w, fds, kSocketTimeoutMs);
+  if (!s.ok())
     return declined(why, RouteReason::kPeerGone,
-                    {Code::kNotSupported, fmt::format("the engine of pid {} shut down", pid)});
-  }
+                    {Code::kNotSupported, fmt::format("segment '{}': the shm socket {} did not answer: {}", seg.name,
+                                                      socket, s.message())});
+  struct Closer {
+    std::vector<int>& v;
+    ~Closer() {
+      for (int f : v)
+        if (f >= 0) ::close(f);
+    }
+  } closer{fds};
+  // The target refuses another user (permission), or a nonce it does not
+  // hold (a stale descriptor: the owner restarted).
+  if (w.type != static_cast<uint32_t>(shm::MsgType::kWelcome) || w.status != 0)
+    return declined(why, w.whyText().find("nonce") != std::string::npos ? RouteReason::kPeerGone
+                                                                        : RouteReason::kPermissionDenied,
+                    {Code::kNotSupported, fmt::format("segment '{}': its shm socket refused this process: {}",
+                                                      seg.name, w.whyText())});
+  if (w.nonce != nonce || fds.size() != 2 || w.token == 0)
+    return declined(why, RouteReason::kPeerIncompatible,
+                    {Code::kNotSupported, fmt::format("segment '{}': its shm socket answered with another process's "
+                                                      "credentials",
+                                                      seg.name)});
+  peer->token = w.token;
+  std::unique_ptr<shm::TableView> table;
+  s = shm::TableView::open(fds[0], nonce, table);
+  if (!s.ok()) return declined(why, RouteReason::kRefused, s);
+  if (table->closed())
+    return declined(why, RouteReason::kPeerGone,
+                    {Code::kNotSupported, fmt::format("the engine of pid {} shut down", own_pid)});
   peer->table = std::move(table);
+  peer->pidfd = std::exchange(fds[1], -1);
+  // Cross-memory attach: the probe word at the pid the kernel names here.
+  peer->pid = cred.pid;
+  if (cred.pid <= 0) {
+    peer->cma_why = fmt::format("pid {} (in its own pid namespace) is not visible from this one", own_pid);
+    peer->cma_reason = RouteReason::kOtherPidNamespace;
+  } else {
+    uint64_t word = 0;
+    iovec l{&word, sizeof word}, r{reinterpret_cast<void*>(probe), sizeof word};
+    if (::process_vm_readv(cred.pid, &l, 1, &r, 1, 0) != static_cast<ssize_t>(sizeof word)) {
+      const int err = errno;
+      peer->cma_reason = err == EPERM || err == EACCES ? RouteReason::kPermissionDenied : RouteReason::kRefused;
+      peer->cma_why = err == EPERM || err == EACCES ? shm::cmaRefusal(cred.pid, err)
+                                                    : fmt::format("process_vm_readv of pid {}'s probe word failed: {}",
+                                                                  cred.pid, std::strerror(err));
+    } else if (word != nonce) {
+      peer->cma_why = fmt::format("pid {} here does not hold the owner's nonce", cred.pid);
+      peer->cma_reason = RouteReason::kOtherPidNamespace;
+    } else {
+      peer->cma = true;
+    }
+  }
   std::lock_guard lk(peers_mu_);
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.fd = pidfd;
-  if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, pidfd, &ev) != 0)
-    return {Code::kInternal, fmt::format("shm: epoll_ctl on a pidfd: {}", std::strerror(errno))};
-  by_pidfd_[pidfd] = peer;
-  peers_[key] = peer;
+  ev.data.fd = peer->pidfd;
+  if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, peer->pidfd, &ev) != 0)
+    return declined(why, RouteReason::kRefused,
+                    {Code::kInternal, fmt::format("shm: epoll_ctl on a pidfd: {}", std::strerror(errno))});
+  by_pidfd_[peer->pidfd] = peer;
+  peers_[fmt::format("{}/{}", socket, nonce)] = peer;
   counts_->peers_opened++;
-  out = std::make_shared<shm::PeerRef>(std::move(peer), shm::registrationsOf(seg));
+  out = std::move(peer);
+  return Status::OK();
+}
+
+Status ShmTransport::bindRegistrations(Peer& p, const SegmentDesc& seg, std::vector<shm::Reg>& out,
+                                       RouteDecline& why) {
+  out = shm::registrationsOf(seg);
+  size_t unmapped = 0, exposed = 0;
+  std::string first_why;
+  for (shm::Reg& r : out) {
+    if (r.gen == 0) continue;
+    ++exposed;
+    std::string no_map = "private memory (not a memfd or a shared file)";
+    if (r.shared && settings_.shared_mappings) r.map = p.mapping(r.gen, no_map);
+    if (!settings_.shared_mappings) no_map = "shm.shared_mappings is off";
+    if (!r.map) {
+      if (unmapped++ == 0) first_why = fmt::format("[{:#x}, +{}): {}", r.addr, r.length, no_map);
+    } else if (r.map->addr != r.addr || r.map->length != r.length) {
+      return declined(why, RouteReason::kPeerIncompatible,
+                      {Code::kNotSupported, fmt::format("segment '{}': the peer's registration {} is [{:#x}, +{}), its "
+                                                        "descriptor says [{:#x}, +{})",
+                                                        seg.name, r.gen, r.map->addr, r.map->length, r.addr,
+                                                        r.length)});
+    }
+  }
+  if (unmapped && !p.cma)
+    return declined(why, p.cma_reason,
+                    {Code::kNotSupported,
+                     fmt::format("{} of {} buffers of segment '{}' cannot be mapped (first: {}) and cross-memory "
+                                 "attach is not available: {}",
+                                 unmapped, exposed, seg.name, first_why, p.cma_why)});
   return Status::OK();
 }
 
@@ -360,7 +461,8 @@ void ShmTransport::runGroup(unsigned worker, Group* g, shm::Scratch& sc) {
   Peer* p = first->peer;
   const bool is_read = first->is_read;
   const uint64_t gen = first->gen, reg_addr = first->reg_addr, reg_len = first->reg_len;
-  const int64_t pid = p->pid;
+  const int64_t pid = p->own_pid;  // names the peer in messages
+  const auto cma_pid = static_cast<pid_t>(p->pid);
   auto failAll = [&](Code c, auto why) {
     counts_->slices_failed += n;
     shm::endAll(g, TransferState::kFailed, c, why);
@@ -402,6 +504,15 @@ void ShmTransport::runGroup(unsigned worker, Group* g, shm::Scratch& sc) {
   // waits for us; and it is still the registration the tasks started on.
   if (!table->enter(slot, reg_addr, gen)) return withdrawn();
   shm::testing::call(shm::testing::Point::kAnnounced, first->remote, first->len);
+  if (first->map_base) return copyMapped(g, *table, slot);
+  if (!p->cma) {
+    table->leave(slot);
+    return failAll(Code::kUnavailable, [&](const Slice&) {
+      return fmt::format("shm peer {}: its registration {} is not mapped here and cross-memory attach is not "
+                         "available: {}",
+                         pid, gen, p->cma_why);
+    });
+  }
 
   // One call moves the slices from `i` (`off` bytes of it done) on. A short
   // transfer stops at a fault: what it moved completes its slices, the next
@@ -424,10 +535,8 @@ void ShmTransport::runGroup(unsigned worker, Group* g, shm::Scratch& sc) {
       sc.local[cnt] = {s.local + skip, s.len - skip};
       sc.remote[cnt] = {reinterpret_cast<void*>(s.remote + skip), s.len - skip};
     }
-    const ssize_t r = is_read ? ::process_vm_readv(static_cast<pid_t>(pid), sc.local.data(), cnt, sc.remote.data(),
-                                                   cnt, 0)
-                              : ::process_vm_writev(static_cast<pid_t>(pid), sc.local.data(), cnt, sc.remote.data(),
-                                                    cnt, 0);
+    const ssize_t r = is_read ? ::process_vm_readv(cma_pid, sc.local.data(), cnt, sc.remote.data(), cnt, 0)
+                              : ::process_vm_writev(cma_pid, sc.local.data(), cnt, sc.remote.data(), cnt, 0);
     counts_->copy_calls.fetch_add(1, std::memory_order_relaxed);
     if (r < 0 && errno == EINTR) continue;
     if (r > 0) {
@@ -481,8 +590,31 @@ void ShmTransport::runGroup(unsigned worker, Group* g, shm::Scratch& sc) {
   }
 }
 
+void ShmTransport::copyMapped(Group* g, const shm::TableView& table, int slot) {
+  // The registration is mapped here: plain memory copies, no system call
+  // (the announcement in the table holds the target's unregister meanwhile).
+  Slice* const first = g->first;
+  const uint32_t n = g->n;
+  const bool is_read = first->is_read;
+  uint64_t bytes = 0;
+  for (uint32_t k = 0; k < n; ++k) {
+    const Slice& s = first[k];
+    char* m = s.map_base + (s.remote - s.reg_addr);
+    if (is_read) std::memcpy(s.local, m, s.len);
+    else std::memcpy(m, s.local, s.len);
+    bytes += s.len;
+  }
+  table.leave(slot);
+  counts_->slices_completed += n;
+  counts_->mapped_slices += n;
+  (is_read ? counts_->bytes_read : counts_->bytes_written) += bytes;
+  shm::Ends ends;
+  for (uint32_t k = 0; k < n; ++k) ends.end(&first[k], TransferState::kCompleted, first[k].len, Status::OK());
+}
+
 void ShmTransport::diagnose(TransportDiagnosis& out) const {
   out.facts.emplace_back("copy threads", std::to_string(settings_.threads));
+  out.facts.emplace_back("cross-memory attach", cma_here_.empty() ? "works" : cma_here_);
   out.facts.emplace_back("split bytes", std::to_string(settings_.split_bytes));
   out.facts.emplace_back("iovecs per call", std::to_string(settings_.max_iov));
   std::ifstream f("/proc/sys/kernel/yama/ptrace_scope");
@@ -496,6 +628,11 @@ void ShmTransport::diagnose(TransportDiagnosis& out) const {
   else
     out.facts.emplace_back("yama ptrace_scope", "absent (same user or CAP_SYS_PTRACE)");
   out.facts.emplace_back("exposed regions", std::to_string(table_.size()));
+  out.facts.emplace_back("socket", server_ ? server_->name() : "none");
+  out.facts.emplace_back("socket scope", settings_.socket_dir.empty()
+                                              ? "abstract namespace: peers of this network namespace"
+                                              : "the directory shm.socket_dir: peers that mount it");
+  out.facts.emplace_back("shared mappings", settings_.shared_mappings ? "on" : "off (shm.shared_mappings)");
 }
 
 Counters ShmTransport::stats() const {
@@ -504,7 +641,11 @@ Counters ShmTransport::stats() const {
           {"bytes_read", c.bytes_read.load()},             {"bytes_written", c.bytes_written.load()},
           {"refused_requests", c.refused.load()},          {"peers_opened", c.peers_opened.load()},
           {"peers_refused", c.peers_refused.load()},       {"peers_gone", c.peers_gone.load()},
-          {"copy_calls", c.copy_calls.load()},             {"withdrawals_waited", table_.waits()}};
+          {"copy_calls", c.copy_calls.load()},             {"withdrawals_waited", table_.waits()},
+          {"peers_mapped", c.peers_mapped.load()},         {"peers_cma", c.peers_cma.load()},
+          {"mappings", c.mappings.load()},                 {"mapped_slices", c.mapped_slices.load()},
+          {"readers", server_ ? server_->readers() : 0},   {"readers_refused", server_ ? server_->refused() : 0},
+          {"files_passed", server_ ? server_->filesPassed() : 0}};
 }
 
 std::unique_ptr<Transport> makeShmTransport() { return std::make_unique<ShmTransport>(); }

@@ -1,30 +1,39 @@
-// The shm transport: host memory of another process on the same host,
-// copied by the kernel from one address space to the other
-// (process_vm_readv/writev, "cross-memory attach"), no network hop.
+// The shm transport: host memory of another process on the same host, no
+// network hop. Memory whose pages are shareable (a memfd or a file mapped
+// shared; hawser::allocateHostMemory gives such memory) is mapped once by
+// the peer and copied with memcpy; other memory is copied by the kernel from
+// one address space to the other (process_vm_readv/writev, "cross-memory
+// attach").
 //
 // Target: publishes its pid, a random nonce, the address of a word holding
-// that nonce (the probe) and the fd of its registration table (shm_table.h,
-// a memfd listing its remote-accessible host memory, rewritten on every
-// register/unregister). The target takes no part in a copy.
+// that nonce (the probe) and the name of its local socket (shm_socket.h,
+// shm_server.h), which hands a trusted initiator its registration table
+// (shm_table.h, a memfd listing its remote-accessible host memory, rewritten
+// on every register/unregister), a pidfd of itself, and the file of each
+// shareable registration. The target takes no part in a copy.
 //
-// Initiator: openPeer reads the probe word with process_vm_readv (EPERM:
-// the kernel refuses cross-memory attach to that process; kNotSupported with
-// the reason, and the engine falls back to the next transport), checks it
-// holds the nonce (the pid is that process), opens a pidfd and maps the
-// peer's table through /proc/<pid>/fd. Each task is cut into slices of at
+// Initiator: openPeer connects to the socket (kNotSupported with the reason
+// where it cannot: another network namespace, a socket directory not
+// shared), says hello with the nonce, maps the table and each shareable
+// registration the descriptor lists; reads the probe word with
+// process_vm_readv at the pid SO_PEERCRED names in this pid namespace (EPERM,
+// or a pid not visible from here: no cross-memory attach; the peer is then
+// served only if all its memory is mapped, else the engine falls back to the
+// next transport). Each task is cut into slices of at
 // most shm.split_bytes and bound to the registration that holds its range
 // (its generation in the table); consecutive slices of one prepare (a block
 // request's window of runs) are grouped, up to shm.max_iov of them and
 // shm.split_bytes in all, and each group is moved by one
 // process_vm_readv/writev call with an iovec per slice, by one of
-// shm.threads workers, after announcing it in the peer's table (the
-// target's unregister waits for it). A peer that exits (its pidfd becomes
-// readable, or a copy answers ESRCH) is marked dead at once: its table is
-// unmapped, its slices fail kUnavailable.
+// shm.threads workers (or copied with memcpy from/to the mapping), after
+// announcing it in the peer's table (the target's unregister waits for it).
+// A peer that exits (its pidfd becomes readable, or a copy answers ESRCH) is
+// marked dead at once: its table is unmapped, its slices fail kUnavailable.
 //
-// Files: shm_transport.cpp (install, peers, workers, sub-batches),
-// shm_table.{h,cpp} (the registration table). Trust model, tunables and
-// figures: docs/shm.md.
+// Files: shm_transport.cpp (install, peers, workers), shm_sub_batch.cpp,
+// shm_table.{h,cpp} (the registration table), shm_socket.{h,cpp} and
+// shm_server.{h,cpp} (the local socket), shm_backing.{h,cpp} (which memory
+// is shareable). Trust model, tunables and figures: docs/shm.md.
 #pragma once
 
 #include <atomic>
@@ -49,12 +58,16 @@ struct Slice;
 struct Group;
 struct Scratch;
 class SubBatchImpl;
+class Server;
+struct Reg;
 }  // namespace shm
 
 struct ShmSettings {
   uint32_t threads = 0;             // shm.threads (0: min(4, CPUs))
   uint64_t split_bytes = 512 << 10; // shm.split_bytes
   uint32_t max_iov = 1024;          // shm.max_iov (IOV_MAX)
+  std::string socket_dir;           // shm.socket_dir ("": abstract namespace)
+  bool shared_mappings = true;      // shm.shared_mappings
 };
 
 class ShmTransport final : public Transport {
@@ -79,6 +92,7 @@ class ShmTransport final : public Transport {
 
   static Status loadSettings(const Config& config, ShmSettings& out);
   const ShmSettings& settings() const { return settings_; }
+  void countMapping() { counts_->mappings.fetch_add(1, std::memory_order_relaxed); }
 
  private:
   friend class shm::SubBatchImpl;
@@ -87,13 +101,23 @@ class ShmTransport final : public Transport {
   void work(unsigned worker);
   void watch();
   void runGroup(unsigned worker, shm::Group* g, shm::Scratch& scratch);
+  // A group whose registration is mapped here (announced in `slot`).
+  void copyMapped(shm::Group* g, const shm::TableView& table, int slot);
   void peerGone(int pidfd);
+  // Connects to the peer's socket and maps its table: a new Peer.
+  Status connectPeer(const SegmentDesc& seg, const std::string& socket, uint64_t nonce, uint64_t probe,
+                     int64_t own_pid, std::shared_ptr<shm::Peer>& out, RouteDecline& why);
+  // The registrations of `seg`'s buffers, the shareable ones mapped;
+  // kNotSupported when one is not mapped and cross-memory attach cannot reach it.
+  Status bindRegistrations(shm::Peer& p, const SegmentDesc& seg, std::vector<shm::Reg>& out, RouteDecline& why);
 
   ShmSettings settings_;
   bool installed_ = false;
   std::atomic<bool> stopping_{false};
   uint64_t nonce_ = 0;
+  std::string cma_here_;  // why process_vm_readv does not work in this process ("": it does)
   shm::TableWriter table_;
+  std::unique_ptr<shm::Server> server_;
 
   // Workers and their queue.
   std::mutex mu_;
@@ -119,6 +143,10 @@ class ShmTransport final : public Transport {
     std::atomic<uint64_t> peers_opened{0};
     std::atomic<uint64_t> peers_refused{0};  // openPeer said no (CMA refused, wrong process)
     std::atomic<uint64_t> peers_gone{0};     // peers seen exiting
+    std::atomic<uint64_t> peers_mapped{0};   // peer handles (openPeer: one per descriptor version) with every buffer mapped
+    std::atomic<uint64_t> peers_cma{0};      // peer handles with some buffer over cross-memory attach
+    std::atomic<uint64_t> mappings{0};       // registrations of peers mapped here
+    std::atomic<uint64_t> mapped_slices{0};  // slices copied with memcpy through a mapping
   };
   std::unique_ptr<Counts> counts_;
 };

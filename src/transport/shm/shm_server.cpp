@@ -1,0 +1,167 @@
+// The target's side of the shm transport's local socket (shm_server.h).
+#include "transport/shm/shm_server.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fmt/format.h>
+#include <vector>
+
+#include "base/log.h"
+#include "transport/shm/shm_socket.h"
+
+namespace hawser::shm {
+
+Server::~Server() {
+  stop();
+  std::lock_guard lk(mu_);
+  for (auto& [gen, s] : shared_) ::close(s.b.fd);
+  shared_.clear();
+}
+
+Status Server::start(const std::string& dir) {
+  Status s = listenAt(dir, name_, listen_);
+  if (!s.ok()) return s;
+  pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0));
+  epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  evfd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (pidfd_ < 0 || epfd_ < 0 || evfd_ < 0)
+    return {Code::kNotSupported, fmt::format("shm socket: pidfd/epoll/eventfd: {}", std::strerror(errno))};
+  for (int fd : {listen_, evfd_}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    ::epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev);
+  }
+  thread_ = std::thread([this] { run(); });
+  return Status::OK();
+}
+
+void Server::stop() {
+  if (thread_.joinable()) {
+    uint64_t one = 1;
+    (void)!::write(evfd_, &one, sizeof one);
+    thread_.join();
+  }
+  for (auto& [fd, c] : conns_) {
+    if (c.token) table_.readerLeft(c.token);
+    ::close(fd);
+  }
+  conns_.clear();
+  if (listen_ >= 0 && !name_.empty() && name_[0] != '@') ::unlink(name_.c_str());
+  for (int* fd : {&listen_, &epfd_, &evfd_, &pidfd_}) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
+  }
+}
+
+void Server::share(uint64_t gen, uint64_t addr, uint64_t length, const Backing& b) {
+  std::lock_guard lk(mu_);
+  shared_[gen] = Shared{addr, length, b};
+}
+
+void Server::unshare(uint64_t gen) {
+  std::lock_guard lk(mu_);
+  auto it = shared_.find(gen);
+  if (it == shared_.end()) return;
+  ::close(it->second.b.fd);
+  shared_.erase(it);
+}
+
+void Server::run() {
+  epoll_event evs[16];
+  for (;;) {
+    const int n = ::epoll_wait(epfd_, evs, 16, -1);
+    if (n < 0 && errno != EINTR) return;
+    for (int i = 0; i < n; ++i) {
+      const int fd = evs[i].data.fd;
+      if (fd == evfd_) return;
+      if (fd == listen_) {
+        const int c = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c < 0) continue;
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.fd = c;
+        ::epoll_ctl(epfd_, EPOLL_CTL_ADD, c, &ev);
+        conns_[c] = Conn{};
+        continue;
+      }
+      auto it = conns_.find(fd);
+      if (it == conns_.end()) continue;
+      if (!handle(fd, it->second)) drop(fd);
+    }
+  }
+}
+
+void Server::drop(int fd) {
+  auto it = conns_.find(fd);
+  if (it == conns_.end()) return;
+  if (it->second.token) {
+    table_.readerLeft(it->second.token);  // its slots are free again
+    connected_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  ::epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+  ::close(fd);
+  conns_.erase(it);
+}
+
+bool Server::handle(int fd, Conn& c) {
+  Msg m;
+  std::vector<int> fds;
+  if (!recvMsg(fd, m, fds, 0).ok()) return false;  // closed, or not ours
+  for (int f : fds) ::close(f);                    // initiators send none
+  Msg r;
+  if (m.type == static_cast<uint32_t>(MsgType::kHello)) {
+    r.type = static_cast<uint32_t>(MsgType::kWelcome);
+    Cred cred;
+    Status s = peerCred(fd, cred);
+    if (c.token) {
+      r.status = 1;
+      r.setWhy("a second hello on one connection");
+    } else if (m.nonce != nonce_) {
+      r.status = 1;
+      r.setWhy("the nonce does not match this process's (a stale descriptor: the owner restarted?)");
+    } else if (!s.ok() || !trusted(cred.uid)) {
+      r.status = 1;
+      r.setWhy(s.ok() ? fmt::format("uid {} may not map the memory of uid {} (same user or root only)", cred.uid,
+                                    ::geteuid())
+                      : s.message());
+    }
+    if (r.status != 0) {
+      refused_.fetch_add(1, std::memory_order_relaxed);
+      HLOG_INFO("shm: refused an initiator: {}", r.whyText());
+      (void)sendMsg(fd, r);
+      return false;
+    }
+    c.token = next_token_++;
+    table_.readerJoined(c.token);
+    connected_.fetch_add(1, std::memory_order_relaxed);
+    r.token = c.token;
+    r.nonce = nonce_;
+    return sendMsg(fd, r, {table_.fd(), pidfd_}).ok();
+  }
+  if (m.type == static_cast<uint32_t>(MsgType::kMap) && c.token) {
+    r.type = static_cast<uint32_t>(MsgType::kMapped);
+    r.gen = m.gen;
+    std::lock_guard lk(mu_);
+    auto it = shared_.find(m.gen);
+    if (it == shared_.end()) {
+      r.status = 1;
+      r.setWhy(fmt::format("registration {} is not shareable (private memory, or withdrawn)", m.gen));
+      return sendMsg(fd, r).ok();
+    }
+    r.addr = it->second.addr;
+    r.length = it->second.length;
+    r.offset = it->second.b.offset;
+    passed_.fetch_add(1, std::memory_order_relaxed);
+    return sendMsg(fd, r, {it->second.b.fd}).ok();
+  }
+  return false;  // anything else ends the connection
+}
+
+}  // namespace hawser::shm
