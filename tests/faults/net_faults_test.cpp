@@ -453,7 +453,16 @@ TEST_F(NetFaults, an_initiator_stopped_past_its_timeout_completes_what_moved_mea
                           {"HAWSER_TCP_TIMEOUT_MS=1000"}));
   // Until its batches flow: the target serves its two data connections.
   ASSERT_TRUE(eventually([&] { return targetFds() >= fds_idle + 2; }, 10s));
-  std::this_thread::sleep_for(1500ms);  // mid-run
+  // Mid-run: 8 MiB more of its writes acknowledged by the target's kernel
+  // (every TCP connection of this namespace is the initiator's).
+  auto acked = [] {
+    uint64_t n = 0;
+    for (const TcpSocket& t : tcpSockets()) n += t.bytes_acked;
+    return n;
+  };
+  const uint64_t acked_before = acked();
+  ASSERT_TRUE(eventually([&] { return acked() >= acked_before + (8u << 20); }, 10s))
+      << "the initiator's writes do not flow: " << acked() - acked_before << " bytes acknowledged";
   ASSERT_TRUE(stopProcess(bench.pid)) << "the initiator did not stop";
   std::this_thread::sleep_for(2500ms);  // the property is about time passing: 2.5 x its timeout
   ::kill(bench.pid, SIGCONT);
