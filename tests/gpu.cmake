@@ -43,8 +43,10 @@ foreach(src ${gpu_tests})
 endforeach()
 
 # The rdma GPU test runs the rdma transport over the software verbs provider.
-if(HAWSER_RDMA_BUILT AND TARGET rdma_gpu_test)
+# So does the rdma part of the suite with GPU memory.
+if(HAWSER_RDMA_BUILT)
   add_dependencies(rdma_gpu_test hawser_softverbs)
+  add_dependencies(gpu_memory_suite_test hawser_softverbs)
 endif()
 
 # cuda_abi_test checks src/gpu/cuda_api.h against the toolkit's cuda.h.
