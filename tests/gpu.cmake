@@ -42,6 +42,12 @@ foreach(src ${gpu_tests})
     ENVIRONMENT "HAWSER_TEST_CUDA_DRIVER=$<TARGET_FILE:hawser_fake_cuda>")
 endforeach()
 
+# The C API's GPU memory calls, against the stand-in driver (tests/c).
+if(TARGET c_c_device_memory_test)
+  target_compile_definitions(c_c_device_memory_test PRIVATE HAWSER_FAKE_CUDA="$<TARGET_FILE:hawser_fake_cuda>")
+  add_dependencies(c_c_device_memory_test hawser_fake_cuda)
+endif()
+
 # The rdma GPU test runs the rdma transport over the software verbs provider.
 # So does the rdma part of the suite with GPU memory.
 if(HAWSER_RDMA_BUILT)
