@@ -162,8 +162,9 @@ typedef struct {
 
 /* ---- Engine ---------------------------------------------------------------- */
 
-/* Creates and initializes an engine (C++ TransferEngine + init). metadata_uri: "p2p" (NULL) or
- * "etcd://host:port[,...]"; host NULL or "" = 127.0.0.1; rpc_port 0 = any. *out set on success only. */
+/* Creates and initializes an engine (C++ TransferEngine + init). metadata_uri: "p2p" (NULL), "P2PHANDSHAKE",
+ * "etcd://host:port[,...]", "etcds://host:port[,...]" (TLS) or "http://host:port/path" (Mooncake's HTTP
+ * metadata server): hawser/engine.h; host NULL or "" = 127.0.0.1; rpc_port 0 = any. *out set on success only. */
 int hawser_engine_create(const char* metadata_uri, const char* local_server_name, const char* host,
                          uint16_t rpc_port, hawser_engine_t** out);
 /* As hawser_engine_create with options (NULL = none), checked as EngineOptions says: a bad value
