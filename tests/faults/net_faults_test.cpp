@@ -43,20 +43,6 @@ constexpr int kTimeoutMs = 3000;
 constexpr int kConnectTimeoutMs = 2000;
 constexpr size_t kLocalBytes = 16u << 20;
 
-uint64_t counter(const EngineStats& st, const std::string& transport, const std::string& name) {
-  for (auto& t : st.transports)
-    if (t.transport == transport)
-      for (auto& [k, v] : t.counters)
-        if (k == name) return v;
-  return 0;
-}
-
-uint64_t engineCounter(const EngineStats& st, const std::string& name) {
-  for (auto& [k, v] : st.engine)
-    if (k == name) return v;
-  return 0;
-}
-
 double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // How one batch ended.
@@ -240,7 +226,7 @@ class NetFaults : public ::testing::Test {
     // hear the initiator's close across the outage: TCP keepalive finds it).
     EXPECT_TRUE(eventually([&] { return targetFds() <= fds_before; }, std::chrono::milliseconds(kTimeoutMs * 5)))
         << "target holds " << targetFds() << " descriptors, " << fds_before << " before the outage";
-    EXPECT_EQ(engineCounter(stats(), "batches_open"), 0u);
+    EXPECT_EQ(counter(stats(), "", "batches_open"), 0u);
   }
 
   // An outage shorter than the timeout, during a batch: ridden out on the
