@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from conftest import REGION, Region, _next_to_module, new_engine, pattern, softverbs_lib
+from conftest import REGION, Region, _next_to_module, new_engine, pattern, softverbs_lib, use_softverbs
 
 
 def neg(hw, name):
@@ -223,12 +223,7 @@ def test_local_topology_is_mooncakes_json(hw, monkeypatch):
 
 
 def test_local_topology_lists_the_rdma_nics(hw, monkeypatch, tmp_path):
-    lib = softverbs_lib()
-    if lib is None:
-        pytest.skip("this build has no rdma transport (no libhawser_softverbs.so next to the module)")
-    monkeypatch.setenv("HAWSER_RDMA_VERBS_LIB", lib)
-    monkeypatch.setenv("HAWSER_SOFTVERBS_DEVICES", "sv0,sv1")
-    monkeypatch.setenv("HAWSER_SOFTVERBS_DIR", str(tmp_path))
+    use_softverbs(monkeypatch, tmp_path, "sv0,sv1")
     nics = sorted(sum(json.loads(hw.TransferEngine().get_local_topology()).values(), [])[0] +
                   sum(json.loads(hw.TransferEngine().get_local_topology()).values(), [])[1])
     assert nics == ["sv0", "sv1"]

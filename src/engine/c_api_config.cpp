@@ -16,6 +16,22 @@ void setSource(int* source, hawser::ConfigSource s) {
   if (source) *source = static_cast<int>(s);
 }
 
+// hawser_config_int / _bool: `get` (configInt, configBool) of `key` under
+// `options`, converted to `Out` into *out.
+template <class Value, class Out, class Get>
+int typedValue(const hawser_engine_options_t* options, const char* key, Out* out, int* source, Get get) {
+  if (!key) return nullArg("key");
+  if (!out) return nullArg("out");
+  hawser::EngineOptions opts;
+  if (int rc = toCpp(options, opts); rc != 0) return rc;
+  Value v{};
+  hawser::ConfigSource src = hawser::ConfigSource::kDefault;
+  if (int rc = ret(get(key, opts, v, &src)); rc != 0) return rc;
+  *out = static_cast<Out>(v);
+  setSource(source, src);
+  return 0;
+}
+
 static_assert(HAWSER_CONFIG_DEFAULT == int(hawser::ConfigSource::kDefault) &&
               HAWSER_CONFIG_ENVIRONMENT == int(hawser::ConfigSource::kEnvironment) &&
               HAWSER_CONFIG_OPTIONS == int(hawser::ConfigSource::kOptions));
@@ -64,31 +80,13 @@ int hawser_config_value(const hawser_engine_options_t* options, const char* key,
 
 int hawser_config_int(const hawser_engine_options_t* options, const char* key, int64_t* out, int* source) {
   return guarded([&] {
-    if (!key) return nullArg("key");
-    if (!out) return nullArg("out");
-    hawser::EngineOptions opts;
-    if (int rc = toCpp(options, opts); rc != 0) return rc;
-    int64_t v = 0;
-    hawser::ConfigSource src = hawser::ConfigSource::kDefault;
-    if (int rc = ret(hawser::configInt(key, opts, v, &src)); rc != 0) return rc;
-    *out = v;
-    setSource(source, src);
-    return 0;
+    return typedValue<int64_t>(options, key, out, source, [](auto&&... a) { return hawser::configInt(a...); });
   });
 }
 
 int hawser_config_bool(const hawser_engine_options_t* options, const char* key, int* out, int* source) {
   return guarded([&] {
-    if (!key) return nullArg("key");
-    if (!out) return nullArg("out");
-    hawser::EngineOptions opts;
-    if (int rc = toCpp(options, opts); rc != 0) return rc;
-    bool v = false;
-    hawser::ConfigSource src = hawser::ConfigSource::kDefault;
-    if (int rc = ret(hawser::configBool(key, opts, v, &src)); rc != 0) return rc;
-    *out = v ? 1 : 0;
-    setSource(source, src);
-    return 0;
+    return typedValue<bool>(options, key, out, source, [](auto&&... a) { return hawser::configBool(a...); });
   });
 }
 

@@ -20,16 +20,6 @@ namespace {
 using hawser::test::SuiteParam;
 using hawser::test::TransportSuite;
 
-bool simulated() {
-  const char* e = getenv("HAWSER_TEST_CUDA_DRIVER");
-  return e && *e;
-}
-
-std::string noGpu() {
-  if (!hawser::test::testCudaDriver()) return "no GPU on this host: " + hawser::gpu::CudaDriver::reason();
-  return "";
-}
-
 // tcp with `local` buffers and `target` memory ("cpu" or "cuda:0"). No rdma
 // in either engine: on a GPU host with RDMA NICs it would try to register
 // the GPU memory.
@@ -38,7 +28,7 @@ SuiteParam tcpParam(const std::string& local, const std::string& target) {
   p.transport = "tcp";
   p.env = {"HAWSER_GPU_CUDA_DRIVER=" + hawser::test::testCudaDriverPath(),
            "HAWSER_RDMA_VERBS_LIB=/nonexistent/libibverbs.so.1"};
-  p.skip = noGpu;
+  p.skip = hawser::test::noGpuReason;
   p.local_location = local;
   p.target_location = target;
   return p;
@@ -63,8 +53,9 @@ SuiteParam rdmaParam() {
            std::string("HAWSER_RDMA_VERBS_LIB=") + hawser::test::softVerbsLib(), "HAWSER_SOFTVERBS_DEVICES=sv0,sv1",
            std::string("HAWSER_SOFTVERBS_DIR=") + HAWSER_BUILD_DIR + "/softverbs-suite"};
   p.skip = []() -> std::string {
-    if (std::string why = noGpu(); !why.empty()) return why;
-    if (!simulated()) return "the software verbs provider cannot reach a real GPU's memory (needs a real NIC)";
+    if (std::string why = hawser::test::noGpuReason(); !why.empty()) return why;
+    if (!hawser::test::simulatedCuda())
+      return "the software verbs provider cannot reach a real GPU's memory (needs a real NIC)";
     return "";
   };
   p.local_location = "cuda:0";
