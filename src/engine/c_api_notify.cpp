@@ -17,7 +17,7 @@ static_assert(HAWSER_NOTIFY_WAITING == int(hawser::NotifyState::kWaiting) &&
 static_assert(HAWSER_NOTIFY_KIND_DELIVERED == int(hawser::NotifyKind::kDelivered) &&
               HAWSER_NOTIFY_KIND_FAILED == int(hawser::NotifyKind::kFailed));
 
-int toCpp(const hawser_notification_t* n, hawser::Notification& out) {
+int notificationToCpp(const hawser_notification_t* n, hawser::Notification& out) {
   if (!n) return nullArg("notify");
   if (!n->name && n->name_len) return nullArg("notify->name");
   if (!n->message && n->message_len) return nullArg("notify->message");
@@ -59,7 +59,7 @@ int hawser_submit_with_notify(hawser_engine_t* engine, hawser_batch_id_t batch, 
     if (!engine) return nullArg("engine");
     if (!requests && count) return nullArg("requests");
     hawser::Notification n;
-    if (int rc = toCpp(notify, n); rc != 0) return rc;
+    if (int rc = notificationToCpp(notify, n); rc != 0) return rc;
     std::vector<hawser::TransferRequest> reqs;
     if (int rc = toCpp(requests, count, reqs); rc != 0) return rc;
     return ret(engine->engine.submitTransfer(batch, reqs, n));
@@ -70,7 +70,7 @@ int hawser_send_notify(hawser_engine_t* engine, hawser_segment_id_t target, cons
   return guarded([&] {
     if (!engine) return nullArg("engine");
     hawser::Notification n;
-    if (int rc = toCpp(notify, n); rc != 0) return rc;
+    if (int rc = notificationToCpp(notify, n); rc != 0) return rc;
     return ret(engine->engine.sendNotify(target, n));
   });
 }
@@ -135,7 +135,7 @@ int hawser_transfer_sync_with_notify(hawser_engine_t* engine, const hawser_reque
     if (!engine) return nullArg("engine");
     if (!requests && count) return nullArg("requests");
     hawser::Notification n;
-    if (int rc = toCpp(notify, n); rc != 0) return rc;
+    if (int rc = notificationToCpp(notify, n); rc != 0) return rc;
     std::vector<hawser::TransferRequest> reqs;
     if (int rc = toCpp(requests, count, reqs); rc != 0) return rc;
     std::vector<hawser::TransferStatus> sts;
