@@ -82,6 +82,36 @@ Status EngineImpl::blockRoute(const SegmentView& view, uint32_t local_kind, uint
                                           fmt::join(transportNames(), ","), view.desc->name, why)};
 }
 
+bool EngineImpl::joinRoutes(const SegmentView& view, const std::vector<RouteQuery>& before, const RouteQuery& q,
+                            const Route& chosen, const RouteContract& rc, const Route*& route, BlockPlan& plan) {
+  // The blocks before took `route`, these take `chosen`: the costlier
+  // of the two serves them all when it serves both sides and the cheaper
+  // one fails some of them only by declining their remote buffer (nvlink: a
+  // buffer without an IPC handle). That is a fallback from the cheaper one.
+  const Contract contract = contractOf(rc, nullptr);
+  const bool now_costlier = cheaperRoute(*route, chosen);
+  const Route* costly = now_costlier ? &chosen : route;
+  const Route* cheap = now_costlier ? route : &chosen;
+  RouteDecline declined;
+  auto take = [&](const RouteQuery& x) {
+    if (!routeServes(view, *costly, x, forced_transport_, contract)) return false;
+    RouteDecline d;
+    if (routeServes(view, *cheap, x, forced_transport_, contract, &d)) return true;
+    if (!d.declined()) return false;
+    if (!declined.declined()) declined = std::move(d);
+    return true;
+  };
+  bool ok = take(q);
+  for (size_t k = 0; ok && k < before.size(); ++k) ok = take(before[k]);
+  if (!ok || !declined.declined()) return false;
+  if (now_costlier) {
+    route = costly;
+    plan.fallback = cheap;
+    plan.fallback_why = std::move(declined);
+  }
+  return true;
+}
+
 Status EngineImpl::startPlan(OpCode op, SegmentID target, BlockPlan& plan) {
   Status s = checkInit();
   if (!s.ok()) return s;
@@ -134,6 +164,11 @@ Status EngineImpl::checkBlocks(const BlockSource& src, BlockPlan& plan, bool& re
   uint64_t buf_start = 0, buf_end = 0;
   uint32_t local_kind = 0, remote_kind = kHostMemory;
   const Route* route = nullptr;
+  // The distinct (kinds, remote buffer) the route was checked against, and
+  // which buffers are among them: each new one is routed once (blocks are
+  // many, buffers few).
+  std::vector<RouteQuery> routed;
+  std::vector<uint8_t> buffer_routed;
   int run_buf = -1;  // buffer of the open run
   uint64_t run_reg = 0;
   bool one_buffer = true;
@@ -154,7 +189,7 @@ Status EngineImpl::checkBlocks(const BlockSource& src, BlockPlan& plan, bool& re
     if (b.local == 0) return at(i, Code::kInvalidArgument, "local address is null");
     if (b.local + b.length < b.local) return at(i, Code::kInvalidArgument, "local + length wraps around");
     if (b.remote + b.length < b.remote) return at(i, Code::kOutOfRange, "remote + length wraps around");
-    bool kinds_changed = false;
+    bool kinds_changed = false, new_buffer = false;
     if (b.local < reg_start || b.local + b.length > reg_end) {
       LocalRegion lr;
       std::string where;
@@ -189,26 +224,32 @@ Status EngineImpl::checkBlocks(const BlockSource& src, BlockPlan& plan, bool& re
       const uint32_t kind = memoryKindOf(bd.location);
       kinds_changed |= kind != remote_kind;
       remote_kind = kind;
+      if (buffer_routed.empty()) buffer_routed.resize(plan.view->desc->buffers.size());
+      new_buffer = !buffer_routed[static_cast<size_t>(buf)];
+      buffer_routed[static_cast<size_t>(buf)] = 1;
     }
-    // One request takes one route: a block whose kinds of memory would take
-    // another transport is refused (split the request by kind).
-    if (kinds_changed || !route) {
+    // One request takes one route, checked against every distinct remote
+    // buffer and kinds of memory of its blocks.
+    if (kinds_changed || !route || new_buffer) {
+      const RouteQuery q{local_kind, remote_kind, file ? -1 : buf};
       RouteChoice choice;
-      // The route is chosen by the first block of these kinds; its buffer
-      // stands for the request's (a transport may decline one).
-      s = blockRoute(*plan.view, local_kind, remote_kind, file ? -1 : buf, src.arrays.route, choice);
+      s = blockRoute(*plan.view, local_kind, remote_kind, q.buffer, src.arrays.route, choice);
       if (!s.ok()) return at(i, s.code(), s.message());
-      const Route* r = choice.route;
-      if (!route || choice.fallback) {
+      if (!route) {
+        route = choice.route;
+        plan.fallback = choice.fallback;
+        plan.fallback_why = choice.fallback_why;
+      } else if (choice.route->transport != route->transport) {
+        if (!joinRoutes(*plan.view, routed, q, *choice.route, src.arrays.route, route, plan))
+          return at(i, Code::kInvalidArgument,
+                    fmt::format("local {} would go through transport {}, the blocks before it through {}: one block "
+                                "request moves through one transport (split it by kind of memory)",
+                                loc, choice.route->name, route->name));
+      } else if (choice.fallback && !plan.fallback) {
         plan.fallback = choice.fallback;
         plan.fallback_why = choice.fallback_why;
       }
-      if (route && r->transport != route->transport)
-        return at(i, Code::kInvalidArgument,
-                  fmt::format("local {} would go through transport {}, the blocks before it through {}: one block "
-                              "request moves through one transport (split it by kind of memory)",
-                              loc, r->name, route->name));
-      route = r;
+      routed.push_back(q);
     }
     // Destinations overlapping: the bytes would depend on the order of the copies.
     const uint64_t dest = read ? b.local : b.remote;

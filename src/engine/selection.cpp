@@ -50,7 +50,27 @@ std::string contractText(const Contract& c) {
   return t;
 }
 
+// Empty when `r` may serve `q` under `forced` and `contract`; else why not
+// (`buf`: as unfit's).
+std::string passOver(const SegmentView& view, const Route& r, const RouteQuery& q, const std::string& forced,
+                     const Contract& contract, RouteDecline& buf) {
+  const bool file = isFile(view);
+  if (!forced.empty() && !file && forced != r.name) return fmt::format("not {} (forced by config 'transport')", forced);
+  if (contract.any() && !allows(contract, r, q, file)) return "not allowed by the route contract";
+  return unfit(view, r, q, buf);
+}
+
 }  // namespace
+
+bool cheaperRoute(const Route& a, const Route& b) { return cheaper(a, b); }
+
+bool routeServes(const SegmentView& view, const Route& route, const RouteQuery& q, const std::string& forced,
+                 const Contract& contract, RouteDecline* buffer) {
+  RouteDecline buf;
+  const bool ok = passOver(view, route, q, forced, contract, buf).empty();
+  if (buffer) *buffer = std::move(buf);
+  return ok;
+}
 
 uint32_t routeProperties(const TransportCaps& caps, const RouteQuery& q, bool file) {
   const uint32_t kinds = file ? q.local_kind : (q.local_kind | q.remote_kind);
@@ -69,14 +89,8 @@ RouteChoice selectRoute(const SegmentView& view, const RouteQuery& q, const std:
   const Route* buffer_declined = nullptr;
   RouteDecline buffer_why;
   for (const Route& r : view.routes) {
-    std::string no;
     RouteDecline buf;
-    if (!unforced && forced != r.name)
-      no = fmt::format("not {} (forced by config 'transport')", forced);
-    else if (contracted && !allows(contract, r, q, file))
-      no = "not allowed by the route contract";
-    else
-      no = unfit(view, r, q, buf);
+    const std::string no = passOver(view, r, q, forced, contract, buf);
     if (buf.declined() && (!buffer_declined || cheaper(r, *buffer_declined))) {
       buffer_declined = &r;
       buffer_why = std::move(buf);

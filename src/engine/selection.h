@@ -101,6 +101,14 @@ inline const Route* selectRoute(const SegmentView& view, const RouteQuery& q, co
   return selectRoute(view, q, forced, Contract{}, why).route;
 }
 
+// Whether `route` may serve `q` under `contract` (and config 'transport'
+// `forced`): what selectRoute asks of every candidate. Where the transport
+// opened the peer but declines `q`'s remote buffer, `buffer` says why.
+bool routeServes(const SegmentView& view, const Route& route, const RouteQuery& q, const std::string& forced,
+                 const Contract& contract, RouteDecline* buffer = nullptr);
+// Selection's order: cost rank, then name.
+bool cheaperRoute(const Route& a, const Route& b);
+
 // kNoTransport for a request `contract` forbids (selectRoute under it found
 // none, without it `would`): the transport it would have taken, the better
 // one expected (the cheapest the contract allows that fits the request by
