@@ -4,6 +4,7 @@
 // on both sides merged into runs. The result is a BlockPlan
 // (block_plan.h); block_api.cpp submits and posts plans.
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -80,6 +81,60 @@ Status EngineImpl::blockRoute(const SegmentView& view, uint32_t local_kind, uint
     return {only.code(), fmt::format("segment '{}': {}", view.desc->name, only.message())};
   return {Code::kNoTransport, fmt::format("no installed transport ({}) can serve it to segment '{}': {}",
                                           fmt::join(transportNames(), ","), view.desc->name, why)};
+}
+
+Status EngineImpl::routeBlock(const SegmentView& view, const RouteQuery& q, const RouteContract& rc,
+                              const std::string& loc, std::vector<RouteQuery>* routed, const Route*& route,
+                              BlockPlan& plan) {
+  RouteChoice choice;
+  Status s = blockRoute(view, q.local_kind, q.remote_kind, q.buffer, rc, choice);
+  if (!s.ok()) return s;
+  if (!route) {
+    route = choice.route;
+    plan.fallback = choice.fallback;
+    plan.fallback_why = choice.fallback_why;
+  } else if (choice.route->transport != route->transport) {
+    if (!routed || !joinRoutes(view, *routed, q, *choice.route, rc, route, plan))
+      return {Code::kInvalidArgument,
+              fmt::format("local {} would go through transport {}, the blocks before it through {}: one block request "
+                          "moves through one transport (split it by kind of memory)",
+                          loc, choice.route->name, route->name)};
+  } else if (choice.fallback && !plan.fallback) {
+    plan.fallback = choice.fallback;
+    plan.fallback_why = choice.fallback_why;
+  }
+  if (routed) routed->push_back(q);
+  return Status::OK();
+}
+
+Status EngineImpl::routeBuffers(const BlockSource& src, BlockPlan& plan, const Route*& route) {
+  // The runs' remote buffers in order, each new one (with each kind of
+  // local memory) checked once (blocks are many, buffers few): the route
+  // the first run chose must serve it, or a costlier one must serve them
+  // all (joinRoutes).
+  const SegmentDesc& d = *plan.view->desc;
+  std::vector<uint8_t> seen(2 * d.buffers.size());
+  std::vector<RouteQuery> routed;
+  for (size_t k = 0; k < plan.run_buffer.size(); ++k) {
+    const int b = plan.run_buffer[k];
+    const LocalRegion& lr = plan.regions[plan.run_region.empty() ? 0 : plan.run_region[k]];
+    if (b < 0 || std::exchange(seen[2 * static_cast<size_t>(b) + (lr.gpu >= 0)], uint8_t{1})) continue;
+    const RouteQuery q{lr.gpu >= 0 ? kGpuMemory : kHostMemory, memoryKindOf(d.buffers[static_cast<size_t>(b)].location),
+                       b};
+    if (routed.empty()) {
+      routed.push_back(q);  // the first run's: the route was chosen by it
+      continue;
+    }
+    Status s = routeBlock(*plan.view, q, src.arrays.route, lr.gpu >= 0 ? "GPU memory" : "host memory", &routed, route,
+                          plan);
+    if (s.ok()) continue;
+    // Name the first block in that buffer.
+    const Run r = plan.list[k];
+    size_t i = 0;
+    while (i < src.count && !(src.at(i).remote == r.remote && src.at(i).local == r.local)) ++i;
+    return at(i, s.code(), s.message());
+  }
+  return Status::OK();
 }
 
 bool EngineImpl::joinRoutes(const SegmentView& view, const std::vector<RouteQuery>& before, const RouteQuery& q,
@@ -164,11 +219,6 @@ Status EngineImpl::checkBlocks(const BlockSource& src, BlockPlan& plan, bool& re
   uint64_t buf_start = 0, buf_end = 0;
   uint32_t local_kind = 0, remote_kind = kHostMemory;
   const Route* route = nullptr;
-  // The distinct (kinds, remote buffer) the route was checked against, and
-  // which buffers are among them: each new one is routed once (blocks are
-  // many, buffers few).
-  std::vector<RouteQuery> routed;
-  std::vector<uint8_t> buffer_routed;
   int run_buf = -1;  // buffer of the open run
   uint64_t run_reg = 0;
   bool one_buffer = true;
@@ -189,7 +239,7 @@ Status EngineImpl::checkBlocks(const BlockSource& src, BlockPlan& plan, bool& re
     if (b.local == 0) return at(i, Code::kInvalidArgument, "local address is null");
     if (b.local + b.length < b.local) return at(i, Code::kInvalidArgument, "local + length wraps around");
     if (b.remote + b.length < b.remote) return at(i, Code::kOutOfRange, "remote + length wraps around");
-    bool kinds_changed = false, new_buffer = false;
+    bool kinds_changed = false;
     if (b.local < reg_start || b.local + b.length > reg_end) {
       LocalRegion lr;
       std::string where;
@@ -224,32 +274,17 @@ Status EngineImpl::checkBlocks(const BlockSource& src, BlockPlan& plan, bool& re
       const uint32_t kind = memoryKindOf(bd.location);
       kinds_changed |= kind != remote_kind;
       remote_kind = kind;
-      if (buffer_routed.empty()) buffer_routed.resize(plan.view->desc->buffers.size());
-      new_buffer = !buffer_routed[static_cast<size_t>(buf)];
-      buffer_routed[static_cast<size_t>(buf)] = 1;
     }
-    // One request takes one route, checked against every distinct remote
-    // buffer and kinds of memory of its blocks.
-    if (kinds_changed || !route || new_buffer) {
-      const RouteQuery q{local_kind, remote_kind, file ? -1 : buf};
-      RouteChoice choice;
-      s = blockRoute(*plan.view, local_kind, remote_kind, q.buffer, src.arrays.route, choice);
+    // One request takes one route: chosen by the first block, checked again
+    // where the kinds of memory change (a block whose kinds would take
+    // another transport is refused: split the request by kind) and, after
+    // this loop, against every other remote buffer (routeBuffers).
+    if (kinds_changed || !route) {
+      const Route* r = route;  // `route` itself stays out of memory: the loop reads it every block
+      s = routeBlock(*plan.view, RouteQuery{local_kind, remote_kind, file ? -1 : buf}, src.arrays.route, loc, nullptr,
+                     r, plan);
       if (!s.ok()) return at(i, s.code(), s.message());
-      if (!route) {
-        route = choice.route;
-        plan.fallback = choice.fallback;
-        plan.fallback_why = choice.fallback_why;
-      } else if (choice.route->transport != route->transport) {
-        if (!joinRoutes(*plan.view, routed, q, *choice.route, src.arrays.route, route, plan))
-          return at(i, Code::kInvalidArgument,
-                    fmt::format("local {} would go through transport {}, the blocks before it through {}: one block "
-                                "request moves through one transport (split it by kind of memory)",
-                                loc, choice.route->name, route->name));
-      } else if (choice.fallback && !plan.fallback) {
-        plan.fallback = choice.fallback;
-        plan.fallback_why = choice.fallback_why;
-      }
-      routed.push_back(q);
+      route = r;
     }
     // Destinations overlapping: the bytes would depend on the order of the copies.
     const uint64_t dest = read ? b.local : b.remote;
@@ -311,6 +346,11 @@ Status EngineImpl::checkBlocks(const BlockSource& src, BlockPlan& plan, bool& re
                               lb.length, destinationSide(op), earlier));
       }
     }
+  }
+  if (!one_buffer) {
+    const Route* r = route;
+    if (!(s = routeBuffers(src, plan, r)).ok()) return s;
+    route = r;
   }
   if (plan.list.size() > UINT32_MAX)
     return {Code::kInvalidArgument,
