@@ -46,6 +46,12 @@ class GpuRoutes : public ::testing::Test {
     ASSERT_TRUE(init.registerLocalMemory(local_->data(), local_->size(), "cuda:0", false).ok());
     ASSERT_TRUE(init.openSegment(target.segmentName(), seg_).ok());
   }
+  // Local GPU memory filled with pattern `seed`.
+  void fillLocal(uint64_t seed) const {
+    std::vector<char> data(remote_->size());
+    fillPattern(data.data(), data.size(), seed);
+    local_->upload(data);
+  }
   std::unique_ptr<MappedBuffer> remote_;
   std::unique_ptr<DeviceBuffer> local_;
   SegmentID seg_ = kInvalidSegment;
@@ -56,9 +62,7 @@ TEST_F(GpuRoutes, gpu_memory_without_an_ipc_handle_falls_back_from_nvlink_counte
   TransferEngine target, init;
   ASSERT_NO_FATAL_FAILURE(start(target, init));
   if (IsSkipped()) return;
-  std::vector<char> data(remote_->size());
-  fillPattern(data.data(), data.size(), 91);
-  local_->upload(data);
+  fillLocal(91);
   const uint64_t remote = reinterpret_cast<uint64_t>(remote_->data());
   for (int round = 0; round < 2; ++round) {
     auto st = runBatch(init, seg_, {{OpCode::kWrite, local_->data(), seg_, remote, 65536},
@@ -82,11 +86,7 @@ TEST_F(GpuRoutes, gpu_memory_without_an_ipc_handle_falls_back_from_nvlink_counte
   got = remote_->download(200704, 4096);
   EXPECT_EQ(checkPattern(got.data(), got.size(), 91, 262144), -1);
   EXPECT_EQ(routeFallbacks(init, "nvlink", "tcp", "no_ipc_handle"), 5);
-  const std::string text = log.text();
-  size_t lines = 0;
-  for (size_t p = 0; (p = text.find("requests go over tcp, not nvlink: no_ipc_handle", p)) != std::string::npos; ++p)
-    ++lines;
-  EXPECT_EQ(lines, 1u) << text;
+  EXPECT_EQ(countOf(log.text(), "requests go over tcp, not nvlink: no_ipc_handle"), 1u) << log.text();
 }
 
 TEST_F(GpuRoutes, requiring_zero_copy_refuses_it_at_submit_naming_nvlink_and_the_missing_handle) {
@@ -133,9 +133,7 @@ TEST_F(GpuBlockRoutes, a_block_request_with_a_later_block_in_a_buffer_without_an
   TransferEngine target, init;
   ASSERT_NO_FATAL_FAILURE(start(target, init));
   if (IsSkipped()) return;
-  std::vector<char> data(remote_->size());
-  fillPattern(data.data(), data.size(), 57);
-  local_->upload(data);
+  fillLocal(57);
   const uint64_t vmm = reinterpret_cast<uint64_t>(remote_->data());
   const uint64_t exp = reinterpret_cast<uint64_t>(exported_->data());
   // The first block's buffer is exported (nvlink would take it), the second's
