@@ -22,16 +22,23 @@ const char* unfitKinds(const SegmentView& view, const TransportCaps& c, const Ro
   return nullptr;
 }
 
+// Why a route that opened the peer declines `q` (kNone: it does not): its
+// transport declines the remote buffer, or the variant the peer.
+RouteDecline declines(const Route& route, const RouteQuery& q) {
+  if (route.variant) return route.transport->variantDeclines(*route.peer);
+  if (route.caps.buffer_declines && q.buffer >= 0) return route.transport->declinesBuffer(*route.peer, q.buffer);
+  return {};
+}
+
 // Empty when `route` may serve `q` on `view`; else why not. A transport
-// that opened the peer but declines the request's buffer says why in `buf`.
+// that opened the peer but declines the request (its buffer; a variant:
+// the peer) says why in `buf`.
 std::string unfit(const SegmentView& view, const Route& route, const RouteQuery& q, RouteDecline& buf) {
   if (const char* no = unfitKinds(view, route.caps, q)) return no;
   if (route.caps.same_host_only && !view.same_host) return "needs both ends on one host";
   if (!route.peer) return route.refusal.message().empty() ? "cannot reach the peer" : route.refusal.message();
-  if (route.caps.buffer_declines && q.buffer >= 0) {
-    buf = route.transport->declinesBuffer(*route.peer, q.buffer);
-    if (buf.declined()) return buf.text;
-  }
+  buf = declines(route, q);
+  if (buf.declined()) return buf.text;
   return {};
 }
 
@@ -40,7 +47,8 @@ bool cheaper(const Route& a, const Route& b) {
 }
 
 bool allows(const Contract& c, const Route& r, const RouteQuery& q, bool file) {
-  if (c.transports && !(routeTransportBit(r.name) & c.transports)) return false;
+  // A variant is its transport's ("file" allows "gds").
+  if (c.transports && !(routeTransportBit(r.transport ? r.transport->name() : r.name) & c.transports)) return false;
   return (routeProperties(r.caps, q, file) & c.require) == c.require;
 }
 
@@ -164,11 +172,9 @@ Status contractRefusal(const SegmentView& view, const RouteQuery& q, const Contr
                               kindName(q.local_kind), file ? "a file segment" : kindName(q.remote_kind),
                               lacks.empty() ? "" : " (" + lacks + ")");
   } else if (expected->peer) {
-    // It opened the peer: it declined the request's buffer, or config
-    // 'transport' forces another.
-    RouteDecline d;
-    if (expected->caps.buffer_declines && q.buffer >= 0)
-      d = expected->transport->declinesBuffer(*expected->peer, q.buffer);
+    // It opened the peer: it declined the request (its buffer; a variant:
+    // the peer), or config 'transport' forces another.
+    const RouteDecline d = declines(*expected, q);
     unavailable = d.declined() ? fmt::format("the expected route, {}, is unavailable: {}: {}", expected->name,
                                              routeReasonName(d.reason), d.text)
                                : fmt::format("the expected route, {}, is not the transport forced by config "

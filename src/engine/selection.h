@@ -55,6 +55,9 @@ struct Route {
   Status refusal;                    // why (when peer is null)
   RouteDecline decline;              // the same, classified (reason kNone when peer is set)
   bool counts = false;               // passing it over for a costlier one is a fallback
+  // The transport's variant (Transport::variant: file's "gds"): it shares the
+  // transport's peer and declines requests per peer (variantDeclines).
+  bool variant = false;
   std::shared_ptr<metrics::PeerTraffic> traffic;  // where its tasks are counted (when peer is set)
 };
 
