@@ -301,6 +301,30 @@ int hawser_prepare_block_arrays(hawser_engine_t* engine, int opcode, hawser_segm
                                 uint64_t block_length, size_t count, hawser_plan_id_t* out);
 int hawser_prepare_strided(hawser_engine_t* engine, int opcode, hawser_segment_id_t target,
                            const hawser_strided_t* blocks, hawser_plan_id_t* out);
+/* The same six calls under `contract` instead of the engine's route contract (config route.transports,
+ * route.require; NULL: the engine's), as hawser_submit_routed does for requests: a block request it forbids
+ * is HAWSER_E_NO_TRANSPORT, and hawser_last_error names the transport it would have taken, the one expected
+ * and why that one is unavailable. A plan keeps the contract it was prepared under. */
+int hawser_submit_blocks_routed(hawser_engine_t* engine, hawser_batch_id_t batch, int opcode,
+                                hawser_segment_id_t target, const hawser_block_t* blocks, size_t count,
+                                const hawser_route_contract_t* contract, size_t* task_id);
+int hawser_submit_block_arrays_routed(hawser_engine_t* engine, hawser_batch_id_t batch, int opcode,
+                                      hawser_segment_id_t target, const uint64_t* local, const uint64_t* remote,
+                                      const uint64_t* lengths, uint64_t block_length, size_t count,
+                                      const hawser_route_contract_t* contract, size_t* task_id);
+int hawser_submit_strided_routed(hawser_engine_t* engine, hawser_batch_id_t batch, int opcode,
+                                 hawser_segment_id_t target, const hawser_strided_t* blocks,
+                                 const hawser_route_contract_t* contract, size_t* task_id);
+int hawser_prepare_blocks_routed(hawser_engine_t* engine, int opcode, hawser_segment_id_t target,
+                                 const hawser_block_t* blocks, size_t count, const hawser_route_contract_t* contract,
+                                 hawser_plan_id_t* out);
+int hawser_prepare_block_arrays_routed(hawser_engine_t* engine, int opcode, hawser_segment_id_t target,
+                                       const uint64_t* local, const uint64_t* remote, const uint64_t* lengths,
+                                       uint64_t block_length, size_t count, const hawser_route_contract_t* contract,
+                                       hawser_plan_id_t* out);
+int hawser_prepare_strided_routed(hawser_engine_t* engine, int opcode, hawser_segment_id_t target,
+                                  const hawser_strided_t* blocks, const hawser_route_contract_t* contract,
+                                  hawser_plan_id_t* out);
 /* Adds one task moving the plan's blocks to the batch; no per-block work (unless local memory was
  * unregistered since the plan was prepared: its blocks are then checked again). */
 int hawser_post_plan(hawser_engine_t* engine, hawser_batch_id_t batch, hawser_plan_id_t plan, size_t* task_id);

@@ -133,6 +133,10 @@ class TransferEngine {
                       size_t* task_id = nullptr);
   Status submitBlocks(BatchID batch, OpCode op, SegmentID target, const BlockArrays& blocks,
                       size_t* task_id = nullptr);
+  // The list under `route` (route.set: instead of the engine's contract), as
+  // BlockArrays::route and StridedBlocks::route carry theirs.
+  Status submitBlocks(BatchID batch, OpCode op, SegmentID target, std::span<const Block> blocks,
+                      const RouteContract& route, size_t* task_id = nullptr);
   // A strided layout: checked in O(1) when its span lies in one local
   // region and one remote buffer, whatever the count.
   Status submitStrided(BatchID batch, OpCode op, SegmentID target, const StridedBlocks& blocks,
@@ -143,6 +147,9 @@ class TransferEngine {
   // plan was made: then the plan's local blocks are checked again).
   Status prepareBlocks(OpCode op, SegmentID target, std::span<const Block> blocks, PlanID& out);
   Status prepareBlocks(OpCode op, SegmentID target, const BlockArrays& blocks, PlanID& out);
+  // A plan keeps the contract it was prepared under.
+  Status prepareBlocks(OpCode op, SegmentID target, std::span<const Block> blocks, const RouteContract& route,
+                       PlanID& out);
   Status prepareStrided(OpCode op, SegmentID target, const StridedBlocks& blocks, PlanID& out);
   Status postPlan(BatchID batch, PlanID plan, size_t* task_id = nullptr);
   Status planInfo(PlanID plan, PlanInfo& out) const;

@@ -23,6 +23,7 @@ std::string_view routeReasonName(RouteReason r) {
     case RouteReason::kPeerGone: return "peer_gone";
     case RouteReason::kNoIpcHandle: return "no_ipc_handle";
     case RouteReason::kCompatMode: return "compat_mode";
+    case RouteReason::kUnsupportedFile: return "unsupported_file";
     case RouteReason::kRefused: return "refused";
   }
   return "refused";

@@ -30,6 +30,7 @@ enum class RouteReason : uint8_t {
   kPeerGone,              // "peer_gone": the peer's engine shut down or its process exited
   kNoIpcHandle,           // "no_ipc_handle": the remote GPU memory has no IPC handle this process can open
   kCompatMode,            // "compat_mode": cuFile runs only in compatibility mode (its own bounce buffers)
+  kUnsupportedFile,       // "unsupported_file": cuFile cannot do GPUDirect I/O on the file (its file system, no O_DIRECT)
   kRefused,               // "refused": the transport declined for a reason it does not classify
 };
 

@@ -57,6 +57,10 @@ Status Transport::openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHandle>&
 
 RouteDecline Transport::declinesBuffer(const PeerHandle&, int) const { return {}; }
 
+bool Transport::variant(TransportVariant&) const { return false; }
+
+RouteDecline Transport::variantDeclines(const PeerHandle&) const { return {}; }
+
 RouteReason Transport::absentReason() const { return RouteReason::kNotInstalled; }
 
 RouteDecline Transport::lacks(uint32_t property, uint32_t) const {

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -87,6 +88,15 @@ struct TransportCaps {
   bool buffer_declines = false;
 };
 
+// A cheaper form of a transport for some of the requests it serves, with a
+// route of its own in selection (file: GPUDirect Storage, "gds", for GPU
+// memory): its name (in fallbacks, messages and the doctor) and its caps
+// (what it moves, its rank, the properties it gives).
+struct TransportVariant {
+  std::string name;
+  TransportCaps caps;
+};
+
 // What the engine gives a transport at install time.
 struct TransportContext {
   Config* config = nullptr;
@@ -98,6 +108,13 @@ struct TransportContext {
   // Where the transport's own counters go (base/transport_metrics.h): the
   // engine's registry; a context made elsewhere (tests) has its own.
   std::shared_ptr<metrics::Registry> metrics = std::make_shared<metrics::Registry>();
+  // A fallback from the transport's variant found out only as I/O runs
+  // (file: cuFile refused a file): a request to `segment` went `to` instead
+  // of `from` because of `why`. The engine counts and logs it as it does
+  // fallbacks found at submit. Unset in contexts made elsewhere (tests).
+  std::function<void(const std::string& segment, const std::string& from, const std::string& to,
+                     const RouteDecline& why)>
+      fallback;
 };
 
 // One peer (segment) as one transport sees it: its descriptor decoded once.
@@ -250,6 +267,14 @@ class Transport {
   // the submit path before the transport is chosen: a lookup, no I/O.
   // Default: kNone.
   virtual RouteDecline declinesBuffer(const PeerHandle& peer, int buffer) const;
+  // The variant it offers on segments it serves (false: none; the default).
+  // Its route shares the transport's peer handle and sub-batches: the
+  // transport tells the variant's requests apart itself.
+  virtual bool variant(TransportVariant& out) const;
+  // Why the variant cannot serve requests to `peer` (a handle this transport
+  // opened) now; kNone: it can. Asked on the submit path for requests the
+  // variant fits by its caps: a lookup, no I/O.
+  virtual RouteDecline variantDeclines(const PeerHandle& peer) const;
   // Why install() said kNotSupported, classified: kNoDevice where the host
   // lacks the device, else kNotInstalled (the default).
   virtual RouteReason absentReason() const;

@@ -170,6 +170,12 @@ Status TransferEngine::submitBlocks(BatchID batch, OpCode op, SegmentID target, 
                                     size_t* task_id) {
   return impl_->submitBlocks(batch, op, target, BlockSource::of(blocks), task_id);
 }
+Status TransferEngine::submitBlocks(BatchID batch, OpCode op, SegmentID target, std::span<const Block> blocks,
+                                    const RouteContract& route, size_t* task_id) {
+  BlockSource src = BlockSource::of(blocks);
+  src.arrays.route = route;
+  return impl_->submitBlocks(batch, op, target, src, task_id);
+}
 Status TransferEngine::submitStrided(BatchID batch, OpCode op, SegmentID target, const StridedBlocks& blocks,
                                      size_t* task_id) {
   return impl_->submitStrided(batch, op, target, blocks, task_id);
@@ -179,6 +185,12 @@ Status TransferEngine::prepareBlocks(OpCode op, SegmentID target, std::span<cons
 }
 Status TransferEngine::prepareBlocks(OpCode op, SegmentID target, const BlockArrays& blocks, PlanID& out) {
   return impl_->prepareBlocks(op, target, BlockSource::of(blocks), out);
+}
+Status TransferEngine::prepareBlocks(OpCode op, SegmentID target, std::span<const Block> blocks,
+                                     const RouteContract& route, PlanID& out) {
+  BlockSource src = BlockSource::of(blocks);
+  src.arrays.route = route;
+  return impl_->prepareBlocks(op, target, src, out);
 }
 Status TransferEngine::prepareStrided(OpCode op, SegmentID target, const StridedBlocks& blocks, PlanID& out) {
   return impl_->prepareStrided(op, target, blocks, out);

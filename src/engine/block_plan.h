@@ -33,7 +33,8 @@ struct BlockSettings {
 };
 
 // Blocks as given to submitBlocks/prepareBlocks: an array of Block, or
-// parallel arrays (BlockArrays), read one block at a time.
+// parallel arrays (BlockArrays), read one block at a time. arrays.route is
+// the request's contract in both forms.
 struct BlockSource {
   size_t count = 0;
   const Block* blocks = nullptr;  // set: the array form; else the parallel arrays below

@@ -4,6 +4,7 @@
 // on both sides merged into runs. The result is a BlockPlan
 // (block_plan.h); block_api.cpp submits and posts plans.
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -80,6 +81,90 @@ Status EngineImpl::blockRoute(const SegmentView& view, uint32_t local_kind, uint
     return {only.code(), fmt::format("segment '{}': {}", view.desc->name, only.message())};
   return {Code::kNoTransport, fmt::format("no installed transport ({}) can serve it to segment '{}': {}",
                                           fmt::join(transportNames(), ","), view.desc->name, why)};
+}
+
+Status EngineImpl::routeBlock(const SegmentView& view, const RouteQuery& q, const RouteContract& rc,
+                              const std::string& loc, std::vector<RouteQuery>* routed, const Route*& route,
+                              BlockPlan& plan) {
+  RouteChoice choice;
+  Status s = blockRoute(view, q.local_kind, q.remote_kind, q.buffer, rc, choice);
+  if (!s.ok()) return s;
+  if (!route) {
+    route = choice.route;
+    plan.fallback = choice.fallback;
+    plan.fallback_why = choice.fallback_why;
+  } else if (choice.route->transport != route->transport) {
+    if (!routed || !joinRoutes(view, *routed, q, *choice.route, rc, route, plan))
+      return {Code::kInvalidArgument,
+              fmt::format("local {} would go through transport {}, the blocks before it through {}: one block request "
+                          "moves through one transport (split it by kind of memory)",
+                          loc, choice.route->name, route->name)};
+  } else if (choice.fallback && !plan.fallback) {
+    plan.fallback = choice.fallback;
+    plan.fallback_why = choice.fallback_why;
+  }
+  if (routed) routed->push_back(q);
+  return Status::OK();
+}
+
+Status EngineImpl::routeBuffers(const BlockSource& src, BlockPlan& plan, const Route*& route) {
+  // The runs' remote buffers in order, each new one (with each kind of
+  // local memory) checked once (blocks are many, buffers few): the route
+  // the first run chose must serve it, or a costlier one must serve them
+  // all (joinRoutes).
+  const SegmentDesc& d = *plan.view->desc;
+  std::vector<uint8_t> seen(2 * d.buffers.size());
+  std::vector<RouteQuery> routed;
+  for (size_t k = 0; k < plan.run_buffer.size(); ++k) {
+    const int b = plan.run_buffer[k];
+    const LocalRegion& lr = plan.regions[plan.run_region.empty() ? 0 : plan.run_region[k]];
+    if (b < 0 || std::exchange(seen[2 * static_cast<size_t>(b) + (lr.gpu >= 0)], uint8_t{1})) continue;
+    const RouteQuery q{lr.gpu >= 0 ? kGpuMemory : kHostMemory, memoryKindOf(d.buffers[static_cast<size_t>(b)].location),
+                       b};
+    if (routed.empty()) {
+      routed.push_back(q);  // the first run's: the route was chosen by it
+      continue;
+    }
+    Status s = routeBlock(*plan.view, q, src.arrays.route, lr.gpu >= 0 ? "GPU memory" : "host memory", &routed, route,
+                          plan);
+    if (s.ok()) continue;
+    // Name the first block in that buffer.
+    const Run r = plan.list[k];
+    size_t i = 0;
+    while (i < src.count && !(src.at(i).remote == r.remote && src.at(i).local == r.local)) ++i;
+    return at(i, s.code(), s.message());
+  }
+  return Status::OK();
+}
+
+bool EngineImpl::joinRoutes(const SegmentView& view, const std::vector<RouteQuery>& before, const RouteQuery& q,
+                            const Route& chosen, const RouteContract& rc, const Route*& route, BlockPlan& plan) {
+  // The blocks before took `route`, these take `chosen`: the costlier
+  // of the two serves them all when it serves both sides and the cheaper
+  // one fails some of them only by declining their remote buffer (nvlink: a
+  // buffer without an IPC handle). That is a fallback from the cheaper one.
+  const Contract contract = contractOf(rc, nullptr);
+  const bool now_costlier = cheaperRoute(*route, chosen);
+  const Route* costly = now_costlier ? &chosen : route;
+  const Route* cheap = now_costlier ? route : &chosen;
+  RouteDecline declined;
+  auto take = [&](const RouteQuery& x) {
+    if (!routeServes(view, *costly, x, forced_transport_, contract)) return false;
+    RouteDecline d;
+    if (routeServes(view, *cheap, x, forced_transport_, contract, &d)) return true;
+    if (!d.declined()) return false;
+    if (!declined.declined()) declined = std::move(d);
+    return true;
+  };
+  bool ok = take(q);
+  for (size_t k = 0; ok && k < before.size(); ++k) ok = take(before[k]);
+  if (!ok || !declined.declined()) return false;
+  if (now_costlier) {
+    route = costly;
+    plan.fallback = cheap;
+    plan.fallback_why = std::move(declined);
+  }
+  return true;
 }
 
 Status EngineImpl::startPlan(OpCode op, SegmentID target, BlockPlan& plan) {
@@ -190,24 +275,15 @@ Status EngineImpl::checkBlocks(const BlockSource& src, BlockPlan& plan, bool& re
       kinds_changed |= kind != remote_kind;
       remote_kind = kind;
     }
-    // One request takes one route: a block whose kinds of memory would take
-    // another transport is refused (split the request by kind).
+    // One request takes one route: chosen by the first block, checked again
+    // where the kinds of memory change (a block whose kinds would take
+    // another transport is refused: split the request by kind) and, after
+    // this loop, against every other remote buffer (routeBuffers).
     if (kinds_changed || !route) {
-      RouteChoice choice;
-      // The route is chosen by the first block of these kinds; its buffer
-      // stands for the request's (a transport may decline one).
-      s = blockRoute(*plan.view, local_kind, remote_kind, file ? -1 : buf, src.arrays.route, choice);
+      const Route* r = route;  // `route` itself stays out of memory: the loop reads it every block
+      s = routeBlock(*plan.view, RouteQuery{local_kind, remote_kind, file ? -1 : buf}, src.arrays.route, loc, nullptr,
+                     r, plan);
       if (!s.ok()) return at(i, s.code(), s.message());
-      const Route* r = choice.route;
-      if (!route || choice.fallback) {
-        plan.fallback = choice.fallback;
-        plan.fallback_why = choice.fallback_why;
-      }
-      if (route && r->transport != route->transport)
-        return at(i, Code::kInvalidArgument,
-                  fmt::format("local {} would go through transport {}, the blocks before it through {}: one block "
-                              "request moves through one transport (split it by kind of memory)",
-                              loc, r->name, route->name));
       route = r;
     }
     // Destinations overlapping: the bytes would depend on the order of the copies.
@@ -270,6 +346,11 @@ Status EngineImpl::checkBlocks(const BlockSource& src, BlockPlan& plan, bool& re
                               lb.length, destinationSide(op), earlier));
       }
     }
+  }
+  if (!one_buffer) {
+    const Route* r = route;
+    if (!(s = routeBuffers(src, plan, r)).ok()) return s;
+    route = r;
   }
   if (plan.list.size() > UINT32_MAX)
     return {Code::kInvalidArgument,

@@ -43,6 +43,11 @@ TransportContext EngineImpl::transportContext() {
   ctx.host = host_;
   ctx.rpc_port = rpc_.port();
   ctx.metrics = metrics_;
+  // Fallbacks a transport finds out as I/O runs (file: cuFile refused a file).
+  ctx.fallback = [this](const std::string& segment, const std::string& from, const std::string& to,
+                        const RouteDecline& why) {
+    if (fallbacks_) fallbacks_->note(segment, from, to, why, 1);
+  };
   return ctx;
 }
 

@@ -164,6 +164,22 @@ class EngineImpl {
   // `buffer`: the remote buffer of the block that chose it (-1: none).
   Status blockRoute(const SegmentView& view, uint32_t local_kind, uint32_t remote_kind, int buffer,
                     const RouteContract& contract, RouteChoice& out);
+  // Blocks of kinds of memory or a remote buffer (`q`) the request's route
+  // was not checked against: checks it (`loc` names the local memory in
+  // errors). `routed`: the queries it served before, where a costlier route
+  // may take over (joinRoutes); null: none may. Kept out of checkBlocks' loop.
+  [[gnu::noinline]] Status routeBlock(const SegmentView& view, const RouteQuery& q, const RouteContract& contract,
+                                      const std::string& loc, std::vector<RouteQuery>* routed, const Route*& route,
+                                      BlockPlan& plan);
+  // After checkBlocks' loop, for a request whose runs lie in several remote
+  // buffers: the route checked against each distinct one.
+  Status routeBuffers(const BlockSource& src, BlockPlan& plan, const Route*& route);
+  // Blocks of one request that `route` served so far (`before`) and blocks
+  // of `q` that selection sends to `chosen`: true when one of the two
+  // serves them all (the costlier, where the cheaper only declines some of
+  // their remote buffers); `route` and the plan's fallback then say which.
+  bool joinRoutes(const SegmentView& view, const std::vector<RouteQuery>& before, const RouteQuery& q,
+                  const Route& chosen, const RouteContract& contract, const Route*& route, BlockPlan& plan);
   // A prepared plan posted after memory was unregistered: its regions are
   // still the registrations they were, or every run is found again (in
   // memory registered since) and `plan` becomes a copy holding the regions

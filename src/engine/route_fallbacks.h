@@ -26,8 +26,13 @@ class RouteFallbacks {
  public:
   explicit RouteFallbacks(std::shared_ptr<metrics::Registry> registry) : registry_(std::move(registry)) {}
 
-  // `n` requests to segment `peer` went over `to` because `from` declined (`why`).
-  void note(const std::string& peer, const Route& from, const Route& to, const RouteDecline& why, uint64_t n);
+  // `n` requests to segment `peer` went over `to` because `from` declined
+  // (`why`): routes by name.
+  void note(const std::string& peer, const std::string& from, const std::string& to, const RouteDecline& why,
+            uint64_t n);
+  void note(const std::string& peer, const Route& from, const Route& to, const RouteDecline& why, uint64_t n) {
+    note(peer, from.name, to.name, why, n);
+  }
 
  private:
   std::shared_ptr<metrics::Registry> registry_;

@@ -54,6 +54,21 @@ std::shared_ptr<const SegmentView> EngineImpl::makeView(SegmentDesc desc) const 
       }
     }
     view->any_counts |= r.counts;
+    TransportVariant var;
+    if (r.peer && t->variant(var)) {
+      // Its own route on the same peer; it declines per request
+      // (Transport::variantDeclines), as a buffer is declined.
+      Route v;
+      v.transport = t.get();
+      v.name = std::move(var.name);
+      v.caps = var.caps;
+      v.peer = r.peer;
+      v.traffic = r.traffic;
+      v.variant = true;
+      view->routes.push_back(std::move(r));
+      view->routes.push_back(std::move(v));
+      continue;
+    }
     view->routes.push_back(std::move(r));
   }
   // Transports this build has but this host did not install (what a route

@@ -22,16 +22,23 @@ const char* unfitKinds(const SegmentView& view, const TransportCaps& c, const Ro
   return nullptr;
 }
 
+// Why a route that opened the peer declines `q` (kNone: it does not): its
+// transport declines the remote buffer, or the variant the peer.
+RouteDecline declines(const Route& route, const RouteQuery& q) {
+  if (route.variant) return route.transport->variantDeclines(*route.peer);
+  if (route.caps.buffer_declines && q.buffer >= 0) return route.transport->declinesBuffer(*route.peer, q.buffer);
+  return {};
+}
+
 // Empty when `route` may serve `q` on `view`; else why not. A transport
-// that opened the peer but declines the request's buffer says why in `buf`.
+// that opened the peer but declines the request (its buffer; a variant:
+// the peer) says why in `buf`.
 std::string unfit(const SegmentView& view, const Route& route, const RouteQuery& q, RouteDecline& buf) {
   if (const char* no = unfitKinds(view, route.caps, q)) return no;
   if (route.caps.same_host_only && !view.same_host) return "needs both ends on one host";
   if (!route.peer) return route.refusal.message().empty() ? "cannot reach the peer" : route.refusal.message();
-  if (route.caps.buffer_declines && q.buffer >= 0) {
-    buf = route.transport->declinesBuffer(*route.peer, q.buffer);
-    if (buf.declined()) return buf.text;
-  }
+  buf = declines(route, q);
+  if (buf.declined()) return buf.text;
   return {};
 }
 
@@ -40,7 +47,8 @@ bool cheaper(const Route& a, const Route& b) {
 }
 
 bool allows(const Contract& c, const Route& r, const RouteQuery& q, bool file) {
-  if (c.transports && !(routeTransportBit(r.name) & c.transports)) return false;
+  // A variant is its transport's ("file" allows "gds").
+  if (c.transports && !(routeTransportBit(r.transport ? r.transport->name() : r.name) & c.transports)) return false;
   return (routeProperties(r.caps, q, file) & c.require) == c.require;
 }
 
@@ -50,7 +58,27 @@ std::string contractText(const Contract& c) {
   return t;
 }
 
+// Empty when `r` may serve `q` under `forced` and `contract`; else why not
+// (`buf`: as unfit's).
+std::string passOver(const SegmentView& view, const Route& r, const RouteQuery& q, const std::string& forced,
+                     const Contract& contract, RouteDecline& buf) {
+  const bool file = isFile(view);
+  if (!forced.empty() && !file && forced != r.name) return fmt::format("not {} (forced by config 'transport')", forced);
+  if (contract.any() && !allows(contract, r, q, file)) return "not allowed by the route contract";
+  return unfit(view, r, q, buf);
+}
+
 }  // namespace
+
+bool cheaperRoute(const Route& a, const Route& b) { return cheaper(a, b); }
+
+bool routeServes(const SegmentView& view, const Route& route, const RouteQuery& q, const std::string& forced,
+                 const Contract& contract, RouteDecline* buffer) {
+  RouteDecline buf;
+  const bool ok = passOver(view, route, q, forced, contract, buf).empty();
+  if (buffer) *buffer = std::move(buf);
+  return ok;
+}
 
 uint32_t routeProperties(const TransportCaps& caps, const RouteQuery& q, bool file) {
   const uint32_t kinds = file ? q.local_kind : (q.local_kind | q.remote_kind);
@@ -69,14 +97,8 @@ RouteChoice selectRoute(const SegmentView& view, const RouteQuery& q, const std:
   const Route* buffer_declined = nullptr;
   RouteDecline buffer_why;
   for (const Route& r : view.routes) {
-    std::string no;
     RouteDecline buf;
-    if (!unforced && forced != r.name)
-      no = fmt::format("not {} (forced by config 'transport')", forced);
-    else if (contracted && !allows(contract, r, q, file))
-      no = "not allowed by the route contract";
-    else
-      no = unfit(view, r, q, buf);
+    const std::string no = passOver(view, r, q, forced, contract, buf);
     if (buf.declined() && (!buffer_declined || cheaper(r, *buffer_declined))) {
       buffer_declined = &r;
       buffer_why = std::move(buf);
@@ -150,11 +172,9 @@ Status contractRefusal(const SegmentView& view, const RouteQuery& q, const Contr
                               kindName(q.local_kind), file ? "a file segment" : kindName(q.remote_kind),
                               lacks.empty() ? "" : " (" + lacks + ")");
   } else if (expected->peer) {
-    // It opened the peer: it declined the request's buffer, or config
-    // 'transport' forces another.
-    RouteDecline d;
-    if (expected->caps.buffer_declines && q.buffer >= 0)
-      d = expected->transport->declinesBuffer(*expected->peer, q.buffer);
+    // It opened the peer: it declined the request (its buffer; a variant:
+    // the peer), or config 'transport' forces another.
+    const RouteDecline d = declines(*expected, q);
     unavailable = d.declined() ? fmt::format("the expected route, {}, is unavailable: {}: {}", expected->name,
                                              routeReasonName(d.reason), d.text)
                                : fmt::format("the expected route, {}, is not the transport forced by config "

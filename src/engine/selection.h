@@ -55,6 +55,9 @@ struct Route {
   Status refusal;                    // why (when peer is null)
   RouteDecline decline;              // the same, classified (reason kNone when peer is set)
   bool counts = false;               // passing it over for a costlier one is a fallback
+  // The transport's variant (Transport::variant: file's "gds"): it shares the
+  // transport's peer and declines requests per peer (variantDeclines).
+  bool variant = false;
   std::shared_ptr<metrics::PeerTraffic> traffic;  // where its tasks are counted (when peer is set)
 };
 
@@ -100,6 +103,14 @@ inline const Route* selectRoute(const SegmentView& view, const RouteQuery& q, co
                                 std::string* why = nullptr) {
   return selectRoute(view, q, forced, Contract{}, why).route;
 }
+
+// Whether `route` may serve `q` under `contract` (and config 'transport'
+// `forced`): what selectRoute asks of every candidate. Where the transport
+// opened the peer but declines `q`'s remote buffer, `buffer` says why.
+bool routeServes(const SegmentView& view, const Route& route, const RouteQuery& q, const std::string& forced,
+                 const Contract& contract, RouteDecline* buffer = nullptr);
+// Selection's order: cost rank, then name.
+bool cheaperRoute(const Route& a, const Route& b);
 
 // kNoTransport for a request `contract` forbids (selectRoute under it found
 // none, without it `would`): the transport it would have taken, the better

@@ -1,7 +1,9 @@
 /* Block requests and plans through the C API (hawser/c_api.h, "Block
  * requests"), from C: two engines in one process over tcp. Bytes verified
  * for a block list, parallel arrays, a strided layout and a plan posted
- * twice; each bad block's exact code, with its index in the last error.
+ * twice; each bad block's exact code, with its index in the last error; a
+ * route contract given with each form (the *_routed calls) refusing it with
+ * its exact message, or letting it through.
  *
  * Usage: c_c_blocks_test [case]   (no argument: every case)
  */
@@ -207,10 +209,93 @@ static int bad_blocks_get_their_exact_codes_and_index(void) {
   return 0;
 }
 
+/* The last error is exactly `want`. */
+#define CHECK_ERROR_IS(want) CHECK(strcmp(hawser_last_error(), (want)) == 0)
+
+/* A route contract given with a block request or plan (the *_routed calls, docs/routes.md): the pair
+ * is forced to tcp, so a contract allowing shm only refuses every form at submit (or prepare) with
+ * HAWSER_E_NO_TRANSPORT naming tcp, shm and why; one allowing tcp moves the bytes, and a plan keeps the
+ * contract it was prepared under; NULL is the engine's (none). */
+static int a_route_contract_given_with_a_block_request_refuses_it_or_lets_it_through(void) {
+  struct pair p;
+  if (open_pair(&p)) return 1;
+  const uint64_t tbase = (uint64_t)(uintptr_t)p.tmem;
+  char name[64], refusal[600], strided_refusal[512];
+  CHECK_OK(hawser_segment_name(p.target, name, sizeof name));
+  snprintf(strided_refusal, sizeof strided_refusal,
+           "no_transport: segment '%s': the route contract (transports shm, from the request) forbids the route "
+           "this request would take, tcp; the expected route, shm, is not the transport forced by config "
+           "'transport'",
+           name);
+  snprintf(refusal, sizeof refusal, "no_transport: blocks[0]: %s", strided_refusal + strlen("no_transport: "));
+  const hawser_route_contract_t shm_only = {HAWSER_ROUTE_SHM, 0};
+  const hawser_route_contract_t tcp_only = {HAWSER_ROUTE_TCP, 0};
+  hawser_block_t blocks[2] = {{p.lmem, tbase + 4096, 1000}, {p.lmem + 8192, tbase, 1000}};
+  uint64_t l[2] = {(uint64_t)(uintptr_t)(p.lmem + 16384), (uint64_t)(uintptr_t)(p.lmem + 20480)};
+  uint64_t r[2] = {tbase + 8192, tbase + 12288};
+  hawser_strided_t sb = {p.lmem + 32768, tbase + 16384, 512, 1024, 512, 8};
+  hawser_batch_id_t b;
+  hawser_plan_id_t plan = 0;
+  size_t task = 99;
+  CHECK_OK(hawser_allocate_batch(p.init, 8, &b));
+
+  CHECK_RC(hawser_submit_blocks_routed(p.init, b, HAWSER_OP_READ, p.seg, blocks, 2, &shm_only, &task),
+           HAWSER_E_NO_TRANSPORT);
+  CHECK_ERROR_IS(refusal);
+  CHECK_RC(hawser_submit_block_arrays_routed(p.init, b, HAWSER_OP_READ, p.seg, l, r, NULL, 1000, 2, &shm_only, NULL),
+           HAWSER_E_NO_TRANSPORT);
+  CHECK_ERROR_IS(refusal);
+  CHECK_RC(hawser_submit_strided_routed(p.init, b, HAWSER_OP_READ, p.seg, &sb, &shm_only, NULL),
+           HAWSER_E_NO_TRANSPORT);
+  CHECK_ERROR_IS(strided_refusal);
+  CHECK_RC(hawser_prepare_blocks_routed(p.init, HAWSER_OP_READ, p.seg, blocks, 2, &shm_only, &plan),
+           HAWSER_E_NO_TRANSPORT);
+  CHECK_ERROR_IS(refusal);
+  CHECK_RC(hawser_prepare_block_arrays_routed(p.init, HAWSER_OP_READ, p.seg, l, r, NULL, 1000, 2, &shm_only, &plan),
+           HAWSER_E_NO_TRANSPORT);
+  CHECK_ERROR_IS(refusal);
+  CHECK_RC(hawser_prepare_strided_routed(p.init, HAWSER_OP_READ, p.seg, &sb, &shm_only, &plan),
+           HAWSER_E_NO_TRANSPORT);
+  CHECK_ERROR_IS(strided_refusal);
+  CHECK(plan == 0);
+
+  /* Nothing was added by the refusals: the first task accepted is task 0. */
+  CHECK_OK(hawser_submit_blocks_routed(p.init, b, HAWSER_OP_READ, p.seg, blocks, 2, &tcp_only, &task));
+  CHECK(task == 0);
+  if (completed(p.init, b, 0, 2000)) return 1;
+  CHECK(memcmp(p.lmem, p.tmem + 4096, 1000) == 0 && memcmp(p.lmem + 8192, p.tmem, 1000) == 0);
+  CHECK_OK(hawser_submit_block_arrays_routed(p.init, b, HAWSER_OP_READ, p.seg, l, r, NULL, 1000, 2, &tcp_only, &task));
+  if (completed(p.init, b, 1, 2000)) return 1;
+  CHECK(memcmp(p.lmem + 16384, p.tmem + 8192, 1000) == 0 && memcmp(p.lmem + 20480, p.tmem + 12288, 1000) == 0);
+  CHECK_OK(hawser_submit_strided_routed(p.init, b, HAWSER_OP_READ, p.seg, &sb, NULL, &task));
+  if (completed(p.init, b, 2, 8 * 512)) return 1;
+  for (size_t i = 0; i < 8; ++i) CHECK(memcmp(p.lmem + 32768 + i * 1024, p.tmem + 16384 + i * 512, 512) == 0);
+  /* Plans prepared under a contract that allows tcp: each posts and moves its bytes. */
+  hawser_plan_id_t plans[3] = {0, 0, 0};
+  memset(p.lmem, 0, 64 * 1024);
+  CHECK_OK(hawser_prepare_blocks_routed(p.init, HAWSER_OP_READ, p.seg, blocks, 2, &tcp_only, &plans[0]));
+  CHECK_OK(hawser_prepare_block_arrays_routed(p.init, HAWSER_OP_READ, p.seg, l, r, NULL, 1000, 2, &tcp_only,
+                                              &plans[1]));
+  CHECK_OK(hawser_prepare_strided_routed(p.init, HAWSER_OP_READ, p.seg, &sb, &tcp_only, &plans[2]));
+  for (size_t k = 0; k < 3; ++k) {
+    CHECK_OK(hawser_post_plan(p.init, b, plans[k], &task));
+    CHECK(task == 3 + k);
+    if (completed(p.init, b, task, k == 2 ? 8 * 512 : 2000)) return 1;
+    CHECK_OK(hawser_release_plan(p.init, plans[k]));
+  }
+  CHECK(memcmp(p.lmem, p.tmem + 4096, 1000) == 0 && memcmp(p.lmem + 20480, p.tmem + 12288, 1000) == 0);
+  for (size_t i = 0; i < 8; ++i) CHECK(memcmp(p.lmem + 32768 + i * 1024, p.tmem + 16384 + i * 512, 512) == 0);
+  CHECK_OK(hawser_free_batch(p.init, b));
+  close_pair(&p);
+  return 0;
+}
+
 static const struct c_case cases[] = {
     {"block_list_arrays_and_strided_move_the_bytes", block_list_arrays_and_strided_move_the_bytes},
     {"a_plan_is_prepared_once_and_posted_twice", a_plan_is_prepared_once_and_posted_twice},
     {"bad_blocks_get_their_exact_codes_and_index", bad_blocks_get_their_exact_codes_and_index},
+    {"a_route_contract_given_with_a_block_request_refuses_it_or_lets_it_through",
+     a_route_contract_given_with_a_block_request_refuses_it_or_lets_it_through},
 };
 
 int main(int argc, char** argv) { return run_cases(cases, sizeof(cases) / sizeof(cases[0]), argc, argv); }

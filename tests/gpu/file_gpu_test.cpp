@@ -813,5 +813,122 @@ TEST(FileGpuRegistration, gpu_memory_moves_by_the_registration_it_brings_and_nev
   EXPECT_EQ(checkPattern(file.data(), file.size(), kSeed, 0), -1) << "a refused write reached the file";
 }
 
+
+// GPUDirect Storage as a route of its own, "gds" (docs/routes.md): where it
+// cannot be had, a GPU request to a file segment falls back to "file"
+// (staging, or cuFile's compat mode), counted per request, logged once per
+// segment and reason, shown by explainRoute (hawser doctor --peer), and
+// refused at submit under a contract requiring no_staging.
+class FileGpuRoute : public FileGpu {
+ protected:
+  // A GPU read of the segment under `require` ("" : the engine's contract).
+  Status submitGpu(const DeviceBuffer& dev, const std::string& require) {
+    TransferRequest r{OpCode::kRead, dev.data(), seg_, 0, 4096};
+    if (!require.empty()) EXPECT_TRUE(parseRouteContract("", require, r.route).ok());
+    BatchID b;
+    Status s = engine_.allocateBatchID(1, b);
+    if (!s.ok()) return s;
+    s = engine_.submitTransfer(b, {r});
+    if (s.ok()) s = engine_.waitTransfer(b, std::chrono::seconds(60));
+    Status f = freeWhenIdle(engine_, b);
+    return s.ok() ? f : s;
+  }
+  std::string refusalPrefix(const std::string& reason) const {
+    return "requests[0]: segment 'two': the route contract (require no_staging, from the request) forbids the route "
+           "this request would take, file; the expected route, gds, is unavailable: " + reason + ": ";
+  }
+  std::string gdsFact() {
+    for (auto& d : engine_.diagnose())
+      for (auto& [k, v] : d.facts)
+        if (d.transport == "file" && k == "route gds") return v;
+    return "";
+  }
+};
+
+size_t occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = 0; (p = text.find(what, p)) != std::string::npos; ++p) ++n;
+  return n;
+}
+
+TEST_F(FileGpuRoute, cufile_in_compat_mode_is_a_counted_logged_fallback_and_refused_under_no_staging) {
+  HAWSER_REQUIRE_GPU(1);
+  HAWSER_REQUIRE_CUFILE();
+  if (!stubCufile()) GTEST_SKIP() << "needs the stand-in libcufile, which runs in compat mode (gpu_sim only)";
+  LogCapture log;
+  start({{"file.cufile", "auto"}});
+  DeviceBuffer dev(0, 1 << 20);
+  ASSERT_TRUE(engine_.registerLocalMemory(dev.data(), dev.size()).ok());
+  // Refused before any I/O: the library's mode is known (or foreseen) at submit.
+  Status s = submitGpu(dev, "no_staging");
+  EXPECT_EQ(s.code(), Code::kNoTransport) << s.toString();
+  const std::string prefix = refusalPrefix("compat_mode") + "cuFile '" + testCufilePath() + "' ";
+  EXPECT_EQ(s.message().substr(0, prefix.size()), prefix) << s.message();
+  EXPECT_NE(s.message().find(" in compatibility mode ("), std::string::npos) << s.message();
+  EXPECT_EQ(routeFallbacks(engine_, "gds", "file", "compat_mode"), -1) << "a refused request is not counted";
+  // Without the contract: three requests and a block request, each counted once, logged once.
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(submitGpu(dev, "").ok());
+  ASSERT_TRUE(runBlocks(OpCode::kRead, seg_, {{dev.data(), 0, 4096}, {dev.data() + 8192, 16384, 4096}}).ok());
+  auto got = dev.download(8192, 4096);
+  EXPECT_EQ(checkPattern(got.data(), got.size(), kSeed, 16384), -1);
+  EXPECT_EQ(routeFallbacks(engine_, "gds", "file", "compat_mode"), 4);
+  EXPECT_EQ(occurrences(log.text(), "segment 'two': requests go over file, not gds: compat_mode: cuFile '" +
+                                        testCufilePath() + "' "),
+            1u)
+      << log.text();
+  // Now that the driver opened, refused with what it found.
+  s = submitGpu(dev, "no_staging");
+  EXPECT_EQ(s.code(), Code::kNoTransport) << s.toString();
+  EXPECT_EQ(s.message().substr(0, prefix.size() + 4), prefix + "runs") << s.message();
+  // The doctor's view (hawser doctor --peer): GPU memory falls back, host memory does not.
+  RouteExplanation gpu_route, host_route;
+  ASSERT_TRUE(engine_.explainRoute(seg_, "cuda:0", gpu_route).ok());
+  EXPECT_EQ(gpu_route.transport, "file");
+  EXPECT_EQ(gpu_route.fallback_from, "gds");
+  EXPECT_EQ(gpu_route.fallback_reason, "compat_mode");
+  EXPECT_EQ(gpu_route.fallback_detail.substr(0, 9 + testCufilePath().size()), "cuFile '" + testCufilePath() + "'");
+  ASSERT_TRUE(engine_.explainRoute(seg_, "cpu:0", host_route).ok());
+  EXPECT_EQ(host_route.transport, "file");
+  EXPECT_EQ(host_route.fallback_from, "");
+  EXPECT_EQ(gdsFact().substr(0, 26), "unavailable: compat_mode: ") << gdsFact();
+  // Host memory is never counted.
+  Buffer host(8192);
+  ASSERT_TRUE(engine_.registerLocalMemory(host.p, host.n).ok());
+  ASSERT_TRUE(run(OpCode::kRead, host.p, 100, 4096).ok());
+  EXPECT_EQ(routeFallbacks(engine_, "gds", "file", "compat_mode"), 4);
+}
+
+TEST_F(FileGpuRoute, without_libcufile_gpu_requests_fall_back_as_not_installed) {
+  HAWSER_REQUIRE_GPU(1);
+  const std::string missing = dir_.path + "/no-such-libcufile.so.0";
+  start({{"file.cufile", "auto"}, {"file.cufile_lib", missing}});
+  DeviceBuffer dev(0, 1 << 20);
+  ASSERT_TRUE(engine_.registerLocalMemory(dev.data(), dev.size()).ok());
+  Status s = submitGpu(dev, "no_staging");
+  EXPECT_EQ(s.code(), Code::kNoTransport) << s.toString();
+  const std::string prefix = refusalPrefix("not_installed") + "cuFile library '" + missing + "' not loadable: ";
+  EXPECT_EQ(s.message().substr(0, prefix.size()), prefix) << s.message();
+  ASSERT_TRUE(submitGpu(dev, "").ok());
+  ASSERT_TRUE(submitGpu(dev, "").ok());
+  EXPECT_EQ(routeFallbacks(engine_, "gds", "file", "not_installed"), 2);
+}
+
+TEST_F(FileGpuRoute, with_cufile_off_staging_is_chosen_not_a_fallback_and_no_staging_is_refused) {
+  HAWSER_REQUIRE_GPU(1);
+  start({{"file.cufile", "off"}});
+  DeviceBuffer dev(0, 1 << 20);
+  ASSERT_TRUE(engine_.registerLocalMemory(dev.data(), dev.size()).ok());
+  Status s = submitGpu(dev, "no_staging");
+  EXPECT_EQ(s.code(), Code::kNoTransport) << s.toString();
+  EXPECT_EQ(s.message(),
+            "requests[0]: segment 'two': the route contract (require no_staging, from the request) forbids the route "
+            "this request would take, file; no transport of this build that the contract allows moves GPU memory to "
+            "a file segment (file.cufile=off: GPU memory <-> files goes through pinned staging buffers "
+            "(file.cufile=auto takes GPUDirect Storage, route gds, where it can))");
+  ASSERT_TRUE(submitGpu(dev, "").ok());
+  EXPECT_EQ(routeFallbacks(engine_, "gds", "file", "compat_mode"), -1);
+  EXPECT_EQ(gdsFact(), "not offered (file.cufile=off)");
+}
+
 }  // namespace
 }  // namespace hawser::test

@@ -74,6 +74,35 @@ bool envTrue(const char* name) {
 
 constexpr const char* kNvidiaFs = "/proc/driver/nvidia-fs";
 
+// What puts cuFile in compat mode whatever its driver reports ("" when
+// nothing does): known without opening the driver.
+std::string compatCause() {
+  if (envTrue("CUFILE_FORCE_COMPAT_MODE")) return "CUFILE_FORCE_COMPAT_MODE is set";
+  if (::access(kNvidiaFs, F_OK) != 0)
+    return fmt::format("{} absent: the nvidia-fs kernel module is not loaded", kNvidiaFs);
+  return "";
+}
+
+// Whether `path` loads ("" when it does; else why not), tried once per
+// process and path without opening the driver, and never unloaded.
+std::string loadProbe(const std::string& path) {
+  static std::mutex mu;
+  static auto& probed = *new std::map<std::string, std::string>;
+  std::lock_guard lk(mu);
+  auto it = probed.find(path);
+  if (it == probed.end()) {
+    std::string why;
+    if (void* h = dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL | RTLD_NODELETE)) {
+      dlclose(h);
+    } else {
+      const char* e = dlerror();
+      why = e ? e : "?";
+    }
+    it = probed.emplace(path, std::move(why)).first;
+  }
+  return it->second;
+}
+
 }  // namespace
 
 std::string CufileLibrary::describe(const cufile::Error& e) {
@@ -127,14 +156,11 @@ const CufileLibrary* CufileLibrary::load(const std::string& path, std::string& w
   if (have_props && props.max_batch_io_size > 0) lib->max_batch_ = props.max_batch_io_size;
   // Direct (GDS) or compat: the nvidia-fs kernel driver must be loaded and
   // the library must report its version; forced compat mode overrides both.
-  const bool nvfs_proc = ::access(kNvidiaFs, F_OK) == 0;
   const bool nvfs_props = have_props && props.nvfs.major_version > 0;
-  if (envTrue("CUFILE_FORCE_COMPAT_MODE")) {
-    lib->mode_ = "compat (CUFILE_FORCE_COMPAT_MODE is set)";
-  } else if (!nvfs_proc) {
-    lib->mode_ = fmt::format("compat ({} absent: the nvidia-fs kernel module is not loaded)", kNvidiaFs);
-  } else if (!nvfs_props) {
-    lib->mode_ = "compat (the library reports no nvidia-fs driver version)";
+  lib->compat_cause_ = compatCause();
+  if (lib->compat_cause_.empty() && !nvfs_props) lib->compat_cause_ = "the library reports no nvidia-fs driver version";
+  if (!lib->compat_cause_.empty()) {
+    lib->mode_ = "compat (" + lib->compat_cause_ + ")";
   } else {
     lib->gds_ = true;
     lib->mode_ = fmt::format("gds (nvidia-fs {}.{})", props.nvfs.major_version, props.nvfs.minor_version);
@@ -154,24 +180,11 @@ CufileProbe probeCufile(const std::string& path, const std::string& dir) {
       p.library = fmt::format("'{}' open in this process: {}", path, it->second->mode());
   }
   if (p.library.empty()) {
-    // Every engine's init asks (the doctor reads what init found): the
-    // library is tried once per process and path, and never unloaded.
-    static std::mutex mu;
-    static auto& probed = *new std::map<std::string, std::string>;
-    std::lock_guard lk(mu);
-    auto it = probed.find(path);
-    if (it == probed.end()) {
-      std::string what;
-      if (void* h = dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL | RTLD_NODELETE)) {
-        what = fmt::format("'{}' loads (its driver opens at the first transfer between GPU memory and a file)", path);
-        dlclose(h);
-      } else {
-        const char* e = dlerror();
-        what = fmt::format("'{}' not loadable: {}; GPU memory <-> files goes through staging", path, e ? e : "?");
-      }
-      it = probed.emplace(path, std::move(what)).first;
-    }
-    p.library = it->second;
+    // Every engine's init asks (the doctor reads what init found).
+    const std::string why = loadProbe(path);
+    p.library = why.empty()
+                    ? fmt::format("'{}' loads (its driver opens at the first transfer between GPU memory and a file)", path)
+                    : fmt::format("'{}' not loadable: {}; GPU memory <-> files goes through staging", path, why);
   }
   p.nvidia_fs = ::access(kNvidiaFs, F_OK) == 0
                     ? fmt::format("{} present: GPUDirect possible", kNvidiaFs)
@@ -204,6 +217,23 @@ CufileProbe probeCufile(const std::string& path, const std::string& dir) {
         dir, maj, min, rec);
   }
   return p;
+}
+
+RouteDecline forecastCufile(const std::string& path) {
+  {
+    std::lock_guard lk(g_lib_mu);
+    if (auto it = g_libs.find(path); it != g_libs.end()) return it->second->decline();
+  }
+  if (std::string why = loadProbe(path); !why.empty())
+    return {RouteReason::kNotInstalled, fmt::format("cuFile library '{}' not loadable: {}", path, why)};
+  if (std::string cause = compatCause(); !cause.empty())
+    return {RouteReason::kCompatMode, fmt::format("cuFile '{}' would run in compatibility mode ({})", path, cause)};
+  return {};
+}
+
+RouteDecline CufileLibrary::decline() const {
+  if (gds_) return {};
+  return {RouteReason::kCompatMode, fmt::format("cuFile '{}' runs in compatibility mode ({})", path_, compat_cause_)};
 }
 
 // ---- the engine ---------------------------------------------------------------------

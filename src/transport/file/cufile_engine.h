@@ -31,6 +31,7 @@
 #include <memory>
 #include <string>
 
+#include "base/route.h"
 #include "transport/file/cufile_api.h"
 #include "transport/file/io_engine.h"
 
@@ -52,6 +53,9 @@ class CufileLibrary {
   bool gds() const { return gds_; }
   // "gds (...)" or "compat (...)": the mode and the evidence it was decided on.
   const std::string& mode() const { return mode_; }
+  // GPUDirect as a route (Transport::variantDeclines): kNone in gds mode,
+  // else compat_mode and why.
+  RouteDecline decline() const;
   unsigned maxBatch() const { return max_batch_; }
   int version() const { return version_; }
 
@@ -64,6 +68,7 @@ class CufileLibrary {
   std::string path_;
   bool gds_ = false;
   std::string mode_;
+  std::string compat_cause_;  // why compat mode ("" in gds mode)
   unsigned max_batch_ = 128;
   int version_ = 0;
 };
@@ -77,6 +82,14 @@ struct CufileProbe {
   std::string udev;
 };
 CufileProbe probeCufile(const std::string& path, const std::string& dir);
+
+// Whether GPUDirect is to be expected of the library at `path`, without
+// opening its driver (which takes a second): where it is open in this
+// process, its decline(); else not_installed where it does not load, and
+// compat_mode where it would run in compat mode whatever its driver reports
+// (CUFILE_FORCE_COMPAT_MODE, no nvidia-fs kernel module). kNone: GPUDirect
+// expected; the driver's open at the first transfer confirms it or not.
+RouteDecline forecastCufile(const std::string& path);
 
 class CufileEngine : public IoEngine {
  public:

@@ -83,7 +83,9 @@ void FileTransport::openCufile() {
   } else {
     HLOG_INFO("file: {}; GPU memory <-> files goes through pinned staging buffers", why);
   }
+  RouteDecline gds;
   if (engine) {
+    gds = engine->library().decline();
     // Every GPU region registered so far, queued for cuFileBufRegister
     // before the engine is published (registerRegion queues later ones).
     std::lock_guard lk(regions_mu_);
@@ -91,11 +93,14 @@ void FileTransport::openCufile() {
       if (r->gpu >= 0) attachCufile(*r, *engine);
     cufile_ = std::move(engine);
     cufile_ptr_.store(cufile_.get());
+  } else {
+    gds = {RouteReason::kNotInstalled, why};
   }
   {
     std::lock_guard lk(gpu_mu_);
     cufile_note_ = why;
     cufile_opening_ = false;
+    setGdsState(std::move(gds));  // the forecast replaced by what the open found
   }
   cufile_cv_.notify_all();
 }
@@ -146,7 +151,45 @@ void FileTransport::noteFallback(const std::string& path, const std::string& why
     HLOG_INFO("file: GPU I/O of '{}' goes through pinned staging buffers: {}", path, why);
 }
 
-Status FileTransport::gpuRoute(OpenFile& f, CufileEngine* cf, Route& out) {
+void FileTransport::setGdsState(RouteDecline d) {
+  gds_states_.push_back(std::make_unique<RouteDecline>(std::move(d)));
+  gds_state_.store(gds_states_.back().get(), std::memory_order_release);
+}
+
+bool FileTransport::variant(TransportVariant& out) const {
+  if (!installed_ || settings_.cufile == "off") return false;
+  out.name = "gds";
+  TransportCaps& c = out.caps;
+  c.file_segments = true;
+  c.local_memory = kGpuMemory;
+  c.cost_rank = caps().cost_rank - 5;  // cheaper than staging, the same transport
+  c.run_windows = true;
+  // The NVMe's DMA moves the bytes between the disk and GPU memory.
+  c.gpu_properties = kZeroCopy | kNoStaging | kSameHost;
+  return true;
+}
+
+RouteDecline FileTransport::variantDeclines(const PeerHandle& peer) const {
+  // The process first (the library absent or in compat mode), then the segment's files.
+  if (const RouteDecline* d = gds_state_.load(std::memory_order_acquire); d && d->declined()) return *d;
+  return static_cast<const FilePeer&>(peer).gdsDecline();
+}
+
+RouteDecline FileTransport::lacks(uint32_t property, uint32_t kinds) const {
+  if ((kinds & kGpuMemory) && (property == kNoStaging || property == kZeroCopy))
+    return {RouteReason::kNone,
+            settings_.cufile == "off"
+                ? "file.cufile=off: GPU memory <-> files goes through pinned staging buffers (file.cufile=auto takes "
+                  "GPUDirect Storage, route gds, where it can)"
+                : "file moves GPU memory through host buffers (staging, or cuFile's compatibility mode)"};
+  return Transport::lacks(property, kinds);
+}
+
+void FileTransport::gdsFellBack(const FilePeer& peer, const RouteDecline& why) {
+  if (fallback_) fallback_(peer.segment(), "gds", name(), why);
+}
+
+Status FileTransport::gpuRoute(FilePeer& peer, OpenFile& f, CufileEngine* cf, Route& out) {
   out = Route::kStaged;
   if (settings_.cufile == "off") return Status::OK();
   if (!cf) {
@@ -168,6 +211,9 @@ Status FileTransport::gpuRoute(OpenFile& f, CufileEngine* cf, Route& out) {
     } else {
       f.cufile_refusal = Status(s.code(), s.message() + udevHint(f.fd));
       detail::counters().cufile_refused_files++;
+      // Found only now: no GPUDirect for this segment from here on.
+      peer.refuseGds({RouteReason::kUnsupportedFile,
+                      fmt::format("cuFile refuses '{}': {}", f.path, f.cufile_refusal.message())});
     }
   }
   if (f.cufile_token >= 0) {
@@ -203,6 +249,15 @@ void FileTransport::diagnoseGpu(TransportDiagnosis& out, const std::string& dir)
                          "registers the file (one batch entry per run); otherwise io_uring/POSIX into pinned staging "
                          "slots, one large I/O and one batched GPU copy per slot (file.cufile=on: cuFile in compat "
                          "mode too, and refuses where cuFile cannot)");
+  if (const RouteDecline* d = gds_state_.load(std::memory_order_acquire))
+    out.facts.emplace_back("route gds", d->declined()
+                                            ? fmt::format("unavailable: {}: {} (GPU requests to files are counted as "
+                                                          "fallbacks gds -> file; docs/routes.md)",
+                                                          routeReasonName(d->reason), d->text)
+                                            : "GPUDirect Storage expected (confirmed when cuFile's driver opens at "
+                                              "the first GPU <-> file transfer; per file at its first GPU I/O)");
+  else
+    out.facts.emplace_back("route gds", settings_.cufile == "off" ? "not offered (file.cufile=off)" : "not set up");
   out.facts.emplace_back("GPU staging", fmt::format("{} slots of {} bytes (file.gpu_staging_buffers)",
                                                     settings_.gpu_staging_buffers, stagingSlotSize()));
   out.facts.emplace_back("cuFile batch", fmt::format("at most {} entries (file.cufile_batch; clamped to the "

@@ -89,9 +89,29 @@ FilePeer::FilePeer(const SegmentDesc& seg, const std::string& server_name, std::
     } else if (b.path[0] != '/') {
       b.unusable = {Code::kInvalidArgument,
                     fmt::format("segment '{}' file #{}: path '{}' is not absolute", segment_, idx, b.path)};
+    } else if (struct statfs fs {}; !gds_refused_ && ::statfs(b.path.c_str(), &fs) == 0 &&
+               (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC)) {
+      // Known without touching cuFile: no block device under it.
+      refuseGds({RouteReason::kUnsupportedFile,
+                 fmt::format("segment '{}' file #{} '{}' lies on {}: no block device for GPUDirect Storage (cuFile "
+                             "refuses such files)",
+                             segment_, idx, b.path, fs.f_type == TMPFS_MAGIC ? "tmpfs" : "ramfs")});
     }
   }
   if (set_) set_->add(this);
+}
+
+RouteDecline FilePeer::gdsDecline() const {
+  if (!gds_refused_.load(std::memory_order_acquire)) return {};
+  std::lock_guard lk(gds_mu_);
+  return gds_why_;
+}
+
+void FilePeer::refuseGds(RouteDecline why) {
+  std::lock_guard lk(gds_mu_);
+  if (gds_refused_.load(std::memory_order_relaxed)) return;
+  gds_why_ = std::move(why);
+  gds_refused_.store(true, std::memory_order_release);
 }
 
 FilePeer::~FilePeer() {

@@ -6,6 +6,7 @@
 // is one descriptor; slices hold it while their I/O runs.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -96,6 +97,14 @@ class FilePeer final : public PeerHandle {
   // Moves the cached descriptors out (they close when the caller drops them).
   void takeCache(std::vector<std::shared_ptr<OpenFile>>& out);
 
+  // GPUDirect Storage for this segment's files (FileTransport::variantDeclines):
+  // why one of them cannot take it (unsupported_file), as found when the
+  // peer was made (a file on tmpfs or ramfs) or at its first GPU I/O (cuFile
+  // refused it); kNone while nothing is known against it. A lookup.
+  RouteDecline gdsDecline() const;
+  // Records `why` (the first one found is kept).
+  void refuseGds(RouteDecline why);
+
  private:
   struct Backing {
     std::string path;     // for this host
@@ -114,6 +123,9 @@ class FilePeer final : public PeerHandle {
   std::vector<Backing> files_;
   std::mutex mu_;
   std::shared_ptr<PeerSet> set_;
+  std::atomic<bool> gds_refused_{false};  // set once gds_why_ is
+  mutable std::mutex gds_mu_;
+  RouteDecline gds_why_;
 };
 
 // Every live FilePeer of one transport: the transport's shutdown closes

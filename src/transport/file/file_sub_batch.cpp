@@ -162,14 +162,23 @@ Status FileSubBatch::makeIos(Parts& parts, PreparedIos& pw) {
   for (Group& g : parts.groups) {
     FilePeer* peer = g.peer;
     const bool gpu = g.device >= 0;
+    // GPUDirect as selection saw it (this submit's): what this I/O finds
+    // out against it (the library's open, cuFile refusing the file) is a
+    // fallback the engine could not count at submit.
+    bool gds_expected = gpu && owner_->gds_state_.load() && !owner_->variantDeclines(*peer).declined();
     CufileEngine* cf = gpu ? owner_->cufileEngine() : nullptr;
     auto routeOf = [&](const std::shared_ptr<OpenFile>& file, Route& rt) -> Status {
       if (!gpu) {
         rt = Route::kHost;
         return Status::OK();
       }
-      Status rs = owner_->gpuRoute(*file, cf, rt);
+      Status rs = owner_->gpuRoute(*peer, *file, cf, rt);
       if (!rs.ok()) return {rs.code(), fmt::format("segment '{}': {}", peer->segment(), rs.message())};
+      if (gds_expected)
+        if (RouteDecline now = owner_->variantDeclines(*peer); now.declined()) {
+          owner_->gdsFellBack(*peer, now);
+          gds_expected = false;
+        }
       return Status::OK();
     };
     std::shared_ptr<OpenFile> f, plain;

@@ -143,8 +143,9 @@ TransportCaps FileTransport::caps() const {
   c.cost_rank = 50;
   c.segment_scheme = "file://";
   c.run_windows = true;  // block requests: windows of runs, no task per run (FileSubBatch::prepareRuns)
-  // Local I/O. GPU memory: cuFile or staging, chosen per file at the first
-  // transfer (file_gpu.cpp), so no_staging is not promised.
+  // Local I/O. GPU memory: staging or cuFile's compat mode, so no_staging
+  // is not promised; GPUDirect Storage is a route of its own, "gds"
+  // (variant(), file_gpu.cpp).
   c.host_properties = kNoStaging | kSameHost;
   c.gpu_properties = kSameHost;
   return c;
@@ -187,6 +188,9 @@ Status FileTransport::install(const TransportContext& ctx) {
   inflight_->configure(uring_.get(), settings_.cancel_grace, settings_.max_io_size + 2 * kPage,
                        settings_.bounce_buffers);
   inflight_->startWatchdog();
+  fallback_ = ctx.fallback;
+  // What GPUDirect is to be expected of, without opening cuFile's driver.
+  if (settings_.cufile != "off") setGdsState(forecastCufile(settings_.cufile_lib));
   installed_ = true;
   HLOG_INFO("file: engine={} io_depth={} max_io_size={} direct={} bounce_buffers={} coalesce={} coalesce_gap={}",
             uring_ ? "uring" : "posix", settings_.io.io_depth, settings_.max_io_size, settings_.direct,

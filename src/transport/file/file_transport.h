@@ -26,12 +26,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "base/transport.h"
 #include "gpu/batch_copy.h"
@@ -100,6 +102,7 @@ class PeerSet;
 struct FileRegistration;
 class FileSubBatch;
 class CufileEngine;
+class FilePeer;
 class GpuStaging;
 struct OpenFile;
 enum class Route : uint8_t;
@@ -158,6 +161,15 @@ class FileTransport final : public Transport {
   void diagnose(TransportDiagnosis& out) const override;
   Counters stats() const override;
 
+  // GPUDirect Storage as a route of its own ("gds", file_gpu.cpp): GPU
+  // memory <-> files without host staging. Offered unless file.cufile=off;
+  // declined for a peer (a fallback to "file": staging or cuFile's compat
+  // mode) where the library is absent or runs in compat mode, or one of the
+  // segment's files cannot take it.
+  bool variant(TransportVariant& out) const override;
+  RouteDecline variantDeclines(const PeerHandle& peer) const override;
+  RouteDecline lacks(uint32_t property, uint32_t kinds) const override;
+
   const FileSettings& settings() const { return settings_; }
   // Reads and validates every file.* key of `config`.
   static Status loadSettings(const Config& config, FileSettings& out);
@@ -182,7 +194,14 @@ class FileTransport final : public Transport {
   size_t stagingSlotSize() const;
   // How GPU slices reach `f`: cuFile when its handle registers, else staged
   // (logged once per file) -- or, with file.cufile=on, an error.
-  Status gpuRoute(OpenFile& f, CufileEngine* cf, Route& out);
+  Status gpuRoute(FilePeer& peer, OpenFile& f, CufileEngine* cf, Route& out);
+  // GPUDirect as a route: the library's state (a forecast until its driver
+  // opens, then what it found), published for lock-free reads; every state
+  // is kept until the transport goes (a few per process).
+  void setGdsState(RouteDecline d);
+  // A GPU I/O to `peer` found out, as it started, that GPUDirect is not to
+  // be had (`why`): told to the engine as a fallback (ctx.fallback).
+  void gdsFellBack(const FilePeer& peer, const RouteDecline& why);
   void noteFallback(const std::string& path, const std::string& why, bool warn);
   // Under regions_mu_: queues `r` (GPU memory) for cuFile's registration.
   static void attachCufile(FileRegistration& r, CufileEngine& cf);
@@ -218,6 +237,9 @@ class FileTransport final : public Transport {
   std::map<uint64_t, std::shared_ptr<FileRegistration>> regions_;
   std::mutex fallback_mu_;
   std::set<std::string> fallback_logged_;
+  std::atomic<const RouteDecline*> gds_state_{nullptr};
+  std::vector<std::unique_ptr<RouteDecline>> gds_states_;  // under gpu_mu_
+  std::function<void(const std::string&, const std::string&, const std::string&, const RouteDecline&)> fallback_;
 
   // Where reads put the gaps they read through (file.coalesce_gap bytes,
   // page-aligned, never read): shared by every I/O, made at install.
