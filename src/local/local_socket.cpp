@@ -37,6 +37,14 @@ bool addressOf(const std::string& name, sockaddr_un& a, socklen_t& len) {
 
 }  // namespace
 
+void putText(char* buf, size_t cap, const std::string& s) {
+  const size_t n = std::min(s.size(), cap - 1);
+  std::memcpy(buf, s.data(), n);
+  buf[n] = 0;
+}
+
+std::string getText(const char* buf, size_t cap) { return std::string(buf, strnlen(buf, cap)); }
+
 FdsCloser::~FdsCloser() {
   for (int f : fds)
     if (f >= 0) ::close(f);

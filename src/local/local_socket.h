@@ -69,6 +69,11 @@ Status sendMessage(int sock, const void* msg, size_t len, std::span<const int> f
 // kTimeout, kRemoteError on a message of another size (its fds closed).
 Status recvMessage(int sock, void* msg, size_t len, std::vector<int>& fds, int timeout_ms);
 
+// A message's text field `buf` of `cap` bytes: set to `s` (cut to fit,
+// NUL-terminated), and read back (up to its NUL).
+void putText(char* buf, size_t cap, const std::string& s);
+std::string getText(const char* buf, size_t cap);
+
 // Closes every descriptor of `fds` that is >= 0 when it goes out of scope.
 struct FdsCloser {
   std::vector<int>& fds;

@@ -3,21 +3,15 @@
 
 #include <unistd.h>
 
-#include <algorithm>
-#include <cstring>
 #include <fmt/format.h>
 
 #include "local/local_socket.h"
 
 namespace hawser::shm {
 
-void Msg::setWhy(const std::string& s) {
-  const size_t n = std::min(s.size(), sizeof why - 1);
-  std::memcpy(why, s.data(), n);
-  why[n] = 0;
-}
+void Msg::setWhy(const std::string& s) { local::putText(why, sizeof why, s); }
 
-std::string Msg::whyText() const { return std::string(why, strnlen(why, sizeof why)); }
+std::string Msg::whyText() const { return local::getText(why, sizeof why); }
 
 Status sendMsg(int sock, const Msg& m, const std::vector<int>& fds) {
   return local::sendMessage(sock, &m, sizeof m, fds);
