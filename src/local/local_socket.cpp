@@ -45,10 +45,13 @@ void putText(char* buf, size_t cap, const std::string& s) {
 
 std::string getText(const char* buf, size_t cap) { return std::string(buf, strnlen(buf, cap)); }
 
-FdsCloser::~FdsCloser() {
+void closeAll(std::vector<int>& fds) {
   for (int f : fds)
     if (f >= 0) ::close(f);
+  fds.clear();
 }
+
+FdsCloser::~FdsCloser() { closeAll(fds); }
 
 Status listenAt(const Place& place, std::string& name, int& fd) {
   std::random_device rd;

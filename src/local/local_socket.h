@@ -69,6 +69,20 @@ Status sendMessage(int sock, const void* msg, size_t len, std::span<const int> f
 // kTimeout, kRemoteError on a message of another size (its fds closed).
 Status recvMessage(int sock, void* msg, size_t len, std::vector<int>& fds, int timeout_ms);
 
+// Closes every fd of `fds` and clears it.
+void closeAll(std::vector<int>& fds);
+
+// Receives one message of a transport's type M, whose first fields are its
+// `magic` and `version`: kRemoteError (its fds closed) for one of another
+// magic or version, naming `who` ("shm socket").
+template <class M>
+Status recvChecked(int sock, M& m, std::vector<int>& fds, int timeout_ms, uint32_t magic, uint32_t version,
+                   const char* who) {
+  Status s = recvMessage(sock, &m, sizeof m, fds, timeout_ms);
+  if (!s.ok() || (m.magic == magic && m.version == version)) return s;
+  closeAll(fds);
+  return {Code::kRemoteError, std::string(who) + ": a malformed message (version " + std::to_string(m.version) + ")"};
+}
 // A message's text field `buf` of `cap` bytes: set to `s` (cut to fit,
 // NUL-terminated), and read back (up to its NUL).
 void putText(char* buf, size_t cap, const std::string& s);

@@ -27,14 +27,12 @@ Status sendMsg(int sock, const Msg& m, const std::vector<int>& fds) {
 }
 
 Status recvMsg(int sock, Msg& m, std::vector<int>& fds, int timeout_ms) {
-  Status s = local::recvMessage(sock, &m, sizeof m, fds, timeout_ms);
-  if (!s.ok()) return s;
-  if (m.magic != kSockMagic || m.version != kSockVersion || m.count > kMaxPieces) {
-    for (int fd : fds) ::close(fd);
-    fds.clear();
-    return {Code::kRemoteError, fmt::format("nvlink socket: a malformed message (version {})", m.version)};
+  Status s = local::recvChecked(sock, m, fds, timeout_ms, kSockMagic, kSockVersion, "nvlink socket");
+  if (s.ok() && m.count > kMaxPieces) {
+    local::closeAll(fds);
+    return {Code::kRemoteError, fmt::format("nvlink socket: a message of {} pieces (at most {})", m.count, kMaxPieces)};
   }
-  return Status::OK();
+  return s;
 }
 
 // ---- owner ------------------------------------------------------------------

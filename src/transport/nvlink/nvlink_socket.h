@@ -70,11 +70,11 @@ class Server {
   using Left = std::function<void(uint64_t token)>;
   Server(int table_fd, uint64_t nonce, Pieces pieces, Left left)
       : table_fd_(table_fd), nonce_(nonce), pieces_(std::move(pieces)), left_(std::move(left)) {}
-  ~Server();
-  Server(const Server&) = delete;
-  Server& operator=(const Server&) = delete;
+  ~Server();  // stops (its listener makes it non-copyable)
 
+  // Listens (nvlink.socket_dir `dir`, "" for the abstract namespace).
   Status start(const std::string& dir);
+  // Closes every connection and the listener; joins its thread.
   void stop();
   const std::string& name() const { return listener_.name(); }
   uint64_t peers() const { return peers_.load(std::memory_order_relaxed); }

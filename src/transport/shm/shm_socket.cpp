@@ -1,10 +1,6 @@
 // The shm transport's messages over the local socket (shm_socket.h).
 #include "transport/shm/shm_socket.h"
 
-#include <unistd.h>
-
-#include <fmt/format.h>
-
 #include "local/local_socket.h"
 
 namespace hawser::shm {
@@ -18,14 +14,7 @@ Status sendMsg(int sock, const Msg& m, const std::vector<int>& fds) {
 }
 
 Status recvMsg(int sock, Msg& m, std::vector<int>& fds, int timeout_ms) {
-  Status s = local::recvMessage(sock, &m, sizeof m, fds, timeout_ms);
-  if (!s.ok()) return s;
-  if (m.magic != kSockMagic || m.version != kSockVersion) {
-    for (int fd : fds) ::close(fd);
-    fds.clear();
-    return {Code::kRemoteError, fmt::format("shm socket: a malformed message (version {})", m.version)};
-  }
-  return Status::OK();
+  return local::recvChecked(sock, m, fds, timeout_ms, kSockMagic, kSockVersion, "shm socket");
 }
 
 }  // namespace hawser::shm
