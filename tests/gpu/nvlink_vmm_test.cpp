@@ -47,13 +47,7 @@ EngineOptions gpuOptions() {
     HAWSER_REQUIRE_GPU(1);                                                                             \
   } while (0)
 
-uint64_t counter(const TransferEngine& e, const std::string& key) {
-  for (auto& t : e.stats().transports)
-    if (t.transport == "nvlink")
-      for (auto& [k, v] : t.counters)
-        if (k == key) return v;
-  return 0;
-}
+uint64_t counter(TransferEngine& e, const std::string& key) { return transportCounter(e, "nvlink", key); }
 
 int openFds() {
   int n = 0;
@@ -74,18 +68,15 @@ int reservations() {
 // `hawser serve` exposing kBytes of GPU memory (`gpu_memory`: vmm or
 // device) filled with pattern(kSeed), optionally behind `wrap` (unshare).
 struct Owner {
-  bool start(const std::string& gpu_memory, const std::vector<std::string>& wrap = {}) {
+  bool start(const std::string& gpu_memory, const std::vector<std::string>& wrap = {},
+             const std::vector<std::string>& env = {}) {
     std::vector<std::string> argv = wrap;
     argv.insert(argv.end(), {hawserBin(), "serve", "--listen", "127.0.0.1:0", "--memory", std::to_string(kBytes),
                              "--fill-seed", std::to_string(kSeed), "--location", "cuda:0", "--gpu-memory", gpu_memory,
                              "--vmm-chunk", std::to_string(kChunk)});
-    if (!child.exec(argv, gpuEnv())) return false;
-    std::string seg = child.waitFor("segment: ", 30000);
-    std::string mem = child.waitFor("memory: ", 30000);
-    if (seg.empty() || mem.empty() || child.waitFor("ready", 30000).empty()) return false;
-    segment = seg.substr(9);
-    base = std::stoull(mem.substr(8), nullptr, 16);
-    return true;
+    std::vector<std::string> all = gpuEnv();
+    all.insert(all.end(), env.begin(), env.end());
+    return child.exec(argv, all) && servedSegment(child, segment, base, 30000);
   }
   Child child;
   std::string segment;
@@ -182,17 +173,19 @@ TEST_F(NvlinkVmm, unregistering_at_the_owner_releases_the_peers_mapping_its_addr
   EXPECT_LE(openFds(), fds_before + 4) << "fds leaked: the allocations' fds are closed once mapped";
 }
 
+// doctor --peer's route for local GPU memory to `segment`.
+nlohmann::json doctorRoute(const std::string& segment) {
+  std::string out;
+  EXPECT_EQ(sh(gpuEnvPrefix() + hawserBin() + " doctor --json --peer " + segment + " 2>/dev/null", &out), 0) << out;
+  nlohmann::json j = nlohmann::json::parse(lastLine(out), nullptr, false);
+  EXPECT_TRUE(j.is_object()) << out;
+  return j.is_object() ? j["peer"]["routes"]["cuda:0"] : nlohmann::json{};
+}
+
 TEST_F(NvlinkVmm, doctor_and_the_route_say_vmm_memory_goes_over_nvlink_by_file_descriptor) {
   Owner o;
   ASSERT_TRUE(o.start("vmm"));
-  std::string out;
-  int rc = sh(gpuEnvPrefix() + hawserBin() + " doctor --json --peer " + o.segment, &out);
-  ASSERT_EQ(rc, 0) << out;
-  auto end = out.find_last_not_of('\n');
-  auto begin = out.rfind('\n', end);
-  nlohmann::json j = nlohmann::json::parse(out.substr(begin == std::string::npos ? 0 : begin + 1), nullptr, false);
-  ASSERT_TRUE(j.is_object()) << out;
-  auto& route = j["peer"]["routes"]["cuda:0"];
+  const nlohmann::json route = doctorRoute(o.segment);
   EXPECT_EQ(route["transport"], "nvlink") << route.dump();
   EXPECT_NE(route["why"].get<std::string>().find("legacy CUDA IPC handles for 0 buffer(s), VMM by file descriptor "
                                                  "for 1; owner reached over its socket @hawser-nvlink-"),
@@ -232,6 +225,47 @@ TEST_F(NvlinkVmm, cudamalloc_memory_of_an_owner_in_another_pid_namespace_is_decl
   ASSERT_NO_FATAL_FAILURE(readAndCheck(o, seg, 0, 1 << 20));
   EXPECT_EQ(routeFallbacks(e_, "nvlink", "tcp", "other_pid_namespace"), 1);
   EXPECT_EQ(counter(e_, "handles_opened"), 0u);
+}
+
+}  // namespace
+}  // namespace hawser::test
+
+namespace hawser::test {
+namespace {
+
+// Containers that share a directory, not a network namespace: the owner's
+// socket in nvlink.socket_dir is reached from another mount namespace; one
+// in a directory only its own mount namespace sees is not (tcp then, and
+// doctor says why).
+TEST_F(NvlinkVmm, a_socket_directory_both_mount_namespaces_see_serves_vmm_memory_one_they_do_not_gives_the_reason) {
+  std::string out;
+  if (sh("unshare --pid --mount --fork --kill-child true 2>&1", &out) != 0)
+    GTEST_SKIP() << "unshare --pid --mount --fork is not allowed here: " << out;
+  TempDir shared;
+  Owner o;
+  ASSERT_TRUE(o.start("vmm", {"unshare", "--pid", "--mount", "--fork", "--kill-child"},
+                      {"HAWSER_NVLINK_SOCKET_DIR=" + shared.path}));
+  SegmentID seg;
+  ASSERT_TRUE(e_.openSegment(o.segment, seg).ok());
+  ASSERT_NO_FATAL_FAILURE(readAndCheck(o, seg, 0, kBytes));
+  EXPECT_EQ(counter(e_, "vmm_imported"), 1u);
+  nlohmann::json route = doctorRoute(o.segment);
+  EXPECT_EQ(route["transport"], "nvlink") << route.dump();
+  EXPECT_NE(route["why"].get<std::string>().find("owner reached over its socket " + shared.path + "/hawser-nvlink-"),
+            std::string::npos)
+      << route.dump();
+
+  TempDir hidden;
+  Owner h;
+  ASSERT_TRUE(h.start("vmm",
+                      {"unshare", "--pid", "--mount", "--fork", "--kill-child", "sh", "-c",
+                       "mount -t tmpfs hawser-test " + hidden.path + " && exec env HAWSER_NVLINK_SOCKET_DIR=" +
+                           hidden.path + " \"$0\" \"$@\""}));
+  route = doctorRoute(h.segment);
+  EXPECT_NE(route["transport"], "nvlink") << route.dump();
+  EXPECT_NE(route["why"].get<std::string>().find("its nvlink.socket_dir is not a directory this process sees"),
+            std::string::npos)
+      << route.dump();
 }
 
 }  // namespace
