@@ -182,6 +182,23 @@ nlohmann::json doctorRoute(const std::string& segment) {
   return j.is_object() ? j["peer"]["routes"]["cuda:0"] : nlohmann::json{};
 }
 
+TEST_F(NvlinkVmm, closing_the_segment_releases_the_imported_range_while_the_owner_lives) {
+  const int reserved_before = reservations();
+  Owner o;
+  ASSERT_TRUE(o.start("vmm"));
+  SegmentID seg;
+  ASSERT_TRUE(e_.openSegment(o.segment, seg).ok());
+  ASSERT_NO_FATAL_FAILURE(readAndCheck(o, seg, kChunk, kChunk));
+  EXPECT_EQ(counter(e_, "handles_opened"), 1u);
+  ASSERT_TRUE(e_.closeSegment(seg).ok());
+  EXPECT_TRUE(eventually([&] { return counter(e_, "handles_closed") == 1; }))
+      << "the imported range of a closed segment stays mapped";
+  if (openedIpcHandles() >= 0) {
+    EXPECT_TRUE(eventually([] { return openedIpcHandles() == 0; })) << openedIpcHandles() << " allocations still held";
+    EXPECT_EQ(reservations(), reserved_before);
+  }
+}
+
 TEST_F(NvlinkVmm, doctor_and_the_route_say_vmm_memory_goes_over_nvlink_by_file_descriptor) {
   Owner o;
   ASSERT_TRUE(o.start("vmm"));
