@@ -169,6 +169,7 @@ struct BufferInfo {
   bool exported = false;
   bool no_handle = false;  // not usable because its owner published no IPC handle for it
   bool other_pidns = false;  // not usable: a legacy IPC handle of an owner in another pid namespace
+  RouteReason socket_reason = RouteReason::kNone;  // not usable: a VMM range whose owner's socket is out of reach
   uint64_t vmm = 0;        // its owner's VMM range id (0: a legacy IPC handle)
   std::string why;        // when not usable: why
   std::string handle;     // the 64 bytes of the IPC handle ("vmm:<id>" for a VMM range): the mapping's cache key
@@ -217,6 +218,8 @@ struct Owner {
   uint64_t token = 0;  // this process's name in the owner's readers' area across pid namespaces
   bool other_pidns = false;  // the owner runs in another pid namespace: `pid` means nothing here
   std::string socket;  // its name
+  RouteReason socket_reason = RouteReason::kNone;  // why it could not be reached (VMM memory is then declined)
+  std::string socket_why;
   std::string name;  // "process N"
   const std::atomic<uint64_t>* table = nullptr;
   size_t table_bytes = 0;  // mapped here (0: the table is this process's own)

@@ -442,14 +442,16 @@ Status PeerRef::mapping(size_t i, Mapping*& out, bool& switched) {
 }
 
 std::string PeerRef::mechanism() const {
-  size_t legacy = 0, vmm = 0, none = 0, other_ns = 0;
+  size_t legacy = 0, vmm = 0, none = 0, other_ns = 0, unreachable = 0;
   for (const BufferInfo& b : bufs) {
     if (b.exported) (b.vmm ? vmm : legacy)++;
     else if (b.other_pidns) other_ns++;
+    else if (b.socket_reason != RouteReason::kNone) unreachable++;
     else if (b.no_handle) none++;
   }
   std::string out = fmt::format("legacy CUDA IPC handles for {} buffer(s), VMM by file descriptor for {}", legacy, vmm);
   if (other_ns) out += fmt::format(", {} legacy handle(s) refused (owner in another pid namespace)", other_ns);
+  if (unreachable) out += fmt::format(", {} VMM buffer(s) refused (the owner's socket is out of reach)", unreachable);
   if (none) out += fmt::format(", {} without either (no_ipc_handle)", none);
   if (owner->self) return out + "; the owner is this process (addressed directly)";
   return out + (owner->sock >= 0 ? fmt::format("; owner reached over its socket {}{}", owner->socket,

@@ -149,9 +149,10 @@ RouteDecline NvlinkTransport::declinesBuffer(const PeerHandle& peer, int buffer)
   if (b.exported) return {};
   // Not exported: no IPC handle published for it (or none this process can
   // use); a buffer of host memory is not nvlink's to decline (its caps say so).
-  return {b.other_pidns ? RouteReason::kOtherPidNamespace
-          : b.no_handle ? RouteReason::kNoIpcHandle
-                        : RouteReason::kRefused,
+  return {b.other_pidns                              ? RouteReason::kOtherPidNamespace
+          : b.socket_reason != RouteReason::kNone ? b.socket_reason
+          : b.no_handle                           ? RouteReason::kNoIpcHandle
+                                                  : RouteReason::kRefused,
           fmt::format("buffer {} of segment '{}' cannot go over nvlink: {}", buffer, ref.segment, b.why)};
 }
 
@@ -195,7 +196,15 @@ Status NvlinkTransport::install(const TransportContext& ctx) {
       ex->tableFd(), nonce_,
       [ex](uint64_t id, uint64_t& size, std::vector<gpu::vmm::Piece>& out) { return ex->pieces(id, size, out); },
       [ex](uint64_t token) { ex->readerLeft(token); });
-  if (!(s = server_->start(settings_.socket_dir)).ok()) return s;
+  if (!(s = server_->start(settings_.socket_dir)).ok()) {
+    if (s.code() != Code::kNotSupported) return s;  // a bad nvlink.socket_dir fails init naming it
+    // No socket (no pidfd_open, a directory not writable): legacy IPC handles
+    // by pid still work; VMM memory and other pid namespaces do not.
+    HLOG_WARN("nvlink: no local socket ({}): CUDA virtual memory is not shared, peers in other pid namespaces are "
+              "not served",
+              s.message());
+    server_.reset();
+  }
   installed_ = true;
   HLOG_INFO("nvlink transport: {} GPU(s), {} stream(s) per GPU, stripe {} B", buses_.size(), settings_.streams,
             settings_.stripe_size);
@@ -339,6 +348,8 @@ Status NvlinkTransport::openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHa
           if (w.sock >= 0) ::close(w.sock);
           if (other_ns) return declined(why, r, cs);
           HLOG_DEBUG("nvlink: {}; finding the owner by pid instead", cs.message());
+          o->socket_reason = r;
+          o->socket_why = cs.message();
         } else {
           o->sock = w.sock;
           o->pidfd = w.pidfd;
@@ -430,8 +441,10 @@ Status NvlinkTransport::openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHa
       continue;
     }
     if (b.vmm && owner->sock < 0 && !owner->self) {
-      b.why = "its owner's socket, which passes VMM memory's fds, is not reachable from here";
-      b.no_handle = true;
+      // The fds of VMM memory come over the owner's socket only.
+      b.why = owner->socket_why.empty() ? "its owner publishes no socket to pass VMM memory's fds over"
+                                        : "its owner's socket passes VMM memory's fds: " + owner->socket_why;
+      b.socket_reason = owner->socket_why.empty() ? RouteReason::kNoIpcHandle : owner->socket_reason;
       continue;
     }
     b.device = ordinalOfBus(bus);
