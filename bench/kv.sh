@@ -33,6 +33,8 @@
 #   OPS         (default "read write")   ROUNDS (default 5)
 #   TRANSPORTS  (default "tcp shm file nvlink tcp_gpu file_gpu")
 #   KV_PLAN     1: a prepared plan posted each round instead of submitBlocks (default 0)
+#   KV_REPEAT   transfers of each way timed one after another in a round, each
+#               waited for before the next (default 1: a request issued alone)
 #   FILE        the file segment's file  (default /var/tmp/hawser-bench/kv-data; made as large as needed)
 #   PORT        first port for hawser serve (default 17960)
 #   BASELINE_SECONDS  seconds per baseline measurement (default 1)
@@ -55,6 +57,7 @@ OPS=${OPS:-"read write"}
 ROUNDS=${ROUNDS:-5}
 TRANSPORTS=${TRANSPORTS:-"tcp shm file nvlink tcp_gpu file_gpu"}
 KV_PLAN=${KV_PLAN:-0}
+KV_REPEAT=${KV_REPEAT:-1}
 FILE=${FILE:-/var/tmp/hawser-bench/kv-data}
 PORT=${PORT:-17960}
 BASELINE_SECONDS=${BASELINE_SECONDS:-1}
@@ -111,7 +114,7 @@ run_row() {
     for op in $OPS; do
       if env "$@" "$HAWSER" bench --target "$tgt" --local-location "$loc" --layout kv --layers "$LAYERS" \
           --kv-blocks "$KV_BLOCKS" --kv-pool "$KV_POOL" --block-size "$s" --op "$op" --rounds "$ROUNDS" \
-          "${plan[@]}" --json >"$work/bench.out" 2>"$work/bench.err"; then
+          --kv-repeat "$KV_REPEAT" "${plan[@]}" --json >"$work/bench.out" 2>"$work/bench.err"; then
         tail -1 "$work/bench.out" | sed "s/^{/{\"row\":\"$row\",/" >>"$work/results"
       else
         echo "hawser bench ($row, $s, $op) failed:" >&2
@@ -179,7 +182,7 @@ fi
 [[ -n "${RESULTS:-}" ]] && cat "$work/results" "$work/baseline" >"$RESULTS"
 
 echo "hawser: $HAWSER; layout $LAYERS layers x K/V x $KV_BLOCKS blocks (pools of $KV_POOL) per block size;" \
-     "$ROUNDS interleaved rounds, medians; submit: $([[ "$KV_PLAN" == 1 ]] && echo 'a plan posted' || echo submitBlocks)"
+     "$ROUNDS interleaved rounds, medians; $KV_REPEAT transfer(s) of each way in a row a round; submit: $([[ "$KV_PLAN" == 1 ]] && echo 'a plan posted' || echo submitBlocks)"
 host_line
 rc=0
 python3 - "$work/results" "$work/baseline" <<'EOF' || rc=$?
@@ -210,18 +213,22 @@ if base:
             print(f"{kib(b['block_size']):>5} {b['kind']:<22} skipped: {b['skipped']}")
         else:
             what = {"gather": f"gather, {b.get('ctas_limit')} CTAs ({b.get('ctas')})",
-                    "contiguous_alone": "contiguous, one request", "gather_alone": "gather (all), one request"}.get(
+                    "contiguous_alone": "contiguous, one request", "gather_alone": "gather (all), one request",
+                    "contiguous_waited": "contiguous, each waited"}.get(
                         b["kind"], b["kind"])
             print(f"{kib(b['block_size']):>5} {what:<22} {b['gbps']:>9.1f} {b.get('ratio_to_contiguous', 1.0):>6.3f}")
     print()
-    alone = {(b["kind"], b["block_size"]): b["gbps"] for b in base if b.get("kind", "").endswith("_alone")}
+    alone = {(b["kind"], b["block_size"]): b["gbps"] for b in base
+             if b.get("kind", "").endswith("_alone") or b.get("kind") == "contiguous_waited"}
     print("nvlink rows against the GPU's contiguous cuMemcpyAsync of the same bytes (back to back), and against")
-    print("one contiguous copy / one whole-GPU gather issued as a request of its own (after a pause, waited for):")
+    print("one contiguous copy / one whole-GPU gather issued as a request of its own (after a pause, waited for),")
+    print("and against contiguous copies issued one after another, each waited for (no pause):")
     for r in rows:
         if r.get("row") == "nvlink" and not r.get("failed") and r["block_size"] in contig:
             bs = r["block_size"]
             more = "".join(f"; / {what} {alone[(k, bs)]:.1f} = {r['kv_gbps'] / alone[(k, bs)]:.3f}"
-                           for k, what in (("contiguous_alone", "one copy"), ("gather_alone", "one gather"))
+                           for k, what in (("contiguous_alone", "one copy"), ("gather_alone", "one gather"),
+                                           ("contiguous_waited", "waited copies"))
                            if (k, bs) in alone and alone[(k, bs)] > 0)
             print(f"  nvlink {kib(bs)} {r['op']}: {r['kv_gbps']:.1f} / {contig[bs]:.1f} GB/s"
                   f" = {r['kv_gbps'] / contig[bs]:.3f}{more}")

@@ -15,7 +15,9 @@
 //                every gather row is checked against its source;
 // and, as requests of their own (a 20 ms pause, then one call, waited for;
 // the median of 9): contiguous_alone (one cuMemcpyAsync) and gather_alone
-// (the whole-GPU gather): what a single request costs on this machine.
+// (the whole-GPU gather): what a single request costs on this machine; and
+// contiguous_waited: one cuMemcpyAsync after another, each waited for before
+// the next (no pause; the median of 25), what a stream of requests can reach.
 // One JSON line per measurement, e.g.
 //   {"kind":"gather","block_size":32768,"chunks":8000,"bytes":262144000,"ctas":32,"ctas_limit":"32",
 //    "gbps":250.1,"ratio_to_contiguous":0.12,"verified":true}
@@ -124,12 +126,14 @@ double measure(const CudaDriver* d, cu::Stream s, double seconds, uint64_t bytes
   return static_cast<double>(moved) / el / 1e9;
 }
 
-// GB/s of `op` issued as a request of its own: after a pause (as between a
-// program's requests), issued and waited for (the stream polled), the median
-// of `n`. What one request costs on this machine, the driver call's latency
-// after idle included (on the H200 VM a first call after ~20 ms costs 50-60
-// us, against ~5 us back to back).
-double measureAlone(const CudaDriver* d, cu::Stream s, uint64_t bytes, const std::function<bool()>& op, int n = 9) {
+// GB/s of `op` issued as a request of its own: after a pause of `pause_ms`
+// (as between a program's requests), issued and waited for (the stream
+// polled), the median of `n`. What one request costs on this machine, the
+// driver call's latency after idle included (on the H200 VM a first call
+// after ~20 ms costs 50-60 us, against ~5 us back to back). With no pause:
+// requests one after another, each waited for before the next is issued.
+double measureAlone(const CudaDriver* d, cu::Stream s, uint64_t bytes, const std::function<bool()>& op,
+                    int pause_ms = 20, int n = 9) {
   const cu::Api& a = d->api();
   cu::Event ev = nullptr;
   if (!check(d, a.StreamSynchronize(s), "cuStreamSynchronize") ||
@@ -137,7 +141,7 @@ double measureAlone(const CudaDriver* d, cu::Stream s, uint64_t bytes, const std
     return -1;
   std::vector<double> el;
   for (int i = 0; i < n; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
     const auto t0 = Clock::now();
     if (!op() || !check(d, a.EventRecord(ev, s), "cuEventRecord")) return -1;
     cu::Result rc;
@@ -291,6 +295,10 @@ int main(int argc, char** argv) {
     });
     if (contiguous_alone < 0) return 1;
     row("contiguous_alone", contiguous_alone, contiguous, "");
+    const double contiguous_waited = measureAlone(
+        d, stream, bytes, [&] { return check(d, a.MemcpyAsync(dst, src, bytes, stream), "cuMemcpyAsync"); }, 0, 25);
+    if (contiguous_waited < 0) return 1;
+    row("contiguous_waited", contiguous_waited, contiguous, "");
     const double per_chunk = measure(d, stream, seconds, bytes, [&] {
       for (const KvCopyRun& r : runs)
         if (!check(d, a.MemcpyAsync(r.dst, r.src, r.len, stream), "cuMemcpyAsync (a chunk)")) return false;

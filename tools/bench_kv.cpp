@@ -117,6 +117,7 @@ int runKvBench(const KvBenchOpts& o) {
     return kvUsage(fmt::format("--kv-pool {} is less than --kv-blocks {}: each side's pool holds the blocks moved",
                                pool, o.kv_blocks));
   if (o.rounds == 0) return kvUsage("--rounds must be >= 1");
+  if (o.repeat == 0 || o.repeat > 1000) return kvUsage("--kv-repeat must be 1..1000");
   const std::optional<int> place = parseMemoryPlace(o.local_location);
   if (!place) return kvUsage(fmt::format("--local-location '{}' is not cpu or cuda:N", o.local_location));
   const int gpu = *place;
@@ -232,15 +233,25 @@ int runKvBench(const KvBenchOpts& o) {
     Status st = push(pool_bytes);
     if (!st.ok()) return st;
     const EngineStats before = engine.stats();
-    if (kv)
-      st = timedBatch(engine, 1, [&](BatchID b) {
-        return o.plan ? engine.postPlan(b, plan) : engine.submitBlocks(b, op, seg, blocks);
-      }, sec, submit_cpu);
-    else if (w == Way::kContiguous)
-      st = contiguous(op, bytes, sec);
-    else
-      st = timedBatch(engine, mib.size(), [&](BatchID b) { return engine.submitTransfer(b, mib); }, sec);
+    // `repeat` transfers one after another (the same bytes each time, so
+    // the check below holds for the last); `sec` is their mean.
+    double total = 0, cpu_total = 0;
+    for (size_t k = 0; k < o.repeat && st.ok(); ++k) {
+      double t = 0, cpu = 0;
+      if (kv)
+        st = timedBatch(engine, 1, [&](BatchID b) {
+          return o.plan ? engine.postPlan(b, plan) : engine.submitBlocks(b, op, seg, blocks);
+        }, t, &cpu);
+      else if (w == Way::kContiguous)
+        st = contiguous(op, bytes, t);
+      else
+        st = timedBatch(engine, mib.size(), [&](BatchID b) { return engine.submitTransfer(b, mib); }, t);
+      total += t;
+      cpu_total += cpu;
+    }
     if (!st.ok()) return st;
+    sec = total / static_cast<double>(o.repeat);
+    if (submit_cpu) *submit_cpu = cpu_total / static_cast<double>(o.repeat);
     if (moved) addMoved(before, engine.stats(), *moved);
     // Where the moved bytes are now, in `host`: chunk c at `at[c]`.
     const uint64_t back = kv ? span : bytes;
@@ -314,6 +325,7 @@ int runKvBench(const KvBenchOpts& o) {
     j["bytes"] = bytes;
     j["kv_runs"] = info.runs;
     j["rounds"] = o.rounds;
+    j["repeat"] = o.repeat;  // transfers of each way one after another per round (the times are their mean)
     j["warmup_transfers"] = 1;  // of each way, before the rounds: not in the medians nor the counters
     j["target"] = o.target;
     j["target_kind"] = file ? "file" : "memory";
@@ -341,8 +353,9 @@ int runKvBench(const KvBenchOpts& o) {
     fmt::print("{}\n", j.dump());
   } else {
     fmt::print("kv layout: {} layers x K/V x {} blocks of {} B ({} chunks, {} B; pools of {} blocks a side), op {}, "
-               "local {}, target {} ({}), medians of {} rounds after a warm-up transfer\n",
-               o.layers, B, S, chunks, bytes, pool, o.op, where, o.target, file ? "file" : "memory", o.rounds);
+               "local {}, target {} ({}), medians of {} rounds after a warm-up transfer{}\n",
+               o.layers, B, S, chunks, bytes, pool, o.op, where, o.target, file ? "file" : "memory", o.rounds,
+               o.repeat > 1 ? fmt::format(", {} transfers of each way one after another a round", o.repeat) : "");
     fmt::print("KV, one block request ({}, {} runs): {:.3f} GB/s, submit {:.3f} ms CPU\n",
                o.plan ? "a plan posted" : "submitBlocks", info.runs, kv_g, medianOf(submit_cpu) * 1e3);
     fmt::print("  vs the same bytes contiguous, one block request: {:.3f} GB/s -> ratio {:.3f}\n", contiguous_g,

@@ -37,6 +37,10 @@ struct KvBenchOpts : BenchBasics {
   size_t kv_blocks = 500;
   size_t kv_pool = 0;  // blocks per layer and K/V on each side; 0: 2 x kv_blocks
   bool plan = false;   // prepareBlocks once, postPlan each round (instead of submitBlocks each round)
+  // Transfers of each way timed one after another in a round (each waited
+  // for before the next is posted): 1 times a request issued alone; more
+  // time a stream of them, as the GPU baseline's back-to-back copies.
+  size_t repeat = 1;
   std::string local_location = "cpu";  // cpu, or cuda:N
 };
 

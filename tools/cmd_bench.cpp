@@ -57,6 +57,7 @@ struct BenchOpts : BenchBasics {
   size_t kv_blocks = 500;
   size_t kv_pool = 0;
   bool kv_plan = false;
+  size_t kv_repeat = 1;
 };
 
 void fail(const std::string& what, const Status& s) { fmt::print(stderr, "hawser bench: {}: {}\n", what, s.toString()); }
@@ -565,8 +566,13 @@ void addBench(CLI::App& app, Commands& cmds) {
   auto* kv_plan = sub->add_flag("--kv-plan", o->kv_plan,
                                 "with --layout kv: prepare the KV block request once and post it each round "
                                 "(default: submitBlocks each round)");
-  sub->callback([o, &cmds, block_size, layers, kv_blocks, kv_pool, kv_plan] {
-    const bool kv_options = layers->count() || kv_blocks->count() || kv_pool->count() || kv_plan->count();
+  auto* kv_repeat = sub->add_option("--kv-repeat", o->kv_repeat,
+                                    "with --layout kv: transfers of each way timed one after another in a round, "
+                                    "each waited for before the next is posted (1: each a request issued alone)")
+                        ->capture_default_str();
+  sub->callback([o, &cmds, block_size, layers, kv_blocks, kv_pool, kv_plan, kv_repeat] {
+    const bool kv_options =
+        layers->count() || kv_blocks->count() || kv_pool->count() || kv_plan->count() || kv_repeat->count();
     const bool block_size_given = block_size->count() > 0;
     cmds.run = [o, kv_options, block_size_given] {
       if (o->layout == "kv") {
@@ -586,6 +592,7 @@ void addBench(CLI::App& app, Commands& cmds) {
         k.kv_blocks = o->kv_blocks;
         k.kv_pool = o->kv_pool;
         k.plan = o->kv_plan;
+        k.repeat = o->kv_repeat;
         k.local_location = o->local_location;
         return runKvBench(k);
       }

@@ -258,16 +258,20 @@ def test_sync_timeout_is_mc_transfer_timeout_unless_ours_is_set(serve, hw, monke
     serve.resume()
 
 
-UNSHARE_PID = ["/usr/bin/unshare", "--pid", "--fork", "--kill-child"]
+UNSHARE_PID_MOUNT = ["/usr/bin/unshare", "--pid", "--mount", "--fork", "--kill-child"]
 
 
-def test_a_fallback_shows_in_get_metrics_and_metrics_text_and_a_contract_forbids_it(hw):
-    # A target in a pid namespace of its own (as a container would be): shm
-    # declines it (other_pid_namespace), tcp serves; docs/routes.md.
-    if not os.access(UNSHARE_PID[0], os.X_OK) or subprocess.run(
-            UNSHARE_PID[:3] + ["true"], capture_output=True).returncode != 0:
-        pytest.skip("unshare --pid is not permitted here (needs root or user namespaces)")
-    s = Serve(prefix=UNSHARE_PID)
+def test_a_fallback_shows_in_get_metrics_and_metrics_text_and_a_contract_forbids_it(hw, tmp_path):
+    # A target in pid and mount namespaces of its own whose shm socket lies in
+    # a directory hidden by a tmpfs of its mount namespace (two containers
+    # sharing no volume): shm declines it (other_mount_namespace), tcp
+    # serves; docs/routes.md.
+    if not os.access(UNSHARE_PID_MOUNT[0], os.X_OK) or subprocess.run(
+            UNSHARE_PID_MOUNT[:4] + ["true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare --pid --mount is not permitted here (needs CAP_SYS_ADMIN or user namespaces)")
+    hidden = str(tmp_path)
+    s = Serve(prefix=UNSHARE_PID_MOUNT + [
+        "/bin/sh", "-c", 'mount -t tmpfs hawser-test "$0" && exec env HAWSER_SHM_SOCKET_DIR="$0" "$@"', hidden])
     try:
         e = new_engine("")  # no protocol forced: shm would serve a process of this host
         r = Region(1 << 20)
@@ -275,15 +279,15 @@ def test_a_fallback_shows_in_get_metrics_and_metrics_text_and_a_contract_forbids
         for _ in range(2):
             assert e.transfer_sync_read(s.segment, r.addr, s.addr, 65536) == 0, hw.last_error()
         family = e.get_metrics()["hawser_route_fallbacks_total"]
-        want = {"from": "shm", "to": "tcp", "reason": "other_pid_namespace"}
+        want = {"from": "shm", "to": "tcp", "reason": "other_mount_namespace"}
         assert [x["value"] for x in family["samples"] if x["labels"] == want] == [2], family
         text = e.metrics_text()
-        assert 'hawser_route_fallbacks_total{from="shm",to="tcp",reason="other_pid_namespace"} 2' in text, text
+        assert 'hawser_route_fallbacks_total{from="shm",to="tcp",reason="other_mount_namespace"} 2' in text, text
         assert e.set_route_contract("", "same_host") == 0
         assert e.transfer_sync_read(s.segment, r.addr, s.addr, 65536) == -hw.codes["no_transport"]
         err = hw.last_error()
         assert ("forbids the route this request would take, tcp; the expected route, shm, is unavailable: "
-                "other_pid_namespace: segment '" + s.segment + "' runs in another pid namespace") in err, err
+                "other_mount_namespace: segment '" + s.segment + "': the peer's socket " + hidden) in err, err
     finally:
         s.proc.kill()  # unshare ignores SIGTERM while it waits; --kill-child takes the target with it
         s.close()

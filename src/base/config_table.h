@@ -232,6 +232,10 @@ inline constexpr Knob kKnobs[] = {
   {"tcp.gpu_staging_buffers", "HAWSER_TCP_GPU_STAGING_BUFFERS", KnobType::kInt, "16", 2, 4096, {},
    "pinned staging slots of tcp.slice_size bytes for GPU memory, per side: the target's, and the initiator's "
    "(shared out among tcp.io_threads, at least 2 each)"},
+  {"tcp.gpu_poll_copies", "HAWSER_TCP_GPU_POLL_COPIES", KnobType::kBool, "true", 0, 0, {},
+   "while GPU staging copies are in flight and its sockets are quiet, an initiator io thread polls both, "
+   "receiving the next payload while a copy runs (false: it waits for the oldest copy, the sockets unread "
+   "meanwhile); either way the thread spins while copies run"},
   // ---- shm ----------------------------------------------------------------------------------------------------------
   {"shm.threads", "HAWSER_SHM_THREADS", KnobType::kInt, "0", 0, 64, {},
    "copy threads (memcpy through shared mappings, process_vm_readv/writev otherwise); 0: min(4, CPUs)"},

@@ -4,8 +4,9 @@
 // that happens is counted (hawser_route_fallbacks_total{from,to,reason}),
 // shown by `hawser doctor --peer` and logged once per peer and reason.
 //
-// The refusals are real ones: shm declining a target started in a pid
-// namespace of its own (`unshare --pid --fork`, as a container would be),
+// The refusals are real ones: shm declining a target started in pid and
+// mount namespaces of its own whose socket directory (shm.socket_dir) is a
+// tmpfs of its mount namespace (two containers that share no volume),
 // rdma absent from a host without an RDMA NIC, and a cheaper transport
 // installed in the initiator that declines every peer with a reason.
 #include <gtest/gtest.h>
@@ -30,11 +31,11 @@ size_t occurrences(const std::string& text, const std::string& needle) {
   return n;
 }
 
-// Why this host cannot start a process in a pid namespace of its own ("" when it can).
+// Why this host cannot start a process in pid and mount namespaces of its own ("" when it can).
 std::string unshareUnavailable() {
   if (::access("/usr/bin/unshare", X_OK) != 0) return "no /usr/bin/unshare";
-  if (sh("/usr/bin/unshare --pid --fork true >/dev/null 2>&1") != 0)
-    return "unshare --pid is not permitted here (needs root or user namespaces)";
+  if (sh("/usr/bin/unshare --pid --mount --fork true >/dev/null 2>&1") != 0)
+    return "unshare --pid --mount is not permitted here (needs CAP_SYS_ADMIN or user namespaces)";
   return "";
 }
 
@@ -44,17 +45,20 @@ bool rdmaInstalled(TransferEngine& e) {
   return false;
 }
 
-// `hawser serve` exposing kTarget bytes of pattern kSeed; `pidns`: in a pid
-// namespace of its own.
+// `hawser serve` exposing kTarget bytes of pattern kSeed; `hidden_socket`:
+// in pid and mount namespaces of its own, its shm socket in a directory
+// (shm.socket_dir) that a tmpfs mounted there in its mount namespace hides
+// from everyone else.
 class Target {
  public:
-  bool start(bool pidns) {
-    std::vector<std::string> argv;
-    if (pidns) argv = {"/usr/bin/unshare", "--pid", "--fork", "--kill-child"};
-    for (std::string a : {hawserBin(), std::string("serve"), std::string("--listen"), std::string("127.0.0.1:0"),
-                          std::string("--memory"), std::to_string(kTarget), std::string("--fill-seed"),
-                          std::to_string(kSeed)})
-      argv.push_back(a);
+  bool start(bool hidden_socket) {
+    std::string cmd = hawserBin() + " serve --listen 127.0.0.1:0 --memory " + std::to_string(kTarget) +
+                      " --fill-seed " + std::to_string(kSeed);
+    std::vector<std::string> argv{"/bin/sh", "-c", "exec " + cmd};
+    if (hidden_socket)
+      argv = {"/usr/bin/unshare", "--pid", "--mount", "--fork", "--kill-child", "/bin/sh", "-c",
+              "mount -t tmpfs hawser-test " + dir_.path + " && exec env HAWSER_SHM_SOCKET_DIR=" + dir_.path + " " +
+                  cmd};
     if (!child_.exec(argv)) return false;
     std::string seg = child_.waitFor("segment: ", 20000);
     if (seg.empty() || child_.waitFor("ready", 20000).empty()) return false;
@@ -65,6 +69,7 @@ class Target {
   std::string segment;
 
  private:
+  TempDir dir_;
   Child child_;
 };
 
@@ -90,15 +95,17 @@ class Routes : public ::testing::Test {
   uint64_t base_ = 0;
 };
 
-class OtherPidNamespace : public Routes {
+class OtherMountNamespace : public Routes {
  protected:
   void SetUp() override {
     if (std::string why = unshareUnavailable(); !why.empty()) GTEST_SKIP() << why;
-    ASSERT_TRUE(target_.start(/*pidns=*/true)) << "hawser serve under unshare --pid did not start";
+    ASSERT_TRUE(target_.start(/*hidden_socket=*/true)) << "hawser serve under unshare --pid --mount did not start";
   }
+  // How shm words the refusal: the socket file is not to be seen from here.
+  std::string why() const { return "segment '" + target_.segment + "': the peer's socket "; }
 };
 
-TEST_F(OtherPidNamespace, shm_declines_the_peer_and_the_fallback_to_tcp_is_counted_and_logged_once) {
+TEST_F(OtherMountNamespace, shm_declines_the_peer_and_the_fallback_to_tcp_is_counted_and_logged_once) {
   LogCapture log;
   TransferEngine e;
   ASSERT_NO_FATAL_FAILURE(open(e));
@@ -106,10 +113,11 @@ TEST_F(OtherPidNamespace, shm_declines_the_peer_and_the_fallback_to_tcp_is_count
   ASSERT_TRUE(e.explainRoute(seg_, "cpu:0", r).ok());
   EXPECT_EQ(r.transport, "tcp") << r.why;
   EXPECT_EQ(r.fallback_from, "shm") << r.why;
-  EXPECT_EQ(r.fallback_reason, "other_pid_namespace") << r.why;
-  EXPECT_EQ(r.fallback_detail.rfind("segment '" + target_.segment + "' runs in another pid namespace (pid:[", 0), 0u)
+  EXPECT_EQ(r.fallback_reason, "other_mount_namespace") << r.why;
+  EXPECT_EQ(r.fallback_detail.rfind(why(), 0), 0u) << r.fallback_detail;
+  EXPECT_NE(r.fallback_detail.find("its shm.socket_dir is not a directory this process sees"), std::string::npos)
       << r.fallback_detail;
-  EXPECT_EQ(routeFallbacks(e, "shm", "tcp", "other_pid_namespace"), -1) << "nothing fell back yet";
+  EXPECT_EQ(routeFallbacks(e, "shm", "tcp", "other_mount_namespace"), -1) << "nothing fell back yet";
 
   for (int round = 0; round < 2; ++round) {
     auto st = runBatch(e, seg_, {read(0, 4096), read(4096, 8192), read(65536, 65536)});
@@ -119,18 +127,18 @@ TEST_F(OtherPidNamespace, shm_declines_the_peer_and_the_fallback_to_tcp_is_count
   EXPECT_EQ(checkPattern(local_.p, 12288, kSeed, 0), -1);
   EXPECT_EQ(checkPattern(local_.p + 65536, 65536, kSeed, 65536), -1);
   // Every request that fell back, counted; in the Prometheus text too.
-  EXPECT_EQ(routeFallbacks(e, "shm", "tcp", "other_pid_namespace"), 6);
+  EXPECT_EQ(routeFallbacks(e, "shm", "tcp", "other_mount_namespace"), 6);
   const std::string text = prometheusText(e.stats().metrics);
-  EXPECT_NE(text.find("hawser_route_fallbacks_total{from=\"shm\",to=\"tcp\",reason=\"other_pid_namespace\"} 6"),
+  EXPECT_NE(text.find("hawser_route_fallbacks_total{from=\"shm\",to=\"tcp\",reason=\"other_mount_namespace\"} 6"),
             std::string::npos)
       << text;
   // One warning for this peer and reason, not one per request or submit.
   const std::string logged = log.text();
-  EXPECT_EQ(occurrences(logged, "requests go over tcp, not shm: other_pid_namespace"), 1u) << logged;
+  EXPECT_EQ(occurrences(logged, "requests go over tcp, not shm: other_mount_namespace"), 1u) << logged;
   EXPECT_EQ(occurrences(logged, "segment '" + target_.segment + "': requests go over tcp"), 1u) << logged;
 }
 
-TEST_F(OtherPidNamespace, a_contract_allowing_only_shm_refuses_the_request_naming_tcp_shm_and_why) {
+TEST_F(OtherMountNamespace, a_contract_allowing_only_shm_refuses_the_request_naming_tcp_shm_and_why) {
   TransferEngine e;
   ASSERT_NO_FATAL_FAILURE(open(e, {{"route.transports", "shm"}}));
   BatchID b;
@@ -140,15 +148,14 @@ TEST_F(OtherPidNamespace, a_contract_allowing_only_shm_refuses_the_request_namin
   const std::string body = "segment '" + target_.segment +
                            "': the route contract (transports shm, from config route.transports/route.require) "
                            "forbids the route this request would take, tcp; the expected route, shm, is "
-                           "unavailable: other_pid_namespace: segment '" + target_.segment +
-                           "' runs in another pid namespace (pid:[";
+                           "unavailable: other_mount_namespace: " + why();
   const std::string prefix = "requests[0]: " + body;
   EXPECT_EQ(s.message().substr(0, prefix.size()), prefix) << s.message();
   // All or nothing: the batch holds nothing, nothing fell back.
   TransferStatus bs;
   ASSERT_TRUE(e.getBatchTransferStatus(b, bs).ok());
   EXPECT_EQ(bs.transferred_bytes, 0u);
-  EXPECT_EQ(routeFallbacks(e, "shm", "tcp", "other_pid_namespace"), -1);
+  EXPECT_EQ(routeFallbacks(e, "shm", "tcp", "other_mount_namespace"), -1);
   // explainRoute says the same.
   RouteExplanation r;
   ASSERT_TRUE(e.explainRoute(seg_, "cpu:0", r).ok());
@@ -158,7 +165,7 @@ TEST_F(OtherPidNamespace, a_contract_allowing_only_shm_refuses_the_request_namin
   ASSERT_TRUE(e.freeBatchID(b).ok());
 }
 
-TEST_F(OtherPidNamespace, a_request_contract_replaces_the_engines_either_way) {
+TEST_F(OtherMountNamespace, a_request_contract_replaces_the_engines_either_way) {
   TransferEngine e;
   ASSERT_NO_FATAL_FAILURE(open(e, {{"route.transports", "shm"}}));
   // The engine's contract forbids tcp; this request's allows it.
@@ -168,7 +175,7 @@ TEST_F(OtherPidNamespace, a_request_contract_replaces_the_engines_either_way) {
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
   EXPECT_EQ(checkPattern(local_.p, 8192, kSeed, 0), -1);
   // The contract left shm out: taking tcp is its choice, not a fallback.
-  EXPECT_EQ(routeFallbacks(e, "shm", "tcp", "other_pid_namespace"), -1);
+  EXPECT_EQ(routeFallbacks(e, "shm", "tcp", "other_mount_namespace"), -1);
   // A request that requires same_host: shm is what it expected.
   q.route = RouteContract{true, 0, kSameHost};
   Status submit;
@@ -176,11 +183,11 @@ TEST_F(OtherPidNamespace, a_request_contract_replaces_the_engines_either_way) {
   EXPECT_EQ(submit.code(), Code::kNoTransport) << submit.toString();
   const std::string prefix = "requests[0]: segment '" + target_.segment +
                              "': the route contract (require same_host, from the request) forbids the route this "
-                             "request would take, tcp; the expected route, shm, is unavailable: other_pid_namespace: ";
+                             "request would take, tcp; the expected route, shm, is unavailable: other_mount_namespace: ";
   EXPECT_EQ(submit.message().substr(0, prefix.size()), prefix) << submit.message();
 }
 
-TEST_F(OtherPidNamespace, doctor_peer_shows_the_fallback_with_its_reason) {
+TEST_F(OtherMountNamespace, doctor_peer_shows_the_fallback_with_its_reason) {
   std::string out;
   ASSERT_EQ(sh(hawserBin() + " doctor --json --peer " + target_.segment + " 2>/dev/null", &out), 0) << out;
   auto j = nlohmann::json::parse(lastLine(out));
@@ -189,17 +196,16 @@ TEST_F(OtherPidNamespace, doctor_peer_shows_the_fallback_with_its_reason) {
   ASSERT_TRUE(host.contains("fallback")) << j.dump();
   EXPECT_EQ(host["fallback"]["from"], "shm");
   EXPECT_EQ(host["fallback"]["to"], "tcp");
-  EXPECT_EQ(host["fallback"]["reason"], "other_pid_namespace");
+  EXPECT_EQ(host["fallback"]["reason"], "other_mount_namespace");
   ASSERT_EQ(sh(hawserBin() + " doctor --peer " + target_.segment + " 2>/dev/null", &out), 0) << out;
-  EXPECT_NE(out.find("  fallback shm -> tcp: other_pid_namespace: segment '" + target_.segment +
-                     "' runs in another pid namespace (pid:["),
+  EXPECT_NE(out.find("  fallback shm -> tcp: other_mount_namespace: " + why()),
             std::string::npos)
       << out;
 }
 
 class SameHost : public Routes {
  protected:
-  void SetUp() override { ASSERT_TRUE(target_.start(/*pidns=*/false)) << "hawser serve did not start"; }
+  void SetUp() override { ASSERT_TRUE(target_.start(/*hidden_socket=*/false)) << "hawser serve did not start"; }
 };
 
 TEST_F(SameHost, requiring_zero_copy_without_an_rdma_nic_names_rdma_and_its_absence) {

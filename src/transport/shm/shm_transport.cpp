@@ -250,7 +250,7 @@ Status ShmTransport::connectPeer(const SegmentDesc& seg, const std::string& sock
   int fd = -1;
   RouteReason reason = RouteReason::kNone;
   Status s = local::connectTo(socket, "shm.socket_dir", fd, reason);
-  if (!s.ok()) return declined(why, reason, s);
+  if (!s.ok()) return declined(why, reason, {s.code(), fmt::format("segment '{}': {}", seg.name, s.message())});
   auto peer = std::shared_ptr<Peer>(new Peer(), [this](Peer* p) {
     if (p->table)
       for (int slot : p->slots) p->table->releaseSlot(slot);

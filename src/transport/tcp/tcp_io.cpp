@@ -148,7 +148,9 @@ void IoThread::run() {
     pumpStaging();
     int wait_ms = checkTimeouts();
     // GPU copies complete without an fd to wake us: look at them again
-    // right after the sockets (and wait for one if the sockets are quiet).
+    // right after the sockets (tcp.gpu_poll_copies: and again, the sockets
+    // too, while they run; else wait for the oldest if the sockets are
+    // quiet, which leaves a payload arriving meanwhile unread).
     const bool copying = copiesPending();
     if (copying) wait_ms = 0;
 
@@ -169,7 +171,7 @@ void IoThread::run() {
       break;
     }
     handleEvents(evs, n, true);
-    if (copying && n == 0) waitOneCopy();
+    if (copying && n == 0 && !settings_.gpu_poll_copies) waitOneCopy();
   }
 
   // Shutting down: no new connects; wait for the attempts in progress (each

@@ -40,7 +40,8 @@ Status TcpTransport::loadSettings(const Config& cfg, TcpSettings& out) {
       !(st = cfg.getInt("tcp.inflight", s.inflight)).ok() ||
       !(st = cfg.getSize("tcp.sock_buf", s.sock_buf)).ok() ||
       !(st = cfg.getSize("tcp.loopback_send_buf", s.loopback_send_buf)).ok() ||
-      !(st = cfg.getInt("tcp.gpu_staging_buffers", s.gpu_staging_buffers)).ok())
+      !(st = cfg.getInt("tcp.gpu_staging_buffers", s.gpu_staging_buffers)).ok() ||
+      !(st = cfg.getBool("tcp.gpu_poll_copies", s.gpu_poll_copies)).ok())
     return st;
   if (s.slice_size > s.max_frame)
     return {Code::kInvalidArgument, fmt::format("tcp.slice_size {} exceeds tcp.max_frame {}", s.slice_size,

@@ -71,6 +71,7 @@ struct TcpSettings {
   uint32_t loopback_send_buf = 256u << 10;  // tcp.loopback_send_buf (0 = kernel autotuning)
   uint64_t max_frame = 64ull << 20;   // tcp.max_frame (target's payload bound)
   uint32_t gpu_staging_buffers = 16;  // tcp.gpu_staging_buffers (slots of slice_size, per side)
+  bool gpu_poll_copies = true;        // tcp.gpu_poll_copies
 };
 
 struct TcpStats {
