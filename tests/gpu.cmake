@@ -42,9 +42,17 @@ foreach(src ${gpu_tests})
     ENVIRONMENT "HAWSER_TEST_CUDA_DRIVER=$<TARGET_FILE:hawser_fake_cuda>")
 endforeach()
 
+# The C API's GPU memory calls, against the stand-in driver (tests/c).
+if(TARGET c_c_device_memory_test)
+  target_compile_definitions(c_c_device_memory_test PRIVATE HAWSER_FAKE_CUDA="$<TARGET_FILE:hawser_fake_cuda>")
+  add_dependencies(c_c_device_memory_test hawser_fake_cuda)
+endif()
+
 # The rdma GPU test runs the rdma transport over the software verbs provider.
-if(HAWSER_RDMA_BUILT AND TARGET rdma_gpu_test)
+# So does the rdma part of the suite with GPU memory.
+if(HAWSER_RDMA_BUILT)
   add_dependencies(rdma_gpu_test hawser_softverbs)
+  add_dependencies(gpu_memory_suite_test hawser_softverbs)
 endif()
 
 # cuda_abi_test checks src/gpu/cuda_api.h against the toolkit's cuda.h.

@@ -9,6 +9,15 @@ if(HAWSER_RDMA_BUILT)
     CXX_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON
     LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/lib)
+  # rdma_child: the target process of rdma_multiprocess_test (tests/rdma/),
+  # a helper program, not a test; its path reaches every test program (one
+  # set of definitions: HAWSER_TEST_PCH).
+  add_executable(rdma_child ${CMAKE_CURRENT_LIST_DIR}/rdma/rdma_child.cpp)
+  target_link_libraries(rdma_child PRIVATE hawser_testlib)
+  target_compile_definitions(hawser_testlib PUBLIC HAWSER_RDMA_CHILD="$<TARGET_FILE:rdma_child>")
+  if(TARGET rdma_multiprocess_test)
+    add_dependencies(rdma_multiprocess_test rdma_child)
+  endif()
 endif()
 
 foreach(tier unit integration faults)

@@ -1,5 +1,7 @@
 /* hawser — C API over hawser::TransferEngine (hawser/engine.h): the same calls
- * with C types. Every C++ call has a C function here; docs/c_api.md maps them.
+ * with C types. Every C++ call has a C function here, and so do the free
+ * functions of config.h, host_memory.h and device_memory.h; MetadataAdmin
+ * (metadata.h) is C++ only (see the end). docs/c_api.md maps them.
  *
  * Return values: every int function returns 0 on success or the negative
  * hawser Code (HAWSER_E_* below, the values of hawser::Code in hawser/status.h
@@ -160,8 +162,9 @@ typedef struct {
 
 /* ---- Engine ---------------------------------------------------------------- */
 
-/* Creates and initializes an engine (C++ TransferEngine + init). metadata_uri: "p2p" (NULL) or
- * "etcd://host:port[,...]"; host NULL or "" = 127.0.0.1; rpc_port 0 = any. *out set on success only. */
+/* Creates and initializes an engine (C++ TransferEngine + init). metadata_uri: "p2p" (NULL), "P2PHANDSHAKE",
+ * "etcd://host:port[,...]", "etcds://host:port[,...]" (TLS) or "http://host:port/path" (Mooncake's HTTP
+ * metadata server): hawser/engine.h; host NULL or "" = 127.0.0.1; rpc_port 0 = any. *out set on success only. */
 int hawser_engine_create(const char* metadata_uri, const char* local_server_name, const char* host,
                          uint16_t rpc_port, hawser_engine_t** out);
 /* As hawser_engine_create with options (NULL = none), checked as EngineOptions says: a bad value
@@ -207,6 +210,10 @@ int hawser_register_file_segment(hawser_engine_t* engine, const char* name, cons
                                  size_t count);
 /* Removes a named file segment; HAWSER_E_SEGMENT_NOT_FOUND if there is none. */
 int hawser_unregister_file_segment(hawser_engine_t* engine, const char* name);
+/* Fetches segment `name`'s descriptor now, bypassing what hawser_open_segment cached: with p2p from the peer
+ * itself (0 means it answers), with etcd from the store. The error (HAWSER_E_UNAVAILABLE,
+ * HAWSER_E_SEGMENT_NOT_FOUND, HAWSER_E_TIMEOUT, ...) says why not. */
+int hawser_probe_segment(hawser_engine_t* engine, const char* name);
 
 /* ---- Batches --------------------------------------------------------------- */
 
@@ -439,6 +446,60 @@ const char* hawser_code_name(int code);
 const char* hawser_state_name(int state);
 /* Parses a byte size as config values do ("4096", "64K", "1MiB", "2G"); HAWSER_E_INVALID_ARGUMENT on junk. */
 int hawser_parse_size(const char* text, uint64_t* out);
+
+/* ---- Configuration (hawser/config.h) ---------------------------------------- */
+
+/* One row of the config table (C++ ConfigKey); strings library-owned. */
+typedef struct {
+  const char* key;           /* "tcp.connections" */
+  const char* env;           /* "HAWSER_TCP_CONNECTIONS" */
+  const char* type;          /* "int", "size", "bool", "string", "enum", "duration_ms" */
+  const char* default_value; /* as a user writes it */
+  const char* range;         /* "1..64", "auto|tcp|rdma", "" */
+  const char* doc;
+  int secret;                /* a password or token */
+} hawser_config_key_t;
+/* Every key, in the table's order (see Output arrays). */
+int hawser_config_keys(hawser_config_key_t* out, size_t* count);
+/* Where an effective value comes from (C++ ConfigSource). */
+enum { HAWSER_CONFIG_DEFAULT = 0, HAWSER_CONFIG_ENVIRONMENT = 1, HAWSER_CONFIG_OPTIONS = 2 };
+/* The effective value of `key` for an engine created with `options` (NULL = none): its config, else the
+ * HAWSER_* environment variable, else the default, validated as engine creation validates it.
+ * HAWSER_E_INVALID_ARGUMENT for a key not in the table or a bad value (the last error names key, env, value
+ * and what was expected). `source` (NULL: not wanted) receives HAWSER_CONFIG_*.
+ * hawser_config_value: the text, NUL-terminated into buf (*len: buf's size in, the size needed out; buf NULL
+ * is a size query; too small: nothing written, HAWSER_E_CAPACITY_EXCEEDED). hawser_config_int: int,
+ * duration_ms and size keys (sizes in bytes). hawser_config_bool: bool keys (0 or 1). */
+int hawser_config_value(const hawser_engine_options_t* options, const char* key, char* buf, size_t* len,
+                        int* source);
+int hawser_config_int(const hawser_engine_options_t* options, const char* key, int64_t* out, int* source);
+int hawser_config_bool(const hawser_engine_options_t* options, const char* key, int* out, int* source);
+/* Validates every value of `options` (NULL = none) and of the environment, as engine creation does first. */
+int hawser_validate_config(const hawser_engine_options_t* options);
+
+/* ---- Host and GPU memory (hawser/host_memory.h, hawser/device_memory.h) ------- */
+
+/* `bytes` (> 0, rounded up to pages) of zeroed, page-aligned host memory that a peer engine of this host can
+ * map (docs/shm.md); free it with hawser_free_host_memory, at exactly that address. */
+int hawser_allocate_host_memory(size_t bytes, void** out);
+int hawser_free_host_memory(void* ptr);
+/* Loads the CUDA driver once per process: `path`, or NULL / "" for config gpu.cuda_driver (env
+ * HAWSER_GPU_CUDA_DRIVER, default libcuda.so.1). HAWSER_E_NOT_SUPPORTED, with the reason, without a driver
+ * or a GPU. */
+int hawser_load_cuda_driver(const char* path);
+/* GPUs the loaded driver sees (0 when none is loaded). */
+int hawser_cuda_device_count(void);
+/* Device memory of GPU `device` (cuMemAlloc), and its release. */
+int hawser_allocate_device_memory(int device, size_t bytes, void** out);
+int hawser_free_device_memory(void* ptr);
+/* dst <- src, each host or device memory; returns when the copy is done. */
+int hawser_copy_memory(void* dst, const void* src, size_t bytes);
+/* Returns when the work queued on CUDA stream `stream` (NULL: the legacy default stream) has finished. */
+int hawser_synchronize_stream(void* stream);
+
+/* C++ only: MetadataAdmin (hawser/metadata.h), the administration of a metadata service's segments. Its
+ * records nest descriptors, files and path maps, and it serves operators' tools rather than data paths:
+ * from C (or a shell) use the `hawser segment` command, which is built on it (docs/metadata.md). */
 
 #ifdef __cplusplus
 }

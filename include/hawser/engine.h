@@ -47,7 +47,13 @@ class TransferEngine {
   TransferEngine(const TransferEngine&) = delete;
   TransferEngine& operator=(const TransferEngine&) = delete;
 
-  // metadata_uri: "p2p" (default, no service) or "etcd://host:port[,host:port]".
+  // metadata_uri, one of five forms (src/metadata/store.cpp):
+  //   "p2p" (or "")    no service: peers answer for their own segments;
+  //   "P2PHANDSHAKE"   the same, under Mooncake's name;
+  //   "etcd://host:port[,host:port]"   etcd (plain HTTP, several endpoints);
+  //   "etcds://host:port[,host:port]"  etcd over TLS (config etcd.ca_file, ...);
+  //   "http://host:port/path"          Mooncake's HTTP metadata server
+  //                                    (path usually /metadata; docs/metadata.md).
   // local_server_name: this engine's name in metadata; with p2p, segments are
   //   named "host:port" and this name keys file path maps.
   // host: address to listen on and to advertise ("" = 127.0.0.1).

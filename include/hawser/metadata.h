@@ -10,11 +10,15 @@
 //   s = admin->mapFile("ckpt", "0", "node-b", "/mnt/ckpt.bin");     // where node-b sees file #0
 //   std::vector<hawser::SegmentRecord> all;  s = admin->list(all);
 //
-// Metadata URIs are those of TransferEngine::init: "p2p" edits the file
-// segments JSON file that p2p engines load (config key "file_segments", env
-// HAWSER_FILE_SEGMENTS), under an exclusive flock of PATH.lock; "etcd://h:p"
-// edits <prefix>/files/<name> keys, each edit one write (create-if-absent,
-// or compare-and-swap on the key's revision, retried on conflict).
+// Metadata URIs are the five of TransferEngine::init: "p2p" (or "", or
+// "P2PHANDSHAKE") edits the file segments JSON file that p2p engines load
+// (config key "file_segments", env HAWSER_FILE_SEGMENTS), under an exclusive
+// flock of PATH.lock; "etcd://h:p[,h:p]" and "etcds://h:p[,h:p]" (TLS) edit
+// <prefix>/files/<name> keys, each edit one write (create-if-absent, or
+// compare-and-swap on the key's revision, retried on conflict);
+// "http://host:port/path" (Mooncake's HTTP metadata server) reads and
+// writes single keys: it has no listing (list() is kNotSupported) and
+// edits are read-then-write.
 // Every call returns a Status; nothing throws. A MetadataAdmin may be used
 // from several threads.
 #pragma once
@@ -65,7 +69,7 @@ struct SegmentRecord {
 
 class MetadataAdmin {
  public:
-  // metadata_uri: "p2p" or "etcd://host:port[,host:port]". `config`: keys of
+  // metadata_uri: one of the five forms above. `config`: keys of
   // hawser's config table ("file_segments", "metadata.prefix",
   // "etcd.timeout_ms", ...) that override the environment (HAWSER_*).
   // Every value (environment and `config`) is validated first, as an engine's

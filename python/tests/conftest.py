@@ -117,6 +117,18 @@ def softverbs_lib():
     return os.environ.get("HAWSER_SOFTVERBS_LIB") or _next_to_module(SOFTVERBS_CANDIDATES, os.path.isfile)
 
 
+def use_softverbs(monkeypatch, tmp_path, devices):
+    """Engines created from now on get the software RDMA NICs `devices`
+    ("sv0,sv1"; the provider the C++ rdma tests use, its registry in
+    tmp_path); skips when this build has no rdma transport."""
+    lib = softverbs_lib()
+    if lib is None:
+        pytest.skip("this build has no rdma transport (no libhawser_softverbs.so next to the module)")
+    monkeypatch.setenv("HAWSER_RDMA_VERBS_LIB", lib)
+    monkeypatch.setenv("HAWSER_SOFTVERBS_DEVICES", devices)
+    monkeypatch.setenv("HAWSER_SOFTVERBS_DIR", str(tmp_path))
+
+
 def hawser_bin():
     require_hawser()
     env = os.environ.get("HAWSER_BIN")

@@ -9,7 +9,7 @@ import hashlib
 
 import pytest
 
-from conftest import JsonPeer, Region, pattern
+from conftest import JsonPeer, Region, eventually, pattern
 
 LAYERS, BLOCKS, BLOCK_LEN = 4, 16, 8192
 
@@ -125,12 +125,14 @@ def test_sglang_mooncake_connector_sequence(hw, decode):
     batch_ids = [engine.transfer_submit_write(peer, aux.addr + i * 1024, aux_dst + i * 1024, 1024) for i in range(8)]
     assert all(b > 0 for b in batch_ids), hw.last_error()
     for bid in batch_ids:
-        status = 0
-        for _ in range(60000):  # bounded (about a minute)
-            status = engine.transfer_check_status(bid)
-            if status != 0:
-                break
-        assert status == 1, hw.last_error()
+        status = [0]
+
+        def done(bid=bid):
+            status[0] = engine.transfer_check_status(bid)
+            return status[0] != 0
+
+        assert eventually(done, timeout=60.0), f"batch {bid} still running after 60 s"
+        assert status[0] == 1, hw.last_error()
     # The async batch path: submit, then one status call for the batch ids.
     src2, dst2, lens2 = block_copies(kv, meta["kv_caches_base_addr"], [11], [3])
     bid = engine.batch_transfer_async_write(peer, src2, dst2, lens2)

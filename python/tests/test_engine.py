@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import REGION, Region, new_engine, pattern, require_hawser, softverbs_lib
+from conftest import REGION, Region, new_engine, pattern, require_hawser, use_softverbs
 
 
 def neg(hw, name):
@@ -85,13 +85,7 @@ def test_protocol_rdma_forced_by_the_operator_that_cannot_load_verbs_is_no_trans
 
 
 def test_protocol_rdma_is_forced_and_moves_bytes(hw, monkeypatch, tmp_path):
-    lib = softverbs_lib()
-    if lib is None:
-        pytest.skip("this build has no rdma transport (no libhawser_softverbs.so next to the module)")
-    # One software RDMA NIC (the provider the C++ rdma tests use).
-    monkeypatch.setenv("HAWSER_RDMA_VERBS_LIB", lib)
-    monkeypatch.setenv("HAWSER_SOFTVERBS_DEVICES", "sv0")
-    monkeypatch.setenv("HAWSER_SOFTVERBS_DIR", str(tmp_path))
+    use_softverbs(monkeypatch, tmp_path, "sv0")  # one software RDMA NIC
     a, b = hw.TransferEngine(), hw.TransferEngine()
     for e in (a, b):
         assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "rdma", "") == 0, hw.last_error()
@@ -103,16 +97,28 @@ def test_protocol_rdma_is_forced_and_moves_bytes(hw, monkeypatch, tmp_path):
     assert rb.read() == ra.read()
 
 
-def test_env_transport_overrides_protocol_argument(hw, monkeypatch):
-    monkeypatch.setenv("HAWSER_TRANSPORT", "tcp")
-    a = hw.TransferEngine()
-    assert a.initialize("127.0.0.1", "P2PHANDSHAKE", "rdma", "") == 0, hw.last_error()
+def bytes_over(engine, transport):
+    """The bytes `engine` moved over `transport` (hawser_transferred_bytes_total)."""
+    samples = engine.get_metrics()["hawser_transferred_bytes_total"]["samples"]
+    return sum(s["value"] for s in samples if s["labels"].get("transport") == transport)
+
+
+@pytest.mark.parametrize("env, argument", [("tcp", "shm"), ("shm", "tcp"), ("tcp", "rdma")])
+def test_env_transport_overrides_protocol_argument(hw, monkeypatch, tmp_path, env, argument):
+    # Both transports install in `a`, so the bytes' transport says which side won.
+    if argument == "rdma":
+        use_softverbs(monkeypatch, tmp_path, "sv0")
     b = new_engine()
+    monkeypatch.setenv("HAWSER_TRANSPORT", env)
+    a = hw.TransferEngine()
+    assert a.initialize("127.0.0.1", "P2PHANDSHAKE", argument, "") == 0, hw.last_error()
+    assert env in a.transports() and argument in a.transports(), a.transports()
     ra, rb = Region(4096, pattern(4096, 1)), Region(4096)
     assert a.register_memory(ra.addr, 4096) == 0
     assert b.register_memory(rb.addr, 4096) == 0
     assert a.transfer_sync_write(b.get_segment_name(), ra.addr, rb.addr, 4096) == 0, hw.last_error()
     assert rb.read() == ra.read()
+    assert (bytes_over(a, env), bytes_over(a, argument)) == (4096, 0)
 
 
 def test_bad_knob_value_fails_initialize_naming_the_env(hw, monkeypatch):

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from conftest import REGION, Region, _next_to_module, new_engine, pattern, softverbs_lib
+from conftest import REGION, Region, _next_to_module, new_engine, pattern, softverbs_lib, use_softverbs
 
 
 def neg(hw, name):
@@ -202,18 +202,28 @@ def test_get_engine_and_engine_ptr(hw):
     assert e.get_engine_ptr() != 0
 
 
-def test_local_topology_is_mooncakes_json(hw, monkeypatch, tmp_path):
+def numa_nodes():
+    """This host's NUMA nodes (node 0 alone where sysfs shows none)."""
+    try:
+        names = os.listdir("/sys/devices/system/node")
+    except OSError:
+        names = []
+    nodes = sorted(int(n[4:]) for n in names if n.startswith("node") and n[4:].isdigit())
+    return nodes or [0]
+
+
+def test_local_topology_is_mooncakes_json(hw, monkeypatch):
+    # No NIC (no verbs library): one "cpu:N" per NUMA node, each with two empty NIC lists.
+    monkeypatch.setenv("HAWSER_RDMA_VERBS_LIB", "/nonexistent/libibverbs.so.1")
     e = new_engine()
+    assert "rdma" not in e.transports()
     topo = json.loads(e.get_local_topology())
-    assert "cpu:0" in topo
-    for key, (preferred, avail) in topo.items():
-        assert key.startswith("cpu:") and isinstance(preferred, list) and isinstance(avail, list)
-    lib = softverbs_lib()
-    if lib is None:
-        return
-    monkeypatch.setenv("HAWSER_RDMA_VERBS_LIB", lib)
-    monkeypatch.setenv("HAWSER_SOFTVERBS_DEVICES", "sv0,sv1")
-    monkeypatch.setenv("HAWSER_SOFTVERBS_DIR", str(tmp_path))
+    assert topo == {f"cpu:{n}": [[], []] for n in numa_nodes()}
+    assert json.loads(hw.TransferEngine().get_local_topology()) == topo  # from a temporary engine too
+
+
+def test_local_topology_lists_the_rdma_nics(hw, monkeypatch, tmp_path):
+    use_softverbs(monkeypatch, tmp_path, "sv0,sv1")
     nics = sorted(sum(json.loads(hw.TransferEngine().get_local_topology()).values(), [])[0] +
                   sum(json.loads(hw.TransferEngine().get_local_topology()).values(), [])[1])
     assert nics == ["sv0", "sv1"]

@@ -11,8 +11,10 @@
 // a key that is checked against this table at compile time (KnobKey): an
 // unknown key, or a getter of the wrong type, does not build.
 //
-// Adding a knob: one line below, then `cmake -P cmake/ConfigDocs.cmake` (see
-// that file) to regenerate the docs.
+// Adding a knob: one line below, build `hawser`, then
+//   cmake -DHAWSER=build/bin/hawser -DSOURCE_DIR=. -DUPDATE=ON -P cmake/config_docs.cmake
+// to regenerate the docs' tables (see that file; ctest docs.config_tables
+// fails while they drift).
 #pragma once
 
 #include <cstdint>

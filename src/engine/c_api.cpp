@@ -37,6 +37,19 @@ void toC(const TransferStatus& st, hawser_status_t* out, Strings& strings) {
   out->error_message = st.error.ok() ? "" : strings.keep(st.error.toString());
 }
 
+int toCpp(const hawser_engine_options_t* options, EngineOptions& out) {
+  if (!options) return 0;
+  if (!options->config && options->config_count) return nullArg("options->config");
+  for (size_t i = 0; i < options->config_count; ++i) {
+    const hawser_kv_t& kv = options->config[i];
+    const std::string at = "options->config[" + std::to_string(i) + "]";
+    if (!kv.key) return nullArg((at + ".key").c_str());
+    if (!kv.value) return nullArg((at + ".value (key '" + kv.key + "')").c_str());
+    out.config[kv.key] = kv.value;
+  }
+  return 0;
+}
+
 // Requests from C; the opcode is checked here because OpCode is 8 bits wide
 // (an int of 256 must not become a READ).
 int toCpp(const hawser_request_t* requests, size_t count, std::vector<TransferRequest>& out) {
@@ -101,16 +114,7 @@ int create(const char* metadata_uri, const char* local_server_name, const char* 
            const hawser_engine_options_t* options, hawser_engine_t** out) {
   if (!out) return nullArg("out");
   hawser::EngineOptions opts;
-  if (options) {
-    if (!options->config && options->config_count) return nullArg("options->config");
-    for (size_t i = 0; i < options->config_count; ++i) {
-      const hawser_kv_t& kv = options->config[i];
-      const std::string at = "options->config[" + std::to_string(i) + "]";
-      if (!kv.key) return nullArg((at + ".key").c_str());
-      if (!kv.value) return nullArg((at + ".value (key '" + kv.key + "')").c_str());
-      opts.config[kv.key] = kv.value;
-    }
-  }
+  if (int rc = toCpp(options, opts); rc != 0) return rc;
   auto e = std::make_unique<hawser_engine>();
   int rc = ret(e->engine.init(metadata_uri ? metadata_uri : "p2p", local_server_name ? local_server_name : "",
                               host ? host : "", rpc_port, opts));
@@ -228,6 +232,14 @@ int hawser_segment_buffers(hawser_engine_t* engine, hawser_segment_id_t id, haws
       out[i] = hawser_segment_buffer_t{bufs[i].addr, bufs[i].length, strings.keep(bufs[i].location)};
     *count = bufs.size();
     return 0;
+  });
+}
+
+int hawser_probe_segment(hawser_engine_t* engine, const char* name) {
+  return guarded([&] {
+    if (!engine) return nullArg("engine");
+    if (!name) return nullArg("name");
+    return ret(engine->engine.probeSegment(name));
   });
 }
 

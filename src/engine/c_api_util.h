@@ -82,6 +82,9 @@ inline bool fitsOrReport(const void* out, size_t* count, size_t needed, const ch
   return true;
 }
 
+// Engine options from C (NULL: none; checks for NULL keys and values); 0 or
+// the error return.
+int toCpp(const hawser_engine_options_t* options, EngineOptions& out);
 // Requests from C (checks the opcodes); 0 or the error return.
 int toCpp(const hawser_request_t* requests, size_t count, std::vector<TransferRequest>& out);
 // A task's status for C; the message is kept in `strings`.

@@ -22,6 +22,12 @@ void registerTransportFactory(const TransportFactory& f) {
   registered().push_back(f);
 }
 
+bool unregisterTransportFactory(const std::string& name) {
+  std::lock_guard lk(g_mu);
+  auto& v = registered();
+  return std::erase_if(v, [&](const TransportFactory& r) { return r.name == name; }) > 0;
+}
+
 std::vector<TransportFactory> transportFactories() {
   std::vector<TransportFactory> out;
   std::lock_guard lk(g_mu);

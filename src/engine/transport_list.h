@@ -22,6 +22,23 @@ const std::vector<TransportFactory>& builtinTransports();
 // already in the list is replaced. Thread-safe.
 void registerTransportFactory(const TransportFactory& f);
 
+// Removes the factory registered under `name` (a built-in one it replaced
+// is used again); false when none is. Engines already initialized keep
+// what they installed. Thread-safe.
+bool unregisterTransportFactory(const std::string& name);
+
+// A factory registered for a scope (a test's): unregistered at its end.
+class ScopedTransportFactory {
+ public:
+  explicit ScopedTransportFactory(const TransportFactory& f) : name_(f.name) { registerTransportFactory(f); }
+  ~ScopedTransportFactory() { unregisterTransportFactory(name_); }
+  ScopedTransportFactory(const ScopedTransportFactory&) = delete;
+  ScopedTransportFactory& operator=(const ScopedTransportFactory&) = delete;
+
+ private:
+  std::string name_;
+};
+
 // Every factory: built-in, then registered.
 std::vector<TransportFactory> transportFactories();
 

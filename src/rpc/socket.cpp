@@ -236,18 +236,21 @@ Status sendAllv(int fd, struct iovec* iov, int iovcnt) {
       if (errno == EINTR) continue;
       return ioError("send", errno);
     }
-    size_t left = static_cast<size_t>(n);
-    while (iovcnt > 0 && left >= iov->iov_len) {
-      left -= iov->iov_len;
-      ++iov;
-      --iovcnt;
-    }
-    if (iovcnt > 0) {
-      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
-      iov->iov_len -= left;
-    }
+    advanceIov(iov, iovcnt, static_cast<size_t>(n));
   }
   return Status::OK();
+}
+
+void advanceIov(struct iovec*& iov, int& cnt, size_t n) {
+  while (cnt > 0 && n >= iov->iov_len) {
+    n -= iov->iov_len;
+    ++iov;
+    --cnt;
+  }
+  if (cnt > 0) {
+    iov->iov_base = static_cast<char*>(iov->iov_base) + n;
+    iov->iov_len -= n;
+  }
 }
 
 Status recvAll(int fd, void* data, size_t len) {

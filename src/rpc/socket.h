@@ -38,6 +38,10 @@ Status listenOn(const std::string& host, uint16_t port, int backlog, Fd& out, ui
 // Blocking full send/recv. kUnavailable on EOF/reset, kTimeout on SO_*TIMEO expiry.
 Status sendAll(int fd, const void* data, size_t len);
 Status sendAllv(int fd, struct iovec* iov, int iovcnt);  // modifies iov
+// Consumes `n` bytes (what one sendmsg/writev moved) from the front of the
+// `cnt` pieces at `iov`: the pieces it covered are skipped (iov and cnt move
+// past them) and a piece it cut keeps its tail.
+void advanceIov(struct iovec*& iov, int& cnt, size_t n);
 Status recvAll(int fd, void* data, size_t len);
 // Drop `len` incoming bytes.
 Status discard(int fd, size_t len);

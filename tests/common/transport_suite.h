@@ -28,6 +28,7 @@
 
 #include <fmt/format.h>
 
+#include "base/transport.h"
 #include "common/util.h"
 #include "engine/access.h"
 #include "hawser/device_memory.h"
@@ -67,7 +68,7 @@ class SuiteBuffer {
       return;
     }
     Status s = loadCudaDriver();
-    if (s.ok()) s = allocateDeviceMemory(std::stoi(location.substr(5)), n, reinterpret_cast<void**>(&p));
+    if (s.ok()) s = allocateDeviceMemory(gpuOrdinalOf(location), n, reinterpret_cast<void**>(&p));
     EXPECT_TRUE(s.ok()) << location << ": " << s.toString();
   }
   ~SuiteBuffer() {

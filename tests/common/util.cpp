@@ -1,5 +1,7 @@
 #include "common/util.h"
 
+#include <gtest/gtest.h>
+
 #include <fcntl.h>
 #include <linux/io_uring.h>
 #include <sys/syscall.h>
@@ -176,11 +178,18 @@ bool servedSegment(Child& c, std::string& segment, uint64_t& base, int timeout_m
   return true;
 }
 
-uint64_t transportCounter(TransferEngine& e, const std::string& transport, const std::string& key) {
-  for (auto& t : e.stats().transports)
+uint64_t counter(const EngineStats& st, const std::string& transport, const std::string& key) {
+  if (transport.empty()) {
+    for (auto& [k, v] : st.engine)
+      if (k == key) return v;
+    ADD_FAILURE() << "no engine counter " << key;
+    return 0;
+  }
+  for (auto& t : st.transports)
     if (t.transport == transport)
       for (auto& [k, v] : t.counters)
         if (k == key) return v;
+  ADD_FAILURE() << "no " << transport << " counter " << key;
   return 0;
 }
 

@@ -99,8 +99,13 @@ std::vector<TcpSocket> tcpSockets();
 
 // Whether `e` installed the transport `name`.
 bool hasTransport(TransferEngine& e, const std::string& name);
-// Counter `key` of transport `transport` in e.stats(); 0 when absent.
-uint64_t transportCounter(TransferEngine& e, const std::string& transport, const std::string& key);
+// Counter `key` of transport `transport` in `st` (transport "": the
+// engine's own counters). A counter that is not there fails the test,
+// naming it, and reads 0.
+uint64_t counter(const EngineStats& st, const std::string& transport, const std::string& key);
+inline uint64_t counter(const TransferEngine& e, const std::string& transport, const std::string& key) {
+  return counter(e.stats(), transport, key);
+}
 
 // Page-aligned heap buffer.
 struct Buffer {

@@ -32,12 +32,6 @@ const std::vector<std::string> kEnv = {"HAWSER_TRANSPORT=tcp", "HAWSER_SIGNAL_PE
                                        "HAWSER_SIGNAL_PROBE_INTERVAL_MS=100", "HAWSER_TCP_TIMEOUT_MS=3000",
                                        "HAWSER_RPC_TIMEOUT_MS=2000"};
 
-uint64_t engineCounter(TransferEngine& e, const std::string& name) {
-  for (auto& [k, v] : e.stats().engine)
-    if (k == name) return v;
-  return 0;
-}
-
 std::string describe(const SignalResult& r) {
   return fmt::format("{} {} landed {} from '{}': {}", signalStateName(r.s), signalReasonName(r.reason), r.landed,
                      r.peer, r.error.toString());
@@ -148,7 +142,7 @@ TEST_F(Signals, frames_sent_again_after_a_loss_count_once) {
   EXPECT_EQ(r.landed, 2u) << "a frame applied twice";
   EXPECT_EQ(checkPattern(mem_.p, 131072, 1, 0), -1);
   EXPECT_EQ(checkPattern(mem_.p + 131072, 131072, 2, 131072), -1);
-  EXPECT_GE(engineCounter(*engine_, "signal_frames_duplicate"), 1u) << "the lost replies' frames came once";
+  EXPECT_GE(counter(*engine_, "", "signal_frames_duplicate"), 1u) << "the lost replies' frames came once";
 }
 
 TEST_F(Signals, frames_the_sender_gave_up_on_fail_the_wait_with_peer_lost) {
@@ -280,12 +274,12 @@ TEST_F(Signals, every_notifying_submit_ends_at_the_receiver_delivered_or_failed)
       Child looping;
       startSender(looping, {"nloop:n3:65536"}, {}, {"--bytes", "1048576"});
       ASSERT_FALSE(looping.waitFor("looping", 30000).empty());
-      const uint64_t failures_before = engineCounter(*engine_, "notify_failures_received");
+      const uint64_t failures_before = counter(*engine_, "", "notify_failures_received");
       looping.kill(SIGKILL);
       looping.wait();
-      ASSERT_TRUE(eventually([&] { return engineCounter(*engine_, "signal_submits_open") == 0; }))
+      ASSERT_TRUE(eventually([&] { return counter(*engine_, "", "signal_submits_open") == 0; }))
           << "a submit of the killed sender stayed open here";
-      failed_here = engineCounter(*engine_, "notify_failures_received") > failures_before;
+      failed_here = counter(*engine_, "", "notify_failures_received") > failures_before;
       all.clear();
       ASSERT_TRUE(engine_->getNotifies(all, with_failures).ok());
       size_t failures = 0;
@@ -312,7 +306,7 @@ TEST_F(Signals, a_signal_nobody_waits_for_expires) {
   Child sender;
   const std::string peer = startSender(sender, {"write:e:1:4096:0:4"});
   ASSERT_FALSE(sender.waitFor("done e COMPLETED", 30000).empty());
-  ASSERT_TRUE(eventually([&] { return engineCounter(*engine_, "signals_expired") >= 1; }))
+  ASSERT_TRUE(eventually([&] { return counter(*engine_, "", "signals_expired") >= 1; }))
       << "the unwaited signal was never dropped";
   SignalResult r = wait(peer, "e", 1, 100ms);
   EXPECT_EQ(r.s, SignalState::kTimeout) << describe(r);
@@ -327,7 +321,7 @@ TEST_F(Signals, a_full_signal_table_drops_the_oldest_signal_nobody_waits_for) {
   const std::string peer = startSender(
       sender, {"write:f1:1:4096:0:1", "write:f2:1:4096:4096:2", "write:f3:1:4096:8192:3", "hold"});
   ASSERT_FALSE(sender.waitFor("done f3 COMPLETED", 30000).empty());
-  EXPECT_EQ(engineCounter(*engine_, "signals_expired"), 1u) << "the table holds 2: the third drops the first";
+  EXPECT_EQ(counter(*engine_, "", "signals_expired"), 1u) << "the table holds 2: the third drops the first";
   SignalResult r = wait(peer, "f3", 1, 10s);
   EXPECT_EQ(r.s, SignalState::kCompleted) << describe(r);
   r = wait(peer, "f2", 1, 10s);
@@ -367,7 +361,7 @@ TEST_F(Signals, a_partition_from_the_initiator_fails_the_wait_with_peer_lost) {
   ASSERT_FALSE(sender.waitFor("looping", 30000).empty());
   SignalResult r;
   std::thread waiter([&] { r = wait(peer, "cut", uint64_t(1) << 40, 120s); });
-  ASSERT_TRUE(eventually([&] { return engineCounter(*engine_, "signal_frames_received") >= 2; }));
+  ASSERT_TRUE(eventually([&] { return counter(*engine_, "", "signal_frames_received") >= 2; }));
   const auto t0 = Clock::now();
   ASSERT_EQ(sh("nft add rule inet hws in ip saddr " + ip_a + " drop && nft add rule inet hws out ip daddr " + ip_a +
                " drop"),

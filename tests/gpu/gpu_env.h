@@ -27,6 +27,17 @@ inline std::map<std::string, std::string> gpuConfig() { return {{"gpu.cuda_drive
 
 inline const gpu::CudaDriver* testCudaDriver() { return gpu::CudaDriver::load(testCudaDriverPath()); }
 
+// Whether the tests run against the stand-in driver (gpu_sim.*).
+inline bool simulatedCuda() {
+  const char* e = getenv("HAWSER_TEST_CUDA_DRIVER");
+  return e && *e;
+}
+
+// Why there is no GPU to test on ("" when there is one).
+inline std::string noGpuReason() {
+  return testCudaDriver() ? "" : "no GPU on this host: " + gpu::CudaDriver::reason();
+}
+
 // IPC mappings this process holds: the stand-in driver counts them; the real
 // one cannot tell (-1).
 inline int openedIpcHandles() {

@@ -27,15 +27,6 @@ EngineOptions gpuOptions(std::map<std::string, std::string> extra = {}) {
   return o;
 }
 
-uint64_t counter(const TransferEngine& e, const std::string& key) {
-  for (auto& t : e.stats().transports)
-    if (t.transport == "nvlink")
-      for (auto& [k, v] : t.counters)
-        if (k == key) return v;
-  return 0;
-}
-
-
 // `n` blocks of `block` bytes: block i at local slot lperm[i] and remote
 // slot rperm[i] (two different permutations: each side its own block table).
 std::vector<Block> kvBlocks(char* local, uint64_t remote, size_t n, uint64_t block, unsigned seed) {
@@ -115,16 +106,16 @@ TEST(nvlink_blocks, scattered_kv_blocks_move_a_window_per_kernel_launch) {
   EXPECT_EQ(st.transferred_bytes, n * block);
   expectBlocks(p, blocks);
   // No task per run: the runs went as windows, each one launch.
-  const uint64_t windows = counter(p.init, "gpu_copy_windows");
-  EXPECT_EQ(counter(p.init, "gpu_copy_runs"), info.runs);
+  const uint64_t windows = counter(p.init, "nvlink", "gpu_copy_windows");
+  EXPECT_EQ(counter(p.init, "nvlink", "gpu_copy_runs"), info.runs);
   EXPECT_EQ(windows, (info.runs + 8191) / 8192) << "a prepared plan's windows are whole ones of block.run_window runs";
-  EXPECT_EQ(counter(p.init, "gpu_copy_kernel_launches"), windows) << "one launch per window";
-  EXPECT_EQ(counter(p.init, "gpu_copy_per_run"), 0u);
-  EXPECT_LE(counter(p.init, "gpu_copy_ctas_max"), 32u) << "gpu.copy_max_ctas's default";
+  EXPECT_EQ(counter(p.init, "nvlink", "gpu_copy_kernel_launches"), windows) << "one launch per window";
+  EXPECT_EQ(counter(p.init, "nvlink", "gpu_copy_per_run"), 0u);
+  EXPECT_LE(counter(p.init, "nvlink", "gpu_copy_ctas_max"), 32u) << "gpu.copy_max_ctas's default";
   // Where the windows' time went is counted per group (one group a window).
-  EXPECT_EQ(counter(p.init, "groups_issued"), windows);
-  EXPECT_GT(counter(p.init, "group_gpu_ns"), 0u) << "launched until seen done";
-  EXPECT_EQ(counter(p.init, "slices_failed"), 0u);
+  EXPECT_EQ(counter(p.init, "nvlink", "groups_issued"), windows);
+  EXPECT_GT(counter(p.init, "nvlink", "group_gpu_ns"), 0u) << "launched until seen done";
+  EXPECT_EQ(counter(p.init, "nvlink", "slices_failed"), 0u);
 
   // The other way: the initiator's blocks written into the target's, checked there.
   std::vector<char> mine(n * block);
@@ -165,15 +156,15 @@ TEST(nvlink_blocks, a_prepared_plan_posted_again_is_launched_from_its_run_list_k
     if (want == TransferState::kCompleted) expectBlocks(p, blocks);
   };
   post(TransferState::kCompleted);
-  const uint64_t windows = counter(p.init, "gpu_copy_windows");
-  EXPECT_EQ(counter(p.init, "plan_cache_misses"), windows) << "the first post makes each window's run list";
-  EXPECT_EQ(counter(p.init, "plan_cache_hits"), 0u);
-  EXPECT_GT(counter(p.init, "plan_cache_bytes"), n * 24 - 1);
+  const uint64_t windows = counter(p.init, "nvlink", "gpu_copy_windows");
+  EXPECT_EQ(counter(p.init, "nvlink", "plan_cache_misses"), windows) << "the first post makes each window's run list";
+  EXPECT_EQ(counter(p.init, "nvlink", "plan_cache_hits"), 0u);
+  EXPECT_GT(counter(p.init, "nvlink", "plan_cache_bytes"), n * 24 - 1);
   const long long copies = fakeCudaCalls("memcpy_async");
   post(TransferState::kCompleted);
   post(TransferState::kCompleted);
-  EXPECT_EQ(counter(p.init, "plan_cache_hits"), 2 * windows) << "later posts launch the kept lists";
-  EXPECT_EQ(counter(p.init, "plan_cache_misses"), windows);
+  EXPECT_EQ(counter(p.init, "nvlink", "plan_cache_hits"), 2 * windows) << "later posts launch the kept lists";
+  EXPECT_EQ(counter(p.init, "nvlink", "plan_cache_misses"), windows);
   if (copies >= 0) {
     EXPECT_EQ(fakeCudaCalls("memcpy_async"), copies) << "no run list copied to the GPU again";
   }
@@ -183,7 +174,7 @@ TEST(nvlink_blocks, a_prepared_plan_posted_again_is_launched_from_its_run_list_k
   ASSERT_TRUE(p.init.submitBlocks(b, OpCode::kRead, p.seg, blocks).ok());
   ASSERT_TRUE(p.init.waitTransfer(b, std::chrono::seconds(60)).ok());
   ASSERT_TRUE(p.init.freeBatchID(b).ok());
-  EXPECT_EQ(counter(p.init, "plan_cache_misses"), windows);
+  EXPECT_EQ(counter(p.init, "nvlink", "plan_cache_misses"), windows);
   // The target withdraws its memory: the kept lists are not trusted, the
   // request fails as it would without them.
   ASSERT_TRUE(p.target.unregisterLocalMemory(p.src.data()).ok());
@@ -226,11 +217,11 @@ TEST(nvlink_blocks, a_window_posted_to_an_idle_stream_is_issued_by_the_posting_t
       ASSERT_TRUE(p.init.freeBatchID(b).ok());
       expectBlocks(p, blocks);
     }
-    EXPECT_EQ(counter(p.init, "groups_issued"), uint64_t(posts)) << "one window a post (a prepared plan's first is whole)";
+    EXPECT_EQ(counter(p.init, "nvlink", "groups_issued"), uint64_t(posts)) << "one window a post (a prepared plan's first is whole)";
     if (inline_issue)
-      EXPECT_GE(counter(p.init, "groups_inline"), 1u) << "posted to an idle stream, issued by the poster";
+      EXPECT_GE(counter(p.init, "nvlink", "groups_inline"), 1u) << "posted to an idle stream, issued by the poster";
     else
-      EXPECT_EQ(counter(p.init, "groups_inline"), 0u);
+      EXPECT_EQ(counter(p.init, "nvlink", "groups_inline"), 0u);
     ASSERT_TRUE(p.init.releasePlan(plan).ok());
   }
 }
@@ -262,9 +253,9 @@ TEST(nvlink_blocks, a_waiting_caller_ends_the_copies_it_waits_for_without_the_st
       expectBlocks(p, blocks);
     }
   }
-  EXPECT_EQ(counter(p.init, "groups_issued"), uint64_t(posts));
-  EXPECT_EQ(counter(p.init, "groups_inline"), uint64_t(posts)) << "each posted to an idle stream";
-  EXPECT_EQ(counter(p.init, "groups_polled"), uint64_t(posts)) << "each ended by the waiting caller";
+  EXPECT_EQ(counter(p.init, "nvlink", "groups_issued"), uint64_t(posts));
+  EXPECT_EQ(counter(p.init, "nvlink", "groups_inline"), uint64_t(posts)) << "each posted to an idle stream";
+  EXPECT_EQ(counter(p.init, "nvlink", "groups_polled"), uint64_t(posts)) << "each ended by the waiting caller";
   ASSERT_TRUE(p.init.releasePlan(plan).ok());
 }
 
@@ -291,8 +282,8 @@ TEST(nvlink_blocks, every_mechanism_moves_the_same_bytes) {
     const std::string key = std::string(m) == "kernel"        ? "gpu_copy_kernel_launches"
                             : std::string(m) == "copy_engine" ? "gpu_copy_engine_batches"
                                                               : "gpu_copy_per_run";
-    EXPECT_EQ(counter(p.init, key), std::string(m) == "per_run" ? counter(p.init, "gpu_copy_runs")
-                                                                : counter(p.init, "gpu_copy_windows"));
+    EXPECT_EQ(counter(p.init, "nvlink", key), std::string(m) == "per_run" ? counter(p.init, "nvlink", "gpu_copy_runs")
+                                                                : counter(p.init, "nvlink", "gpu_copy_windows"));
   }
 }
 
@@ -350,7 +341,7 @@ TEST(nvlink_blocks, cancel_mid_request_ends_it_canceled_with_only_issued_windows
     Held held(hold);
     ASSERT_TRUE(p.init.submitBlocks(b, OpCode::kRead, p.seg, blocks, &task).ok());
     // The first window is issued (and held on the GPU); the others wait.
-    ASSERT_TRUE(eventually([&] { return counter(p.init, "gpu_copy_windows") >= 1; }));
+    ASSERT_TRUE(eventually([&] { return counter(p.init, "nvlink", "gpu_copy_windows") >= 1; }));
     ASSERT_TRUE(p.init.cancelTransfer(b).ok());
   }
   ASSERT_TRUE(p.init.waitTransfer(b, std::chrono::seconds(60)).ok());
@@ -393,10 +384,10 @@ TEST(nvlink_blocks, the_owner_killed_mid_request_fails_the_windows_not_yet_issue
   {
     Held held(hold);
     ASSERT_TRUE(e.submitBlocks(b, OpCode::kRead, seg, blocks, &task).ok());
-    ASSERT_TRUE(eventually([&] { return counter(e, "gpu_copy_windows") >= 1; }));
+    ASSERT_TRUE(eventually([&] { return counter(e, "nvlink", "gpu_copy_windows") >= 1; }));
     serve.kill(SIGKILL);
     (void)serve.wait();
-    ASSERT_TRUE(eventually([&] { return counter(e, "owner_deaths") == 1; })) << "the owner's exit is seen";
+    ASSERT_TRUE(eventually([&] { return counter(e, "nvlink", "owner_deaths") == 1; })) << "the owner's exit is seen";
   }
   ASSERT_TRUE(e.waitTransfer(b, std::chrono::seconds(60)).ok());
   TransferStatus st;

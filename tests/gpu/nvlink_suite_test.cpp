@@ -12,30 +12,21 @@ namespace {
 using hawser::test::SuiteParam;
 using hawser::test::TransportSuite;
 
-bool simulated() {
-  const char* e = getenv("HAWSER_TEST_CUDA_DRIVER");
-  return e && *e;
-}
-
 SuiteParam nvlinkParam() {
   SuiteParam p;
   p.transport = "nvlink";
   p.env = {"HAWSER_GPU_CUDA_DRIVER=" + hawser::test::testCudaDriverPath()};
-  p.skip = []() -> std::string {
-    const hawser::gpu::CudaDriver* d = hawser::test::testCudaDriver();
-    if (!d) return "no GPU on this host: " + hawser::gpu::CudaDriver::reason();
-    return "";
-  };
+  p.skip = hawser::test::noGpuReason;
   p.local_location = "cuda:0";
   p.target_location = "cuda:0";
   // A GPU copies 16 MiB in microseconds: keep far more in flight there so
   // the target dies mid-batch. On an H200, 1024 rounds (512 GiB) were done
   // before the owner's death was noticed; 8192 rounds are 4 TiB, seconds of
   // copying within one GPU.
-  p.kill_rounds = simulated() ? 8 : 8192;
+  p.kill_rounds = hawser::test::simulatedCuda() ? 8 : 8192;
   // Seen on an H200: the killed owner exited only once the copies that used
   // its memory had ended, in two runs of three, so the batch completed.
-  p.kill_may_complete = !simulated();
+  p.kill_may_complete = !hawser::test::simulatedCuda();
   p.open_handles = hawser::test::openedIpcHandles;
   return p;
 }

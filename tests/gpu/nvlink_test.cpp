@@ -38,15 +38,6 @@ EngineOptions gpuOptions(std::map<std::string, std::string> extra = {}) {
   return o;
 }
 
-uint64_t counter(const TransferEngine& e, const std::string& key) {
-  for (auto& t : e.stats().transports)
-    if (t.transport == "nvlink")
-      for (auto& [k, v] : t.counters)
-        if (k == key) return v;
-  return 0;
-}
-
-
 // `hawser serve` with its memory on a GPU, filled with pattern(kSeed).
 struct Served {
   bool start(const std::string& location, size_t bytes) {
@@ -103,9 +94,9 @@ TEST(nvlink, gpu0_to_gpu1_across_processes_moves_every_byte_through_peer_copies)
   std::vector<char> wrote = back.download(0, len);
   EXPECT_EQ(checkPattern(wrote.data(), wrote.size(), 5), -1);
 
-  EXPECT_GT(counter(e, "peer_copies"), 0u) << "GPU 1 <-> GPU 0 goes through peer copies";
-  EXPECT_EQ(counter(e, "handles_opened"), 1u) << "one allocation, opened once, whatever the number of copies";
-  EXPECT_EQ(counter(e, "slices_failed"), 0u);
+  EXPECT_GT(counter(e, "nvlink", "peer_copies"), 0u) << "GPU 1 <-> GPU 0 goes through peer copies";
+  EXPECT_EQ(counter(e, "nvlink", "handles_opened"), 1u) << "one allocation, opened once, whatever the number of copies";
+  EXPECT_EQ(counter(e, "nvlink", "slices_failed"), 0u);
   (void)e.unregisterLocalMemory(local.data());
   (void)e.unregisterLocalMemory(back.data());
 }
@@ -126,14 +117,14 @@ TEST(nvlink, an_owner_in_this_process_is_addressed_directly_and_large_tasks_are_
   SegmentID seg;
   ASSERT_TRUE(init.openSegment(target.segmentName(), seg).ok());
   const uint64_t len = (10u << 20) + 5;
-  const uint64_t before = counter(init, "slices_completed");
+  const uint64_t before = counter(init, "nvlink", "slices_completed");
   Status s = init.transferSync({{OpCode::kRead, dst.data(), seg, reinterpret_cast<uint64_t>(src.data()) + 3, len}},
                                std::chrono::seconds(30));
   ASSERT_TRUE(s.ok()) << s.toString();
   std::vector<char> got = dst.download(0, len);
   EXPECT_EQ(checkPattern(got.data(), len, 9, 3), -1);
-  EXPECT_EQ(counter(init, "slices_completed") - before, 11u) << "10 MiB + 5 in stripes of 1 MiB";
-  EXPECT_EQ(counter(init, "handles_opened"), 0u) << "an owner in this process needs no IPC handle";
+  EXPECT_EQ(counter(init, "nvlink", "slices_completed") - before, 11u) << "10 MiB + 5 in stripes of 1 MiB";
+  EXPECT_EQ(counter(init, "nvlink", "handles_opened"), 0u) << "an owner in this process needs no IPC handle";
   (void)init.unregisterLocalMemory(dst.data());
   (void)target.unregisterLocalMemory(src.data());
 }
@@ -162,13 +153,13 @@ TEST(nvlink, host_memory_at_either_end_never_takes_nvlink) {
                {host_local.p, gr, "nvlink: does not move local host memory"},
                {host_local.p, hr, "nvlink: does not move local host memory"}};
   for (auto& c : cases) {
-    const uint64_t moved = counter(init, "slices_completed") + counter(init, "slices_failed");
+    const uint64_t moved = counter(init, "nvlink", "slices_completed") + counter(init, "nvlink", "slices_failed");
     Status submit;
     auto st = runBatch(init, seg, {{OpCode::kRead, c.local, seg, c.remote, 4096}}, 10000, &submit);
     if (!submit.ok()) {
       EXPECT_NE(submit.message().find(c.why), std::string::npos) << submit.toString();
     }
-    EXPECT_EQ(counter(init, "slices_completed") + counter(init, "slices_failed"), moved) << c.why;
+    EXPECT_EQ(counter(init, "nvlink", "slices_completed") + counter(init, "nvlink", "slices_failed"), moved) << c.why;
   }
   RouteExplanation r;
   ASSERT_TRUE(init.explainRoute(seg, "cpu:0", r).ok());
@@ -194,13 +185,13 @@ TEST(nvlink, regions_sharing_an_allocation_publish_one_handle_with_their_offsets
   EXPECT_EQ(a["base"], b["base"]);
   EXPECT_EQ(a["offset"].get<uint64_t>(), 4096u);
   EXPECT_EQ(b["offset"].get<uint64_t>(), 2u << 20);
-  EXPECT_EQ(counter(owner, "exported_regions"), 2u);
-  EXPECT_EQ(counter(owner, "exported_allocations"), 1u);
+  EXPECT_EQ(counter(owner, "nvlink", "exported_regions"), 2u);
+  EXPECT_EQ(counter(owner, "nvlink", "exported_allocations"), 1u);
   ASSERT_TRUE(owner.unregisterLocalMemory(g.data() + 4096).ok());
-  EXPECT_EQ(counter(owner, "exported_allocations"), 1u);
+  EXPECT_EQ(counter(owner, "nvlink", "exported_allocations"), 1u);
   ASSERT_TRUE(owner.unregisterLocalMemory(g.data() + (2 << 20)).ok());
-  EXPECT_EQ(counter(owner, "exported_regions"), 0u);
-  EXPECT_EQ(counter(owner, "exported_allocations"), 0u);
+  EXPECT_EQ(counter(owner, "nvlink", "exported_regions"), 0u);
+  EXPECT_EQ(counter(owner, "nvlink", "exported_allocations"), 0u);
 }
 
 TEST(nvlink, a_withdrawn_region_is_refused_and_its_handle_closed_once_the_descriptor_drops_it) {
@@ -215,7 +206,7 @@ TEST(nvlink, a_withdrawn_region_is_refused_and_its_handle_closed_once_the_descri
   ASSERT_TRUE(e.openSegment(t.segment, seg).ok());
   Status s = e.transferSync({{OpCode::kRead, local.data(), seg, t.base, 65536}}, std::chrono::seconds(30));
   ASSERT_TRUE(s.ok()) << s.toString();
-  EXPECT_EQ(counter(e, "handles_opened"), 1u);
+  EXPECT_EQ(counter(e, "nvlink", "handles_opened"), 1u);
   const int mapped = openedIpcHandles();
   if (mapped >= 0) {
     EXPECT_EQ(mapped, 1);
@@ -233,7 +224,7 @@ TEST(nvlink, a_withdrawn_region_is_refused_and_its_handle_closed_once_the_descri
     }
     return submit.code() == Code::kOutOfRange;
   })) << "the refreshed descriptor still lists the withdrawn region";
-  EXPECT_TRUE(eventually([&] { return counter(e, "handles_closed") == counter(e, "handles_opened"); }))
+  EXPECT_TRUE(eventually([&] { return counter(e, "nvlink", "handles_closed") == counter(e, "nvlink", "handles_opened"); }))
       << "the handle of a region no descriptor lists stays open";
   if (mapped >= 0) {
     EXPECT_TRUE(eventually([] { return openedIpcHandles() == 0; })) << openedIpcHandles();
@@ -367,7 +358,7 @@ TEST(nvlink, unregister_returns_only_after_the_copies_in_flight_with_the_range_e
     fillPattern(mine.data(), mine.size(), 42);
     mem.upload(theirs);
     local.upload(mine);
-    const uint64_t windows = counter(init, "gpu_copy_windows"), waited = counter(target, "withdrawals_waited");
+    const uint64_t windows = counter(init, "nvlink", "gpu_copy_windows"), waited = counter(target, "nvlink", "withdrawals_waited");
     BatchID b = 0;
     ASSERT_TRUE(init.allocateBatchID(1, b).ok());
     std::vector<char> at_return;  // the range as unregister returned it to the application
@@ -377,18 +368,18 @@ TEST(nvlink, unregister_returns_only_after_the_copies_in_flight_with_the_range_e
       Held held(hold);
       ASSERT_TRUE(init.submitTransfer(b, {{op, local.data(), seg, base, kTask}}).ok());
       // Its copy is issued (and held on the GPU).
-      ASSERT_TRUE(eventually([&] { return counter(init, "gpu_copy_windows") > windows; }));
+      ASSERT_TRUE(eventually([&] { return counter(init, "nvlink", "gpu_copy_windows") > windows; }));
       unreg = std::thread([&] {
         EXPECT_TRUE(target.unregisterLocalMemory(mem.data()).ok());
         returned = true;
         at_return = mem.download();
       });
       // unregister waits for the copy (counted), or — were it not to — returns.
-      EXPECT_TRUE(eventually([&] { return returned.load() || counter(target, "withdrawals_waited") > waited; }));
+      EXPECT_TRUE(eventually([&] { return returned.load() || counter(target, "nvlink", "withdrawals_waited") > waited; }));
       EXPECT_FALSE(returned.load()) << "unregisterLocalMemory returned while a copy with the range was in flight";
     }  // the GPU runs the copy
     unreg.join();
-    EXPECT_EQ(counter(target, "withdrawals_waited"), waited + 1);
+    EXPECT_EQ(counter(target, "nvlink", "withdrawals_waited"), waited + 1);
     ASSERT_TRUE(init.waitTransfer(b, std::chrono::seconds(30)).ok());
     TransferStatus st;
     ASSERT_TRUE(init.getTransferStatus(b, 0, st).ok());

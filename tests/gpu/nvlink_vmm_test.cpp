@@ -47,8 +47,6 @@ EngineOptions gpuOptions() {
     HAWSER_REQUIRE_GPU(1);                                                                             \
   } while (0)
 
-uint64_t counter(TransferEngine& e, const std::string& key) { return transportCounter(e, "nvlink", key); }
-
 int openFds() {
   int n = 0;
   if (DIR* d = ::opendir("/proc/self/fd")) {
@@ -119,8 +117,8 @@ TEST_F(NvlinkVmm, memory_of_four_physical_allocations_moves_every_byte_both_ways
   // A read spanning all four allocations, at offsets that cut through them.
   ASSERT_NO_FATAL_FAILURE(readAndCheck(o, seg, 0, kBytes));
   ASSERT_NO_FATAL_FAILURE(readAndCheck(o, seg, kChunk - 4093, 2 * kChunk + 8191));
-  EXPECT_EQ(counter(e_, "vmm_imported"), 1u) << "one range imported once, for every request";
-  EXPECT_EQ(counter(e_, "handles_opened"), 1u);
+  EXPECT_EQ(counter(e_, "nvlink", "vmm_imported"), 1u) << "one range imported once, for every request";
+  EXPECT_EQ(counter(e_, "nvlink", "handles_opened"), 1u);
   if (int opened = openedIpcHandles(); opened >= 0) {
     EXPECT_EQ(opened, 4) << "one imported allocation per physical allocation of the owner";
   }
@@ -139,7 +137,7 @@ TEST_F(NvlinkVmm, memory_of_four_physical_allocations_moves_every_byte_both_ways
   EXPECT_EQ(checkPattern(got.data(), at, kSeed, 0), -1);
   EXPECT_EQ(checkPattern(got.data() + at, data.size(), kSeed + 1, 0), -1);
   EXPECT_EQ(checkPattern(got.data() + at + data.size(), kBytes - at - data.size(), kSeed, at + data.size()), -1);
-  EXPECT_EQ(counter(e_, "bytes"), kBytes + (2 * kChunk + 8191) + data.size() + kBytes);
+  EXPECT_EQ(counter(e_, "nvlink", "bytes"), kBytes + (2 * kChunk + 8191) + data.size() + kBytes);
 }
 
 TEST_F(NvlinkVmm, unregistering_at_the_owner_releases_the_peers_mapping_its_addresses_and_fds) {
@@ -163,7 +161,8 @@ TEST_F(NvlinkVmm, unregistering_at_the_owner_releases_the_peers_mapping_its_addr
     }
     return submit.code() == Code::kOutOfRange;
   })) << "the refreshed descriptor still lists the withdrawn range";
-  EXPECT_TRUE(eventually([&] { return counter(e_, "handles_closed") == counter(e_, "handles_opened"); }))
+  EXPECT_TRUE(eventually(
+      [&] { return counter(e_, "nvlink", "handles_closed") == counter(e_, "nvlink", "handles_opened"); }))
       << "the imported range of a region no descriptor lists stays mapped";
   if (openedIpcHandles() >= 0) {
     EXPECT_TRUE(eventually([] { return openedIpcHandles() == 0; })) << openedIpcHandles() << " allocations still held";
@@ -189,9 +188,9 @@ TEST_F(NvlinkVmm, closing_the_segment_releases_the_imported_range_while_the_owne
   SegmentID seg;
   ASSERT_TRUE(e_.openSegment(o.segment, seg).ok());
   ASSERT_NO_FATAL_FAILURE(readAndCheck(o, seg, kChunk, kChunk));
-  EXPECT_EQ(counter(e_, "handles_opened"), 1u);
+  EXPECT_EQ(counter(e_, "nvlink", "handles_opened"), 1u);
   ASSERT_TRUE(e_.closeSegment(seg).ok());
-  EXPECT_TRUE(eventually([&] { return counter(e_, "handles_closed") == 1; }))
+  EXPECT_TRUE(eventually([&] { return counter(e_, "nvlink", "handles_closed") == 1; }))
       << "the imported range of a closed segment stays mapped";
   if (openedIpcHandles() >= 0) {
     EXPECT_TRUE(eventually([] { return openedIpcHandles() == 0; })) << openedIpcHandles() << " allocations still held";
@@ -218,7 +217,7 @@ TEST_F(NvlinkVmm, an_owner_in_another_pid_namespace_serves_vmm_memory_over_nvlin
   SegmentID seg;
   ASSERT_TRUE(e_.openSegment(o.segment, seg).ok());
   ASSERT_NO_FATAL_FAILURE(readAndCheck(o, seg, 0, kBytes));
-  EXPECT_EQ(counter(e_, "vmm_imported"), 1u);
+  EXPECT_EQ(counter(e_, "nvlink", "vmm_imported"), 1u);
   EXPECT_EQ(routeFallbacks(e_, "nvlink", "tcp", "other_pid_namespace"), -1);
   // Killed: the pidfd it passed over its socket says so; the next request
   // fails, in time, instead of completing or hanging.
@@ -227,7 +226,7 @@ TEST_F(NvlinkVmm, an_owner_in_another_pid_namespace_serves_vmm_memory_over_nvlin
     auto st = runBatch(e_, seg, {{OpCode::kRead, local_->data(), seg, o.base, 65536}}, 20000);
     return st.size() == 1 && st[0].s != TransferState::kCompleted;
   })) << "requests to a killed owner in another pid namespace still complete";
-  EXPECT_GE(counter(e_, "owner_deaths"), 1u);
+  EXPECT_GE(counter(e_, "nvlink", "owner_deaths"), 1u);
 }
 
 TEST_F(NvlinkVmm, cudamalloc_memory_of_an_owner_in_another_pid_namespace_is_declined_per_buffer_with_the_reason) {
@@ -241,7 +240,7 @@ TEST_F(NvlinkVmm, cudamalloc_memory_of_an_owner_in_another_pid_namespace_is_decl
   // it, counted under that reason.
   ASSERT_NO_FATAL_FAILURE(readAndCheck(o, seg, 0, 1 << 20));
   EXPECT_EQ(routeFallbacks(e_, "nvlink", "tcp", "other_pid_namespace"), 1);
-  EXPECT_EQ(counter(e_, "handles_opened"), 0u);
+  EXPECT_EQ(counter(e_, "nvlink", "handles_opened"), 0u);
 }
 
 }  // namespace
@@ -265,7 +264,7 @@ TEST_F(NvlinkVmm, a_socket_directory_both_mount_namespaces_see_serves_vmm_memory
   SegmentID seg;
   ASSERT_TRUE(e_.openSegment(o.segment, seg).ok());
   ASSERT_NO_FATAL_FAILURE(readAndCheck(o, seg, 0, kBytes));
-  EXPECT_EQ(counter(e_, "vmm_imported"), 1u);
+  EXPECT_EQ(counter(e_, "nvlink", "vmm_imported"), 1u);
   nlohmann::json route = doctorRoute(o.segment);
   EXPECT_EQ(route["transport"], "nvlink") << route.dump();
   EXPECT_NE(route["why"].get<std::string>().find("owner reached over its socket " + shared.path + "/hawser-nvlink-"),

@@ -92,14 +92,6 @@ TEST(rdma_gpu, mapped_memory_over_two_allocations_is_exported_as_one_dmabuf_from
 }
 
 #if HAWSER_TEST_RDMA
-uint64_t counter(const TransferEngine& e, const std::string& transport, const std::string& key) {
-  for (auto& t : e.stats().transports)
-    if (t.transport == transport)
-      for (auto& [k, v] : t.counters)
-        if (k == key) return v;
-  return 0;
-}
-
 TEST(rdma_gpu, gpu_to_gpu_over_rdma_registers_through_dmabuf_and_moves_every_byte) {
   HAWSER_REQUIRE_GPU(1);
   const gpu::CudaDriver* d = gpu::CudaDriver::get();

@@ -23,17 +23,6 @@ namespace {
 constexpr uint64_t kSeed = 9191;
 constexpr size_t kTargetBytes = 32u << 20;
 
-// The tcp counters of `e` by name.
-uint64_t tcpCounter(TransferEngine& e, const std::string& name) {
-  EngineStats st = e.stats();
-  for (auto& t : st.transports)
-    if (t.transport == "tcp")
-      for (auto& [k, v] : t.counters)
-        if (k == name) return v;
-  ADD_FAILURE() << "no tcp counter " << name;
-  return 0;
-}
-
 // Only tcp in the engines of these tests: on a GPU host with RDMA NICs,
 // rdma would otherwise carry the data (or fail to register GPU memory).
 const char* const kNoRdma = "/nonexistent/libibverbs.so.1";
@@ -168,12 +157,12 @@ TEST_P(tcp_gpu_ends, reads_bring_every_byte_of_the_target) {
   if (ends.local_gpu) {
     uint64_t total = 0;
     for (auto [off, len] : kRanges) total += len;
-    EXPECT_EQ(tcpCounter(in.engine, "gpu_staged_to_device_bytes"), total);
-    EXPECT_GT(tcpCounter(in.engine, "gpu_staging_waits"), 0u) << "the staging slots never ran out";
+    EXPECT_EQ(counter(in.engine, "tcp", "gpu_staged_to_device_bytes"), total);
+    EXPECT_GT(counter(in.engine, "tcp", "gpu_staging_waits"), 0u) << "the staging slots never ran out";
   } else {
-    EXPECT_EQ(tcpCounter(in.engine, "gpu_staged_to_device_bytes"), 0u);
+    EXPECT_EQ(counter(in.engine, "tcp", "gpu_staged_to_device_bytes"), 0u);
   }
-  EXPECT_EQ(tcpCounter(in.engine, "gpu_staging_inflight"), 0u);
+  EXPECT_EQ(counter(in.engine, "tcp", "gpu_staging_inflight"), 0u);
 }
 
 TEST_P(tcp_gpu_ends, writes_land_byte_for_byte_and_touch_nothing_around_them) {
@@ -217,12 +206,12 @@ TEST_P(tcp_gpu_ends, writes_land_byte_for_byte_and_touch_nothing_around_them) {
     EXPECT_EQ(checkPattern(got.data() + 4096 + len, 4096, kSeed, offs[i] + len), -1) << "after write " << i;
   }
   if (ends.local_gpu) {
-    EXPECT_EQ(tcpCounter(in.engine, "gpu_staged_from_device_bytes"), 4 * len);
-    EXPECT_GT(tcpCounter(in.engine, "gpu_staging_waits"), 0u) << "the staging slots never ran out";
+    EXPECT_EQ(counter(in.engine, "tcp", "gpu_staged_from_device_bytes"), 4 * len);
+    EXPECT_GT(counter(in.engine, "tcp", "gpu_staging_waits"), 0u) << "the staging slots never ran out";
   } else {
-    EXPECT_EQ(tcpCounter(in.engine, "gpu_staged_from_device_bytes"), 0u);
+    EXPECT_EQ(counter(in.engine, "tcp", "gpu_staged_from_device_bytes"), 0u);
   }
-  EXPECT_EQ(tcpCounter(in.engine, "gpu_staging_inflight"), 0u);
+  EXPECT_EQ(counter(in.engine, "tcp", "gpu_staging_inflight"), 0u);
 }
 
 // Scattered runs of odd lengths as one block request each way: tcp groups
@@ -279,24 +268,24 @@ TEST_P(tcp_gpu_ends, scattered_runs_move_both_ways_in_frames_of_many_runs) {
   EXPECT_EQ(r.transferred_bytes, bytes);
   auto got = local.get(0, local_bytes);
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(checkPattern(got.data() + at[i], len[i], kSeed, remote[i]), -1) << "run " << i;
-  const uint64_t frames = tcpCounter(in.engine, "run_frames"), framed = tcpCounter(in.engine, "framed_runs");
+  const uint64_t frames = counter(in.engine, "tcp", "run_frames"), framed = counter(in.engine, "tcp", "framed_runs");
   EXPECT_GT(frames, 0u) << "no frame of many runs was sent";
   EXPECT_GE(framed, 4 * frames) << "fewer than 4 runs per frame";
-  EXPECT_EQ(tcpCounter(in.engine, "gpu_staged_to_device_bytes"), local_gpu ? bytes : 0);
+  EXPECT_EQ(counter(in.engine, "tcp", "gpu_staged_to_device_bytes"), local_gpu ? bytes : 0);
   // One copy per request (a frame: one copyRuns for all its runs), never one per run.
-  const uint64_t alone = tcpCounter(in.engine, "slices_completed") - framed;
-  EXPECT_EQ(tcpCounter(in.engine, "gpu_staging_copies"), local_gpu ? frames + alone : 0);
+  const uint64_t alone = counter(in.engine, "tcp", "slices_completed") - framed;
+  EXPECT_EQ(counter(in.engine, "tcp", "gpu_staging_copies"), local_gpu ? frames + alone : 0);
   // The same copies as windows, with the runs they carried (gpu_copy_*).
-  EXPECT_EQ(tcpCounter(in.engine, "gpu_copy_windows"), local_gpu ? frames + alone : 0);
-  EXPECT_EQ(tcpCounter(in.engine, "gpu_copy_runs"), local_gpu ? framed + alone : 0);
+  EXPECT_EQ(counter(in.engine, "tcp", "gpu_copy_windows"), local_gpu ? frames + alone : 0);
+  EXPECT_EQ(counter(in.engine, "tcp", "gpu_copy_runs"), local_gpu ? framed + alone : 0);
 
   // Writes: each run lands at its place; nothing between them changes.
   const uint64_t seed = 4242;
   local.put(0, pattern(local_bytes, seed, 0));
   TransferStatus w = transfer(OpCode::kWrite);
   ASSERT_EQ(w.s, TransferState::kCompleted) << w.error.toString();
-  EXPECT_EQ(tcpCounter(in.engine, "gpu_staged_from_device_bytes"), local_gpu ? bytes : 0);
-  EXPECT_GT(tcpCounter(in.engine, "run_frames"), frames);
+  EXPECT_EQ(counter(in.engine, "tcp", "gpu_staged_from_device_bytes"), local_gpu ? bytes : 0);
+  EXPECT_GT(counter(in.engine, "tcp", "run_frames"), frames);
   back.clear();
   auto rb = runBatch(in.engine, seg_, {{OpCode::kRead, back.data(), seg_, base, end}}, 60000);
   ASSERT_EQ(rb[0].s, TransferState::kCompleted) << rb[0].error.toString();
@@ -306,7 +295,7 @@ TEST_P(tcp_gpu_ends, scattered_runs_move_both_ways_in_frames_of_many_runs) {
     ASSERT_EQ(checkPattern(there.data() + remote[k], len[k], seed, at[k]), -1) << "run " << k;
     ASSERT_EQ(checkPattern(there.data() + remote[k] + len[k], 64, kSeed, remote[k] + len[k]), -1) << "after run " << k;
   }
-  EXPECT_EQ(tcpCounter(in.engine, "gpu_staging_inflight"), 0u);
+  EXPECT_EQ(counter(in.engine, "tcp", "gpu_staging_inflight"), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(ends, tcp_gpu_ends,
@@ -355,7 +344,7 @@ TEST(tcp_gpu, peer_killed_mid_gpu_transfer_fails_the_tasks_and_frees_every_stagi
     EXPECT_EQ(st.error.code(), Code::kUnavailable) << st.error.toString();
   }
   EXPECT_GT(failed, 0u);
-  EXPECT_EQ(tcpCounter(in.engine, "gpu_staging_inflight"), 0u) << "staging slots still held";
+  EXPECT_EQ(counter(in.engine, "tcp", "gpu_staging_inflight"), 0u) << "staging slots still held";
   EXPECT_TRUE(in.engine.freeBatchID(b).ok());
 
   // A live peer (host memory this time): the same engine and GPU buffer move data again.
@@ -368,7 +357,7 @@ TEST(tcp_gpu, peer_killed_mid_gpu_transfer_fails_the_tasks_and_frees_every_stagi
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
   auto got = local.get(3, chunk);
   EXPECT_EQ(checkPattern(got.data(), got.size(), kSeed, 11), -1);
-  EXPECT_EQ(tcpCounter(in.engine, "gpu_staging_inflight"), 0u);
+  EXPECT_EQ(counter(in.engine, "tcp", "gpu_staging_inflight"), 0u);
 }
 
 // Canceling a batch of GPU slices mid-transfer: the queued ones end
@@ -407,7 +396,7 @@ TEST(tcp_gpu, cancel_mid_gpu_transfer_frees_every_staging_slot_and_no_copy_lands
     canceled += st.s == TransferState::kCanceled;
   }
   EXPECT_GT(canceled, 0u);
-  EXPECT_EQ(tcpCounter(in.engine, "gpu_staging_inflight"), 0u) << "staging slots still held";
+  EXPECT_EQ(counter(in.engine, "tcp", "gpu_staging_inflight"), 0u) << "staging slots still held";
   EXPECT_TRUE(in.engine.freeBatchID(b).ok());
   // A pattern put into the batch's buffer now must survive a fresh transfer
   // (no copy of the canceled batch is left to overwrite it).
@@ -418,7 +407,7 @@ TEST(tcp_gpu, cancel_mid_gpu_transfer_frees_every_staging_slot_and_no_copy_lands
   EXPECT_EQ(checkPattern(fresh.data(), fresh.size(), kSeed, 5), -1);
   auto kept = local.get(0, 4 * chunk);
   EXPECT_EQ(checkPattern(kept.data(), kept.size(), 777, 0), -1) << "a copy of the canceled batch landed late";
-  EXPECT_EQ(tcpCounter(in.engine, "gpu_staging_inflight"), 0u);
+  EXPECT_EQ(counter(in.engine, "tcp", "gpu_staging_inflight"), 0u);
 }
 
 }  // namespace

@@ -41,9 +41,12 @@ class StorageSuite : public ::testing::TestWithParam<StorageParam> {
     ASSERT_TRUE(s.ok()) << s.toString();
     auto names = engine_.transports();
     if (std::find(names.begin(), names.end(), "file") == names.end()) {
+      std::string why = "the file transport is always built";
       for (auto& d : engine_.diagnose())
-        if (d.transport == "file") GTEST_SKIP() << "file engine " << GetParam().engine << " cannot run here: " << d.reason;
-      FAIL() << "the file transport is always built";
+        if (d.transport == "file") why = d.reason;
+      // pread/pwrite are there on every host: only io_uring may be missing.
+      ASSERT_NE(GetParam().engine, "posix") << "file.engine=posix did not install: " << why;
+      GTEST_SKIP() << "file engine " << GetParam().engine << " cannot run here: " << why;
     }
     a_ = makeFile(dir_.path + "/a", kFileA, kSeed, 0);
     b_ = makeFile(dir_.path + "/b", kFileB, kSeed, kFileA);

@@ -23,12 +23,6 @@ EngineOptions opts(std::map<std::string, std::string> config) {
   return o;
 }
 
-uint64_t engineCounter(TransferEngine& e, const std::string& key) {
-  for (auto& [k, v] : e.stats().engine)
-    if (k == key) return v;
-  return ~0ull;
-}
-
 class Notify : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -59,8 +53,8 @@ TEST_F(Notify, receiver_drains_them_oldest_first_with_the_senders_segment_name_a
   EXPECT_EQ(got[1].message, "");
   ASSERT_TRUE(receiver_.getNotifies(got).ok());
   EXPECT_TRUE(got.empty()) << "drained";
-  EXPECT_EQ(engineCounter(sender_, "notifies_delivered"), 2u);
-  EXPECT_EQ(engineCounter(receiver_, "notifies_received"), 2u);
+  EXPECT_EQ(counter(sender_, "", "notifies_delivered"), 2u);
+  EXPECT_EQ(counter(receiver_, "", "notifies_received"), 2u);
 }
 
 TEST_F(Notify, a_full_queue_is_an_error_at_the_sender_naming_the_receiver_and_draining_makes_room) {
@@ -94,8 +88,8 @@ TEST_F(Notify, a_full_queue_is_an_error_at_the_sender_naming_the_receiver_and_dr
   Status sync = sender_.transferSync({{OpCode::kWrite, local_.p, seg_, remote(0), 4096}}, Notification{"e", "5"},
                                      std::chrono::seconds(20));
   EXPECT_EQ(sync.code(), Code::kCapacityExceeded) << sync.toString();
-  EXPECT_EQ(engineCounter(receiver_, "notifies_refused_queue_full"), 3u);
-  EXPECT_EQ(engineCounter(sender_, "notifies_failed"), 3u);
+  EXPECT_EQ(counter(receiver_, "", "notifies_refused_queue_full"), 3u);
+  EXPECT_EQ(counter(sender_, "", "notifies_failed"), 3u);
 
   std::vector<ReceivedNotification> got;
   ASSERT_TRUE(receiver_.getNotifies(got).ok());

@@ -1,6 +1,6 @@
 // The rdma transport between processes, over the software verbs provider:
-// the target is a child process (this binary re-executed in the
-// RdmaChild.serve role) that registers seeded memory and then only answers
+// the target is a child process (tests/rdma/rdma_child.cpp, a helper
+// program) that registers seeded memory and then only answers
 // checksum/registration commands on a pipe; its CPU takes no part in the
 // RDMA READs and WRITEs. The two processes are two hosts: each has soft NICs
 // of its own (the parent sv*, the child pv*), so a NIC failure injected on
@@ -9,7 +9,6 @@
 
 #if HAWSER_TEST_RDMA
 
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -33,67 +32,6 @@ using hawser::detail::EngineAccess;
 
 namespace {
 
-// ---------------------------------------------------------------- child role
-// Runs only inside the child (HAWSER_RDMA_CHILD_CMD_FD set).
-TEST(RdmaChild, serve) {
-  const char* cmd_env = ::getenv("HAWSER_RDMA_CHILD_CMD_FD");
-  if (!cmd_env) GTEST_SKIP() << "child role of the rdma multi-process tests";
-  int cmd_fd = std::atoi(cmd_env);
-  int out_fd = std::atoi(::getenv("HAWSER_RDMA_CHILD_OUT_FD"));
-  size_t bytes = std::strtoull(::getenv("HAWSER_RDMA_CHILD_BYTES"), nullptr, 10);
-  uint64_t seed = std::strtoull(::getenv("HAWSER_RDMA_CHILD_SEED"), nullptr, 10);
-  auto say = [&](const std::string& line) {
-    std::string l = line + "\n";
-    ASSERT_EQ(::write(out_fd, l.data(), l.size()), static_cast<ssize_t>(l.size()));
-  };
-  TransferEngine e;
-  EngineOptions o;
-  o.config["transport"] = "rdma";
-  ASSERT_TRUE(e.init("p2p", "child", "127.0.0.1", 0, o).ok());
-  Buffer mem(bytes);
-  test::fillPattern(mem.p, bytes, seed);
-  ASSERT_TRUE(e.registerLocalMemory(mem.p, bytes, "cpu:0", true).ok());
-  say("segment " + e.segmentName() + " " + std::to_string(reinterpret_cast<uint64_t>(mem.p)));
-  std::string buf;
-  char c;
-  while (::read(cmd_fd, &c, 1) == 1) {
-    if (c != '\n') {
-      buf += c;
-      continue;
-    }
-    std::istringstream in(buf);
-    buf.clear();
-    std::string op;
-    in >> op;
-    if (op == "sum") {
-      uint64_t off = 0, len = 0;
-      in >> off >> len;
-      say(std::to_string(test::checksum(mem.p + off, len)));
-    } else if (op == "check") {
-      uint64_t s = 0, off = 0, len = 0;
-      in >> s >> off >> len;
-      int64_t bad = test::checkPattern(mem.p + off, len, s);
-      say(bad < 0 ? "ok" : "bad " + std::to_string(bad));
-    } else if (op == "unreg") {
-      say(e.unregisterLocalMemory(mem.p).ok() ? "ok" : "error");
-    } else if (op == "revoke") {
-      // Deregister the region's MRs on every NIC behind the engine's back:
-      // peers keep (now dead) keys, as when an MR vanishes under them.
-      SegmentDesc d = EngineAccess::of(e).localDescriptor();
-      const auto& nics = d.transports.at("rdma").at("nics");
-      const auto& rk = d.buffers.at(0).attrs.at("rdma").at("rkey");
-      bool ok = true;
-      for (size_t i = 0; i < nics.size(); ++i)
-        ok &= SoftVerbsEnv::control("revoke " + nics[i].at("name").get<std::string>() + " " +
-                                    std::to_string(rk[i].get<uint32_t>())) == 0;
-      say(ok ? "ok" : "error");
-    } else if (op == "exit") {
-      say("bye");
-      break;
-    }
-  }
-}
-
 // ---------------------------------------------------------------- parent side
 class ChildTarget {
  public:
@@ -111,32 +49,30 @@ class ChildTarget {
   bool start(size_t bytes, uint64_t seed, const std::string& devices) {
     int to_child[2], from_child[2];
     if (::pipe(to_child) != 0 || ::pipe(from_child) != 0) return false;
-    std::string exe = "/proc/self/exe";
+    const std::string cmd_fd = std::to_string(to_child[0]), out_fd = std::to_string(from_child[1]);
+    const std::string n = std::to_string(bytes), sd = std::to_string(seed);
     pid_ = ::fork();
     if (pid_ < 0) return false;
     if (pid_ == 0) {
       ::close(to_child[1]);
       ::close(from_child[0]);
-      ::setenv("HAWSER_RDMA_CHILD_CMD_FD", std::to_string(to_child[0]).c_str(), 1);
-      ::setenv("HAWSER_RDMA_CHILD_OUT_FD", std::to_string(from_child[1]).c_str(), 1);
-      ::setenv("HAWSER_RDMA_CHILD_BYTES", std::to_string(bytes).c_str(), 1);
-      ::setenv("HAWSER_RDMA_CHILD_SEED", std::to_string(seed).c_str(), 1);
       ::setenv("HAWSER_SOFTVERBS_DEVICES", devices.c_str(), 1);
-      int devnull = ::open("/dev/null", O_WRONLY);
-      if (devnull >= 0) ::dup2(devnull, 1);  // gtest chatter of the child
-      ::execl(exe.c_str(), exe.c_str(), "--gtest_filter=RdmaChild.serve", static_cast<char*>(nullptr));
+      ::execl(HAWSER_RDMA_CHILD, HAWSER_RDMA_CHILD, cmd_fd.c_str(), out_fd.c_str(), n.c_str(), sd.c_str(),
+              static_cast<char*>(nullptr));
       ::_exit(127);
     }
     ::close(to_child[0]);
     ::close(from_child[1]);
     cmd_ = to_child[1];
     out_ = from_child[0];
-    std::string line = readLine(30000);
-    std::istringstream in(line);
+    first_line_ = readLine(30000);
+    std::istringstream in(first_line_);
     std::string tag;
     in >> tag >> segment_ >> base_;
     return tag == "segment" && !segment_.empty() && base_ != 0;
   }
+  // What the child said first ("segment NAME BASE", or "error WHAT").
+  const std::string& firstLine() const { return first_line_; }
 
   std::string request(const std::string& cmd, int timeout_ms = 30000) {
     std::string l = cmd + "\n";
@@ -173,7 +109,7 @@ class ChildTarget {
 
   pid_t pid_ = -1;
   int cmd_ = -1, out_ = -1;
-  std::string segment_;
+  std::string segment_, first_line_;
   uint64_t base_ = 0;
 };
 
@@ -186,7 +122,7 @@ class RdmaMultiProcess : public ::testing::Test {
     env_ = std::make_unique<SoftVerbsEnv>(devices);
     for (auto& [k, v] : cfg) env_->set(Config::envName(k), v);
     rdma::stats().reset();
-    ASSERT_TRUE(child_.start(bytes, seed, child_devices)) << "child target did not start";
+    ASSERT_TRUE(child_.start(bytes, seed, child_devices)) << "child target did not start: " << child_.firstLine();
     EngineOptions o;
     o.config["transport"] = "rdma";
     Status s = engine_.init("p2p", "parent", "127.0.0.1", 0, o);

@@ -35,7 +35,7 @@ class ShmIov : public ::testing::Test {
     (void)target_.unregisterLocalMemory(mem_.p);
   }
   uint64_t base() const { return reinterpret_cast<uint64_t>(mem_.p); }
-  uint64_t calls() { return transportCounter(init_, "shm", "copy_calls"); }
+  uint64_t calls() { return counter(init_, "shm", "copy_calls"); }
   Status runBlocks(OpCode op, const std::vector<Block>& blocks) {
     BatchID b = 0;
     Status s = init_.allocateBatchID(1, b);
@@ -67,9 +67,9 @@ TEST_F(ShmIov, a_window_of_scattered_32k_runs_moves_many_runs_per_system_call) {
     SCOPED_TRACE(op == OpCode::kRead ? "read" : "write");
     if (op == OpCode::kWrite) fillPattern(local_.p, local_.n, 12);
     else std::memset(local_.p, 0, local_.n);
-    const uint64_t calls0 = calls(), runs0 = transportCounter(init_, "shm", "slices_completed");
+    const uint64_t calls0 = calls(), runs0 = counter(init_, "shm", "slices_completed");
     ASSERT_TRUE(runBlocks(op, blocks).ok());
-    const uint64_t n_calls = calls() - calls0, runs = transportCounter(init_, "shm", "slices_completed") - runs0;
+    const uint64_t n_calls = calls() - calls0, runs = counter(init_, "shm", "slices_completed") - runs0;
     EXPECT_EQ(runs, kBlocks);
     // 512 KiB (shm.split_bytes) per call: 16 runs of 32 KiB.
     EXPECT_LE(n_calls * 16, runs) << n_calls << " calls for " << runs << " runs";

@@ -70,23 +70,23 @@ void readWriteRead(TransferEngine& e, SegmentID seg, uint64_t base) {
 TEST(ShmMappings, allocator_memory_of_the_target_is_mapped_once_and_copied_with_memcpy) {
   Served s({});
   ASSERT_NO_FATAL_FAILURE(readWriteRead(s.e, s.id, s.base));
-  const uint64_t slices = transportCounter(s.e, "shm", "slices_completed");
+  const uint64_t slices = counter(s.e, "shm", "slices_completed");
   EXPECT_GT(slices, 0u);
-  EXPECT_EQ(transportCounter(s.e, "shm", "mapped_slices"), slices);
-  EXPECT_EQ(transportCounter(s.e, "shm", "copy_calls"), 0u) << "no process_vm_readv/writev";
-  EXPECT_EQ(transportCounter(s.e, "shm", "mappings"), 1u) << "mapped once for all three transfers";
-  EXPECT_GE(transportCounter(s.e, "shm", "peers_mapped"), 1u);
-  EXPECT_EQ(transportCounter(s.e, "shm", "peers_cma"), 0u);
+  EXPECT_EQ(counter(s.e, "shm", "mapped_slices"), slices);
+  EXPECT_EQ(counter(s.e, "shm", "copy_calls"), 0u) << "no process_vm_readv/writev";
+  EXPECT_EQ(counter(s.e, "shm", "mappings"), 1u) << "mapped once for all three transfers";
+  EXPECT_GE(counter(s.e, "shm", "peers_mapped"), 1u);
+  EXPECT_EQ(counter(s.e, "shm", "peers_cma"), 0u);
   EXPECT_NE(s.why().find("shm: shared mappings for 1 of 1 buffers (memcpy)"), std::string::npos) << s.why();
 }
 
 TEST(ShmMappings, private_target_memory_goes_by_cross_memory_attach) {
   Served s({"--host-memory", "private"});
   ASSERT_NO_FATAL_FAILURE(readWriteRead(s.e, s.id, s.base));
-  EXPECT_GT(transportCounter(s.e, "shm", "copy_calls"), 0u);
-  EXPECT_EQ(transportCounter(s.e, "shm", "mapped_slices"), 0u);
-  EXPECT_GE(transportCounter(s.e, "shm", "peers_cma"), 1u);
-  EXPECT_EQ(transportCounter(s.e, "shm", "peers_mapped"), 0u);
+  EXPECT_GT(counter(s.e, "shm", "copy_calls"), 0u);
+  EXPECT_EQ(counter(s.e, "shm", "mapped_slices"), 0u);
+  EXPECT_GE(counter(s.e, "shm", "peers_cma"), 1u);
+  EXPECT_EQ(counter(s.e, "shm", "peers_mapped"), 0u);
   EXPECT_NE(s.why().find("shared mappings for 0 of 1 buffers (memcpy), cross-memory attach for the other 1"),
             std::string::npos)
       << s.why();
@@ -97,9 +97,9 @@ TEST(ShmMappings, with_shared_mappings_off_shareable_memory_goes_by_cross_memory
   o.config["shm.shared_mappings"] = "false";
   Served s({}, o);
   ASSERT_NO_FATAL_FAILURE(readWriteRead(s.e, s.id, s.base));
-  EXPECT_GT(transportCounter(s.e, "shm", "copy_calls"), 0u);
-  EXPECT_EQ(transportCounter(s.e, "shm", "mapped_slices"), 0u);
-  EXPECT_EQ(transportCounter(s.e, "shm", "mappings"), 0u);
+  EXPECT_GT(counter(s.e, "shm", "copy_calls"), 0u);
+  EXPECT_EQ(counter(s.e, "shm", "mapped_slices"), 0u);
+  EXPECT_EQ(counter(s.e, "shm", "mappings"), 0u);
 }
 
 // One process, two engines: the target registers memory of four kinds; the
@@ -154,9 +154,9 @@ TEST(ShmMappings, memfd_and_shared_file_memory_a_user_registers_is_mapped_privat
     ASSERT_EQ(st[0].s, TransferState::kCompleted) << i << ": " << st[0].error.toString();
     EXPECT_EQ(checkPattern(regions[i], n, kSeed + 10 + i), -1) << "region " << i;
   }
-  EXPECT_EQ(transportCounter(init, "shm", "mappings"), 3u);
-  EXPECT_EQ(transportCounter(init, "shm", "mapped_slices"), 3u * 2 * (n / (512u << 10)));
-  EXPECT_GT(transportCounter(init, "shm", "copy_calls"), 0u) << "the private region went by cross-memory attach";
+  EXPECT_EQ(counter(init, "shm", "mappings"), 3u);
+  EXPECT_EQ(counter(init, "shm", "mapped_slices"), 3u * 2 * (n / (512u << 10)));
+  EXPECT_GT(counter(init, "shm", "copy_calls"), 0u) << "the private region went by cross-memory attach";
   ASSERT_TRUE(init.closeSegment(seg).ok());
   for (char* rg : regions) ASSERT_TRUE(target.unregisterLocalMemory(rg).ok());
   ::munmap(a, n);

@@ -89,10 +89,10 @@ TEST_F(ShmNamespaces, a_target_in_a_child_pid_namespace_is_served_by_shm_and_its
   auto st = runBatch(e, seg, {{OpCode::kRead, local.p, seg, bufs[0].addr + 4096, local.n}});
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
   EXPECT_EQ(checkPattern(local.p, local.n, kSeed, 4096), -1);
-  EXPECT_EQ(transportCounter(e, "tcp", "slices_completed"), 0u);
+  EXPECT_EQ(counter(e, "tcp", "slices_completed"), 0u);
   s.child.kill(SIGKILL);  // unshare --kill-child: the serve dies with it
   s.child.wait();
-  EXPECT_TRUE(eventually([&] { return transportCounter(e, "shm", "peers_gone") == 1; }))
+  EXPECT_TRUE(eventually([&] { return counter(e, "shm", "peers_gone") == 1; }))
       << "the exit of the peer (in another pid namespace) was not seen";
   const auto t0 = std::chrono::steady_clock::now();
   st = runBatch(e, seg, {{OpCode::kWrite, local.p, seg, bufs[0].addr, local.n}}, 20000);
@@ -199,7 +199,7 @@ TEST_F(ShmNamespaces, a_killed_peer_in_a_sibling_pid_namespace_fails_the_next_ta
         say("R");  // read done: kill the target now
         char k = 0;
         if (::read(down[0], &k, 1) != 1) why << "no word from the test; ";
-        if (!eventually([&] { return transportCounter(e, "shm", "peers_gone") == 1; }))
+        if (!eventually([&] { return counter(e, "shm", "peers_gone") == 1; }))
           why << "the peer's exit was not seen; ";
         const auto t0 = std::chrono::steady_clock::now();
         st = runBatch(e, seg, {{OpCode::kWrite, local.p, seg, bufs[0].addr, local.n}}, 20000);

@@ -142,7 +142,7 @@ TEST_F(ShmRegistration, unregister_returns_only_after_a_write_in_flight_into_the
     returned = true;
   });
   // unregister waits for the copy (counted), or — were it not to — returns.
-  auto waited = [&] { return transportCounter(target_, "shm", "withdrawals_waited"); };
+  auto waited = [&] { return counter(target_, "shm", "withdrawals_waited"); };
   EXPECT_TRUE(eventually([&] { return returned.load() || waited() == 1; }));
   EXPECT_FALSE(returned.load()) << "unregisterLocalMemory returned while a write into the range was in flight";
   release();

@@ -80,8 +80,8 @@ TEST_F(ShmPeer, a_peer_of_this_host_gets_shm_for_host_memory_and_nothing_for_gpu
   auto st = runBatch(e, seg, {{OpCode::kRead, local.p, seg, base + 4096, local.n}});
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
   EXPECT_EQ(checkPattern(local.p, local.n, kSeed, 4096), -1);
-  EXPECT_EQ(transportCounter(e, "shm", "bytes_read"), local.n);
-  EXPECT_EQ(transportCounter(e, "tcp", "slices_completed"), 0u) << "nothing went over tcp";
+  EXPECT_EQ(counter(e, "shm", "bytes_read"), local.n);
+  EXPECT_EQ(counter(e, "tcp", "slices_completed"), 0u) << "nothing went over tcp";
 }
 
 TEST_F(ShmPeer, a_killed_peer_is_noticed_its_table_unmapped_and_new_tasks_fail_at_once) {
@@ -99,7 +99,7 @@ TEST_F(ShmPeer, a_killed_peer_is_noticed_its_table_unmapped_and_new_tasks_fail_a
   serve_.wait();
   // No transfer needed: the engine notices the exit (pidfd) and unmaps.
   EXPECT_TRUE(eventually([&] { return !mapsTableOf(dead); })) << "the dead peer's table is still mapped";
-  EXPECT_TRUE(eventually([&] { return transportCounter(e, "shm", "peers_gone") == 1; }));
+  EXPECT_TRUE(eventually([&] { return counter(e, "shm", "peers_gone") == 1; }));
   Status submit;
   auto t0 = std::chrono::steady_clock::now();
   st = runBatch(e, seg, {{OpCode::kWrite, local.p, seg, base, local.n}}, 20000, &submit);
@@ -177,8 +177,8 @@ TEST_F(ShmPeer, another_user_refused_by_the_socket_falls_back_to_tcp_and_logs_wh
           if (round == 0 && (!e.openSegment(segment_, again).ok() || !e.closeSegment(again).ok()))
             why << "reopen failed; ";
         }
-        if (transportCounter(e, "tcp", "slices_completed") == 0) why << "tcp carried nothing; ";
-        if (transportCounter(e, "shm", "bytes_read") != 0) why << "shm moved bytes; ";
+        if (counter(e, "tcp", "slices_completed") == 0) why << "tcp carried nothing; ";
+        if (counter(e, "shm", "bytes_read") != 0) why << "shm moved bytes; ";
         const std::string text = log.text();
         size_t lines = 0;
         for (size_t p = 0; (p = text.find("requests go over tcp, not shm", p)) != std::string::npos; ++p) ++lines;

@@ -37,6 +37,7 @@ namespace hawser::tcp_parts {
 
 using Settings = std::map<std::string, std::string>;
 using tcp::WireHeader;
+using test::counter;
 using test::eventually;
 
 inline uint64_t addrOf(const void* p) { return reinterpret_cast<uint64_t>(p); }
@@ -178,15 +179,6 @@ inline WireHeader request(uint8_t type, uint64_t addr, uint32_t size, uint64_t i
   return h;
 }
 
-
-// A transport counter of `e` by name (~0 when it has none).
-inline uint64_t counter(TransferEngine& e, const std::string& transport, const std::string& name) {
-  for (auto& t : e.stats().transports)
-    if (t.transport == transport)
-      for (auto& [k, v] : t.counters)
-        if (k == name) return v;
-  return ~uint64_t{0};
-}
 
 // A listener that hands out a descriptor (one buffer at 0x10000000; its tcp
 // attributes say `max_runs`, none when 0) and accepts data connections but

@@ -145,7 +145,7 @@ void TcpRegistration::blockRequestCase(OpCode op) {
     (void)init_.freeBatchID(b);
     return out;
   });
-  EXPECT_EQ(transportCounter(init_, "tcp", "run_frames"), 2u) << "the runs did not go as two frames";
+  EXPECT_EQ(counter(init_, "tcp", "run_frames"), 2u) << "the runs did not go as two frames";
   EXPECT_NE(st.error.message().find(fmt::format("refused a {} frame of 2 runs", op == OpCode::kRead ? "read" : "write")),
             std::string::npos)
       << st.error.toString();

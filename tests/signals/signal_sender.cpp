@@ -37,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/transport.h"
 #include "common/util.h"
 #include "engine/access.h"
 #include "engine/notify_testing.h"
@@ -223,7 +224,7 @@ int main(int argc, char** argv) {
   } else {
     s.gpu = s.buffer.gpu = true;
     void* p = nullptr;
-    if (!(st = loadCudaDriver()).ok() || !(st = allocateDeviceMemory(std::stoi(location.substr(5)), s.bytes, &p)).ok())
+    if (!(st = loadCudaDriver()).ok() || !(st = allocateDeviceMemory(gpuOrdinalOf(location), s.bytes, &p)).ok())
       return say("gpu: " + st.toString()), 1;
     s.buffer.p = static_cast<char*>(p);
   }

@@ -45,10 +45,11 @@
 namespace {
 
 constexpr uint64_t kMagic = 0x3147455242565348ull;  // "HSVBREG1"
-constexpr uint32_t kRegVersion = 4;
+constexpr uint32_t kRegVersion = 5;
 constexpr uint32_t kMaxDevs = 32;
 constexpr uint32_t kMaxQps = 4096;   // qpn = gen << 12 | slot
 constexpr uint32_t kMaxMrs = 16384;  // key = slot << 8 | gen
+constexpr int kPinners = 4;         // copying processes tracked per MR
 constexpr uint32_t kNoDev = 0xffffffffu;
 constexpr int kGidTblLen = 8;
 constexpr uint32_t kMaxQpWr = 16384;
@@ -98,8 +99,15 @@ struct MrRec {
   int32_t pid;
   uint32_t dev, key, access;
   uint64_t pd_id, addr, length, iova;
-  int32_t busy;  // copies through this MR in progress (deregistration waits for them)
+  // Copies through this MR in progress (deregistration waits for them), per
+  // copying process: a copier killed mid-copy never ends its copies, and a
+  // dead pid's count is dropped. `busy` counts those of processes beyond
+  // kPinners at once (no pid: waited for until the bound).
+  int32_t busy;
   int32_t pad;
+  struct {
+    int32_t pid, count;
+  } pinners[kPinners];
 };
 struct Registry {
   uint64_t magic;
@@ -722,8 +730,39 @@ void poisonErrorCqe(ibv_wc& wc) {
   wc.dlid_path_bits = 0xb;
 }
 
+// A copy of this process holds MR `slot` (under the registry lock).
+void pinLocked(Registry* r, uint32_t slot) {
+  MrRec& m = r->mrs[slot];
+  const int32_t me = getpid();
+  int free_at = -1;
+  for (int i = 0; i < kPinners; ++i) {
+    if (m.pinners[i].count > 0 && m.pinners[i].pid == me) {
+      ++m.pinners[i].count;
+      return;
+    }
+    if (m.pinners[i].count == 0 && free_at < 0) free_at = i;
+  }
+  if (free_at >= 0) {
+    m.pinners[free_at] = {me, 1};
+  } else {
+    ++m.busy;
+  }
+}
+
 void unpin(Registry* r, const std::vector<uint32_t>& slots) {
-  for (uint32_t s : slots) __atomic_fetch_sub(&r->mrs[s].busy, 1, __ATOMIC_ACQ_REL);
+  if (slots.empty()) return;
+  RegLock l(r);
+  const int32_t me = getpid();
+  for (uint32_t s : slots) {
+    MrRec& m = r->mrs[s];
+    bool found = false;
+    for (auto& e : m.pinners)
+      if (!found && e.count > 0 && e.pid == me) {
+        --e.count;
+        found = true;
+      }
+    if (!found) --m.busy;
+  }
 }
 
 void execute(SvContext* sc, SvQp* qp, Wr& wr) {
@@ -803,7 +842,7 @@ void execute(SvContext* sc, SvQp* qp, Wr& wr) {
       }
     }
     // The copy holds its MRs: deregistration waits for it to end.
-    for (uint32_t s : pinned) __atomic_fetch_add(&r->mrs[s].busy, 1, __ATOMIC_ACQ_REL);
+    for (uint32_t s : pinned) pinLocked(r, s);
     if (status != IBV_WC_SUCCESS) setQpStateLocked(r, qp->slot, IBV_QPS_ERR);
   }
   if (status == IBV_WC_SUCCESS && total > 0 && land) {
@@ -1087,11 +1126,23 @@ int parseStatus(const std::string& s) {
   return -1;
 }
 
-// Waits until no copy holds MR `slot` (bounded: a copier that died holding
-// it is given up on after 30 s).
+// Copies holding MR `slot` now; those of dead copiers are dropped.
+int32_t pinsOf(Registry* r, uint32_t slot) {
+  RegLock l(r);
+  MrRec& m = r->mrs[slot];
+  int32_t n = m.busy;
+  for (auto& e : m.pinners) {
+    if (e.count > 0 && !pidAlive(e.pid)) e.count = 0;  // killed mid-copy: it never ends them
+    n += e.count;
+  }
+  return n;
+}
+
+// Waits until no copy holds MR `slot` (bounded: copies of processes beyond
+// kPinners, whose copiers are not known, are given up on after 30 s).
 void waitUnpinned(Registry* r, uint32_t slot) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (__atomic_load_n(&r->mrs[slot].busy, __ATOMIC_ACQUIRE) > 0) {
+  while (pinsOf(r, slot) > 0) {
     if (std::chrono::steady_clock::now() > deadline) {
       std::fprintf(stderr, "softverbs: MR slot %u still in use by a copy after 30 s\n", slot);
       return;
@@ -1325,6 +1376,7 @@ SV_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* p, void* addr, size_t length, uint64_
     m.length = length;
     m.iova = iova;
     m.busy = 0;
+    for (auto& e : m.pinners) e = {0, 0};
     mr->slot = slot;
     mr->mr.lkey = m.key;
     mr->mr.rkey = m.key;

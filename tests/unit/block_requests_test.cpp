@@ -20,13 +20,6 @@ namespace {
 
 constexpr size_t KiB = 1024, MiB = 1024 * 1024;
 
-uint64_t counter(TransferEngine& e, const std::string& name) {
-  for (auto& [k, v] : e.stats().engine)
-    if (k == name) return v;
-  ADD_FAILURE() << "no engine counter " << name;
-  return 0;
-}
-
 // Two engines of this process moving through `transport`.
 class Blocks : public ::testing::TestWithParam<std::string> {
  protected:
@@ -268,22 +261,22 @@ TEST_P(Blocks, engine_memory_per_in_flight_block_is_bounded_and_reported) {
   BatchID b;
   ASSERT_TRUE(e().allocateBatchID(1, b).ok());
   ASSERT_TRUE(e().submitStrided(b, OpCode::kRead, seg(), sb).ok());
-  const uint64_t bound = counter(e(), "block_window_bytes_max_per_task");
-  EXPECT_GT(counter(e(), "block_bytes_per_inflight_run"), 0u);
+  const uint64_t bound = counter(e(), "", "block_window_bytes_max_per_task");
+  EXPECT_GT(counter(e(), "", "block_bytes_per_inflight_run"), 0u);
   uint64_t most = 0;
   TransferStatus st;
   do {
-    most = std::max(most, counter(e(), "block_window_bytes"));
+    most = std::max(most, counter(e(), "", "block_window_bytes"));
     ASSERT_TRUE(e().getTransferStatus(b, 0, st).ok());
   } while (!isTerminal(st.s));
   EXPECT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
   EXPECT_GT(most, 0u);
   EXPECT_LE(most, bound);
-  EXPECT_LT(bound, n * counter(e(), "block_bytes_per_inflight_run")) << "the bound must not grow with the blocks";
+  EXPECT_LT(bound, n * counter(e(), "", "block_bytes_per_inflight_run")) << "the bound must not grow with the blocks";
   for (size_t i = 0; i < n; i += 997) ASSERT_EQ(checkPattern(local(i * 40), 8, 11, i * 72), -1) << i;
   ASSERT_TRUE(e().freeBatchID(b).ok());
-  EXPECT_EQ(counter(e(), "block_window_bytes"), 0u);
-  EXPECT_EQ(counter(e(), "block_runs_inflight"), 0u);
+  EXPECT_EQ(counter(e(), "", "block_window_bytes"), 0u);
+  EXPECT_EQ(counter(e(), "", "block_runs_inflight"), 0u);
 }
 
 // ---- checks: each error names the block ---------------------------------------
@@ -341,7 +334,7 @@ TEST_P(Blocks, bad_blocks_are_refused_naming_the_block) {
   BatchID batch;
   ASSERT_TRUE(e().allocateBatchID(1, batch).ok());
   EXPECT_EQ(e().submitBlocks(batch + 100, OpCode::kRead, seg(), ok).code(), Code::kInvalidBatch);
-  EXPECT_EQ(counter(e(), "block_tasks"), 1u);  // only the good one
+  EXPECT_EQ(counter(e(), "", "block_tasks"), 1u);  // only the good one
   ASSERT_TRUE(e().freeBatchID(batch).ok());
 }
 
@@ -414,8 +407,8 @@ TEST_P(Blocks, descriptors_do_not_grow_with_blocks) {
   ASSERT_TRUE(e().segmentBuffers(seg(), bufs).ok());
   EXPECT_EQ(bufs.size(), 1u);  // one registered region, one buffer
   for (PlanID p : plans) ASSERT_TRUE(e().releasePlan(p).ok());
-  EXPECT_EQ(counter(e(), "block_plans_open"), 0u);
-  EXPECT_EQ(counter(e(), "block_plan_bytes"), 0u);
+  EXPECT_EQ(counter(e(), "", "block_plans_open"), 0u);
+  EXPECT_EQ(counter(e(), "", "block_plan_bytes"), 0u);
 }
 
 }  // namespace

@@ -71,25 +71,29 @@ SegmentView viewOf(std::vector<StubTransport*> ts, bool same_host = false) {
 }  // namespace
 
 TEST(TransportInstall, a_transport_failing_to_install_fails_init_naming_it) {
-  registerTransportFactory({"broken", [] {
-                              return std::unique_ptr<Transport>(new StubTransport(
-                                  "broken", {.memory_segments = true}, Status(Code::kIoError, "disk on fire")));
-                            }});
+  {
+    ScopedTransportFactory broken({"broken", [] {
+                                     return std::unique_ptr<Transport>(new StubTransport(
+                                         "broken", {.memory_segments = true}, Status(Code::kIoError, "disk on fire")));
+                                   }});
+    TransferEngine e;
+    Status s = e.init("p2p", "n", "127.0.0.1", 0);
+    EXPECT_EQ(s.code(), Code::kIoError);
+    EXPECT_NE(s.message().find("transport broken failed to install: disk on fire"), std::string::npos) << s.message();
+  }
+  // Unregistered with its scope: the next engine installs without it.
   TransferEngine e;
   Status s = e.init("p2p", "n", "127.0.0.1", 0);
-  registerTransportFactory({"broken", [] {
-                              return std::unique_ptr<Transport>(new StubTransport(
-                                  "broken", {.memory_segments = true}, Status(Code::kNotSupported, "no such device")));
-                            }});
-  EXPECT_EQ(s.code(), Code::kIoError);
-  EXPECT_NE(s.message().find("transport broken failed to install: disk on fire"), std::string::npos) << s.message();
+  ASSERT_TRUE(s.ok()) << s.toString();
+  for (auto& d : e.diagnose()) EXPECT_NE(d.transport, "broken");
+  EXPECT_FALSE(unregisterTransportFactory("broken"));
 }
 
 TEST(TransportInstall, a_transport_the_host_cannot_run_is_left_out_and_diagnosed) {
-  registerTransportFactory({"broken", [] {
-                              return std::unique_ptr<Transport>(new StubTransport(
-                                  "broken", {.memory_segments = true}, Status(Code::kNotSupported, "no such device")));
-                            }});
+  ScopedTransportFactory broken({"broken", [] {
+                                   return std::unique_ptr<Transport>(new StubTransport(
+                                       "broken", {.memory_segments = true}, Status(Code::kNotSupported, "no such device")));
+                                 }});
   TransferEngine e;
   ASSERT_TRUE(e.init("p2p", "n", "127.0.0.1", 0).ok());
   auto names = e.transports();

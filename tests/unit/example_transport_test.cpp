@@ -16,7 +16,7 @@ using namespace hawser;
 using namespace hawser::test;
 
 TEST(ExampleTransport, a_transport_built_from_its_folder_alone_carries_verified_bytes) {
-  registerTransportFactory({"loopback", &makeLoopbackTransport});
+  ScopedTransportFactory loopback({"loopback", &makeLoopbackTransport});
   TransferEngine target, init;
   ASSERT_TRUE(target.init("p2p", "target", "127.0.0.1", 0).ok());
   ASSERT_TRUE(init.init("p2p", "init", "127.0.0.1", 0).ok());

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -32,6 +33,55 @@ using namespace hawser::test;
 namespace {
 
 constexpr uint64_t KiB = 1024, MiB = 1024 * KiB;
+
+// Why io_uring cannot run here ("" when it can), from facts: this build
+// has no io_uring engine, or the kernel refuses io_uring_setup (a raw
+// system call, not the code under test). Where it can, an engine that
+// fails to start is a failure, not a skip.
+std::string uringMissing() {
+  if (!uringCompiledIn()) return "this build has no io_uring engine";
+  return uringUnavailableReason();
+}
+
+// Makes an io_uring engine: "" once made (or failed: `e` stays null), else
+// why io_uring cannot run here (skip).
+std::string makeUring(const IoEngineOptions& o, std::unique_ptr<IoEngine>& e) {
+  if (std::string why = uringMissing(); !why.empty()) return why;
+  Status s = makeUringEngine(o, e);
+  if (!s.ok()) ADD_FAILURE() << "io_uring works on this host, yet makeUringEngine: " << s.toString();
+  return "";
+}
+
+#define MAKE_URING_OR_SKIP(opts, e)                                            \
+  do {                                                                         \
+    const std::string why_ = makeUring(opts, e);                               \
+    if (!why_.empty()) GTEST_SKIP() << "io_uring cannot run: " << why_;        \
+    if (!e) return;                                                            \
+  } while (0)
+
+// Whether this process may pin `bytes` more of memory: CAP_IPC_LOCK in
+// its effective set exempts it from RLIMIT_MEMLOCK; else the limit must
+// leave room (what this process pinned already counts: VmLck).
+bool canPin(uint64_t bytes, std::string* why) {
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  if (::syscall(SYS_capget, &hdr, data) == 0 && (data[CAP_IPC_LOCK / 32].effective & (1u << (CAP_IPC_LOCK % 32))))
+    return true;
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_MEMLOCK, &rl) != 0) {
+    *why = std::string("getrlimit(RLIMIT_MEMLOCK): ") + std::strerror(errno);
+    return false;
+  }
+  if (rl.rlim_cur == RLIM_INFINITY) return true;
+  uint64_t locked_kib = 0;
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmLck:", 0) == 0) locked_kib = std::strtoull(line.c_str() + 6, nullptr, 10);
+  if (rl.rlim_cur >= locked_kib * KiB + bytes) return true;
+  *why = "RLIMIT_MEMLOCK is " + std::to_string(rl.rlim_cur) + " bytes (" + std::to_string(locked_kib) +
+         " KiB locked already) and this process lacks CAP_IPC_LOCK: it cannot pin " + std::to_string(bytes);
+  return false;
+}
 
 // Collects completions; optionally blocks inside the first one (to hold the
 // engine's completion thread while the test queues more work).
@@ -95,16 +145,16 @@ class IoEngineTest : public ::testing::TestWithParam<std::string> {
     engine.reset();
     if (fd_ >= 0) ::close(fd_);
   }
-  // false: io_uring is not available here (skip).
-  bool make(IoEngineOptions o = {}) {
+  // Makes the engine: "" once made (or failed: `engine` stays null), else
+  // why io_uring cannot run on this host (skip).
+  std::string make(IoEngineOptions o = {}) {
     if (GetParam() == "uring") {
-      Status s = makeUringEngine(o, engine);
-      if (!s.ok()) return false;
+      if (std::string why = makeUring(o, engine); !why.empty() || !engine) return why;
     } else {
       engine = makePosixEngine(o);
     }
     EXPECT_TRUE(engine->start(sink.fn()).ok());
-    return true;
+    return "";
   }
   // A vectored op over `v` (kept alive by the caller).
   IoOp vop(uint64_t cookie, bool write, const std::vector<iovec>& v, uint64_t off) {
@@ -133,9 +183,11 @@ class IoEngineTest : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<IoEngine> engine;
 };
 
-#define MAKE_OR_SKIP(...)                                                      \
-  do {                                                                         \
-    if (!make(__VA_ARGS__)) GTEST_SKIP() << "io_uring is not available here"; \
+#define MAKE_OR_SKIP(...)                                             \
+  do {                                                                \
+    const std::string why_ = make(__VA_ARGS__);                       \
+    if (!why_.empty()) GTEST_SKIP() << "io_uring cannot run: " << why_; \
+    if (!engine) return;                                              \
   } while (0)
 
 }  // namespace
@@ -424,7 +476,7 @@ TEST(UringEngine, large_ops_enter_the_kernel_one_per_call_small_ones_together) {
   std::unique_ptr<IoEngine> e;
   IoEngineOptions o;
   o.io_depth = 32;
-  if (!makeUringEngine(o, e).ok()) GTEST_SKIP() << "io_uring is not available here";
+  MAKE_URING_OR_SKIP(o, e);
   Sink sink;
   ASSERT_TRUE(e->start(sink.fn()).ok());
   Buffer buf(16 * MiB);
@@ -463,7 +515,7 @@ TEST(UringEngine, large_ops_enter_the_kernel_one_per_call_small_ones_together) {
 // cancelled by io_uring_prep_cancel and completes with -ECANCELED.
 TEST(UringEngine, op_blocked_in_the_kernel_is_cancelled) {
   std::unique_ptr<IoEngine> e;
-  if (!makeUringEngine(IoEngineOptions{}, e).ok()) GTEST_SKIP() << "io_uring is not available here";
+  MAKE_URING_OR_SKIP(IoEngineOptions{}, e);
   Sink sink;
   ASSERT_TRUE(e->start(sink.fn()).ok());
   int p[2];
@@ -495,7 +547,7 @@ TEST(UringEngine, op_blocked_in_the_kernel_is_cancelled) {
 // piece is the region's 2 MiB tail), and later ops there use fixed buffers.
 TEST(UringEngine, pieces_are_registered_on_first_use_in_the_background) {
   std::unique_ptr<IoEngine> e;
-  if (!makeUringEngine(IoEngineOptions{}, e).ok()) GTEST_SKIP() << "io_uring is not available here";
+  MAKE_URING_OR_SKIP(IoEngineOptions{}, e);
   const size_t n = (1ULL << 30) + 2 * MiB;
   void* m = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (m == MAP_FAILED) GTEST_SKIP() << "cannot map 1 GiB here";
@@ -530,13 +582,13 @@ TEST(UringEngine, pieces_are_registered_on_first_use_in_the_background) {
   EXPECT_EQ(sink.results[2], static_cast<int64_t>(MiB));
   EXPECT_EQ(e->stats().fixed_buffer_ops, 0u);
   const uint64_t want = (64 + 2) * MiB;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (e->stats().registered_bytes != want && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  if (e->stats().registered_bytes == 0) {
+  std::string why;
+  if (!canPin(want, &why)) {
     ::munmap(m, n);
-    GTEST_SKIP() << "the kernel refused to pin 64 MiB (RLIMIT_MEMLOCK?)";
+    GTEST_SKIP() << why;
   }
+  EXPECT_TRUE(eventually([&] { return e->stats().registered_bytes == want; }))
+      << "this process may pin " << want << " bytes, yet " << e->stats().registered_bytes << " were registered";
   ASSERT_EQ(e->stats().registered_bytes, want);
   a.cookie = 3;
   b.cookie = 4;
@@ -559,7 +611,7 @@ TEST(UringEngine, pieces_are_registered_on_first_use_in_the_background) {
 TEST(UringEngine, registration_refused_by_rlimit_memlock_falls_back_to_plain_io) {
   {
     std::unique_ptr<IoEngine> probe;
-    if (!makeUringEngine(IoEngineOptions{}, probe).ok()) GTEST_SKIP() << "io_uring is not available here";
+    MAKE_URING_OR_SKIP(IoEngineOptions{}, probe);
     EXPECT_EQ(probe->stop(std::chrono::seconds(5)), 0u);
   }
   TempDir dir;

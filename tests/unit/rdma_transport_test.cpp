@@ -141,16 +141,6 @@ struct SplitPair {
   }
 };
 
-// A counter of `e`'s rdma transport (rdma_transport.cpp: stats()).
-uint64_t counter(TransferEngine& e, const std::string& key) {
-  for (auto& t : e.stats().transports)
-    if (t.transport == "rdma")
-      for (auto& [k, v] : t.counters)
-        if (k == key) return v;
-  ADD_FAILURE() << "no rdma counter " << key;
-  return 0;
-}
-
 // READ then WRITE of `len` bytes both ways, byte-exact; the first failure.
 std::string roundTrip(SplitPair& p, size_t len) {
   std::memset(p.lmem.p, 0, len);
@@ -767,7 +757,7 @@ TEST_F(RdmaTransportTest, concurrent_endpoints_never_overrun_the_nics_shared_cq)
   for (int n = 1; n <= 4; ++n) EXPECT_EQ(s.peer_nic_wrs[n - 1].load(), 128u) << "target NIC " << n;
   EXPECT_GT(s.cq_waits.load(), 0u) << "the CQ never filled: the test did not press on it";
   EXPECT_EQ(s.slices_abandoned.load(), 0u);
-  EXPECT_EQ(counter(p.init, "wc_errors.nic0"), 0u);
+  EXPECT_EQ(test::counter(p.init, "rdma", "wc_errors.nic0"), 0u);
 }
 
 // The gate of starved_endpoint_is_woken_when_room_frees_before_it_registers:
@@ -1022,18 +1012,18 @@ TEST_F(RdmaTransportTest, passive_qps_are_released_when_the_requester_lets_go) {
   ASSERT_TRUE(p.status.ok()) << p.status.toString();
   auto st = test::runBatch(p.init, p.seg, {{OpCode::kRead, p.lmem.p, p.seg, p.base, 4 << 20}});
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
-  EXPECT_EQ(counter(p.target, "passive_qp_sets"), 2u) << "one per NIC pair used";
+  EXPECT_EQ(test::counter(p.target, "rdma", "passive_qp_sets"), 2u) << "one per NIC pair used";
   // Closing the segment lets the endpoints' QPs go: the target's too.
   ASSERT_TRUE(p.init.closeSegment(p.seg).ok());
-  EXPECT_TRUE(test::eventually([&] { return counter(p.target, "passive_qp_sets") == 0; }))
-      << counter(p.target, "passive_qp_sets") << " passive QP set(s) left";
+  EXPECT_TRUE(test::eventually([&] { return test::counter(p.target, "rdma", "passive_qp_sets") == 0; }))
+      << test::counter(p.target, "rdma", "passive_qp_sets") << " passive QP set(s) left";
   // And a requester that shuts down releases its peers' QPs as well.
   ASSERT_TRUE(p.init.openSegment(p.target.segmentName(), p.seg).ok());
   st = test::runBatch(p.init, p.seg, {{OpCode::kRead, p.lmem.p, p.seg, p.base, 4 << 20}});
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
-  EXPECT_EQ(counter(p.target, "passive_qp_sets"), 2u);
+  EXPECT_EQ(test::counter(p.target, "rdma", "passive_qp_sets"), 2u);
   EngineAccess::of(p.init).shutdown();
-  EXPECT_EQ(counter(p.target, "passive_qp_sets"), 0u);
+  EXPECT_EQ(test::counter(p.target, "rdma", "passive_qp_sets"), 0u);
 }
 
 // Pages of [p, p + n) resident in memory (mincore).

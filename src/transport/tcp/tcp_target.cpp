@@ -328,16 +328,7 @@ class Channel {
         return {Code::kUnavailable, fmt::format("send: {}", std::strerror(e))};
       }
       if (n > 0) last = Clock::now();
-      size_t left = static_cast<size_t>(n);
-      while (cnt > 0 && left >= iov->iov_len) {
-        left -= iov->iov_len;
-        ++iov;
-        --cnt;
-      }
-      if (cnt > 0) {
-        iov->iov_base = static_cast<char*>(iov->iov_base) + left;
-        iov->iov_len -= left;
-      }
+      net::advanceIov(iov, cnt, static_cast<size_t>(n));
     }
     return Status::OK();
   }
