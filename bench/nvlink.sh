@@ -17,6 +17,9 @@
 #   HAWSER        path of the hawser binary        (default: build/bin/hawser, then build-*/bin/hawser)
 #   BASELINE      path of nvlink_baseline          (default: next to hawser)
 #   PORT          hawser serve port                 (default 17820)
+#   GPU_MEMORY    the target's GPU memory: device (cuMemAlloc, legacy IPC handle) or vmm
+#                 (cuMemCreate + cuMemMap as PyTorch's expandable segments, shared by fd)
+#                                                   (default device)
 #   SIZES         sizes in MiB                      (default "1 16 64 256")
 #   BATCH         requests per batch                (default 4)
 #   THREADS       bench threads                     (default 2)
@@ -44,6 +47,7 @@ fi
 [[ "$gpus" -lt 2 ]] && echo "nvlink benchmark: one GPU on this host: GPU -> GPU across GPUs skipped, within one GPU only." >&2
 
 PORT=${PORT:-17820}
+GPU_MEMORY=${GPU_MEMORY:-device}
 SIZES=${SIZES:-"1 16 64 256"}
 BATCH=${BATCH:-4}
 THREADS=${THREADS:-2}
@@ -63,7 +67,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$HAWSER" serve --listen "127.0.0.1:$PORT" --memory "$MEMORY" --location cuda:0 >"$work/serve.log" 2>&1 &
+"$HAWSER" serve --listen "127.0.0.1:$PORT" --memory "$MEMORY" --location cuda:0 --gpu-memory "$GPU_MEMORY" >"$work/serve.log" 2>&1 &
 serve_pid=$!
 for _ in $(seq 200); do
   grep -q '^ready' "$work/serve.log" 2>/dev/null && break
@@ -122,5 +126,5 @@ for s in $SIZES; do
   h=$(echo "${same[*]}" | median); b=$(echo "${bd2d[*]}" | median)
   printf '%-8s %-24s %12.2f %12.2f %8s\n' "${s}M" "within GPU0 (read)" "$h" "$b" "$(ratio "$h" "$b")"
 done
-echo "hawser: $HAWSER bench --batch-size $BATCH --threads $THREADS --seconds $DURATION against serve --location cuda:0;"
+echo "hawser: $HAWSER bench --batch-size $BATCH --threads $THREADS --seconds $DURATION against serve --location cuda:0 --gpu-memory $GPU_MEMORY;"
 echo "driver: $BASELINE (one stream, back-to-back copies); medians of $REPEAT interleaved rounds."

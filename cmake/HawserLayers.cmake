@@ -1,4 +1,4 @@
-# Layers of src/, bottom up: base < gpu, rpc < metadata < transport/<name> < engine.
+# Layers of src/, bottom up: base < gpu, rpc, local < metadata < transport/<name> < engine.
 #
 # Each layer is an OBJECT library whose include root (a folder of symbolic
 # links in the build tree) exposes that layer's own folder and nothing else.
@@ -30,14 +30,15 @@ function(hawser_layer target dir)
 endfunction()
 
 # hawser_transport(NAME name FACTORY function SOURCES ... [PRIVATE_LIBS ...]
-#                  [SYSTEM_LIBS ...] [TEST_ONLY])
+#                  [SYSTEM_LIBS ...] [DEPENDS layer...] [TEST_ONLY])
 # Called from a transport's own CMakeLists.txt (src/transport/<name>/): the
 # transport's layer target hawser_transport_<name>, and its factory
 # (std::unique_ptr<Transport> FACTORY()) in the engine's list of built-in
 # transports. SYSTEM_LIBS are linked by users of the static library too.
+# DEPENDS: layers it needs beyond metadata, rpc, gpu and base (hawser_local).
 # TEST_ONLY: a layer target for tests, not part of the library.
 function(hawser_transport)
-  cmake_parse_arguments(T "TEST_ONLY" "NAME;FACTORY;DIR" "SOURCES;PRIVATE_LIBS;SYSTEM_LIBS" ${ARGN})
+  cmake_parse_arguments(T "TEST_ONLY" "NAME;FACTORY;DIR" "SOURCES;PRIVATE_LIBS;SYSTEM_LIBS;DEPENDS" ${ARGN})
   if(NOT T_DIR)
     set(T_DIR transport/${T_NAME})
   endif()
@@ -45,12 +46,12 @@ function(hawser_transport)
   if(T_TEST_ONLY)
     add_library(${target} OBJECT ${T_SOURCES})
     target_include_directories(${target} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
-    target_link_libraries(${target} PUBLIC hawser_metadata hawser_rpc hawser_gpu hawser_base
+    target_link_libraries(${target} PUBLIC ${T_DEPENDS} hawser_metadata hawser_rpc hawser_gpu hawser_base
       PRIVATE spdlog::spdlog nlohmann_json::nlohmann_json ${T_PRIVATE_LIBS})
     return()
   endif()
   hawser_layer(${target} ${T_DIR} SOURCES ${T_SOURCES}
-    DEPENDS hawser_metadata hawser_rpc hawser_gpu hawser_base
+    DEPENDS ${T_DEPENDS} hawser_metadata hawser_rpc hawser_gpu hawser_base
     PRIVATE_LIBS ${T_PRIVATE_LIBS} ${T_SYSTEM_LIBS})
   set_property(GLOBAL APPEND PROPERTY HAWSER_TRANSPORT_NAMES ${T_NAME})
   set_property(GLOBAL APPEND PROPERTY HAWSER_TRANSPORT_FACTORIES ${T_FACTORY})

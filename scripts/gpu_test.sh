@@ -20,6 +20,8 @@ export HAWSER_TEST_SOFTVERBS_LIB="$PWD/$bundle/lib/libhawser_softverbs.so"
 export NCCL_NVLS_ENABLE=0  # never NVLink multicast
 export HAWSER_TEST_GPU_DIR=${HAWSER_TEST_GPU_DIR:-/var/tmp}
 unset HAWSER_TEST_CUDA_DRIVER  # the real driver
+# Cases that honour it (nvlink_vmm_test) fail, not skip, where no GPU is found.
+export HAWSER_TEST_REQUIRE_GPU=${HAWSER_TEST_REQUIRE_GPU:-1}
 
 nvidia-smi -L 2>&1 | tee "$logs/gpu_info.txt"
 nvidia-smi topo -m 2>&1 | tee -a "$logs/gpu_info.txt" || true

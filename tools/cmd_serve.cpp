@@ -46,6 +46,8 @@ struct ServeOpts {
   int64_t fill_seed = -1;
   std::string location = "cpu";  // cpu, or cuda:N
   std::string host_memory = "shared";  // shared (allocateHostMemory: peers of this host map it) or private
+  std::string gpu_memory = "device";   // device (cuMemAlloc) or vmm (allocateMappedDeviceMemory)
+  std::string vmm_chunk = "0";         // vmm: bytes per physical allocation (0: the driver's granularity)
   std::string metrics;           // HOST:PORT of the Prometheus endpoint; empty: none
   bool print_notifies = false;
 };
@@ -128,7 +130,11 @@ int runServe(const ServeOpts& o) {
   void* mem = nullptr;
   if (gpu >= 0) {
     Status ls = loadCudaDriver();
-    if (ls.ok()) ls = allocateDeviceMemory(gpu, *size, &mem);
+    auto chunk = parseSize(o.vmm_chunk);
+    if (!chunk) ls = Status(Code::kInvalidArgument, fmt::format("--vmm-chunk '{}' is not a size", o.vmm_chunk));
+    if (ls.ok())
+      ls = o.gpu_memory == "vmm" ? allocateMappedDeviceMemory(gpu, *size, *chunk, &mem)
+                                 : allocateDeviceMemory(gpu, *size, &mem);
     if (ls.ok() && o.fill_seed >= 0) ls = fillDevice(static_cast<char*>(mem), *size, static_cast<uint64_t>(o.fill_seed));
     if (!ls.ok()) {
       fmt::print(stderr, "hawser serve: --location {}: {}\n", o.location, ls.toString());
@@ -206,7 +212,9 @@ int runServe(const ServeOpts& o) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (exposed) (void)engine.unregisterLocalMemory(mem);
-  if (gpu >= 0)
+  if (gpu >= 0 && o.gpu_memory == "vmm")
+    (void)freeMappedDeviceMemory(mem);
+  else if (gpu >= 0)
     (void)freeDeviceMemory(mem);
   else if (o.host_memory == "shared")
     (void)freeHostMemory(mem);
@@ -232,6 +240,15 @@ void addServe(CLI::App& app, Commands& cmds) {
                   "host memory: shared (hawser::allocateHostMemory, a memfd: shm peers map it and copy with memcpy) "
                   "or private (an anonymous mapping: shm peers use cross-memory attach)")
       ->check(CLI::IsMember({"shared", "private"}))
+      ->capture_default_str();
+  sub->add_option("--gpu-memory", o->gpu_memory,
+                  "GPU memory (--location cuda:N): device (cuMemAlloc, shared by legacy CUDA IPC handle) or vmm "
+                  "(CUDA virtual memory as PyTorch's expandable segments make it: cuMemCreate with the POSIX fd handle "
+                  "type, --vmm-chunk bytes each, mapped back to back; shared by file descriptor)")
+      ->check(CLI::IsMember({"device", "vmm"}))
+      ->capture_default_str();
+  sub->add_option("--vmm-chunk", o->vmm_chunk,
+                  "--gpu-memory vmm: bytes of each physical allocation (0: the driver's granularity, 2 MiB)")
       ->capture_default_str();
   sub->add_option("--fill-seed", o->fill_seed, "fill the memory with the verification pattern of this seed");
   sub->add_option("--metrics", o->metrics,

@@ -20,6 +20,15 @@ int cudaDeviceCount();
 // Device memory of GPU `device` (cuMemAlloc), and its release.
 Status allocateDeviceMemory(int device, size_t bytes, void** out);
 Status freeDeviceMemory(void* ptr);
+// Device memory of GPU `device` as CUDA's virtual memory management makes
+// it, what PyTorch's expandable_segments:True gives: physical allocations
+// of `chunk` bytes (cuMemCreate with the POSIX file descriptor handle type,
+// so other processes may import them; 0: the driver's granularity), mapped
+// back to back in one reserved range (cuMemMap) and made read-write for the
+// GPU. `bytes` is rounded up to whole chunks. kNotSupported where the driver
+// lacks the calls. Freed with freeMappedDeviceMemory.
+Status allocateMappedDeviceMemory(int device, size_t bytes, size_t chunk, void** out);
+Status freeMappedDeviceMemory(void* ptr);
 // dst <- src, each host or device memory; returns when the copy is done.
 Status copyMemory(void* dst, const void* src, size_t bytes);
 // Returns when the work queued on CUDA stream `stream` (a CUstream /

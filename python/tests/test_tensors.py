@@ -222,9 +222,11 @@ def test_block_table_errors_name_the_bad_entry(hw):
 # ---- two processes (CPU here, CUDA on the GPU machine) ----------------------------------------
 
 
-def _two_process_blocks(hw, torch, device):
-    layers, blocks = 2, 24
-    peer = JsonPeer("tensor_peer.py", device, "bfloat16", layers, blocks, 16, 2, 32)
+def _two_process_blocks(hw, torch, device, blocks=24, env=None, check=None):
+    """Blocks both ways between this process and a tensor_peer.py (its
+    environment plus `env`), digests checked; check(engine) at the end."""
+    layers = 2
+    peer = JsonPeer("tensor_peer.py", device, "bfloat16", layers, blocks, 16, 2, 32, env=env)
     try:
         e = hw.TransferEngine()
         assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "", "") == 0, hw.last_error()
@@ -233,20 +235,23 @@ def _two_process_blocks(hw, torch, device):
             assert e.register_tensor(t) == 0, hw.last_error()
         if device.startswith("cuda"):
             torch.cuda.synchronize()
-        src_ids = torch.tensor([3, 4, 5, 9, 20, 21], device=device)
-        dst_ids = torch.tensor([0, 1, 2, 23, 12, 7], device=device)
+        src_ids = torch.tensor([3, 4, 5, 9, blocks - 4, blocks - 3], device=device)
+        dst_ids = torch.tensor([0, 1, 2, blocks - 1, 12, 7], device=device)
         assert e.transfer_tensor_blocks(peer.meta["segment"], mine, src_ids, peer.meta["layers"], dst_ids,
                                         hw.Write) == 0, hw.last_error()
         for k in range(layers):
             got = peer.ask({"op": "digest", "layer": k, "blocks": dst_ids.tolist()})["digest"]
             assert got == blocks_digest(torch, mine[k], src_ids.tolist()), f"layer {k}"
         # And the other way: the peer fills its cache, we read two blocks of it.
+        far = blocks - 2
         assert peer.ask({"op": "fill", "seed": 77})["ok"]
-        assert e.transfer_tensor_blocks(peer.meta["segment"], mine, [0, 1], peer.meta["layers"], [5, 6],
+        assert e.transfer_tensor_blocks(peer.meta["segment"], mine, [0, 1], peer.meta["layers"], [5, far],
                                         hw.Read) == 0, hw.last_error()
         for k in range(layers):
-            assert peer.ask({"op": "digest", "layer": k, "blocks": [5, 6]})["digest"] == \
+            assert peer.ask({"op": "digest", "layer": k, "blocks": [5, far]})["digest"] == \
                 blocks_digest(torch, mine[k], [0, 1])
+        if check:
+            check(e)
         del e
     finally:
         assert peer.close() == 0

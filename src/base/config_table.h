@@ -191,6 +191,10 @@ inline constexpr Knob kKnobs[] = {
    "a group of copies posted while its stream is idle is issued (checked and launched) by the posting thread, its "
    "GPU context restored after; the stream's thread is woken only to see it end, while the GPU copies. false: "
    "every group is handed to the stream's thread (on an H200 the hand-over cost 40-400 us a request)"},
+  {"nvlink.socket_dir", "HAWSER_NVLINK_SOCKET_DIR", KnobType::kString, "", 0, 0, {},
+   "where an owner's local socket lives (its region table, a pidfd and the file descriptors of its CUDA virtual "
+   "memory passed to peers of this host): empty: the abstract namespace (peers must share the network namespace); "
+   "else a directory both sides see (e.g. a volume two containers mount)"},
   // ---- tcp ----------------------------------------------------------------------------------------------------------
   {"tcp.connections", "HAWSER_TCP_CONNECTIONS", KnobType::kInt, "2", 1, 64, {},
    "data connections per peer"},

@@ -135,6 +135,12 @@ struct Api {
   Result (*MemUnmap)(DevicePtr, size_t);                                                  // cuMemUnmap
   Result (*MemSetAccess)(DevicePtr, size_t, const MemAccessDesc*, size_t);                // cuMemSetAccess
   Result (*MemGetAllocationGranularity)(size_t*, const MemAllocationProp*, int);          // cuMemGetAllocationGranularity
+  // Optional: sharing virtual memory between processes (a POSIX fd per
+  // physical allocation: gpu/vmm.h).
+  Result (*MemRetainAllocationHandle)(MemHandle*, void*);                                 // cuMemRetainAllocationHandle
+  Result (*MemGetAllocationPropertiesFromHandle)(MemAllocationProp*, MemHandle);          // cuMemGetAllocationPropertiesFromHandle
+  Result (*MemExportToShareableHandle)(void*, MemHandle, int, unsigned long long);        // cuMemExportToShareableHandle
+  Result (*MemImportFromShareableHandle)(MemHandle*, void*, int);                         // cuMemImportFromShareableHandle
   // Optional: modules and launches (hawser's copy kernel, gpu/copy_kernel.h).
   Result (*ModuleLoadData)(Module*, const void*);                     // cuModuleLoadData
   Result (*ModuleUnload)(Module);                                     // cuModuleUnload

@@ -96,6 +96,10 @@ const CudaDriver* CudaDriver::load(const std::string& path) {
   resolve(lib, "cuMemUnmap", a.MemUnmap);
   resolve(lib, "cuMemSetAccess", a.MemSetAccess);
   resolve(lib, "cuMemGetAllocationGranularity", a.MemGetAllocationGranularity);
+  resolve(lib, "cuMemRetainAllocationHandle", a.MemRetainAllocationHandle);
+  resolve(lib, "cuMemGetAllocationPropertiesFromHandle", a.MemGetAllocationPropertiesFromHandle);
+  resolve(lib, "cuMemExportToShareableHandle", a.MemExportToShareableHandle);
+  resolve(lib, "cuMemImportFromShareableHandle", a.MemImportFromShareableHandle);
   resolve(lib, "cuModuleLoadData", a.ModuleLoadData);
   resolve(lib, "cuModuleUnload", a.ModuleUnload);
   resolve(lib, "cuModuleGetFunction", a.ModuleGetFunction);

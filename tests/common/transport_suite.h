@@ -44,6 +44,7 @@ struct SuiteParam {
   Code refused_code = Code::kOutOfRange;     // how the target's refusal of a withdrawn range fails a task
   std::string local_location = "cpu";        // the initiator's buffers: cpu or cuda:N
   std::string target_location = "cpu";       // the target's memory: cpu or cuda:N
+  std::vector<std::string> target_args;      // more arguments of the target's `hawser serve` (--gpu-memory vmm)
   size_t kill_rounds = 8;                    // rounds of 32 x 16 MiB reads in flight when the peer is killed
   // Optional: mappings of the target's memory this process still holds (-1:
   // cannot tell); must drop to 0 once the target died.
@@ -135,6 +136,7 @@ class TransportSuite : public ::testing::TestWithParam<SuiteParam> {
     std::vector<std::string> args = {"serve", "--listen", "127.0.0.1:0", "--memory", std::to_string(kTargetBytes),
                                      "--fill-seed", std::to_string(kSeed), "--print-notifies"};
     if (p.target_location != "cpu") args.insert(args.end(), {"--location", p.target_location});
+    args.insert(args.end(), p.target_args.begin(), p.target_args.end());
     ASSERT_TRUE(child_.start(args, env_));
     // A deadline, not an expectation: an unoptimized sanitizer build fills
     // the 300 MiB pattern in seconds alone and far slower beside three other

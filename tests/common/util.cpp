@@ -169,6 +169,15 @@ bool hasTransport(TransferEngine& e, const std::string& name) {
   return false;
 }
 
+bool servedSegment(Child& c, std::string& segment, uint64_t& base, int timeout_ms) {
+  std::string seg = c.waitFor("segment: ", timeout_ms);
+  std::string mem = c.waitFor("memory: ", timeout_ms);
+  if (seg.empty() || mem.empty() || c.waitFor("ready", timeout_ms).empty()) return false;
+  segment = seg.substr(9);
+  base = std::stoull(mem.substr(8), nullptr, 16);
+  return true;
+}
+
 uint64_t counter(const EngineStats& st, const std::string& transport, const std::string& key) {
   if (transport.empty()) {
     for (auto& [k, v] : st.engine)

@@ -143,6 +143,10 @@ struct Child {
   std::string out_path;
 };
 
+// Waits for a started `hawser serve` to print its segment, its memory's
+// address ("memory: 0x...") and "ready"; false when one did not come in time.
+bool servedSegment(Child& c, std::string& segment, uint64_t& base, int timeout_ms = 20000);
+
 // Runs a shell command; returns its exit status and (optionally) stdout.
 int sh(const std::string& cmd, std::string* out = nullptr);
 

@@ -143,11 +143,13 @@ class DeviceBuffer {
 // (virtual memory management): `chunks` physical allocations of the
 // driver's granularity (cuMemCreate, gpuDirectRDMACapable as asked), mapped
 // back to back (cuMemMap) one granularity into a larger reservation, and
-// made read-write for `device`. reason() says why it could not be made
+// made read-write for `device`. `fd_shareable`: cuMemCreate requests the
+// POSIX file descriptor handle type (as PyTorch's expandable segments do),
+// so nvlink can share it by fd. reason() says why it could not be made
 // (a driver without the API): skip then.
 class MappedBuffer {
  public:
-  MappedBuffer(int device, int chunks, bool rdma_capable = true) : device_(device) {
+  MappedBuffer(int device, int chunks, bool rdma_capable = true, bool fd_shareable = false) : device_(device) {
     const gpu::CudaDriver* d = gpu::CudaDriver::get();
     const gpu::cu::Api& a = d->api();
     if (!a.MemCreate || !a.MemMap || !a.MemAddressReserve || !a.MemSetAccess || !a.MemGetAllocationGranularity) {
@@ -156,7 +158,7 @@ class MappedBuffer {
     }
     gpu::cu::MemAllocationProp prop{};
     prop.type = gpu::cu::kMemAllocationTypePinned;
-    prop.requestedHandleTypes = gpu::cu::kMemHandleTypeNone;
+    prop.requestedHandleTypes = fd_shareable ? gpu::cu::kMemHandleTypePosixFd : gpu::cu::kMemHandleTypeNone;
     prop.location = {gpu::cu::kMemLocationTypeDevice, device};
     prop.allocFlags.gpuDirectRDMACapable = rdma_capable ? 1 : 0;
     if (a.MemGetAllocationGranularity(&gran_, &prop, gpu::cu::kMemAllocGranularityMinimum) != gpu::cu::kSuccess) {

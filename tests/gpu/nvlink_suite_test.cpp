@@ -31,6 +31,17 @@ SuiteParam nvlinkParam() {
   return p;
 }
 
+
+// The same over CUDA virtual memory (the target's memory: 2 MiB physical
+// allocations mapped back to back, shared by file descriptor over the
+// owner's socket: what PyTorch's expandable segments give).
+SuiteParam nvlinkVmmParam() {
+  SuiteParam p = nvlinkParam();
+  p.target_args = {"--gpu-memory", "vmm"};
+  return p;
+}
+
 }  // namespace
 
 INSTANTIATE_TEST_SUITE_P(Nvlink, TransportSuite, ::testing::Values(nvlinkParam()), hawser::test::suiteName);
+INSTANTIATE_TEST_SUITE_P(NvlinkVmm, TransportSuite, ::testing::Values(nvlinkVmmParam()), hawser::test::suiteName);

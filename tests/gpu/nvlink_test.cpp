@@ -45,12 +45,7 @@ struct Served {
                       std::to_string(kSeed), "--location", location},
                      gpuEnv()))
       return false;
-    std::string seg = child.waitFor("segment: ", 20000);
-    std::string mem = child.waitFor("memory: ", 20000);
-    if (seg.empty() || mem.empty() || child.waitFor("ready", 20000).empty()) return false;
-    segment = seg.substr(9);
-    base = std::stoull(mem.substr(8), nullptr, 16);
-    return true;
+    return servedSegment(child, segment, base);
   }
   Child child;
   std::string segment;

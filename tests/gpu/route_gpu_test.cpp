@@ -1,9 +1,11 @@
-// Routes of GPU memory (docs/routes.md): a remote GPU buffer without an IPC
-// handle (CUDA virtual memory, as PyTorch's expandable segments allocate
-// it) is declined by nvlink per buffer (no_ipc_handle); the request then
-// falls back to tcp, counted and logged once, or, under a contract that
-// requires zero_copy, is refused at submit naming nvlink and why. A block
-// request is routed by every remote buffer its blocks lie in.
+// Routes of GPU memory (docs/routes.md): CUDA virtual memory made with the
+// POSIX fd handle type (as PyTorch's expandable segments allocate it) goes
+// over nvlink, shared by file descriptor. A remote GPU buffer with neither a
+// legacy IPC handle nor that handle type is declined by nvlink per buffer
+// (no_ipc_handle); the request then falls back to tcp, counted and logged
+// once, or, under a contract that requires zero_copy, is refused at submit
+// naming nvlink and why. A block request is routed by every remote buffer
+// its blocks lie in.
 #include <gtest/gtest.h>
 
 #include "common/log_capture.h"
@@ -30,7 +32,7 @@ class GpuRoutes : public ::testing::Test {
  protected:
   void SetUp() override {
     HAWSER_REQUIRE_GPU(1);
-    remote_ = std::make_unique<MappedBuffer>(0, 1);
+    remote_ = std::make_unique<MappedBuffer>(0, 1, true, fdShareable());
     if (!remote_->reason().empty()) GTEST_SKIP() << remote_->reason();
     local_ = std::make_unique<DeviceBuffer>(0, remote_->size());
   }
@@ -52,10 +54,37 @@ class GpuRoutes : public ::testing::Test {
     fillPattern(data.data(), data.size(), seed);
     local_->upload(data);
   }
+  // The remote buffer's allocation requests the POSIX fd handle type.
+  virtual bool fdShareable() const { return false; }
   std::unique_ptr<MappedBuffer> remote_;
   std::unique_ptr<DeviceBuffer> local_;
   SegmentID seg_ = kInvalidSegment;
 };
+
+class GpuRoutesFd : public GpuRoutes {
+ protected:
+  bool fdShareable() const override { return true; }
+};
+
+TEST_F(GpuRoutesFd, vmm_memory_shareable_by_fd_goes_over_nvlink_with_no_fallback_even_under_zero_copy) {
+  TransferEngine target, init;
+  ASSERT_NO_FATAL_FAILURE(start(target, init, {{"route.require", "zero_copy"}}));
+  if (IsSkipped()) return;
+  fillLocal(92);
+  const uint64_t remote = reinterpret_cast<uint64_t>(remote_->data());
+  auto st = runBatch(init, seg_, {{OpCode::kWrite, local_->data(), seg_, remote, 65536},
+                                  {OpCode::kWrite, local_->data() + 65536, seg_, remote + 65536, 65536}});
+  for (auto& s : st) ASSERT_EQ(s.s, TransferState::kCompleted) << s.error.toString();
+  std::vector<char> got = remote_->download(0, 131072);
+  EXPECT_EQ(checkPattern(got.data(), got.size(), 92, 0), -1);
+  EXPECT_EQ(routeFallbacks(init, "nvlink", "tcp", "no_ipc_handle"), -1);
+  uint64_t exported = 0;
+  for (auto& t : target.stats().transports)
+    if (t.transport == "nvlink")
+      for (auto& [k, v] : t.counters)
+        if (k == "vmm_exported") exported = v;
+  EXPECT_EQ(exported, 1u) << "the range was not exported by fd";
+}
 
 TEST_F(GpuRoutes, gpu_memory_without_an_ipc_handle_falls_back_from_nvlink_counted_and_logged_once) {
   LogCapture log;

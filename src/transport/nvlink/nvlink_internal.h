@@ -21,6 +21,7 @@
 #include "gpu/copy_stream.h"
 #include "gpu/cuda_api.h"
 #include "metadata/descriptor.h"
+#include "gpu/vmm.h"
 #include "transport/nvlink/nvlink_readers.h"
 #include "transport/nvlink/nvlink_transport.h"
 
@@ -30,7 +31,10 @@ inline constexpr const char* kTableName = "hawser-nvlink-regions";
 
 struct Counters {
   std::atomic<uint64_t> exported_regions{0};      // gauge: regions this engine exports
-  std::atomic<uint64_t> exported_allocations{0};  // gauge: IPC handles behind them
+  std::atomic<uint64_t> exported_allocations{0};  // gauge: IPC handles behind them (legacy handles and VMM ranges)
+  std::atomic<uint64_t> vmm_exported{0};          // gauge: of those, CUDA virtual memory ranges shared by fd
+  std::atomic<uint64_t> vmm_fds_passed{0};        // owner: physical allocations' fds passed to peers
+  std::atomic<uint64_t> vmm_imported{0};          // peer: VMM ranges imported and mapped here (of handles_opened)
   std::atomic<uint64_t> handles_opened{0};        // peers' allocations opened here
   std::atomic<uint64_t> handles_closed{0};
   std::atomic<uint64_t> owner_deaths{0};          // owners seen exiting
@@ -79,8 +83,15 @@ class Exports {
   ~Exports();
   int tableFd() const { return fd_; }
   const std::atomic<uint64_t>* table() const { return table_; }
-  // Exports [addr, addr + len) of GPU `device` (bus id `bus`); fills attrs.
+  // Exports [addr, addr + len) of GPU `device` (bus id `bus`); fills attrs:
+  // a legacy IPC handle for memory of cuMemAlloc (cudaMalloc), a VMM range
+  // (its allocations' fds, passed over the socket) for mapped memory.
   Status add(void* addr, size_t len, int device, const std::string& bus, nlohmann::json& attrs);
+  // Duplicates of the fds of VMM range `id` (the caller closes them), for a peer.
+  Status pieces(uint64_t id, uint64_t& size, std::vector<gpu::vmm::Piece>& out);
+  // The peer of connection `token` left: the reader slots it named by
+  // that token are free (nvlink_socket.h: kTokenReader).
+  void readerLeft(uint64_t token);
   // Withdraws the region registered at `addr`: no peer issues a copy on it
   // from here on, and this returns once no copy a live peer issued before
   // is still running.
@@ -94,11 +105,16 @@ class Exports {
     gpu::cu::IpcMemHandle handle;
     uint64_t size = 0;
     int refs = 0;
+    uint64_t vmm = 0;                      // a VMM range's id (0: a legacy handle)
+    std::vector<gpu::vmm::Piece> pieces;   // its physical allocations' fds
   };
   struct Region {
     uint64_t base = 0;
     uint32_t slot = 0;
+    uint64_t vmm_size = 0;  // its VMM range's size (0: legacy): the key of allocs_ with base
   };
+  // Exports the VMM range holding [addr, +len) (once per range).
+  Status addVmm(void* addr, size_t len, int device, uint64_t& base, uint64_t& size, uint64_t& id);
   // Under mu_: takes the region at `addr` out of the table; its slot and gen.
   bool withdrawLocked(uint64_t addr, uint32_t& slot, uint64_t& gen);
   // Fences, waits for the peers' copies of every withdrawn slot, then frees the slots.
@@ -108,7 +124,9 @@ class Exports {
   std::atomic<uint64_t>* table_ = nullptr;
   void* readers_ = nullptr;  // the readers' area (nvlink_readers.h), in the same mapping
   std::mutex mu_;
-  std::map<uint64_t, Alloc> allocs_;   // by allocation base
+  std::map<std::pair<uint64_t, uint64_t>, Alloc> allocs_;  // by (allocation base, VMM range size or 0)
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> vmm_ids_;  // VMM range id -> its key in allocs_
+  uint64_t next_vmm_ = 0;
   std::map<uint64_t, Region> regions_; // by region start
   std::vector<uint32_t> free_;
   uint32_t next_slot_ = 0;
@@ -135,6 +153,7 @@ struct Mapping {
   std::shared_ptr<Counters> counters;
   uint64_t dptr = 0;  // base of the allocation in this process
   int device = -1;    // local ordinal of the GPU holding it
+  uint64_t vmm_size = 0;  // a VMM range imported here (0: a legacy IPC handle opened)
   bool direct = false;  // the owner is this process: nothing was opened
 
  private:
@@ -149,8 +168,11 @@ struct Mapping {
 struct BufferInfo {
   bool exported = false;
   bool no_handle = false;  // not usable because its owner published no IPC handle for it
+  bool other_pidns = false;  // not usable: a legacy IPC handle of an owner in another pid namespace
+  RouteReason socket_reason = RouteReason::kNone;  // not usable: a VMM range whose owner's socket is out of reach
+  uint64_t vmm = 0;        // its owner's VMM range id (0: a legacy IPC handle)
   std::string why;        // when not usable: why
-  std::string handle;     // the 64 bytes of the IPC handle
+  std::string handle;     // the 64 bytes of the IPC handle ("vmm:<id>" for a VMM range): the mapping's cache key
   uint64_t base = 0;      // the allocation in the owner's address space
   uint64_t size = 0;
   int device = -1;        // local ordinal of its GPU
@@ -180,6 +202,8 @@ struct Owner {
   std::shared_ptr<Mapping> cached(const std::string& h);
   // The owner exited: every mapping closes once idle.
   void died();
+  // Whether the owner's process has exited (its pidfd, else its pid and start time).
+  bool exited() const;
   // Stream worker `worker`'s reader slot in the owner's readers' area,
   // claimed on first use (that worker's thread alone uses it). Null with OK
   // when the owner has no readers' area (an earlier release: its
@@ -190,6 +214,12 @@ struct Owner {
   uint64_t start = 0;
   bool self = false;
   int pidfd = -1;
+  int sock = -1;       // the owner's local socket (nvlink_socket.h), -1 for an owner of an earlier release
+  uint64_t token = 0;  // this process's name in the owner's readers' area across pid namespaces
+  bool other_pidns = false;  // the owner runs in another pid namespace: `pid` means nothing here
+  std::string socket;  // its name
+  RouteReason socket_reason = RouteReason::kNone;  // why it could not be reached (VMM memory is then declined)
+  std::string socket_why;
   std::string name;  // "process N"
   const std::atomic<uint64_t>* table = nullptr;
   size_t table_bytes = 0;  // mapped here (0: the table is this process's own)
@@ -216,7 +246,7 @@ class Watcher {
   void add(const std::shared_ptr<Owner>& o);
   void remove(Owner* o);
   // Closes an opened mapping on the watcher thread (inline once stopped).
-  void close(uint64_t dptr, int device, std::shared_ptr<Counters> counters);
+  void close(uint64_t dptr, int device, uint64_t vmm_size, std::shared_ptr<Counters> counters);
 
  private:
   void run();
@@ -230,12 +260,14 @@ class Watcher {
   struct Close {
     uint64_t dptr;
     int device;
+    uint64_t vmm_size;
     std::shared_ptr<Counters> counters;
   };
   std::vector<Close> closes_;
 };
 
-void closeMapping(uint64_t dptr, int device, Counters* counters);
+// Closes a legacy IPC mapping (vmm_size 0), or unmaps and frees an imported VMM range.
+void closeMapping(uint64_t dptr, int device, uint64_t vmm_size, Counters* counters);
 
 // The engine's handle on one segment: its buffers decoded once, their
 // mappings resolved on first use.
@@ -247,6 +279,8 @@ class PeerRef final : public PeerHandle {
   // The mapping of buffer i (opened on first use); on a worker thread.
   Status mapping(size_t i, Mapping*& out, bool& switched);
   void adopt(size_t i, std::shared_ptr<Mapping> m);
+  // Which mechanism its buffers got (the route explanation).
+  std::string mechanism() const override;
 
  private:
   std::mutex mu_;

@@ -20,6 +20,7 @@
 #include "base/log.h"
 #include "gpu/cuda_driver.h"
 #include "transport/nvlink/nvlink_internal.h"
+#include "transport/nvlink/nvlink_socket.h"
 
 namespace hawser::nvlink {
 
@@ -74,7 +75,50 @@ Status Exports::create(std::shared_ptr<Counters> counters, std::unique_ptr<Expor
 Exports::~Exports() {
   if (table_) ::munmap(table_, kTableFileBytes);
   if (fd_ >= 0) ::close(fd_);
+  for (auto& [key, al] : allocs_)
+    for (auto& p : al.pieces) ::close(p.fd);
 }
+
+Status Exports::addVmm(void* addr, size_t len, int device, uint64_t& base, uint64_t& size, uint64_t& id) {
+  std::vector<gpu::vmm::Piece> pieces;
+  Status s = gpu::vmm::exportRange(gpu::CudaDriver::get(), device, addr, len, base, size, pieces);
+  if (!s.ok()) return s;
+  std::lock_guard lk(mu_);
+  Alloc& al = allocs_[{base, size}];
+  if (al.vmm) {  // exported already (another region of the same range)
+    for (auto& p : pieces) ::close(p.fd);
+  } else {
+    al.vmm = ++next_vmm_;
+    al.size = size;
+    al.pieces = std::move(pieces);
+    vmm_ids_[al.vmm] = {base, size};
+  }
+  id = al.vmm;
+  return Status::OK();
+}
+
+Status Exports::pieces(uint64_t id, uint64_t& size, std::vector<gpu::vmm::Piece>& out) {
+  out.clear();
+  std::lock_guard lk(mu_);
+  auto k = vmm_ids_.find(id);
+  auto al = k == vmm_ids_.end() ? allocs_.end() : allocs_.find(k->second);
+  if (al == allocs_.end() || al->second.refs == 0)
+    return {Code::kOutOfRange, fmt::format("VMM range {} is not exported (unregistered by its owner)", id)};
+  size = al->second.size;
+  for (const auto& p : al->second.pieces) {
+    const int fd = ::fcntl(p.fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) {
+      for (auto& q : out) ::close(q.fd);
+      out.clear();
+      return {Code::kUnavailable, fmt::format("dup of a VMM allocation's fd: {}", std::strerror(errno))};
+    }
+    out.push_back({p.at, p.size, fd});
+  }
+  counters_->vmm_fds_passed.fetch_add(out.size(), std::memory_order_relaxed);
+  return Status::OK();
+}
+
+void Exports::readerLeft(uint64_t token) { freeHolder(readers_, kHolderToken | token); }
 
 Status Exports::add(void* addr, size_t len, int device, const std::string& bus, nlohmann::json& attrs) {
   const gpu::CudaDriver* d = gpu::CudaDriver::get();
@@ -83,17 +127,27 @@ Status Exports::add(void* addr, size_t len, int device, const std::string& bus, 
   size_t size = 0;
   gpu::cu::IpcMemHandle handle{};
   bool fresh = false;
+  // CUDA virtual memory (cuMemMap) has no legacy IPC handle: its physical
+  // allocations are shared by fd over the socket (gpu/vmm.h).
+  const bool mapped = d->pointer(addr).mapped;
+  uint64_t vmm = 0, vmm_size = 0;
   // On a thread of its own: the driver calls need the GPU's context current,
   // and the caller's thread keeps the one it had.
   Status s = onOwnThread([&] {
     Status st = d->bindDevice(device);
     if (!st.ok()) return st;
+    if (mapped) {
+      uint64_t sz = 0;
+      st = addVmm(addr, len, device, base, sz, vmm);
+      size = vmm_size = sz;
+      return st;
+    }
     if (!(st = d->allocation(addr, base, size)).ok()) return st;
     if (a + len > base + size)
       return Status(Code::kInvalidArgument,
                     fmt::format("[{:#x}, +{}) runs past its allocation [{:#x}, +{})", a, len, base, size));
     std::lock_guard lk(mu_);
-    auto it = allocs_.find(base);
+    auto it = allocs_.find({base, 0});
     if (it != allocs_.end() && it->second.size == size) {
       handle = it->second.handle;
       return Status::OK();
@@ -113,8 +167,13 @@ Status Exports::add(void* addr, size_t len, int device, const std::string& bus, 
   } else {
     return {Code::kCapacityExceeded, fmt::format("more than {} GPU regions exported", kTableSlots)};
   }
-  Alloc& al = allocs_[base];
-  if (fresh || al.refs == 0) {
+  Alloc& al = allocs_[{base, vmm_size}];
+  if (vmm) {
+    if (al.refs == 0) {
+      counters_->exported_allocations.fetch_add(1, std::memory_order_relaxed);
+      counters_->vmm_exported.fetch_add(1, std::memory_order_relaxed);
+    }
+  } else if (fresh || al.refs == 0) {
     al.handle = handle;
     al.size = size;
     if (al.refs == 0) counters_->exported_allocations.fetch_add(1, std::memory_order_relaxed);
@@ -122,13 +181,17 @@ Status Exports::add(void* addr, size_t len, int device, const std::string& bus, 
   al.refs++;
   const uint64_t gen = ++gen_;
   table_[slot].store(gen, std::memory_order_release);
-  regions_[a] = Region{base, slot};
+  regions_[a] = Region{base, slot, vmm_size};
   counters_->exported_regions.fetch_add(1, std::memory_order_relaxed);
+  attrs = {{"base", base}, {"size", size}, {"offset", a - base}, {"bus", bus}, {"slot", slot}, {"gen", gen}};
+  if (vmm) {
+    attrs["vmm"] = vmm;  // its allocations' fds: asked for over the socket (nvlink_socket.h)
+    return Status::OK();
+  }
   std::string hex;
   hex.reserve(2 * gpu::cu::kIpcHandleSize);
   for (char c : handle.reserved) hex += fmt::format("{:02x}", static_cast<unsigned char>(c));
-  attrs = {{"handle", hex}, {"base", base}, {"size", size}, {"offset", a - base},
-           {"bus", bus},    {"slot", slot}, {"gen", gen}};
+  attrs["handle"] = hex;
   return Status::OK();
 }
 
@@ -139,8 +202,15 @@ bool Exports::withdrawLocked(uint64_t addr, uint32_t& slot, uint64_t& gen) {
   gen = table_[slot].load(std::memory_order_relaxed);
   // Peers check this word before every group of copies: from here on they refuse it.
   table_[slot].store(0, std::memory_order_release);
-  auto al = allocs_.find(it->second.base);
+  auto al = allocs_.find({it->second.base, it->second.vmm_size});
   if (al != allocs_.end() && --al->second.refs == 0) {
+    if (al->second.vmm) {
+      // Peers that imported the range keep their mappings until their
+      // descriptor drops it (or this process exits); none gets it again.
+      for (auto& p : al->second.pieces) ::close(p.fd);
+      vmm_ids_.erase(al->second.vmm);
+      counters_->vmm_exported.fetch_sub(1, std::memory_order_relaxed);
+    }
     allocs_.erase(al);
     counters_->exported_allocations.fetch_sub(1, std::memory_order_relaxed);
   }
@@ -185,10 +255,11 @@ void Exports::close() {
 
 // ---- Mapping ----------------------------------------------------------------
 
-void closeMapping(uint64_t dptr, int device, Counters* counters) {
+void closeMapping(uint64_t dptr, int device, uint64_t vmm_size, Counters* counters) {
   const gpu::CudaDriver* d = gpu::CudaDriver::get();
   Status s = d->bindDevice(device);
-  if (s.ok()) s = d->check(d->api().IpcCloseMemHandle(dptr), fmt::format("cuIpcCloseMemHandle({:#x})", dptr));
+  if (s.ok() && vmm_size) s = gpu::vmm::releaseRange(d, device, dptr, vmm_size);
+  else if (s.ok()) s = d->check(d->api().IpcCloseMemHandle(dptr), fmt::format("cuIpcCloseMemHandle({:#x})", dptr));
   if (!s.ok()) HLOG_WARN("nvlink: {}", s.message());
   if (counters) counters->handles_closed.fetch_add(1, std::memory_order_relaxed);
 }
@@ -221,8 +292,8 @@ void Mapping::closeLocked() {
   if (closed_) return;
   closed_ = true;
   if (direct) return;
-  if (watcher) watcher->close(dptr, device, counters);
-  else closeMapping(dptr, device, counters.get());
+  if (watcher) watcher->close(dptr, device, vmm_size, counters);
+  else closeMapping(dptr, device, vmm_size, counters.get());
 }
 
 // ---- Owner ------------------------------------------------------------------
@@ -230,11 +301,20 @@ void Mapping::closeLocked() {
 Owner::~Owner() {
   if (watcher && !self) watcher->remove(this);
   if (pidfd >= 0) ::close(pidfd);
+  if (sock >= 0) ::close(sock);  // the owner frees the reader slots named by our token
   // No group holds a view of this owner any more: its copies completed.
   for (auto& r : readers_)
     if (r) r->release();
   if (readers) ::munmap(readers, kReadersBytes);
   if (table_bytes) ::munmap(const_cast<std::atomic<uint64_t>*>(table), table_bytes);
+}
+
+bool Owner::exited() const {
+  if (pidfd >= 0) {
+    pollfd p{pidfd, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;  // a pidfd is readable once its process exited
+  }
+  return processStartTime(pid) != start;
 }
 
 Status Owner::reader(size_t worker, Reader*& out) {
@@ -244,7 +324,7 @@ Status Owner::reader(size_t worker, Reader*& out) {
   if (readers_.size() <= worker) readers_.resize(worker + 1);
   if (!readers_[worker]) {
     auto r = std::make_unique<Reader>();
-    if (!r->claim(readers))
+    if (!r->claim(readers, other_pidns ? kHolderToken | token : 0))
       return {Code::kUnavailable, fmt::format("the region table of {} has no free reader slot ({} copy threads of "
                                               "live processes hold them all)",
                                               name, kReaderSlots)};
@@ -277,6 +357,33 @@ Status Owner::open(const BufferInfo& b, std::shared_ptr<Mapping>& out, bool& swi
   if (self) {
     m->dptr = b.base;  // our own allocation
     m->direct = true;
+  } else if (b.vmm) {
+    // A VMM range: its allocations' fds from the owner's socket, imported and
+    // mapped back to back in a reservation of our own.
+    if (sock < 0) return {Code::kUnavailable, fmt::format("the owner, {}, has no socket to pass its memory", name)};
+    uint64_t size = 0;
+    std::vector<gpu::vmm::Piece> pieces;
+    Status s = importPieces(sock, b.vmm, size, pieces);
+    if (!s.ok()) {
+      if (exited()) {
+        dead.store(true, std::memory_order_release);
+        return {Code::kUnavailable, fmt::format("the owner, {}, has exited", name)};
+      }
+      return Status(s.code(), fmt::format("VMM range {} of {}: {}", b.vmm, name, s.message()));
+    }
+    if (size != b.size) s = Status(Code::kRemoteError, fmt::format("VMM range {} of {} is {} bytes, its descriptor "
+                                                                   "said {}", b.vmm, name, size, b.size));
+    std::vector<int> all;
+    for (int g = 0; g < gpu::CudaDriver::get()->deviceCount(); ++g) all.push_back(g);
+    switched = true;
+    uint64_t va = 0;
+    if (s.ok()) s = gpu::vmm::importRange(gpu::CudaDriver::get(), b.device, pieces, size, all, va);
+    for (auto& p : pieces) ::close(p.fd);  // the mappings hold the allocations
+    if (!s.ok()) return s;
+    m->dptr = va;
+    m->vmm_size = size;
+    counters->handles_opened.fetch_add(1, std::memory_order_relaxed);
+    counters->vmm_imported.fetch_add(1, std::memory_order_relaxed);
   } else {
     const gpu::CudaDriver* d = gpu::CudaDriver::get();
     switched = true;
@@ -287,7 +394,7 @@ Status Owner::open(const BufferInfo& b, std::shared_ptr<Mapping>& out, bool& swi
     gpu::cu::DevicePtr p = 0;
     gpu::cu::Result rc = d->api().IpcOpenMemHandle(&p, h, gpu::cu::kIpcLazyEnablePeerAccess);
     if (rc != gpu::cu::kSuccess) {
-      if (processStartTime(pid) != start) {
+      if (exited()) {
         dead.store(true, std::memory_order_release);
         return {Code::kUnavailable, fmt::format("the owner, {}, has exited", name)};
       }
@@ -334,6 +441,24 @@ Status PeerRef::mapping(size_t i, Mapping*& out, bool& switched) {
   return Status::OK();
 }
 
+std::string PeerRef::mechanism() const {
+  size_t legacy = 0, vmm = 0, none = 0, other_ns = 0, unreachable = 0;
+  for (const BufferInfo& b : bufs) {
+    if (b.exported) (b.vmm ? vmm : legacy)++;
+    else if (b.other_pidns) other_ns++;
+    else if (b.socket_reason != RouteReason::kNone) unreachable++;
+    else if (b.no_handle) none++;
+  }
+  std::string out = fmt::format("legacy CUDA IPC handles for {} buffer(s), VMM by file descriptor for {}", legacy, vmm);
+  if (other_ns) out += fmt::format(", {} legacy handle(s) refused (owner in another pid namespace)", other_ns);
+  if (unreachable) out += fmt::format(", {} VMM buffer(s) refused (the owner's socket is out of reach)", unreachable);
+  if (none) out += fmt::format(", {} without either (no_ipc_handle)", none);
+  if (owner->self) return out + "; the owner is this process (addressed directly)";
+  return out + (owner->sock >= 0 ? fmt::format("; owner reached over its socket {}{}", owner->socket,
+                                               owner->other_pidns ? " from another pid namespace" : "")
+                                 : fmt::format("; owner found by pid {} (no socket published)", owner->pid));
+}
+
 // ---- Watcher ----------------------------------------------------------------
 
 Watcher::~Watcher() { stop(); }
@@ -371,7 +496,7 @@ void Watcher::stop() {
     running_ = false;
     left.swap(closes_);
   }
-  for (auto& c : left) closeMapping(c.dptr, c.device, c.counters.get());
+  for (auto& c : left) closeMapping(c.dptr, c.device, c.vmm_size, c.counters.get());
   ::close(epfd_);
   ::close(evfd_);
   epfd_ = evfd_ = -1;
@@ -395,16 +520,16 @@ void Watcher::remove(Owner* o) {
   owners_.erase(o);
 }
 
-void Watcher::close(uint64_t dptr, int device, std::shared_ptr<Counters> counters) {
+void Watcher::close(uint64_t dptr, int device, uint64_t vmm_size, std::shared_ptr<Counters> counters) {
   {
     std::lock_guard lk(mu_);
     if (running_ && !stop_) {
-      closes_.push_back(Close{dptr, device, std::move(counters)});
+      closes_.push_back(Close{dptr, device, vmm_size, std::move(counters)});
       wake();
       return;
     }
   }
-  closeMapping(dptr, device, counters.get());
+  closeMapping(dptr, device, vmm_size, counters.get());
 }
 
 void Watcher::run() {
@@ -450,14 +575,14 @@ void Watcher::run() {
       }
       o->died();
     }
-    for (auto& c : closes) closeMapping(c.dptr, c.device, c.counters.get());
+    for (auto& c : closes) closeMapping(c.dptr, c.device, c.vmm_size, c.counters.get());
     {
       // Closes queued by died() (idle mappings), right away.
       std::lock_guard lk(mu_);
       closes.clear();
       closes.swap(closes_);
     }
-    for (auto& c : closes) closeMapping(c.dptr, c.device, c.counters.get());
+    for (auto& c : closes) closeMapping(c.dptr, c.device, c.vmm_size, c.counters.get());
   }
 }
 

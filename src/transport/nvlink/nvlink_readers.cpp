@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -49,6 +50,7 @@ std::atomic_ref<uint64_t> word(uint64_t& w) { return std::atomic_ref<uint64_t>(w
 // (when it wrote one) its start time, so a pid reused by another process
 // does not count.
 bool alive(uint64_t pid, uint64_t start) {
+  if (pid & kHolderToken) return true;  // until the owner frees it (freeHolder)
   if (pid == 0 || pid > INT32_MAX) return false;
   if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return false;
   return start == 0 || processStartTime(static_cast<int64_t>(pid)) == start;
@@ -86,9 +88,19 @@ void waitForReaders(void* readers, uint32_t slot, uint64_t gen, std::atomic<uint
   tsanAcquire(slot);
 }
 
-bool Reader::claim(void* readers) {
-  const uint64_t me = static_cast<uint64_t>(::getpid());
-  const uint64_t my_start = processStartTime(static_cast<int64_t>(me));
+void freeHolder(void* readers, uint64_t holder) {
+  if (!readers || (holder & kHolderToken) == 0) return;
+  ReaderSlot* sl = slots(readers);
+  const uint64_t used = std::min<uint64_t>(word(header(readers)->used).load(std::memory_order_acquire), kReaderSlots);
+  for (uint64_t i = 0; i < used; ++i) {
+    uint64_t cur = holder;
+    word(sl[i].pid).compare_exchange_strong(cur, 0, std::memory_order_acq_rel);
+  }
+}
+
+bool Reader::claim(void* readers, uint64_t holder) {
+  const uint64_t me = holder ? holder : static_cast<uint64_t>(::getpid());
+  const uint64_t my_start = holder ? 0 : processStartTime(static_cast<int64_t>(me));
   ReaderSlot* sl = slots(readers);
   for (uint32_t i = 0; i < kReaderSlots; ++i) {
     auto pid = word(sl[i].pid);

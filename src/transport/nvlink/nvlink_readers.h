@@ -43,11 +43,16 @@ struct ReadersHeader {
   uint64_t pad[7];
 };
 struct ReaderSlot {
-  uint64_t pid;    // the initiator process holding it; 0: free
+  uint64_t pid;    // the initiator process holding it; 0: free. With kHolderToken set: the token of its
+                   // connection to the owner's socket (an initiator in another pid namespace)
   uint64_t start;  // that process's start time (processStartTime): a reused pid is not it
   uint64_t pad[6]; // a cache line each
 };
 static_assert(sizeof(ReadersHeader) == 64 && sizeof(ReaderSlot) == 64);
+
+// A holder named by a token, not a pid: alive until the owner frees its slots
+// (its connection to the owner's socket closed: freeHolder).
+inline constexpr uint64_t kHolderToken = uint64_t{1} << 63;
 
 inline constexpr size_t kTableBytes = kTableSlots * sizeof(uint64_t);
 inline constexpr size_t kBitmapWords = kTableSlots / 64;
@@ -66,13 +71,18 @@ static_assert(kReadersOffset % 4096 == 0);
 // `waits` counts the withdrawal as it starts waiting.
 void waitForReaders(void* readers, uint32_t slot, uint64_t gen, std::atomic<uint64_t>& waits);
 
+// Owner side: frees the reader slots held by `holder` (kHolderToken | a
+// connection's token): that initiator is gone, its copies with it.
+void freeHolder(void* readers, uint64_t holder);
+
 // One stream worker's reader slot in one owner's readers' area. Used by
 // that worker's thread alone once claimed.
 class Reader {
  public:
   // Claims a free slot (or one of a process gone) of the area at `readers`
-  // for this process; false when every slot is held.
-  bool claim(void* readers);
+  // for this process (named by its pid, or by `holder` where the owner
+  // cannot see it: another pid namespace); false when every slot is held.
+  bool claim(void* readers, uint64_t holder = 0);
   // Gives the slot back (no copy of it is in flight).
   void release();
   // A group about to copy with table slot `s`: its bit is set (the caller

@@ -14,6 +14,7 @@
 #include <charconv>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -22,7 +23,9 @@
 #include "gpu/copy_kernel.h"
 #include "gpu/cuda_driver.h"
 #include "metadata/descriptor.h"
+#include "gpu/vmm.h"
 #include "transport/nvlink/nvlink_internal.h"
+#include "transport/nvlink/nvlink_socket.h"
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
@@ -77,10 +80,20 @@ bool decodeBufferAttrs(const BufferDesc& bd, BufferInfo& b, std::string& bus) {
     b.no_handle = true;
     return false;
   }
-  if (auto h = a->find("handle"); h == a->end() || !h->is_string() || !parseHex(h->get<std::string>(), b.handle) ||
-                                  !field(*a, "base", b.base) || !field(*a, "size", b.size) ||
-                                  !field(*a, "slot", b.slot) || !field(*a, "gen", b.gen) ||
-                                  b.slot >= kTableSlots) {
+  // A VMM range (its allocations' fds come over the owner's socket), or a
+  // legacy IPC handle.
+  const bool vmm = a->contains("vmm");
+  if (vmm ? !field(*a, "vmm", b.vmm) || b.vmm == 0
+          : [&] {
+              auto h = a->find("handle");
+              return h == a->end() || !h->is_string() || !parseHex(h->get<std::string>(), b.handle);
+            }()) {
+    b.why = fmt::format("malformed attrs.nvlink {}", a->dump());
+    return false;
+  }
+  if (vmm) b.handle = fmt::format("vmm:{}", b.vmm);
+  if (!field(*a, "base", b.base) || !field(*a, "size", b.size) || !field(*a, "slot", b.slot) ||
+      !field(*a, "gen", b.gen) || b.slot >= kTableSlots) {
     b.why = fmt::format("malformed attrs.nvlink {}", a->dump());
     return false;
   }
@@ -104,8 +117,10 @@ Status NvlinkTransport::loadSettings(const Config& cfg, NvlinkSettings& out) {
       !(st = cfg.getBool("nvlink.spin_wait", s.spin_wait)).ok() ||
       !(st = cfg.getBool("nvlink.issue_inline", s.issue_inline)).ok() ||
       !(st = cfg.getSize("nvlink.plan_cache", s.plan_cache)).ok() ||
+      !(st = cfg.getString("nvlink.socket_dir", s.socket_dir)).ok() ||
       !(st = gpu::CopySettings::fromConfig(cfg, s.copy)).ok())
     return st;
+  while (s.socket_dir.size() > 1 && s.socket_dir.back() == '/') s.socket_dir.pop_back();
   out = s;
   return Status::OK();
 }
@@ -134,7 +149,10 @@ RouteDecline NvlinkTransport::declinesBuffer(const PeerHandle& peer, int buffer)
   if (b.exported) return {};
   // Not exported: no IPC handle published for it (or none this process can
   // use); a buffer of host memory is not nvlink's to decline (its caps say so).
-  return {b.no_handle ? RouteReason::kNoIpcHandle : RouteReason::kRefused,
+  return {b.other_pidns                              ? RouteReason::kOtherPidNamespace
+          : b.socket_reason != RouteReason::kNone ? b.socket_reason
+          : b.no_handle                           ? RouteReason::kNoIpcHandle
+                                                  : RouteReason::kRefused,
           fmt::format("buffer {} of segment '{}' cannot go over nvlink: {}", buffer, ref.segment, b.why)};
 }
 
@@ -168,6 +186,25 @@ Status NvlinkTransport::install(const TransportContext& ctx) {
   if (!(s = nvlink::Exports::create(counters_, exports_)).ok()) return s;
   watcher_ = std::make_shared<nvlink::Watcher>();
   if (!(s = watcher_->start()).ok()) return s;
+  // The local socket: the table, a pidfd and VMM memory's fds for peers.
+  {
+    std::random_device rd;
+    nonce_ = ((static_cast<uint64_t>(rd()) << 32) ^ rd()) | 1;
+  }
+  nvlink::Exports* ex = exports_.get();
+  server_ = std::make_unique<nvlink::Server>(
+      ex->tableFd(), nonce_,
+      [ex](uint64_t id, uint64_t& size, std::vector<gpu::vmm::Piece>& out) { return ex->pieces(id, size, out); },
+      [ex](uint64_t token) { ex->readerLeft(token); });
+  if (!(s = server_->start(settings_.socket_dir)).ok()) {
+    if (s.code() != Code::kNotSupported) return s;  // a bad nvlink.socket_dir fails init naming it
+    // No socket (no pidfd_open, a directory not writable): legacy IPC handles
+    // by pid still work; VMM memory and other pid namespaces do not.
+    HLOG_WARN("nvlink: no local socket ({}): CUDA virtual memory is not shared, peers in other pid namespaces are "
+              "not served",
+              s.message());
+    server_.reset();
+  }
   installed_ = true;
   HLOG_INFO("nvlink transport: {} GPU(s), {} stream(s) per GPU, stripe {} B", buses_.size(), settings_.streams,
             settings_.stripe_size);
@@ -179,6 +216,7 @@ void NvlinkTransport::shutdown() {
   // Peers stop copying from and to this engine's memory, and the copies they
   // issued before end first (this engine's own workers among them: still running).
   if (exports_) exports_->close();
+  if (server_) server_->stop();  // peers get no more fds (their mappings stay until they drop them)
   std::lock_guard lk(workers_mu_);
   for (auto& [dev, ws] : workers_)
     for (auto& w : ws) w->stop();
@@ -204,6 +242,10 @@ void NvlinkTransport::describe(nlohmann::json& attrs) const {
   // Peers announce their copies in the table's readers' area, and a
   // withdrawal waits for them (nvlink_readers.h).
   attrs["readers"] = nvlink::kReaderSlots;
+  // Its local socket (nvlink_socket.h): the table and a pidfd across pid
+  // namespaces, and the fds of its CUDA virtual memory.
+  attrs["socket"] = server_ ? server_->name() : "";
+  attrs["nonce"] = nonce_;
 }
 
 Status NvlinkTransport::registerRegion(const Region& r, nlohmann::json& attrs, std::shared_ptr<const Registration>& out) {
@@ -260,57 +302,89 @@ Status NvlinkTransport::openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHa
     return declined(why, RouteReason::kPeerIncompatible, {Code::kNotSupported, fmt::format("segment '{}': malformed "
                                                                                    "transports.nvlink {}", seg.name,
                                                                                    it->dump())});
-  if (pidns != pidns_)
+  // An owner that publishes its local socket hands over its table and a
+  // pidfd there (no pid needed: any pid namespace); an owner of an earlier
+  // release is found by pid (this pid namespace only).
+  std::string socket;
+  uint64_t nonce = 0;
+  if (auto so = it->find("socket"); so != it->end() && so->is_string() && field(*it, "nonce", nonce))
+    socket = so->get<std::string>();
+  const bool other_ns = pidns != pidns_;
+  if (other_ns && socket.empty())
     return declined(why, RouteReason::kOtherPidNamespace,
-                   {Code::kNotSupported, fmt::format("segment '{}' runs in another pid namespace: CUDA IPC and the "
-                                                     "owner's liveness check need both processes in one", seg.name)});
+                   {Code::kNotSupported, fmt::format("segment '{}' runs in another pid namespace and publishes no nvlink "
+                                                     "socket (an earlier release): its owner cannot be reached from "
+                                                     "here", seg.name)});
 
   std::shared_ptr<nvlink::Owner> owner;
   {
     std::lock_guard lk(owners_mu_);
     for (auto o = owners_.begin(); o != owners_.end();) o = o->second.expired() ? owners_.erase(o) : std::next(o);
-    const std::string key = fmt::format("{}:{}:{}", pid, start, fd);
+    const std::string key = fmt::format("{}:{}:{}:{}", pidns, pid, start, fd);
     auto f = owners_.find(key);
     if (f != owners_.end()) owner = f->second.lock();
     if (!owner) {
       auto o = std::make_shared<nvlink::Owner>();
       o->pid = pid;
       o->start = start;
-      o->name = fmt::format("process {} (segment '{}')", pid, seg.name);
+      o->other_pidns = other_ns;
+      o->name = other_ns ? fmt::format("process {} of another pid namespace (segment '{}')", pid, seg.name)
+                         : fmt::format("process {} (segment '{}')", pid, seg.name);
       o->watcher = watcher_;
       o->counters = counters_;
       // An owner in this process (another engine, or this one) is addressed
       // directly; its table is still its own.
-      o->self = pid == ::getpid() && start == start_time_;
-      if (!o->self) {
-        if (nvlink::processStartTime(pid) != start)
-          return declined(why, RouteReason::kPeerGone, {Code::kUnavailable, fmt::format("the owner of segment '{}', "
-                                                                                  "process {}, has exited",
-                                                                                  seg.name, pid)});
-        o->pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
-        if (o->pidfd < 0 && errno == ESRCH)
-          return declined(why, RouteReason::kPeerGone, {Code::kUnavailable, fmt::format("the owner of segment '{}', "
-                                                                                  "process {}, has exited",
-                                                                                  seg.name, pid)});
-      }
-      const std::string path = fmt::format("/proc/{}/fd/{}", pid, fd);
-      char link[256] = {0};
-      ssize_t ln = ::readlink(path.c_str(), link, sizeof(link) - 1);
-      if (ln < 0 || std::strstr(link, nvlink::kTableName) == nullptr)
-        return declined(why, RouteReason::kPermissionDenied,
-                       {Code::kNotSupported,
-                        fmt::format("segment '{}': cannot see the owner's region table {}: {} (nvlink needs both "
-                                    "processes under one user)", seg.name, path,
-                                    ln < 0 ? std::strerror(errno) : "not the table")});
+      o->self = !other_ns && pid == ::getpid() && start == start_time_;
       // The readers' area (an owner of an earlier release has none) is
       // written here: the file is opened read-write, the table mapped read-only.
       uint32_t reader_slots = 0;
       const bool readers = field(*it, "readers", reader_slots) && reader_slots == nvlink::kReaderSlots;
-      int tfd = ::open(path.c_str(), (readers ? O_RDWR : O_RDONLY) | O_CLOEXEC);
-      if (tfd < 0)
-        return declined(why, RouteReason::kPermissionDenied,
-                       {Code::kNotSupported, fmt::format("segment '{}': cannot open the owner's region table {}: {}",
-                                                         seg.name, path, std::strerror(errno))});
+      int tfd = -1;
+      if (!o->self && !socket.empty()) {
+        nvlink::Welcome w;
+        RouteReason r = RouteReason::kNone;
+        Status cs = nvlink::connectOwner(socket, nonce, seg.name, w, r);
+        if (!cs.ok()) {
+          if (w.sock >= 0) ::close(w.sock);
+          if (other_ns) return declined(why, r, cs);
+          HLOG_DEBUG("nvlink: {}; finding the owner by pid instead", cs.message());
+          o->socket_reason = r;
+          o->socket_why = cs.message();
+        } else {
+          o->sock = w.sock;
+          o->pidfd = w.pidfd;
+          o->token = w.token;
+          o->socket = socket;
+          tfd = w.table_fd;
+        }
+      }
+      if (tfd < 0) {
+        if (!o->self) {
+          if (nvlink::processStartTime(pid) != start)
+            return declined(why, RouteReason::kPeerGone, {Code::kUnavailable, fmt::format("the owner of segment '{}', "
+                                                                                    "process {}, has exited",
+                                                                                    seg.name, pid)});
+          o->pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+          if (o->pidfd < 0 && errno == ESRCH)
+            return declined(why, RouteReason::kPeerGone, {Code::kUnavailable, fmt::format("the owner of segment '{}', "
+                                                                                    "process {}, has exited",
+                                                                                    seg.name, pid)});
+        }
+        const std::string path = fmt::format("/proc/{}/fd/{}", pid, fd);
+        char link[256] = {0};
+        ssize_t ln = ::readlink(path.c_str(), link, sizeof(link) - 1);
+        if (ln < 0 || std::strstr(link, nvlink::kTableName) == nullptr)
+          return declined(why, RouteReason::kPermissionDenied,
+                         {Code::kNotSupported,
+                          fmt::format("segment '{}': cannot see the owner's region table {}: {} (nvlink needs both "
+                                      "processes under one user)", seg.name, path,
+                                      ln < 0 ? std::strerror(errno) : "not the table")});
+        tfd = ::open(path.c_str(), (readers ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+        if (tfd < 0)
+          return declined(why, RouteReason::kPermissionDenied,
+                         {Code::kNotSupported, fmt::format("segment '{}': cannot open the owner's region table {}: {}",
+                                                           seg.name, path, std::strerror(errno))});
+      }
       struct stat st {};
       const size_t bytes = nvlink::kTableBytes;
       const size_t need = readers ? nvlink::kTableFileBytes : bytes;
@@ -336,8 +410,8 @@ Status NvlinkTransport::openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHa
       o->table_bytes = bytes;
       if (readers) o->readers = r;
       if (!o->self) {
-        // The pid named the owner throughout (not a reused number).
-        if (nvlink::processStartTime(pid) != start)
+        // The owner is still the one the descriptor named (its pid not reused).
+        if (o->exited() || (!other_ns && nvlink::processStartTime(pid) != start))
           return declined(why, RouteReason::kPeerGone, {Code::kUnavailable, fmt::format("the owner of segment '{}', "
                                                                                   "process {}, has exited",
                                                                                   seg.name, pid)});
@@ -357,6 +431,22 @@ Status NvlinkTransport::openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHa
     nvlink::BufferInfo& b = ref->bufs[i];
     std::string bus;
     if (!nvlink::decodeBufferAttrs(bd, b, bus)) continue;
+    if (!b.vmm && owner->other_pidns) {
+      // Legacy CUDA IPC handles do not open across pid namespaces (the driver
+      // checks the exporting process; UCX refuses them likewise): VMM memory
+      // shared by fd does.
+      b.why = "a legacy CUDA IPC handle (cudaMalloc memory) of an owner in another pid namespace cannot be opened "
+              "here; memory from cuMemCreate with the POSIX fd handle type (PyTorch's expandable_segments:True) can";
+      b.other_pidns = true;
+      continue;
+    }
+    if (b.vmm && owner->sock < 0 && !owner->self) {
+      // The fds of VMM memory come over the owner's socket only.
+      b.why = owner->socket_why.empty() ? "its owner publishes no socket to pass VMM memory's fds over"
+                                        : "its owner's socket passes VMM memory's fds: " + owner->socket_why;
+      b.socket_reason = owner->socket_why.empty() ? RouteReason::kNoIpcHandle : owner->socket_reason;
+      continue;
+    }
     b.device = ordinalOfBus(bus);
     if (b.device < 0) {
       b.why = fmt::format("its GPU (PCI {}) is not visible to this process", bus.empty() ? "unknown" : bus);
@@ -424,7 +514,19 @@ void NvlinkTransport::diagnose(TransportDiagnosis& out) const {
                                                        settings_.copy.kernel_below,
                                                        settings_.copy.max_ctas ? std::to_string(settings_.copy.max_ctas)
                                                                                : std::string("all")));
-  out.facts.emplace_back("peer liveness", "pidfd of the owner (kill(pid, 0) polled where pidfds are missing)");
+  out.facts.emplace_back("peer liveness", "pidfd of the owner, passed over its socket (across pid namespaces); "
+                                          "else by pid (kill(pid, 0) polled where pidfds are missing)");
+  out.facts.emplace_back("socket", server_ ? server_->name() : "none");
+  out.facts.emplace_back("socket scope", settings_.socket_dir.empty()
+                                             ? "the abstract namespace: peers of this network namespace"
+                                             : "the directory nvlink.socket_dir: peers that mount it");
+  std::string vmm_why;
+  const gpu::CudaDriver* drv = gpu::CudaDriver::get();
+  out.facts.emplace_back("memory shared", drv && gpu::vmm::supported(drv, vmm_why)
+                                              ? "cudaMalloc memory by legacy IPC handle (this pid namespace); CUDA "
+                                                "virtual memory (cuMemCreate, POSIX fd handle type) by file "
+                                                "descriptor over the socket (any pid namespace)"
+                                              : "cudaMalloc memory by legacy IPC handle only: " + vmm_why);
 }
 
 Counters NvlinkTransport::stats() const {
@@ -432,6 +534,11 @@ Counters NvlinkTransport::stats() const {
   const nvlink::Counters& c = *counters_;
   Counters out = {{"exported_regions", c.exported_regions.load()},
           {"exported_allocations", c.exported_allocations.load()},
+          {"vmm_exported", c.vmm_exported.load()},
+          {"vmm_fds_passed", c.vmm_fds_passed.load()},
+          {"vmm_imported", c.vmm_imported.load()},
+          {"socket_peers", server_ ? server_->peers() : 0},
+          {"socket_refused", server_ ? server_->refused() : 0},
           {"handles_opened", c.handles_opened.load()},
           {"handles_closed", c.handles_closed.load()},
           {"owner_deaths", c.owner_deaths.load()},

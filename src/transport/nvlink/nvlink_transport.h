@@ -31,7 +31,16 @@
 // streams. Owners and registrations are checked once per buffer of a group.
 // An owner in this very process is addressed directly (no IPC).
 //
+// Memory of CUDA's virtual memory management (cuMemCreate/cuMemMap, as
+// PyTorch's expandable segments allocate it) has no legacy IPC handle: its
+// physical allocations are exported as POSIX fds and passed over the
+// owner's local socket (nvlink_socket.h, gpu/vmm.h); the peer imports and
+// maps them in a reservation of its own. The socket also hands peers the
+// table and a pidfd, so an owner in another pid namespace is served (VMM
+// memory only: legacy handles do not open there).
+//
 // Files: nvlink_transport.cpp (install, export, peers, stats),
+// nvlink_socket.cpp (the local socket: owner's server, peer's requests),
 // nvlink_peer.cpp (owners, opened handles, the liveness watcher),
 // nvlink_readers.cpp (the table's readers' area: copies announced, waited for),
 // nvlink_sub_batch.cpp (prepare, prepareRuns, post, cancel),
@@ -54,6 +63,7 @@ namespace hawser {
 
 namespace nvlink {
 class Exports;
+class Server;
 class WindowCache;
 class Watcher;
 class StreamWorker;
@@ -70,6 +80,7 @@ struct NvlinkSettings {
   bool issue_inline = true;         // nvlink.issue_inline
   uint64_t plan_cache = 64ull << 20;  // nvlink.plan_cache (device bytes of kept run lists)
   gpu::CopySettings copy;           // gpu.copy_*: how windows of runs are copied
+  std::string socket_dir;           // nvlink.socket_dir ("": the abstract namespace)
 };
 
 class NvlinkTransport final : public Transport {
@@ -120,6 +131,8 @@ class NvlinkTransport final : public Transport {
   std::shared_ptr<nvlink::Counters> counters_;
   std::unique_ptr<nvlink::WindowCache> cache_;
   std::unique_ptr<nvlink::Exports> exports_;
+  std::unique_ptr<nvlink::Server> server_;  // the local socket (nvlink_socket.h)
+  uint64_t nonce_ = 0;                      // peers' hello must carry it (published by describe)
   std::shared_ptr<nvlink::Watcher> watcher_;
   std::mutex workers_mu_;
   std::map<int, std::vector<std::unique_ptr<nvlink::StreamWorker>>> workers_;

@@ -1,10 +1,6 @@
 // The target's side of the shm transport's local socket (shm_server.h).
 #include "transport/shm/shm_server.h"
 
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <sys/socket.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +9,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "local/local_socket.h"
 #include "transport/shm/shm_socket.h"
 
 namespace hawser::shm {
@@ -25,39 +22,16 @@ Server::~Server() {
 }
 
 Status Server::start(const std::string& dir) {
-  Status s = listenAt(dir, name_, listen_);
-  if (!s.ok()) return s;
-  pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0));
-  epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  evfd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (pidfd_ < 0 || epfd_ < 0 || evfd_ < 0)
-    return {Code::kNotSupported, fmt::format("shm socket: pidfd/epoll/eventfd: {}", std::strerror(errno))};
-  for (int fd : {listen_, evfd_}) {
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.fd = fd;
-    ::epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev);
-  }
-  thread_ = std::thread([this] { run(); });
-  return Status::OK();
+  pidfd_ = local::selfPidfd();
+  if (pidfd_ < 0) return {Code::kNotSupported, fmt::format("shm socket: pidfd_open: {}", std::strerror(errno))};
+  return listener_.start(local::Place{dir, "hawser-shm", "shm.socket_dir"},
+                         [this](int fd) { return handle(fd, conns_[fd]); }, [this](int fd) { closed(fd); });
 }
 
 void Server::stop() {
-  if (thread_.joinable()) {
-    uint64_t one = 1;
-    (void)!::write(evfd_, &one, sizeof one);
-    thread_.join();
-  }
-  for (auto& [fd, c] : conns_) {
-    if (c.token) table_.readerLeft(c.token);
-    ::close(fd);
-  }
-  conns_.clear();
-  if (listen_ >= 0 && !name_.empty() && name_[0] != '@') ::unlink(name_.c_str());
-  for (int* fd : {&listen_, &epfd_, &evfd_, &pidfd_}) {
-    if (*fd >= 0) ::close(*fd);
-    *fd = -1;
-  }
+  listener_.stop();  // every connection's slots freed (closed())
+  if (pidfd_ >= 0) ::close(pidfd_);
+  pidfd_ = -1;
 }
 
 void Server::share(uint64_t gen, uint64_t addr, uint64_t length, const Backing& b) {
@@ -73,40 +47,13 @@ void Server::unshare(uint64_t gen) {
   shared_.erase(it);
 }
 
-void Server::run() {
-  epoll_event evs[16];
-  for (;;) {
-    const int n = ::epoll_wait(epfd_, evs, 16, -1);
-    if (n < 0 && errno != EINTR) return;
-    for (int i = 0; i < n; ++i) {
-      const int fd = evs[i].data.fd;
-      if (fd == evfd_) return;
-      if (fd == listen_) {
-        const int c = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
-        if (c < 0) continue;
-        epoll_event ev{};
-        ev.events = EPOLLIN;
-        ev.data.fd = c;
-        ::epoll_ctl(epfd_, EPOLL_CTL_ADD, c, &ev);
-        conns_[c] = Conn{};
-        continue;
-      }
-      auto it = conns_.find(fd);
-      if (it == conns_.end()) continue;
-      if (!handle(fd, it->second)) drop(fd);
-    }
-  }
-}
-
-void Server::drop(int fd) {
+void Server::closed(int fd) {
   auto it = conns_.find(fd);
   if (it == conns_.end()) return;
   if (it->second.token) {
     table_.readerLeft(it->second.token);  // its slots are free again
     connected_.fetch_sub(1, std::memory_order_relaxed);
   }
-  ::epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
-  ::close(fd);
   conns_.erase(it);
 }
 
@@ -118,15 +65,15 @@ bool Server::handle(int fd, Conn& c) {
   Msg r;
   if (m.type == static_cast<uint32_t>(MsgType::kHello)) {
     r.type = static_cast<uint32_t>(MsgType::kWelcome);
-    Cred cred;
-    Status s = peerCred(fd, cred);
+    local::Cred cred;
+    Status s = local::peerCred(fd, cred);
     if (c.token) {
       r.status = 1;
       r.setWhy("a second hello on one connection");
     } else if (m.nonce != nonce_) {
       r.status = 1;
       r.setWhy("the nonce does not match this process's (a stale descriptor: the owner restarted?)");
-    } else if (!s.ok() || !trusted(cred.uid)) {
+    } else if (!s.ok() || !local::trusted(cred.uid)) {
       r.status = 1;
       r.setWhy(s.ok() ? fmt::format("uid {} may not map the memory of uid {} (same user or root only)", cred.uid,
                                     ::geteuid())

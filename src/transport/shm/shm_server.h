@@ -10,10 +10,10 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <unordered_map>
 
 #include "hawser/status.h"
+#include "local/local_listener.h"
 #include "transport/shm/shm_backing.h"
 #include "transport/shm/shm_table.h"
 
@@ -32,7 +32,7 @@ class Server {
   // Closes every connection and the listener; joins the thread.
   void stop();
   // The name initiators connect to ("@..." or a path).
-  const std::string& name() const { return name_; }
+  const std::string& name() const { return listener_.name(); }
 
   // Registration `gen` ([addr, +length)) may be mapped by peers: `b` (its fd
   // is the server's from here).
@@ -52,17 +52,16 @@ class Server {
   struct Conn {
     uint64_t token = 0;  // 0 until its hello was accepted
   };
-  void run();
   // Handles one message on `fd`; false: close the connection.
   bool handle(int fd, Conn& c);
-  void drop(int fd);
+  // Connection `fd` closes: its reader slots are free again.
+  void closed(int fd);
 
   TableWriter& table_;
   const uint64_t nonce_;
-  std::string name_;
-  int listen_ = -1, epfd_ = -1, evfd_ = -1, pidfd_ = -1;
-  std::thread thread_;
-  std::unordered_map<int, Conn> conns_;  // the thread's own
+  int pidfd_ = -1;
+  local::Listener listener_;
+  std::unordered_map<int, Conn> conns_;  // the listener thread's own
   uint64_t next_token_ = 1;
 
   std::mutex mu_;

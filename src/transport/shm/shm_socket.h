@@ -1,6 +1,6 @@
-// The shm transport's local socket: how two engines of one host hand each
-// other what the fast paths need as file descriptors (SCM_RIGHTS over a
-// SOCK_SEQPACKET Unix socket), whatever pid namespace each runs in.
+// The shm transport's messages over the local socket (local/local_socket.h:
+// descriptors passed with SCM_RIGHTS, whatever pid namespace each end runs
+// in).
 //
 // A target listens at a name of its own: "@hawser-shm-<random>" in the
 // abstract namespace (reachable from its network namespace only), or
@@ -16,14 +16,11 @@
 // cannot see).
 #pragma once
 
-#include <sys/types.h>
-
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "hawser/status.h"
-#include "base/route.h"
 
 namespace hawser::shm {
 
@@ -54,22 +51,6 @@ struct Msg {
   std::string whyText() const;
 };
 
-struct Cred {
-  pid_t pid = 0;  // in this pid namespace; 0: not visible from here
-  uid_t uid = 0;
-  gid_t gid = 0;
-};
-
-// Listens at a new name ("" dir: abstract). `name` gets "@..." or the path.
-Status listenAt(const std::string& dir, std::string& name, int& fd);
-// Connects to `name` (as listenAt gave it). kNotSupported, with the reason a
-// user can act on, where it is not reachable from here.
-Status connectTo(const std::string& name, int& fd, RouteReason& reason);
-// The credentials of the other end of `sock`.
-Status peerCred(int sock, Cred& out);
-// Whether the process at the other end (`uid`) is trusted: the same user as
-// this one, or root.
-bool trusted(uid_t uid);
 // Sends `m` with `fds` (may be empty).
 Status sendMsg(int sock, const Msg& m, const std::vector<int>& fds = {});
 // Receives one message within `timeout_ms`; `fds` gets what came with it

@@ -24,6 +24,7 @@
 #include "transport/shm/shm_backing.h"
 #include "transport/shm/shm_internal.h"
 #include "transport/shm/shm_server.h"
+#include "local/local_socket.h"
 #include "transport/shm/shm_socket.h"
 #include "transport/shm/shm_testing.h"
 
@@ -248,7 +249,7 @@ Status ShmTransport::connectPeer(const SegmentDesc& seg, const std::string& sock
                                  int64_t own_pid, std::shared_ptr<Peer>& out, RouteDecline& why) {
   int fd = -1;
   RouteReason reason = RouteReason::kNone;
-  Status s = shm::connectTo(socket, fd, reason);
+  Status s = local::connectTo(socket, "shm.socket_dir", fd, reason);
   if (!s.ok()) return declined(why, reason, {s.code(), fmt::format("segment '{}': {}", seg.name, s.message())});
   auto peer = std::shared_ptr<Peer>(new Peer(), [this](Peer* p) {
     if (p->table)
@@ -271,10 +272,10 @@ Status ShmTransport::connectPeer(const SegmentDesc& seg, const std::string& sock
   peer->nonce = nonce;
   // Who listens there: a process of a user we trust, and where it is in
   // this pid namespace (0: not visible from here).
-  shm::Cred cred;
-  s = shm::peerCred(fd, cred);
+  local::Cred cred;
+  s = local::peerCred(fd, cred);
   if (!s.ok()) return declined(why, RouteReason::kRefused, s);
-  if (!shm::trusted(cred.uid))
+  if (!local::trusted(cred.uid))
     return declined(why, RouteReason::kPermissionDenied, {Code::kNotSupported, fmt::format("the socket {} of segment '{}' belongs to uid {}: shm serves peers of the "
                                              "same user (or root) only",
                                              socket, seg.name, cred.uid)});

@@ -15,7 +15,10 @@
 //   owner's memory. A dma-buf export is a duplicate of that fd.
 // - Virtual memory management: cuMemCreate makes a physical allocation (a
 //   memfd), cuMemAddressReserve a range of device addresses, cuMemMap maps
-//   an allocation (or part of one) into it. cuMemGetAddressRange names one
+//   an allocation (or part of one) into it. cuMemExportToShareableHandle
+//   (POSIX fd, where cuMemCreate requested that handle type) gives a
+//   duplicate of the memfd; another process that receives it (SCM_RIGHTS)
+//   imports it with cuMemImportFromShareableHandle and maps the same bytes. cuMemGetAddressRange names one
 //   mapping, as the real driver does. A dma-buf of a mapped range is a new
 //   memfd laid out in address order, onto which the mapped pages are moved
 //   (copied, then the allocations' pages remapped there), so that the fd
@@ -38,6 +41,7 @@
 // CUDA, at the end of this file) count the calls and make launches fail.
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -84,8 +88,10 @@ struct Physical {
   int fd;
   int device;
   bool rdma;     // allocFlags.gpuDirectRDMACapable
+  int handle_types = 0;  // requestedHandleTypes
   int maps = 0;  // live mappings
-  bool released = false;
+  int refs = 1;  // cuMemCreate / cuMemImportFromShareableHandle / cuMemRetainAllocationHandle, less cuMemRelease
+  bool imported = false;  // from another process's fd
 };
 constexpr uint64_t kGranularity = 2ull << 20;  // as the real driver reports for device memory
 
@@ -424,7 +430,10 @@ Result cuMemCreate(unsigned long long* handle, size_t size, const AllocationProp
   if (!handle || !prop || prop->type != 1 || prop->location.type != 1 || prop->location.id < 0 ||
       prop->location.id >= g_devices || size == 0 || size % kGranularity != 0)
     return kInvalidValue;
-  int fd = memfd_create("hawser-fake-cuda-vmm", MFD_CLOEXEC);
+  // The name carries the device (and the rdma flag), for an importer of the fd.
+  char name[64];
+  snprintf(name, sizeof name, "hawser-fake-cuda-vmm-%d-%d", prop->location.id, prop->gpuDirectRDMACapable ? 1 : 0);
+  int fd = memfd_create(name, MFD_CLOEXEC);
   if (fd < 0) return 2;
   void* shadow = MAP_FAILED;
   if (ftruncate(fd, static_cast<off_t>(size)) == 0)
@@ -434,14 +443,15 @@ Result cuMemCreate(unsigned long long* handle, size_t size, const AllocationProp
     return 2;
   }
   const uint64_t h = g_next_handle++;
-  g_phys[h] = Physical{size, static_cast<char*>(shadow), fd, prop->location.id, prop->gpuDirectRDMACapable != 0};
+  g_phys[h] = Physical{size, static_cast<char*>(shadow), fd, prop->location.id, prop->gpuDirectRDMACapable != 0,
+                       prop->requestedHandleTypes};
   *handle = h;
   return kOk;
 }
 
 static void dropPhysicalLocked(uint64_t h) {
   auto it = g_phys.find(h);
-  if (it == g_phys.end() || !it->second.released || it->second.maps > 0) return;
+  if (it == g_phys.end() || it->second.refs > 0 || it->second.maps > 0) return;
   munmap(it->second.shadow, it->second.size);
   close(it->second.fd);
   g_phys.erase(it);
@@ -450,8 +460,8 @@ static void dropPhysicalLocked(uint64_t h) {
 Result cuMemRelease(unsigned long long handle) {
   std::lock_guard lk(g_mu);
   auto it = g_phys.find(handle);
-  if (it == g_phys.end() || it->second.released) return kInvalidValue;
-  it->second.released = true;  // the mappings keep it alive
+  if (it == g_phys.end() || it->second.refs <= 0) return kInvalidValue;
+  it->second.refs--;  // the mappings keep it alive
   dropPhysicalLocked(handle);
   return kOk;
 }
@@ -523,6 +533,72 @@ Result cuMemUnmap(DevicePtr ptr, size_t size) {
     g_phys[h].maps--;
     dropPhysicalLocked(h);
   }
+  return kOk;
+}
+
+// The allocation mapped at `addr` (one more reference to it).
+Result cuMemRetainAllocationHandle(unsigned long long* handle, void* addr) {
+  std::lock_guard lk(g_mu);
+  Allocation* a = findAlloc(reinterpret_cast<uint64_t>(addr));
+  if (!handle || !a || !a->mapped) return kInvalidValue;
+  auto ph = g_phys.find(a->handle);
+  if (ph == g_phys.end()) return kInvalidValue;
+  ph->second.refs++;
+  *handle = a->handle;
+  return kOk;
+}
+
+Result cuMemGetAllocationPropertiesFromHandle(AllocationProp* prop, unsigned long long handle) {
+  std::lock_guard lk(g_mu);
+  auto ph = g_phys.find(handle);
+  if (!prop || ph == g_phys.end()) return kInvalidValue;
+  *prop = AllocationProp{};
+  prop->type = 1;
+  prop->requestedHandleTypes = ph->second.handle_types;
+  prop->location = {1, ph->second.device};
+  prop->gpuDirectRDMACapable = ph->second.rdma ? 1 : 0;
+  return kOk;
+}
+
+// A POSIX fd of the allocation: a duplicate of its memfd (another process
+// that receives it maps the same bytes).
+Result cuMemExportToShareableHandle(void* out, unsigned long long handle, int type, unsigned long long flags) {
+  std::lock_guard lk(g_mu);
+  auto ph = g_phys.find(handle);
+  if (!out || ph == g_phys.end() || flags != 0) return kInvalidValue;
+  if (type != 1 || (ph->second.handle_types & 1) == 0) return kNotSupported;  // not requested at cuMemCreate
+  int fd = fcntl(ph->second.fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return kInvalidValue;
+  *static_cast<int*>(out) = fd;
+  return kOk;
+}
+
+// A new handle of the allocation behind a POSIX fd (the fd stays the caller's).
+Result cuMemImportFromShareableHandle(unsigned long long* handle, void* os_handle, int type) {
+  if (!handle || type != 1) return kInvalidValue;
+  const int src = static_cast<int>(reinterpret_cast<intptr_t>(os_handle));
+  char path[64], link[256] = {0};
+  snprintf(path, sizeof path, "/proc/self/fd/%d", src);
+  int device = -1, rdma = 0;
+  if (readlink(path, link, sizeof link - 1) < 0 ||
+      sscanf(link, "/memfd:hawser-fake-cuda-vmm-%d-%d", &device, &rdma) != 2)
+    return kInvalidValue;  // not an allocation's fd
+  struct stat st {};
+  if (fstat(src, &st) != 0 || st.st_size <= 0) return kInvalidValue;
+  const off_t size = st.st_size;
+  int fd = fcntl(src, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return kInvalidValue;
+  void* shadow = mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (shadow == MAP_FAILED) {
+    close(fd);
+    return kInvalidValue;
+  }
+  std::lock_guard lk(g_mu);
+  const uint64_t h = g_next_handle++;
+  Physical ph{static_cast<uint64_t>(size), static_cast<char*>(shadow), fd, device, rdma != 0, 1};
+  ph.imported = true;
+  g_phys[h] = ph;
+  *handle = h;
   return kOk;
 }
 
@@ -889,12 +965,21 @@ void hawserFakeCudaHoldStreams(int hold) {
   g_hold_cv.notify_all();
 }
 
-// Test hooks (not CUDA): how many IPC mappings this process has open.
+// Test hooks (not CUDA): how many IPC mappings this process has open:
+// legacy IPC handles opened, and allocations imported from another
+// process's fd that are still held (by a handle or a mapping).
 int hawserFakeCudaOpenedHandles() {
   std::lock_guard lk(g_mu);
   int n = 0;
   for (auto& [a, al] : g_allocs) n += al.opened ? 1 : 0;
+  for (auto& [h, ph] : g_phys) n += ph.imported ? 1 : 0;
   return n;
+}
+
+// Test hook: address ranges reserved (cuMemAddressReserve) and not freed.
+int hawserFakeCudaReservations() {
+  std::lock_guard lk(g_mu);
+  return static_cast<int>(g_reserved.size());
 }
 
 }  // extern "C"
