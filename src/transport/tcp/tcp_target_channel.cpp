@@ -21,40 +21,6 @@ TargetChannel::TargetChannel(TargetState& st, int fd, std::chrono::milliseconds 
       in_(new char[kReadAhead]),
       iov_(2 * kMaxQueued + kMaxFrameRuns) {}
 
-Status TargetChannel::recvHeader(WireHeader& h, bool idle_ok) {
-  size_t have = in_end_ - in_begin_;
-  if (have < sizeof(h)) {
-    if (in_begin_ > 0) {
-      std::memmove(in_.get(), in_.get() + in_begin_, have);
-      in_begin_ = 0;
-      in_end_ = have;
-    }
-    const size_t need = sizeof(h) - have;
-    size_t got = 0;
-    Status s = recvAtLeast(in_.get() + in_end_, need, ahead_ ? kReadAhead - in_end_ : next_ - have,
-                           idle_ok && have == 0, got);
-    in_end_ += got;
-    if (!s.ok()) return s;
-  }
-  std::memcpy(&h, in_.get() + in_begin_, sizeof(h));
-  in_begin_ += sizeof(h);
-  ahead_ = !((h.type == kWriteReq || h.type == kWriteRunsReq) && h.size > kSmallWrite);
-  // An initiator binds all its requests or none: the next one likely has
-  // the same header (and binding) as this one.
-  next_ = sizeof(h) + bindingBytes(h);
-  return Status::OK();
-}
-
-Status TargetChannel::recvExact(void* buf, size_t len, bool idle_ok) {
-  char* p = static_cast<char*>(buf);
-  const size_t t = std::min(len, in_end_ - in_begin_);
-  std::memcpy(p, in_.get() + in_begin_, t);
-  in_begin_ += t;
-  if (t == len) return Status::OK();
-  size_t got = 0;
-  return recvAtLeast(p + t, len - t, len - t, idle_ok && t == 0, got);
-}
-
 Status TargetChannel::recvPayload(iovec* pieces, size_t cnt, bool then_header) {
   size_t len = 0;
   for (size_t i = 0; i < cnt; ++i) len += pieces[i].iov_len;
