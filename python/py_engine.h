@@ -1,8 +1,10 @@
 // The Python TransferEngine: Mooncake's method names and return conventions
 // over hawser::TransferEngine (public API only). Sync calls go through the
 // engine's transferSync; async batches are kept in a BatchTable (py_batches.h).
-// Larger bodies live apart: initialize in py_engine_init.cpp, the transfer
-// paths in py_engine_transfers.cpp, notifications in py_engine_notify.cpp.
+// Declarations only (but for ret() and fail(), the two-line result helpers
+// every call ends with): the bodies are in py_engine.cpp, initialize's
+// engine set-up in py_engine_init.cpp, the transfer paths in
+// py_engine_transfers.cpp, notifications in py_engine_notify.cpp.
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -86,111 +88,43 @@ class PyEngine {
   // config (hawser): {key: value} of the config table (hawser config), for
   // this engine only; it wins over the HAWSER_* environment variables.
   int initialize(const std::string& local_hostname, const std::string& metadata_server, const std::string& protocol,
-                 const std::optional<std::string>& device_name, const std::map<std::string, std::string>& config = {}) {
-    return initializeUri(local_hostname, metadataUri(metadata_server), protocol, device_name, config);
-  }
+                 const std::optional<std::string>& device_name, const std::map<std::string, std::string>& config = {});
 
   int initializeExt(const std::string& local_hostname, const std::string& metadata_server,
                     const std::string& protocol, const std::optional<std::string>& device_name,
-                    const std::string& metadata_type) {
-    std::string uri = metadata_server;
-    if (metadata_server == "P2PHANDSHAKE" || metadata_server == "p2p" || metadata_server.empty())
-      uri = "p2p";
-    else if (metadata_server.find("://") == std::string::npos)
-      uri = (metadata_type.empty() ? std::string("etcd") : metadata_type) + "://" + metadata_server;
-    return initializeUri(local_hostname, uri, protocol, device_name);
-  }
+                    const std::string& metadata_type);
 
-  int rpcPort() const {
-    auto* e = live();
-    return e ? e->rpcPort() : 0;
-  }
-  std::string segmentName() const {
-    auto* e = live();
-    return e ? e->segmentName() : std::string();
-  }
-  std::vector<std::string> transports() const {
-    auto* e = live();
-    return e ? e->transports() : std::vector<std::string>{};
-  }
+  int rpcPort() const;
+  std::string segmentName() const;
+  std::vector<std::string> transports() const;
 
   // The route contract of every request this object submits from now on
   // (docs/routes.md): names as config route.transports / route.require take
   // them; both empty: the engine's contract again.
-  int setRouteContract(const std::string& transports, const std::string& require) {
-    RouteContract c;
-    Status s = parseRouteContract(transports, require, c);
-    if (!s.ok()) return ret(context(s, "set_route_contract"));
-    if (transports.empty() && require.empty()) c = RouteContract{};
-    std::lock_guard lk(route_mu_);
-    route_ = c;
-    return 0;
-  }
+  int setRouteContract(const std::string& transports, const std::string& require);
 
   // The contract set_route_contract gave (RouteContract{}: the engine's).
-  RouteContract routeContract() const {
-    std::lock_guard lk(route_mu_);
-    return route_;
-  }
+  RouteContract routeContract() const;
 
   // -- registration --
-  int registerMemory(uint64_t addr, uint64_t capacity, const std::string& location, bool remote_accessible) {
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      TransferEngine* e = nullptr;
-      s = engine(e);
-      if (s.ok())
-        s = e->registerLocalMemory(reinterpret_cast<void*>(addr), capacity, location, remote_accessible);
-    }
-    return ret(context(s, "register_memory"));
-  }
+  int registerMemory(uint64_t addr, uint64_t capacity, const std::string& location, bool remote_accessible);
 
   int unregisterMemory(uint64_t addr) { return batchUnregister({addr}, "unregister_memory"); }
 
   int batchRegisterMemory(const std::vector<uint64_t>& addrs, const std::vector<uint64_t>& capacities,
-                          const std::string& location) {
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      TransferEngine* e = nullptr;
-      s = engine(e);
-      if (s.ok() && addrs.size() != capacities.size())
-        s = {Code::kInvalidArgument, fmt::format("buffer_addresses has {} entries, capacities {}", addrs.size(),
-                                                 capacities.size())};
-      // Nothing to register is success, as Mooncake (and as batch_unregister_memory([])).
-      if (s.ok() && !addrs.empty()) {
-        std::vector<BufferEntry> entries(addrs.size());
-        for (size_t i = 0; i < addrs.size(); ++i)
-          entries[i] = BufferEntry{reinterpret_cast<void*>(addrs[i]), capacities[i], location, true};
-        s = e->registerLocalMemoryBatch(entries);
-      }
-    }
-    return ret(context(s, "batch_register_memory"));
-  }
+                          const std::string& location);
 
-  int batchUnregisterMemory(const std::vector<uint64_t>& addrs) {
-    return batchUnregister(addrs, "batch_unregister_memory");
-  }
+  int batchUnregisterMemory(const std::vector<uint64_t>& addrs);
 
   // -- transfers --
   int transferSync(const std::string& target, uint64_t buffer, uint64_t peer, uint64_t length, OpCode op,
-                   const char* what, const std::string& hint) {
-    return batchSync(target, {buffer}, {peer}, {length}, op, what, hint);
-  }
+                   const char* what, const std::string& hint);
 
   // 0 when every byte moved; else the negative code (last_error() says why).
   // An empty batch moves nothing and succeeds, as in Mooncake.
   int batchSync(const std::string& target, const std::vector<uint64_t>& buffers,
                 const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
-                const char* what, const std::string& hint) {
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = syncTransfer(target, buffers, peers, lengths, op, what, hint, nullptr);
-    }
-    return ret(s);
-  }
+                const char* what, const std::string& hint);
 
   // transfer_sync / batch_transfer_sync: with notify=TransferNotify(name,
   // msg), the target receives it once every byte is in its memory (an empty
@@ -198,16 +132,7 @@ class PyEngine {
   // transfer completed and the notification was delivered.
   int batchSyncNotify(const std::string& target, const std::vector<uint64_t>& buffers,
                       const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
-                      const py::object& notify, const char* what, const std::string& hint) {
-    Notification note;
-    if (!notificationFrom(notify, note, what)) return batchSync(target, buffers, peers, lengths, op, what, hint);
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = syncTransfer(target, buffers, peers, lengths, op, what, hint, &note);
-    }
-    return ret(s);
-  }
+                      const py::object& notify, const char* what, const std::string& hint);
 
   // notify= as the calls take it: None (false: nothing to send), an object
   // with `name` and `msg` (hawser's or Mooncake's TransferNotify), or a
@@ -226,21 +151,7 @@ class PyEngine {
   uint64_t batchAsync(const std::string& target, const std::vector<uint64_t>& buffers,
                       const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
                       const char* what, const std::string& hint, const Notification* notify = nullptr,
-                      const Signal* signal = nullptr) {
-    Status s;
-    Submitted sub;
-    {
-      py::gil_scoped_release nogil;
-      reap();
-      s = submit(what, target, buffers, peers, lengths, op, hint, sub, notify, signal);
-      if (s.ok()) batches_.track(sub);
-    }
-    if (!s.ok()) {
-      fail(s);
-      return 0;
-    }
-    return static_cast<uint64_t>(sub.id);
-  }
+                      const Signal* signal = nullptr);
 
   // Blocks until each batch ends (or its timeout passes: canceled) and frees
   // it. 0 when all completed; else the negative code of the first that did
@@ -253,131 +164,33 @@ class PyEngine {
   int checkStatus(const py::int_& batch_id);
 
   // -- managed buffers --
-  uint64_t allocateManaged(uint64_t length) {
-    Status s;
-    uint64_t addr = 0;
-    {
-      py::gil_scoped_release nogil;
-      s = allocate(length, addr);
-    }
-    if (!s.ok()) {
-      fail(context(s, "allocate_managed_buffer"));
-      return 0;
-    }
-    return addr;
-  }
+  uint64_t allocateManaged(uint64_t length);
 
   // `length` is not checked: Mooncake's callers pass the allocated length
   // or another one; the allocator knows what it gave out.
-  int freeManaged(uint64_t addr, uint64_t length) {
-    (void)length;
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = release(addr);
-    }
-    return ret(context(s, "free_managed_buffer"));
-  }
+  int freeManaged(uint64_t addr, uint64_t length);
 
   // `data`: any contiguous buffer, or a str (its UTF-8 bytes, as Mooncake's
   // char* argument takes it).
-  int writeBytes(uint64_t addr, py::object data, uint64_t length) {
-    if (py::isinstance<py::str>(data)) data = py::reinterpret_steal<py::object>(PyUnicode_AsUTF8String(data.ptr()));
-    if (!data) throw py::error_already_set();
-    BufferView view(data);
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = checkLocal(addr, length);
-      if (s.ok() && length > view.size())
-        s = {Code::kInvalidArgument, fmt::format("length {} exceeds the {} bytes of data", length, view.size())};
-      if (s.ok() && length > 0) std::memcpy(reinterpret_cast<void*>(addr), view.data(), length);
-    }
-    return ret(context(s, "write_bytes_to_buffer"));
-  }
+  int writeBytes(uint64_t addr, py::object data, uint64_t length);
 
   // Raises hawser.Error on failure (there is no int to return).
-  py::bytes readBytes(uint64_t addr, uint64_t length) {
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = checkLocal(addr, length);
-    }
-    if (!s.ok()) {
-      s = context(s, "read_bytes_from_buffer");
-      t_last_error = s;
-      throw Failure{s};
-    }
-    PyObject* b = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(length));
-    if (!b) throw py::error_already_set();
-    {
-      py::gil_scoped_release nogil;
-      if (length > 0) std::memcpy(PyBytes_AS_STRING(b), reinterpret_cast<const void*>(addr), length);
-    }
-    return py::reinterpret_steal<py::bytes>(b);
-  }
+  py::bytes readBytes(uint64_t addr, uint64_t length);
 
   // -- segments --
-  uint64_t firstBufferAddress(const std::string& name) {
-    std::vector<SegmentBuffer> bufs;
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = buffersOf(name, bufs);
-      if (s.ok() && bufs.empty())
-        s = {Code::kOutOfRange, fmt::format("segment '{}' has no registered buffers", name)};
-    }
-    if (!s.ok()) {
-      fail(context(s, "get_first_buffer_address"));
-      return 0;
-    }
-    return bufs.front().addr;
-  }
+  uint64_t firstBufferAddress(const std::string& name);
 
-  std::vector<std::tuple<uint64_t, uint64_t, std::string>> segmentBuffers(const std::string& name) {
-    std::vector<SegmentBuffer> bufs;
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = buffersOf(name, bufs);
-    }
-    std::vector<std::tuple<uint64_t, uint64_t, std::string>> out;
-    if (!s.ok()) {
-      fail(context(s, "get_segment_buffers"));
-      return out;
-    }
-    for (auto& b : bufs) out.emplace_back(b.addr, b.length, b.location);
-    return out;
-  }
+  std::vector<std::tuple<uint64_t, uint64_t, std::string>> segmentBuffers(const std::string& name);
 
   // The engine's stats (py_metrics.cpp turns them into Python objects);
   // false (last_error set) when it is not initialized.
-  bool stats(EngineStats& out, const char* what) {
-    TransferEngine* e = nullptr;
-    Status s = engine(e);
-    if (!s.ok()) {
-      fail(context(s, what));
-      return false;
-    }
-    py::gil_scoped_release nogil;
-    out = e->stats();
-    return true;
-  }
+  bool stats(EngineStats& out, const char* what);
 
   // -- what Mooncake's connectors call besides transfers --
 
   // 0 when the peer answers now (its descriptor fetched afresh), else the
   // negative code (last_error() says why). SGLang probes blacklisted peers.
-  int sendProbe(const std::string& peer) {
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      TransferEngine* e = nullptr;
-      s = engine(e);
-      if (s.ok()) s = e->probeSegment(peer);
-    }
-    return ret(context(s, fmt::format("send_probe('{}')", peer)));
-  }
+  int sendProbe(const std::string& peer);
 
   // Address of the hawser::TransferEngine (0 before initialize()).
   uint64_t enginePtr() const { return reinterpret_cast<uint64_t>(live()); }
@@ -385,16 +198,7 @@ class PyEngine {
   // Mooncake's topology JSON ({"cpu:N": [[NICs on node N], [others]]}) from
   // this engine's rdma transport, or from a temporary engine (as Mooncake
   // builds one) when this one is not initialized.
-  std::string localTopology(const std::optional<std::string>& device_name) {
-    py::gil_scoped_release nogil;
-    const std::string devices = device_name.value_or("");
-    if (TransferEngine* e = live()) return topologyJson(e->diagnose(), devices);
-    TransferEngine tmp;
-    EngineOptions opts;
-    if (!devices.empty()) opts.config["rdma.devices"] = devices;
-    Status s = tmp.init("p2p", "topology", "127.0.0.1", 0, opts);
-    return topologyJson(s.ok() ? tmp.diagnose() : std::vector<TransportDiagnosis>{}, devices);
-  }
+  std::string localTopology(const std::optional<std::string>& device_name);
 
   // Mooncake's *_on_cuda: the transfer starts once the work queued on CUDA
   // stream `stream` before the call has finished. hawser waits for that
@@ -404,56 +208,18 @@ class PyEngine {
   // raise hawser.Error (Mooncake raises RuntimeError, its base class).
   void transferOnCuda(const std::string& target, const std::vector<uint64_t>& buffers,
                       const std::vector<uint64_t>& peers, const std::vector<uint64_t>& lengths, OpCode op,
-                      uint64_t stream, const char* what, const std::string& hint) {
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      TransferEngine* e = nullptr;
-      s = engine(e);
-      if (s.ok())
-        s = context(synchronizeStream(reinterpret_cast<void*>(stream)),
-                    fmt::format("{}: stream {}", what, hex(stream)));
-      if (s.ok()) s = syncTransfer(target, buffers, peers, lengths, op, what, hint, nullptr);
-    }
-    if (!s.ok()) {
-      t_last_error = s;
-      throw Failure{s};
-    }
-  }
+                      uint64_t stream, const char* what, const std::string& hint);
 
-  size_t unreclaimed() {
-    py::gil_scoped_release nogil;
-    reap();
-    size_t engine_orphans = 0;
-    if (TransferEngine* e = live())
-      for (auto& [k, v] : e->stats().engine)
-        if (k == "orphan_batches") engine_orphans = v;
-    return batches_.unreclaimed() + engine_orphans;
-  }
+  size_t unreclaimed();
 
  private:
   TransferEngine* live() const { return inited_.load(std::memory_order_acquire) ? engine_.get() : nullptr; }
 
   int initializeUri(const std::string& local_hostname, const std::string& uri, const std::string& protocol,
                     const std::optional<std::string>& device_name,
-                    const std::map<std::string, std::string>& config = {}) {
-    Status s;
-    std::vector<LogLine> lines;
-    {
-      py::gil_scoped_release nogil;
-      s = init(local_hostname, uri, protocol, device_name.value_or(""), config);
-      std::lock_guard lk(init_mu_);
-      lines.swap(log_);
-    }
-    emitLog(lines);
-    return ret(s);
-  }
+                    const std::map<std::string, std::string>& config = {});
 
-  Status engine(TransferEngine*& e) const {
-    e = live();
-    if (!e) return {Code::kInvalidArgument, "engine is not initialized: call initialize() first"};
-    return Status::OK();
-  }
+  Status engine(TransferEngine*& e) const;
 
   // Mooncake's protocol argument, as hawser reads it: "" / "auto" = the
   // engine picks per request; an installed transport's name forces it; a
@@ -464,69 +230,14 @@ class PyEngine {
   Status init(const std::string& local_hostname, const std::string& uri, const std::string& protocol,
               const std::string& device_name, const std::map<std::string, std::string>& config);
 
-  void shutdown() {
-    std::unique_ptr<TransferEngine> e;
-    {
-      std::lock_guard lk(init_mu_);
-      inited_.store(false, std::memory_order_release);
-      e = std::move(engine_);
-    }
-    e.reset();  // stops serving; waits (bounded) for in-flight work
-    managed_.unmapAll();
-  }
+  void shutdown();
 
-  int batchUnregister(const std::vector<uint64_t>& addrs, const char* what) {
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      TransferEngine* e = nullptr;
-      s = engine(e);
-      if (s.ok()) {
-        for (size_t i = 0; i < addrs.size() && s.ok(); ++i) {
-          if (managed_.owns(addrs[i]))
-            s = {Code::kInvalidArgument,
-                 fmt::format("addrs[{}] = {} is managed by allocate_managed_buffer; use free_managed_buffer", i,
-                             hex(addrs[i]))};
-        }
-      }
-      if (s.ok()) {
-        std::vector<void*> v(addrs.size());
-        for (size_t i = 0; i < addrs.size(); ++i) v[i] = reinterpret_cast<void*>(addrs[i]);
-        s = e->unregisterLocalMemoryBatch(v);
-      }
-    }
-    return ret(context(s, what));
-  }
+  int batchUnregister(const std::vector<uint64_t>& addrs, const char* what);
 
   // The segment id for `name`, opened on first use and cached.
-  Status segment(TransferEngine* e, const std::string& name, SegmentID& out) {
-    {
-      std::lock_guard lk(seg_mu_);
-      auto it = segments_.find(name);
-      if (it != segments_.end()) {
-        out = it->second;
-        return Status::OK();
-      }
-    }
-    SegmentID id = kInvalidSegment;
-    Status s = e->openSegment(name, id);  // its message names the segment
-    if (!s.ok()) return s;
-    std::lock_guard lk(seg_mu_);
-    auto [it, inserted] = segments_.emplace(name, id);
-    if (!inserted) (void)e->closeSegment(id);  // another thread opened it meanwhile: drop our reference
-    out = it->second;
-    return Status::OK();
-  }
+  Status segment(TransferEngine* e, const std::string& name, SegmentID& out);
 
-  Status buffersOf(const std::string& name, std::vector<SegmentBuffer>& out) {
-    TransferEngine* e = nullptr;
-    Status s = engine(e);
-    if (!s.ok()) return s;
-    SegmentID id = kInvalidSegment;
-    s = segment(e, name, id);
-    if (!s.ok()) return s;
-    return e->segmentBuffers(id, out);
-  }
+  Status buffersOf(const std::string& name, std::vector<SegmentBuffer>& out);
 
   // Validates the arguments and builds the requests; `out` gets what the
   // outcome needs (sizes, deadline), not a batch.
@@ -548,55 +259,21 @@ class PyEngine {
                       const char* what, const std::string& hint, const Notification* notify);
 
   // A batch id from Python: one that fits no int64 is no batch (-1).
-  static int64_t batchId(const py::int_& v) {
-    int overflow = 0;
-    long long id = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
-    if (overflow != 0 || (id == -1 && PyErr_Occurred())) {
-      PyErr_Clear();
-      return -1;
-    }
-    return id;
-  }
+  static int64_t batchId(const py::int_& v);
 
-  void reap() {
-    if (TransferEngine* e = live()) batches_.reap(*e);
-  }
+  void reap();
 
-  Status peek(int64_t id, const char* what, Submitted& out) {
-    TransferEngine* e = nullptr;
-    Status s = engine(e);
-    return s.ok() ? batches_.peek(id, what, out) : context(s, what);
-  }
+  Status peek(int64_t id, const char* what, Submitted& out);
 
-  Status take(int64_t id, const char* what, Submitted& out) {
-    TransferEngine* e = nullptr;
-    Status s = engine(e);
-    return s.ok() ? batches_.take(id, what, out) : context(s, what);
-  }
+  Status take(int64_t id, const char* what, Submitted& out);
 
   Status finish(const Submitted& sub) { return batches_.finish(*engine_, limits_, sub); }
 
-  Status checkLocal(uint64_t addr, uint64_t length) {
-    TransferEngine* e = nullptr;
-    Status s = engine(e);
-    if (!s.ok()) return s;
-    if (length == 0) return Status::OK();
-    if (addr + length < addr)
-      return {Code::kInvalidArgument, fmt::format("addr {} + length {} wraps around", hex(addr), length)};
-    return e->checkRegistered(reinterpret_cast<const void*>(addr), length);
-  }
+  Status checkLocal(uint64_t addr, uint64_t length);
 
-  Status allocate(uint64_t length, uint64_t& out) {
-    TransferEngine* e = nullptr;
-    Status s = engine(e);
-    return s.ok() ? managed_.allocate(*e, length, out) : s;
-  }
+  Status allocate(uint64_t length, uint64_t& out);
 
-  Status release(uint64_t addr) {
-    TransferEngine* e = nullptr;
-    Status s = engine(e);
-    return s.ok() ? managed_.release(*e, addr) : s;
-  }
+  Status release(uint64_t addr);
 
   const bool raise_;
   std::mutex init_mu_;

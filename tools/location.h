@@ -1,5 +1,7 @@
 // Where a tool puts its memory: "cpu" or "cuda:N" (--location of serve,
-// --local-location of bench).
+// --local-location of bench). The library's own parse (base's gpuOrdinalOf /
+// hostNodeOf, src/base/transport.h) is not a public header, and the tools
+// see public headers only: this one stays, for the two forms tools take.
 #pragma once
 
 #include <charconv>

@@ -3,11 +3,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <charconv>
 #include <cstdint>
 
 #include <fmt/format.h>
 
+#include "base/transport.h"
 #include "gpu/cuda_driver.h"
 
 namespace hawser::gpu {
@@ -25,20 +25,21 @@ int hostNode(const void* addr) {
   return 0;
 }
 
-// "cuda:3" -> (true, 3); "cpu:1" -> (false, 1); anything else false.
+// "cuda:3" -> (true, 3); "cpu:1" -> (false, 1); anything else false. The
+// numbers are read by base's gpuOrdinalOf / hostNodeOf, the one parse of a
+// location.
 bool parse(const std::string& loc, bool& device, int& index) {
-  std::string_view v(loc), num;
-  if (v.starts_with("cuda:")) {
+  if (const int g = gpuOrdinalOf(loc); g >= 0) {
     device = true;
-    num = v.substr(5);
-  } else if (v.starts_with("cpu:")) {
-    device = false;
-    num = v.substr(4);
-  } else {
-    return false;
+    index = g;
+    return true;
   }
-  auto [p, ec] = std::from_chars(num.data(), num.data() + num.size(), index);
-  return ec == std::errc() && p == num.data() + num.size() && index >= 0;
+  if (const int n = hostNodeOf(loc); n >= 0) {
+    device = false;
+    index = n;
+    return true;
+  }
+  return false;
 }
 
 }  // namespace

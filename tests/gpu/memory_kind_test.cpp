@@ -98,6 +98,17 @@ TEST(memory_kind, a_malformed_location_is_refused) {
     EXPECT_EQ(s.code(), Code::kInvalidArgument) << bad;
     EXPECT_NE(s.message().find(bad), std::string::npos) << s.message();
   }
+  Status s = e.registerLocalMemory(host.p, host.n, "cuda:1x");
+  EXPECT_EQ(s.message(), "buffers[0]: location 'cuda:1x' is neither '*', 'cpu:N' nor 'cuda:N'");
+}
+
+TEST(memory_kind, host_memory_given_as_a_numa_node_is_taken_as_given) {
+  Buffer a(4096), b(4096);
+  TransferEngine e;
+  ASSERT_TRUE(e.init("p2p", "kinds-node", "127.0.0.1", 0).ok());
+  ASSERT_TRUE(e.registerLocalMemory(a.p, a.n, "cpu:0").ok());
+  ASSERT_TRUE(e.registerLocalMemory(b.p, b.n, "cpu:12").ok());
+  EXPECT_TRUE(e.checkRegistered(b.p, b.n).ok());
 }
 
 }  // namespace

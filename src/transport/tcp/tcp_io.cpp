@@ -315,7 +315,7 @@ void IoThread::drainConnectResults() {
       // yet rather than deliver it once a partition heals, after the write
       // was reported FAILED and perhaps another one completed over it. This
       // holds when the process dies too. (The target, for its part, applies
-      // no write whose connection it sees closed: tcp_target.cpp.)
+      // no write whose connection it sees closed: tcp_target_channel.cpp.)
       net::setResetOnClose(fd);
       epoll_event ev{};
       ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;

@@ -27,8 +27,9 @@
 // (prepare, post, cancel), tcp_conn_picker.cpp (a slice's connection),
 // tcp_io.cpp (initiator io threads), tcp_stream.cpp (a connection's requests
 // and responses), tcp_gpu.cpp (the initiator's GPU staging), tcp_target.cpp
-// (the serving side). Wire format: tcp_wire.h. Tunables and figures:
-// docs/tcp.md.
+// (the serving loop), tcp_target_channel.cpp (a served connection's I/O),
+// tcp_target_gpu.cpp (the target's GPU staging). Wire format: tcp_wire.h.
+// Tunables and figures: docs/tcp.md.
 #pragma once
 
 #include <atomic>
