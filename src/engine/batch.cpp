@@ -177,12 +177,30 @@ void Batch::settleNotify(size_t first, const NotifyGroup& g) {
   outbox_->ready(g.item);
 }
 
-Transport* Batch::busyTransport() {
+Batch::Hold Batch::hold(Transport*& who) {
+  who = nullptr;
   for (auto& [t, sb] : subs_)
-    if (!sb->idle()) return t;
-  for (auto& r : runners_)
-    if (r->busy()) return r->transport();
-  return nullptr;
+    if (!sb->idle()) {
+      who = t;
+      return Hold::kIo;
+    }
+  Hold h = unfinished() > 0 ? Hold::kReporting : Hold::kNone;
+  for (auto& r : runners_) {
+    BlockRunner::Hold rh = r->hold();
+    if (rh == BlockRunner::Hold::kIo) {
+      who = r->transport();
+      return Hold::kIo;
+    }
+    if (rh == BlockRunner::Hold::kReporting) h = Hold::kReporting;
+  }
+  return h;
+}
+
+bool Batch::tasksEnded() const {
+  const size_t n = taskCount();
+  for (size_t i = 0; i < n; ++i)
+    if (!tasks_[i].terminal()) return false;
+  return true;
 }
 
 void Batch::dropSubBatches() {

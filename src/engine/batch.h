@@ -88,8 +88,16 @@ class Batch final : public TaskOwner {
   // dropRegions: the last kept, for a submit refused after layout.
   const LocalRegion* keepRegions(std::vector<LocalRegion> regions);
   void dropRegions() { regions_.pop_back(); }
-  // The first transport whose sub-batch still has I/O referencing memory, or nullptr.
-  Transport* busyTransport();
+  // Under submitMutex(), with no task left unfinished() but those whose
+  // every slice ended: what keeps the batch from being freed. kIo: a
+  // transport's I/O still references memory (`who`: a sub-batch not idle, a
+  // block request's window in flight), for as long as that I/O takes.
+  // kReporting: only completers between a task's last slice and
+  // taskFinished(), or a block window's reporting, a few instructions each.
+  enum class Hold { kNone, kReporting, kIo };
+  Hold hold(Transport*& who);
+  // Every visible task's slices ended (counted by unfinished() or not yet).
+  bool tasksEnded() const;
   // Destroys every sub-batch (freeBatch once idle; shutdown after the
   // transports stopped).
   void dropSubBatches();

@@ -274,10 +274,17 @@ Status EngineImpl::cancel(BatchID id) {
 
 Status EngineImpl::freeBatch(BatchID id, bool settle) {
   std::shared_ptr<Batch> batch;
-  // A transport completes a slice's task before it lets go of the slice, so
-  // a batch whose last task just ended can look busy for a moment: give
-  // the transports a short grace (not I/O that cannot stop: that stays busy).
-  const auto grace = std::chrono::steady_clock::now() + std::chrono::milliseconds(settle ? 50 : 0);
+  // A task ends (its status says so) a few instructions before its
+  // completer counts it and lets go of the batch: a batch whose last task
+  // just ended is waited for, not reported busy (bounded by kReportingBound
+  // only against a bug). A transport completes a slice's task before it
+  // lets go of the slice's I/O: that gets a short grace. I/O that cannot
+  // stop stays busy. Without `settle` (the orphan reaper, which comes back
+  // later) neither is waited for.
+  constexpr auto kReportingBound = std::chrono::seconds(10);
+  const auto now = std::chrono::steady_clock::now();
+  const auto grace = now + std::chrono::milliseconds(settle ? 50 : 0);
+  const auto reporting_bound = settle ? now + kReportingBound : now;
   for (;;) {
     bool settling = false;
     {
@@ -287,14 +294,26 @@ Status EngineImpl::freeBatch(BatchID id, bool settle) {
       batch = it->second;
       std::lock_guard sl(batch->submitMutex());
       size_t left = batch->unfinished();
-      if (left > 0) return {Code::kBatchBusy, fmt::format("batch {} has {} unfinished task(s)", id, left)};
-      if (Transport* t = batch->busyTransport()) {
-        if (std::chrono::steady_clock::now() >= grace)
-          return {Code::kBatchBusy,
-                  fmt::format("batch {}: transport {} still has I/O referencing its memory", id, t->name())};
-        settling = true;
-      } else {
-        batches_.erase(it);
+      if (left > 0 && !batch->tasksEnded())
+        return {Code::kBatchBusy, fmt::format("batch {} has {} unfinished task(s)", id, left)};
+      Transport* t = nullptr;
+      switch (batch->hold(t)) {
+        case Batch::Hold::kIo:
+          if (std::chrono::steady_clock::now() >= grace)
+            return {Code::kBatchBusy,
+                    fmt::format("batch {}: transport {} still has I/O referencing its memory", id, t->name())};
+          settling = true;
+          break;
+        case Batch::Hold::kReporting:
+          if (std::chrono::steady_clock::now() >= reporting_bound)
+            return {Code::kBatchBusy, fmt::format("batch {}: its tasks ended and their completers are still reporting "
+                                                  "them",
+                                                  id)};
+          settling = true;
+          break;
+        case Batch::Hold::kNone:
+          batches_.erase(it);
+          break;
       }
     }
     if (!settling) break;

@@ -253,11 +253,14 @@ void BlockRunner::stop(TransferState state, const Status& why, bool cancel_infli
     if (w->sb) w->sb->cancel();
 }
 
-bool BlockRunner::busy() const {
+BlockRunner::Hold BlockRunner::hold() const {
   std::lock_guard lk(mu_);
-  for (auto& w : windows_)
-    if (!w->reusable()) return true;
-  return false;
+  Hold h = Hold::kNone;
+  for (auto& w : windows_) {
+    if (w->left.load(std::memory_order_acquire) != 0 || (w->sb && !w->sb->idle())) return Hold::kIo;
+    if (!w->reusable()) h = Hold::kReporting;
+  }
+  return h;
 }
 
 void BlockRunner::Child::taskFinished(size_t) { w->runner->childDone(this); }
@@ -274,7 +277,7 @@ void BlockRunner::childDone(Child* c) {
          false);
   if (w->left.fetch_sub(1, std::memory_order_acq_rel) == 1) windowDone(w->lane);
   // May end the parent (and let its batch be freed): from here on only the
-  // window's exit count is touched, which busy() waits for.
+  // window's exit count is touched, which hold() waits for.
   parent_->completeSlice(st.s, st.transferred_bytes, st.error);
   w->exited.fetch_add(1, std::memory_order_acq_rel);
 }
@@ -312,7 +315,7 @@ void BlockRunner::runsDone(Window* w, size_t n, size_t completed, uint64_t bytes
          false);
   if (w->left.fetch_sub(n, std::memory_order_acq_rel) == n) windowDone(w->lane);
   // May end the parent (and let its batch be freed): from here on only the
-  // window's exit count is touched, which busy() waits for.
+  // window's exit count is touched, which hold() waits for.
   parent_->completeSlices(static_cast<uint32_t>(completed), bytes);
   parent_->failSlices(static_cast<uint32_t>(failed), state, why);
   w->exited.fetch_add(n, std::memory_order_acq_rel);

@@ -16,8 +16,8 @@
 //
 // Lifetime: the batch holds the runner; the pump holds it while a lane
 // waits for a window. A child's callback touches the runner only before
-// it ends the parent's slice, or its window's `exited` count, which busy()
-// waits for; the batch drops the runner only when !busy().
+// it ends the parent's slice, or its window's `exited` count, which hold()
+// waits for; the batch drops the runner only when hold() is kNone.
 #pragma once
 
 #include <atomic>
@@ -90,8 +90,12 @@ class BlockRunner : public std::enable_shared_from_this<BlockRunner> {
   // Runs not yet started end `state` with `why`; windows in flight are
   // canceled when `cancel_inflight`.
   void stop(TransferState state, const Status& why, bool cancel_inflight);
-  // Some window's I/O or callbacks still reference the runner.
-  bool busy() const;
+  // What still references the runner: a window's I/O (runs not ended, or
+  // its sub-batch not idle: may take as long as that I/O), or only the
+  // reporting of runs that ended (a few instructions per completer), or
+  // nothing.
+  enum class Hold { kNone, kReporting, kIo };
+  Hold hold() const;
   Transport* transport() const { return plan_->route->transport; }
 
  private:

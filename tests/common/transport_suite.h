@@ -175,7 +175,7 @@ class TransportSuite : public ::testing::TestWithParam<SuiteParam> {
   // `remote` (an address of this engine's memory) over this transport, with
   // `cmds`; its segment name in sender_seg_.
   void startSender(Child& c, uint64_t remote, const std::vector<std::string>& cmds) {
-    std::vector<std::string> argv = {HAWSER_SIGNAL_SENDER, "--target", engine_.segmentName(), "--remote",
+    std::vector<std::string> argv = {signalSenderBin(), "--target", engine_.segmentName(), "--remote",
                                      fmt::format("{:x}", remote), "--location", loc()};
     argv.insert(argv.end(), cmds.begin(), cmds.end());
     ASSERT_TRUE(c.exec(argv, env_));

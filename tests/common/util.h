@@ -167,12 +167,23 @@ std::string lastLine(const std::string& out);
 std::vector<TransferStatus> runBatch(TransferEngine& e, SegmentID seg, const std::vector<TransferRequest>& reqs,
                                      int timeout_ms = 30000, Status* submit_status = nullptr);
 
-// The "hawser" CLI binary of this build.
 // The hawser tool: $HAWSER_TEST_BIN where set (tests run from a bundle on
 // another machine, scripts/gpu_test.sh), else the one this build made.
 inline std::string hawserBin() {
   const char* e = getenv("HAWSER_TEST_BIN");
   return e && *e ? e : HAWSER_BIN;
 }
+
+#ifdef HAWSER_SIGNAL_SENDER
+// tests/signals/signal_sender.cpp: beside $HAWSER_TEST_BIN where that is set
+// (a bundle carries both in its bin/), else the one this build made.
+inline std::string signalSenderBin() {
+  const char* e = getenv("HAWSER_TEST_BIN");
+  if (!e || !*e) return HAWSER_SIGNAL_SENDER;
+  std::string dir(e);
+  size_t slash = dir.rfind('/');
+  return (slash == std::string::npos ? std::string(".") : dir.substr(0, slash)) + "/signal_sender";
+}
+#endif
 
 }  // namespace hawser::test

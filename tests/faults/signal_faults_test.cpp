@@ -60,7 +60,7 @@ class Signals : public ::testing::Test {
   std::string startSender(Child& c, const std::vector<std::string>& cmds, const std::vector<std::string>& prefix = {},
                           const std::vector<std::string>& extra = {}) {
     std::vector<std::string> argv = prefix;
-    argv.insert(argv.end(), {HAWSER_SIGNAL_SENDER, "--target", engine_->segmentName(), "--remote",
+    argv.insert(argv.end(), {signalSenderBin(), "--target", engine_->segmentName(), "--remote",
                              fmt::format("{:x}", base())});
     argv.insert(argv.end(), extra.begin(), extra.end());
     argv.insert(argv.end(), cmds.begin(), cmds.end());
