@@ -82,10 +82,13 @@ struct Owner {
 };
 
 // Why this machine cannot run a process in a pid namespace of its own ("" when it can).
+// With its own /proc too (--mount-proc), as a container has: the CUDA driver's
+// cuInit fails (CUresult 304) in a pid namespace that sees its parent's /proc
+// (the H200, run 18).
 std::string unshareUnavailable() {
   std::string out;
-  if (sh("unshare --pid --fork --kill-child true 2>&1", &out) != 0)
-    return "unshare --pid --fork is not allowed here (needs CAP_SYS_ADMIN or user namespaces): " + out;
+  if (sh("unshare --pid --fork --kill-child --mount-proc true 2>&1", &out) != 0)
+    return "unshare --pid --fork --mount-proc is not allowed here (needs CAP_SYS_ADMIN or user namespaces): " + out;
   return "";
 }
 
@@ -213,7 +216,7 @@ TEST_F(NvlinkVmm, an_owner_in_another_pid_namespace_serves_vmm_memory_over_nvlin
   const std::string why = unshareUnavailable();
   if (!why.empty()) GTEST_SKIP() << why;
   Owner o;
-  ASSERT_TRUE(o.start("vmm", {"unshare", "--pid", "--fork", "--kill-child"}));
+  ASSERT_TRUE(o.start("vmm", {"unshare", "--pid", "--fork", "--kill-child", "--mount-proc"}));
   SegmentID seg;
   ASSERT_TRUE(e_.openSegment(o.segment, seg).ok());
   ASSERT_NO_FATAL_FAILURE(readAndCheck(o, seg, 0, kBytes));
@@ -233,7 +236,7 @@ TEST_F(NvlinkVmm, cudamalloc_memory_of_an_owner_in_another_pid_namespace_is_decl
   const std::string why = unshareUnavailable();
   if (!why.empty()) GTEST_SKIP() << why;
   Owner o;
-  ASSERT_TRUE(o.start("device", {"unshare", "--pid", "--fork", "--kill-child"}));
+  ASSERT_TRUE(o.start("device", {"unshare", "--pid", "--fork", "--kill-child", "--mount-proc"}));
   SegmentID seg;
   ASSERT_TRUE(e_.openSegment(o.segment, seg).ok());
   // Legacy CUDA IPC handles do not open across pid namespaces: tcp carries
@@ -255,11 +258,11 @@ namespace {
 // doctor says why).
 TEST_F(NvlinkVmm, a_socket_directory_both_mount_namespaces_see_serves_vmm_memory_one_they_do_not_gives_the_reason) {
   std::string out;
-  if (sh("unshare --pid --mount --fork --kill-child true 2>&1", &out) != 0)
-    GTEST_SKIP() << "unshare --pid --mount --fork is not allowed here: " << out;
+  if (sh("unshare --pid --mount --fork --kill-child --mount-proc true 2>&1", &out) != 0)
+    GTEST_SKIP() << "unshare --pid --mount --fork --mount-proc is not allowed here: " << out;
   TempDir shared;
   Owner o;
-  ASSERT_TRUE(o.start("vmm", {"unshare", "--pid", "--mount", "--fork", "--kill-child"},
+  ASSERT_TRUE(o.start("vmm", {"unshare", "--pid", "--mount", "--fork", "--kill-child", "--mount-proc"},
                       {"HAWSER_NVLINK_SOCKET_DIR=" + shared.path}));
   SegmentID seg;
   ASSERT_TRUE(e_.openSegment(o.segment, seg).ok());
