@@ -17,7 +17,8 @@
 //   file_plan.*         pure slicing (no I/O); io_engine.h + uring/posix_engine.cpp: the I/O engines
 //   file_registration.h what registering a region set up (GPU, fixed buffers, cuFile), carried by its tasks
 //   file_gpu.cpp        GPU memory: cuFile or staging per file (the fallback rule), doctor facts
-//   cufile_engine.*     libcufile loaded at run time, and the cuFile batch engine (cufile_api.h: its ABI)
+//   cufile_library.*    libcufile loaded at run time, its driver opened, its mode (cufile_api.h: its ABI)
+//   cufile_engine.*     the cuFile batch engine over a loaded library
 //   cufile_buffers.*    GPU buffers registered with cuFile in the background
 //   gpu_staging.*       pinned staging slots and the pipelined GPU copy lanes
 #pragma once
