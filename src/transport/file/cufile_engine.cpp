@@ -15,7 +15,7 @@
 #include "base/log.h"
 #include "gpu/cuda_driver.h"
 #include "transport/file/cufile_buffers.h"
-#include "transport/file/file_transport.h"
+#include "transport/file/file_counters.h"
 
 namespace hawser::file {
 
@@ -23,8 +23,8 @@ namespace {
 
 class Engine final : public CufileEngine {
  public:
-  Engine(const CufileLibrary& lib, uint32_t depth, uint32_t batch)
-      : lib_(lib), a_(lib.api()), depth_(std::max<uint32_t>(depth, 1)),
+  Engine(const CufileLibrary& lib, uint32_t depth, uint32_t batch, std::shared_ptr<FileCounters> counters)
+      : lib_(lib), a_(lib.api()), counters_(std::move(counters)), depth_(std::max<uint32_t>(depth, 1)),
         batch_(std::max<uint32_t>(1, std::min<uint32_t>(batch, lib.maxBatch()))), buffers_(lib.api()) {
     max_handles_ = std::min<uint32_t>(depth_, 64);
   }
@@ -301,7 +301,7 @@ class Engine final : public CufileEngine {
       }
       st_batches_++;
       st_submitted_ += params.size();
-      detail::counters().cufile_batches++;
+      counters_->cufile_batches++;
       for (auto& p : params) {
         const auto c = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p.cookie));
         b->cookies.push_back(c);
@@ -387,6 +387,7 @@ class Engine final : public CufileEngine {
 
   const CufileLibrary& lib_;
   const cufile::Api& a_;
+  const std::shared_ptr<FileCounters> counters_;
   const uint32_t depth_;
   const uint32_t batch_;
   uint32_t max_handles_ = 1;
@@ -422,8 +423,9 @@ class Engine final : public CufileEngine {
 
 }  // namespace
 
-std::unique_ptr<CufileEngine> makeCufileEngine(const CufileLibrary& lib, uint32_t depth, uint32_t batch) {
-  return std::make_unique<Engine>(lib, depth, batch);
+std::unique_ptr<CufileEngine> makeCufileEngine(const CufileLibrary& lib, uint32_t depth, uint32_t batch,
+                                               std::shared_ptr<FileCounters> counters) {
+  return std::make_unique<Engine>(lib, depth, batch, std::move(counters));
 }
 
 }  // namespace hawser::file

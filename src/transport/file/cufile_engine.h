@@ -42,7 +42,9 @@ class CufileEngine : public IoEngine {
   virtual const CufileLibrary& library() const = 0;
 };
 
-// `depth`: entries in flight at most; `batch`: entries per batch at most.
-std::unique_ptr<CufileEngine> makeCufileEngine(const CufileLibrary& lib, uint32_t depth, uint32_t batch);
+// `depth`: entries in flight at most; `batch`: entries per batch at most;
+// `counters`: its transport's (cufile_batches).
+std::unique_ptr<CufileEngine> makeCufileEngine(const CufileLibrary& lib, uint32_t depth, uint32_t batch,
+                                               std::shared_ptr<FileCounters> counters);
 
 }  // namespace hawser::file
