@@ -193,6 +193,13 @@ uint64_t counter(const EngineStats& st, const std::string& transport, const std:
   return 0;
 }
 
+Counters transportCounters(const TransferEngine& e, const std::string& transport) {
+  for (auto& t : e.stats().transports)
+    if (t.transport == transport) return t.counters;
+  ADD_FAILURE() << "no transport " << transport << " in the engine's stats";
+  return {};
+}
+
 Buffer::Buffer(size_t size, size_t align) : n(size) {
   if (posix_memalign(reinterpret_cast<void**>(&p), align, size ? size : 1) != 0) p = nullptr;
   if (p) std::memset(p, 0, size);

@@ -106,6 +106,8 @@ uint64_t counter(const EngineStats& st, const std::string& transport, const std:
 inline uint64_t counter(const TransferEngine& e, const std::string& transport, const std::string& key) {
   return counter(e.stats(), transport, key);
 }
+// Every counter of transport `transport` in `e`'s stats (none: the test fails).
+Counters transportCounters(const TransferEngine& e, const std::string& transport);
 
 // Page-aligned heap buffer.
 struct Buffer {

@@ -784,7 +784,7 @@ TEST(FileGpuRegistration, gpu_memory_moves_by_the_registration_it_brings_and_nev
   ASSERT_TRUE(owner.registerRegion(dev.data(), dev.size(), "cuda:0", region).ok());
   EXPECT_EQ(region.gpu, 0);
   dev.fill(0);
-  const auto before = file::globalStats();
+  const auto before = file::fileStatsOf(other.transport().stats());
   Status s = other.move(OpCode::kRead, dev.data() + 4096, 0, 256 << 10, region);
   ASSERT_TRUE(s.ok()) << s.toString();
   const LocalRegion regions[] = {region};
@@ -792,7 +792,7 @@ TEST(FileGpuRegistration, gpu_memory_moves_by_the_registration_it_brings_and_nev
   s = other.moveRuns(OpCode::kWrite, {{at, 512 << 10, 64 << 10, -1, 0}, {at + (128 << 10), 640 << 10, 64 << 10, -1, 0}},
                      regions);
   ASSERT_TRUE(s.ok()) << s.toString();
-  const auto after = file::globalStats();
+  const auto after = file::fileStatsOf(other.transport().stats());
   EXPECT_GT(after.gpu_staged_uring_slices + after.gpu_staged_posix_slices,
             before.gpu_staged_uring_slices + before.gpu_staged_posix_slices);
   EXPECT_EQ(after.direct_slices + after.bounce_slices + after.buffered_slices,

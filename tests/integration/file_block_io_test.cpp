@@ -63,13 +63,13 @@ class FileCoalesce : public ::testing::TestWithParam<std::string> {
   }
   // Runs a block request that must complete; the counters before and after.
   void runOk(OpCode op, const std::vector<Block>& blocks, file::FileStats& before, file::FileStats& after) {
-    before = file::globalStats();
+    before = file::fileStatsOf(transportCounters(engine, "file"));
     TransferStatus st = run(op, blocks);
     ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
     uint64_t bytes = 0;
     for (const Block& b : blocks) bytes += b.length;
     EXPECT_EQ(st.transferred_bytes, bytes);
-    after = file::globalStats();
+    after = file::fileStatsOf(transportCounters(engine, "file"));
   }
   // `n` blocks of `bs` bytes, block i at blockMem(slot, i, bs) and at i * stride of the file.
   std::vector<Block> blocksAt(const std::vector<uint64_t>& slot, uint64_t bs, uint64_t stride) {
@@ -265,9 +265,9 @@ TEST_P(FileCoalesce, adjacent_requests_of_one_submit_share_ios) {
   const auto slot = shuffledSlots(n);
   std::vector<TransferRequest> reqs;
   for (uint64_t i = 0; i < n; ++i) reqs.push_back({OpCode::kRead, blockMem(slot, i, bs), seg, i * bs, bs});
-  auto before = file::globalStats();
+  auto before = file::fileStatsOf(transportCounters(engine, "file"));
   auto sts = runBatch(engine, seg, reqs);
-  auto after = file::globalStats();
+  auto after = file::fileStatsOf(transportCounters(engine, "file"));
   ASSERT_EQ(sts.size(), n);
   for (uint64_t i = 0; i < n; ++i) {
     EXPECT_EQ(sts[i].s, TransferState::kCompleted) << i << ": " << sts[i].error.toString();

@@ -184,7 +184,7 @@ TEST_P(FileInflight, cancel_of_an_io_that_cannot_stop_quarantines_its_memory_unt
   ASSERT_TRUE(engine->allocateBatchID(1, b).ok());
   ASSERT_TRUE(engine->submitTransfer(b, {TransferRequest{OpCode::kRead, uffd.base, seg, 0, kPage}}).ok());
   ASSERT_TRUE(uffd.waitFault(0));
-  const auto before = file::globalStats();
+  const auto before = engine->stats();
   ASSERT_TRUE(engine->cancelTransfer(b).ok());
   // The kernel cannot abandon a read blocked in a page fault: after the grace
   // period the task is reported CANCELED, and its memory stays quarantined.
@@ -193,12 +193,12 @@ TEST_P(FileInflight, cancel_of_an_io_that_cannot_stop_quarantines_its_memory_unt
   ASSERT_TRUE(engine->getTransferStatus(b, 0, st).ok());
   EXPECT_EQ(st.s, TransferState::kCanceled);
   EXPECT_EQ(st.transferred_bytes, 0u);
-  EXPECT_EQ(file::globalStats().quarantined, before.quarantined + 1);
+  EXPECT_EQ(counter(*engine, "file", "quarantined"), counter(before, "file", "quarantined") + 1);
   EXPECT_EQ(engine->freeBatchID(b).code(), Code::kBatchBusy);
   // Once the I/O ends, the quarantine is lifted and the batch can go.
   ASSERT_TRUE(uffd.fill(0));
   EXPECT_TRUE(freeWhenIdle(b).ok());
-  EXPECT_EQ(file::globalStats().quarantine_released, before.quarantine_released + 1);
+  EXPECT_EQ(counter(*engine, "file", "quarantine_released"), counter(before, "file", "quarantine_released") + 1);
 }
 
 // A file shrinks under a running batch (page-cache path, so the truncation
@@ -246,15 +246,15 @@ TEST_P(FileInflight, a_failed_coalesced_io_fails_exactly_the_runs_it_carried) {
     reqs.push_back(TransferRequest{OpCode::kRead, plain.p + ((i * 37) % n) * bs, seg, i * bs, bs});
   BatchID b;
   ASSERT_TRUE(engine->allocateBatchID(reqs.size(), b).ok());
-  const auto before = file::globalStats();
+  const auto before = engine->stats();
   ASSERT_TRUE(engine->submitTransfer(b, reqs).ok());
   ASSERT_TRUE(uffd.waitFault(0));
   ASSERT_EQ(::truncate(serial.c_str(), MiB), 0);
   ASSERT_TRUE(uffd.fill(0));
   ASSERT_TRUE(engine->waitTransfer(b, std::chrono::seconds(30)).ok());
-  const auto after = file::globalStats();
-  EXPECT_EQ(after.coalesced_ios - before.coalesced_ios, 2u);
-  EXPECT_EQ(after.coalesced_runs - before.coalesced_runs, n);
+  const auto after = engine->stats();
+  EXPECT_EQ(counter(after, "file", "coalesced_ios") - counter(before, "file", "coalesced_ios"), 2u);
+  EXPECT_EQ(counter(after, "file", "coalesced_runs") - counter(before, "file", "coalesced_runs"), n);
   TransferStatus st;
   ASSERT_TRUE(engine->getTransferStatus(b, 0, st).ok());
   EXPECT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
@@ -324,7 +324,7 @@ TEST_P(FileInflight, cancel_mid_way_through_coalesced_block_ios) {
     blocks[i] = Block{i == 24 ? uffd.base : plain.p + ((i * 13) % n) * 2 * bs, i * bs, bs};
   BatchID b;
   ASSERT_TRUE(engine->allocateBatchID(1, b).ok());
-  const auto before = file::globalStats();
+  const auto before = engine->stats();
   ASSERT_TRUE(engine->submitBlocks(b, OpCode::kRead, seg, blocks).ok());
   ASSERT_TRUE(uffd.waitFault(0));  // three I/Os have ended; the last is in the kernel
   ASSERT_TRUE(engine->cancelTransfer(b).ok());
@@ -335,15 +335,16 @@ TEST_P(FileInflight, cancel_mid_way_through_coalesced_block_ios) {
   EXPECT_EQ(st.transferred_bytes, 24 * bs) << "the first three I/Os' blocks, no more";
   for (uint64_t i = 0; i < 24; ++i)
     EXPECT_EQ(checkPattern(blocks[i].local, bs, 9, i * bs), -1) << "block " << i;
-  const auto mid = file::globalStats();
-  EXPECT_EQ(mid.quarantined - before.quarantined, 1u) << "the stuck I/O, once, for its 8 runs";
-  EXPECT_EQ(mid.coalesced_ios - before.coalesced_ios, 4u);
-  EXPECT_EQ(mid.coalesced_runs - before.coalesced_runs, n);
+  const auto mid = engine->stats();
+  EXPECT_EQ(counter(mid, "file", "quarantined") - counter(before, "file", "quarantined"), 1u)
+      << "the stuck I/O, once, for its 8 runs";
+  EXPECT_EQ(counter(mid, "file", "coalesced_ios") - counter(before, "file", "coalesced_ios"), 4u);
+  EXPECT_EQ(counter(mid, "file", "coalesced_runs") - counter(before, "file", "coalesced_runs"), n);
   EXPECT_EQ(engine->freeBatchID(b).code(), Code::kBatchBusy);
   for (size_t p = 0; p < uffd.len / kPage; ++p) ASSERT_TRUE(uffd.fill(p));
   Status s = freeWhenIdle(b);
   EXPECT_TRUE(s.ok()) << s.toString();
-  EXPECT_EQ(file::globalStats().quarantine_released - before.quarantine_released, 1u);
+  EXPECT_EQ(counter(*engine, "file", "quarantine_released") - counter(before, "file", "quarantine_released"), 1u);
 }
 
 // Memory unregistered while a block request into it is under way (the
@@ -426,7 +427,7 @@ TEST(FileInflightPosix, failed_slice_cancels_its_siblings_and_quarantines_what_d
   ASSERT_TRUE(uffd.waitFault(0));  // both workers are now stuck: slice 0 ...
   ASSERT_TRUE(uffd.waitFault(1));  // ... and slice 1; slice 2 waits in the queue
   ASSERT_EQ(::truncate(y.c_str(), 0), 0);  // slice 2 will read nothing
-  const auto before = file::globalStats();
+  const auto before = e.stats();
   ASSERT_TRUE(uffd.fill(1));  // slice 1 completes; its worker runs slice 2, which fails
   ASSERT_TRUE(e.waitTransfer(b, std::chrono::seconds(20)).ok());
   TransferStatus st;
@@ -434,13 +435,13 @@ TEST(FileInflightPosix, failed_slice_cancels_its_siblings_and_quarantines_what_d
   EXPECT_EQ(st.s, TransferState::kFailed);
   EXPECT_EQ(st.transferred_bytes, kPage);  // slice 1 only
   EXPECT_NE(st.error.message().find(y), std::string::npos) << st.error.message();
-  auto mid = file::globalStats();
-  EXPECT_EQ(mid.cancel_requests, before.cancel_requests + 1);
-  EXPECT_EQ(mid.quarantined, before.quarantined + 1);
+  auto mid = e.stats();
+  EXPECT_EQ(counter(mid, "file", "cancel_requests"), counter(before, "file", "cancel_requests") + 1);
+  EXPECT_EQ(counter(mid, "file", "quarantined"), counter(before, "file", "quarantined") + 1);
   EXPECT_EQ(e.freeBatchID(b).code(), Code::kBatchBusy);
   ASSERT_TRUE(uffd.fill(0));
   Status s = freeWhenIdle(e, b);
   EXPECT_TRUE(s.ok()) << s.toString();
-  EXPECT_EQ(file::globalStats().quarantine_released, before.quarantine_released + 1);
+  EXPECT_EQ(counter(e, "file", "quarantine_released"), counter(before, "file", "quarantine_released") + 1);
   for (const char* k : kEnvKeys) ::unsetenv(k);
 }

@@ -224,7 +224,7 @@ TEST_P(FileTransportTest, unaligned_offsets_lengths_and_addresses_round_trip) {
   const uint64_t file_offs[] = {0, 1, 4095, 4096, MiB - 7};
   const uint64_t lens[] = {1, 511, 4096, 8193, MiB + 100};
   uint64_t seed = 1000;
-  const auto stats_before = file::globalStats();
+  const auto stats_before = engine->stats();
   for (uint64_t ao : addr_offs)
     for (uint64_t fo : file_offs)
       for (uint64_t len : lens) {
@@ -253,10 +253,10 @@ TEST_P(FileTransportTest, unaligned_offsets_lengths_and_addresses_round_trip) {
   // Where the file system does O_DIRECT, misaligned reads went through bounce
   // buffers and misaligned write heads/tails through the page cache.
   if (!fsDoesDirectIo(dir.path)) return;
-  const auto stats_after = file::globalStats();
-  EXPECT_GT(stats_after.bounce_slices, stats_before.bounce_slices);
-  EXPECT_GT(stats_after.buffered_slices, stats_before.buffered_slices);
-  EXPECT_GT(stats_after.direct_slices, stats_before.direct_slices);
+  const auto stats_after = engine->stats();
+  EXPECT_GT(counter(stats_after, "file", "bounce_slices"), counter(stats_before, "file", "bounce_slices"));
+  EXPECT_GT(counter(stats_after, "file", "buffered_slices"), counter(stats_before, "file", "buffered_slices"));
+  EXPECT_GT(counter(stats_after, "file", "direct_slices"), counter(stats_before, "file", "direct_slices"));
 }
 
 TEST_P(FileTransportTest, aligned_request_from_registered_memory_goes_straight_to_the_device) {
@@ -264,27 +264,28 @@ TEST_P(FileTransportTest, aligned_request_from_registered_memory_goes_straight_t
   ASSERT_TRUE(writeFile(file("d"), 4 * MiB, 8));
   SegmentID seg;
   ASSERT_TRUE(engine->openSegment("file://" + file("d"), seg).ok());
-  auto before = file::globalStats();
+  auto before = engine->stats();
   ok1(TransferRequest{OpCode::kRead, mem.p, seg, 0, 4 * MiB});
   EXPECT_EQ(checkPattern(mem.p, 4 * MiB, 8, 0), -1);
-  auto after = file::globalStats();
-  EXPECT_EQ(after.bounce_slices, before.bounce_slices);
-  EXPECT_EQ(after.direct_slices - before.direct_slices, 4u);  // 4 MiB at the default 1 MiB max_io_size
+  auto after = engine->stats();
+  EXPECT_EQ(counter(after, "file", "bounce_slices"), counter(before, "file", "bounce_slices"));
+  // 4 MiB at the default 1 MiB max_io_size:
+  EXPECT_EQ(counter(after, "file", "direct_slices") - counter(before, "file", "direct_slices"), 4u);
   if (GetParam() == "uring") {
-    EXPECT_EQ(after.uring_ops - before.uring_ops, 4u);
+    EXPECT_EQ(counter(after, "file", "uring_ops") - counter(before, "file", "uring_ops"), 4u);
     // The first read asked for the memory's fixed buffer (registration pins
     // nothing); once the background registered it, reads use it.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     uint64_t fixed = 0;
     while (fixed != 4 && std::chrono::steady_clock::now() < deadline) {
-      before = file::globalStats();
+      before = engine->stats();
       ok1(TransferRequest{OpCode::kRead, mem.p, seg, 0, 4 * MiB});
-      fixed = file::globalStats().fixed_buffer_ops - before.fixed_buffer_ops;
+      fixed = counter(*engine, "file", "fixed_buffer_ops") - counter(before, "file", "fixed_buffer_ops");
     }
     EXPECT_EQ(fixed, 4u);
     EXPECT_EQ(checkPattern(mem.p, 4 * MiB, 8, 0), -1);
   } else {
-    EXPECT_EQ(after.posix_ops - before.posix_ops, 4u);
+    EXPECT_EQ(counter(after, "file", "posix_ops") - counter(before, "file", "posix_ops"), 4u);
   }
 }
 
@@ -463,19 +464,48 @@ TEST_P(FileTransportTest, many_requests_and_slices_beyond_the_queue_depth_comple
   }
 }
 
+// Each engine's file transport counts its own traffic: a second engine in
+// the same process sees none of the first one's.
+TEST_P(FileTransportTest, two_engines_in_one_process_count_apart) {
+  TransferEngine other;
+  Status s = other.init("p2p", "node-b", "127.0.0.1", 0);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  ASSERT_TRUE(hasTransport(other, "file"));
+  ASSERT_TRUE(writeFile(file("two"), 2 * MiB, 17));
+  SegmentID seg;
+  ASSERT_TRUE(engine->openSegment("file://" + file("two"), seg).ok());
+  ok1(TransferRequest{OpCode::kRead, mem.p, seg, 0, 2 * MiB});
+  EXPECT_EQ(checkPattern(mem.p, 2 * MiB, 17, 0), -1);
+  fillPattern(mem.p, MiB, 18, 0);
+  ok1(TransferRequest{OpCode::kWrite, mem.p, seg, MiB, MiB});
+  auto back = readFile(file("two"), MiB, MiB);
+  EXPECT_EQ(checkPattern(back.data(), MiB, 18, 0), -1);
+
+  const EngineStats mine = engine->stats(), theirs = other.stats();
+  const char* ops = GetParam() == "uring" ? "uring_ops" : "posix_ops";
+  EXPECT_GE(counter(mine, "file", ops), 3u);  // 2 MiB read + 1 MiB written, 1 MiB I/Os
+  EXPECT_GE(counter(mine, "file", "files_opened"), 2u);  // one descriptor to read, one to write
+  EXPECT_EQ(counter(mine, "file", "direct_bytes") + counter(mine, "file", "bounce_bytes") +
+                counter(mine, "file", "buffered_bytes"),
+            3 * MiB);
+  for (const char* key : {"uring_ops", "posix_ops", "files_opened", "files_open", "direct_slices", "bounce_slices",
+                          "buffered_slices", "direct_bytes", "bounce_bytes", "buffered_bytes"})
+    EXPECT_EQ(counter(theirs, "file", key), 0u) << key;
+}
+
 TEST_P(FileTransportTest, close_segment_closes_its_cached_descriptors) {
   ASSERT_TRUE(writeFile(file("c"), MiB, 1));
-  const uint64_t open_before = file::globalStats().files_open;
+  const uint64_t open_before = counter(*engine, "file", "files_open");
   SegmentID seg;
   ASSERT_TRUE(engine->openSegment("file://" + file("c"), seg).ok());
   ok1(TransferRequest{OpCode::kRead, mem.p, seg, 0, 4096});
   ok1(TransferRequest{OpCode::kRead, mem.p, seg, 4096, 4096});
-  const uint64_t opened = file::globalStats().files_opened;
+  const uint64_t opened = counter(*engine, "file", "files_opened");
   ok1(TransferRequest{OpCode::kRead, mem.p, seg, 8192, 4096});
-  EXPECT_EQ(file::globalStats().files_opened, opened);  // cached: no new open
-  EXPECT_EQ(file::globalStats().files_open, open_before + 1);  // one read-only descriptor
+  EXPECT_EQ(counter(*engine, "file", "files_opened"), opened);  // cached: no new open
+  EXPECT_EQ(counter(*engine, "file", "files_open"), open_before + 1);  // one read-only descriptor
   ASSERT_TRUE(engine->closeSegment(seg).ok());
-  EXPECT_EQ(file::globalStats().files_open, open_before);
+  EXPECT_EQ(counter(*engine, "file", "files_open"), open_before);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, FileTransportTest, ::testing::Values("uring", "posix"), paramName);
@@ -533,7 +563,7 @@ TEST(FileTransportTmpfs, file_on_tmpfs_uses_the_page_cache_path) {
   ASSERT_TRUE(e.registerLocalMemory(mem.p, mem.n).ok());
   SegmentID seg;
   ASSERT_TRUE(e.openSegment("file://" + path, seg).ok());
-  auto before = file::globalStats();
+  auto before = e.stats();
   // Unaligned on purpose: no bounce buffer is needed without O_DIRECT.
   std::vector<TransferRequest> reqs{TransferRequest{OpCode::kRead, mem.p + 1, seg, 3, MiB}};
   auto sts = runBatch(e, seg, reqs);
@@ -545,11 +575,11 @@ TEST(FileTransportTmpfs, file_on_tmpfs_uses_the_page_cache_path) {
   EXPECT_EQ(sts[0].s, TransferState::kCompleted) << sts[0].error.toString();
   auto back = readFile(path, 100, 5000);
   EXPECT_EQ(checkPattern(back.data(), 5000, 42, 0), -1);
-  auto after = file::globalStats();
-  EXPECT_EQ(after.bounce_slices, before.bounce_slices);
-  EXPECT_EQ(after.direct_slices, before.direct_slices);
-  EXPECT_GT(after.buffered_slices, before.buffered_slices);
-  EXPECT_GT(after.posix_ops, before.posix_ops);
+  auto after = e.stats();
+  EXPECT_EQ(counter(after, "file", "bounce_slices"), counter(before, "file", "bounce_slices"));
+  EXPECT_EQ(counter(after, "file", "direct_slices"), counter(before, "file", "direct_slices"));
+  EXPECT_GT(counter(after, "file", "buffered_slices"), counter(before, "file", "buffered_slices"));
+  EXPECT_GT(counter(after, "file", "posix_ops"), counter(before, "file", "posix_ops"));
 }
 
 TEST(FileTransportConfig, bad_tunable_fails_init_naming_the_key_and_value) {

@@ -47,7 +47,7 @@ std::string uringMissing() {
 // why io_uring cannot run here (skip).
 std::string makeUring(const IoEngineOptions& o, std::unique_ptr<IoEngine>& e) {
   if (std::string why = uringMissing(); !why.empty()) return why;
-  Status s = makeUringEngine(o, e);
+  Status s = makeUringEngine(o, std::make_shared<FileCounters>(), e);
   if (!s.ok()) ADD_FAILURE() << "io_uring works on this host, yet makeUringEngine: " << s.toString();
   return "";
 }
@@ -630,7 +630,7 @@ TEST(UringEngine, registration_refused_by_rlimit_memlock_falls_back_to_plain_io)
     rlimit rl{64 * 1024, 64 * 1024};
     if (::setrlimit(RLIMIT_MEMLOCK, &rl) != 0) _exit(12);
     std::unique_ptr<IoEngine> e;
-    if (!makeUringEngine(IoEngineOptions{}, e).ok()) _exit(13);
+    if (!makeUringEngine(IoEngineOptions{}, std::make_shared<FileCounters>(), e).ok()) _exit(13);
     Sink sink;
     if (!e->start(sink.fn()).ok()) _exit(14);
     int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_DIRECT, 0644);

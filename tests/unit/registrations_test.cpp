@@ -416,9 +416,10 @@ TEST(Registrations, the_file_transport_moves_a_request_by_its_registration_and_r
   // the piece the first read asked for is registered (in the background),
   // reads that bring it use it.
   if (uring) {
-    const uint64_t before = file::globalStats().fixed_buffer_ops;
+    const uint64_t before = file::fileStatsOf(f.transport().stats()).fixed_buffer_ops;
     EXPECT_TRUE(eventually([&] {
-      return f.move(OpCode::kRead, mem.p, 0, 64 * KiB, second).ok() && file::globalStats().fixed_buffer_ops > before;
+      return f.move(OpCode::kRead, mem.p, 0, 64 * KiB, second).ok() &&
+             file::fileStatsOf(f.transport().stats()).fixed_buffer_ops > before;
     })) << "no read used the registration's fixed buffer";
   }
   ASSERT_TRUE(f.unregister(mem.p, mem.n).ok());

@@ -3,7 +3,7 @@
 // build needs no cufile.h (like gpu/cuda_api.h for the CUDA driver). Values
 // and layouts are those of cufile.h of libcufile 1.15 (CUDA 13); see
 // /work/shared/research/storage_metadata.md section 1. Entry points are
-// resolved by name from file.cufile_lib at run time (cufile_engine.cpp).
+// resolved by name from file.cufile_lib at run time (cufile_library.cpp).
 #pragma once
 
 #include <sys/types.h>

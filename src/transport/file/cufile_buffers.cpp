@@ -5,7 +5,7 @@
 
 #include "base/log.h"
 #include "gpu/cuda_driver.h"
-#include "transport/file/cufile_engine.h"
+#include "transport/file/cufile_library.h"
 
 namespace hawser::file {
 

@@ -1,7 +1,6 @@
-// cuFile (GPUDirect Storage) for the file transport: the library, loaded at
-// run time and its driver opened once per process (CufileLibrary), and an
-// IoEngine that runs slices between GPU memory and files through the batch
-// API (makeCufileEngine).
+// cuFile (GPUDirect Storage) for the file transport: an IoEngine that runs
+// slices between GPU memory and files through the batch API of a loaded
+// CufileLibrary (cufile_library.h) (makeCufileEngine).
 //
 // The engine's one thread owns every batch: it takes queued ops, fills
 // batches of at most `batch` entries (file.cufile_batch, clamped to the
@@ -29,67 +28,11 @@
 #pragma once
 
 #include <memory>
-#include <string>
 
-#include "base/route.h"
-#include "transport/file/cufile_api.h"
+#include "transport/file/cufile_library.h"
 #include "transport/file/io_engine.h"
 
 namespace hawser::file {
-
-class CufileLibrary {
- public:
-  // Loads `path` (dlopen) and opens the cuFile driver, once per path and
-  // process (later calls return the loaded one). nullptr with `why` set
-  // when it cannot be loaded or opened. Opening the driver takes half a
-  // second to a second: the file transport calls this on a thread of its
-  // own, at the first transfer that needs it.
-  static const CufileLibrary* load(const std::string& path, std::string& why);
-
-  const cufile::Api& api() const { return api_; }
-  const std::string& path() const { return path_; }
-  // GPUDirect (the nvidia-fs kernel driver serves I/O) or compat mode (the
-  // library's own POSIX I/O through host bounce buffers); see mode().
-  bool gds() const { return gds_; }
-  // "gds (...)" or "compat (...)": the mode and the evidence it was decided on.
-  const std::string& mode() const { return mode_; }
-  // GPUDirect as a route (Transport::variantDeclines): kNone in gds mode,
-  // else compat_mode and why.
-  RouteDecline decline() const;
-  unsigned maxBatch() const { return max_batch_; }
-  int version() const { return version_; }
-
-  // "cuFileX: <name of the error> (5027)" (+ the CUDA error for 5011).
-  static std::string describe(const cufile::Error& e);
-
- private:
-  CufileLibrary() = default;
-  cufile::Api api_{};
-  std::string path_;
-  bool gds_ = false;
-  std::string mode_;
-  std::string compat_cause_;  // why compat mode ("" in gds mode)
-  unsigned max_batch_ = 128;
-  int version_ = 0;
-};
-
-// What the doctor says of cuFile without opening its driver (which takes
-// about a second): whether `path` loads, whether nvidia-fs is there, and
-// whether files under `dir` have the udev record cuFileHandleRegister needs.
-struct CufileProbe {
-  std::string library;  // "loads (...)" or "not loadable: ..."
-  std::string nvidia_fs;
-  std::string udev;
-};
-CufileProbe probeCufile(const std::string& path, const std::string& dir);
-
-// Whether GPUDirect is to be expected of the library at `path`, without
-// opening its driver (which takes a second): where it is open in this
-// process, its decline(); else not_installed where it does not load, and
-// compat_mode where it would run in compat mode whatever its driver reports
-// (CUFILE_FORCE_COMPAT_MODE, no nvidia-fs kernel module). kNone: GPUDirect
-// expected; the driver's open at the first transfer confirms it or not.
-RouteDecline forecastCufile(const std::string& path);
 
 class CufileEngine : public IoEngine {
  public:
@@ -99,7 +42,9 @@ class CufileEngine : public IoEngine {
   virtual const CufileLibrary& library() const = 0;
 };
 
-// `depth`: entries in flight at most; `batch`: entries per batch at most.
-std::unique_ptr<CufileEngine> makeCufileEngine(const CufileLibrary& lib, uint32_t depth, uint32_t batch);
+// `depth`: entries in flight at most; `batch`: entries per batch at most;
+// `counters`: its transport's (cufile_batches).
+std::unique_ptr<CufileEngine> makeCufileEngine(const CufileLibrary& lib, uint32_t depth, uint32_t batch,
+                                               std::shared_ptr<FileCounters> counters);
 
 }  // namespace hawser::file

@@ -70,7 +70,7 @@ void FileTransport::openCufile() {
   std::string why;
   std::unique_ptr<CufileEngine> engine;
   if (const CufileLibrary* lib = CufileLibrary::load(settings_.cufile_lib, why)) {
-    engine = makeCufileEngine(*lib, settings_.io.io_depth, settings_.cufile_batch);
+    engine = makeCufileEngine(*lib, settings_.io.io_depth, settings_.cufile_batch, counters_);
     Status s = engine->start([this](std::span<const IoCompletion> cs) { inflight_->onComplete(cs); });
     if (s.ok()) {
       inflight_->setCufileMode(lib->gds());
@@ -128,7 +128,7 @@ Status FileTransport::ensureStaging() {
   if (staging_ready_.load()) return Status::OK();
   std::lock_guard lk(gpu_mu_);
   if (staging_) return Status::OK();
-  auto st = std::make_unique<GpuStaging>();
+  auto st = std::make_unique<GpuStaging>(counters_);
   Status s = st->init(settings_.gpu_staging_buffers, settings_.max_io_size + 2 * kPage, uring_.get(), copy_settings_,
                       [this](uint64_t cookie, const Status& r) { inflight_->onCopyDone(cookie, r); });
   if (!s.ok()) return {s.code(), "GPU staging buffers (file.gpu_staging_buffers): " + s.message()};
@@ -210,7 +210,7 @@ Status FileTransport::gpuRoute(FilePeer& peer, OpenFile& f, CufileEngine* cf, Ro
       f.cufile_token = token;
     } else {
       f.cufile_refusal = Status(s.code(), s.message() + udevHint(f.fd));
-      detail::counters().cufile_refused_files++;
+      counters_->cufile_refused_files++;
       // Found only now: no GPUDirect for this segment from here on.
       peer.refuseGds({RouteReason::kUnsupportedFile,
                       fmt::format("cuFile refuses '{}': {}", f.path, f.cufile_refusal.message())});

@@ -19,7 +19,7 @@
 #include "metadata/descriptor.h"
 #include "transport/file/file_plan.h"
 #include "base/file_info.h"
-#include "transport/file/file_transport.h"
+#include "transport/file/file_counters.h"
 #include "transport/file/io_engine.h"
 
 namespace hawser::file {
@@ -29,7 +29,7 @@ OpenFile::~OpenFile() {
   if (engine && token >= 0) engine->removeFile(token);
   if (fd >= 0) {
     ::close(fd);
-    detail::counters().files_open--;
+    counters->files_open--;
   }
 }
 
@@ -146,8 +146,9 @@ Status FilePeer::open(uint32_t idx, OpenMode mode, bool direct, const OpenPolicy
   auto f = std::make_shared<OpenFile>();
   f->fd = fd;
   f->path = path;
-  detail::counters().files_open++;
-  detail::counters().files_opened++;
+  f->counters = set_->counters();
+  f->counters->files_open++;
+  f->counters->files_opened++;
   struct {
     uint64_t bytes = 0;
     bool block = false;

@@ -26,6 +26,7 @@ struct SegmentDesc;
 namespace hawser::file {
 
 class IoEngine;
+struct FileCounters;
 
 // One open descriptor. Slices hold it (shared) while their I/O runs, so it is
 // closed only after the last I/O that uses it has ended.
@@ -44,6 +45,7 @@ struct OpenFile {
   IoEngine* cufile = nullptr;
   int cufile_token = -1;
   Status cufile_refusal;  // why cuFile refused it
+  std::shared_ptr<FileCounters> counters;  // its transport's: files_open
 
   OpenFile() = default;
   OpenFile(const OpenFile&) = delete;
@@ -132,6 +134,9 @@ class FilePeer final : public PeerHandle {
 // their descriptors (before its engines go), though the peers may live on.
 class PeerSet {
  public:
+  explicit PeerSet(std::shared_ptr<FileCounters> counters) : counters_(std::move(counters)) {}
+  // The transport's counters (files_opened, files_open).
+  const std::shared_ptr<FileCounters>& counters() const { return counters_; }
   void add(FilePeer* p);
   void remove(FilePeer* p);
   // Closes every peer's cached descriptors; with `leak`, keeps them open for
@@ -139,6 +144,7 @@ class PeerSet {
   void closeAll(bool leak);
 
  private:
+  std::shared_ptr<FileCounters> counters_;
   std::mutex mu_;
   std::set<FilePeer*> peers_;
 };

@@ -11,7 +11,7 @@
 #include "base/log.h"
 #include "transport/file/file_coalesce.h"
 #include "transport/file/file_handles.h"
-#include "transport/file/file_transport.h"
+#include "transport/file/file_counters.h"
 #include "transport/file/gpu_staging.h"
 
 namespace hawser::file {
@@ -321,7 +321,7 @@ void Inflight::issue(FileIo* io, Outbox& ob) {
   }
   op.device = io->device;
   ob.of(io->engine).ops.push_back(op);
-  auto& c = detail::counters();
+  FileCounters& c = *counters_;
   (io->route == Route::kCufile ? c.cufile_ops : io->engine == uring_ ? c.uring_ops : c.posix_ops)++;
 }
 
@@ -330,7 +330,7 @@ void Inflight::issue(FileIo* io, Outbox& ob) {
 void Inflight::countIssue(FileIo* io) {
   if (io->counted) return;
   io->counted = true;
-  auto& c = detail::counters();
+  FileCounters& c = *counters_;
   switch (io->route) {
     case Route::kHost:
       (io->bounce ? c.bounce_slices : io->buffered ? c.buffered_slices : c.direct_slices) += io->count;
@@ -351,7 +351,7 @@ void Inflight::countIssue(FileIo* io) {
 
 // Bytes per path: those of completed slices only.
 void Inflight::countDone(const FileIo* io) {
-  auto& c = detail::counters();
+  FileCounters& c = *counters_;
   const uint64_t bytes = io->bytes;
   switch (io->route) {
     case Route::kHost:
@@ -439,7 +439,7 @@ void Inflight::cancelIo(FileIo* io, Outbox& ob, const char* why) {
         io->deadline = Clock::now() + grace_;
         cancelling_.push_back(io);
         ob.of(io->engine).cancels.push_back(io->cookie);
-        detail::counters().cancel_requests++;
+        counters_->cancel_requests++;
         wd_cv_.notify_all();
       }
       break;
@@ -519,12 +519,12 @@ void Inflight::handle(const IoCompletion& c, Outbox& ob) {
   if (io->quarantined) {
     HLOG_INFO("file: quarantined {} of '{}' [{}, +{}) has ended (result {}); its memory is released",
               opName(io->write), io->file->path, io->data_off, io->data_len, res);
-    detail::counters().quarantine_released++;
+    counters_->quarantine_released++;
     finishIo(io, ob);
     return;
   }
   if (res > 0 && io->progress < needed && !io->cancel_requested) {
-    detail::counters().short_continuations++;
+    counters_->short_continuations++;
     issue(io, ob);  // resume the remainder with the same cookie
     return;
   }
@@ -656,7 +656,7 @@ void Inflight::watchdog() {
       if (io->reported || io->quarantined) continue;
       if (now >= io->deadline) {
         io->quarantined = true;
-        detail::counters().quarantined++;
+        counters_->quarantined++;
         HLOG_WARN("file: {} of '{}' [{}, +{}) did not stop within {} ms of its cancel; reported CANCELED and "
                   "quarantined (bounce buffer, descriptor and batch kept) until the kernel ends it",
                   opName(io->write), io->file->path, io->data_off, io->data_len, grace_.count());

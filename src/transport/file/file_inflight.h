@@ -41,6 +41,7 @@
 namespace hawser::file {
 
 struct OpenFile;
+struct FileCounters;
 struct BatchSlices;
 struct Slice;
 
@@ -169,7 +170,8 @@ class CookieTable {
 
 class Inflight {
  public:
-  Inflight() = default;
+  // `counters`: the transport's, counted per op, slice path and byte.
+  explicit Inflight(std::shared_ptr<FileCounters> counters) : counters_(std::move(counters)) {}
   Inflight(const Inflight&) = delete;
   ~Inflight();
 
@@ -225,6 +227,7 @@ class Inflight {
   void flush(Outbox& ob);
   void watchdog();
 
+  std::shared_ptr<FileCounters> counters_;
   IoEngine* uring_ = nullptr;
   GpuStaging* staging_ = nullptr;
   bool cufile_gds_ = false;

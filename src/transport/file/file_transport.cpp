@@ -40,26 +40,15 @@ namespace file {
 
 // ---- counters ----------------------------------------------------------------------
 
-namespace detail {
-Counters& counters() {
-  static Counters c;
-  return c;
-}
-gpu::CopyCounters& copyCounters() {
-  static gpu::CopyCounters c;
-  return c;
-}
-}  // namespace detail
-
 namespace {
 
-// Each counter once: its name in stats(), its FileStats field, its live atomic.
+// Each counter once: its name in stats(), its FileStats field, its atomic.
 struct CounterField {
   const char* name;
   uint64_t FileStats::*value;
-  std::atomic<uint64_t> detail::Counters::*live;
+  std::atomic<uint64_t> FileCounters::*live;
 };
-#define HAWSER_FILE_COUNTER(x) CounterField{#x, &FileStats::x, &detail::Counters::x}
+#define HAWSER_FILE_COUNTER(x) CounterField{#x, &FileStats::x, &FileCounters::x}
 constexpr CounterField kCounterFields[] = {
     HAWSER_FILE_COUNTER(uring_ops),        HAWSER_FILE_COUNTER(posix_ops),
     HAWSER_FILE_COUNTER(direct_slices),    HAWSER_FILE_COUNTER(bounce_slices),
@@ -82,18 +71,19 @@ constexpr CounterField kCounterFields[] = {
 
 }  // namespace
 
-FileStats globalStats() {
-  auto& c = detail::counters();
+FileStats fileStatsOf(const Counters& named) {
   FileStats s;
-  for (const auto& f : kCounterFields) s.*f.value = (c.*f.live).load();
+  for (const auto& [name, v] : named)
+    for (const auto& f : kCounterFields)
+      if (name == f.name) s.*f.value = v;
   return s;
 }
 
 Counters FileTransport::stats() const {
-  auto& c = detail::counters();
+  const FileCounters& c = *counters_;
   Counters out;
   for (const auto& f : kCounterFields) out.emplace_back(f.name, (c.*f.live).load());
-  detail::copyCounters().appendTo(out);
+  c.copy.appendTo(out);
   return out;
 }
 
@@ -134,7 +124,7 @@ Status FileTransport::loadSettings(const Config& cfg, FileSettings& out) {
 // ---- lifecycle -----------------------------------------------------------------------
 
 FileTransport::FileTransport()
-    : peers_(std::make_shared<PeerSet>()), inflight_(std::make_unique<Inflight>()) {}
+    : peers_(std::make_shared<PeerSet>(counters_)), inflight_(std::make_unique<Inflight>(counters_)) {}
 
 TransportCaps FileTransport::caps() const {
   TransportCaps c;
@@ -173,7 +163,7 @@ Status FileTransport::install(const TransportContext& ctx) {
   if (settings_.engine == "posix") {
     uring_note_ = "not tried (file.engine=posix)";
   } else {
-    s = makeUringEngine(settings_.io, uring_);
+    s = makeUringEngine(settings_.io, counters_, uring_);
     if (!s.ok()) {
       if (settings_.engine == "uring")
         return {Code::kNotSupported, fmt::format("file.engine=uring but io_uring is unavailable: {}", s.message())};

@@ -4,11 +4,12 @@
 // staging buffers (file_gpu.cpp).
 // The engine reaches the transport through makeFileTransport().
 //
-// This header: the transport class, its settings, and the process-wide
-// counters (for tests, stats() and `hawser doctor`).
+// This header: the transport class and its settings. Its counters are its
+// own (file_counters.h), shared with the parts that count.
 //
 // Files, one concept each:
 //   file_transport.cpp  install, settings, peers (openPeer, file:// names), stats, diagnose
+//   file_counters.h     the transport's counters, shared with its parts
 //   file_sub_batch.*    the sub-batch verbs: prepare (validate, open, group runs into I/Os), post, cancel, idle
 //   file_inflight.*     I/Os in flight and their slices: one-based cookies, completions, cancel, quarantine
 //   file_coalesce.*     pure: a window's runs into I/Os sized by the disk, and their iovecs
@@ -17,7 +18,8 @@
 //   file_plan.*         pure slicing (no I/O); io_engine.h + uring/posix_engine.cpp: the I/O engines
 //   file_registration.h what registering a region set up (GPU, fixed buffers, cuFile), carried by its tasks
 //   file_gpu.cpp        GPU memory: cuFile or staging per file (the fallback rule), doctor facts
-//   cufile_engine.*     libcufile loaded at run time, and the cuFile batch engine (cufile_api.h: its ABI)
+//   cufile_library.*    libcufile loaded at run time, its driver opened, its mode (cufile_api.h: its ABI)
+//   cufile_engine.*     the cuFile batch engine over a loaded library
 //   cufile_buffers.*    GPU buffers registered with cuFile in the background
 //   gpu_staging.*       pinned staging slots and the pipelined GPU copy lanes
 #pragma once
@@ -37,65 +39,10 @@
 
 #include "base/transport.h"
 #include "gpu/batch_copy.h"
+#include "transport/file/file_counters.h"
 #include "transport/file/io_engine.h"
 
 namespace hawser::file {
-
-struct FileStats {
-  uint64_t uring_ops = 0;          // ops issued through an io_uring engine
-  uint64_t posix_ops = 0;          // ops issued through a POSIX engine
-  uint64_t direct_slices = 0;      // slices straight between user memory and an O_DIRECT fd
-  uint64_t bounce_slices = 0;      // slices through a bounce buffer (unaligned address/offset/length)
-  uint64_t buffered_slices = 0;    // slices through the page cache (no O_DIRECT on that fs, or write head/tail)
-  uint64_t fixed_buffer_ops = 0;   // io_uring ops that used a registered buffer
-  uint64_t fixed_file_ops = 0;     // io_uring ops that used a registered file
-  uint64_t short_continuations = 0;  // short reads/writes resumed for the remainder
-  uint64_t cancel_requests = 0;    // in-flight slices asked to cancel
-  uint64_t quarantined = 0;        // slices reported CANCELED while their I/O had not stopped
-  uint64_t quarantine_released = 0;  // of those, I/O that has since ended
-  uint64_t files_opened = 0;       // open() calls that succeeded
-  uint64_t files_open = 0;         // descriptors open now
-  // Bytes of completed host slices, per path (the *_slices above count slices).
-  uint64_t direct_bytes = 0;
-  uint64_t bounce_bytes = 0;
-  uint64_t buffered_bytes = 0;
-  // GPU memory <-> files, per path (slices when first issued; bytes of completed slices):
-  uint64_t gpu_gds_slices = 0;          // cuFile, GPUDirect (nvidia-fs)
-  uint64_t gpu_gds_bytes = 0;
-  uint64_t gpu_compat_slices = 0;       // cuFile in compat mode (its own POSIX I/O and bounce buffers)
-  uint64_t gpu_compat_bytes = 0;
-  uint64_t gpu_staged_uring_slices = 0;  // io_uring into pinned staging slots + GPU copies
-  uint64_t gpu_staged_uring_bytes = 0;
-  uint64_t gpu_staged_posix_slices = 0;  // pread/pwrite into pinned staging slots + GPU copies
-  uint64_t gpu_staged_posix_bytes = 0;
-  uint64_t cufile_ops = 0;         // ops issued through the cuFile engine (short I/O resumed counts again)
-  uint64_t cufile_batches = 0;     // cuFileBatchIOSubmit calls
-  uint64_t cufile_refused_files = 0;  // descriptors cuFile refused (their GPU slices staged instead)
-  // Storage I/O sized by the disk (file_coalesce.h): I/Os that carried more
-  // than one slice, and the slices they carried; I/Os issued as one
-  // vectored (readv/writev) op straight to/from the slices' memory.
-  uint64_t coalesced_ios = 0;
-  uint64_t coalesced_runs = 0;
-  uint64_t vectored_ios = 0;
-};
-
-FileStats globalStats();
-
-namespace detail {
-struct Counters {
-  std::atomic<uint64_t> uring_ops{0}, posix_ops{0}, direct_slices{0}, bounce_slices{0}, buffered_slices{0},
-      fixed_buffer_ops{0}, fixed_file_ops{0}, short_continuations{0}, cancel_requests{0}, quarantined{0},
-      quarantine_released{0}, files_opened{0}, files_open{0}, direct_bytes{0}, bounce_bytes{0}, buffered_bytes{0},
-      gpu_gds_slices{0}, gpu_gds_bytes{0}, gpu_compat_slices{0}, gpu_compat_bytes{0}, gpu_staged_uring_slices{0},
-      gpu_staged_uring_bytes{0}, gpu_staged_posix_slices{0}, gpu_staged_posix_bytes{0}, cufile_ops{0},
-      cufile_batches{0}, cufile_refused_files{0}, coalesced_ios{0},
-      coalesced_runs{0}, vectored_ios{0};
-};
-Counters& counters();
-// The staging copies between pinned slots and GPU memory, one window a
-// staged I/O (gpu_copy_* in stats(): gpu/batch_copy.h).
-gpu::CopyCounters& copyCounters();
-}  // namespace detail
 
 class Inflight;
 class PeerSet;
@@ -106,6 +53,10 @@ class FilePeer;
 class GpuStaging;
 struct OpenFile;
 enum class Route : uint8_t;
+
+// The file counters among `named` (a file transport's stats(), or its
+// entry in an engine's stats), by name; those not there read 0.
+FileStats fileStatsOf(const Counters& named);
 
 // Every file.* key (docs/file.md has the table).
 struct FileSettings {
@@ -212,6 +163,9 @@ class FileTransport final : public Transport {
   std::string uring_note_;  // why io_uring is not in use ("" when it is)
   bool installed_ = false;
   std::atomic<bool> down_{false};
+  // This transport's counters (stats()), shared with the parts that count;
+  // made first, so every part below can take it.
+  std::shared_ptr<FileCounters> counters_ = std::make_shared<FileCounters>();
 
   // Engines outlive everything below them (descriptors unregister from them).
   std::unique_ptr<IoEngine> uring_;

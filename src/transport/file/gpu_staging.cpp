@@ -10,7 +10,7 @@
 
 #include "base/log.h"
 #include "gpu/copy_stream.h"
-#include "transport/file/file_transport.h"
+#include "transport/file/file_counters.h"
 #include "transport/file/io_engine.h"
 
 namespace hawser::file {
@@ -18,8 +18,8 @@ namespace hawser::file {
 // One thread and one stream of one GPU, for copies of one direction.
 class GpuStaging::Lane {
  public:
-  Lane(int device, bool to_gpu, const gpu::CopySettings& settings, const CopySink& sink)
-      : device_(device), to_gpu_(to_gpu), settings_(settings), sink_(sink) {
+  Lane(int device, bool to_gpu, const gpu::CopySettings& settings, const CopySink& sink, gpu::CopyCounters& counters)
+      : device_(device), to_gpu_(to_gpu), settings_(settings), sink_(sink), counters_(counters) {
     thread_ = std::thread([this] { run(); });
   }
   ~Lane() {
@@ -82,7 +82,7 @@ class GpuStaging::Lane {
                                                              to_gpu_ ? "to the GPU" : "from the GPU", s.message())));
           continue;
         }
-        detail::copyCounters().add(rep);
+        counters_.add(rep);
         issued.push_back(Issued{j.cookie, j.ticket});
       }
       fresh.clear();
@@ -106,6 +106,7 @@ class GpuStaging::Lane {
   const bool to_gpu_;
   const gpu::CopySettings settings_;
   const CopySink& sink_;
+  gpu::CopyCounters& counters_;  // the transport's, which GpuStaging holds
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> queue_;
@@ -113,7 +114,7 @@ class GpuStaging::Lane {
   std::thread thread_;
 };
 
-GpuStaging::GpuStaging() = default;
+GpuStaging::GpuStaging(std::shared_ptr<FileCounters> counters) : counters_(std::move(counters)) {}
 GpuStaging::~GpuStaging() { stop(); }
 
 Status GpuStaging::init(size_t slots, size_t slot_size, IoEngine* uring, const gpu::CopySettings& copy,
@@ -131,7 +132,7 @@ Status GpuStaging::init(size_t slots, size_t slot_size, IoEngine* uring, const g
 GpuStaging::Lane* GpuStaging::lane(int device, bool to_gpu) {
   std::lock_guard lk(mu_);
   auto& l = lanes_[{device, to_gpu}];
-  if (!l) l = std::make_unique<Lane>(device, to_gpu, copy_, sink_);
+  if (!l) l = std::make_unique<Lane>(device, to_gpu, copy_, sink_, counters_->copy);
   return l.get();
 }
 

@@ -32,13 +32,15 @@ namespace hawser::file {
 
 class EngineMemory;
 class IoEngine;
+struct FileCounters;
 
 // Called from a lane's thread when a copy ended (error: the stream's).
 using CopySink = std::function<void(uint64_t cookie, const Status& result)>;
 
 class GpuStaging {
  public:
-  GpuStaging();
+  // `counters`: its transport's (the copies: gpu_copy_*).
+  explicit GpuStaging(std::shared_ptr<FileCounters> counters);
   GpuStaging(const GpuStaging&) = delete;
   ~GpuStaging();
 
@@ -69,6 +71,7 @@ class GpuStaging {
   class Lane;
   Lane* lane(int device, bool to_gpu);
 
+  std::shared_ptr<FileCounters> counters_;
   std::unique_ptr<gpu::PinnedBuffers> buffers_;
   IoEngine* uring_ = nullptr;
   std::shared_ptr<EngineMemory> memory_;

@@ -28,6 +28,8 @@ class Config;
 
 namespace hawser::file {
 
+struct FileCounters;
+
 // Memory an engine set up for I/O (IoEngine::addMemory): io_uring's fixed
 // buffers of it, cuFile's registration of it. Every op in that memory
 // carries it (IoOp::memory), so the engine uses what it set up without
@@ -141,7 +143,9 @@ class IoEngine {
 
 // io_uring engine; kNotSupported when io_uring cannot be set up here
 // (kernel.io_uring_disabled, seccomp, old kernel) or the build lacks it.
-Status makeUringEngine(const IoEngineOptions& opts, std::unique_ptr<IoEngine>& out);
+// `counters`: its transport's (fixed_buffer_ops, fixed_file_ops).
+Status makeUringEngine(const IoEngineOptions& opts, std::shared_ptr<FileCounters> counters,
+                       std::unique_ptr<IoEngine>& out);
 std::unique_ptr<IoEngine> makePosixEngine(const IoEngineOptions& opts);
 // True when this build has the io_uring engine.
 bool uringCompiledIn();

@@ -39,7 +39,7 @@
 #include <fmt/format.h>
 
 #include "base/log.h"
-#include "transport/file/file_transport.h"
+#include "transport/file/file_counters.h"
 
 namespace hawser::file {
 namespace {
@@ -291,7 +291,7 @@ void UringEngine::prep(const Queued& q, io_uring_sqe* sqe) {
     else
       io_uring_prep_read_fixed(sqe, fd, op.buf, len, op.offset, q.buf_index);
     st_fixed_buf_++;
-    detail::counters().fixed_buffer_ops++;
+    counters_->fixed_buffer_ops++;
   } else if (op.write) {
     io_uring_prep_write(sqe, fd, op.buf, len, op.offset);
   } else {
@@ -300,7 +300,7 @@ void UringEngine::prep(const Queued& q, io_uring_sqe* sqe) {
   if (op.file_token >= 0) {
     sqe->flags |= IOSQE_FIXED_FILE;
     st_fixed_file_++;
-    detail::counters().fixed_file_ops++;
+    counters_->fixed_file_ops++;
   }
   io_uring_sqe_set_data64(sqe, op.cookie);
 }
@@ -458,8 +458,9 @@ IoEngineStats UringEngine::stats() const {
 
 bool uringCompiledIn() { return true; }
 
-Status makeUringEngine(const IoEngineOptions& opts, std::unique_ptr<IoEngine>& out) {
-  auto e = std::make_unique<uring_detail::UringEngine>(opts);
+Status makeUringEngine(const IoEngineOptions& opts, std::shared_ptr<FileCounters> counters,
+                       std::unique_ptr<IoEngine>& out) {
+  auto e = std::make_unique<uring_detail::UringEngine>(opts, std::move(counters));
   Status s = e->init();
   if (!s.ok()) return s;
   out = std::move(e);
@@ -472,7 +473,7 @@ Status makeUringEngine(const IoEngineOptions& opts, std::unique_ptr<IoEngine>& o
 
 namespace hawser::file {
 bool uringCompiledIn() { return false; }
-Status makeUringEngine(const IoEngineOptions&, std::unique_ptr<IoEngine>&) {
+Status makeUringEngine(const IoEngineOptions&, std::shared_ptr<FileCounters>, std::unique_ptr<IoEngine>&) {
   return {Code::kNotSupported, "this build has no io_uring engine (HAWSER_WITH_URING=OFF or liburing missing)"};
 }
 }  // namespace hawser::file

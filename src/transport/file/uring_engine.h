@@ -52,7 +52,8 @@ struct Command {
 
 class UringEngine final : public IoEngine {
  public:
-  explicit UringEngine(const IoEngineOptions& o) : opts_(o) {}
+  UringEngine(const IoEngineOptions& o, std::shared_ptr<FileCounters> counters)
+      : opts_(o), counters_(std::move(counters)) {}
   ~UringEngine() override;
 
   Status init();
@@ -93,6 +94,7 @@ class UringEngine final : public IoEngine {
   static uint64_t pieceLen(const UringMemory& m, size_t i);
 
   IoEngineOptions opts_;
+  std::shared_ptr<FileCounters> counters_;
   io_uring ring_{};
   bool ring_ok_ = false;
   unsigned ring_flags_ = 0;
