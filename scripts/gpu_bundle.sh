@@ -4,7 +4,7 @@
 # the hawser tool, the tests/gpu programs, the bench helpers, and every
 # shared library they load that is not part of the base system.
 # Usage: scripts/gpu_bundle.sh [BUILD_DIR] [OUT_DIR]   (default build .device)
-# ONLY="name ..." keeps just those programs (hawser is always kept). Programs
+# ONLY="name ..." keeps just those programs (hawser and signal_sender are always kept). Programs
 # and libraries are stripped: the tree that travels to a GPU machine is small.
 set -euo pipefail
 shopt -s nullglob  # a build without lib/*.so (no softverbs) is fine
@@ -25,7 +25,8 @@ if [ -n "${ONLY:-}" ]; then
   keep=()
   for b in "${bins[@]}"; do
     n=$(basename "$b")
-    [[ $n == hawser || " $ONLY " == *" $n "* ]] && keep+=("$b")
+    # signal_sender: the shared suite's signal cases start it from beside hawser.
+    [[ $n == hawser || $n == signal_sender || " $ONLY " == *" $n "* ]] && keep+=("$b")
   done
   bins=("${keep[@]}")
 fi

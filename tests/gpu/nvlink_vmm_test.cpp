@@ -277,7 +277,7 @@ TEST_F(NvlinkVmm, a_socket_directory_both_mount_namespaces_see_serves_vmm_memory
   TempDir hidden;
   Owner h;
   ASSERT_TRUE(h.start("vmm",
-                      {"unshare", "--pid", "--mount", "--fork", "--kill-child", "sh", "-c",
+                      {"unshare", "--pid", "--mount", "--fork", "--kill-child", "--mount-proc", "sh", "-c",
                        "mount -t tmpfs hawser-test " + hidden.path + " && exec env HAWSER_NVLINK_SOCKET_DIR=" +
                            hidden.path + " \"$0\" \"$@\""}));
   route = doctorRoute(h.segment);
