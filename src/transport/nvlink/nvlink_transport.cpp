@@ -20,6 +20,7 @@
 
 #include "base/config.h"
 #include "base/log.h"
+#include "transport/nvlink/nvlink_config.h"
 #include "gpu/copy_kernel.h"
 #include "gpu/cuda_driver.h"
 #include "metadata/descriptor.h"
@@ -108,7 +109,8 @@ bool decodeBufferAttrs(const BufferDesc& bd, BufferInfo& b, std::string& bus) {
 
 }  // namespace nvlink
 
-Status NvlinkTransport::loadSettings(const Config& cfg, NvlinkSettings& out) {
+Status NvlinkTransport::loadSettings(const Config& config, NvlinkSettings& out) {
+  const NvlinkConfig cfg(config);
   NvlinkSettings s;
   Status st;
   if (!(st = cfg.getInt("nvlink.streams", s.streams)).ok() ||
@@ -118,7 +120,7 @@ Status NvlinkTransport::loadSettings(const Config& cfg, NvlinkSettings& out) {
       !(st = cfg.getBool("nvlink.issue_inline", s.issue_inline)).ok() ||
       !(st = cfg.getSize("nvlink.plan_cache", s.plan_cache)).ok() ||
       !(st = cfg.getString("nvlink.socket_dir", s.socket_dir)).ok() ||
-      !(st = gpu::CopySettings::fromConfig(cfg, s.copy)).ok())
+      !(st = gpu::CopySettings::fromConfig(config, s.copy)).ok())
     return st;
   while (s.socket_dir.size() > 1 && s.socket_dir.back() == '/') s.socket_dir.pop_back();
   out = s;
