@@ -16,8 +16,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "hawser/status.h"
 #include "engine/batch.h"
+#include "hawser/status.h"
 #include "hawser/types.h"
 
 namespace hawser {

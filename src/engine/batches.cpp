@@ -23,8 +23,7 @@ struct Resolved {
 }  // namespace
 
 Status EngineImpl::allocateBatch(size_t capacity, BatchID& out) {
-  Status s = checkInit();
-  if (!s.ok()) return s;
+  if (!initialized_) return checkInit();
   return batches_.allocate(capacity, out);
 }
 
@@ -244,8 +243,6 @@ Status EngineImpl::cancel(BatchID id) {
     r->stop(TransferState::kCanceled, {Code::kUnavailable, "canceled by cancelTransfer before it was started"}, true);
   return Status::OK();
 }
-
-Status EngineImpl::freeBatch(BatchID id, bool settle) { return batches_.free(id, settle); }
 
 Status EngineImpl::transferSync(const std::vector<TransferRequest>& reqs, std::chrono::milliseconds timeout,
                                 std::vector<TransferStatus>* statuses, std::chrono::milliseconds cancel_wait,

@@ -98,7 +98,7 @@ class EngineImpl {
   Status cancel(BatchID id);
   // settle: wait a moment (50 ms at most) for transports still letting go
   // of slices whose tasks ended, before answering kBatchBusy.
-  Status freeBatch(BatchID id, bool settle = true);
+  Status freeBatch(BatchID id, bool settle = true) { return batches_.free(id, settle); }
   Status transferSync(const std::vector<TransferRequest>& reqs, std::chrono::milliseconds timeout,
                       std::vector<TransferStatus>* statuses, std::chrono::milliseconds cancel_wait,
                       const Notification* notify = nullptr);
@@ -177,7 +177,14 @@ class EngineImpl {
   // rebuilds its view; nullptr when that fails.
   std::shared_ptr<const SegmentView> refreshSegment(SegmentID id) { return segments_.refresh(id); }
   // The view to submit to: refreshed first if the store says it changed.
-  std::shared_ptr<const SegmentView> currentView(SegmentID id) { return segments_.current(id); }
+  // A store that tracks changes (etcd watch, p2p change notices) flags a
+  // stale descriptor (owner restarted or re-registered); a segment whose
+  // name a transport resolves (file://) is not the store's.
+  std::shared_ptr<const SegmentView> currentView(SegmentID id) {
+    return segments_.current(id, [this](const SegmentDesc& d) {
+      return !schemeOwner(d.name) && store_->mayHaveChanged(d.name, d.generation);
+    });
+  }
 
   // block_requests.cpp / block_api.cpp
   Status startPlan(OpCode op, SegmentID target, BlockPlan& plan);
@@ -255,12 +262,10 @@ class EngineImpl {
   }
 
   // Open segments: descriptors fetched (segments.cpp: fetchSegment) and
-  // decoded into peers (makeView), refreshed when the store says so.
+  // decoded into peers (makeView), refreshed when the store says so
+  // (currentView).
   OpenSegments segments_{[this](const std::string& name, SegmentDesc& out) { return fetchSegment(name, out); },
-                         [this](SegmentDesc desc) { return makeView(std::move(desc)); },
-                         [this](const SegmentDesc& d) {
-                           return !schemeOwner(d.name) && store_->mayHaveChanged(d.name, d.generation);
-                         }};
+                         [this](SegmentDesc desc) { return makeView(std::move(desc)); }};
 
   // Batches and the orphans transferSync left.
   BatchTable batches_;

@@ -18,8 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "base/registry.h"
-#include "hawser/status.h"
 #include "base/transport.h"
+#include "hawser/status.h"
 #include "hawser/types.h"
 #include "metadata/descriptor.h"
 

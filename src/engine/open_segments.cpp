@@ -5,8 +5,8 @@
 
 namespace hawser {
 
-OpenSegments::OpenSegments(Fetch fetch, MakeView make_view, Stale stale)
-    : fetch_(std::move(fetch)), make_view_(std::move(make_view)), stale_(std::move(stale)) {}
+OpenSegments::OpenSegments(Fetch fetch, MakeView make_view)
+    : fetch_(std::move(fetch)), make_view_(std::move(make_view)) {}
 
 Status OpenSegments::open(const std::string& name, SegmentID& out) {
   if (name.empty()) return {Code::kInvalidArgument, "segment name is empty"};
@@ -73,18 +73,6 @@ std::shared_ptr<const SegmentView> OpenSegments::refresh(SegmentID id) {
   old = std::move(it->second.view);
   it->second.view = fresh;
   return fresh;
-}
-
-std::shared_ptr<const SegmentView> OpenSegments::current(SegmentID id) {
-  auto v = view(id);
-  if (!v) return nullptr;
-  // A store that tracks changes (etcd watch, p2p change notices) flags a
-  // stale descriptor (owner restarted or re-registered): refresh it, keep
-  // the old one if that fails.
-  if (stale_(*v->desc)) {
-    if (auto fresh = refresh(id)) v = fresh;
-  }
-  return v;
 }
 
 size_t OpenSegments::size() const {

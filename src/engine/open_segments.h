@@ -14,8 +14,8 @@
 #include <mutex>
 #include <string>
 
-#include "hawser/status.h"
 #include "engine/selection.h"
+#include "hawser/status.h"
 #include "hawser/types.h"
 #include "metadata/descriptor.h"
 
@@ -28,11 +28,8 @@ class OpenSegments {
   using Fetch = std::function<Status(const std::string& name, SegmentDesc& out)>;
   // The descriptor decoded into each transport's route and peer handle.
   using MakeView = std::function<std::shared_ptr<const SegmentView>(SegmentDesc desc)>;
-  // True when the store says descriptor `desc` may be stale (its owner
-  // restarted or registered more memory).
-  using Stale = std::function<bool(const SegmentDesc& desc)>;
 
-  OpenSegments(Fetch fetch, MakeView make_view, Stale stale);
+  OpenSegments(Fetch fetch, MakeView make_view);
 
   // The id of segment `name`: a new one (its descriptor fetched and
   // decoded), or the one it has while open, with one more reference.
@@ -44,9 +41,19 @@ class OpenSegments {
   // Re-fetches the descriptor and replaces the view; null when `id` is not
   // open or the fetch failed (the old view stays).
   std::shared_ptr<const SegmentView> refresh(SegmentID id);
-  // The view to submit to: refreshed first when the store says it may be
-  // stale (the old one kept when that fails).
-  std::shared_ptr<const SegmentView> current(SegmentID id);
+  // The view to submit to: refreshed first when `stale(desc)` says its
+  // descriptor may be stale (the store tracks changes: the owner restarted
+  // or registered more memory); the old one kept when that fails. Inline,
+  // with the predicate a template argument: every submit takes this path.
+  template <class Stale>
+  std::shared_ptr<const SegmentView> current(SegmentID id, const Stale& stale) {
+    auto v = view(id);
+    if (!v) return nullptr;
+    if (stale(*v->desc)) {
+      if (auto fresh = refresh(id)) v = fresh;
+    }
+    return v;
+  }
   // Segments open, and references to segment `id` (0: not open).
   size_t size() const;
   int refs(SegmentID id) const;
@@ -62,7 +69,6 @@ class OpenSegments {
 
   const Fetch fetch_;
   const MakeView make_view_;
-  const Stale stale_;
   mutable std::mutex mu_;
   std::map<SegmentID, OpenSegment> segments_;
   std::map<std::string, SegmentID> segment_ids_;

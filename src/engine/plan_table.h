@@ -12,9 +12,9 @@
 #include <unordered_map>
 #include <utility>
 
-#include "hawser/status.h"
 #include "engine/block_plan.h"
 #include "engine/block_runner.h"
+#include "hawser/status.h"
 #include "hawser/types.h"
 
 namespace hawser {
