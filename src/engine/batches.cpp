@@ -1,7 +1,5 @@
 // Batches: allocate, submit (validate, select, prepare all-or-nothing, post),
 // status, wait, cancel, free, and the synchronous transfer built on them.
-#include <thread>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -11,10 +9,6 @@
 namespace hawser {
 
 namespace {
-
-Status notAllocated(BatchID id) {
-  return {Code::kInvalidBatch, fmt::format("batch id {} is not allocated (never, or already freed)", id)};
-}
 
 Status bad(size_t i, const Status& s) { return {s.code(), fmt::format("requests[{}]: {}", i, s.message())}; }
 
@@ -29,30 +23,8 @@ struct Resolved {
 }  // namespace
 
 Status EngineImpl::allocateBatch(size_t capacity, BatchID& out) {
-  Status s = checkInit();
-  if (!s.ok()) return s;
-  if (capacity == 0) return {Code::kInvalidArgument, "capacity is 0"};
-  if (capacity > max_capacity_)
-    return {Code::kInvalidArgument, fmt::format("capacity {} exceeds batch.max_capacity {}", capacity, max_capacity_)};
-  reapOrphans();
-  std::shared_ptr<Batch> b;
-  std::unique_lock lk(batch_mu_);
-  BatchID id = next_batch_++;
-  try {
-    b = std::make_shared<Batch>(id, capacity, capacity * slices_per_task_, wait_spin_.get());
-  } catch (const std::bad_alloc&) {
-    return {Code::kInvalidArgument, fmt::format("capacity {}: out of memory", capacity)};
-  }
-  batches_[id] = std::move(b);
-  n_batches_.fetch_add(1, std::memory_order_relaxed);
-  out = id;
-  return Status::OK();
-}
-
-std::shared_ptr<Batch> EngineImpl::findBatch(BatchID id) const {
-  std::shared_lock lk(batch_mu_);
-  auto it = batches_.find(id);
-  return it == batches_.end() ? nullptr : it->second;
+  if (!initialized_) return checkInit();
+  return batches_.allocate(capacity, out);
 }
 
 Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, const Notification* notify,
@@ -60,7 +32,7 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
   Status s = checkInit();
   if (!s.ok()) return s;
   auto batch = findBatch(id);
-  if (!batch) return notAllocated(id);
+  if (!batch) return BatchTable::notAllocated(id);
   if (reqs.empty() && notify)
     return {Code::kInvalidArgument,
             fmt::format("notification '{}' follows the requests of its submit, and there are none: use sendNotify",
@@ -233,7 +205,7 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
 
 Status EngineImpl::taskStatus(BatchID id, size_t task, TransferStatus& st) {
   auto batch = findBatch(id);
-  if (!batch) return notAllocated(id);
+  if (!batch) return BatchTable::notAllocated(id);
   size_t n = batch->taskCount();
   if (task >= n)
     return {Code::kInvalidArgument, fmt::format("task_id {} is not in batch {} ({} tasks submitted)", task, id, n)};
@@ -243,14 +215,14 @@ Status EngineImpl::taskStatus(BatchID id, size_t task, TransferStatus& st) {
 
 Status EngineImpl::batchStatus(BatchID id, TransferStatus& st) {
   auto batch = findBatch(id);
-  if (!batch) return notAllocated(id);
+  if (!batch) return BatchTable::notAllocated(id);
   st = batch->aggregate();
   return Status::OK();
 }
 
 Status EngineImpl::wait(BatchID id, std::chrono::milliseconds timeout) {
   auto batch = findBatch(id);
-  if (!batch) return notAllocated(id);
+  if (!batch) return BatchTable::notAllocated(id);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   if (!batch->waitUntil(deadline))
     return {Code::kTimeout,
@@ -264,76 +236,12 @@ Status EngineImpl::wait(BatchID id, std::chrono::milliseconds timeout) {
 
 Status EngineImpl::cancel(BatchID id) {
   auto batch = findBatch(id);
-  if (!batch) return notAllocated(id);
+  if (!batch) return BatchTable::notAllocated(id);
   std::lock_guard sl(batch->submitMutex());
   for (auto& [t, sb] : batch->subBatches()) sb->cancel();
   for (auto& r : batch->runners())
     r->stop(TransferState::kCanceled, {Code::kUnavailable, "canceled by cancelTransfer before it was started"}, true);
   return Status::OK();
-}
-
-Status EngineImpl::freeBatch(BatchID id, bool settle) {
-  std::shared_ptr<Batch> batch;
-  // A task ends (its status says so) a few instructions before its
-  // completer counts it and lets go of the batch: a batch whose last task
-  // just ended is waited for, not reported busy (bounded by kReportingBound
-  // only against a bug). A transport completes a slice's task before it
-  // lets go of the slice's I/O: that gets a short grace. I/O that cannot
-  // stop stays busy. Without `settle` (the orphan reaper, which comes back
-  // later) neither is waited for.
-  constexpr auto kReportingBound = std::chrono::seconds(10);
-  const auto now = std::chrono::steady_clock::now();
-  const auto grace = now + std::chrono::milliseconds(settle ? 50 : 0);
-  const auto reporting_bound = settle ? now + kReportingBound : now;
-  for (;;) {
-    bool settling = false;
-    {
-      std::unique_lock lk(batch_mu_);
-      auto it = batches_.find(id);
-      if (it == batches_.end()) return notAllocated(id);
-      batch = it->second;
-      std::lock_guard sl(batch->submitMutex());
-      size_t left = batch->unfinished();
-      if (left > 0 && !batch->tasksEnded())
-        return {Code::kBatchBusy, fmt::format("batch {} has {} unfinished task(s)", id, left)};
-      Transport* t = nullptr;
-      switch (batch->hold(t)) {
-        case Batch::Hold::kIo:
-          if (std::chrono::steady_clock::now() >= grace)
-            return {Code::kBatchBusy,
-                    fmt::format("batch {}: transport {} still has I/O referencing its memory", id, t->name())};
-          settling = true;
-          break;
-        case Batch::Hold::kReporting:
-          if (std::chrono::steady_clock::now() >= reporting_bound)
-            return {Code::kBatchBusy, fmt::format("batch {}: its tasks ended and their completers are still reporting "
-                                                  "them",
-                                                  id)};
-          settling = true;
-          break;
-        case Batch::Hold::kNone:
-          batches_.erase(it);
-          break;
-      }
-    }
-    if (!settling) break;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  // Nobody can reach the batch now.
-  batch->dropSubBatches();
-  return Status::OK();
-}
-
-void EngineImpl::reapOrphans() {
-  std::vector<BatchID> left;
-  std::lock_guard lk(orphan_mu_);
-  for (BatchID b : orphans_) {
-    if (freeBatch(b, false).code() == Code::kBatchBusy)
-      left.push_back(b);
-    else
-      n_reaped_.fetch_add(1, std::memory_order_relaxed);
-  }
-  orphans_.swap(left);
 }
 
 Status EngineImpl::transferSync(const std::vector<TransferRequest>& reqs, std::chrono::milliseconds timeout,
@@ -382,10 +290,7 @@ Status EngineImpl::transferSync(const std::vector<TransferRequest>& reqs, std::c
     else
       notified = o->status().error;
   }
-  if (freeBatch(b).code() == Code::kBatchBusy) {
-    std::lock_guard lk(orphan_mu_);
-    orphans_.push_back(b);  // freed by a later allocateBatch once its I/O ends
-  }
+  if (freeBatch(b).code() == Code::kBatchBusy) batches_.orphan(b);  // freed by a later allocateBatch once its I/O ends
   if (timed_out)
     return {Code::kTimeout, fmt::format("transfer of {} request(s) did not finish in {} ms{}{}", reqs.size(),
                                         timeout.count(), first.ok() ? "" : "; first failure: ", first.message())};

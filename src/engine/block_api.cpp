@@ -80,13 +80,7 @@ Status EngineImpl::submitStrided(BatchID id, OpCode op, SegmentID target, const 
 }
 
 Status EngineImpl::addPlan(BlockPlan&& plan, PlanID& out) {
-  plan.prepared = true;
-  auto p = std::make_shared<const BlockPlan>(std::move(plan));
-  std::lock_guard lk(plan_mu_);
-  out = next_plan_++;
-  block_counters_.plan_bytes.fetch_add(p->memoryBytes(), std::memory_order_relaxed);
-  block_counters_.plans_open.fetch_add(1, std::memory_order_relaxed);
-  plans_.emplace(out, std::move(p));
+  out = plans_.add(std::move(plan));
   return Status::OK();
 }
 
@@ -108,13 +102,7 @@ Status EngineImpl::postPlan(BatchID id, PlanID plan_id, size_t* task_id, const S
   Status s = checkInit();
   if (!s.ok()) return s;
   std::shared_ptr<const BlockPlan> plan;
-  {
-    std::lock_guard lk(plan_mu_);
-    auto it = plans_.find(plan_id);
-    if (it == plans_.end())
-      return {Code::kInvalidArgument, fmt::format("plan id {} is not prepared (never, or already released)", plan_id)};
-    plan = it->second;
-  }
+  if (!(s = plans_.find(plan_id, plan)).ok()) return s;
   // Memory unregistered since the plan was checked: check its local side again.
   if (registry_.removals() != plan->removals) {
     s = refreshLocal(plan_id, plan);
@@ -126,27 +114,9 @@ Status EngineImpl::postPlan(BatchID id, PlanID plan_id, size_t* task_id, const S
   return postBlocks(id, std::move(plan), task_id, signal);
 }
 
-Status EngineImpl::planInfo(PlanID plan_id, PlanInfo& out) const {
-  std::lock_guard lk(plan_mu_);
-  auto it = plans_.find(plan_id);
-  if (it == plans_.end())
-    return {Code::kInvalidArgument, fmt::format("plan id {} is not prepared (never, or already released)", plan_id)};
-  out = PlanInfo{it->second->blocks, it->second->runs, it->second->bytes};
-  return Status::OK();
-}
+Status EngineImpl::planInfo(PlanID plan_id, PlanInfo& out) const { return plans_.info(plan_id, out); }
 
-Status EngineImpl::releasePlan(PlanID plan_id) {
-  std::shared_ptr<const BlockPlan> gone;  // freed outside the lock
-  std::lock_guard lk(plan_mu_);
-  auto it = plans_.find(plan_id);
-  if (it == plans_.end())
-    return {Code::kInvalidArgument, fmt::format("plan id {} is not prepared (never, or already released)", plan_id)};
-  gone = std::move(it->second);
-  plans_.erase(it);
-  block_counters_.plan_bytes.fetch_sub(gone->memoryBytes(), std::memory_order_relaxed);
-  block_counters_.plans_open.fetch_sub(1, std::memory_order_relaxed);
-  return Status::OK();
-}
+Status EngineImpl::releasePlan(PlanID plan_id) { return plans_.release(plan_id); }
 
 Counters EngineImpl::blockStats() const {
   const BlockCounters& c = block_counters_;

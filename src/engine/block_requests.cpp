@@ -495,15 +495,7 @@ Status EngineImpl::refreshLocal(PlanID id, std::shared_ptr<const BlockPlan>& pla
     if (!fresh->run_region.empty()) fresh->run_region.push_back(cur);
   }
   // Later posts take the refreshed plan (unless it was released meanwhile).
-  {
-    std::lock_guard lk(plan_mu_);
-    auto it = plans_.find(id);
-    if (it != plans_.end() && it->second == plan) {
-      block_counters_.plan_bytes.fetch_add(fresh->memoryBytes(), std::memory_order_relaxed);
-      block_counters_.plan_bytes.fetch_sub(plan->memoryBytes(), std::memory_order_relaxed);
-      it->second = fresh;
-    }
-  }
+  (void)plans_.replace(id, plan, fresh);
   plan = std::move(fresh);
   return Status::OK();
 }

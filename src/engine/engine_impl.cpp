@@ -137,6 +137,7 @@ Status EngineImpl::init(const std::string& metadata_uri, const std::string& serv
   if (!(s = config_.getInt("metrics.max_peers", max_peers)).ok()) return {s.code(), "init: " + s.message()};
   traffic_ = std::make_unique<metrics::TrafficTable>(metrics_, max_peers);
   wait_spin_ = std::make_unique<WaitSpin>(std::chrono::microseconds(wait_spin_us_));
+  batches_.configure({max_capacity_, slices_per_task_, wait_spin_.get()});
   // The CUDA driver, where there is one: registration asks it what memory
   // it is given, and the transports use it to move GPU memory.
   std::string cuda_driver;
@@ -252,37 +253,25 @@ Status EngineImpl::installTransport(std::unique_ptr<Transport> t) {
   const TransportContext ctx = transportContext();
   s = t->install(ctx);
   if (!s.ok()) return s;
-  std::lock_guard lk(reg_mu_);
-  for (auto& r : registry_.snapshot()) {
-    nlohmann::json a = nlohmann::json::object();
-    std::shared_ptr<const Registration> reg;
-    s = t->registerRegion(r, a, reg);
-    if (s.ok() && reg) s = registry_.addRegistration(r.addr, t.get(), std::move(reg));  // under reg_mu_: still there
-    if (!s.ok()) {
-      t->shutdown();
-      return s;
-    }
-  }
-  TransportDiagnosis d;
-  d.transport = t->name();
-  d.installed = true;
-  d.cost_rank = t->caps().cost_rank;
-  d.moves = movesOf(t->caps());
-  t->diagnose(d);
-  diagnoses_.push_back(std::move(d));
-  transports_.push_back(std::move(t));
-  sortTransports();
-  return store_->publishLocal();
+  // The memory registered so far, registered in it; then it is installed
+  // and the descriptor published, all under the registrar's lock.
+  return registrar_.addTransport(*t, [&] {
+    TransportDiagnosis d;
+    d.transport = t->name();
+    d.installed = true;
+    d.cost_rank = t->caps().cost_rank;
+    d.moves = movesOf(t->caps());
+    t->diagnose(d);
+    diagnoses_.push_back(std::move(d));
+    transports_.push_back(std::move(t));
+    sortTransports();
+  });
 }
 
 void EngineImpl::shutdown() {
   if (!initialized_) return;
   // Give in-flight batches a bounded chance to finish.
-  std::vector<std::shared_ptr<Batch>> live;
-  {
-    std::shared_lock lk(batch_mu_);
-    for (auto& [id, b] : batches_) live.push_back(b);
-  }
+  std::vector<std::shared_ptr<Batch>> live = batches_.live();
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   for (auto& b : live) b->waitUntil(deadline);
   pump_->stop();  // block requests: runs not yet started end FAILED
@@ -291,16 +280,8 @@ void EngineImpl::shutdown() {
   store_->stop();
   rpc_.stop();
   for (auto& t : transports_) t->shutdown();
-  {
-    std::unique_lock lk(batch_mu_);
-    for (auto& [id, b] : batches_) b->dropSubBatches();
-    batches_.clear();
-  }
-  {
-    std::lock_guard lk(seg_mu_);
-    segments_.clear();
-    segment_ids_.clear();
-  }
+  batches_.clear();
+  segments_.clear();
   live.clear();
   transports_.clear();
   schemes_.clear();
@@ -322,18 +303,7 @@ SegmentDesc EngineImpl::localDescriptor() const {
     t->describe(a);
     d.transports[t->name()] = std::move(a);
   }
-  std::lock_guard lk(attrs_mu_);
-  for (auto& r : registry_.snapshot()) {
-    if (!r.remote_accessible) continue;
-    BufferDesc b;
-    b.addr = r.addr;
-    b.length = r.length;
-    b.location = r.location;
-    b.seq = r.seq;
-    auto it = buffer_attrs_.find(r.addr);
-    if (it != buffer_attrs_.end()) b.attrs = it->second;
-    d.buffers.push_back(std::move(b));
-  }
+  d.buffers = registrar_.buffers();
   return d;
 }
 
@@ -344,25 +314,17 @@ std::vector<std::string> EngineImpl::transportNames() const {
 }
 
 EngineStats EngineImpl::stats() {
-  reapOrphans();
+  batches_.reapOrphans();
   EngineStats s;
-  size_t orphans = 0;
-  {
-    std::lock_guard lk(orphan_mu_);
-    orphans = orphans_.size();
-  }
-  size_t live = 0;
-  {
-    std::shared_lock lk(batch_mu_);
-    live = batches_.size();
-  }
-  s.engine = {{"batches_allocated", n_batches_.load()},
+  const size_t orphans = batches_.orphans();
+  const size_t live = batches_.open();
+  s.engine = {{"batches_allocated", batches_.allocated()},
               {"batches_open", live},
               {"tasks_submitted", n_tasks_.load()},
               {"submits_refused", n_refused_.load()},
               {"sync_timeouts", n_sync_timeouts_.load()},
               {"orphan_batches", orphans},
-              {"orphan_batches_reaped", n_reaped_.load()},
+              {"orphan_batches_reaped", batches_.reaped()},
               {"notifies_delivered", outbox_.delivered()},
               {"notifies_failed", outbox_.failed()},
               {"notifies_received", inbox_.received()},

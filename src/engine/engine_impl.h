@@ -1,11 +1,40 @@
-// The engine behind hawser::TransferEngine. Its parts live in one file each:
+// The engine behind hawser::TransferEngine: a facade over objects that each
+// own their state and its lock, plus the wiring between them (init,
+// shutdown, the installed transports, selection). The objects:
+//   open_segments.h    OpenSegments: open segments, their views and peers
+//   batch_table.h      BatchTable: batches by id, the orphans transferSync left
+//   plan_table.h       PlanTable: prepared block plans
+//   memory_registrar.h MemoryRegistrar: registrations in flight, per-region attrs
+//   notify.h           NotifyInbox / NotifyOutbox: notifications received, sent
+//   signal_board.h     SignalBoard: signals received and waited for
+// The facade's methods live in one file each:
 //   engine_impl.cpp   init, shutdown, installed transports, local descriptor, stats
 //   registration.cpp  registerMemory / unregisterMemory
-//   segments.cpp      open segments, their descriptors and per-transport peer handles
+//   segments.cpp      descriptors fetched and decoded into peers; the segment calls
 //   selection.cpp     which transport serves a request (the table is in selection.h)
 //   batches.cpp       allocate, submit, status, wait, cancel, free, transferSync
 //   notifications.cpp sendNotify, getNotifies, notification status (notify.h: the queues)
 //   signals.cpp       submits with a signal, waitSignal (signal_board.h: the receiver's side)
+//   block_requests.cpp, block_api.cpp  block requests checked, posted; plans
+//
+// Lock order (the one place it is written; docs/architecture.md points here).
+// A lock may be held while taking one listed after it, never the reverse:
+//   1. MemoryRegistrar reg_mu_    (serialises register / unregister / installTransport;
+//                                  held while the registry, every transport's register
+//                                  calls and the store's publish run)
+//   2. BatchTable orphan_mu_      (reaping frees batches under it)
+//   3. BatchTable batch_mu_       (exclusive while a batch is freed)
+//   4. Batch submit_mu_           (submit, post, cancel, free; under it: a transport's
+//                                  prepare / post / cancel / idle, a BlockRunner's mu_,
+//                                  NotifyOutbox mu_ (track), RouteFallbacks mu_)
+//   5. MemoryRegistrar attrs_mu_  (under it: the registry's mu_, for a snapshot)
+//   6. MemoryRegistry mu_, and each object's own leaf mutex
+// Leaves (nothing else is taken under them): OpenSegments mu_ (descriptors are
+// fetched and decoded into peers outside it; views are dropped outside it),
+// PlanTable plan_mu_ (plans re-checked outside it), Batch notify_mu_,
+// RouteFallbacks mu_, the metrics families' mutexes. NotifyInbox, NotifyOutbox
+// and SignalBoard keep their own locks and call no engine object under them.
+// No engine lock is held while waiting for a batch, a notification or a signal.
 #pragma once
 
 #include <chrono>
@@ -24,6 +53,10 @@
 #include "base/traffic_metrics.h"
 #include "base/transport.h"
 #include "engine/batch.h"
+#include "engine/batch_table.h"
+#include "engine/memory_registrar.h"
+#include "engine/open_segments.h"
+#include "engine/plan_table.h"
 #include "engine/notify.h"
 #include "engine/route_fallbacks.h"
 #include "engine/signal_board.h"
@@ -65,7 +98,7 @@ class EngineImpl {
   Status cancel(BatchID id);
   // settle: wait a moment (50 ms at most) for transports still letting go
   // of slices whose tasks ended, before answering kBatchBusy.
-  Status freeBatch(BatchID id, bool settle = true);
+  Status freeBatch(BatchID id, bool settle = true) { return batches_.free(id, settle); }
   Status transferSync(const std::vector<TransferRequest>& reqs, std::chrono::milliseconds timeout,
                       std::vector<TransferStatus>* statuses, std::chrono::milliseconds cancel_wait,
                       const Notification* notify = nullptr);
@@ -111,23 +144,12 @@ class EngineImpl {
   const std::string& hostId() const { return host_id_; }
 
  private:
-  // An open segment: its descriptor and each transport's view of it. A new
-  // SegmentView replaces the old one when the descriptor changes; tasks in
-  // flight keep what they were submitted with.
-  struct OpenSegment {
-    std::string name;
-    std::shared_ptr<const SegmentView> view;
-    int refs = 0;
-  };
-
   Status checkInit() const;
   void sortTransports();
   TransportContext transportContext();
   // Undoes a partly done init(): listener stopped, transports shut down.
   void abandonInit();
-  std::shared_ptr<Batch> findBatch(BatchID id) const;
-  // Frees batches transferSync gave up on once their I/O has ended.
-  void reapOrphans();
+  std::shared_ptr<Batch> findBatch(BatchID id) const { return batches_.find(id); }
   // notifications.cpp: checks a notification and finds where its target
   // listens (a memory segment's owner engine).
   Status notifyTarget(const SegmentView& view, const Notification& n, std::string& host, uint16_t& port) const;
@@ -149,12 +171,20 @@ class EngineImpl {
   Transport* schemeOwner(const std::string& name) const;
   Status fetchSegment(const std::string& name, SegmentDesc& out);
   std::shared_ptr<const SegmentView> makeView(SegmentDesc desc) const;
-  std::shared_ptr<const SegmentView> segmentView(SegmentID id) const;
+  // The open segments' views (open_segments.h).
+  std::shared_ptr<const SegmentView> segmentView(SegmentID id) const { return segments_.view(id); }
   // Re-fetches a segment's descriptor (owner registered more memory) and
   // rebuilds its view; nullptr when that fails.
-  std::shared_ptr<const SegmentView> refreshSegment(SegmentID id);
+  std::shared_ptr<const SegmentView> refreshSegment(SegmentID id) { return segments_.refresh(id); }
   // The view to submit to: refreshed first if the store says it changed.
-  std::shared_ptr<const SegmentView> currentView(SegmentID id);
+  // A store that tracks changes (etcd watch, p2p change notices) flags a
+  // stale descriptor (owner restarted or re-registered); a segment whose
+  // name a transport resolves (file://) is not the store's.
+  std::shared_ptr<const SegmentView> currentView(SegmentID id) {
+    return segments_.current(id, [this](const SegmentDesc& d) {
+      return !schemeOwner(d.name) && store_->mayHaveChanged(d.name, d.generation);
+    });
+  }
 
   // block_requests.cpp / block_api.cpp
   Status startPlan(OpCode op, SegmentID target, BlockPlan& plan);
@@ -215,9 +245,8 @@ class EngineImpl {
   uint32_t wait_spin_us_ = 0;  // batch.wait_spin_us
   std::unique_ptr<WaitSpin> wait_spin_;  // shared by the batches (engine/batch.h)
 
-  std::mutex reg_mu_;  // serialises registrations
-  mutable std::mutex attrs_mu_;
-  std::map<uint64_t, nlohmann::json> buffer_attrs_;  // per region: transport attrs
+  // Registrations in flight and each region's transport attrs.
+  MemoryRegistrar registrar_{registry_, transports_, [this] { return store_->publishLocal(); }};
 
   // Route contracts and fallbacks (docs/routes.md): the transports of the
   // build that did not install here (each as a Route without a transport),
@@ -232,28 +261,24 @@ class EngineImpl {
     return c.set ? Contract{c.transports, c.require} : contract_;
   }
 
-  mutable std::mutex seg_mu_;
-  std::map<SegmentID, OpenSegment> segments_;
-  std::map<std::string, SegmentID> segment_ids_;
-  SegmentID next_segment_ = 1;
+  // Open segments: descriptors fetched (segments.cpp: fetchSegment) and
+  // decoded into peers (makeView), refreshed when the store says so
+  // (currentView).
+  OpenSegments segments_{[this](const std::string& name, SegmentDesc& out) { return fetchSegment(name, out); },
+                         [this](SegmentDesc desc) { return makeView(std::move(desc)); }};
 
-  mutable std::shared_mutex batch_mu_;
-  std::unordered_map<BatchID, std::shared_ptr<Batch>> batches_;
-  BatchID next_batch_ = 1;
-  std::mutex orphan_mu_;
-  std::vector<BatchID> orphans_;  // transferSync batches still referenced by I/O
+  // Batches and the orphans transferSync left.
+  BatchTable batches_;
 
   // Block requests: tunables, prepared plans, the pump, counters.
   BlockSettings block_settings_;
-  mutable std::mutex plan_mu_;
-  std::unordered_map<PlanID, std::shared_ptr<const BlockPlan>> plans_;
-  PlanID next_plan_ = 1;
+  BlockCounters block_counters_;
+  PlanTable plans_{block_counters_};
   std::unique_ptr<BlockPump> pump_;
   std::shared_ptr<RunArrays> run_arrays_ = std::make_shared<RunArrays>();  // kept by the runners too
-  BlockCounters block_counters_;
 
-  // Engine counters (stats()).
-  std::atomic<uint64_t> n_batches_{0}, n_tasks_{0}, n_refused_{0}, n_sync_timeouts_{0}, n_reaped_{0};
+  // Engine counters (stats(); the batch table counts batches and reaped orphans).
+  std::atomic<uint64_t> n_tasks_{0}, n_refused_{0}, n_sync_timeouts_{0};
 };
 
 // Adds the engine's own counters (s.engine) and the rpc listener's refused

@@ -1,6 +1,7 @@
-// Open segments: descriptors fetched from metadata (or resolved by the
+// Segments: descriptors fetched from metadata (or resolved by the
 // transport that owns the name's scheme, e.g. file://), decoded once per
-// transport into peer handles, refreshed when the owner changes them.
+// transport into peer handles; the open ones are kept, and refreshed when
+// the owner changes them, by OpenSegments (open_segments.h).
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -88,46 +89,13 @@ std::shared_ptr<const SegmentView> EngineImpl::makeView(SegmentDesc desc) const 
 Status EngineImpl::openSegment(const std::string& name, SegmentID& out) {
   Status s = checkInit();
   if (!s.ok()) return s;
-  if (name.empty()) return {Code::kInvalidArgument, "segment name is empty"};
-  {
-    std::lock_guard lk(seg_mu_);
-    auto it = segment_ids_.find(name);
-    if (it != segment_ids_.end()) {
-      segments_[it->second].refs++;
-      out = it->second;
-      return Status::OK();
-    }
-  }
-  SegmentDesc d;
-  s = fetchSegment(name, d);
-  if (!s.ok()) return s;
-  auto view = makeView(std::move(d));
-  std::lock_guard lk(seg_mu_);
-  auto it = segment_ids_.find(name);
-  if (it != segment_ids_.end()) {  // raced with another open
-    segments_[it->second].refs++;
-    out = it->second;
-    return Status::OK();
-  }
-  SegmentID id = next_segment_++;
-  segments_[id] = OpenSegment{name, std::move(view), 1};
-  segment_ids_[name] = id;
-  out = id;
-  return Status::OK();
+  return segments_.open(name, out);
 }
 
 Status EngineImpl::closeSegment(SegmentID id) {
   Status s = checkInit();
   if (!s.ok()) return s;
-  std::shared_ptr<const SegmentView> closed;  // dropped outside the lock
-  std::lock_guard lk(seg_mu_);
-  auto it = segments_.find(id);
-  if (it == segments_.end()) return {Code::kSegmentNotFound, fmt::format("segment id {} is not open", id)};
-  if (--it->second.refs > 0) return Status::OK();
-  closed = std::move(it->second.view);
-  segment_ids_.erase(it->second.name);
-  segments_.erase(it);
-  return Status::OK();
+  return segments_.close(id);
 }
 
 Status EngineImpl::segmentBuffers(SegmentID id, std::vector<SegmentBuffer>& out) {
@@ -160,44 +128,6 @@ Status EngineImpl::probeSegment(const std::string& name) {
   if (name.empty()) return {Code::kInvalidArgument, "segment name is empty"};
   SegmentDesc d;
   return fetchSegment(name, d);
-}
-
-std::shared_ptr<const SegmentView> EngineImpl::segmentView(SegmentID id) const {
-  std::lock_guard lk(seg_mu_);
-  auto it = segments_.find(id);
-  return it == segments_.end() ? nullptr : it->second.view;
-}
-
-std::shared_ptr<const SegmentView> EngineImpl::refreshSegment(SegmentID id) {
-  std::string name;
-  {
-    std::lock_guard lk(seg_mu_);
-    auto it = segments_.find(id);
-    if (it == segments_.end()) return nullptr;
-    name = it->second.name;
-  }
-  SegmentDesc d;
-  if (!fetchSegment(name, d).ok()) return nullptr;
-  auto fresh = makeView(std::move(d));
-  std::shared_ptr<const SegmentView> old;  // dropped outside the lock
-  std::lock_guard lk(seg_mu_);
-  auto it = segments_.find(id);
-  if (it == segments_.end()) return nullptr;
-  old = std::move(it->second.view);
-  it->second.view = fresh;
-  return fresh;
-}
-
-std::shared_ptr<const SegmentView> EngineImpl::currentView(SegmentID id) {
-  auto v = segmentView(id);
-  if (!v) return nullptr;
-  // A store that tracks changes (etcd watch, p2p change notices) flags a
-  // stale descriptor (owner restarted or re-registered): refresh it, keep
-  // the old one if that fails.
-  if (!schemeOwner(v->desc->name) && store_->mayHaveChanged(v->desc->name, v->desc->generation)) {
-    if (auto fresh = refreshSegment(id)) v = fresh;
-  }
-  return v;
 }
 
 Status EngineImpl::explainRoute(SegmentID id, const std::string& local_location, RouteExplanation& out) {

@@ -1,0 +1,132 @@
+// The engine's batches and orphans (batch_table.h).
+#include "engine/batch_table.h"
+
+#include <thread>
+
+#include <fmt/format.h>
+
+namespace hawser {
+
+Status BatchTable::notAllocated(BatchID id) {
+  return {Code::kInvalidBatch, fmt::format("batch id {} is not allocated (never, or already freed)", id)};
+}
+
+Status BatchTable::allocate(size_t capacity, BatchID& out) {
+  if (capacity == 0) return {Code::kInvalidArgument, "capacity is 0"};
+  if (capacity > settings_.max_capacity)
+    return {Code::kInvalidArgument,
+            fmt::format("capacity {} exceeds batch.max_capacity {}", capacity, settings_.max_capacity)};
+  reapOrphans();
+  std::shared_ptr<Batch> b;
+  std::unique_lock lk(batch_mu_);
+  BatchID id = next_batch_++;
+  try {
+    b = std::make_shared<Batch>(id, capacity, capacity * settings_.slices_per_task, settings_.spin);
+  } catch (const std::bad_alloc&) {
+    return {Code::kInvalidArgument, fmt::format("capacity {}: out of memory", capacity)};
+  }
+  batches_[id] = std::move(b);
+  n_batches_.fetch_add(1, std::memory_order_relaxed);
+  out = id;
+  return Status::OK();
+}
+
+std::shared_ptr<Batch> BatchTable::find(BatchID id) const {
+  std::shared_lock lk(batch_mu_);
+  auto it = batches_.find(id);
+  return it == batches_.end() ? nullptr : it->second;
+}
+
+Status BatchTable::free(BatchID id, bool settle) {
+  std::shared_ptr<Batch> batch;
+  // A task ends (its status says so) a few instructions before its
+  // completer counts it and lets go of the batch: a batch whose last task
+  // just ended is waited for, not reported busy (bounded by kReportingBound
+  // only against a bug). A transport completes a slice's task before it
+  // lets go of the slice's I/O: that gets a short grace. I/O that cannot
+  // stop stays busy. Without `settle` (the orphan reaper, which comes back
+  // later) neither is waited for.
+  constexpr auto kReportingBound = std::chrono::seconds(10);
+  const auto now = std::chrono::steady_clock::now();
+  const auto grace = now + std::chrono::milliseconds(settle ? 50 : 0);
+  const auto reporting_bound = settle ? now + kReportingBound : now;
+  for (;;) {
+    bool settling = false;
+    {
+      std::unique_lock lk(batch_mu_);
+      auto it = batches_.find(id);
+      if (it == batches_.end()) return notAllocated(id);
+      batch = it->second;
+      std::lock_guard sl(batch->submitMutex());
+      size_t left = batch->unfinished();
+      if (left > 0 && !batch->tasksEnded())
+        return {Code::kBatchBusy, fmt::format("batch {} has {} unfinished task(s)", id, left)};
+      Transport* t = nullptr;
+      switch (batch->hold(t)) {
+        case Batch::Hold::kIo:
+          if (std::chrono::steady_clock::now() >= grace)
+            return {Code::kBatchBusy,
+                    fmt::format("batch {}: transport {} still has I/O referencing its memory", id, t->name())};
+          settling = true;
+          break;
+        case Batch::Hold::kReporting:
+          if (std::chrono::steady_clock::now() >= reporting_bound)
+            return {Code::kBatchBusy, fmt::format("batch {}: its tasks ended and their completers are still reporting "
+                                                  "them",
+                                                  id)};
+          settling = true;
+          break;
+        case Batch::Hold::kNone:
+          batches_.erase(it);
+          break;
+      }
+    }
+    if (!settling) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  // Nobody can reach the batch now.
+  batch->dropSubBatches();
+  return Status::OK();
+}
+
+void BatchTable::orphan(BatchID id) {
+  std::lock_guard lk(orphan_mu_);
+  orphans_.push_back(id);  // freed by a later allocate once its I/O ends
+}
+
+void BatchTable::reapOrphans() {
+  std::vector<BatchID> left;
+  std::lock_guard lk(orphan_mu_);
+  for (BatchID b : orphans_) {
+    if (free(b, false).code() == Code::kBatchBusy)
+      left.push_back(b);
+    else
+      n_reaped_.fetch_add(1, std::memory_order_relaxed);
+  }
+  orphans_.swap(left);
+}
+
+std::vector<std::shared_ptr<Batch>> BatchTable::live() const {
+  std::vector<std::shared_ptr<Batch>> out;
+  std::shared_lock lk(batch_mu_);
+  for (auto& [id, b] : batches_) out.push_back(b);
+  return out;
+}
+
+void BatchTable::clear() {
+  std::unique_lock lk(batch_mu_);
+  for (auto& [id, b] : batches_) b->dropSubBatches();
+  batches_.clear();
+}
+
+size_t BatchTable::open() const {
+  std::shared_lock lk(batch_mu_);
+  return batches_.size();
+}
+
+size_t BatchTable::orphans() const {
+  std::lock_guard lk(orphan_mu_);
+  return orphans_.size();
+}
+
+}  // namespace hawser
