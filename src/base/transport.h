@@ -182,6 +182,10 @@ struct RunWindow {
   // it derived from them (a run list in device memory) while `plan` lives.
   std::weak_ptr<const void> plan;
   uint64_t first = 0;
+  // Posted by the thread that submitted the block request (its first
+  // window), which a transport may use to move the window itself; later
+  // windows come from the engine's pump, which other requests wait for.
+  bool on_submitter = false;
   std::span<const RunRef> runs() const { return source->runs(); }
 };
 

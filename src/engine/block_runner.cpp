@@ -128,7 +128,7 @@ BlockRunner::Window* BlockRunner::windowFor(size_t lane, size_t runs) {
   return w;
 }
 
-Status BlockRunner::fill(Window* w, size_t first, size_t k, std::unique_ptr<PreparedWork>& work) {
+Status BlockRunner::fill(Window* w, size_t first, size_t k, std::unique_ptr<PreparedWork>& work, bool on_submitter) {
   const BlockPlan& p = *plan_;
   Transport* t = p.route->transport;
   w->sb.reset();  // idle: its I/O has ended
@@ -148,6 +148,7 @@ Status BlockRunner::fill(Window* w, size_t first, size_t k, std::unique_ptr<Prep
     rw.source = &w->sink;
     rw.regions = p.regions;
     rw.sink = &w->sink;
+    rw.on_submitter = on_submitter;
     if (p.prepared) {
       rw.plan = std::shared_ptr<const void>(plan_, plan_.get());
       rw.first = first;
@@ -199,7 +200,7 @@ Status BlockRunner::prepareFirst() {
   Window* w = windowFor(0, std::min(window_, first_runs));
   size_t first = 0;
   const size_t k = take(w->capacity, first);
-  Status s = fill(w, first, k, first_work_);
+  Status s = fill(w, first, k, first_work_, true);
   if (!s.ok()) {
     next_.store(0);  // nothing was posted; the runner is dropped
     return s;

@@ -140,8 +140,9 @@ class BlockRunner : public std::enable_shared_from_this<BlockRunner> {
   // `runs` runs (fewer when the plan has fewer).
   Window* windowFor(size_t lane, size_t runs);
   static constexpr size_t kFirstWindow = 64;
-  // Under mu_: fills `w` with runs [first, first + k) and prepares them.
-  Status fill(Window* w, size_t first, size_t k, std::unique_ptr<PreparedWork>& work);
+  // Under mu_: fills `w` with runs [first, first + k) and prepares them;
+  // `on_submitter`: the submitting thread will post it (RunWindow::on_submitter).
+  Status fill(Window* w, size_t first, size_t k, std::unique_ptr<PreparedWork>& work, bool on_submitter = false);
   void post(Window* w, std::unique_ptr<PreparedWork> work);
   void childDone(Child* c);
   void runsDone(Window* w, size_t n, size_t completed, uint64_t bytes, TransferState state, const Status& error);

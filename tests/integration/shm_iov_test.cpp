@@ -22,7 +22,7 @@ class ShmIov : public ::testing::Test {
  protected:
   void SetUp() override {
     EngineOptions io;
-    io.config = {{"transport", "shm"}};
+    io.config = {{"transport", "shm"}, {"shm.inline_bytes", inline_bytes_}};
     ASSERT_TRUE(target_.init("p2p", "target", "127.0.0.1", 0).ok());
     if (!hasTransport(target_, "shm")) GTEST_SKIP() << "shm is not installed here (no cross-memory attach)";
     ASSERT_TRUE(init_.init("p2p", "initiator", "127.0.0.1", 0, io).ok());
@@ -49,6 +49,7 @@ class ShmIov : public ::testing::Test {
     return s;
   }
 
+  std::string inline_bytes_ = "4M";  // the default: a window of up to 4 MiB is copied by its submitter
   Buffer mem_{2 * kBlocks * kBlock}, local_{kBlocks * kBlock};
   TransferEngine target_, init_;
   SegmentID seg_ = kInvalidSegment;
@@ -81,7 +82,13 @@ TEST_F(ShmIov, a_window_of_scattered_32k_runs_moves_many_runs_per_system_call) {
   }
 }
 
-TEST_F(ShmIov, runs_longer_than_a_slice_are_cut_and_end_once_each) {
+// Every window goes to the copy threads.
+class ShmIovThreads : public ShmIov {
+ protected:
+  ShmIovThreads() { inline_bytes_ = "0"; }
+};
+
+TEST_F(ShmIovThreads, runs_longer_than_a_slice_are_cut_and_end_once_each) {
   // Three runs of 1.25 MiB (three slices each, copied by any copy thread).
   constexpr size_t kLong = (5u << 20) / 4;
   std::vector<Block> blocks;

@@ -35,7 +35,12 @@ class ShmRegistration : public ::testing::Test {
  protected:
   void SetUp() override {
     EngineOptions io;
-    io.config = {{"transport", "shm"}, {"shm.threads", "1"}, {"shm.split_bytes", std::to_string(kSplit)}};
+    // The copy threads, slices of kSplit (a submit copied by its own thread,
+    // shm.inline_bytes, is not cut: no "between two slices").
+    io.config = {{"transport", "shm"},
+                 {"shm.threads", "1"},
+                 {"shm.split_bytes", std::to_string(kSplit)},
+                 {"shm.inline_bytes", "0"}};
     ASSERT_TRUE(target_.init("p2p", "target", "127.0.0.1", 0).ok());
     if (!hasTransport(target_, "shm")) GTEST_SKIP() << "shm is not installed here (no cross-memory attach)";
     ASSERT_TRUE(init_.init("p2p", "initiator", "127.0.0.1", 0, io).ok());

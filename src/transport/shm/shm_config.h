@@ -20,6 +20,10 @@ inline constexpr Knob kShmKnobs[] = {
    "copy threads (memcpy through shared mappings, process_vm_readv/writev otherwise); 0: min(4, CPUs)"},
   {"shm.split_bytes", "HAWSER_SHM_SPLIT_BYTES", KnobType::kSize, "512K", 4 * knob_detail::K, knob_detail::G, {},
    "a task is cut into pieces of at most this many bytes, copied in parallel by the copy threads"},
+  {"shm.inline_bytes", "HAWSER_SHM_INLINE_BYTES", KnobType::kSize, "4M", 0, knob_detail::G, {},
+   "a submit (or a block request's first window) of at most this many bytes is copied by the submitting thread "
+   "itself, whole (not cut, no hand-off to the copy threads); the submit returns once it is copied, so this "
+   "bounds the time a submit takes. Larger ones go to the copy threads. 0: always the copy threads"},
   {"shm.max_iov", "HAWSER_SHM_MAX_IOV", KnobType::kInt, "1024", 1, 1024, {},
    "runs (slices of the tasks of one prepare, e.g. a block request's window) one process_vm_readv/writev call "
    "moves together, at most shm.split_bytes in all (1: a call per run)"},

@@ -25,6 +25,10 @@ namespace hawser::shm {
 // 3: the table, the peer's pidfd and its shareable memory come over its local socket
 inline constexpr uint32_t kDescVersion = 3;
 inline constexpr uint32_t kMaxThreads = 64;
+inline constexpr uint32_t kMaxIov = 1024;  // shm.max_iov at most (IOV_MAX)
+// Submitting threads copying one peer's slices at once (shm.inline_bytes);
+// more hand theirs to the copy threads.
+inline constexpr uint32_t kInlineReaders = 64;
 
 // A registration of the peer mapped into this process (its file, passed
 // over the socket): `base` is where the peer's address `addr` lies here.
@@ -56,8 +60,16 @@ struct Peer {
   // The reader slot in its table of each of our copy threads (claimed at
   // its first copy; -1: none yet). Only that thread touches its entry.
   int slots[kMaxThreads];
+  // The reader slots of submitting threads that copy their own slices
+  // (shm.inline_bytes): one is lent for a post (busy), claimed in the table
+  // at its first use; inline_slots[i] is touched only by its borrower.
+  std::atomic<bool> inline_busy[kInlineReaders] = {};
+  int inline_slots[kInlineReaders];
 
-  Peer() { std::fill(std::begin(slots), std::end(slots), -1); }
+  Peer() {
+    std::fill(std::begin(slots), std::end(slots), -1);
+    std::fill(std::begin(inline_slots), std::end(inline_slots), -1);
+  }
 
   std::shared_ptr<TableView> view() {
     std::lock_guard lk(mu);
@@ -68,6 +80,23 @@ struct Peer {
     if (slots[worker] < 0) slots[worker] = t.claimSlot(token);
     return slots[worker];
   }
+  // Lends a submitting thread an inline reader: its index (give it back
+  // with giveInline), and in `slot` its reader slot in `t` (-1: the table
+  // has none free); -1 when all kInlineReaders are lent.
+  int borrowInline(const TableView& t, int& slot) {
+    static std::atomic<uint32_t> next_hint{0};
+    thread_local const uint32_t hint = next_hint.fetch_add(1, std::memory_order_relaxed);
+    for (uint32_t k = 0; k < kInlineReaders; ++k) {
+      const uint32_t i = (hint + k) % kInlineReaders;
+      if (inline_busy[i].load(std::memory_order_relaxed) || inline_busy[i].exchange(true, std::memory_order_acquire))
+        continue;
+      if (inline_slots[i] < 0) inline_slots[i] = t.claimSlot(token);
+      slot = inline_slots[i];
+      return static_cast<int>(i);
+    }
+    return -1;
+  }
+  void giveInline(int i) { inline_busy[i].store(false, std::memory_order_release); }
   // Whether the process has exited (its pidfd is readable).
   bool exited() const {
     pollfd p{pidfd, POLLIN, 0};
@@ -153,6 +182,7 @@ struct Group {
 };
 
 struct Work final : PreparedWork {
+  bool on_submitter = false;  // copied by the posting thread (shm.inline_bytes), not cut
   std::unique_ptr<Slice[]> chunk;
   std::unique_ptr<Group[]> groups;
   size_t ngroups = 0;
@@ -179,8 +209,8 @@ class SubBatchImpl final : public SubBatch {
   std::atomic<int64_t> outstanding{0};  // slices queued or being copied
 
  private:
-  // Cuts the groups of work.chunk[0, work.slices).
-  void group(Work& work) const;
+  // Cuts the groups of work.chunk[0, work.slices), of at most `limit` bytes.
+  void group(Work& work, uint64_t limit) const;
   ShmTransport* owner_;
   std::mutex mu_;
   std::vector<std::unique_ptr<Work>> posted_;

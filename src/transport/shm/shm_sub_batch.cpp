@@ -68,7 +68,13 @@ SubBatchImpl::~SubBatchImpl() {
 
 Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<PreparedWork>& out) {
   if (!owner_->installed_ || owner_->stopping_.load()) return {Code::kUnavailable, "shm transport is not running"};
-  const uint64_t split = owner_->settings_.split_bytes;
+  // Up to shm.inline_bytes in all: the submitting thread copies the tasks
+  // itself, one slice each. Else slices for the copy threads.
+  uint64_t bytes = 0;
+  for (Task* t : tasks) bytes += t->request().length;
+  const uint64_t inline_bytes = owner_->settings_.inline_bytes;
+  const bool on_submitter = bytes <= inline_bytes;
+  const uint64_t split = on_submitter ? std::max<uint64_t>(inline_bytes, 1) : owner_->settings_.split_bytes;
   size_t total = 0;
   for (Task* t : tasks) {
     const uint64_t n = std::max<uint64_t>(1, (t->request().length + split - 1) / split);
@@ -92,7 +98,8 @@ Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
     k += n;
     t->setSliceCount(n);
   }
-  group(*work);
+  work->on_submitter = on_submitter;
+  group(*work, on_submitter ? inline_bytes : split);
   out = std::move(work);
   return Status::OK();
 }
@@ -100,13 +107,21 @@ Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
 Status SubBatchImpl::prepareRuns(const RunWindow& w, std::unique_ptr<PreparedWork>& out) {
   if (!owner_->installed_ || owner_->stopping_.load()) return {Code::kUnavailable, "shm transport is not running"};
   const auto* ref = static_cast<const PeerRef*>(w.peer);
-  const uint64_t split = owner_->settings_.split_bytes;
   const std::span<const RunRef> runs = w.runs();
-  size_t total = 0, multi = 0;
+  uint64_t bytes = 0;
   for (size_t i = 0; i < runs.size(); ++i) {
     const RunRef& r = runs[i];
     if (r.buffer < 0 || static_cast<size_t>(r.buffer) >= ref->regs.size())
       return {Code::kInternal, fmt::format("blocks: run {} has no remote buffer index for shm", i)};
+    bytes += r.length;
+  }
+  // The first window of up to shm.inline_bytes: its submitter copies it,
+  // runs whole (later windows come from the pump: the copy threads).
+  const uint64_t inline_bytes = owner_->settings_.inline_bytes;
+  const bool on_submitter = w.on_submitter && bytes <= inline_bytes;
+  const uint64_t split = on_submitter ? std::max<uint64_t>(inline_bytes, 1) : owner_->settings_.split_bytes;
+  size_t total = 0, multi = 0;
+  for (const RunRef& r : runs) {
     const uint64_t n = std::max<uint64_t>(1, (r.length + split - 1) / split);
     total += n;
     multi += n > 1;
@@ -130,20 +145,20 @@ Status SubBatchImpl::prepareRuns(const RunWindow& w, std::unique_ptr<PreparedWor
     proto.pieces = rp;
     k += cut(&work->chunk[k], proto, reinterpret_cast<char*>(r.local), r.remote, r.length, split);
   }
-  group(*work);
+  work->on_submitter = on_submitter;
+  group(*work, on_submitter ? inline_bytes : split);
   out = std::move(work);
   return Status::OK();
 }
 
-void SubBatchImpl::group(Work& work) const {
+void SubBatchImpl::group(Work& work, uint64_t limit) const {
   const uint32_t max_iov = owner_->settings_.max_iov;
-  const uint64_t split = owner_->settings_.split_bytes;
   work.groups.reset(new Group[work.slices]);
   Group* g = nullptr;
   uint64_t g_bytes = 0;
   for (size_t i = 0; i < work.slices; ++i) {
     Slice& s = work.chunk[i];
-    if (g && g->n < max_iov && g_bytes + s.len <= split && s.peer == g->first->peer &&
+    if (g && g->n < max_iov && g_bytes + s.len <= limit && s.peer == g->first->peer &&
         s.is_read == g->first->is_read && s.gen == g->first->gen) {
       ++g->n;
       g_bytes += s.len;
@@ -157,6 +172,18 @@ void SubBatchImpl::group(Work& work) const {
 }
 
 void SubBatchImpl::post(std::unique_ptr<PreparedWork> base) {
+  if (static_cast<Work*>(base.get())->on_submitter) {
+    // Copied here and now; whoever could free this sub-batch waits for
+    // the poster (the batch's submit lock, the block runner's lock), so
+    // the work need not outlive this call.
+    std::unique_ptr<Work> w(static_cast<Work*>(base.release()));
+    outstanding.fetch_add(static_cast<int64_t>(w->slices), std::memory_order_acq_rel);
+    if (owner_->copyHere(*w)) {  // some went to the copy threads after all
+      std::lock_guard lk(mu_);
+      posted_.push_back(std::move(w));
+    }
+    return;
+  }
   auto* w = static_cast<Work*>(base.release());
   std::vector<Group*> v(w->ngroups);
   for (size_t i = 0; i < w->ngroups; ++i) v[i] = &w->groups[i];

@@ -3,8 +3,9 @@
 // re-registering memory between two slices of a task, or while one is being
 // copied) happens in the one order that matters, every run. Internal (tests
 // include it; nothing else sets them). Unset (null) in production, where each
-// costs one relaxed atomic load. A hook runs on a copy thread, so it may
-// block only on conditions with a deadline.
+// costs one relaxed atomic load. A hook runs on the thread that copies (a
+// copy thread, or the submitting thread for a submit of up to
+// shm.inline_bytes), so it may block only on conditions with a deadline.
 #pragma once
 
 #include <atomic>

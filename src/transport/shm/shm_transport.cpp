@@ -40,6 +40,7 @@ using shm::Peer;
 using shm::Slice;
 
 static_assert(findKnobIn(kShmKnobs, "shm.threads")->hi == static_cast<int64_t>(shm::kMaxThreads));
+static_assert(findKnobIn(kShmKnobs, "shm.max_iov")->hi == static_cast<int64_t>(shm::kMaxIov));
 
 namespace {
 constexpr int kSocketTimeoutMs = 5000;  // a peer's socket answers within this
@@ -50,6 +51,7 @@ Status ShmTransport::loadSettings(const Config& config, ShmSettings& out) {
   ShmSettings s;
   Status st;
   if (!(st = cfg.getInt("shm.threads", s.threads)).ok() || !(st = cfg.getSize("shm.split_bytes", s.split_bytes)).ok() ||
+      !(st = cfg.getSize("shm.inline_bytes", s.inline_bytes)).ok() ||
       !(st = cfg.getInt("shm.max_iov", s.max_iov)).ok() || !(st = cfg.getString("shm.socket_dir", s.socket_dir)).ok() ||
       !(st = cfg.getBool("shm.shared_mappings", s.shared_mappings)).ok())
     return st;
@@ -115,8 +117,9 @@ Status ShmTransport::install(const TransportContext& ctx) {
   watcher_ = std::thread([this] { watch(); });
   for (uint32_t i = 0; i < settings_.threads; ++i) workers_.emplace_back([this, i] { work(i); });
   installed_ = true;
-  HLOG_INFO("shm transport: {} copy thread(s), split {} B, up to {} runs per call, socket {}, shared mappings {}",
-            settings_.threads, settings_.split_bytes, settings_.max_iov, server_->name(),
+  HLOG_INFO("shm transport: {} copy thread(s), split {} B, submits of up to {} B copied by their thread, up to {} "
+            "runs per call, socket {}, shared mappings {}",
+            settings_.threads, settings_.split_bytes, settings_.inline_bytes, settings_.max_iov, server_->name(),
             settings_.shared_mappings ? "on" : "off");
   return Status::OK();
 }
@@ -254,8 +257,10 @@ Status ShmTransport::connectPeer(const SegmentDesc& seg, const std::string& sock
   Status s = local::connectTo(socket, "shm.socket_dir", fd, reason);
   if (!s.ok()) return declined(why, reason, {s.code(), fmt::format("segment '{}': {}", seg.name, s.message())});
   auto peer = std::shared_ptr<Peer>(new Peer(), [this](Peer* p) {
-    if (p->table)
+    if (p->table) {
       for (int slot : p->slots) p->table->releaseSlot(slot);
+      for (int slot : p->inline_slots) p->table->releaseSlot(slot);
+    }
     if (p->pidfd >= 0) {
       std::lock_guard plk(peers_mu_);
       auto b = by_pidfd_.find(p->pidfd);
@@ -425,8 +430,56 @@ void ShmTransport::enqueue(std::vector<Group*>& groups) {
     }
     queue_.insert(queue_.end(), groups.begin(), groups.end());
   }
-  if (groups.size() == 1) cv_.notify_one();
-  else cv_.notify_all();
+  // As many copy threads as there are groups, not all of them for one.
+  const size_t wake = std::min<size_t>(groups.size(), workers_.size());
+  if (wake == workers_.size()) cv_.notify_all();
+  else
+    for (size_t i = 0; i < wake; ++i) cv_.notify_one();
+}
+
+bool ShmTransport::copyHere(shm::Work& w) {
+  // Read before the first slice ends.
+  Group* const groups = w.groups.get();
+  const size_t ngroups = w.ngroups;
+  if (stopping_.load()) {
+    for (size_t i = 0; i < ngroups; ++i)
+      shm::endAll(&groups[i], TransferState::kFailed, Code::kUnavailable,
+                  [](const Slice&) { return "shm transport shut down"; });
+    return false;
+  }
+  thread_local std::unique_ptr<shm::Scratch> scratch;  // for cross-memory attach, made at its first use
+  std::vector<Group*> handed;
+  // The peer of the group before (a batch mostly has one), its table and
+  // the inline reader lent for it.
+  Peer* peer = nullptr;
+  std::shared_ptr<shm::TableView> table;
+  int lent = -1, slot = -1;
+  auto giveBack = [&] {
+    if (lent >= 0) peer->giveInline(lent);
+    lent = -1;
+  };
+  for (size_t i = 0; i < ngroups; ++i) {
+    Group* g = &groups[i];
+    Peer* p = g->first->peer;
+    if (p != peer) {
+      giveBack();
+      peer = p;
+      table = p->dead.load(std::memory_order_acquire) ? nullptr : p->view();
+      slot = -1;
+      if (table && (lent = p->borrowInline(*table, slot)) < 0) {
+        handed.push_back(g);  // every inline reader of the peer is lent: the copy threads take it
+        peer = nullptr;
+        continue;
+      }
+    }
+    if (!g->first->map_base && !scratch) scratch = std::make_unique<shm::Scratch>(shm::kMaxIov);
+    counts_->inline_slices.fetch_add(g->n, std::memory_order_relaxed);
+    runGroup(g, table.get(), slot, scratch.get());
+  }
+  giveBack();
+  if (handed.empty()) return false;
+  enqueue(handed);
+  return true;
 }
 
 void ShmTransport::cancelQueued(shm::SubBatchImpl* sb) {
@@ -451,12 +504,14 @@ void ShmTransport::work(unsigned worker) {
     Group* g = queue_.front();
     queue_.pop_front();
     lk.unlock();
-    runGroup(worker, g, scratch);
+    Peer* p = g->first->peer;
+    std::shared_ptr<shm::TableView> table = p->dead.load(std::memory_order_acquire) ? nullptr : p->view();
+    runGroup(g, table.get(), table ? p->slotFor(worker, *table) : -1, &scratch);
     lk.lock();
   }
 }
 
-void ShmTransport::runGroup(unsigned worker, Group* g, shm::Scratch& sc) {
+void ShmTransport::runGroup(Group* g, const shm::TableView* table, int slot, shm::Scratch* scratch) {
   // Everything of the group is read before its first slice ends: once the
   // last one did, its sub-batch (and the group) may be gone.
   Slice* const first = g->first;
@@ -488,15 +543,15 @@ void ShmTransport::runGroup(unsigned worker, Group* g, shm::Scratch& sc) {
                          pid, reg_addr, reg_len, gen, s.remote, s.len, is_read ? "read" : "written");
     });
   };
-  if (p->dead.load(std::memory_order_acquire) || p->exited()) return gone();
-  std::shared_ptr<shm::TableView> table = p->view();
+  // Liveness: the pidfd watcher marks an exited peer dead (no system call
+  // here); an exit it has not seen yet fails a copy with ESRCH (cross-memory
+  // attach), and a copy through a mapping then is one made just before the exit.
   if (!table) return gone();
   if (table->closed())
     return failAll(Code::kUnavailable,
                    [pid](const Slice&) { return fmt::format("shm peer {}: its engine shut down", pid); });
   shm::testing::call(shm::testing::Point::kTurn, first->remote, first->len);
   if (gen == 0) return withdrawn();
-  const int slot = p->slotFor(worker, *table);
   if (slot < 0)
     return failAll(Code::kUnavailable, [pid](const Slice&) {
       return fmt::format("the shm table of pid {} has no free reader slot: {} copy threads of its initiators hold "
@@ -520,6 +575,7 @@ void ShmTransport::runGroup(unsigned worker, Group* g, shm::Scratch& sc) {
   // One call moves the slices from `i` (`off` bytes of it done) on. A short
   // transfer stops at a fault: what it moved completes its slices, the next
   // call starts at the faulting one and fails it alone (EFAULT), the rest go on.
+  shm::Scratch& sc = *scratch;
   uint32_t i = 0;
   uint64_t off = 0;
   auto settle = [&] {
@@ -647,6 +703,7 @@ Counters ShmTransport::stats() const {
           {"copy_calls", c.copy_calls.load()},             {"withdrawals_waited", table_.waits()},
           {"peers_mapped", c.peers_mapped.load()},         {"peers_cma", c.peers_cma.load()},
           {"mappings", c.mappings.load()},                 {"mapped_slices", c.mapped_slices.load()},
+          {"inline_slices", c.inline_slices.load()},
           {"readers", server_ ? server_->readers() : 0},   {"readers_refused", server_ ? server_->refused() : 0},
           {"files_passed", server_ ? server_->filesPassed() : 0}};
 }

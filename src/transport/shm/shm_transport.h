@@ -27,6 +27,9 @@
 // process_vm_readv/writev call with an iovec per slice, by one of
 // shm.threads workers (or copied with memcpy from/to the mapping), after
 // announcing it in the peer's table (the target's unregister waits for it).
+// A submit of up to shm.inline_bytes (or a block request's first window) is
+// neither cut nor handed over: the submitting thread copies it in post(),
+// the same way, with a reader slot the peer lends it.
 // A peer that exits (its pidfd becomes readable, or a copy answers ESRCH) is
 // marked dead at once: its table is unmapped, its slices fail kUnavailable.
 //
@@ -57,6 +60,7 @@ struct Peer;
 struct Slice;
 struct Group;
 struct Scratch;
+struct Work;
 class SubBatchImpl;
 class Server;
 struct Reg;
@@ -65,6 +69,7 @@ struct Reg;
 struct ShmSettings {
   uint32_t threads = 0;             // shm.threads (0: min(4, CPUs))
   uint64_t split_bytes = 512 << 10; // shm.split_bytes
+  uint64_t inline_bytes = 4 << 20;  // shm.inline_bytes
   uint32_t max_iov = 1024;          // shm.max_iov (IOV_MAX)
   std::string socket_dir;           // shm.socket_dir ("": abstract namespace)
   bool shared_mappings = true;      // shm.shared_mappings
@@ -100,7 +105,13 @@ class ShmTransport final : public Transport {
   void cancelQueued(shm::SubBatchImpl* sb);
   void work(unsigned worker);
   void watch();
-  void runGroup(unsigned worker, shm::Group* g, shm::Scratch& scratch);
+  // Copies the groups of `w` on the calling thread (a submitter: shm.inline_bytes);
+  // true when some went to the copy threads (no inline reader was free).
+  bool copyHere(shm::Work& w);
+  // Moves group `g` on the calling thread with `table`, the peer's (null:
+  // the peer is gone), announced in reader slot `slot` of it (-1: none was
+  // free); `scratch`: iovecs for cross-memory attach (unused by mappings).
+  void runGroup(shm::Group* g, const shm::TableView* table, int slot, shm::Scratch* scratch);
   // A group whose registration is mapped here (announced in `slot`).
   void copyMapped(shm::Group* g, const shm::TableView& table, int slot);
   void peerGone(int pidfd);
@@ -147,6 +158,7 @@ class ShmTransport final : public Transport {
     std::atomic<uint64_t> peers_cma{0};      // peer handles with some buffer over cross-memory attach
     std::atomic<uint64_t> mappings{0};       // registrations of peers mapped here
     std::atomic<uint64_t> mapped_slices{0};  // slices copied with memcpy through a mapping
+    std::atomic<uint64_t> inline_slices{0};  // slices copied by their submitting thread (shm.inline_bytes)
   };
   std::unique_ptr<Counts> counts_;
 };

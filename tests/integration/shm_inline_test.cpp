@@ -1,0 +1,185 @@
+// shm copies a submit of up to shm.inline_bytes on the submitting thread
+// (issue 29 item 2): no hand-off to the copy threads, one slice per request,
+// the task complete when submit returns. Larger submits, and every submit
+// with shm.inline_bytes 0, go to the copy threads, cut into slices of
+// shm.split_bytes. Each case checks the bytes, the counters that say which
+// path ran, and the thread that copied (the copy threads' test seam,
+// shm_testing.h, reports it).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "common/util.h"
+#include "hawser/engine.h"
+#include "transport/shm/shm_testing.h"
+
+namespace hawser::test {
+namespace {
+
+namespace seam = shm::testing;
+
+constexpr uint64_t kSeed = 4242;
+constexpr size_t kTarget = 32u << 20;
+
+// The threads that made the copies since clear().
+struct Copiers {
+  std::mutex mu;
+  std::set<std::thread::id> ids;
+  void clear() {
+    std::lock_guard lk(mu);
+    ids.clear();
+  }
+  std::set<std::thread::id> get() {
+    std::lock_guard lk(mu);
+    return ids;
+  }
+} g_copiers;
+void noteCopier(seam::Point point, uint64_t, uint64_t) {
+  if (point != seam::Point::kTurn) return;
+  std::lock_guard lk(g_copiers.mu);
+  g_copiers.ids.insert(std::this_thread::get_id());
+}
+
+// A `hawser serve` (`host_memory`: shared or private), an engine with
+// `config` that opened it, and 16 MiB of local memory.
+class ShmInline : public ::testing::TestWithParam<const char*> {
+ protected:
+  void start(std::map<std::string, std::string> config = {}) {
+    ASSERT_TRUE(serve_.start({"serve", "--listen", "127.0.0.1:0", "--memory", std::to_string(kTarget), "--fill-seed",
+                              std::to_string(kSeed), "--host-memory", GetParam()}));
+    std::string seg = serve_.waitFor("segment: ", 20000);
+    ASSERT_FALSE(seg.empty()) << "hawser serve did not start";
+    ASSERT_FALSE(serve_.waitFor("ready", 20000).empty());
+    EngineOptions o;
+    o.config = std::move(config);
+    o.config["transport"] = "shm";
+    o.config["shm.threads"] = "2";
+    ASSERT_TRUE(e_.init("p2p", "client", "127.0.0.1", 0, o).ok());
+    if (!hasTransport(e_, "shm")) GTEST_SKIP() << "shm is not installed here";
+    ASSERT_TRUE(e_.openSegment(seg.substr(9), seg_).ok());
+    std::vector<SegmentBuffer> bufs;
+    ASSERT_TRUE(e_.segmentBuffers(seg_, bufs).ok());
+    ASSERT_EQ(bufs.size(), 1u);
+    base_ = bufs[0].addr;
+    ASSERT_TRUE(e_.registerLocalMemory(local_.p, local_.n, "cpu:0", false).ok());
+    seam::on_copy.store(noteCopier);
+  }
+  void TearDown() override { seam::on_copy.store(nullptr); }
+  bool mapped() const { return std::string(GetParam()) == "shared"; }
+  uint64_t count(const char* name) { return counter(e_, "shm", name); }
+  // `n` requests of `block` bytes: local block i <-> the target's block
+  // n - 1 - i (from +1 MiB), one batch.
+  std::vector<TransferStatus> batch(OpCode op, size_t n, size_t block) {
+    std::vector<TransferRequest> reqs;
+    for (size_t i = 0; i < n; ++i)
+      reqs.push_back({op, local_.p + i * block, seg_, base_ + (1u << 20) + (n - 1 - i) * block, block});
+    return runBatch(e_, seg_, reqs);
+  }
+  // Reads `n` blocks and checks them; writes another pattern there and
+  // reads it back: three batches, every byte checked.
+  void readWriteCheck(size_t n, size_t block) {
+    std::memset(local_.p, 0, n * block);
+    for (const TransferStatus& st : batch(OpCode::kRead, n, block))
+      ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(checkPattern(local_.p + i * block, block, kSeed, (1u << 20) + (n - 1 - i) * block), -1) << i;
+    fillPattern(local_.p, n * block, kSeed + 1);
+    for (const TransferStatus& st : batch(OpCode::kWrite, n, block))
+      ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
+    std::memset(local_.p, 0, n * block);
+    for (const TransferStatus& st : batch(OpCode::kRead, n, block))
+      ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
+    EXPECT_EQ(checkPattern(local_.p, n * block, kSeed + 1), -1) << "the written blocks, read back";
+  }
+
+  Child serve_;
+  TransferEngine e_;
+  SegmentID seg_ = kInvalidSegment;
+  uint64_t base_ = 0;
+  Buffer local_{16u << 20};
+};
+
+TEST_P(ShmInline, a_small_batch_is_copied_by_the_submitting_thread_one_slice_per_request) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  g_copiers.clear();
+  // 16 x 64 KiB, three batches (read, write, read back): 1 MiB each.
+  ASSERT_NO_FATAL_FAILURE(readWriteCheck(16, 64u << 10));
+  // Complete when submit returned.
+  std::vector<TransferRequest> reqs;
+  for (size_t i = 0; i < 16; ++i) reqs.push_back({OpCode::kRead, local_.p + i * (64u << 10), seg_, base_, 64u << 10});
+  BatchID b = 0;
+  ASSERT_TRUE(e_.allocateBatchID(reqs.size(), b).ok());
+  ASSERT_TRUE(e_.submitTransfer(b, reqs).ok());
+  TransferStatus st;
+  ASSERT_TRUE(e_.getBatchTransferStatus(b, st).ok());
+  EXPECT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
+  ASSERT_TRUE(e_.freeBatchID(b).ok());
+  EXPECT_EQ(checkPattern(local_.p, 64u << 10, kSeed), -1);
+  EXPECT_EQ(g_copiers.get(), std::set<std::thread::id>{std::this_thread::get_id()}) << "copied on another thread";
+  EXPECT_EQ(count("inline_slices"), 4u * 16);
+  EXPECT_EQ(count("slices_completed"), 4u * 16);
+  EXPECT_EQ(count("mapped_slices"), mapped() ? 4u * 16 : 0u);
+  if (mapped()) EXPECT_EQ(count("copy_calls"), 0u);
+  else EXPECT_GE(count("copy_calls"), 4u) << "cross-memory attach keeps its path";
+}
+
+TEST_P(ShmInline, a_request_of_up_to_inline_bytes_is_not_cut) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  g_copiers.clear();
+  // 2 x 2 MiB: each more than shm.split_bytes, both within shm.inline_bytes (4 MiB).
+  ASSERT_NO_FATAL_FAILURE(readWriteCheck(2, 2u << 20));
+  EXPECT_EQ(g_copiers.get(), std::set<std::thread::id>{std::this_thread::get_id()});
+  EXPECT_EQ(count("inline_slices"), 3u * 2);
+  EXPECT_EQ(count("slices_completed"), 3u * 2);
+}
+
+TEST_P(ShmInline, a_batch_larger_than_inline_bytes_goes_to_the_copy_threads) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  g_copiers.clear();
+  // 8 x 1 MiB = 8 MiB > shm.inline_bytes: slices of 512 KiB (shm.split_bytes) for the copy threads.
+  ASSERT_NO_FATAL_FAILURE(readWriteCheck(8, 1u << 20));
+  EXPECT_EQ(g_copiers.get().count(std::this_thread::get_id()), 0u) << "the submitting thread copied";
+  EXPECT_FALSE(g_copiers.get().empty());
+  EXPECT_EQ(count("inline_slices"), 0u);
+  EXPECT_EQ(count("slices_completed"), 3u * 16);
+}
+
+TEST_P(ShmInline, with_inline_bytes_0_every_batch_goes_to_the_copy_threads) {
+  ASSERT_NO_FATAL_FAILURE(start({{"shm.inline_bytes", "0"}}));
+  g_copiers.clear();
+  ASSERT_NO_FATAL_FAILURE(readWriteCheck(16, 64u << 10));
+  EXPECT_EQ(g_copiers.get().count(std::this_thread::get_id()), 0u) << "the submitting thread copied";
+  EXPECT_EQ(count("inline_slices"), 0u);
+  EXPECT_EQ(count("slices_completed"), 3u * 16);
+}
+
+TEST_P(ShmInline, a_block_request_s_first_window_is_copied_by_its_submitter) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  g_copiers.clear();
+  // 32 scattered blocks of 16 KiB (512 KiB: one window).
+  constexpr size_t kN = 32, kBlock = 16u << 10;
+  std::vector<Block> blocks;
+  for (size_t i = 0; i < kN; ++i) blocks.push_back({local_.p + i * kBlock, base_ + (2 * kN - 2 * i) * kBlock, kBlock});
+  std::memset(local_.p, 0, kN * kBlock);
+  BatchID b = 0;
+  ASSERT_TRUE(e_.allocateBatchID(1, b).ok());
+  ASSERT_TRUE(e_.submitBlocks(b, OpCode::kRead, seg_, blocks).ok());
+  TransferStatus st;
+  ASSERT_TRUE(e_.getTransferStatus(b, 0, st).ok());
+  EXPECT_EQ(st.s, TransferState::kCompleted) << "not complete when submit returned: " << st.error.toString();
+  ASSERT_TRUE(e_.waitTransfer(b, std::chrono::seconds(30)).ok());
+  ASSERT_TRUE(e_.freeBatchID(b).ok());
+  for (size_t i = 0; i < kN; ++i)
+    ASSERT_EQ(checkPattern(local_.p + i * kBlock, kBlock, kSeed, (2 * kN - 2 * i) * kBlock), -1) << i;
+  EXPECT_EQ(g_copiers.get(), std::set<std::thread::id>{std::this_thread::get_id()});
+  EXPECT_EQ(count("inline_slices"), kN);
+}
+
+INSTANTIATE_TEST_SUITE_P(Memory, ShmInline, ::testing::Values("shared", "private"),
+                         [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
+
+}  // namespace
+}  // namespace hawser::test
