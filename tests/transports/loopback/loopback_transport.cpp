@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "metadata/descriptor.h"
+#include "base/segment_desc.h"
 
 namespace hawser::loopback {
 
