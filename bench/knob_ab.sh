@@ -8,6 +8,9 @@
 #   SETTING  space-separated HAWSER_* assignments, quoted as one argument;
 #            "-" for the defaults. Example:
 #            bench/knob_ab.sh - "HAWSER_TCP_HOME_CONNECTIONS=false"
+#            HAWSER_BIN=PATH in a setting runs that hawser binary (serve and
+#            bench) instead: an A/B of two builds, e.g.
+#            bench/knob_ab.sh HAWSER_BIN=/tmp/hawser-before HAWSER_BIN=build/bin/hawser
 # Environment (all optional):
 #   HAWSER     path of the hawser binary  (default: build/bin/hawser, then build-*/bin/hawser)
 #   OP         read or write              (default read)
@@ -40,6 +43,9 @@ PORT=${PORT:-17960}
 for spec in "$@"; do
   for kv in $spec; do
     [[ "$kv" == "-" || "$kv" == HAWSER_*=* ]] || { echo "not a HAWSER_* assignment: '$kv'" >&2; exit 2; }
+    if [[ "$kv" == HAWSER_BIN=* && ! -x "${kv#HAWSER_BIN=}" ]]; then
+      echo "HAWSER_BIN: '${kv#HAWSER_BIN=}' is not an executable" >&2; exit 2
+    fi
   done
 done
 
@@ -49,7 +55,13 @@ bench_work knob-ab
 run_one() {
   local kv
   export HAWSER_TRANSPORT=${TRANSPORT:-tcp}
-  for kv in $1; do [ "$kv" = "-" ] || export "${kv?}"; done
+  for kv in $1; do
+    case "$kv" in
+      -) ;;
+      HAWSER_BIN=*) HAWSER=${kv#HAWSER_BIN=} ;;
+      *) export "${kv?}" ;;
+    esac
+  done
   start_serve "$PORT" 1G "$work/serve.log"
   "$HAWSER" bench --target "127.0.0.1:$PORT" --op "$OP" --block-size "$BLOCK" --batch-size "$BATCH" \
     --depth "$DEPTH" --threads "$THREADS" --seconds "$DURATION" --cpu-pid "$serve_pid" --json >"$work/bench.out" \

@@ -1,6 +1,8 @@
-# The docs' tables of tunables are generated from the config table
-# (src/base/config_table.h) by `hawser config --markdown`. Each generated
-# block of a doc is
+# The docs' generated tables: the tunables, from every knob table of the
+# build (src/base/config_table.h, src/transport/<name>/<name>_config.h) by
+# `hawser config --markdown`, and the transports' cost ranks, from their
+# caps() by `hawser doctor --ranks --markdown`. Each generated block of a
+# doc is
 #   <!-- BEGIN generated: hawser config --markdown [--prefix P]... -->
 #   (the output of that command)
 #   <!-- END generated -->
@@ -11,7 +13,7 @@ cmake_minimum_required(VERSION 3.20)
 if(NOT HAWSER OR NOT SOURCE_DIR)
   message(FATAL_ERROR "usage: cmake -DHAWSER=path/to/hawser -DSOURCE_DIR=path [-DUPDATE=ON] -P config_docs.cmake")
 endif()
-set(files README.md docs/config.md docs/gpu.md docs/tcp.md docs/shm.md docs/nvlink.md docs/rdma.md docs/file.md docs/metadata.md docs/python.md)
+set(files README.md docs/architecture.md docs/config.md docs/gpu.md docs/tcp.md docs/shm.md docs/nvlink.md docs/rdma.md docs/file.md docs/metadata.md docs/python.md)
 set(begin_tag "<!-- BEGIN generated: hawser ")
 set(end_tag "<!-- END generated -->")
 set(drift "")
@@ -59,7 +61,8 @@ foreach(f ${files})
   endif()
 endforeach()
 if(drift AND NOT UPDATE)
-  message(FATAL_ERROR "the docs' config tables differ from `hawser config --markdown` (src/base/config_table.h):\n"
+  message(FATAL_ERROR "the docs' generated tables differ from their commands' output (`hawser config --markdown`: "
+                      "the knob tables; `hawser doctor --ranks --markdown`: the transports' caps()):\n"
                       "${drift}regenerate them: cmake -DHAWSER=<build>/bin/hawser -DSOURCE_DIR=<source> -DUPDATE=ON "
                       "-P cmake/config_docs.cmake")
 endif()

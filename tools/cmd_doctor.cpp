@@ -4,6 +4,12 @@
 // with --peer, which transport each kind of local memory would take to that
 // peer, and why. Also: GPUs the CUDA driver sees, and whether the metadata
 // service answers.
+//   hawser doctor --ranks [--markdown]   the transports of this build in the
+//       order selection prefers them (cost rank from each one's caps(), ties
+//       by name); --markdown: the table README.md and docs/architecture.md
+//       hold (cmake/config_docs.cmake fails when they drift)
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
@@ -131,18 +137,46 @@ int runDoctor(const std::string& metadata, const std::string& peer, bool as_json
   return 0;
 }
 
+int printRanks(bool markdown) {
+  TransferEngine e;
+  Status s = e.init("p2p", "doctor", "127.0.0.1", 0);
+  if (!s.ok()) {
+    fmt::print(stderr, "hawser doctor --ranks: {}\n", s.toString());
+    return 1;
+  }
+  std::vector<TransportDiagnosis> ds = e.diagnose();
+  std::stable_sort(ds.begin(), ds.end(), [](const TransportDiagnosis& a, const TransportDiagnosis& b) {
+    return a.cost_rank != b.cost_rank ? a.cost_rank < b.cost_rank : a.transport < b.transport;
+  });
+  if (markdown) fmt::print("| transport | cost rank |\n| --- | --- |\n");
+  for (const auto& d : ds) {
+    if (markdown)
+      fmt::print("| `{}` | {} |\n", d.transport, d.cost_rank);
+    else
+      fmt::print("{} {}\n", d.transport, d.cost_rank);
+  }
+  return 0;
+}
+
 }  // namespace
 
 void addDoctor(CLI::App& app, Commands& cmds) {
   auto metadata = std::make_shared<std::string>("p2p");
   auto peer = std::make_shared<std::string>();
   auto as_json = std::make_shared<bool>(false);
+  auto ranks = std::make_shared<bool>(false);
+  auto markdown = std::make_shared<bool>(false);
   auto* sub = app.add_subcommand("doctor", "Report what this host has: transports, NICs, GPUs, io_uring, metadata");
   sub->add_option("--metadata", *metadata, "metadata URI to check")->capture_default_str();
   sub->add_option("--peer", *peer, "a segment (HOST:PORT, a name, file:///path): which transport each memory kind takes");
   sub->add_flag("--json", *as_json, "print one JSON object");
-  sub->callback([&cmds, metadata, peer, as_json] {
-    cmds.run = [metadata, peer, as_json] { return runDoctor(*metadata, *peer, *as_json); };
+  sub->add_flag("--ranks", *ranks, "only the transports of this build by cost rank, as selection prefers them");
+  sub->add_flag("--markdown", *markdown, "with --ranks: as a Markdown table (the one README.md and docs hold)");
+  sub->callback([&cmds, metadata, peer, as_json, ranks, markdown] {
+    cmds.run = [metadata, peer, as_json, ranks, markdown] {
+      if (*ranks) return printRanks(*markdown);
+      return runDoctor(*metadata, *peer, *as_json);
+    };
   });
 }
 

@@ -1,6 +1,6 @@
 // hawser — configuration of the public API.
 //
-// Every tunable is a key of one table ("tcp.connections"), with an
+// Every tunable is a key of the config system ("tcp.connections"), with an
 // environment variable (HAWSER_TCP_CONNECTIONS), a type, a default, a range
 // and a one-line doc: configKeys() lists them, `hawser config` prints them,
 // docs/config.md holds the table. Give values to an engine with
@@ -40,7 +40,8 @@ struct ConfigKey {
   bool secret = false;  // a password or token: shown masked by `hawser config KEY`
 };
 
-// Every key, in the table's order (grouped by component).
+// Every key of this build, grouped by component: the engine's and its
+// layers' first, then each transport's (in the build's order).
 std::vector<ConfigKey> configKeys();
 
 // Where an effective value comes from.

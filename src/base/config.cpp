@@ -6,6 +6,8 @@
 #include <cstring>
 #include <fmt/format.h>
 
+#include "base/knob_registry.h"
+
 extern char** environ;
 
 namespace hawser {
@@ -93,7 +95,7 @@ Status Config::validate() const {
   return Status::OK();
 }
 
-Status Config::read(const Knob& k, KnobValue& out, ConfigSource* source) const {
+Status Config::readKnob(const Knob& k, KnobValue& out, ConfigSource* source) const {
   std::optional<Entry> e;
   {
     std::lock_guard lk(mu_);
@@ -114,51 +116,11 @@ Status Config::lookup(std::string_view key, KnobValue& out, ConfigSource* source
   const Knob* k = findKnob(key);
   if (!k)
     return {Code::kInvalidArgument, fmt::format("config key '{}' is not a hawser key (`hawser config` lists them)", key)};
-  return read(*k, out, source);
+  return readKnob(*k, out, source);
 }
 
-Status Config::getInt(IntKey key, int64_t& out) const {
-  KnobValue v;
-  Status s = read(key.row(), v, nullptr);
-  if (s.ok()) out = v.number;
-  return s;
-}
-
-Status Config::getDuration(IntKey key, std::chrono::milliseconds& out) const {
-  KnobValue v;
-  Status s = read(key.row(), v, nullptr);
-  if (s.ok()) out = std::chrono::milliseconds(v.number);
-  return s;
-}
-
-Status Config::getSize(SizeKey key, uint64_t& out) const {
-  KnobValue v;
-  Status s = read(key.row(), v, nullptr);
-  if (s.ok()) out = static_cast<uint64_t>(v.number);
-  return s;
-}
-
-Status Config::getSize(SizeKey key, uint32_t& out) const {
-  if (key.row().hi > static_cast<int64_t>(UINT32_MAX))
-    return {Code::kInternal, fmt::format("config {}: range up to {} read into 32 bits", key.row().key, key.row().hi)};
-  KnobValue v;
-  Status s = read(key.row(), v, nullptr);
-  if (s.ok()) out = static_cast<uint32_t>(v.number);
-  return s;
-}
-
-Status Config::getBool(BoolKey key, bool& out) const {
-  KnobValue v;
-  Status s = read(key.row(), v, nullptr);
-  if (s.ok()) out = v.number != 0;
-  return s;
-}
-
-Status Config::getString(StringKey key, std::string& out) const {
-  KnobValue v;
-  Status s = read(key.row(), v, nullptr);
-  if (s.ok()) out = std::move(v.text);
-  return s;
+Status rangeTooWide(const Knob& k) {
+  return {Code::kInternal, fmt::format("config {}: range up to {} read into 32 bits", k.key, k.hi)};
 }
 
 }  // namespace hawser

@@ -1,55 +1,25 @@
-// The config table: every tunable of hawser, declared once.
+// The base rows of the config system: the engine's tunables and those of the
+// layers under it that are no transport's (rpc, metadata and etcd, gpu,
+// logging, notifications, signals) and of the Python binding. Each
+// transport's rows live in its own folder (src/transport/<name>/<name>_config.h),
+// the machinery (row, parser, typed keys) in base/knob.h, the registry of
+// every table of the build in base/knob_registry.h. `hawser config --markdown`
+// prints every table; docs/config.md and README.md hold its output, and the
+// ctest docs.config_tables fails when they drift.
 //
-// A knob has a key ("tcp.connections"), the environment variable that sets
-// it (HAWSER_TCP_CONNECTIONS), a type, a default (written as a user would
-// write it, and parsed by the same parser), a range (numeric types) or the
-// allowed values (enums), and a one-line doc. `hawser config --markdown`
-// prints this table; docs/config.md and README.md hold its output and a test
-// fails when they drift.
-//
-// Components read knobs through Config's typed getters (base/config.h) with
-// a key that is checked against this table at compile time (KnobKey): an
-// unknown key, or a getter of the wrong type, does not build.
+// Components read these knobs through Config's typed getters (base/config.h)
+// with a key that is checked against this table at compile time (BaseKey):
+// an unknown key, or a getter of the wrong type, does not build.
 //
 // Adding a knob: one line below, build `hawser`, then
 //   cmake -DHAWSER=build/bin/hawser -DSOURCE_DIR=. -DUPDATE=ON -P cmake/config_docs.cmake
-// to regenerate the docs' tables (see that file; ctest docs.config_tables
-// fails while they drift).
+// to regenerate the docs' tables (see cmake/config_docs.cmake; the ctest
+// docs.config_tables, tests/config_docs.cmake, fails while they drift).
 #pragma once
 
-#include <cstdint>
-#include <span>
-#include <string>
-#include <string_view>
-
-#include "hawser/status.h"
+#include "base/knob.h"
 
 namespace hawser {
-
-enum class KnobType : uint8_t {
-  kInt,         // decimal integer
-  kSize,        // bytes: "4096", "64K", "1M", "2G", "1T" (binary units; "64KB", "1MiB" too)
-  kBool,        // true/false, 1/0, yes/no, on/off (any case)
-  kString,      // any text, "" included
-  kEnum,        // one of `choices` (exact, lower case)
-  kDurationMs,  // milliseconds, a decimal integer
-};
-
-struct Knob {
-  std::string_view key;
-  std::string_view env;
-  KnobType type;
-  std::string_view def;      // the default, as text
-  int64_t lo = 0, hi = 0;    // kInt, kSize, kDurationMs: inclusive range
-  std::string_view choices;  // kEnum: "a|b|c"
-  std::string_view doc;
-  bool secret = false;  // a password or token: `hawser config KEY` shows it masked
-};
-
-namespace knob_detail {
-inline constexpr int64_t K = 1ll << 10, M = 1ll << 20, G = 1ll << 30, T = 1ll << 40;
-inline constexpr int64_t kHour = 3600000;
-}  // namespace knob_detail
 
 // clang-format off
 inline constexpr Knob kKnobs[] = {
@@ -172,170 +142,6 @@ inline constexpr Knob kKnobs[] = {
   {"gpu.copy_kernel_below", "HAWSER_GPU_COPY_KERNEL_BELOW", KnobType::kSize, "1M", 0, 16 * knob_detail::G, {},
    "gpu.copy_mechanism=auto: windows whose runs average fewer bytes than this go to the copy kernel, others to "
    "per-run copies on the copy engines"},
-  // ---- nvlink -------------------------------------------------------------------------------------------------------
-  {"nvlink.streams", "HAWSER_NVLINK_STREAMS", KnobType::kInt, "4", 1, 32, {},
-   "CUDA streams (each with its own thread) per local GPU that nvlink copies run on"},
-  {"nvlink.stripe_size", "HAWSER_NVLINK_STRIPE_SIZE", KnobType::kSize, "64M", 64 * knob_detail::K, knob_detail::G, {},
-   "bytes per nvlink copy: a larger request is striped over the streams in pieces of this size (smaller pieces "
-   "cost a wake-up each: on an H200 8M stripes ran at 0.33-0.85 of one cuMemcpyAsync, 64M at 0.99-1.10)"},
-  {"nvlink.stream_depth", "HAWSER_NVLINK_STREAM_DEPTH", KnobType::kInt, "4", 1, 1024, {},
-   "copies (windows of runs) queued on one stream before its thread waits for the oldest"},
-  {"nvlink.plan_cache", "HAWSER_NVLINK_PLAN_CACHE", KnobType::kSize, "64M", 0, 16 * knob_detail::G, {},
-   "device memory per engine for prepared plans' run lists kept on the GPU: a window of a plan posted again is "
-   "launched from its kept list with no per-block work on the host (24 bytes a block of up to 64 KiB); 0: none kept"},
-  {"nvlink.spin_wait", "HAWSER_NVLINK_SPIN_WAIT", KnobType::kBool, "true", 0, 0, {},
-   "a stream's thread polls for its copies' ends, issuing what arrives meanwhile (a CPU core busy while copies "
-   "are in flight, none when idle); false: it sleeps in the driver until the oldest is done (on an H200 a 32 KiB "
-   "KV request ran at 0.43 of a contiguous copy sleeping, 0.50 polling)"},
-  {"nvlink.issue_inline", "HAWSER_NVLINK_ISSUE_INLINE", KnobType::kBool, "true", 0, 0, {},
-   "a group of copies posted while its stream is idle is issued (checked and launched) by the posting thread, its "
-   "GPU context restored after; the stream's thread is woken only to see it end, while the GPU copies. false: "
-   "every group is handed to the stream's thread (on an H200 the hand-over cost 40-400 us a request)"},
-  {"nvlink.socket_dir", "HAWSER_NVLINK_SOCKET_DIR", KnobType::kString, "", 0, 0, {},
-   "where an owner's local socket lives (its region table, a pidfd and the file descriptors of its CUDA virtual "
-   "memory passed to peers of this host): empty: the abstract namespace (peers must share the network namespace); "
-   "else a directory both sides see (e.g. a volume two containers mount)"},
-  // ---- tcp ----------------------------------------------------------------------------------------------------------
-  {"tcp.connections", "HAWSER_TCP_CONNECTIONS", KnobType::kInt, "2", 1, 64, {},
-   "data connections per peer"},
-  {"tcp.home_connections", "HAWSER_TCP_HOME_CONNECTIONS", KnobType::kBool, "true", 0, 0, {},
-   "while several threads submit to one peer, each thread's slices go to a connection of its own, so a "
-   "thread's batches stay with one io thread and one target thread; a lone thread spreads its slices over all "
-   "connections (false: every thread spreads, round-robin)"},
-  {"tcp.home_window_ms", "HAWSER_TCP_HOME_WINDOW_MS", KnobType::kDurationMs, "50", 1, knob_detail::kHour, {},
-   "with tcp.home_connections: threads count as submitting to one peer at once while a thread other than the "
-   "last one posted to it within this long"},
-  {"tcp.home_slack", "HAWSER_TCP_HOME_SLACK", KnobType::kSize, "4M", 0, knob_detail::G, {},
-   "with tcp.home_connections: a slice goes to the least loaded connection instead of its thread's own when "
-   "that one carries more than this many bytes beyond it"},
-  {"tcp.slice_size", "HAWSER_TCP_SLICE_SIZE", KnobType::kSize, "1M", 4 * knob_detail::K, knob_detail::G, {},
-   "bytes per TCP slice (at most tcp.max_frame)"},
-  {"tcp.group_bytes", "HAWSER_TCP_GROUP_BYTES", KnobType::kSize, "1M", 0, knob_detail::G, {},
-   "consecutive slices of one post to one peer (one direction, one memory kind at each end) go as one frame of "
-   "many runs of up to this many bytes (capped by the slice size), for a peer that serves such frames; 0 = every "
-   "slice its own request"},
-  {"tcp.inflight", "HAWSER_TCP_INFLIGHT", KnobType::kInt, "64", 1, 65536, {},
-   "unanswered requests (slices or frames of many runs) per connection"},
-  {"tcp.timeout_ms", "HAWSER_TCP_TIMEOUT_MS", KnobType::kDurationMs, "5000", 10, knob_detail::kHour, {},
-   "no progress this long with slices outstanding: the connection's tasks FAIL (also the target's stall bound and "
-   "the keepalive interval of data connections)"},
-  {"tcp.connect_timeout_ms", "HAWSER_TCP_CONNECT_TIMEOUT_MS", KnobType::kDurationMs, "3000", 10, knob_detail::kHour,
-   {}, "bound of one connect + Hello"},
-  {"tcp.io_threads", "HAWSER_TCP_IO_THREADS", KnobType::kInt, "2", 1, 16, {},
-   "initiator epoll threads (connections are shared out among them)"},
-  {"tcp.sock_buf", "HAWSER_TCP_SOCK_BUF", KnobType::kSize, "0", 0, knob_detail::G, {},
-   "SO_SNDBUF/SO_RCVBUF of data sockets; 0 = kernel autotuning (and tcp.loopback_send_buf)"},
-  {"tcp.loopback_send_buf", "HAWSER_TCP_LOOPBACK_SEND_BUF", KnobType::kSize, "256K", 0, knob_detail::G, {},
-   "SO_SNDBUF of data sockets whose peer is this host over loopback, while tcp.sock_buf is 0 (the kernel "
-   "doubles it, capped by net.core.wmem_max): the receiver copies the bytes out while they are still in the CPU "
-   "caches, where autotuning lets 4 MiB queue (docs/tcp.md); 0 = kernel autotuning"},
-  {"tcp.max_frame", "HAWSER_TCP_MAX_FRAME", KnobType::kSize, "64M", 4 * knob_detail::K, knob_detail::G, {},
-   "largest payload the target accepts; published to peers"},
-  {"tcp.gpu_staging_buffers", "HAWSER_TCP_GPU_STAGING_BUFFERS", KnobType::kInt, "16", 2, 4096, {},
-   "pinned staging slots of tcp.slice_size bytes for GPU memory, per side: the target's, and the initiator's "
-   "(shared out among tcp.io_threads, at least 2 each)"},
-  {"tcp.gpu_poll_copies", "HAWSER_TCP_GPU_POLL_COPIES", KnobType::kBool, "true", 0, 0, {},
-   "while GPU staging copies are in flight and its sockets are quiet, an initiator io thread polls both, "
-   "receiving the next payload while a copy runs (false: it waits for the oldest copy, the sockets unread "
-   "meanwhile); either way the thread spins while copies run"},
-  // ---- shm ----------------------------------------------------------------------------------------------------------
-  {"shm.threads", "HAWSER_SHM_THREADS", KnobType::kInt, "0", 0, 64, {},
-   "copy threads (memcpy through shared mappings, process_vm_readv/writev otherwise); 0: min(4, CPUs)"},
-  {"shm.split_bytes", "HAWSER_SHM_SPLIT_BYTES", KnobType::kSize, "512K", 4 * knob_detail::K, knob_detail::G, {},
-   "a task is cut into pieces of at most this many bytes, copied in parallel by the copy threads"},
-  {"shm.max_iov", "HAWSER_SHM_MAX_IOV", KnobType::kInt, "1024", 1, 1024, {},
-   "runs (slices of the tasks of one prepare, e.g. a block request's window) one process_vm_readv/writev call "
-   "moves together, at most shm.split_bytes in all (1: a call per run)"},
-  {"shm.socket_dir", "HAWSER_SHM_SOCKET_DIR", KnobType::kString, "", 0, 0, {},
-   "where a target's local socket (fds passed to its peers of this host) lives: empty: the abstract namespace "
-   "(peers must share the network namespace); else a directory both sides see (e.g. a volume two containers mount)"},
-  {"shm.shared_mappings", "HAWSER_SHM_SHARED_MAPPINGS", KnobType::kBool, "true", 0, 0, {},
-   "map a peer's shareable memory (memfd, shared files, hawser::allocateHostMemory) once and copy with memcpy; "
-   "false: cross-memory attach (process_vm_readv/writev) for everything"},
-  // ---- rdma ---------------------------------------------------------------------------------------------------------
-  {"rdma.verbs_lib", "HAWSER_RDMA_VERBS_LIB", KnobType::kString, "libibverbs.so.1", 0, 0, {},
-   "verbs library loaded at run time"},
-  {"rdma.devices", "HAWSER_RDMA_DEVICES", KnobType::kString, "", 0, 0, {},
-   "comma-separated NIC names to use (empty: all)"},
-  {"rdma.gid_index", "HAWSER_RDMA_GID_INDEX", KnobType::kInt, "-1", -1, 255, {},
-   "RoCE GID index override (-1: auto, RoCE v2 IPv4-mapped first)"},
-  {"rdma.qps_per_peer", "HAWSER_RDMA_QPS_PER_PEER", KnobType::kInt, "2", 1, 64, {},
-   "RC QPs per (local NIC, peer NIC)"},
-  {"rdma.max_wr", "HAWSER_RDMA_MAX_WR", KnobType::kInt, "256", 1, 65536, {},
-   "outstanding work requests per QP (capped by the device)"},
-  {"rdma.slice_size", "HAWSER_RDMA_SLICE_SIZE", KnobType::kSize, "64K", 1, knob_detail::G, {},
-   "bytes per work request"},
-  {"rdma.retry_limit", "HAWSER_RDMA_RETRY_LIMIT", KnobType::kInt, "8", 0, 1000, {},
-   "retries of a failed slice on other QPs/NICs before FAILED"},
-  {"rdma.workers", "HAWSER_RDMA_WORKERS", KnobType::kInt, "0", 0, 64, {},
-   "CQ-polling threads (0: min(NICs, 4))"},
-  {"rdma.cq_entries", "HAWSER_RDMA_CQ_ENTRIES", KnobType::kInt, "16384", 16, 1 << 22, {},
-   "CQ size per NIC (capped by the device)"},
-  {"rdma.mtu", "HAWSER_RDMA_MTU", KnobType::kInt, "4096", 256, 4096, {},
-   "upper bound on the path MTU"},
-  {"rdma.qp_timeout", "HAWSER_RDMA_QP_TIMEOUT", KnobType::kInt, "14", 0, 31, {},
-   "local ACK timeout exponent (4.096 us x 2^n)"},
-  {"rdma.qp_retry_cnt", "HAWSER_RDMA_QP_RETRY_CNT", KnobType::kInt, "7", 0, 7, {},
-   "transport retries"},
-  {"rdma.qp_rnr_retry", "HAWSER_RDMA_QP_RNR_RETRY", KnobType::kInt, "7", 0, 7, {},
-   "RNR retries (7 = infinite)"},
-  {"rdma.qp_min_rnr_timer", "HAWSER_RDMA_QP_MIN_RNR_TIMER", KnobType::kInt, "12", 0, 31, {},
-   "minimal RNR NAK timer (12 = 0.64 ms)"},
-  {"rdma.traffic_class", "HAWSER_RDMA_TRAFFIC_CLASS", KnobType::kInt, "0", 0, 255, {},
-   "RoCE GRH traffic class (DSCP << 2)"},
-  {"rdma.service_level", "HAWSER_RDMA_SERVICE_LEVEL", KnobType::kInt, "0", 0, 15, {},
-   "IB service level / RoCE priority"},
-  {"rdma.hop_limit", "HAWSER_RDMA_HOP_LIMIT", KnobType::kInt, "64", 1, 255, {},
-   "RoCE v2 GRH hop limit"},
-  {"rdma.pretouch_threshold", "HAWSER_RDMA_PRETOUCH_THRESHOLD", KnobType::kSize, "4G", 0, 64 * knob_detail::T, {},
-   "regions this large are pre-faulted before registration"},
-  {"rdma.pretouch_threads", "HAWSER_RDMA_PRETOUCH_THREADS", KnobType::kInt, "8", 1, 256, {},
-   "threads that pre-fault (capped by the CPU count)"},
-  {"rdma.relaxed_ordering", "HAWSER_RDMA_RELAXED_ORDERING", KnobType::kBool, "true", 0, 0, {},
-   "register memory with IBV_ACCESS_RELAXED_ORDERING when available"},
-  {"rdma.connect_timeout_ms", "HAWSER_RDMA_CONNECT_TIMEOUT_MS", KnobType::kDurationMs, "5000", 1, 600000, {},
-   "QP handshake RPC timeout"},
-  {"rdma.poll_spin_us", "HAWSER_RDMA_POLL_SPIN_US", KnobType::kInt, "50", 0, 1000000, {},
-   "microseconds a CQ worker busy-polls before it sleeps on the channel"},
-  {"rdma.flush_timeout_ms", "HAWSER_RDMA_FLUSH_TIMEOUT_MS", KnobType::kDurationMs, "2000", 1, 600000, {},
-   "after a NIC's fatal or CQ error: wait this long for its flushes, then retry its slices elsewhere"},
-  // ---- file ---------------------------------------------------------------------------------------------------------
-  {"file.engine", "HAWSER_FILE_ENGINE", KnobType::kEnum, "auto", 0, 0, "auto|uring|posix",
-   "file I/O engine: auto (io_uring when available), uring (required) or posix"},
-  {"file.io_depth", "HAWSER_FILE_IO_DEPTH", KnobType::kInt, "32", 1, 4096, {},
-   "io_uring operations in flight at once; more wait in the engine's queue"},
-  {"file.max_io_size", "HAWSER_FILE_MAX_IO_SIZE", KnobType::kSize, "1M", 4 * knob_detail::K, knob_detail::G, {},
-   "largest file I/O (a multiple of 4096); runs of one window are coalesced up to this size"},
-  {"file.coalesce", "HAWSER_FILE_COALESCE", KnobType::kBool, "true", 0, 0, {},
-   "runs of one window (a block request's, or one submit's) that lie next to each other in a file share large "
-   "I/Os (vectored, bounced or staged); false: one I/O per run"},
-  {"file.coalesce_gap", "HAWSER_FILE_COALESCE_GAP", KnobType::kSize, "16K", 0, 64 * knob_detail::M, {},
-   "reads: runs up to this many bytes apart share an I/O, which reads the gap and drops it (writes coalesce only "
-   "runs that touch, and never write a gap)"},
-  {"file.direct", "HAWSER_FILE_DIRECT", KnobType::kBool, "true", 0, 0, {},
-   "open with O_DIRECT where the file system does it"},
-  {"file.fixed_buffers", "HAWSER_FILE_FIXED_BUFFERS", KnobType::kBool, "true", 0, 0, {},
-   "io_uring fixed buffers for registered memory: each 64 MiB piece that I/O touches is faulted in and pinned in "
-   "the background, then used (registration itself pins nothing)"},
-  {"file.fixed_files", "HAWSER_FILE_FIXED_FILES", KnobType::kBool, "true", 0, 0, {},
-   "register fds as io_uring fixed files"},
-  {"file.sqpoll", "HAWSER_FILE_SQPOLL", KnobType::kBool, "false", 0, 0, {},
-   "io_uring SQPOLL kernel thread (burns a core)"},
-  {"file.posix_threads", "HAWSER_FILE_POSIX_THREADS", KnobType::kInt, "4", 1, 256, {},
-   "pread/pwrite workers"},
-  {"file.bounce_buffers", "HAWSER_FILE_BOUNCE_BUFFERS", KnobType::kInt, "0", 0, 4096, {},
-   "bounce buffers in the pool (0: file.io_depth)"},
-  {"file.cancel_grace_ms", "HAWSER_FILE_CANCEL_GRACE_MS", KnobType::kDurationMs, "1000", 0, knob_detail::kHour, {},
-   "a cancelled I/O not ended by then is quarantined"},
-  {"file.cufile", "HAWSER_FILE_CUFILE", KnobType::kEnum, "auto", 0, 0, "auto|on|off",
-   "GPU memory <-> files through cuFile: auto = when libcufile loads and registers the file, on = cuFile or fail, "
-   "off = io_uring/POSIX into pinned staging buffers"},
-  {"file.cufile_lib", "HAWSER_FILE_CUFILE_LIB", KnobType::kString, "libcufile.so.0", 0, 0, {},
-   "cuFile library loaded at run time"},
-  {"file.cufile_batch", "HAWSER_FILE_CUFILE_BATCH", KnobType::kInt, "128", 1, 256, {},
-   "entries per cuFile batch, at most the library's limit (properties.io_batchsize, 128 by default)"},
-  {"file.gpu_staging_buffers", "HAWSER_FILE_GPU_STAGING_BUFFERS", KnobType::kInt, "16", 2, 4096, {},
-   "pinned staging slots (file.max_io_size + 8K each) for GPU memory when cuFile is not used"},
   // ---- python binding -----------------------------------------------------------------------------------------------
   {"python.sync_timeout_ms", "HAWSER_PYTHON_SYNC_TIMEOUT_MS", KnobType::kDurationMs, "30000", 1, 86400000, {},
    "base timeout of a sync call / async batch (unset: MC_TRANSFER_TIMEOUT seconds when that is set)"},
@@ -348,65 +154,10 @@ inline constexpr Knob kKnobs[] = {
 };
 // clang-format on
 
-inline constexpr std::span<const Knob> knobs() { return kKnobs; }
-
-constexpr const Knob* findKnob(std::string_view key) {
-  for (const Knob& k : kKnobs)
-    if (k.key == key) return &k;
-  return nullptr;
-}
-
-constexpr const Knob* findKnobByEnv(std::string_view env) {
-  for (const Knob& k : kKnobs)
-    if (k.env == env) return &k;
-  return nullptr;
-}
-
-// A key of the table, checked when it is compiled: KnobKey k = "tcp.connections".
-// `Types` is a bit set of the KnobTypes the reader accepts (the getter's).
-// (It keeps the row's index, not a pointer: GCC's UBSan instrumentation makes
-// a pointer comparison inside a consteval constructor non-constant.)
-constexpr size_t knobIndex(std::string_view key) {
-  for (size_t i = 0; i < std::size(kKnobs); ++i)
-    if (kKnobs[i].key == key) return i;
-  return std::size(kKnobs);
-}
-
-template <unsigned Types>
-struct TypedKnobKey {
-  consteval TypedKnobKey(const char* key) : index(knobIndex(key)) {  // NOLINT: implicit by design
-    if (index == std::size(kKnobs)) throw "config key is not in the config table (src/base/config_table.h)";
-    if ((Types & (1u << static_cast<unsigned>(kKnobs[index].type))) == 0)
-      throw "config key read with a getter of the wrong type (see its KnobType in src/base/config_table.h)";
-  }
-  const Knob& row() const { return kKnobs[index]; }
-  size_t index;
-};
-
-constexpr unsigned knobBit(KnobType t) { return 1u << static_cast<unsigned>(t); }
-using IntKey = TypedKnobKey<knobBit(KnobType::kInt) | knobBit(KnobType::kDurationMs)>;
-using SizeKey = TypedKnobKey<knobBit(KnobType::kSize)>;
-using BoolKey = TypedKnobKey<knobBit(KnobType::kBool)>;
-using StringKey = TypedKnobKey<knobBit(KnobType::kString) | knobBit(KnobType::kEnum)>;
-
-// "int", "size", "bool", "string", "enum", "duration_ms".
-std::string_view knobTypeName(KnobType t);
-// The default / range as `hawser config` prints them ("64M", "4K..1G",
-// "auto|uring|posix"; "" for bool and string).
-std::string knobDefaultText(const Knob& k);
-std::string knobRangeText(const Knob& k);
-// What a value must be: "an integer in [1, 64]", "one of auto, uring, posix".
-std::string knobExpected(const Knob& k);
-
-// The value of a knob after parsing.
-struct KnobValue {
-  int64_t number = 0;  // kInt, kSize, kDurationMs, kBool (0/1)
-  std::string text;    // kString, kEnum: the value
-};
-
-// Parses `text` as `k` says and checks its range. kInvalidArgument names the
-// key, its environment variable, the value, where it came from (`origin`:
-// "the environment", "EngineOptions::config") and what was expected.
-Status parseKnob(const Knob& k, std::string_view text, std::string_view origin, KnobValue& out);
+// Keys of the base table, by the getter that reads them.
+using IntKey = TableKey<kKnobs, kIntKnobs>;
+using SizeKey = TableKey<kKnobs, kSizeKnobs>;
+using BoolKey = TableKey<kKnobs, kBoolKnobs>;
+using StringKey = TableKey<kKnobs, kStringKnobs>;
 
 }  // namespace hawser

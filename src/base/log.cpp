@@ -23,7 +23,7 @@ spdlog::logger& logger() {
     // Before any engine applies log.level: the environment's, if valid (a bad
     // one fails the engine's init), else the table's default.
     std::string level;
-    if (!Config().getString("log.level", level).ok()) level = std::string(findKnob("log.level")->def);
+    if (!Config().getString("log.level", level).ok()) level = std::string(findKnobIn(kKnobs, "log.level")->def);
     l->set_level(levelOf(level));
     l->set_pattern("[%H:%M:%S.%e] [hawser] [%^%l%$] %v");
     return l;

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <random>
 
+#include "base/knob_registry.h"
 #include "base/log.h"
 #include "engine/transport_list.h"
 #include "gpu/cuda_driver.h"
@@ -84,7 +85,7 @@ Status EngineImpl::init(const std::string& metadata_uri, const std::string& serv
                         uint16_t rpc_port, const EngineOptions& options) {
   if (initialized_) return {Code::kInvalidArgument, "init() was already called on this engine"};
   // Every value, from the environment and from options, is validated
-  // before anything starts (base/config_table.h has the keys).
+  // before anything starts (base/knob_registry.h has the keys).
   std::vector<std::string> unknown_env;
   Config config = Config::fromEnv(&unknown_env);
   warnUnknownEnvOnce(unknown_env);

@@ -7,15 +7,9 @@
 //   3. move the kind of the remote buffer (memory segments),
 //   4. are on the same host as the peer, when the transport needs that,
 //   5. decoded the peer's descriptor (openPeer succeeded);
-// the one with the lowest cost rank wins (ties: by name). The ranks the
-// transports declare:
-//
-//   | transport | rank | moves                                        |
-//   | nvlink    |  10  | GPU memory between GPUs of one host          |
-//   | shm       |  20  | host memory between processes of one host    |
-//   | rdma      |  30  | host memory over RDMA NICs                   |
-//   | tcp       |  40  | host memory over TCP, any two hosts          |
-//   | file      |  50  | file segments (io_uring, else POSIX, within) |
+// the one with the lowest cost rank wins (ties: by name). Each transport
+// declares its rank in caps(); `hawser doctor --ranks` lists those of the
+// build, and docs/architecture.md ("Selection") holds that list, generated.
 //
 // Config key `transport` (HAWSER_TRANSPORT) forces one transport for memory
 // segments; file segments still go to the transport that serves files.

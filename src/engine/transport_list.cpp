@@ -1,6 +1,9 @@
 #include "engine/transport_list.h"
 
+#include <algorithm>
 #include <mutex>
+
+#include "base/knob_registry.h"
 
 namespace hawser {
 
@@ -12,19 +15,31 @@ std::vector<TransportFactory>& registered() {
 }
 }  // namespace
 
-void registerTransportFactory(const TransportFactory& f) {
+Status registerTransportFactory(const TransportFactory& f) {
   std::lock_guard lk(g_mu);
-  for (auto& r : registered())
-    if (r.name == f.name) {
-      r = f;
-      return;
+  auto same = std::find_if(registered().begin(), registered().end(),
+                           [&](const TransportFactory& r) { return r.name == f.name; });
+  if (same != registered().end() && !same->knobs.empty()) unregisterKnobTable(f.name);
+  if (!f.knobs.empty()) {
+    Status s = registerKnobTable({f.name, f.knobs});
+    if (!s.ok()) {
+      if (same != registered().end() && !same->knobs.empty()) (void)registerKnobTable({same->name, same->knobs});
+      return s;
     }
-  registered().push_back(f);
+  }
+  if (same != registered().end()) {
+    *same = f;
+  } else {
+    registered().push_back(f);
+  }
+  return Status::OK();
 }
 
 bool unregisterTransportFactory(const std::string& name) {
   std::lock_guard lk(g_mu);
   auto& v = registered();
+  for (auto& r : v)
+    if (r.name == name && !r.knobs.empty()) unregisterKnobTable(name);
   return std::erase_if(v, [&](const TransportFactory& r) { return r.name == name; }) > 0;
 }
 

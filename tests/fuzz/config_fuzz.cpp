@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/config.h"
+#include "base/knob_registry.h"
 #include "fuzz_util.h"
 
 using namespace hawser;
@@ -35,8 +36,8 @@ void checkValue(const Knob& k, std::string_view text) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::Input in(data, size);
-  const auto table = knobs();
-  const Knob& k = table[in.take<uint8_t>() % table.size()];
+  const std::vector<const Knob*> table = allKnobs();  // every registered table's rows
+  const Knob& k = *table[in.take<uint8_t>() % table.size()];
   const std::string_view all = in.rest();
   checkValue(k, all);
   if (auto n = parseSize(all)) {
@@ -59,7 +60,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& u : unknown) FUZZ_CHECK(u.starts_with("HAWSER_"));
   const bool valid = c.validate().ok();
   bool all_ok = true;
-  for (const Knob& each : table) {
+  for (const Knob* row : table) {
+    const Knob& each = *row;
     KnobValue v;
     ConfigSource src = ConfigSource::kDefault;
     Status s = c.lookup(each.key, v, &src);

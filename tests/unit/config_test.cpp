@@ -1,5 +1,7 @@
-// The config table (base/config_table.h), Config's strict getters, the public
-// config API (hawser/config.h), and init()'s validation of every value.
+// The knob tables (base/knob.h; the base rows in base/config_table.h, each
+// transport's in its folder) and their registry (base/knob_registry.h),
+// Config's strict getters, the public config API (hawser/config.h), and
+// init()'s validation of every value.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -14,9 +16,12 @@
 #include <vector>
 
 #include "base/config.h"
+#include "base/knob_registry.h"
 #include "base/log.h"
 #include "hawser/config.h"
 #include "hawser/engine.h"
+#include "transport/file/file_config.h"
+#include "transport/tcp/tcp_config.h"
 
 namespace hawser {
 namespace {
@@ -71,22 +76,119 @@ TEST(Config, parse_size_rejects_junk_and_overflow) {
 
 // ---- the table ----------------------------------------------------------------------------------
 
-TEST(ConfigTable, has_no_duplicate_keys_or_env_names) {
-  std::set<std::string_view> keys, envs;
-  for (const Knob& k : knobs()) {
-    EXPECT_TRUE(keys.insert(k.key).second) << "duplicate key " << k.key;
-    EXPECT_TRUE(envs.insert(k.env).second) << "duplicate env " << k.env;
+TEST(ConfigTable, no_key_or_env_name_is_in_two_tables) {
+  std::map<std::string_view, std::string_view> keys, envs;  // -> owner
+  for (const RegisteredKnobTable& t : knobTables())
+    for (const Knob& k : t.rows) {
+      auto [kit, knew] = keys.emplace(k.key, t.owner);
+      EXPECT_TRUE(knew) << "key " << k.key << " of " << t.owner << " is also " << kit->second << "'s";
+      auto [eit, enew] = envs.emplace(k.env, t.owner);
+      EXPECT_TRUE(enew) << "env " << k.env << " of " << t.owner << " is also " << eit->second << "'s";
+    }
+  // The build's own check (the generated list of built-in transports
+  // static_asserts it) names the first shared name.
+  static constexpr Knob kTwin[] = {
+      {"tcp.connections", "HAWSER_TWIN_CONNECTIONS", KnobType::kInt, "1", 1, 2, {}, "a duplicate key"}};
+  static constexpr Knob kEnvTwin[] = {
+      {"twin.connections", "HAWSER_TCP_CONNECTIONS", KnobType::kInt, "1", 1, 2, {}, "a duplicate env name"}};
+  static constexpr KnobTable kDupKey[] = {{"tcp", kTcpKnobs}, {"twin", kTwin}};
+  static constexpr KnobTable kDupEnv[] = {{"tcp", kTcpKnobs}, {"twin", kEnvTwin}};
+  static constexpr KnobTable kDisjoint[] = {{"base", kKnobs}, {"tcp", kTcpKnobs}, {"file", kFileKnobs}};
+  static_assert(firstSharedKnobName(kDupKey) == "tcp.connections");
+  static_assert(firstSharedKnobName(kDupEnv) == "HAWSER_TCP_CONNECTIONS");
+  static_assert(firstSharedKnobName(kDisjoint).empty());
+  // The registry refuses such a table at run time, naming the key and its owner.
+  Status s = registerKnobTable({"twin", kTwin});
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_TRUE(has(s.message(), "tcp.connections") && has(s.message(), "already tcp's")) << s.message();
+  s = registerKnobTable({"twin", kEnvTwin});
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_TRUE(has(s.message(), "HAWSER_TCP_CONNECTIONS")) << s.message();
+  EXPECT_EQ(registerKnobTable({"tcp", kEnvTwin}).code(), Code::kInvalidArgument);  // an owner twice
+  EXPECT_EQ(findKnob("twin.connections"), nullptr);  // nothing of a refused table was added
+}
+
+TEST(ConfigTable, every_transport_of_the_build_has_its_table_registered_and_listed) {
+  auto tables = knobTables();
+  ASSERT_FALSE(tables.empty());
+  EXPECT_EQ(tables[0].owner, "base");
+  EXPECT_EQ(tables[0].rows.data(), kKnobs);
+  auto owned = [&](std::string_view owner) -> std::span<const Knob> {
+    for (const RegisteredKnobTable& t : tables)
+      if (t.owner == owner) return t.rows;
+    return {};
+  };
+  // The rows registered are the folder's own (no copy).
+  EXPECT_EQ(owned("tcp").data(), kTcpKnobs);
+  EXPECT_EQ(owned("tcp").size(), std::size(kTcpKnobs));
+  EXPECT_EQ(owned("file").data(), kFileKnobs);
+  for (const char* t : {"tcp", "shm", "nvlink", "file"}) EXPECT_FALSE(owned(t).empty()) << t;
+#ifdef HAWSER_HAVE_RDMA
+  EXPECT_FALSE(owned("rdma").empty());
+#endif
+  // configKeys() (`hawser config`) lists every row of every table, base first.
+  auto keys = configKeys();
+  std::set<std::string> listed;
+  for (auto& k : keys) listed.insert(k.key);
+  for (const RegisteredKnobTable& t : tables)
+    for (const Knob& k : t.rows) EXPECT_TRUE(listed.count(std::string(k.key))) << k.key;
+  ASSERT_FALSE(keys.empty());
+  EXPECT_EQ(keys.front().key, kKnobs[0].key);
+  // Each transport's keys are under its own prefix.
+  for (const RegisteredKnobTable& t : tables) {
+    if (t.owner == "base") continue;
+    for (const Knob& k : t.rows) EXPECT_TRUE(k.key.starts_with(t.owner + ".")) << k.key;
   }
 }
 
+// A key of a component that is not in the process (a transport this build
+// lacks) is unknown: init refuses it, the environment's is only reported;
+// once its table is registered it is a key like any other.
+TEST(ConfigTable, a_key_of_a_table_not_registered_is_unknown) {
+  static constexpr Knob kProbe[] = {
+      {"probe.depth", "HAWSER_PROBE_DEPTH", KnobType::kInt, "4", 1, 16, {}, "a knob of a transport not built"}};
+  EnvGuard env{{"HAWSER_PROBE_DEPTH", "8"}};
+  Config c;
+  c.set("probe.depth", "8");
+  Status s = c.validate();
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_TRUE(has(s.message(), "'probe.depth'")) << s.message();
+  KnobValue v;
+  EXPECT_EQ(c.lookup("probe.depth", v).code(), Code::kInvalidArgument);
+  std::vector<std::string> unknown;
+  (void)Config::fromEnv(&unknown);
+  EXPECT_EQ(std::count(unknown.begin(), unknown.end(), "HAWSER_PROBE_DEPTH"), 1);
+
+  ASSERT_TRUE(registerKnobTable({"probe", kProbe}).ok());
+  EXPECT_TRUE(c.validate().ok());
+  ASSERT_TRUE(c.lookup("probe.depth", v).ok());
+  EXPECT_EQ(v.number, 8);
+  unknown.clear();
+  Config e = Config::fromEnv(&unknown);
+  EXPECT_EQ(std::count(unknown.begin(), unknown.end(), "HAWSER_PROBE_DEPTH"), 0);
+  ConfigSource src = ConfigSource::kDefault;
+  ASSERT_TRUE(e.lookup("probe.depth", v, &src).ok());
+  EXPECT_EQ(src, ConfigSource::kEnvironment);
+  c.set("probe.depth", "17");
+  s = c.validate();
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_TRUE(has(s.message(), "probe.depth (env HAWSER_PROBE_DEPTH) = '17'")) << s.message();
+  EXPECT_TRUE(unregisterKnobTable("probe"));
+  EXPECT_FALSE(unregisterKnobTable("probe"));
+  EXPECT_FALSE(unregisterKnobTable("base"));  // the base table stays
+  EXPECT_EQ(findKnob("probe.depth"), nullptr);
+  EXPECT_NE(findKnob("rpc.timeout_ms"), nullptr);
+}
+
 TEST(ConfigTable, env_names_follow_the_key) {
-  for (const Knob& k : knobs()) EXPECT_EQ(k.env, Config::envName(std::string(k.key)) ) << k.key;
+  for (const Knob* k : allKnobs()) EXPECT_EQ(k->env, Config::envName(std::string(k->key))) << k->key;
   // envName of a key not in the table: the same rule.
   EXPECT_EQ(Config::envName("x.max_io_size"), "HAWSER_X_MAX_IO_SIZE");
 }
 
 TEST(ConfigTable, every_default_is_valid_and_every_key_documented) {
-  for (const Knob& k : knobs()) {
+  for (const Knob* row : allKnobs()) {
+    const Knob& k = *row;
     KnobValue v;
     Status s = parseKnob(k, k.def, "the default", v);
     EXPECT_TRUE(s.ok()) << k.key << ": " << s.toString();
@@ -100,13 +202,14 @@ TEST(ConfigTable, every_default_is_valid_and_every_key_documented) {
   }
 }
 
-TEST(ConfigTable, public_config_keys_mirror_the_table) {
+TEST(ConfigTable, public_config_keys_mirror_the_tables) {
   auto keys = configKeys();
-  ASSERT_EQ(keys.size(), knobs().size());
+  auto rows = allKnobs();
+  ASSERT_EQ(keys.size(), rows.size());
   for (size_t i = 0; i < keys.size(); ++i) {
-    EXPECT_EQ(keys[i].key, knobs()[i].key);
-    EXPECT_EQ(keys[i].env, knobs()[i].env);
-    EXPECT_EQ(keys[i].default_value, knobs()[i].def);
+    EXPECT_EQ(keys[i].key, rows[i]->key);
+    EXPECT_EQ(keys[i].env, rows[i]->env);
+    EXPECT_EQ(keys[i].default_value, rows[i]->def);
   }
   const Knob* tcp = findKnob("tcp.max_frame");
   ASSERT_NE(tcp, nullptr);
@@ -197,7 +300,7 @@ TEST(ConfigTable, every_key_used_in_the_sources_is_in_the_table) {
     }
   }
   EXPECT_GT(files, 20u);
-  EXPECT_TRUE(missing.empty()) << "not in src/base/config_table.h:\n" << [&] {
+  EXPECT_TRUE(missing.empty()) << "in no knob table of this build:\n" << [&] {
     std::string s;
     for (auto& m : missing) s += "  " + m + "\n";
     return s;
@@ -208,15 +311,17 @@ TEST(ConfigTable, every_key_used_in_the_sources_is_in_the_table) {
 
 TEST(Config, defaults_apply_when_nothing_is_set) {
   Config c;
+  const TcpConfig tcp(c);
+  const FileConfig file(c);
   int64_t conns = 0;
   uint64_t frame = 0;
   bool direct = false;
   std::string engine;
   std::chrono::milliseconds t{0};
-  ASSERT_TRUE(c.getInt("tcp.connections", conns).ok());
-  ASSERT_TRUE(c.getSize("tcp.max_frame", frame).ok());
-  ASSERT_TRUE(c.getBool("file.direct", direct).ok());
-  ASSERT_TRUE(c.getString("file.engine", engine).ok());
+  ASSERT_TRUE(tcp.getInt("tcp.connections", conns).ok());
+  ASSERT_TRUE(tcp.getSize("tcp.max_frame", frame).ok());
+  ASSERT_TRUE(file.getBool("file.direct", direct).ok());
+  ASSERT_TRUE(file.getString("file.engine", engine).ok());
   ASSERT_TRUE(c.getDuration("rpc.timeout_ms", t).ok());
   EXPECT_EQ(conns, 2);
   EXPECT_EQ(frame, 64u << 20);
@@ -229,10 +334,10 @@ TEST(Config, env_overrides_default_and_set_overrides_env) {
   EnvGuard env{{"HAWSER_TCP_CONNECTIONS", "7"}};
   Config c = Config::fromEnv();
   int64_t v = 0;
-  ASSERT_TRUE(c.getInt("tcp.connections", v).ok());
+  ASSERT_TRUE(TcpConfig(c).getInt("tcp.connections", v).ok());
   EXPECT_EQ(v, 7);
   c.set("tcp.connections", "9");
-  ASSERT_TRUE(c.getInt("tcp.connections", v).ok());
+  ASSERT_TRUE(TcpConfig(c).getInt("tcp.connections", v).ok());
   EXPECT_EQ(v, 9);
 }
 
@@ -241,7 +346,7 @@ TEST(Config, keys_with_underscores_read_their_env_name) {
   std::vector<std::string> unknown;
   Config c = Config::fromEnv(&unknown);
   uint64_t v = 0;
-  ASSERT_TRUE(c.getSize("file.max_io_size", v).ok());
+  ASSERT_TRUE(FileConfig(c).getSize("file.max_io_size", v).ok());
   EXPECT_EQ(v, 2u << 20);
   EXPECT_EQ(std::count(unknown.begin(), unknown.end(), "HAWSER_FILE_MAX_IO_SIZE"), 0);
 }
@@ -252,7 +357,7 @@ TEST(Config, size_suffixes_parse) {
   for (auto [text, want] : std::vector<std::pair<std::string, uint64_t>>{
            {"256K", 256u << 10}, {"2m", 2u << 20}, {"1G", 1u << 30}, {"8KiB", 8u << 10}, {"65536", 65536}}) {
     c.set("tcp.slice_size", text);
-    ASSERT_TRUE(c.getSize("tcp.slice_size", v).ok()) << text;
+    ASSERT_TRUE(TcpConfig(c).getSize("tcp.slice_size", v).ok()) << text;
     EXPECT_EQ(v, want) << text;
   }
 }
@@ -268,17 +373,19 @@ TEST(Config, a_bad_value_is_an_error_never_the_default) {
   EXPECT_TRUE(has(s.message(), "'abc'")) << s.message();
   EXPECT_TRUE(has(s.message(), "a size in [1, 16M]")) << s.message();
 
+  const FileConfig file(c);
   c.set("file.direct", "maybe");
   bool b = true;
-  EXPECT_EQ(c.getBool("file.direct", b).code(), Code::kInvalidArgument);
+  EXPECT_EQ(file.getBool("file.direct", b).code(), Code::kInvalidArgument);
   c.set("file.direct", "OFF");
-  ASSERT_TRUE(c.getBool("file.direct", b).ok());
+  ASSERT_TRUE(file.getBool("file.direct", b).ok());
   EXPECT_FALSE(b);
+  const TcpConfig tcp(c);
   c.set("tcp.connections", "12abc");
   int64_t i = 0;
-  EXPECT_EQ(c.getInt("tcp.connections", i).code(), Code::kInvalidArgument);
+  EXPECT_EQ(tcp.getInt("tcp.connections", i).code(), Code::kInvalidArgument);
   c.set("tcp.connections", "");
-  EXPECT_EQ(c.getInt("tcp.connections", i).code(), Code::kInvalidArgument);
+  EXPECT_EQ(tcp.getInt("tcp.connections", i).code(), Code::kInvalidArgument);
 }
 
 TEST(Config, validate_refuses_unknown_keys_and_bad_values) {
@@ -300,7 +407,7 @@ TEST(Config, enums_accept_any_case_and_return_the_canonical_value) {
   Config c;
   c.set("file.engine", "POSIX");
   std::string v;
-  ASSERT_TRUE(c.getString("file.engine", v).ok());
+  ASSERT_TRUE(FileConfig(c).getString("file.engine", v).ok());
   EXPECT_EQ(v, "posix");
 }
 

@@ -19,6 +19,7 @@
 #include "base/log.h"
 #include "base/peer_entry.h"
 #include "base/segment_desc.h"
+#include "transport/file/file_config.h"
 #include "transport/file/cufile_engine.h"
 #include "transport/file/file_handles.h"
 #include "transport/file/gpu_staging.h"
@@ -90,9 +91,10 @@ Counters FileTransport::stats() const {
 
 // ---- settings ----------------------------------------------------------------------
 
-// Types, defaults and ranges: the config table (base/config_table.h); the
+// Types, defaults and ranges: file_config.h (kFileKnobs); the
 // one rule it cannot say (a multiple of the page) lives here.
-Status FileTransport::loadSettings(const Config& cfg, FileSettings& out) {
+Status FileTransport::loadSettings(const Config& config, FileSettings& out) {
+  const FileConfig cfg(config);
   FileSettings st;
   uint32_t bufs = 0;
   Status s;

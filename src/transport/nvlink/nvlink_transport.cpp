@@ -22,6 +22,7 @@
 #include "base/json_integer.h"
 #include "base/log.h"
 #include "base/peer_entry.h"
+#include "transport/nvlink/nvlink_config.h"
 #include "gpu/copy_kernel.h"
 #include "gpu/cuda_driver.h"
 #include "base/segment_desc.h"
@@ -138,7 +139,8 @@ Status decodeNvlinkPeer(const SegmentDesc& seg, RouteDecline& why) {
   return nvlink::decodePeerDesc(seg, desc, why);
 }
 
-Status NvlinkTransport::loadSettings(const Config& cfg, NvlinkSettings& out) {
+Status NvlinkTransport::loadSettings(const Config& config, NvlinkSettings& out) {
+  const NvlinkConfig cfg(config);
   NvlinkSettings s;
   Status st;
   if (!(st = cfg.getInt("nvlink.streams", s.streams)).ok() ||
@@ -148,7 +150,7 @@ Status NvlinkTransport::loadSettings(const Config& cfg, NvlinkSettings& out) {
       !(st = cfg.getBool("nvlink.issue_inline", s.issue_inline)).ok() ||
       !(st = cfg.getSize("nvlink.plan_cache", s.plan_cache)).ok() ||
       !(st = cfg.getString("nvlink.socket_dir", s.socket_dir)).ok() ||
-      !(st = gpu::CopySettings::fromConfig(cfg, s.copy)).ok())
+      !(st = gpu::CopySettings::fromConfig(config, s.copy)).ok())
     return st;
   while (s.socket_dir.size() > 1 && s.socket_dir.back() == '/') s.socket_dir.pop_back();
   out = s;

@@ -11,6 +11,7 @@
 
 #include "base/config.h"
 #include "base/log.h"
+#include "transport/rdma/rdma_config.h"
 
 namespace hawser::rdma {
 
@@ -118,8 +119,9 @@ bool pickGidPair(const std::vector<GidChoice>& a, const std::vector<GidChoice>& 
   return best >= 0;
 }
 
-// Types, defaults and ranges: the config table (base/config_table.h).
-Status Tunables::load(const Config& c) {
+// Types, defaults and ranges: rdma_config.h (kRdmaKnobs).
+Status Tunables::load(const Config& config) {
+  const RdmaConfig c(config);
   Status s;
   std::string list;
   if (!(s = c.getString("rdma.verbs_lib", verbs_lib)).ok() || !(s = c.getString("rdma.devices", list)).ok()) return s;

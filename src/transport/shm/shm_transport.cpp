@@ -23,6 +23,7 @@
 #include "base/log.h"
 #include "base/peer_entry.h"
 #include "base/segment_desc.h"
+#include "transport/shm/shm_config.h"
 #include "transport/shm/shm_backing.h"
 #include "transport/shm/shm_internal.h"
 #include "transport/shm/shm_server.h"
@@ -40,13 +41,14 @@ using shm::Group;
 using shm::Peer;
 using shm::Slice;
 
-static_assert(findKnob("shm.threads")->hi == static_cast<int64_t>(shm::kMaxThreads));
+static_assert(findKnobIn(kShmKnobs, "shm.threads")->hi == static_cast<int64_t>(shm::kMaxThreads));
 
 namespace {
 constexpr int kSocketTimeoutMs = 5000;  // a peer's socket answers within this
 }
 
-Status ShmTransport::loadSettings(const Config& cfg, ShmSettings& out) {
+Status ShmTransport::loadSettings(const Config& config, ShmSettings& out) {
+  const ShmConfig cfg(config);
   ShmSettings s;
   Status st;
   if (!(st = cfg.getInt("shm.threads", s.threads)).ok() || !(st = cfg.getSize("shm.split_bytes", s.split_bytes)).ok() ||

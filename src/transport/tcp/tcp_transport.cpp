@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "base/peer_entry.h"
 #include "base/segment_desc.h"
+#include "transport/tcp/tcp_config.h"
 #include "gpu/cuda_driver.h"
 #include "rpc/rpc.h"
 #include "transport/tcp/tcp_conn_picker.h"
@@ -19,14 +20,15 @@
 namespace hawser {
 
 
-// Every tcp.* knob through the config table (base/config_table.h: types,
+// Every tcp.* knob through its table (tcp_config.h, kTcpKnobs: types,
 // defaults, ranges); the one cross-key rule lives here.
-static_assert(findKnob("tcp.max_frame")->hi == static_cast<int64_t>(tcp::kMaxFrameLimit));
-static_assert(findKnob("tcp.slice_size")->hi == static_cast<int64_t>(tcp::kMaxFrameLimit));
-static_assert(findKnob("tcp.io_threads")->hi == static_cast<int64_t>(tcp::kMaxIoThreads));
-static_assert(findKnob("tcp.connections")->hi == static_cast<int64_t>(tcp::ConnPicker::kMaxConns));
+static_assert(findKnobIn(kTcpKnobs, "tcp.max_frame")->hi == static_cast<int64_t>(tcp::kMaxFrameLimit));
+static_assert(findKnobIn(kTcpKnobs, "tcp.slice_size")->hi == static_cast<int64_t>(tcp::kMaxFrameLimit));
+static_assert(findKnobIn(kTcpKnobs, "tcp.io_threads")->hi == static_cast<int64_t>(tcp::kMaxIoThreads));
+static_assert(findKnobIn(kTcpKnobs, "tcp.connections")->hi == static_cast<int64_t>(tcp::ConnPicker::kMaxConns));
 
-Status TcpTransport::loadSettings(const Config& cfg, TcpSettings& out) {
+Status TcpTransport::loadSettings(const Config& config, TcpSettings& out) {
+  const TcpConfig cfg(config);
   TcpSettings s;
   Status st;
   if (!(st = cfg.getInt("tcp.connections", s.connections)).ok() ||

@@ -2,15 +2,18 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/segment_desc.h"
+#include "base/config.h"
+#include "loopback_config.h"
 
 namespace hawser::loopback {
 
 namespace {
 
-// Each task is one slice: one memcpy.
+// A task is one slice per loopback.max_copy bytes: one memcpy each.
 struct Work final : PreparedWork {
   std::deque<LoopbackTransport::Copy> copies;
 };
@@ -23,11 +26,15 @@ class Batch final : public SubBatch {
   }
   Status prepare(std::span<Task* const> tasks, std::unique_ptr<PreparedWork>& out) override {
     auto w = std::make_unique<Work>();
+    const uint64_t max_copy = t_->maxCopy();
     for (Task* task : tasks) {
-      task->setSliceCount(1);
-      w->copies.push_back({task, &inflight_});
+      const uint64_t length = task->request().length;
+      const uint64_t slices = length == 0 ? 1 : (length + max_copy - 1) / max_copy;
+      task->setSliceCount(static_cast<uint32_t>(slices));
+      for (uint64_t i = 0; i < slices; ++i)
+        w->copies.push_back({task, &inflight_, i * max_copy, std::min(max_copy, length - i * max_copy)});
     }
-    w->slices = tasks.size();
+    w->slices = w->copies.size();
     out = std::move(w);
     return Status::OK();
   }
@@ -46,8 +53,14 @@ class Batch final : public SubBatch {
 
 }  // namespace
 
-Status LoopbackTransport::install(const TransportContext&) {
-  worker_ = std::thread([this] { run(); });
+Status LoopbackTransport::install(const TransportContext& ctx) {
+  static const Config defaults;
+  const LoopbackConfig cfg(ctx.config ? *ctx.config : defaults);
+  int workers = 0;
+  Status s;
+  if (!(s = cfg.getInt("loopback.workers", workers)).ok() || !(s = cfg.getSize("loopback.max_copy", max_copy_)).ok())
+    return s;
+  for (int i = 0; i < workers; ++i) workers_.emplace_back([this] { run(); });
   return Status::OK();
 }
 
@@ -57,7 +70,9 @@ void LoopbackTransport::shutdown() {
     stop_ = true;
   }
   cv_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  for (auto& w : workers_)
+    if (w.joinable()) w.join();
+  workers_.clear();
 }
 
 Status LoopbackTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) {
@@ -90,15 +105,16 @@ void LoopbackTransport::run() {
     queue_.pop_front();
     lk.unlock();
     const TransferRequest& r = c.task->request();
-    auto* remote = reinterpret_cast<void*>(r.target_offset);
+    auto* remote = reinterpret_cast<char*>(r.target_offset) + c.offset;
+    char* local = static_cast<char*>(r.source) + c.offset;
     if (r.opcode == OpCode::kRead)
-      std::memcpy(r.source, remote, r.length);
+      std::memcpy(local, remote, c.length);
     else
-      std::memcpy(remote, r.source, r.length);
+      std::memcpy(remote, local, c.length);
     copies_.fetch_add(1);
-    bytes_.fetch_add(r.length);
+    bytes_.fetch_add(c.length);
     c.inflight->fetch_sub(1);
-    c.task->completeSlice(TransferState::kCompleted, r.length);
+    c.task->completeSlice(TransferState::kCompleted, c.length);
     lk.lock();
   }
 }

@@ -7,6 +7,7 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "base/transport.h"
 
@@ -27,19 +28,23 @@ class LoopbackTransport final : public Transport {
   Status newSubBatch(size_t task_capacity, std::unique_ptr<SubBatch>& out) override;
   Counters stats() const override;
 
+  // One slice of a task: `length` bytes at `offset` into it.
   struct Copy {
     Task* task;
     std::atomic<int>* inflight;
+    uint64_t offset, length;
   };
   void enqueue(std::deque<Copy>& copies);
+  uint64_t maxCopy() const { return max_copy_; }
 
  private:
   void run();
+  uint64_t max_copy_ = 0;  // loopback.max_copy
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Copy> queue_;
   bool stop_ = false;
-  std::thread worker_;
+  std::vector<std::thread> workers_;  // loopback.workers
   std::atomic<uint64_t> copies_{0}, bytes_{0};
 };
 
