@@ -34,14 +34,20 @@ endfunction()
 # Called from a transport's own CMakeLists.txt (src/transport/<name>/): the
 # transport's layer target hawser_transport_<name>, and its factory
 # (std::unique_ptr<Transport> FACTORY()) in the engine's list of built-in
-# transports. CONFIG: its table of knobs (`inline constexpr Knob table[]`,
+# transports, with its descriptor decoder, found by the factory's name:
+# FACTORY makeTcpTransport comes with
+# Status decodeTcpPeer(const SegmentDesc&, RouteDecline&) (src/engine/CMakeLists.txt).
+# CONFIG: its table of knobs (`inline constexpr Knob table[]`,
 # base/knob.h) declared in <name>_config.h of its folder; the generated list
 # includes that header, checks at compile time that no key or environment
 # name is in two tables of the build, and registers the table with the one
 # config system (base/knob_registry.h), so `hawser config`, validation and
 # the docs see its rows. SYSTEM_LIBS are linked by users of the static
-# library too. DEPENDS: layers it needs beyond metadata, rpc, gpu and base
-# (hawser_local). TEST_ONLY: a layer target for tests, not part of the
+# library too. DEPENDS: layers it needs beyond rpc, gpu and base
+# (hawser_local). Not the metadata layer (the etcd and HTTP stores): a
+# transport sees a peer's descriptor as data (base/segment_desc.h) and
+# decodes its own part of it, so a transport's #include "metadata/..." fails
+# to compile. TEST_ONLY: a layer target for tests, not part of the
 # library (a test registers it at run time: engine/transport_list.h).
 function(hawser_transport)
   cmake_parse_arguments(T "TEST_ONLY" "NAME;FACTORY;DIR;CONFIG" "SOURCES;PRIVATE_LIBS;SYSTEM_LIBS;DEPENDS" ${ARGN})
@@ -53,12 +59,12 @@ function(hawser_transport)
     add_library(${target} OBJECT ${T_SOURCES})
     # A test that links it includes its headers (its knob table, to register it).
     target_include_directories(${target} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
-    target_link_libraries(${target} PUBLIC ${T_DEPENDS} hawser_metadata hawser_rpc hawser_gpu hawser_base
+    target_link_libraries(${target} PUBLIC ${T_DEPENDS} hawser_rpc hawser_gpu hawser_base
       PRIVATE spdlog::spdlog nlohmann_json::nlohmann_json ${T_PRIVATE_LIBS})
     return()
   endif()
   hawser_layer(${target} ${T_DIR} SOURCES ${T_SOURCES}
-    DEPENDS ${T_DEPENDS} hawser_metadata hawser_rpc hawser_gpu hawser_base
+    DEPENDS ${T_DEPENDS} hawser_rpc hawser_gpu hawser_base
     PRIVATE_LIBS ${T_PRIVATE_LIBS} ${T_SYSTEM_LIBS})
   set_property(GLOBAL APPEND PROPERTY HAWSER_TRANSPORT_NAMES ${T_NAME})
   set_property(GLOBAL APPEND PROPERTY HAWSER_TRANSPORT_FACTORIES ${T_FACTORY})

@@ -5,7 +5,8 @@
 # differ from the untouched copy are counted outside its folder. Then the
 # copy is configured and the engine's generated list of built-in transports
 # is compiled: it must include the example's knob table (CONFIG
-# kLoopbackKnobs), register it with the config system and pass the build's
+# kLoopbackKnobs) and its descriptor decoder (decodeLoopbackPeer, named after
+# its factory), register the table with the config system and pass the build's
 # static check that no key is in two tables; the example's layer compiles
 # too.
 #   scripts/new_transport_footprint.sh [SOURCE_DIR]
@@ -60,7 +61,7 @@ cmake -S "$work/after" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHA
 }
 gen="$work/build/src/engine/builtin_transports.cpp"
 for want in "#include \"transport/$name/${name}_config.h\"" "{\"$name\", kLoopbackKnobs}," \
-            "{\"$name\", &makeLoopbackTransport, kLoopbackKnobs},"; do
+            "{\"$name\", &makeLoopbackTransport, kLoopbackKnobs, &decodeLoopbackPeer},"; do
   grep -qF "$want" "$gen" || { echo "FAIL: $gen lacks: $want" >&2; exit 1; }
 done
 echo "generated list: registers kLoopbackKnobs ($(grep -c '^  {"loopback\.' "$work/after/$folder/${name}_config.h") knobs)"

@@ -9,12 +9,12 @@
 #include <mutex>
 
 #include "base/registry.h"
+#include "base/segment_desc.h"
 #include "hawser/status.h"
 #include "hawser/types.h"
 
 namespace hawser {
 
-struct SegmentDesc;
 class PeerHandle;
 namespace metrics {
 class PeerTraffic;

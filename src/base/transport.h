@@ -35,9 +35,11 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "base/channel_registry.h"
 #include "base/metrics.h"
 #include "base/registry.h"
 #include "base/route.h"
+#include "base/segment_desc.h"
 #include "base/task.h"
 #include "hawser/stats.h"
 #include "hawser/status.h"
@@ -47,10 +49,6 @@ namespace hawser {
 
 class Config;
 class MemoryRegistry;
-struct SegmentDesc;
-namespace rpc {
-class Server;
-}
 
 // Kinds of memory, as a bit set.
 enum MemoryKind : uint32_t {
@@ -101,7 +99,9 @@ struct TransportVariant {
 struct TransportContext {
   Config* config = nullptr;
   MemoryRegistry* registry = nullptr;  // this engine's registered memory
-  rpc::Server* rpc = nullptr;          // control-plane listener: register channels here
+  // The control-plane listener (the engine's rpc server): a transport
+  // registers its calls and connection kinds here.
+  ChannelRegistry* rpc = nullptr;
   std::string server_name;             // local_server_name given to init
   std::string host;                    // advertised host
   uint16_t rpc_port = 0;

@@ -13,12 +13,24 @@
 
 namespace hawser {
 
+// A transport's descriptor decoder: decodes and checks its part of a peer's
+// descriptor (transports.<name>, the buffers' attrs.<name>) as its openPeer
+// does, without a transport instance or any I/O. A refusal names the field
+// and its route reason (`why`, whose text is the message). The one fuzz
+// target of peer descriptors (tests/fuzz/peer_descriptor_fuzz.cpp) feeds
+// every factory's decoder.
+using PeerDecoder = Status (*)(const SegmentDesc& seg, RouteDecline& why);
+
 struct TransportFactory {
   std::string name;
   std::unique_ptr<Transport> (*make)();
   // Its knobs (base/knob.h), registered with the config system under `name`
   // while the factory is (a built-in one's: by the generated list).
   std::span<const Knob> knobs = {};
+  // A built-in transport's is found by its factory's name: makeTcpTransport
+  // comes with `Status decodeTcpPeer(const SegmentDesc&, RouteDecline&)`
+  // (src/engine/CMakeLists.txt). Optional for a factory registered at run time.
+  PeerDecoder decodePeer = nullptr;
 };
 
 const std::vector<TransportFactory>& builtinTransports();

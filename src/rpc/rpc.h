@@ -33,6 +33,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/channel_registry.h"
 #include "hawser/status.h"
 #include "rpc/socket.h"
 
@@ -68,10 +69,7 @@ inline constexpr uint16_t kReplyBit = 0x8000;
 // derived from the name (a hash into [16, 0x7fff]; ids below 16 belong to the
 // listener), so both ends agree without a central list. Registering a second
 // name with the same id fails.
-struct Channel {
-  std::string name;
-  uint16_t id = 0;
-};
+using Channel = hawser::Channel;  // base/channel_registry.h
 Channel channel(std::string_view name);
 
 // Optional shared secret: when set (engine: config "auth.token",
@@ -118,11 +116,9 @@ struct ServerLimits {
   static Status fromConfig(const Config& config, ServerLimits& out);
 };
 
-class Server {
+// The listener; it is the ChannelRegistry the engine hands its transports.
+class Server final : public ChannelRegistry {
  public:
-  using CallHandler = std::function<Status(const std::string& request, std::string& reply)>;
-  // Owns the connected socket; runs on that connection's own thread.
-  using StreamHandler = std::function<void(net::Fd fd)>;
 
   Server() = default;
   ~Server();
@@ -137,8 +133,8 @@ class Server {
 
   // Register before start() or at any time; handlers must be thread-safe.
   // kInvalidArgument when another name already holds the channel's id.
-  Status onCall(const Channel& method, CallHandler h);
-  Status onStream(const Channel& kind, StreamHandler h);
+  Status onCall(const Channel& method, CallHandler h) override;
+  Status onStream(const Channel& kind, StreamHandler h) override;
 
   // Connections closed for a malformed or late frame (Hello included).
   uint64_t refusedFrames() const { return refused_.load(); }

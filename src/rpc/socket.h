@@ -8,26 +8,10 @@
 #include <cstdint>
 #include <string>
 
+#include "base/fd.h"
 #include "hawser/status.h"
 
 namespace hawser::net {
-
-// Owns a file descriptor.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(o.release()) {}
-  Fd& operator=(Fd&& o) noexcept;
-  ~Fd() { reset(); }
-  int get() const { return fd_; }
-  int release() { int f = fd_; fd_ = -1; return f; }
-  void reset(int fd = -1);
-  explicit operator bool() const { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
-};
 
 // Non-blocking connect with a timeout; returns a blocking socket with
 // TCP_NODELAY set. kUnavailable (refused/unreachable) or kTimeout.

@@ -53,7 +53,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (d.kind == SegmentDesc::Kind::kMemory) {
     rdma::Peer peer;
     std::vector<rdma::RemoteBuffer> bufs;
-    if (rdma::decodePeer(d, peer, bufs).ok()) {
+    RouteDecline why;
+    if (rdma::decodePeer(d, peer, bufs, why).ok()) {
       FUZZ_CHECK(!peer.nics.empty() && bufs.size() == d.buffers.size());
       for (const auto& rb : bufs) FUZZ_CHECK(rb.refusal.ok() ? rb.rkeys.size() == peer.nics.size() : rb.rkeys.empty());
     }

@@ -125,6 +125,24 @@ def descriptor():
     write("descriptor", "file", json.dumps(file_descriptor()))
 
 
+def peer_descriptor():
+    # A descriptor as a peer publishes it, with every transport's part: each
+    # built-in transport's decoder reads its own (tests/fuzz/peer_descriptor_fuzz.cpp).
+    d = memory_descriptor()
+    d["transports"]["tcp"] = {"version": 2, "max_frame": 67108864, "max_runs": 1024, "gpu": True}
+    d["transports"]["nvlink"] = {"pid": 4242, "start": 123456, "pidns": 4026531836, "table_fd": 9,
+                                 "socket": "@hawser-nvlink-00000000deadbeef", "nonce": 77, "readers": 64}
+    d["buffers"].append({"addr": 140000000000 + 8388608, "length": 65536, "location": "cuda:1",
+                         "attrs": {"nvlink": {"vmm": 5, "base": 140000000000 + 8388608, "size": 2097152,
+                                              "bus": "0000:5e:00.0", "slot": 1, "gen": 2},
+                                   "shm": {"gen": 4, "shared": True}}})
+    write("peer_descriptor", "memory", json.dumps(d))
+    old = memory_descriptor()  # a peer of an older release: tcp publishes nothing, no nvlink socket
+    old["transports"]["nvlink"] = {"pid": 4242, "start": 1, "pidns": 7, "table_fd": 3}
+    write("peer_descriptor", "older-peer", json.dumps(old))
+    write("peer_descriptor", "file", json.dumps(file_descriptor()))
+
+
 def b64(s):
     import base64
     return base64.b64encode(s.encode()).decode()
@@ -198,6 +216,6 @@ def shm_table():
 
 
 if __name__ == "__main__":
-    for f in (rpc, rpc_partial, tcp_wire, descriptor, etcd_reply, etcd_watch, rdma_handshake, file_segments, config,
+    for f in (rpc, rpc_partial, tcp_wire, descriptor, peer_descriptor, etcd_reply, etcd_watch, rdma_handshake, file_segments, config,
               shm_table):
         f()

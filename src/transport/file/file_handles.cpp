@@ -16,7 +16,7 @@
 
 #include <fmt/format.h>
 
-#include "metadata/descriptor.h"
+#include "base/segment_desc.h"
 #include "transport/file/file_plan.h"
 #include "base/file_info.h"
 #include "transport/file/file_counters.h"

@@ -17,8 +17,9 @@
 
 #include "base/config.h"
 #include "base/log.h"
+#include "base/peer_entry.h"
+#include "base/segment_desc.h"
 #include "transport/file/file_config.h"
-#include "metadata/descriptor.h"
 #include "transport/file/cufile_engine.h"
 #include "transport/file/file_handles.h"
 #include "transport/file/gpu_staging.h"
@@ -334,10 +335,19 @@ Status FileTransport::resolveSegment(const std::string& name, SegmentDesc& out) 
   return Status::OK();
 }
 
-Status FileTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) {
-  if (!installed_ || down_.load()) return {Code::kUnavailable, "file transport is not running"};
+Status decodePeerDesc(const SegmentDesc& seg, RouteDecline& why) {
+  why = {};
   if (seg.kind != SegmentDesc::Kind::kFile)
-    return {Code::kNotSupported, fmt::format("segment '{}' is not a file segment", seg.name)};
+    return declined(why, RouteReason::kRefused,
+                    {Code::kNotSupported, fmt::format("segment '{}' is not a file segment", seg.name)});
+  return Status::OK();
+}
+
+Status FileTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) {
+  RouteDecline why;
+  if (!installed_ || down_.load()) return transportNotRunning("file", why);
+  Status s = decodePeerDesc(seg, why);
+  if (!s.ok()) return s;
   out = std::make_shared<FilePeer>(seg, server_name_, peers_);
   return Status::OK();
 }
@@ -378,5 +388,7 @@ void FileTransport::diagnose(TransportDiagnosis& out) const {
 }  // namespace file
 
 std::unique_ptr<Transport> makeFileTransport() { return std::make_unique<file::FileTransport>(); }
+
+Status decodeFilePeer(const SegmentDesc& seg, RouteDecline& why) { return file::decodePeerDesc(seg, why); }
 
 }  // namespace hawser

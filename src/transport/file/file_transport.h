@@ -42,7 +42,18 @@
 #include "transport/file/file_counters.h"
 #include "transport/file/io_engine.h"
 
+namespace hawser {
+// file::decodePeerDesc as the engine's list of transports names it (beside
+// the factory, makeFileTransport; engine/transport_list.h).
+Status decodeFilePeer(const SegmentDesc& seg, RouteDecline& why);
+}  // namespace hawser
+
 namespace hawser::file {
+
+// The descriptor decoder: a file segment is all the file transport needs
+// (each file's path is resolved for this host by FilePeer); kNotSupported
+// "segment '<seg>' is not a file segment" (reason kRefused) otherwise.
+Status decodePeerDesc(const SegmentDesc& seg, RouteDecline& why);
 
 class Inflight;
 class PeerSet;

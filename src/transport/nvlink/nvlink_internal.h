@@ -20,7 +20,7 @@
 #include "gpu/batch_copy.h"
 #include "gpu/copy_stream.h"
 #include "gpu/cuda_api.h"
-#include "metadata/descriptor.h"
+#include "base/segment_desc.h"
 #include "gpu/vmm.h"
 #include "transport/nvlink/nvlink_readers.h"
 #include "transport/nvlink/nvlink_transport.h"
@@ -185,8 +185,32 @@ struct BufferInfo {
 // ("" when not published) when the buffer is GPU memory whose published
 // allocation [base, base+size) holds it and whose slot lies in the table;
 // else false with b.why saying why.
-// Fuzzed by tests/fuzz/descriptor_fuzz.cpp.
+// Fuzzed by tests/fuzz/descriptor_fuzz.cpp and, through decodePeerDesc,
+// tests/fuzz/peer_descriptor_fuzz.cpp.
 bool decodeBufferAttrs(const BufferDesc& bd, BufferInfo& b, std::string& bus);
+
+// A peer's nvlink part of its descriptor, as decodePeerDesc reads it: its
+// owner process (transports.nvlink) and what each buffer's attrs.nvlink says.
+struct PeerDesc {
+  int64_t pid = 0;      // the owner (> 0), in its pid namespace
+  uint64_t start = 0;   // its start time (a reused pid is not it)
+  uint64_t pidns = 0;   // its pid namespace
+  int table_fd = -1;    // its region table's fd, in that process
+  std::string socket;   // its local socket ("": an owner of an earlier release publishes none)
+  uint64_t nonce = 0;   // what a hello to that socket carries
+  bool readers = false;  // its table file has the readers' area (kReaderSlots slots)
+  struct Buffer {
+    BufferInfo info;  // decodeBufferAttrs's answer
+    std::string bus;
+    bool usable = false;
+  };
+  std::vector<Buffer> buffers;  // one per buffer of the segment
+};
+// The descriptor decoder (kNotSupported): not a memory segment (reason
+// kRefused), no or an empty transports.nvlink (kPeerLacksTransport), or one
+// with a field missing or malformed, named (kPeerIncompatible). A buffer
+// nvlink cannot move is no refusal: its Buffer says why.
+Status decodePeerDesc(const SegmentDesc& seg, PeerDesc& out, RouteDecline& why);
 
 // One owner process, shared by every view of its segment.
 struct Owner {

@@ -12,7 +12,7 @@
 #include "base/log.h"
 #include "base/registry.h"
 #include "gpu/cuda_driver.h"
-#include "metadata/descriptor.h"
+#include "base/segment_desc.h"
 #include "transport/nvlink/nvlink_internal.h"
 #include "transport/nvlink/nvlink_testing.h"
 

@@ -19,11 +19,13 @@
 #include <nlohmann/json.hpp>
 
 #include "base/config.h"
+#include "base/json_integer.h"
 #include "base/log.h"
+#include "base/peer_entry.h"
 #include "transport/nvlink/nvlink_config.h"
 #include "gpu/copy_kernel.h"
 #include "gpu/cuda_driver.h"
-#include "metadata/descriptor.h"
+#include "base/segment_desc.h"
 #include "gpu/vmm.h"
 #include "transport/nvlink/nvlink_internal.h"
 #include "transport/nvlink/nvlink_socket.h"
@@ -45,18 +47,6 @@ bool parseHex(const std::string& hex, std::string& out) {
     if (r.ec != std::errc() || r.ptr != hex.data() + 2 * i + 2) return false;
     out[i] = static_cast<char>(v);
   }
-  return true;
-}
-
-// A non-negative JSON integer that fits T.
-template <typename T>
-bool field(const nlohmann::json& j, const char* key, T& out) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_number_integer()) return false;
-  if (!it->is_number_unsigned() && it->get<int64_t>() < 0) return false;
-  const uint64_t v = it->get<uint64_t>();
-  if (v > std::numeric_limits<T>::max()) return false;
-  out = static_cast<T>(v);
   return true;
 }
 
@@ -84,7 +74,7 @@ bool decodeBufferAttrs(const BufferDesc& bd, BufferInfo& b, std::string& bus) {
   // A VMM range (its allocations' fds come over the owner's socket), or a
   // legacy IPC handle.
   const bool vmm = a->contains("vmm");
-  if (vmm ? !field(*a, "vmm", b.vmm) || b.vmm == 0
+  if (vmm ? !jsonIntegerField(*a, "attrs.nvlink", "vmm", b.vmm).ok() || b.vmm == 0
           : [&] {
               auto h = a->find("handle");
               return h == a->end() || !h->is_string() || !parseHex(h->get<std::string>(), b.handle);
@@ -93,8 +83,10 @@ bool decodeBufferAttrs(const BufferDesc& bd, BufferInfo& b, std::string& bus) {
     return false;
   }
   if (vmm) b.handle = fmt::format("vmm:{}", b.vmm);
-  if (!field(*a, "base", b.base) || !field(*a, "size", b.size) || !field(*a, "slot", b.slot) ||
-      !field(*a, "gen", b.gen) || b.slot >= kTableSlots) {
+  if (!jsonIntegerField(*a, "attrs.nvlink", "base", b.base).ok() ||
+      !jsonIntegerField(*a, "attrs.nvlink", "size", b.size).ok() ||
+      !jsonIntegerField(*a, "attrs.nvlink", "slot", b.slot).ok() ||
+      !jsonIntegerField(*a, "attrs.nvlink", "gen", b.gen).ok() || b.slot >= kTableSlots) {
     b.why = fmt::format("malformed attrs.nvlink {}", a->dump());
     return false;
   }
@@ -107,7 +99,45 @@ bool decodeBufferAttrs(const BufferDesc& bd, BufferInfo& b, std::string& bus) {
   return true;
 }
 
+Status decodePeerDesc(const SegmentDesc& seg, PeerDesc& out, RouteDecline& why) {
+  const nlohmann::json* e = nullptr;
+  Status s = memoryPeerEntry(seg, "nvlink", e, why, {true, "its engine has no CUDA driver"});
+  if (!s.ok()) return s;
+  auto malformed = [&](const std::string& what) {
+    return declined(why, RouteReason::kPeerIncompatible,
+                    {Code::kNotSupported, fmt::format("segment '{}': malformed transports.nvlink: {}", seg.name, what)});
+  };
+  PeerDesc d;
+  if (!(s = jsonIntegerField(*e, "transports.nvlink", "pid", d.pid)).ok() ||
+      !(s = jsonIntegerField(*e, "transports.nvlink", "start", d.start)).ok() ||
+      !(s = jsonIntegerField(*e, "transports.nvlink", "pidns", d.pidns)).ok() ||
+      !(s = jsonIntegerField(*e, "transports.nvlink", "table_fd", d.table_fd)).ok())
+    return malformed(s.message());
+  if (d.pid <= 0) return malformed(fmt::format("transports.nvlink.pid must be > 0, got {}", d.pid));
+  if (d.table_fd < 0) return malformed(fmt::format("transports.nvlink.table_fd must be >= 0, got {}", d.table_fd));
+  // An owner that publishes its local socket hands over its table and a
+  // pidfd there; an owner of an earlier release publishes none.
+  if (auto so = e->find("socket");
+      so != e->end() && so->is_string() && jsonIntegerField(*e, "transports.nvlink", "nonce", d.nonce).ok())
+    d.socket = so->get<std::string>();
+  // The readers' area (an owner of an earlier release has none).
+  uint32_t reader_slots = 0;
+  d.readers = jsonIntegerField(*e, "transports.nvlink", "readers", reader_slots).ok() && reader_slots == kReaderSlots;
+  d.buffers.resize(seg.buffers.size());
+  for (size_t i = 0; i < seg.buffers.size(); ++i) {
+    PeerDesc::Buffer& b = d.buffers[i];
+    b.usable = decodeBufferAttrs(seg.buffers[i], b.info, b.bus);
+  }
+  out = std::move(d);
+  return Status::OK();
+}
+
 }  // namespace nvlink
+
+Status decodeNvlinkPeer(const SegmentDesc& seg, RouteDecline& why) {
+  nvlink::PeerDesc desc;
+  return nvlink::decodePeerDesc(seg, desc, why);
+}
 
 Status NvlinkTransport::loadSettings(const Config& config, NvlinkSettings& out) {
   const NvlinkConfig cfg(config);
@@ -287,30 +317,14 @@ Status NvlinkTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHan
 
 Status NvlinkTransport::openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out, RouteDecline& why) {
   why = {};  // every refusal says why, in the words of base/route.h
-  if (!installed_ || stopping_.load())
-    return declined(why, RouteReason::kRefused, {Code::kUnavailable, "nvlink transport is not running"});
-  if (seg.kind != SegmentDesc::Kind::kMemory)
-    return declined(why, RouteReason::kRefused, {Code::kNotSupported, "not a memory segment"});
-  auto it = seg.transports.find("nvlink");
-  if (it == seg.transports.end() || !it->is_object() || it->empty())
-    return declined(why, RouteReason::kPeerLacksTransport,
-                   {Code::kNotSupported, fmt::format("segment '{}' publishes no nvlink transport (its engine has no "
-                                                     "CUDA driver)", seg.name)});
-  int64_t pid = 0;
-  uint64_t start = 0, pidns = 0;
-  int fd = -1;
-  if (!field(*it, "pid", pid) || !field(*it, "start", start) || !field(*it, "pidns", pidns) ||
-      !field(*it, "table_fd", fd) || pid <= 0 || fd < 0)
-    return declined(why, RouteReason::kPeerIncompatible, {Code::kNotSupported, fmt::format("segment '{}': malformed "
-                                                                                   "transports.nvlink {}", seg.name,
-                                                                                   it->dump())});
-  // An owner that publishes its local socket hands over its table and a
-  // pidfd there (no pid needed: any pid namespace); an owner of an earlier
-  // release is found by pid (this pid namespace only).
-  std::string socket;
-  uint64_t nonce = 0;
-  if (auto so = it->find("socket"); so != it->end() && so->is_string() && field(*it, "nonce", nonce))
-    socket = so->get<std::string>();
+  if (!installed_ || stopping_.load()) return transportNotRunning("nvlink", why);
+  nvlink::PeerDesc desc;
+  Status ds = nvlink::decodePeerDesc(seg, desc, why);
+  if (!ds.ok()) return ds;
+  const int64_t pid = desc.pid;
+  const uint64_t start = desc.start, pidns = desc.pidns, nonce = desc.nonce;
+  const int fd = desc.table_fd;
+  const std::string& socket = desc.socket;
   const bool other_ns = pidns != pidns_;
   if (other_ns && socket.empty())
     return declined(why, RouteReason::kOtherPidNamespace,
@@ -339,8 +353,7 @@ Status NvlinkTransport::openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHa
       o->self = !other_ns && pid == ::getpid() && start == start_time_;
       // The readers' area (an owner of an earlier release has none) is
       // written here: the file is opened read-write, the table mapped read-only.
-      uint32_t reader_slots = 0;
-      const bool readers = field(*it, "readers", reader_slots) && reader_slots == nvlink::kReaderSlots;
+      const bool readers = desc.readers;
       int tfd = -1;
       if (!o->self && !socket.empty()) {
         nvlink::Welcome w;
@@ -429,10 +442,10 @@ Status NvlinkTransport::openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHa
   ref->segment = seg.name;
   ref->bufs.resize(seg.buffers.size());
   for (size_t i = 0; i < seg.buffers.size(); ++i) {
-    const BufferDesc& bd = seg.buffers[i];
     nvlink::BufferInfo& b = ref->bufs[i];
-    std::string bus;
-    if (!nvlink::decodeBufferAttrs(bd, b, bus)) continue;
+    b = std::move(desc.buffers[i].info);
+    const std::string bus = std::move(desc.buffers[i].bus);
+    if (!desc.buffers[i].usable) continue;
     if (!b.vmm && owner->other_pidns) {
       // Legacy CUDA IPC handles do not open across pid namespaces (the driver
       // checks the exporting process; UCX refuses them likewise): VMM memory

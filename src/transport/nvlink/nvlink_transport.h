@@ -72,6 +72,10 @@ struct Counters;
 struct Owner;
 }  // namespace nvlink
 
+// nvlink::decodePeerDesc as the engine's list of transports names it (beside
+// the factory, makeNvlinkTransport; engine/transport_list.h).
+Status decodeNvlinkPeer(const SegmentDesc& seg, RouteDecline& why);
+
 struct NvlinkSettings {
   uint32_t streams = 4;             // nvlink.streams (per local GPU)
   uint64_t stripe_size = 64ull << 20;  // nvlink.stripe_size

@@ -312,7 +312,7 @@ Status RdmaTransport::establish(Endpoint& ep, std::vector<ibv_qp*>& qps) {
 
 // ---------------------------------------------------------------- passive side
 
-Status RdmaTransport::serveHandshakes(rpc::Server& server) {
+Status RdmaTransport::serveHandshakes(ChannelRegistry& server) {
   gate_ = std::make_shared<Gate>();
   gate_->target = this;
   Status s = server.onCall(kRdmaHandshakeCall, [gate = gate_](const std::string& req, std::string& reply) {

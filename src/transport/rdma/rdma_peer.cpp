@@ -6,7 +6,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "metadata/descriptor.h"
+#include "base/json_integer.h"
+#include "base/peer_entry.h"
+#include "base/segment_desc.h"
 #include "transport/rdma/rdma_json.h"
 #include "transport/rdma/rdma_stats.h"
 #include "transport/rdma/rdma_transport.h"
@@ -17,11 +19,11 @@ namespace {
 
 using json = nlohmann::json;
 
-Status decodeNics(const SegmentDesc& seg, const json& attrs, std::vector<PeerNic>& out) {
+Status decodeNics(const SegmentDesc& seg, const json& attrs, std::vector<PeerNic>& out, RouteDecline& why) {
   auto nics = attrs.find("nics");
   if (nics == attrs.end() || !nics->is_array() || nics->empty())
-    return Status(Code::kNotSupported,
-                  fmt::format("segment '{}': transports.rdma.nics is missing or empty", seg.name));
+    return declined(why, RouteReason::kPeerIncompatible,
+                    {Code::kNotSupported, fmt::format("segment '{}': transports.rdma.nics is missing or empty", seg.name)});
   for (size_t i = 0; i < nics->size(); ++i) {
     const json& n = (*nics)[i];
     PeerNic pn;
@@ -29,15 +31,16 @@ Status decodeNics(const SegmentDesc& seg, const json& attrs, std::vector<PeerNic
       pn.name = n.at("name").get<std::string>();
       pn.ib = n.at("link_layer").get<std::string>() == "ib";
       if (!gidFromString(n.at("gid").get<std::string>(), pn.gid))
-        return Status(Code::kNotSupported,
-                      fmt::format("segment '{}': transports.rdma.nics[{}].gid is malformed", seg.name, i));
+        return declined(why, RouteReason::kPeerIncompatible,
+                        {Code::kNotSupported,
+                         fmt::format("segment '{}': transports.rdma.nics[{}].gid is malformed", seg.name, i)});
       pn.lid = integerAt<uint16_t>(n, "lid");
       pn.numa = integerOr<int>(n, "numa", -1);
       pn.mtu = integerOr<int>(n, "mtu", 4096);
       pn.up = n.value("up", true);
     } catch (const std::exception& e) {
-      return Status(Code::kNotSupported,
-                    fmt::format("segment '{}': transports.rdma.nics[{}]: {}", seg.name, i, e.what()));
+      return declined(why, RouteReason::kPeerIncompatible,
+                      {Code::kNotSupported, fmt::format("segment '{}': transports.rdma.nics[{}]: {}", seg.name, i, e.what())});
     }
     out.push_back(std::move(pn));
   }
@@ -66,14 +69,15 @@ RemoteBuffer decodeBuffer(const SegmentDesc& seg, const BufferDesc& buf, size_t 
     return rb;
   }
   for (const json& k : *rk) {
-    if (!k.is_number_unsigned() || k.get<uint64_t>() > 0xffffffffull) {
+    uint32_t key = 0;
+    if (!k.is_number_unsigned() || !jsonInteger(k, "attrs.rdma.rkey", key).ok()) {
       rb.rkeys.clear();
       rb.refusal = Status(Code::kMetadataError,
                           fmt::format("buffer {:#x} of segment '{}': attrs.rdma.rkey holds a non-key value", buf.addr,
                                       seg.name));
       return rb;
     }
-    rb.rkeys.push_back(k.get<uint32_t>());
+    rb.rkeys.push_back(key);
   }
   return rb;
 }
@@ -82,11 +86,11 @@ std::string linkName(bool ib) { return ib ? "ib" : "eth"; }
 
 }  // namespace
 
-Status decodePeer(const SegmentDesc& seg, Peer& peer, std::vector<RemoteBuffer>& buffers) {
-  auto it = seg.transports.find("rdma");
-  if (it == seg.transports.end() || !it->is_object())
-    return Status(Code::kNotSupported, fmt::format("segment '{}' publishes no rdma transport", seg.name));
-  const json& a = *it;
+Status decodePeer(const SegmentDesc& seg, Peer& peer, std::vector<RemoteBuffer>& buffers, RouteDecline& why) {
+  const json* entry = nullptr;
+  Status es = memoryPeerEntry(seg, "rdma", entry, why);
+  if (!es.ok()) return es;
+  const json& a = *entry;
   auto inst = a.find("instance");
   peer.instance = inst != a.end() && inst->is_string() ? inst->get<std::string>() : std::string();
   peer.key = seg.name + "#" + peer.instance;
@@ -94,34 +98,24 @@ Status decodePeer(const SegmentDesc& seg, Peer& peer, std::vector<RemoteBuffer>&
   peer.host = seg.host;
   peer.port = seg.rpc_port;
   peer.nics.clear();
-  Status s = decodeNics(seg, a, peer.nics);
+  Status s = decodeNics(seg, a, peer.nics, why);
   if (!s.ok()) return s;
   buffers.clear();
   for (const BufferDesc& b : seg.buffers) buffers.push_back(decodeBuffer(seg, b, peer.nics.size()));
   return Status::OK();
 }
 
-Status RdmaTransport::openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out, RouteDecline& why) {
-  Status s = openPeer(seg, out);
-  why = {};
-  if (s.ok()) return s;
-  // What failed: this transport, the peer's attributes being absent, or
-  // their decoding and matching against this host's NICs.
-  RouteReason r = RouteReason::kPeerIncompatible;
-  if (!installed_ || stopping_.load() || seg.kind != SegmentDesc::Kind::kMemory)
-    r = RouteReason::kRefused;
-  else if (seg.transports.find("rdma") == seg.transports.end())
-    r = RouteReason::kPeerLacksTransport;
-  why = {r, s.message()};
-  return s;
+Status RdmaTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) {
+  RouteDecline why;
+  return openRoute(seg, out, why);
 }
 
-Status RdmaTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) {
-  if (!installed_ || stopping_.load()) return Status(Code::kUnavailable, "rdma transport is not running");
-  if (seg.kind != SegmentDesc::Kind::kMemory) return Status(Code::kNotSupported, "not a memory segment");
+Status RdmaTransport::openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out, RouteDecline& why) {
+  why = {};
+  if (!installed_ || stopping_.load()) return transportNotRunning("rdma", why);
   auto peer = std::make_shared<Peer>();
   std::vector<RemoteBuffer> buffers;
-  Status s = decodePeer(seg, *peer, buffers);
+  Status s = decodePeer(seg, *peer, buffers, why);
   if (!s.ok()) return s;
   // Some pair must share a link layer (IB and RoCE do not talk).
   bool reachable = false;
@@ -133,10 +127,11 @@ Status RdmaTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandl
   }
   if (!reachable) {
     for (const PeerNic& n : peer->nics) there.push_back(n.name + " " + linkName(n.ib) + (n.up ? "" : " down"));
-    return Status(Code::kNotSupported,
-                  fmt::format("segment '{}': no usable NIC here ({}) shares a link layer with an up NIC there ({})",
-                              seg.name, here.empty() ? "none" : fmt::format("{}", fmt::join(here, ", ")),
-                              fmt::join(there, ", ")));
+    return declined(why, RouteReason::kPeerIncompatible,
+                    {Code::kNotSupported,
+                     fmt::format("segment '{}': no usable NIC here ({}) shares a link layer with an up NIC there ({})",
+                                 seg.name, here.empty() ? "none" : fmt::format("{}", fmt::join(here, ", ")),
+                                 fmt::join(there, ", "))});
   }
   {
     std::lock_guard<std::mutex> lock(ep_mu_);
@@ -145,6 +140,20 @@ Status RdmaTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandl
   out = std::make_shared<PeerRef>(this, std::move(peer), std::move(buffers));
   return Status::OK();
 }
+
+}  // namespace hawser::rdma
+
+namespace hawser {
+
+Status decodeRdmaPeer(const SegmentDesc& seg, RouteDecline& why) {
+  rdma::Peer peer;
+  std::vector<rdma::RemoteBuffer> buffers;
+  return rdma::decodePeer(seg, peer, buffers, why);
+}
+
+}  // namespace hawser
+
+namespace hawser::rdma {
 
 PeerRef::~PeerRef() { owner_->releasePeer(peer->key); }
 

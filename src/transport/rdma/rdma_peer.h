@@ -10,10 +10,6 @@
 #include "hawser/status.h"
 #include "transport/rdma/rdma_endpoint.h"
 
-namespace hawser {
-struct SegmentDesc;
-}
-
 namespace hawser::rdma {
 
 class RdmaTransport;
@@ -25,11 +21,14 @@ struct RemoteBuffer {
   Status refusal;               // not ok: requests to it are refused with this
 };
 
-// Decodes transports.rdma of `seg` (instance, NICs) into `peer`, and each
-// buffer's attrs.rdma.rkey into `buffers`. kNotSupported naming the field
-// when the NIC list is absent or malformed (a buffer's bad keys only refuse
-// requests to that buffer). Never throws.
-Status decodePeer(const SegmentDesc& seg, Peer& peer, std::vector<RemoteBuffer>& buffers);
+// The descriptor decoder: transports.rdma of `seg` (instance, NICs) into
+// `peer`, and each buffer's attrs.rdma.rkey into `buffers`. kNotSupported
+// (base/peer_entry.h) for a segment that is not a memory segment (reason
+// kRefused) or publishes no transports.rdma (kPeerLacksTransport), and
+// naming the field when the NIC list is absent or malformed
+// (kPeerIncompatible); a buffer's bad keys only refuse requests to that
+// buffer. Never throws.
+Status decodePeer(const SegmentDesc& seg, Peer& peer, std::vector<RemoteBuffer>& buffers, RouteDecline& why);
 
 // What the engine keeps with the open segment and hands to its tasks. While
 // any handle on a peer (segment name + instance) lives, its endpoints keep
@@ -48,3 +47,9 @@ class PeerRef final : public PeerHandle {
 };
 
 }  // namespace hawser::rdma
+
+namespace hawser {
+// rdma::decodePeer as the engine's list of transports names it (beside the
+// factory, makeRdmaTransport; engine/transport_list.h).
+Status decodeRdmaPeer(const SegmentDesc& seg, RouteDecline& why);
+}  // namespace hawser

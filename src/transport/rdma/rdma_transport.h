@@ -49,10 +49,6 @@
 #include "transport/rdma/rdma_nic.h"
 #include "transport/rdma/rdma_probe.h"
 
-namespace hawser::rpc {
-class Server;
-}
-
 namespace hawser::rdma {
 
 class PeerRef;
@@ -125,7 +121,7 @@ class RdmaTransport final : public Transport, public EndpointHost {
   void releasePeer(const std::string& key);
 
   // rdma_connect.cpp
-  Status serveHandshakes(rpc::Server& server);
+  Status serveHandshakes(ChannelRegistry& server);
   Status handshake(const std::string& request, std::string& reply);
   // The requester closed an endpoint: destroy its passive QPs.
   Status release(const std::string& request, std::string& reply);

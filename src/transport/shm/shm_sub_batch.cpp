@@ -7,7 +7,7 @@
 
 #include <thread>
 
-#include "metadata/descriptor.h"
+#include "base/segment_desc.h"
 #include "transport/shm/shm_internal.h"
 
 namespace hawser::shm {

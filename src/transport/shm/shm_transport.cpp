@@ -19,9 +19,11 @@
 #include <random>
 
 #include "base/config.h"
+#include "base/json_integer.h"
 #include "base/log.h"
+#include "base/peer_entry.h"
+#include "base/segment_desc.h"
 #include "transport/shm/shm_config.h"
-#include "metadata/descriptor.h"
 #include "transport/shm/shm_backing.h"
 #include "transport/shm/shm_internal.h"
 #include "transport/shm/shm_server.h"
@@ -184,6 +186,39 @@ Status ShmTransport::unregisterMemory(void* addr, size_t) {
   return Status::OK();
 }
 
+Status shm::decodePeerDesc(const SegmentDesc& seg, PeerDesc& out, RouteDecline& why) {
+  const nlohmann::json* e = nullptr;
+  Status s = memoryPeerEntry(seg, "shm", e, why);
+  if (!s.ok()) return s;
+  auto malformed = [&](const std::string& what) {
+    return declined(why, RouteReason::kPeerIncompatible,
+                    {Code::kNotSupported, fmt::format("segment '{}': malformed shm attributes: {}", seg.name, what)});
+  };
+  uint64_t version = 0;
+  if (!(s = jsonIntegerField(*e, "transports.shm", "version", version)).ok()) return malformed(s.message());
+  if (version != kDescVersion)
+    return declined(why, RouteReason::kPeerIncompatible,
+                    {Code::kNotSupported, fmt::format("segment '{}': shm version {} (this build speaks {})", seg.name,
+                                                      version, kDescVersion)});
+  PeerDesc d;
+  if (!(s = jsonIntegerField(*e, "transports.shm", "pid", d.pid)).ok() ||
+      !(s = jsonIntegerField(*e, "transports.shm", "nonce", d.nonce)).ok() ||
+      !(s = jsonIntegerField(*e, "transports.shm", "probe", d.probe)).ok())
+    return malformed(s.message());
+  if (d.pid <= 0) return malformed(fmt::format("transports.shm.pid must be > 0, got {}", d.pid));
+  auto sock = e->find("socket");
+  if (sock == e->end() || !sock->is_string() || sock->get<std::string>().empty())
+    return malformed("transports.shm.socket must be a non-empty string");
+  d.socket = sock->get<std::string>();
+  out = std::move(d);
+  return Status::OK();
+}
+
+Status decodeShmPeer(const SegmentDesc& seg, RouteDecline& why) {
+  shm::PeerDesc desc;
+  return shm::decodePeerDesc(seg, desc, why);
+}
+
 Status ShmTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) {
   RouteDecline why;
   return openRoute(seg, out, why);
@@ -191,37 +226,13 @@ Status ShmTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle
 
 Status ShmTransport::openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out, RouteDecline& why) {
   why = {};  // every refusal says why, in the words of base/route.h
-  if (!installed_ || stopping_.load())
-    return declined(why, RouteReason::kRefused, {Code::kUnavailable, "shm transport is not running"});
-  if (seg.kind != SegmentDesc::Kind::kMemory)
-    return declined(why, RouteReason::kRefused, {Code::kNotSupported, "not a memory segment"});
-  auto it = seg.transports.find("shm");
-  if (it == seg.transports.end() || !it->is_object())
-    return declined(why, RouteReason::kPeerLacksTransport,
-                   {Code::kNotSupported, fmt::format("segment '{}' publishes no shm transport", seg.name)});
-  auto num = [&](const char* k, uint64_t& v) {
-    auto f = it->find(k);
-    if (f == it->end() || !f->is_number_integer()) return false;
-    if (!f->is_number_unsigned() && f->get<int64_t>() < 0) return false;
-    v = f->get<uint64_t>();
-    return true;
-  };
-  uint64_t version = 0, pid = 0, nonce = 0, probe = 0;
-  if (!num("version", version))
-    return declined(why, RouteReason::kPeerIncompatible,
-                    {Code::kNotSupported,
-                     fmt::format("segment '{}': malformed shm attributes {}", seg.name, it->dump())});
-  if (version != shm::kDescVersion)
-    return declined(why, RouteReason::kPeerIncompatible,
-                    {Code::kNotSupported, fmt::format("segment '{}': shm version {} (this build speaks {})", seg.name,
-                                                      version, shm::kDescVersion)});
-  auto sock = it->find("socket");
-  if (!num("pid", pid) || !num("nonce", nonce) || !num("probe", probe) || pid == 0 || pid > INT32_MAX ||
-      sock == it->end() || !sock->is_string() || sock->get<std::string>().empty())
-    return declined(why, RouteReason::kPeerIncompatible,
-                    {Code::kNotSupported,
-                     fmt::format("segment '{}': malformed shm attributes {}", seg.name, it->dump())});
-  const std::string socket = sock->get<std::string>();
+  if (!installed_ || stopping_.load()) return transportNotRunning("shm", why);
+  shm::PeerDesc desc;
+  Status ds = shm::decodePeerDesc(seg, desc, why);
+  if (!ds.ok()) return ds;
+  const std::string& socket = desc.socket;
+  const uint64_t nonce = desc.nonce, probe = desc.probe;
+  const int64_t pid = desc.pid;
   const std::string key = fmt::format("{}/{}", socket, nonce);
   std::shared_ptr<Peer> peer;
   {
@@ -230,7 +241,7 @@ Status ShmTransport::openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHandl
   }
   if (peer && peer->dead.load()) peer.reset();  // (released outside the lock: its deleter takes it)
   if (!peer) {
-    Status s = connectPeer(seg, socket, nonce, probe, static_cast<int64_t>(pid), peer, why);
+    Status s = connectPeer(seg, socket, nonce, probe, pid, peer, why);
     if (!s.ok()) {
       counts_->peers_refused++;
       return s;

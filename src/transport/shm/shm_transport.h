@@ -56,6 +56,20 @@
 namespace hawser {
 
 namespace shm {
+// A peer's shm part of its descriptor (transports.shm), as decodePeerDesc
+// reads it: where its local socket is and which process listens there.
+struct PeerDesc {
+  std::string socket;  // its local socket's path
+  uint64_t nonce = 0;  // what a hello to that socket must carry
+  uint64_t probe = 0;  // an address of the owner's to try cross-memory attach on
+  int32_t pid = 0;     // the owner (> 0)
+};
+// The descriptor decoder (kNotSupported): not a memory segment (reason
+// kRefused), no transports.shm (kPeerLacksTransport), or one of another
+// version (kDescVersion) or with a field missing or malformed, named
+// (kPeerIncompatible).
+Status decodePeerDesc(const SegmentDesc& seg, PeerDesc& out, RouteDecline& why);
+
 struct Peer;
 struct Slice;
 struct Group;
@@ -74,6 +88,10 @@ struct ShmSettings {
   std::string socket_dir;           // shm.socket_dir ("": abstract namespace)
   bool shared_mappings = true;      // shm.shared_mappings
 };
+
+// decodePeerDesc as the engine's list of transports names it (beside the
+// factory, makeShmTransport; engine/transport_list.h).
+Status decodeShmPeer(const SegmentDesc& seg, RouteDecline& why);
 
 class ShmTransport final : public Transport {
  public:

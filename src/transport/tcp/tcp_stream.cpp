@@ -13,7 +13,7 @@
 #include <cstring>
 #include <fmt/format.h>
 
-#include "metadata/descriptor.h"
+#include "base/segment_desc.h"
 #include "transport/tcp/tcp_internal.h"
 
 namespace hawser::tcp {

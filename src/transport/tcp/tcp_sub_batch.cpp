@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "base/log.h"
-#include "metadata/descriptor.h"
+#include "base/segment_desc.h"
 #include "transport/tcp/tcp_conn_picker.h"
 #include "transport/tcp/tcp_internal.h"
 

@@ -7,10 +7,12 @@
 #include <thread>
 
 #include "base/config.h"
+#include "base/json_integer.h"
 #include "base/log.h"
+#include "base/peer_entry.h"
+#include "base/segment_desc.h"
 #include "transport/tcp/tcp_config.h"
 #include "gpu/cuda_driver.h"
-#include "metadata/descriptor.h"
 #include "rpc/rpc.h"
 #include "transport/tcp/tcp_conn_picker.h"
 #include "transport/tcp/tcp_internal.h"
@@ -161,32 +163,51 @@ Status TcpTransport::registerRegion(const Region& r, nlohmann::json& attrs, std:
                       gpu::CudaDriver::reason().empty() ? "none was loaded" : gpu::CudaDriver::reason())};
 }
 
-Status TcpTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) {
-  if (!installed_ || stopping_.load()) return {Code::kUnavailable, "tcp transport is not running"};
-  if (seg.kind != SegmentDesc::Kind::kMemory) return {Code::kNotSupported, "not a memory segment"};
-  auto it = seg.transports.find("tcp");
-  if (it == seg.transports.end() || !it->is_object())
-    return {Code::kNotSupported, fmt::format("segment '{}' publishes no tcp transport", seg.name)};
+Status tcp::decodePeerDesc(const SegmentDesc& seg, PeerDesc& out, RouteDecline& why) {
+  const nlohmann::json* e = nullptr;
+  Status s = memoryPeerEntry(seg, "tcp", e, why);
+  if (!s.ok()) return s;
   if (seg.host.empty() || seg.rpc_port == 0)
-    return {Code::kNotSupported, fmt::format("segment '{}' publishes no host and port", seg.name)};
-  uint64_t slice = settings_.slice_size;
-  auto mf = it->find("max_frame");
-  if (mf != it->end() && mf->is_number_integer() && mf->get<int64_t>() >= 4096)
-    slice = std::min<uint64_t>(slice, mf->get<uint64_t>());
-  auto g = it->find("gpu");
-  const bool peer_gpu = g != it->end() && g->is_boolean() && g->get<bool>();
+    return declined(why, RouteReason::kPeerIncompatible,
+                    {Code::kNotSupported, fmt::format("segment '{}' publishes no host and port", seg.name)});
+  out = PeerDesc{};
+  out.host = seg.host;
+  out.port = seg.rpc_port;
+  uint64_t max_frame = 0;
+  if (jsonIntegerField(*e, "transports.tcp", "max_frame", max_frame).ok() && max_frame >= 4096)
+    out.max_frame = max_frame;
+  auto g = e->find("gpu");
+  out.gpu = g != e->end() && g->is_boolean() && g->get<bool>();
   // Frames of many runs only to a peer that says it serves them (a peer of
   // an older release publishes no max_runs and gets one request per slice).
-  uint32_t runs = 0;
-  auto mr = it->find("max_runs");
-  if (mr != it->end() && mr->is_number_integer() && mr->get<int64_t>() >= 2)
-    runs = static_cast<uint32_t>(std::min<int64_t>(mr->get<int64_t>(), tcp::kMaxFrameRuns));
-  const uint64_t group = std::min(settings_.group_bytes, slice);
-  if (group == 0) runs = 0;
+  int64_t runs = 0;
+  if (jsonIntegerField(*e, "transports.tcp", "max_runs", runs).ok() && runs >= 2)
+    out.max_runs = static_cast<uint32_t>(std::min<int64_t>(runs, kMaxFrameRuns));
   // Requests bound to the registration they were made for (version 2) only
   // to a peer that takes them; a peer of an older release publishes version 1.
-  auto v = it->find("version");
-  const bool bound = v != it->end() && v->is_number_integer() && v->get<int64_t>() >= tcp::kBoundVersion;
+  int64_t version = 0;
+  out.bound = jsonIntegerField(*e, "transports.tcp", "version", version).ok() && version >= kBoundVersion;
+  return Status::OK();
+}
+
+Status decodeTcpPeer(const SegmentDesc& seg, RouteDecline& why) {
+  tcp::PeerDesc desc;
+  return tcp::decodePeerDesc(seg, desc, why);
+}
+
+Status TcpTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) {
+  RouteDecline why;
+  if (!installed_ || stopping_.load()) return transportNotRunning("tcp", why);
+  tcp::PeerDesc desc;
+  Status s = tcp::decodePeerDesc(seg, desc, why);
+  if (!s.ok()) return s;
+  uint64_t slice = settings_.slice_size;
+  if (desc.max_frame != 0) slice = std::min(slice, desc.max_frame);
+  const bool peer_gpu = desc.gpu;
+  uint32_t runs = desc.max_runs;
+  const uint64_t group = std::min(settings_.group_bytes, slice);
+  if (group == 0) runs = 0;
+  const bool bound = desc.bound;
 
   std::string key = fmt::format("{}:{}", seg.host, seg.rpc_port);
   std::lock_guard lk(peers_mu_);

@@ -54,6 +54,29 @@ struct Peer;
 struct TargetState;
 }  // namespace tcp
 
+namespace tcp {
+// A peer's tcp part of its descriptor (transports.tcp, its host and port),
+// as decodePeerDesc reads it. Its optional limits are lenient, as an older
+// release publishes them: one absent, not an integer or out of range is
+// taken as unpublished.
+struct PeerDesc {
+  std::string host;
+  uint16_t port = 0;
+  uint64_t max_frame = 0;  // the target's payload bound (>= 4096); 0: none published
+  bool gpu = false;        // it serves requests for its GPU memory
+  uint32_t max_runs = 0;   // runs it takes per RUNS frame (2..kMaxFrameRuns); 0: one request per slice
+  bool bound = false;      // it takes requests bound to a registration (version >= kBoundVersion)
+};
+// The descriptor decoder: kNotSupported (base/peer_entry.h) for a segment
+// that is not a memory segment or publishes no tcp transport, or no host
+// and port (reason kPeerIncompatible).
+Status decodePeerDesc(const SegmentDesc& seg, PeerDesc& out, RouteDecline& why);
+}  // namespace tcp
+
+// decodePeerDesc as the engine's list of transports names it (beside the
+// factory, makeTcpTransport; engine/transport_list.h).
+Status decodeTcpPeer(const SegmentDesc& seg, RouteDecline& why);
+
 // The data connections' kind on the rpc listener.
 inline const rpc::Channel kTcpDataChannel = rpc::channel("tcp.data");
 

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/segment_desc.h"
 #include "base/config.h"
 #include "loopback_config.h"
-#include "metadata/descriptor.h"
 
 namespace hawser::loopback {
 
@@ -76,7 +76,9 @@ void LoopbackTransport::shutdown() {
 }
 
 Status LoopbackTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) {
-  if (seg.pid != ::getpid()) return {Code::kNotSupported, "the peer is another process"};
+  RouteDecline why;
+  Status s = decodeLoopbackPeer(seg, why);
+  if (!s.ok()) return s;
   out = std::make_shared<PeerHandle>();
   return Status::OK();
 }
@@ -123,4 +125,11 @@ void LoopbackTransport::run() {
 
 namespace hawser {
 std::unique_ptr<Transport> makeLoopbackTransport() { return std::make_unique<loopback::LoopbackTransport>(); }
+
+Status decodeLoopbackPeer(const SegmentDesc& seg, RouteDecline& why) {
+  why = {};
+  if (seg.pid != ::getpid())
+    return declined(why, RouteReason::kRefused, {Code::kNotSupported, "the peer is another process"});
+  return Status::OK();
+}
 }  // namespace hawser

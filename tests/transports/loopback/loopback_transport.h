@@ -11,6 +11,13 @@
 
 #include "base/transport.h"
 
+namespace hawser {
+// Its descriptor decoder, beside its factory (makeLoopbackTransport): the
+// engine's list of built-in transports finds it by that name
+// (engine/transport_list.h). All it reads of a peer: its process.
+Status decodeLoopbackPeer(const SegmentDesc& seg, RouteDecline& why);
+}  // namespace hawser
+
 namespace hawser::loopback {
 
 class LoopbackTransport final : public Transport {
