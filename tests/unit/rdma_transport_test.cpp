@@ -283,6 +283,25 @@ TEST_F(RdmaTransportTest, diagnosis_names_every_nic_and_why_it_is_or_is_not_used
   EXPECT_EQ(sv1.rfind("not used: ", 0), 0u) << sv1;
   EXPECT_NE(sv1.find("no ACTIVE port"), std::string::npos) << sv1;
   EXPECT_NE(sv1.find("numa 1"), std::string::npos) << sv1;
+  // The same as typed records, in the order found.
+  ASSERT_EQ(d->devices.size(), 2u);
+  const DeviceRecord& r0 = d->devices[0];
+  EXPECT_EQ(r0.kind, DeviceRecord::Kind::kNic);
+  EXPECT_EQ(r0.name, "sv0");
+  EXPECT_TRUE(r0.used);
+  EXPECT_EQ(r0.reason, "");
+  EXPECT_EQ(r0.index, 0);
+  EXPECT_EQ(r0.numa_node, 0);
+  EXPECT_EQ(r0.port, 1);
+  EXPECT_EQ(r0.mode, "Ethernet");
+  EXPECT_EQ(r0.pci_bus_id, "");
+  const DeviceRecord& r1 = d->devices[1];
+  EXPECT_EQ(r1.kind, DeviceRecord::Kind::kNic);
+  EXPECT_EQ(r1.name, "sv1");
+  EXPECT_FALSE(r1.used);
+  EXPECT_NE(r1.reason.find("no ACTIVE port"), std::string::npos) << r1.reason;
+  EXPECT_EQ(r1.index, -1);
+  EXPECT_EQ(r1.numa_node, 1);
   // Counters per NIC in use.
   bool per_nic = false;
   for (auto& t : e.stats().transports)
@@ -300,6 +319,10 @@ TEST_F(RdmaTransportTest, diagnosis_names_every_nic_and_why_it_is_or_is_not_used
   EXPECT_FALSE(d->installed);
   EXPECT_EQ(d->reason.rfind("no usable RDMA NIC (sv0: ", 0), 0u) << d->reason;
   EXPECT_NE(factOf(*d, "NIC sv0").find("no ACTIVE port"), std::string::npos);
+  ASSERT_EQ(d->devices.size(), 1u);
+  EXPECT_EQ(d->devices[0].name, "sv0");
+  EXPECT_FALSE(d->devices[0].used);
+  EXPECT_NE(d->devices[0].reason.find("no ACTIVE port"), std::string::npos) << d->devices[0].reason;
 }
 
 TEST_F(RdmaTransportTest, registration_publishes_lkey_and_rkey_for_every_nic) {
@@ -1149,8 +1172,19 @@ TEST_F(RdmaTransportTest, shutdown_with_transfers_in_flight_finishes_every_slice
   ASSERT_LT(agg.transferred_bytes, 32u << 20);
   // The initiator shuts down with the batch in flight: it waits (bounded)
   // for the batch, so every slice lands and none fails.
+  // The engine lets go of its transports at shutdown: their last counters
+  // come through the test seam.
+  static std::mutex final_mu;
+  static rdma::StatsSnapshot final_counts;
+  static bool final_seen = false;
+  rdma::testing::after_shutdown = [](const Counters& c) {
+    std::lock_guard lk(final_mu);
+    final_counts = rdma::statsOf(c);
+    final_seen = true;
+  };
   const auto t0 = std::chrono::steady_clock::now();
   detail::EngineAccess::of(p->init).shutdown();
+  rdma::testing::after_shutdown = nullptr;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
   EXPECT_EQ(test::checkPattern(p->lmem.p, 32 << 20, 5), -1) << "a slice in flight at shutdown did not land";
   std::lock_guard lk(final_mu);
@@ -1175,19 +1209,8 @@ TEST(RdmaHandshake, integers_out_of_range_or_not_integers_are_refused) {
   ok.qps.psn = {5};
   ok.qps.lid = 3;
   ok.qps.mtu = 1024;
-  // The engine lets go of its transports at shutdown: their last counters
-  // come through the test seam.
-  static std::mutex final_mu;
-  static rdma::StatsSnapshot final_counts;
-  static bool final_seen = false;
-  rdma::testing::after_shutdown = [](const Counters& c) {
-    std::lock_guard lk(final_mu);
-    final_counts = rdma::statsOf(c);
-    final_seen = true;
-  };
   const nlohmann::json good = nlohmann::json::parse(rdma::encode(ok));
   rdma::HandshakeReply out;
-  rdma::testing::after_shutdown = nullptr;
   ASSERT_TRUE(rdma::decode(good.dump(), out).ok());
   EXPECT_EQ(out.qps.qpn, std::vector<uint32_t>{17});
   EXPECT_EQ(out.qps.lid, 3);

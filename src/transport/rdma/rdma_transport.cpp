@@ -157,9 +157,21 @@ void RdmaTransport::describe(nlohmann::json& attrs) const {
 void RdmaTransport::diagnose(TransportDiagnosis& out) const {
   out.facts.emplace_back("verbs library", t_.verbs_lib);
   for (const NicReport& n : reports_) {
+    DeviceRecord rec;
+    rec.kind = DeviceRecord::Kind::kNic;
+    rec.name = n.name;
+    rec.numa_node = n.numa_node;
+    rec.port = n.port;
+    rec.mode = n.link_layer;
+    rec.used = n.used;
+    rec.reason = n.used ? "" : n.reason;
     std::string use = n.used ? "used" : "not used: " + n.reason;
     for (auto& c : ctxs_)
-      if (c->info().name == n.name) use = fmt::format("used as nic{}", c->index());
+      if (c->info().name == n.name) {
+        use = fmt::format("used as nic{}", c->index());
+        rec.index = c->index();
+      }
+    out.devices.push_back(std::move(rec));
     out.facts.emplace_back(
         fmt::format("NIC {}", n.name),
         fmt::format("{} (port {} {}, {}, numa {}, gid[{}] {} {}, lid {}, mtu {}, max_qp_wr {})", use, n.port,
