@@ -2,6 +2,8 @@
 // MC_* variables and python.* knobs, falling back to tcp as Mooncake does.
 #include "py_engine.h"
 
+#include <algorithm>
+
 namespace hawser::pymod {
 
 Status PyEngine::init(const std::string& local_hostname, const std::string& uri, const std::string& protocol,
@@ -51,9 +53,11 @@ Status PyEngine::init(const std::string& local_hostname, const std::string& uri,
   auto e = std::make_unique<TransferEngine>();
   s = e->init(uri, local_hostname, host, port, opts);
   // The forced transport is not in this build (init refuses config
-  // `transport`), or is and cannot install here (no NIC, no verbs library).
-  const bool not_built =
-      s.code() == Code::kInvalidArgument && s.message().find("config transport ") != std::string::npos;
+  // `transport` as a bad value), or is and cannot install here (no NIC, no
+  // verbs library: kNoTransport).
+  const std::vector<std::string> built = TransferEngine::builtTransports();
+  const bool not_built = s.code() == Code::kInvalidArgument && !forced.empty() &&
+                         std::find(built.begin(), built.end(), forced) == built.end();
   const bool cannot_install = s.code() == Code::kNoTransport;
   if ((not_built || cannot_install) && !forced.empty() && forced != "tcp" && isMooncakeProtocol(forced) &&
       !(forced == "rdma" && mc.force_hca)) {

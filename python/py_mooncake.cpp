@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
-#include <regex>
 #include <set>
 #include <string_view>
 
@@ -120,18 +119,15 @@ std::string topologyJson(const std::vector<TransportDiagnosis>& diagnosis, const
     if (!d.empty()) wanted.insert(d);
     start = comma + 1;
   }
-  // NIC name -> NUMA node (-1 unknown), for the NICs the rdma transport uses.
+  // NIC name -> NUMA node (-1 unknown), for the NICs the rdma transport
+  // uses: its typed device records.
   std::vector<std::pair<std::string, int>> nics;
-  static const std::regex numa_re("numa (-?[0-9]+)");
   for (auto& d : diagnosis) {
     if (d.transport != "rdma" || !d.installed) continue;
-    for (auto& [key, value] : d.facts) {
-      if (key.rfind("NIC ", 0) != 0 || value.rfind("used as", 0) != 0) continue;
-      std::string name = key.substr(4);
-      if (!wanted.empty() && !wanted.count(name)) continue;
-      std::smatch m;
-      int node = std::regex_search(value, m, numa_re) ? std::stoi(m[1].str()) : -1;
-      nics.emplace_back(name, node);
+    for (const DeviceRecord& r : d.devices) {
+      if (r.kind != DeviceRecord::Kind::kNic || !r.used) continue;
+      if (!wanted.empty() && !wanted.count(r.name)) continue;
+      nics.emplace_back(r.name, r.numa_node);
     }
   }
   std::set<int> nodes;

@@ -48,6 +48,22 @@ json diagnosis(const TransportDiagnosis& d) {
   json facts = json::object();
   for (auto& [k, v] : d.facts) facts[k] = v;
   j["facts"] = facts;
+  // The typed records (hawser/stats.h DeviceRecord), each with the fields
+  // its kind fills.
+  json devices = json::array();
+  for (const DeviceRecord& r : d.devices) {
+    json dev = {{"kind", deviceKindName(r.kind)}, {"name", r.name}, {"used", r.used}};
+    if (!r.used) dev["reason"] = r.reason;
+    if (!r.mode.empty()) dev["mode"] = r.mode;
+    if (r.kind == DeviceRecord::Kind::kNic || r.kind == DeviceRecord::Kind::kGpu) {
+      dev["index"] = r.index;
+      dev["numa_node"] = r.numa_node;
+    }
+    if (r.kind == DeviceRecord::Kind::kNic) dev["port"] = r.port;
+    if (r.kind == DeviceRecord::Kind::kGpu) dev["pci_bus_id"] = r.pci_bus_id;
+    devices.push_back(std::move(dev));
+  }
+  j["devices"] = std::move(devices);
   return j;
 }
 

@@ -222,6 +222,12 @@ class TransferEngine {
 
   // Names of installed transports, cheapest first.
   std::vector<std::string> transports() const;
+  // Names of the transports this build has, installed here or not: what
+  // config `transport` accepts besides "auto" (and "nvmeof", listed too
+  // where "file" is: the reference's name for it). Needs no init(). A name
+  // listed that init() then refuses is one that cannot run on this host
+  // (kNoTransport); one not listed is refused as a bad value.
+  static std::vector<std::string> builtTransports();
   // Counters of the engine and of every installed transport (frees, first,
   // orphan batches whose I/O has ended).
   EngineStats stats() const;

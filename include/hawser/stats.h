@@ -55,13 +55,64 @@ struct EngineStats {
 std::string prometheusText(const std::vector<MetricFamily>& families);
 inline constexpr const char* kPrometheusContentType = "text/plain; version=0.0.4; charset=utf-8";
 
+// A device or I/O facility a transport found on this host, as fields that
+// programs read without parsing words (the diagnosis's facts say the same
+// for people; `hawser doctor --json` prints both). Which fields a kind fills
+// is said per field; the others keep their defaults.
+struct DeviceRecord {
+  enum class Kind : uint8_t {
+    kNic,      // an RDMA NIC (transport rdma)
+    kGpu,      // a CUDA GPU (transport nvlink)
+    kIoUring,  // the kernel's io_uring (transport file)
+    kCuFile,   // NVIDIA's cuFile library, GPUDirect Storage (transport file)
+  };
+  Kind kind = Kind::kNic;
+  // NIC: the ibverbs device ("mlx5_0"); GPU: "cuda:<ordinal>"; io_uring:
+  // "io_uring"; cuFile: the library's path or name (file.cufile_lib).
+  std::string name;
+  // NIC: the engine's index of a NIC in use (the "nic<i>" of its counters),
+  // -1 when not used; GPU: the CUDA ordinal; else -1.
+  int index = -1;
+  // NIC, GPU: the NUMA node the device hangs off (sysfs); -1 unknown.
+  int numa_node = -1;
+  // GPU: the PCI bus id, lower case ("0000:3b:00.0"); "" when the driver
+  // does not say. Others: "".
+  std::string pci_bus_id;
+  // NIC: the port chosen (1-based); 0 when it has no active port. Others: 0.
+  int port = 0;
+  // NIC: the link layer, "InfiniBand" | "Ethernet".
+  // io_uring: "usable" | "unavailable" (the kernel refuses it; reason says
+  //   how) | "off" (file.engine=posix) | "absent" (not in this build).
+  // cuFile: "gds" (GPUDirect expected or running) | "compat" (compatibility
+  //   mode only: its own POSIX I/O and bounce buffers) | "absent" (the
+  //   library does not load) | "off" (file.cufile=off).
+  // GPU: "".
+  std::string mode;
+  // Whether the transport uses it: a NIC it opened; a GPU it moves memory
+  // of; io_uring as the file engine; cuFile for GPU memory <-> files.
+  bool used = false;
+  std::string reason;  // why not used ("" when used)
+};
+
+// "nic", "gpu", "io_uring", "cufile": the kind's name in `hawser doctor --json`.
+inline const char* deviceKindName(DeviceRecord::Kind k) {
+  switch (k) {
+    case DeviceRecord::Kind::kNic: return "nic";
+    case DeviceRecord::Kind::kGpu: return "gpu";
+    case DeviceRecord::Kind::kIoUring: return "io_uring";
+    case DeviceRecord::Kind::kCuFile: return "cufile";
+  }
+  return "unknown";
+}
+
 struct TransportDiagnosis {
   std::string transport;
   bool installed = false;
   std::string reason;  // why not installed ("" when installed)
   int cost_rank = 0;   // lower is preferred when several can serve a request
   std::string moves;   // what it can move, e.g. "memory segments; local host memory; remote host memory"
-  std::vector<std::pair<std::string, std::string>> facts;  // what it found (NICs, io_uring, ...)
+  std::vector<std::pair<std::string, std::string>> facts;  // what it found (NICs, io_uring, ...), in words
+  std::vector<DeviceRecord> devices;  // what it found, typed: rdma's NICs, nvlink's GPUs, file's io_uring and cuFile
 };
 
 // Which transport the engine picks for one kind of request, and why.

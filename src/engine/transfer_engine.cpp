@@ -1,5 +1,6 @@
 // hawser::TransferEngine: the public facade over EngineImpl.
 #include "engine/engine_impl.h"
+#include "engine/transport_list.h"
 #include "hawser/engine.h"
 
 namespace hawser {
@@ -88,6 +89,14 @@ Status TransferEngine::transferSync(const std::vector<TransferRequest>& requests
   return impl_->transferSync(requests, timeout, statuses, cancel_wait, &notify);
 }
 std::vector<std::string> TransferEngine::transports() const { return impl_->transportNames(); }
+std::vector<std::string> TransferEngine::builtTransports() {
+  std::vector<std::string> names;
+  for (auto& f : transportFactories()) {
+    names.push_back(f.name);
+    if (names.back() == "file") names.push_back("nvmeof");
+  }
+  return names;
+}
 EngineStats TransferEngine::stats() const { return impl_->stats(); }
 std::vector<TransportDiagnosis> TransferEngine::diagnose() const { return impl_->diagnose(); }
 Status TransferEngine::explainRoute(SegmentID segment, const std::string& local_location, RouteExplanation& out) {

@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cctype>
 #include <condition_variable>
 #include <cstring>
 #include <future>
@@ -439,6 +440,63 @@ TEST(nvlink, doctor_says_gpu_memory_to_a_gpu_peer_takes_nvlink_and_why) {
   EXPECT_NE(routes["cpu:0"]["why"].get<std::string>().find("nvlink: does not move local host memory"),
             std::string::npos)
       << routes.dump();
+}
+
+TEST(nvlink, diagnosis_records_every_gpu_with_its_ordinal_and_pci_bus_id) {
+  HAWSER_REQUIRE_GPU(1);
+  const gpu::CudaDriver* d = testCudaDriver();
+  // The bus id the driver reports for each ordinal, as nvlink records it (lower case).
+  std::vector<std::string> buses;
+  for (int i = 0; i < d->deviceCount(); ++i) {
+    gpu::cu::Device dev = 0;
+    char bus[64] = {0};
+    ASSERT_EQ(d->api().DeviceGet(&dev, i), gpu::cu::kSuccess);
+    ASSERT_EQ(d->api().DeviceGetPCIBusId(bus, sizeof(bus), dev), gpu::cu::kSuccess);
+    std::string b = bus;
+    for (char& c : b) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    buses.push_back(b);
+  }
+  TransferEngine e;
+  ASSERT_TRUE(e.init("p2p", "gpus", "127.0.0.1", 0, gpuOptions()).ok());
+  const TransportDiagnosis* nv = nullptr;
+  const std::vector<TransportDiagnosis> diags = e.diagnose();
+  for (auto& t : diags)
+    if (t.transport == "nvlink") nv = &t;
+  ASSERT_NE(nv, nullptr);
+  ASSERT_TRUE(nv->installed) << nv->reason;
+  ASSERT_EQ(nv->devices.size(), buses.size());
+  for (size_t i = 0; i < buses.size(); ++i) {
+    const DeviceRecord& r = nv->devices[i];
+    EXPECT_EQ(r.kind, DeviceRecord::Kind::kGpu);
+    EXPECT_EQ(r.name, fmt::format("cuda:{}", i));
+    EXPECT_EQ(r.index, static_cast<int>(i));
+    EXPECT_EQ(r.pci_bus_id, buses[i]);
+    EXPECT_FALSE(r.pci_bus_id.empty());
+    EXPECT_EQ(r.numa_node, d->numaNode(static_cast<int>(i)));
+    EXPECT_TRUE(r.used);
+    EXPECT_EQ(r.reason, "");
+  }
+  if (simulatedCuda()) {
+    EXPECT_EQ(nv->devices[0].pci_bus_id, "0000:fa:00.0");  // the stand-in's numbering
+  }
+  // `hawser doctor --json` carries the same records.
+  std::string out;
+  ASSERT_EQ(sh(gpuEnvPrefix() + hawserBin() + " doctor --json", &out), 0) << out;
+  nlohmann::json j = lastJsonLine(out);
+  ASSERT_TRUE(j.is_object()) << out;
+  bool found = false;
+  for (auto& t : j["transports"]) {
+    if (t["name"] != "nvlink") continue;
+    found = true;
+    ASSERT_EQ(t["devices"].size(), buses.size()) << t.dump();
+    for (size_t i = 0; i < buses.size(); ++i) {
+      EXPECT_EQ(t["devices"][i]["kind"], "gpu") << t.dump();
+      EXPECT_EQ(t["devices"][i]["index"], static_cast<int>(i)) << t.dump();
+      EXPECT_EQ(t["devices"][i]["pci_bus_id"], buses[i]) << t.dump();
+      EXPECT_EQ(t["devices"][i]["used"], true) << t.dump();
+    }
+  }
+  EXPECT_TRUE(found) << "doctor lists no nvlink transport: " << out;
 }
 
 TEST(nvlink, bench_json_names_nvlink_as_the_transport_that_carried_the_data) {

@@ -46,6 +46,47 @@ TEST(Doctor, every_transport_of_the_build_says_if_it_installed_and_what_it_moves
   }
 }
 
+// The file transport's typed records: io_uring and cuFile, each with its mode.
+const json* deviceOf(const json& t, const std::string& kind) {
+  for (auto& d : t["devices"])
+    if (d["kind"] == kind) return &d;
+  return nullptr;
+}
+
+TEST(Doctor, file_records_io_uring_and_cufile_with_their_modes) {
+  // file.engine=posix: io_uring is off; a cuFile library that does not load is absent.
+  json j = doctor("", "HAWSER_FILE_ENGINE=posix HAWSER_FILE_CUFILE_LIB=/nonexistent/libcufile.so.0");
+  const json* file = transport(j, "file");
+  ASSERT_NE(file, nullptr) << j.dump();
+  const json* uring = deviceOf(*file, "io_uring");
+  ASSERT_NE(uring, nullptr) << file->dump();
+  EXPECT_EQ((*uring)["name"], "io_uring");
+  EXPECT_EQ((*uring)["mode"], "off") << uring->dump();
+  EXPECT_FALSE((*uring)["used"].get<bool>());
+  EXPECT_EQ((*uring)["reason"], "file.engine=posix");
+  const json* cufile = deviceOf(*file, "cufile");
+  ASSERT_NE(cufile, nullptr) << file->dump();
+  EXPECT_EQ((*cufile)["name"], "/nonexistent/libcufile.so.0");
+  EXPECT_EQ((*cufile)["mode"], "absent") << cufile->dump();
+  EXPECT_FALSE((*cufile)["used"].get<bool>());
+  EXPECT_FALSE((*cufile)["reason"].get<std::string>().empty()) << cufile->dump();
+  // file.cufile=off: off, whatever the library.
+  j = doctor("", "HAWSER_FILE_CUFILE=off");
+  ASSERT_NE(file = transport(j, "file"), nullptr) << j.dump();
+  ASSERT_NE(cufile = deviceOf(*file, "cufile"), nullptr) << file->dump();
+  EXPECT_EQ((*cufile)["mode"], "off");
+  EXPECT_EQ((*cufile)["reason"], "file.cufile=off");
+  // io_uring as the engine where the kernel allows it: usable and used, or
+  // unavailable with the kernel's refusal.
+  ASSERT_NE(uring = deviceOf(*file, "io_uring"), nullptr) << file->dump();
+  if ((*uring)["used"].get<bool>()) {
+    EXPECT_EQ((*uring)["mode"], "usable");
+  } else {
+    EXPECT_EQ((*uring)["mode"], "unavailable") << uring->dump();
+    EXPECT_FALSE((*uring)["reason"].get<std::string>().empty());
+  }
+}
+
 TEST(Doctor, unreachable_metadata_is_reported_and_transports_still_listed) {
   json j = doctor("--metadata etcd://127.0.0.1:1");
   EXPECT_FALSE(j["metadata"]["reachable"].get<bool>());

@@ -121,7 +121,6 @@ class RdmaMultiProcess : public ::testing::Test {
              std::vector<std::pair<std::string, std::string>> cfg = {}) {
     env_ = std::make_unique<SoftVerbsEnv>(devices);
     for (auto& [k, v] : cfg) env_->set(Config::envName(k), v);
-    rdma::stats().reset();
     ASSERT_TRUE(child_.start(bytes, seed, child_devices)) << "child target did not start: " << child_.firstLine();
     EngineOptions o;
     o.config["transport"] = "rdma";
@@ -133,6 +132,8 @@ class RdmaMultiProcess : public ::testing::Test {
     EngineAccess::of(engine_).shutdown();
     env_.reset();
   }
+  // This process's engine's rdma counters (the child's count in the child).
+  rdma::StatsSnapshot stats() const { return rdma::statsOf(test::transportCounters(engine_, "rdma")); }
 
   std::unique_ptr<SoftVerbsEnv> env_;
   ChildTarget child_;
@@ -160,13 +161,13 @@ TEST_F(RdmaMultiProcess, checksummed_transfers_over_two_nics) {
   EXPECT_EQ(child_.request("check 21 " + std::to_string(woff) + " " + std::to_string(wlen)), "ok");
   // Each task's slices alternate over both NICs here, rail-aligned with the
   // peer's (sv0 -> pv0, sv1 -> pv1): 1024 READ + 512 WRITE slices.
-  const rdma::Stats& s = rdma::stats();
+  const rdma::StatsSnapshot s = stats();
   for (int n = 0; n < 2; ++n) {
-    EXPECT_EQ(s.wrs_posted[n].load(), 768u) << "local NIC " << n;
-    EXPECT_EQ(s.peer_nic_wrs[n].load(), 768u) << "peer NIC " << n;
+    EXPECT_EQ(s.wrs_posted[n], 768u) << "local NIC " << n;
+    EXPECT_EQ(s.peer_nic_wrs[n], 768u) << "peer NIC " << n;
   }
-  EXPECT_EQ(s.handshakes_sent.load(), 2u);  // one endpoint per NIC pair used
-  EXPECT_EQ(s.slice_retries.load() + s.slice_requeues.load(), 0u);
+  EXPECT_EQ(s.handshakes_sent, 2u);  // one endpoint per NIC pair used
+  EXPECT_EQ(s.slice_retries + s.slice_requeues, 0u);
 }
 
 TEST_F(RdmaMultiProcess, wrong_rkey_is_refused_at_once_as_out_of_range) {
@@ -182,7 +183,7 @@ TEST_F(RdmaMultiProcess, wrong_rkey_is_refused_at_once_as_out_of_range) {
   EXPECT_EQ(st[0].error.code(), Code::kOutOfRange) << st[0].error.toString();
   EXPECT_NE(st[0].error.message().find("IBV_WC_REM_ACCESS_ERR"), std::string::npos) << st[0].error.toString();
   EXPECT_NE(st[0].error.message().find("not retried"), std::string::npos) << st[0].error.toString();
-  EXPECT_EQ(rdma::stats().slice_retries.load(), 0u);
+  EXPECT_EQ(stats().slice_retries, 0u);
   EXPECT_EQ(st[0].transferred_bytes, 0u);
   ASSERT_EQ(SoftVerbsEnv::control("clear sv0"), 0);
   ASSERT_EQ(SoftVerbsEnv::control("clear sv1"), 0);
@@ -278,7 +279,7 @@ TEST_F(RdmaMultiProcess, cancel_while_the_handshake_hangs_cancels_the_queued_sli
   ASSERT_TRUE(engine_.submitTransfer(b, reqs).ok());
   // The handshake request is out (and will not be answered): the slices
   // wait on the connecting endpoint.
-  ASSERT_TRUE(test::eventually([] { return rdma::stats().handshakes_sent.load() >= 1; }))
+  ASSERT_TRUE(test::eventually([this] { return stats().handshakes_sent >= 1; }))
       << "no handshake was started";
   ASSERT_TRUE(engine_.cancelTransfer(b).ok());
   ASSERT_TRUE(engine_.waitTransfer(b, std::chrono::seconds(2)).ok()) << "queued slices were not canceled";
@@ -308,12 +309,12 @@ TEST_F(RdmaMultiProcess, nic_that_disappears_is_replaced_by_the_second_nic) {
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
   EXPECT_EQ(std::to_string(test::checksum(local.p, bytes)), child_.request("sum 0 " + std::to_string(bytes)));
   test::fillPattern(local.p, bytes, 44);
-  const uint64_t sv1_before = rdma::stats().wrs_posted[1].load();
+  const uint64_t sv1_before = stats().wrs_posted[1];
   st = test::runBatch(engine_, seg_, {{OpCode::kWrite, local.p, seg_, child_.base(), bytes}}, 60000);
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
   EXPECT_EQ(child_.request("check 44 0 " + std::to_string(bytes)), "ok");
   // sv0 is gone from this engine's routes: all 256 WRITE slices took sv1.
-  EXPECT_EQ(rdma::stats().wrs_posted[1].load() - sv1_before, 256u);
+  EXPECT_EQ(stats().wrs_posted[1] - sv1_before, 256u);
 }
 
 TEST_F(RdmaMultiProcess, nic_that_disappears_on_the_peer_only_is_replaced_by_its_other_nic) {
@@ -325,21 +326,22 @@ TEST_F(RdmaMultiProcess, nic_that_disappears_on_the_peer_only_is_replaced_by_its
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
   ASSERT_EQ(SoftVerbsEnv::control("down pv0"), 0);  // the peer's NIC; both of ours stay
   std::memset(local.p, 0, bytes);
-  rdma::stats().reset();
+  const rdma::StatsSnapshot before = stats();
   st = test::runBatch(engine_, seg_, {{OpCode::kRead, local.p, seg_, child_.base(), bytes}}, 60000);
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
   EXPECT_EQ(std::to_string(test::checksum(local.p, bytes)), child_.request("sum 0 " + std::to_string(bytes)));
-  const rdma::Stats& s = rdma::stats();
+  rdma::StatsSnapshot s = stats();
+  s -= before;  // this READ's counts only
   // Our NICs are fine: both still carry slices. What went to pv0 timed out
   // (or was flushed behind that) and was retried towards pv1, where every
   // one of the 256 slices landed.
-  EXPECT_GT(s.wrs_posted[0].load(), 0u);
-  EXPECT_GT(s.wrs_posted[1].load(), 0u);
-  EXPECT_GT(s.peer_nic_wrs[0].load(), 0u) << "nothing was sent to the dead peer NIC (our descriptor of it is stale)";
-  EXPECT_EQ(s.peer_nic_wrs[0].load(),
-            s.wc_errors[0].load() + s.wc_errors[1].load() + s.wc_flushes[0].load() + s.wc_flushes[1].load())
+  EXPECT_GT(s.wrs_posted[0], 0u);
+  EXPECT_GT(s.wrs_posted[1], 0u);
+  EXPECT_GT(s.peer_nic_wrs[0], 0u) << "nothing was sent to the dead peer NIC (our descriptor of it is stale)";
+  EXPECT_EQ(s.peer_nic_wrs[0],
+            s.wc_errors[0] + s.wc_errors[1] + s.wc_flushes[0] + s.wc_flushes[1])
       << "every WR sent to pv0 ended in an error or a flush";
-  EXPECT_EQ(s.peer_nic_wrs[1].load(), 256u) << "every slice landed through pv1, once";
+  EXPECT_EQ(s.peer_nic_wrs[1], 256u) << "every slice landed through pv1, once";
   test::fillPattern(local.p, bytes, 45);
   st = test::runBatch(engine_, seg_, {{OpCode::kWrite, local.p, seg_, child_.base(), bytes}}, 60000);
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
@@ -355,10 +357,10 @@ TEST_F(RdmaMultiProcess, one_nic_here_stripes_over_the_peers_three) {
   auto st = test::runBatch(engine_, seg_, {{OpCode::kRead, local.p, seg_, child_.base(), bytes}}, 60000);
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
   EXPECT_EQ(test::checkPattern(local.p, bytes, 13), -1);
-  const rdma::Stats& s = rdma::stats();
-  EXPECT_EQ(s.wrs_posted[0].load(), 96u);
-  for (int p = 0; p < 3; ++p) EXPECT_EQ(s.peer_nic_wrs[p].load(), 32u) << "peer NIC pv" << p;
-  EXPECT_EQ(s.handshakes_sent.load(), 3u);
+  const rdma::StatsSnapshot s = stats();
+  EXPECT_EQ(s.wrs_posted[0], 96u);
+  for (int p = 0; p < 3; ++p) EXPECT_EQ(s.peer_nic_wrs[p], 32u) << "peer NIC pv" << p;
+  EXPECT_EQ(s.handshakes_sent, 3u);
 }
 
 TEST_F(RdmaMultiProcess, three_nics_here_stripe_onto_the_peers_one) {
@@ -370,9 +372,9 @@ TEST_F(RdmaMultiProcess, three_nics_here_stripe_onto_the_peers_one) {
   auto st = test::runBatch(engine_, seg_, {{OpCode::kWrite, local.p, seg_, child_.base(), bytes}}, 60000);
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
   EXPECT_EQ(child_.request("check 15 0 " + std::to_string(bytes)), "ok");
-  const rdma::Stats& s = rdma::stats();
-  for (int n = 0; n < 3; ++n) EXPECT_EQ(s.wrs_posted[n].load(), 32u) << "local NIC sv" << n;
-  EXPECT_EQ(s.peer_nic_wrs[0].load(), 96u);
+  const rdma::StatsSnapshot s = stats();
+  for (int n = 0; n < 3; ++n) EXPECT_EQ(s.wrs_posted[n], 32u) << "local NIC sv" << n;
+  EXPECT_EQ(s.peer_nic_wrs[0], 96u);
 }
 
 TEST_F(RdmaMultiProcess, injected_error_completions_are_retried_on_the_other_nic_and_counted_there) {
@@ -386,15 +388,15 @@ TEST_F(RdmaMultiProcess, injected_error_completions_are_retried_on_the_other_nic
   auto st = test::runBatch(engine_, seg_, {{OpCode::kRead, local.p, seg_, child_.base(), bytes}}, 60000);
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
   EXPECT_EQ(test::checkPattern(local.p, bytes, 7), -1);
-  const rdma::Stats& s = rdma::stats();
-  EXPECT_EQ(s.wc_errors[0].load(), 5u);
-  EXPECT_EQ(s.slice_retries.load(), 5u);
-  EXPECT_EQ(s.retries_to[1].load(), 5u);
-  EXPECT_EQ(s.wrs_posted[1].load(), 5u);
+  const rdma::StatsSnapshot s = stats();
+  EXPECT_EQ(s.wc_errors[0], 5u);
+  EXPECT_EQ(s.slice_retries, 5u);
+  EXPECT_EQ(s.retries_to[1], 5u);
+  EXPECT_EQ(s.wrs_posted[1], 5u);
   // Flushed slices went again where they were (no attempt used).
-  EXPECT_EQ(s.wc_flushes[0].load(), s.slice_requeues.load());
-  EXPECT_EQ(s.wrs_posted[0].load(), 128u + s.slice_requeues.load());
-  EXPECT_EQ(s.wc_errors[1].load() + s.wc_flushes[1].load(), 0u);
+  EXPECT_EQ(s.wc_flushes[0], s.slice_requeues);
+  EXPECT_EQ(s.wrs_posted[0], 128u + s.slice_requeues);
+  EXPECT_EQ(s.wc_errors[1] + s.wc_flushes[1], 0u);
 }
 
 }  // namespace

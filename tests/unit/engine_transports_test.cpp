@@ -3,6 +3,7 @@
 // transport that can serve a request wins; transferSync never leaks a batch.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "common/engine_pair.h"
@@ -110,6 +111,28 @@ TEST(TransportInstall, a_transport_the_host_cannot_run_is_left_out_and_diagnosed
   // tcp and file are always built, and install on every host.
   EXPECT_NE(std::find(names.begin(), names.end(), "tcp"), names.end());
   EXPECT_NE(std::find(names.begin(), names.end(), "file"), names.end());
+}
+
+TEST(TransportInstall, built_transports_say_which_forced_names_are_bad_values_and_which_cannot_run) {
+  ScopedTransportFactory broken({"broken", [] {
+                                   return std::unique_ptr<Transport>(new StubTransport(
+                                       "broken", {.memory_segments = true}, Status(Code::kNotSupported, "no such device")));
+                                 }});
+  const std::vector<std::string> built = TransferEngine::builtTransports();  // no init() needed
+  auto has = [&](const char* n) { return std::find(built.begin(), built.end(), n) != built.end(); };
+  EXPECT_TRUE(has("tcp"));
+  EXPECT_TRUE(has("file"));
+  EXPECT_TRUE(has("nvmeof")) << "the reference's name for file";
+  EXPECT_TRUE(has("broken"));
+  EXPECT_FALSE(has("carrier-pigeon"));
+  // Listed but unable to install here: kNoTransport; not listed: a bad value.
+  EngineOptions o;
+  o.config["transport"] = "broken";
+  TransferEngine a;
+  EXPECT_EQ(a.init("p2p", "a", "127.0.0.1", 0, o).code(), Code::kNoTransport);
+  o.config["transport"] = "carrier-pigeon";
+  TransferEngine b;
+  EXPECT_EQ(b.init("p2p", "b", "127.0.0.1", 0, o).code(), Code::kInvalidArgument);
 }
 
 TEST(TransportInstall, installed_transports_are_listed_cheapest_first) {

@@ -26,7 +26,6 @@ double valueOf(TransferEngine& e, const std::string& name, const std::map<std::s
 }
 
 TEST(RdmaMetrics, connections_retries_and_bytes_are_counted_per_peer) {
-  rdma::stats().reset();
   SoftVerbsEnv env("sv0");
   EngineOptions o;
   o.config = {{"transport", "rdma"}, {"rdma.retry_limit", "3"}};
@@ -59,7 +58,7 @@ TEST(RdmaMetrics, connections_retries_and_bytes_are_counted_per_peer) {
   EXPECT_EQ(valueOf(init, "hawser_connects_total", rp), 2);
   EXPECT_EQ(valueOf(init, "hawser_connections", rp), 1);
   EXPECT_GE(valueOf(init, "hawser_retries_total", rp), 1);
-  EXPECT_EQ(valueOf(init, "hawser_retries_total", rp), double(rdma::stats().slice_retries.load()));
+  EXPECT_EQ(valueOf(init, "hawser_retries_total", rp), double(rdma::statsOf(test::transportCounters(init, "rdma")).slice_retries));
   auto dir = [&](const char* d) {
     auto m = rp;
     m["direction"] = d;

@@ -157,10 +157,16 @@ std::string roundTrip(SplitPair& p, size_t len) {
   return "";
 }
 
-class RdmaTransportTest : public ::testing::Test {
- protected:
-  void SetUp() override { rdma::stats().reset(); }
-};
+class RdmaTransportTest : public ::testing::Test {};
+
+// The rdma counters of `e`, summed with those of `more` (each engine counts
+// its own: the initiator posts and retries, the target serves handshakes).
+template <typename... More>
+rdma::StatsSnapshot rdmaStats(const TransferEngine& e, const More&... more) {
+  rdma::StatsSnapshot s = rdma::statsOf(test::transportCounters(e, "rdma"));
+  ((s += rdma::statsOf(test::transportCounters(more, "rdma"))), ...);
+  return s;
+}
 
 TEST_F(RdmaTransportTest, probe_reports_each_nic_and_why_it_is_or_is_not_used) {
   SoftVerbsEnv env("sv0:numa=0,sv1:numa=1:down,sv2:v1,sv3:ib,sv4");
@@ -277,6 +283,25 @@ TEST_F(RdmaTransportTest, diagnosis_names_every_nic_and_why_it_is_or_is_not_used
   EXPECT_EQ(sv1.rfind("not used: ", 0), 0u) << sv1;
   EXPECT_NE(sv1.find("no ACTIVE port"), std::string::npos) << sv1;
   EXPECT_NE(sv1.find("numa 1"), std::string::npos) << sv1;
+  // The same as typed records, in the order found.
+  ASSERT_EQ(d->devices.size(), 2u);
+  const DeviceRecord& r0 = d->devices[0];
+  EXPECT_EQ(r0.kind, DeviceRecord::Kind::kNic);
+  EXPECT_EQ(r0.name, "sv0");
+  EXPECT_TRUE(r0.used);
+  EXPECT_EQ(r0.reason, "");
+  EXPECT_EQ(r0.index, 0);
+  EXPECT_EQ(r0.numa_node, 0);
+  EXPECT_EQ(r0.port, 1);
+  EXPECT_EQ(r0.mode, "Ethernet");
+  EXPECT_EQ(r0.pci_bus_id, "");
+  const DeviceRecord& r1 = d->devices[1];
+  EXPECT_EQ(r1.kind, DeviceRecord::Kind::kNic);
+  EXPECT_EQ(r1.name, "sv1");
+  EXPECT_FALSE(r1.used);
+  EXPECT_NE(r1.reason.find("no ACTIVE port"), std::string::npos) << r1.reason;
+  EXPECT_EQ(r1.index, -1);
+  EXPECT_EQ(r1.numa_node, 1);
   // Counters per NIC in use.
   bool per_nic = false;
   for (auto& t : e.stats().transports)
@@ -294,6 +319,10 @@ TEST_F(RdmaTransportTest, diagnosis_names_every_nic_and_why_it_is_or_is_not_used
   EXPECT_FALSE(d->installed);
   EXPECT_EQ(d->reason.rfind("no usable RDMA NIC (sv0: ", 0), 0u) << d->reason;
   EXPECT_NE(factOf(*d, "NIC sv0").find("no ACTIVE port"), std::string::npos);
+  ASSERT_EQ(d->devices.size(), 1u);
+  EXPECT_EQ(d->devices[0].name, "sv0");
+  EXPECT_FALSE(d->devices[0].used);
+  EXPECT_NE(d->devices[0].reason.find("no ACTIVE port"), std::string::npos) << d->devices[0].reason;
 }
 
 TEST_F(RdmaTransportTest, registration_publishes_lkey_and_rkey_for_every_nic) {
@@ -537,9 +566,40 @@ TEST_F(RdmaTransportTest, concurrent_first_use_makes_one_endpoint) {
   for (auto& t : ts) t.join();
   EXPECT_EQ(ok.load(), kThreads * 4);
   EXPECT_EQ(test::checkPattern(p.lmem.p, 8 << 20, 5), -1);
-  EXPECT_EQ(rdma::stats().endpoints_created.load(), 1u);
-  EXPECT_EQ(rdma::stats().handshakes_sent.load(), 1u);
-  EXPECT_EQ(rdma::stats().handshakes_served.load(), 1u);
+  EXPECT_EQ(rdmaStats(p.init).endpoints_created, 1u);
+  EXPECT_EQ(rdmaStats(p.init).handshakes_sent, 1u);
+  EXPECT_EQ(rdmaStats(p.target).handshakes_served, 1u);
+}
+
+TEST_F(RdmaTransportTest, two_engines_of_one_process_count_apart) {
+  // Each engine's transport owns its counters: the initiator's posts and
+  // handshakes are not the target's, and a second pair starts from zero.
+  SoftVerbsEnv env("sv0");
+  RdmaPair p(1 << 20, 1 << 20);
+  ASSERT_TRUE(p.status.ok()) << p.status.toString();
+  auto st = test::runBatch(p.init, p.seg, {{OpCode::kRead, p.lmem.p, p.seg, p.base, 1 << 20}});
+  ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+  EXPECT_EQ(test::checkPattern(p.lmem.p, 1 << 20, 5), -1);
+  const rdma::StatsSnapshot init = rdmaStats(p.init), target = rdmaStats(p.target);
+  EXPECT_EQ(init.wrs_posted[0], 16u);  // 1 MiB / 64 KiB
+  EXPECT_EQ(init.peer_nic_wrs[0], 16u);
+  EXPECT_EQ(init.handshakes_sent, 1u);
+  EXPECT_EQ(init.endpoints_created, 1u);
+  EXPECT_EQ(init.handshakes_served, 0u);
+  EXPECT_EQ(target.wrs_posted[0], 0u);
+  EXPECT_EQ(target.peer_nic_wrs[0], 0u);
+  EXPECT_EQ(target.handshakes_sent, 0u);
+  EXPECT_EQ(target.endpoints_created, 0u);
+  EXPECT_EQ(target.handshakes_served, 1u);
+  EXPECT_EQ(target.passive_qp_sets, 1u);
+  // A second pair in the same process: its initiator has counted only its own.
+  RdmaPair q(1 << 20, 1 << 20);
+  ASSERT_TRUE(q.status.ok()) << q.status.toString();
+  st = test::runBatch(q.init, q.seg, {{OpCode::kRead, q.lmem.p, q.seg, q.base, 512 << 10}});
+  ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+  EXPECT_EQ(rdmaStats(q.init).wrs_posted[0], 8u);
+  EXPECT_EQ(rdmaStats(q.init).handshakes_sent, 1u);
+  EXPECT_EQ(rdmaStats(p.init).wrs_posted[0], 16u) << "the first initiator counted the second's posts";
 }
 
 TEST_F(RdmaTransportTest, large_task_is_spread_over_both_nics) {
@@ -549,9 +609,9 @@ TEST_F(RdmaTransportTest, large_task_is_spread_over_both_nics) {
   auto st = test::runBatch(p.init, p.seg, {{OpCode::kRead, p.lmem.p, p.seg, p.base, 8 << 20}});
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
   EXPECT_EQ(test::checkPattern(p.lmem.p, 8 << 20, 5), -1);
-  EXPECT_GT(rdma::stats().wrs_posted[0].load(), 32u);
-  EXPECT_GT(rdma::stats().wrs_posted[1].load(), 32u);
-  EXPECT_EQ(rdma::stats().wrs_posted[0].load() + rdma::stats().wrs_posted[1].load(), 128u);  // 8 MiB / 64 KiB
+  EXPECT_GT(rdmaStats(p.init).wrs_posted[0], 32u);
+  EXPECT_GT(rdmaStats(p.init).wrs_posted[1], 32u);
+  EXPECT_EQ(rdmaStats(p.init).wrs_posted[0] + rdmaStats(p.init).wrs_posted[1], 128u);  // 8 MiB / 64 KiB
 }
 
 TEST_F(RdmaTransportTest, nic_on_the_buffers_numa_node_is_chosen) {
@@ -560,14 +620,14 @@ TEST_F(RdmaTransportTest, nic_on_the_buffers_numa_node_is_chosen) {
   ASSERT_TRUE(p.status.ok()) << p.status.toString();
   auto st = test::runBatch(p.init, p.seg, {{OpCode::kRead, p.lmem.p, p.seg, p.base, 4 << 20}});
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
-  EXPECT_EQ(rdma::stats().wrs_posted[0].load(), 0u);
-  EXPECT_EQ(rdma::stats().wrs_posted[1].load(), 64u);
+  EXPECT_EQ(rdmaStats(p.init).wrs_posted[0], 0u);
+  EXPECT_EQ(rdmaStats(p.init).wrs_posted[1], 64u);
   // A buffer on node 0 goes through sv0.
   Buffer other(1 << 20);
   ASSERT_TRUE(p.init.registerLocalMemory(other.p, other.n, "cpu:0", false).ok());
   st = test::runBatch(p.init, p.seg, {{OpCode::kRead, other.p, p.seg, p.base, 1 << 20}});
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
-  EXPECT_EQ(rdma::stats().wrs_posted[0].load(), 16u);
+  EXPECT_EQ(rdmaStats(p.init).wrs_posted[0], 16u);
   EXPECT_EQ(test::checkPattern(other.p, 1 << 20, 5), -1);
 }
 
@@ -577,15 +637,15 @@ TEST_F(RdmaTransportTest, error_completion_tears_down_and_reestablishes_the_endp
   ASSERT_TRUE(p.status.ok()) << p.status.toString();
   auto st = test::runBatch(p.init, p.seg, {{OpCode::kRead, p.lmem.p, p.seg, p.base, 1 << 20}});
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
-  EXPECT_EQ(rdma::stats().handshakes_sent.load(), 1u);
+  EXPECT_EQ(rdmaStats(p.init).handshakes_sent, 1u);
   ASSERT_EQ(SoftVerbsEnv::control("fail sv0 1 IBV_WC_GENERAL_ERR"), 0);
   test::fillPattern(p.lmem.p, 4 << 20, 31);
   st = test::runBatch(p.init, p.seg, {{OpCode::kWrite, p.lmem.p, p.seg, p.base, 4 << 20}});
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
   EXPECT_EQ(test::checkPattern(p.tmem.p, 4 << 20, 31), -1);
-  EXPECT_GE(rdma::stats().slice_retries.load(), 1u);
-  EXPECT_EQ(rdma::stats().handshakes_sent.load(), 2u);  // the QPs in ERR were replaced once
-  EXPECT_EQ(rdma::stats().handshakes_served.load(), 2u);
+  EXPECT_GE(rdmaStats(p.init).slice_retries, 1u);
+  EXPECT_EQ(rdmaStats(p.init).handshakes_sent, 2u);  // the QPs in ERR were replaced once
+  EXPECT_EQ(rdmaStats(p.target).handshakes_served, 2u);
 }
 
 TEST_F(RdmaTransportTest, failure_after_the_retry_limit_names_the_verbs_status) {
@@ -615,17 +675,17 @@ TEST_F(RdmaTransportTest, injected_error_completion_is_retried_on_the_second_nic
   auto st = test::runBatch(p.init, p.seg, {{OpCode::kRead, p.lmem.p, p.seg, p.base, 4 << 20}});
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
   EXPECT_EQ(test::checkPattern(p.lmem.p, 4 << 20, 5), -1);
-  const rdma::Stats& s = rdma::stats();
+  const rdma::StatsSnapshot s = rdmaStats(p.init);
   // 64 slices: each failed on sv0 (or was flushed there, and failed on its
   // next try there), then was retried on sv1, where all of them landed.
-  EXPECT_EQ(s.wc_errors[0].load(), 64u);
-  EXPECT_EQ(s.slice_retries.load(), 64u);
-  EXPECT_EQ(s.retries_to[1].load(), 64u);
-  EXPECT_EQ(s.retries_to[0].load(), 0u);
-  EXPECT_EQ(s.wrs_posted[1].load(), 64u);
-  EXPECT_EQ(s.wrs_posted[0].load(), 64u + s.slice_requeues.load());
-  EXPECT_EQ(s.wc_flushes[0].load(), s.slice_requeues.load());
-  EXPECT_EQ(s.wc_errors[1].load() + s.wc_flushes[1].load(), 0u);
+  EXPECT_EQ(s.wc_errors[0], 64u);
+  EXPECT_EQ(s.slice_retries, 64u);
+  EXPECT_EQ(s.retries_to[1], 64u);
+  EXPECT_EQ(s.retries_to[0], 0u);
+  EXPECT_EQ(s.wrs_posted[1], 64u);
+  EXPECT_EQ(s.wrs_posted[0], 64u + s.slice_requeues);
+  EXPECT_EQ(s.wc_flushes[0], s.slice_requeues);
+  EXPECT_EQ(s.wc_errors[1] + s.wc_flushes[1], 0u);
   ASSERT_EQ(SoftVerbsEnv::control("clear sv0"), 0);
 }
 
@@ -667,9 +727,9 @@ TEST_F(RdmaTransportTest, outstanding_work_stays_within_qp_depth_and_cq_size) {
   for (auto& st : test::runBatch(p.init, p.seg, reqs, 60000))
     ASSERT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
   EXPECT_EQ(test::checkPattern(p.lmem.p, 8 << 20, 5), -1);
-  EXPECT_EQ(rdma::stats().wrs_posted[0].load(), 512u);
-  EXPECT_EQ(rdma::stats().slice_retries.load(), 0u);  // no post was refused, no completion lost
-  EXPECT_GT(rdma::stats().cq_waits.load(), 0u) << "posting never waited for CQ room";
+  EXPECT_EQ(rdmaStats(p.init).wrs_posted[0], 512u);
+  EXPECT_EQ(rdmaStats(p.init).slice_retries, 0u);  // no post was refused, no completion lost
+  EXPECT_GT(rdmaStats(p.init).cq_waits, 0u) << "posting never waited for CQ room";
 }
 
 TEST_F(RdmaTransportTest, path_mtu_is_agreed_when_one_side_caps_it_lower) {
@@ -694,7 +754,7 @@ TEST_F(RdmaTransportTest, read_depth_follows_the_initiator_limit_and_the_peers_r
   SplitPair p(env, "sv1:rd_atom=2", "sv0:init_rd_atom=4", 4 << 20);
   ASSERT_TRUE(p.status.ok()) << p.status.toString();
   EXPECT_EQ(roundTrip(p, 4 << 20), "");
-  EXPECT_EQ(rdma::stats().slice_retries.load(), 0u);
+  EXPECT_EQ(rdmaStats(p.init).slice_retries, 0u);
 }
 
 TEST_F(RdmaTransportTest, roce_v1_only_peer_is_reached_with_gids_of_one_type_at_both_ends) {
@@ -702,7 +762,7 @@ TEST_F(RdmaTransportTest, roce_v1_only_peer_is_reached_with_gids_of_one_type_at_
   SplitPair p(env, "sv1:v1", "sv0", 1 << 20);  // the initiator prefers RoCE v2, the target has only v1
   ASSERT_TRUE(p.status.ok()) << p.status.toString();
   EXPECT_EQ(roundTrip(p, 1 << 20), "");
-  EXPECT_EQ(rdma::stats().slice_retries.load(), 0u);
+  EXPECT_EQ(rdmaStats(p.init).slice_retries, 0u);
 }
 
 TEST_F(RdmaTransportTest, ipv6_only_peer_is_reached_with_gids_of_one_family_at_both_ends) {
@@ -710,7 +770,7 @@ TEST_F(RdmaTransportTest, ipv6_only_peer_is_reached_with_gids_of_one_family_at_b
   SplitPair p(env, "sv1:v6", "sv0", 1 << 20);  // IPv4 RoCE v2 preferred here, IPv6 only there
   ASSERT_TRUE(p.status.ok()) << p.status.toString();
   EXPECT_EQ(roundTrip(p, 1 << 20), "");
-  EXPECT_EQ(rdma::stats().slice_retries.load(), 0u);
+  EXPECT_EQ(rdmaStats(p.init).slice_retries, 0u);
 }
 
 TEST_F(RdmaTransportTest, peers_without_a_common_gid_type_and_family_are_refused_with_the_reason) {
@@ -725,7 +785,7 @@ TEST_F(RdmaTransportTest, peers_without_a_common_gid_type_and_family_are_refused
                                        "RoCE GID type and address family"),
             std::string::npos)
       << st[0].error.message();
-  EXPECT_EQ(rdma::stats().wrs_posted[0].load(), 0u) << "nothing was posted on QPs that could not reach each other";
+  EXPECT_EQ(rdmaStats(p.init).wrs_posted[0], 0u) << "nothing was posted on QPs that could not reach each other";
 }
 
 TEST_F(RdmaTransportTest, concurrent_endpoints_never_overrun_the_nics_shared_cq) {
@@ -752,11 +812,11 @@ TEST_F(RdmaTransportTest, concurrent_endpoints_never_overrun_the_nics_shared_cq)
   for (auto& t : ts) t.join();
   EXPECT_EQ(done.load(), 4);
   EXPECT_EQ(test::checkPattern(p.lmem.p, 8 << 20, 5), -1);
-  const rdma::Stats& s = rdma::stats();
-  EXPECT_EQ(s.wrs_posted[0].load(), 512u);
-  for (int n = 1; n <= 4; ++n) EXPECT_EQ(s.peer_nic_wrs[n - 1].load(), 128u) << "target NIC " << n;
-  EXPECT_GT(s.cq_waits.load(), 0u) << "the CQ never filled: the test did not press on it";
-  EXPECT_EQ(s.slices_abandoned.load(), 0u);
+  const rdma::StatsSnapshot s = rdmaStats(p.init);
+  EXPECT_EQ(s.wrs_posted[0], 512u);
+  for (int n = 1; n <= 4; ++n) EXPECT_EQ(s.peer_nic_wrs[n - 1], 128u) << "target NIC " << n;
+  EXPECT_GT(s.cq_waits, 0u) << "the CQ never filled: the test did not press on it";
+  EXPECT_EQ(s.slices_abandoned, 0u);
   EXPECT_EQ(test::counter(p.init, "rdma", "wc_errors.nic0"), 0u);
 }
 
@@ -841,7 +901,7 @@ TEST_F(RdmaTransportTest, starved_endpoint_is_woken_when_room_frees_before_it_re
   ASSERT_TRUE(init.allocateBatchID(1, bb).ok());
   constexpr size_t kALen = 256 << 10, kBLen = 64 << 10;  // 16 slices of 16K (the whole CQ), then 4
   ASSERT_TRUE(init.submitTransfer(ba, {{OpCode::kRead, lmem.p, sa, abase, kALen}}).ok());
-  ASSERT_TRUE(test::eventually([] { return rdma::stats().wrs_posted[0].load() == 16; }));
+  ASSERT_TRUE(test::eventually([&] { return rdmaStats(init).wrs_posted[0] == 16; }));
 
   starved_gate.reset();
   struct Hooks {
@@ -866,7 +926,7 @@ TEST_F(RdmaTransportTest, starved_endpoint_is_woken_when_room_frees_before_it_re
   EXPECT_EQ(SoftVerbsEnv::control("resume sv0"), 0);  // A's WRs run, their completions free the CQ
   poster.join();
   ASSERT_TRUE(entered) << "B never found the CQ full: the starved path was not reached (WRs posted on sv0: "
-                       << rdma::stats().wrs_posted[0].load() << ", CQ waits: " << rdma::stats().cq_waits.load()
+                       << rdmaStats(init).wrs_posted[0] << ", CQ waits: " << rdmaStats(init).cq_waits
                        << ")";
   ASSERT_TRUE(submitted.ok()) << submitted.toString();
 
@@ -882,7 +942,7 @@ TEST_F(RdmaTransportTest, starved_endpoint_is_woken_when_room_frees_before_it_re
     drained = starved_gate.drained;
   }
   ASSERT_TRUE(waited.ok()) << "B's slices never moved: the starved endpoint missed its wake-up (" << waited.toString()
-                           << "; WRs posted on sv0 after A's: " << rdma::stats().wrs_posted[0].load() - 16
+                           << "; WRs posted on sv0 after A's: " << rdmaStats(init).wrs_posted[0] - 16
                            << "; the CQ was drained empty while B was held: " << drained << ")";
   {
     // B's slices moved, so the held poster has left the hook.
@@ -891,13 +951,13 @@ TEST_F(RdmaTransportTest, starved_endpoint_is_woken_when_room_frees_before_it_re
     EXPECT_TRUE(starved_gate.drained);
     EXPECT_FALSE(starved_gate.timed_out) << "B was let go before the worker drained the CQ empty";
   }
-  EXPECT_GE(rdma::stats().cq_waits.load(), 1u);
+  EXPECT_GE(rdmaStats(init).cq_waits, 1u);
   ASSERT_TRUE(init.getTransferStatus(bb, 0, t).ok());
   ASSERT_EQ(t.s, TransferState::kCompleted) << t.error.toString();
   EXPECT_EQ(t.transferred_bytes, kBLen);
   EXPECT_EQ(test::checkPattern(lmem.p + kALen, kBLen, 9), -1);
-  EXPECT_EQ(rdma::stats().wrs_posted[0].load(), 20u);
-  EXPECT_EQ(rdma::stats().endpoints_created.load(), 2u);  // A and B on sv0
+  EXPECT_EQ(rdmaStats(init).wrs_posted[0], 20u);
+  EXPECT_EQ(rdmaStats(init).endpoints_created, 2u);  // A and B on sv0
   EXPECT_TRUE(init.freeBatchID(ba).ok());
   EXPECT_TRUE(init.freeBatchID(bb).ok());
 }
@@ -917,7 +977,7 @@ TEST_F(RdmaTransportTest, flushed_slices_use_no_attempt) {
   for (int i = 0; i < 64; ++i)
     reqs.push_back({OpCode::kRead, p.lmem.p + i * 65536, p.seg, p.base + i * 65536, 65536});
   ASSERT_TRUE(p.init.submitTransfer(b, reqs).ok());
-  ASSERT_TRUE(test::eventually([] { return rdma::stats().wrs_posted[0].load() == 64; }));
+  ASSERT_TRUE(test::eventually([&] { return rdmaStats(p.init).wrs_posted[0] == 64; }));
   ASSERT_EQ(SoftVerbsEnv::control("resume sv0"), 0);
   ASSERT_TRUE(p.init.waitTransfer(b, std::chrono::seconds(30)).ok());
   int failed = 0;
@@ -933,8 +993,8 @@ TEST_F(RdmaTransportTest, flushed_slices_use_no_attempt) {
     }
   }
   EXPECT_EQ(failed, 1) << "only the slice that met the error may fail";
-  EXPECT_EQ(rdma::stats().wc_flushes[0].load(), 63u);
-  EXPECT_EQ(rdma::stats().slice_requeues.load(), 63u);
+  EXPECT_EQ(rdmaStats(p.init).wc_flushes[0], 63u);
+  EXPECT_EQ(rdmaStats(p.init).slice_requeues, 63u);
   EXPECT_TRUE(p.init.freeBatchID(b).ok());
 }
 
@@ -950,8 +1010,8 @@ TEST_F(RdmaTransportTest, remote_access_error_is_refused_at_once_without_retries
   EXPECT_EQ(st[0].error.code(), Code::kOutOfRange) << st[0].error.toString();
   EXPECT_NE(st[0].error.message().find("IBV_WC_REM_ACCESS_ERR"), std::string::npos) << st[0].error.toString();
   EXPECT_NE(st[0].error.message().find("not retried"), std::string::npos) << st[0].error.toString();
-  EXPECT_EQ(rdma::stats().slice_retries.load(), 0u);
-  EXPECT_EQ(rdma::stats().slices_refused.load(), 1u);
+  EXPECT_EQ(rdmaStats(p.init).slice_retries, 0u);
+  EXPECT_EQ(rdmaStats(p.init).slices_refused, 1u);
   EXPECT_EQ(test::checkPattern(p.tmem.p, 4096, 5), -1) << "the refused WRITE landed";
 }
 
@@ -965,7 +1025,7 @@ TEST_F(RdmaTransportTest, post_failure_with_nothing_outstanding_does_not_strand_
   auto st = test::runBatch(p.init, p.seg, {{OpCode::kRead, p.lmem.p, p.seg, p.base, 8 << 20}}, 20000);
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
   EXPECT_EQ(test::checkPattern(p.lmem.p, 8 << 20, 5), -1);
-  EXPECT_EQ(rdma::stats().handshakes_sent.load(), 3u) << "the sv0 endpoint reconnected once";
+  EXPECT_EQ(rdmaStats(p.init).handshakes_sent, 3u) << "the sv0 endpoint reconnected once";
 }
 
 // Slices posted on sv0 (the buffer's NUMA node) wait on the stalled NIC;
@@ -978,10 +1038,10 @@ void failOverFromStalledNic(const char* kill, const char* then = nullptr) {
   BatchID b;
   ASSERT_TRUE(p.init.allocateBatchID(1, b).ok());
   ASSERT_TRUE(p.init.submitTransfer(b, {{OpCode::kRead, p.lmem.p, p.seg, p.base, 4 << 20}}).ok());
-  ASSERT_TRUE(test::eventually([] { return rdma::stats().wrs_posted[0].load() == 64; }));
+  ASSERT_TRUE(test::eventually([&] { return rdmaStats(p.init).wrs_posted[0] == 64; }));
   ASSERT_EQ(SoftVerbsEnv::control(kill), 0);
   // Both engines' contexts on sv0 (the target's too) report it.
-  ASSERT_TRUE(test::eventually([] { return rdma::stats().nic_failures.load() == 2; }));
+  ASSERT_TRUE(test::eventually([&] { return rdmaStats(p.init, p.target).nic_failures == 2; }));
   if (then) {
     ASSERT_EQ(SoftVerbsEnv::control(then), 0);
   }
@@ -990,8 +1050,8 @@ void failOverFromStalledNic(const char* kill, const char* then = nullptr) {
   ASSERT_TRUE(p.init.getTransferStatus(b, 0, t).ok());
   ASSERT_EQ(t.s, TransferState::kCompleted) << t.error.toString();
   EXPECT_EQ(test::checkPattern(p.lmem.p, 4 << 20, 5), -1);
-  EXPECT_EQ(rdma::stats().slices_abandoned.load(), 64u);
-  EXPECT_EQ(rdma::stats().wrs_posted[1].load(), 64u);
+  EXPECT_EQ(rdmaStats(p.init).slices_abandoned, 64u);
+  EXPECT_EQ(rdmaStats(p.init).wrs_posted[1], 64u);
   EXPECT_TRUE(p.init.freeBatchID(b).ok());
 }
 
@@ -1112,16 +1172,30 @@ TEST_F(RdmaTransportTest, shutdown_with_transfers_in_flight_finishes_every_slice
   ASSERT_LT(agg.transferred_bytes, 32u << 20);
   // The initiator shuts down with the batch in flight: it waits (bounded)
   // for the batch, so every slice lands and none fails.
+  // The engine lets go of its transports at shutdown: their last counters
+  // come through the test seam.
+  static std::mutex final_mu;
+  static rdma::StatsSnapshot final_counts;
+  static bool final_seen = false;
+  rdma::testing::after_shutdown = [](const Counters& c) {
+    std::lock_guard lk(final_mu);
+    final_counts = rdma::statsOf(c);
+    final_seen = true;
+  };
   const auto t0 = std::chrono::steady_clock::now();
   detail::EngineAccess::of(p->init).shutdown();
+  rdma::testing::after_shutdown = nullptr;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
   EXPECT_EQ(test::checkPattern(p->lmem.p, 32 << 20, 5), -1) << "a slice in flight at shutdown did not land";
-  EXPECT_EQ(rdma::stats().slices_failed.load(), 0u);
-  EXPECT_EQ(rdma::stats().slice_retries.load(), 0u);
-  EXPECT_EQ(rdma::stats().slice_requeues.load(), 0u);
+  std::lock_guard lk(final_mu);
+  ASSERT_TRUE(final_seen) << "the initiator's rdma transport was not shut down";
+  const rdma::StatsSnapshot& s = final_counts;
+  EXPECT_EQ(s.slices_failed, 0u);
+  EXPECT_EQ(s.slice_retries, 0u);
+  EXPECT_EQ(s.slice_requeues, 0u);
   // Every one of the 2048 slices was posted exactly once, nothing abandoned.
-  EXPECT_EQ(rdma::stats().wrs_posted[0].load() + rdma::stats().wrs_posted[1].load(), 2048u);
-  EXPECT_EQ(rdma::stats().slices_abandoned.load(), 0u);
+  EXPECT_EQ(s.wrs_posted[0] + s.wrs_posted[1], 2048u);
+  EXPECT_EQ(s.slices_abandoned, 0u);
   p.reset();  // then both engines are destroyed
 }
 

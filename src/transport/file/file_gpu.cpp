@@ -238,7 +238,35 @@ Status FileTransport::gpuRoute(FilePeer& peer, OpenFile& f, CufileEngine* cf, Ro
   return Status::OK();
 }
 
+DeviceRecord FileTransport::cufileRecord() const {
+  DeviceRecord rec;
+  rec.kind = DeviceRecord::Kind::kCuFile;
+  rec.name = settings_.cufile_lib;
+  if (settings_.cufile == "off") {
+    rec.mode = "off";
+    rec.reason = "file.cufile=off";
+    return rec;
+  }
+  // What the driver's open found, else the forecast (install's, or now).
+  const RouteDecline* state = gds_state_.load(std::memory_order_acquire);
+  const RouteDecline d = state ? *state : forecastCufile(settings_.cufile_lib);
+  if (!d.declined())
+    rec.mode = "gds";
+  else if (d.reason == RouteReason::kCompatMode)
+    rec.mode = "compat";
+  else
+    rec.mode = "absent";
+  // Compat mode serves GPU memory only where file.cufile=on asks for cuFile.
+  rec.used = installed_ && (rec.mode == "gds" || (rec.mode == "compat" && settings_.cufile == "on"));
+  if (!rec.used)
+    rec.reason = !installed_ ? std::string("the file transport is not installed")
+                 : rec.mode == "compat" ? d.text + " (file.cufile=auto stages GPU I/O instead)"
+                                        : d.text;
+  return rec;
+}
+
 void FileTransport::diagnoseGpu(TransportDiagnosis& out, const std::string& dir) const {
+  out.devices.push_back(cufileRecord());
   out.facts.emplace_back("file.cufile", settings_.cufile);
   const CufileProbe p = probeCufile(settings_.cufile_lib, dir);
   out.facts.emplace_back("cuFile library", settings_.cufile == "off" ? "not used (file.cufile=off)" : p.library);

@@ -369,6 +369,23 @@ void FileTransport::diagnose(TransportDiagnosis& out) const {
   } else {
     out.facts.emplace_back("io_uring", uringCompiledIn() ? "not set up" : "not in this build");
   }
+  DeviceRecord uring;
+  uring.kind = DeviceRecord::Kind::kIoUring;
+  uring.name = "io_uring";
+  uring.used = installed_ && uring_;
+  if (!uringCompiledIn()) {
+    uring.mode = "absent";
+    uring.reason = "not in this build";
+  } else if (uring.used) {
+    uring.mode = "usable";
+  } else if (settings_.engine == "posix") {
+    uring.mode = "off";
+    uring.reason = "file.engine=posix";
+  } else {
+    uring.mode = "unavailable";
+    uring.reason = installed_ ? uring_note_ : std::string("the file transport is not installed");
+  }
+  out.devices.push_back(std::move(uring));
   const char* tmp = std::getenv("TMPDIR");
   out.facts.emplace_back("O_DIRECT", settings_.direct ? probeDirectIo(tmp && *tmp ? tmp : "/tmp")
                                                       : "off (file.direct=false)");

@@ -168,6 +168,8 @@ class FileTransport final : public Transport {
   // Under regions_mu_: queues `r` (GPU memory) for cuFile's registration.
   static void attachCufile(FileRegistration& r, CufileEngine& cf);
   void diagnoseGpu(TransportDiagnosis& out, const std::string& dir) const;
+  // cuFile's typed record: its mode (gds / compat / absent / off) and whether GPU I/O uses it.
+  DeviceRecord cufileRecord() const;
 
   FileSettings settings_;
   std::string server_name_;

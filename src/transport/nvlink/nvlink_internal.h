@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/posted_units.h"
 #include "base/transport.h"
 #include "gpu/batch_copy.h"
 #include "gpu/copy_stream.h"
@@ -387,6 +388,7 @@ struct Group {
   bool is_read = false;     // of `runs`
   RunSource* source = nullptr;              // the window's runs, when `runs` is not set yet
   std::shared_ptr<CachedWindow> cached;    // a prepared plan's window kept on the GPU
+  PostedUnits<Group> groups_;  // posted groups
   std::weak_ptr<const void> plan;          // to keep the window's run list once made
   uint64_t first = 0;
   std::atomic<uint8_t> state{kGroupPrepared};
@@ -413,7 +415,6 @@ class SubBatchImpl final : public SubBatch {
  private:
   NvlinkTransport* owner_;
   std::mutex mu_;
-  std::vector<std::unique_ptr<Group>> groups_;
   std::vector<StreamWorker*> used_;  // workers this sub-batch posted to
 };
 

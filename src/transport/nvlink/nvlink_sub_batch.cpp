@@ -218,12 +218,10 @@ void SubBatchImpl::post(std::unique_ptr<PreparedWork> base) {
   std::vector<Group*> gs;
   {
     std::lock_guard lk(mu_);
-    for (auto& g : work.groups) {
-      gs.push_back(g.get());
+    for (auto& g : work.groups)
       if (std::find(used_.begin(), used_.end(), g->worker) == used_.end()) used_.push_back(g->worker);
-      groups_.push_back(std::move(g));
-    }
   }
+  for (auto& g : work.groups) gs.push_back(groups_.keep(std::move(g)));
   outstanding.fetch_add(static_cast<int64_t>(gs.size()), std::memory_order_acq_rel);
   for (Group* g : gs) g->state.store(kGroupQueued, std::memory_order_relaxed);
   for (Group* g : gs) g->worker->post(g);  // a stopped worker fails it
@@ -232,16 +230,16 @@ void SubBatchImpl::post(std::unique_ptr<PreparedWork> base) {
 void SubBatchImpl::cancel() {
   bool any = false;
   std::vector<StreamWorker*> used;
+  groups_.forEach([&any](Group& g) {
+    uint8_t expect = kGroupQueued;
+    if (g.state.compare_exchange_strong(expect, kGroupCanceled, std::memory_order_acq_rel)) {
+      any = true;
+      endItems(g, 0, g.size(), TransferState::kCanceled,
+               Status(Code::kUnavailable, "canceled by cancelTransfer before it was issued"));
+    }
+  });
   {
     std::lock_guard lk(mu_);
-    for (auto& g : groups_) {
-      uint8_t expect = kGroupQueued;
-      if (g->state.compare_exchange_strong(expect, kGroupCanceled, std::memory_order_acq_rel)) {
-        any = true;
-        endItems(*g, 0, g->size(), TransferState::kCanceled,
-                 Status(Code::kUnavailable, "canceled by cancelTransfer before it was issued"));
-      }
-    }
     used = used_;
   }
   if (!any) return;
@@ -253,14 +251,7 @@ void SubBatchImpl::cancel() {
 SubBatchImpl::~SubBatchImpl() {
   // The engine frees only idle sub-batches; never free groups a worker still
   // holds (wait a bounded time, then leak rather than corrupt).
-  auto deadline = Clock::now() + std::chrono::seconds(30);
-  while (outstanding.load(std::memory_order_acquire) != 0 && Clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  if (outstanding.load(std::memory_order_acquire) != 0) {
-    HLOG_ERROR("nvlink: sub-batch destroyed with {} group(s) still in flight; leaking them", outstanding.load());
-    std::lock_guard lk(mu_);
-    for (auto& g : groups_) (void)g.release();
-  }
+  (void)groups_.settle(outstanding, std::chrono::seconds(30), "nvlink: sub-batch", "group(s)");
 }
 
 }  // namespace hawser::nvlink

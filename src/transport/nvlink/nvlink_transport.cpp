@@ -506,6 +506,17 @@ Status NvlinkTransport::newSubBatch(size_t, std::unique_ptr<SubBatch>& out) {
 void NvlinkTransport::diagnose(TransportDiagnosis& out) const {
   if (!installed_) return;
   out.facts.emplace_back("GPUs", std::to_string(buses_.size()));
+  const gpu::CudaDriver* driver = gpu::CudaDriver::get();
+  for (size_t i = 0; i < buses_.size(); ++i) {
+    DeviceRecord rec;
+    rec.kind = DeviceRecord::Kind::kGpu;
+    rec.name = fmt::format("cuda:{}", i);
+    rec.index = static_cast<int>(i);
+    rec.pci_bus_id = buses_[i];
+    rec.numa_node = driver ? driver->numaNode(static_cast<int>(i)) : -1;
+    rec.used = true;  // every GPU of the host: its memory moves over NVLink (or PCIe) copies
+    out.devices.push_back(std::move(rec));
+  }
   out.facts.emplace_back("streams per GPU", std::to_string(settings_.streams));
   out.facts.emplace_back("stripe size", std::to_string(settings_.stripe_size));
   out.facts.emplace_back("stream depth", std::to_string(settings_.stream_depth));

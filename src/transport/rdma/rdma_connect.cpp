@@ -268,7 +268,7 @@ Status RdmaTransport::establish(Endpoint& ep, std::vector<ibv_qp*>& qps) {
   req.qps.init_rd_atom = initiatorDepth(c.info());
   if (!c.info().ib()) req.gids = c.info().gids;
   std::string text;
-  rdma::stats().handshakes_sent++;
+  counts_.handshakes_sent++;
   auto where = [&] { return fmt::format("rdma handshake {} -> {}@{}", c.info().name, pn.name, peer.segment); };
   Status s = rpc::call(peer.host, peer.port, kRdmaHandshakeCall.id, encode(req), text,
                        std::chrono::milliseconds(t_.connect_timeout_ms));
@@ -417,7 +417,7 @@ Status RdmaTransport::handshake(const std::string& request, std::string& reply) 
       }
     }
     passive_[key] = std::move(mine);
-    rdma::stats().handshakes_served++;
+    counts_.handshakes_served++;
   }
   out.nic = c->info().name;
   out.qps.lid = c->info().lid;
@@ -437,7 +437,7 @@ Status RdmaTransport::release(const std::string& request, std::string& reply) {
   if (it != passive_.end() && it->second.instance == r.instance) {
     destroyPassive(it->second);
     passive_.erase(it);
-    rdma::stats().passive_released++;
+    counts_.passive_released++;
   }
   reply.clear();
   return Status::OK();

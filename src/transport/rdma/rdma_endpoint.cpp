@@ -214,7 +214,7 @@ void Endpoint::postLocked(Outcome& o) {
       // Wait for the worker's kick: registered first, then one more look, so
       // that room freed in between is not missed.
       ctx_->addStarved(shared_from_this());
-      rdma::stats().cq_waits++;
+      host_->counters().cq_waits++;
       room = ctx_->reserveCq(want);
       if (room == 0) return;
     }
@@ -264,8 +264,8 @@ void Endpoint::postLocked(Outcome& o) {
     for (size_t i = 0; i < posted; ++i) linkPosted(batch[i]);
     q.outstanding += static_cast<uint32_t>(posted);
     outstanding_ += static_cast<uint32_t>(posted);
-    if (ctx_->index() < Stats::kMaxNics) stats().wrs_posted[ctx_->index()] += posted;
-    if (peer_nic_ < Stats::kMaxNics) stats().peer_nic_wrs[peer_nic_] += posted;
+    if (ctx_->index() < Stats::kMaxNics) host_->counters().wrs_posted[ctx_->index()] += posted;
+    if (peer_nic_ < Stats::kMaxNics) host_->counters().peer_nic_wrs[peer_nic_] += posted;
   }
   // A post that failed with nothing outstanding has nothing left to flush.
   settleLocked(o);
@@ -335,7 +335,8 @@ void Endpoint::complete(Slice* s, const ibv_wc& wc) {
   if (wc.status == IBV_WC_SUCCESS) {
     host_->sliceDone(s);
   } else {
-    if (nic < Stats::kMaxNics) (wc.status == IBV_WC_WR_FLUSH_ERR ? stats().wc_flushes : stats().wc_errors)[nic]++;
+    Stats& counts = host_->counters();
+    if (nic < Stats::kMaxNics) (wc.status == IBV_WC_WR_FLUSH_ERR ? counts.wc_flushes : counts.wc_errors)[nic]++;
     // Only status, wr_id, qp_num and vendor_err are defined on an error
     // completion: nothing else of `wc` is read.
     const char* text = ctx_->verbs().wc_status_str ? ctx_->verbs().wc_status_str(wc.status) : "";
@@ -442,7 +443,7 @@ void Endpoint::abandon(const Status& why) {
   }
   if (lost) {
     HLOG_ERROR("rdma endpoint {}: {} slice(s) never completed: {}", id_, lost, why.message());
-    rdma::stats().slices_abandoned += lost;
+    host_->counters().slices_abandoned += lost;
   }
   deliver(o);
 }

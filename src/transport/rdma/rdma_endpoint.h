@@ -99,6 +99,8 @@ struct Slice {
 };
 
 // What an endpoint needs from the transport.
+struct Stats;
+
 class EndpointHost {
  public:
   virtual ~EndpointHost() = default;
@@ -114,6 +116,8 @@ class EndpointHost {
   virtual void sliceCanceled(Slice* s) = 0;
   virtual bool sliceCanceledFlag(const Slice* s) const = 0;
   virtual uint32_t maxWrPerQp() const = 0;
+  // The host transport's counters (rdma_stats.h), which its endpoints count into.
+  virtual Stats& counters() = 0;
 };
 
 class Endpoint : public std::enable_shared_from_this<Endpoint> {

@@ -179,7 +179,7 @@ Status RdmaTransport::registerRegion(const Region& region, nlohmann::json& attrs
   if (gpu >= 0 && device_ptr) {
     bool all_dmabuf = std::all_of(via_dmabuf.begin(), via_dmabuf.end(), [](bool b) { return b; });
     HLOG_INFO("rdma: GPU {} buffer {:#x} registered via {}", gpu, a, all_dmabuf ? "dma-buf" : "peer-memory");
-    (all_dmabuf ? rdma::stats().gpu_dmabuf_regs : rdma::stats().gpu_peer_memory_regs).fetch_add(1);
+    (all_dmabuf ? counts_.gpu_dmabuf_regs : counts_.gpu_peer_memory_regs).fetch_add(1);
   }
   regions_.insert(made);
   out = std::move(made);

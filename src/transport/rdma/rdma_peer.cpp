@@ -181,7 +181,7 @@ std::shared_ptr<Endpoint> RdmaTransport::endpointFor(const std::shared_ptr<const
   std::string id = fmt::format("{}/{}:{}>{}@{}", instance_, l, ctxs_[l]->info().name, peer->nics[p].name, peer->key);
   auto ep = std::make_shared<Endpoint>(this, ctxs_[l].get(), peer, p, id);
   ep->metrics = metrics::ConnectionMetrics::of(*metrics_, "rdma", peer->segment);
-  rdma::stats().endpoints_created++;
+  counts_.endpoints_created++;
   endpoints_[key] = ep;
   return ep;
 }

@@ -114,7 +114,7 @@ void RdmaTransport::route(std::vector<Slice*>& slices) {
     }
     if (s->retrying) {
       s->retrying = false;
-      if (s->local_nic < Stats::kMaxNics) rdma::stats().retries_to[s->local_nic]++;
+      if (s->local_nic < Stats::kMaxNics) counts_.retries_to[s->local_nic]++;
     }
     s->lkey = s->tc->lkeys[static_cast<size_t>(s->local_nic)];
     s->rkey = s->tc->rkeys[static_cast<size_t>(s->peer_nic)];
@@ -180,8 +180,8 @@ void RdmaTransport::sliceFailed(Slice* s, const Status& why, int wc_status) {
   const char* op = s->is_read ? "READ" : "WRITE";
   const Code refused = deterministic(wc_status);
   if (refused != Code::kOk) {
-    rdma::stats().slices_refused++;
-    rdma::stats().slices_failed++;
+    counts_.slices_refused++;
+    counts_.slices_failed++;
     finish(s, TransferState::kFailed,
            Status(refused, fmt::format("rdma {} of {} bytes [{:#x} -> {:#x}] on segment '{}' refused: {} (not "
                                        "retried: no other path changes it)",
@@ -197,16 +197,16 @@ void RdmaTransport::sliceFailed(Slice* s, const Status& why, int wc_status) {
       msg += fmt::format("; last: {}", s->last_error.message());
     if (s->flushes > kMaxFlushes) msg += fmt::format(" (flushed {} times)", s->flushes);
     if (stopping_.load()) msg += " (transport shutting down)";
-    rdma::stats().slices_failed++;
+    counts_.slices_failed++;
     finish(s, TransferState::kFailed, Status(s->first_error.code(), msg));
     return;
   }
   if (flush) {
     // Not this slice's fault: posted again, on the same pair once its
     // endpoint reconnected (or the next usable one).
-    rdma::stats().slice_requeues++;
+    counts_.slice_requeues++;
   } else {
-    rdma::stats().slice_retries++;
+    counts_.slice_retries++;
     s->retrying = true;
     s->tc->task->countRetry();
   }

@@ -9,6 +9,8 @@
 
 #include <atomic>
 
+#include "hawser/stats.h"
+
 namespace hawser::rdma {
 
 class RdmaContext;
@@ -28,6 +30,12 @@ extern std::atomic<ContextHook> after_drain;
 inline void call(const std::atomic<ContextHook>& hook, RdmaContext& ctx) {
   if (ContextHook h = hook.load(std::memory_order_relaxed)) h(ctx);
 }
+
+// At the end of shutdown(), on the thread shutting down: the transport's
+// final counters (stats()), for a test that shuts an engine down and then
+// reads what it counted (the engine lets go of its transports at shutdown).
+using CountersHook = void (*)(const Counters& final_counters);
+extern std::atomic<CountersHook> after_shutdown;
 
 }  // namespace testing
 }  // namespace hawser::rdma

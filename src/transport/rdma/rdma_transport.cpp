@@ -15,13 +15,9 @@
 #include "gpu/cuda_driver.h"
 #include "transport/rdma/rdma_stats.h"
 #include "transport/rdma/rdma_sub_batch.h"
+#include "transport/rdma/rdma_testing.h"
 
 namespace hawser::rdma {
-
-Stats& stats() {
-  static Stats s;
-  return s;
-}
 
 TransportCaps RdmaTransport::caps() const {
   TransportCaps c;
@@ -81,6 +77,7 @@ Status RdmaTransport::install(const TransportContext& tc) {
   }
   s = openNics();
   if (!s.ok()) return s;
+  nics_counted_ = ctxs_.size();
   max_wr_ = t_.max_wr;
   for (auto& c : ctxs_)
     if (c->info().dev_attr.max_qp_wr > 0) max_wr_ = std::min<uint32_t>(max_wr_, c->info().dev_attr.max_qp_wr);
@@ -138,6 +135,7 @@ void RdmaTransport::shutdown() {
   }
   for (auto& c : ctxs_) c->takeStarved();  // endpoints must go before their NIC
   ctxs_.clear();
+  if (testing::CountersHook h = testing::after_shutdown.load(std::memory_order_relaxed)) h(stats());
 }
 
 void RdmaTransport::describe(nlohmann::json& attrs) const {
@@ -159,9 +157,21 @@ void RdmaTransport::describe(nlohmann::json& attrs) const {
 void RdmaTransport::diagnose(TransportDiagnosis& out) const {
   out.facts.emplace_back("verbs library", t_.verbs_lib);
   for (const NicReport& n : reports_) {
+    DeviceRecord rec;
+    rec.kind = DeviceRecord::Kind::kNic;
+    rec.name = n.name;
+    rec.numa_node = n.numa_node;
+    rec.port = n.port;
+    rec.mode = n.link_layer;
+    rec.used = n.used;
+    rec.reason = n.used ? "" : n.reason;
     std::string use = n.used ? "used" : "not used: " + n.reason;
     for (auto& c : ctxs_)
-      if (c->info().name == n.name) use = fmt::format("used as nic{}", c->index());
+      if (c->info().name == n.name) {
+        use = fmt::format("used as nic{}", c->index());
+        rec.index = c->index();
+      }
+    out.devices.push_back(std::move(rec));
     out.facts.emplace_back(
         fmt::format("NIC {}", n.name),
         fmt::format("{} (port {} {}, {}, numa {}, gid[{}] {} {}, lid {}, mtu {}, max_qp_wr {})", use, n.port,
@@ -180,30 +190,7 @@ void RdmaTransport::diagnose(TransportDiagnosis& out) const {
   out.facts.emplace_back("retry limit", std::to_string(t_.retry_limit));
 }
 
-Counters RdmaTransport::stats() const {
-  const Stats& s = rdma::stats();
-  Counters c = {{"handshakes_sent", s.handshakes_sent.load()},
-                {"handshakes_served", s.handshakes_served.load()},
-                {"passive_released", s.passive_released.load()},
-                {"passive_qp_sets", passiveSets()},
-                {"endpoints_created", s.endpoints_created.load()},
-                {"slice_retries", s.slice_retries.load()},
-                {"slice_requeues", s.slice_requeues.load()},
-                {"slices_failed", s.slices_failed.load()},
-                {"slices_refused", s.slices_refused.load()},
-                {"slices_abandoned", s.slices_abandoned.load()},
-                {"nic_failures", s.nic_failures.load()},
-                {"cq_waits", s.cq_waits.load()},
-                {"gpu_dmabuf_regs", s.gpu_dmabuf_regs.load()},
-                {"gpu_peer_memory_regs", s.gpu_peer_memory_regs.load()}};
-  for (size_t i = 0; i < ctxs_.size() && i < static_cast<size_t>(Stats::kMaxNics); ++i) {
-    c.emplace_back(fmt::format("wrs_posted.nic{}", i), s.wrs_posted[i].load());
-    c.emplace_back(fmt::format("wc_errors.nic{}", i), s.wc_errors[i].load());
-    c.emplace_back(fmt::format("wc_flushes.nic{}", i), s.wc_flushes[i].load());
-    c.emplace_back(fmt::format("retries_to.nic{}", i), s.retries_to[i].load());
-  }
-  return c;
-}
+Counters RdmaTransport::stats() const { return countersOf(counts_, nics_counted_, passiveSets()); }
 
 Status RdmaTransport::newSubBatch(size_t, std::unique_ptr<SubBatch>& out) {
   out = std::make_unique<RdmaSubBatch>(this);

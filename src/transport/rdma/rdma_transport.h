@@ -48,6 +48,7 @@
 #include "transport/rdma/rdma_memory.h"
 #include "transport/rdma/rdma_nic.h"
 #include "transport/rdma/rdma_probe.h"
+#include "transport/rdma/rdma_stats.h"
 
 namespace hawser::rdma {
 
@@ -79,7 +80,8 @@ class RdmaTransport final : public Transport, public EndpointHost {
   Status newSubBatch(size_t task_capacity, std::unique_ptr<SubBatch>& out) override;
   // Every NIC found and why it is (not) used; the scan's error if any.
   void diagnose(TransportDiagnosis& out) const override;
-  // rdma_stats.h's counters (process-wide), per NIC index where per NIC.
+  // This transport's counters (rdma_stats.h: countersOf), per NIC index
+  // where per NIC.
   Counters stats() const override;
 
   // EndpointHost
@@ -90,6 +92,7 @@ class RdmaTransport final : public Transport, public EndpointHost {
   void sliceCanceled(Slice* s) override;
   bool sliceCanceledFlag(const Slice* s) const override;
   uint32_t maxWrPerQp() const override { return max_wr_; }
+  Stats& counters() override { return counts_; }
 
  private:
   friend class PeerRef;
@@ -163,6 +166,10 @@ class RdmaTransport final : public Transport, public EndpointHost {
 
   Tunables t_;
   const VerbsApi* v_ = nullptr;
+  // This transport's counters: its endpoints, handshakes, routing, workers
+  // and registrations count here (not per process).
+  Stats counts_;
+  size_t nics_counted_ = 0;  // NICs opened by install: stats() reports their counters, also after shutdown
   uint32_t max_wr_ = 256;
   std::string self_;      // "host:port" of this engine
   std::string instance_;  // nonce of this install

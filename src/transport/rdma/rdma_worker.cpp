@@ -63,14 +63,14 @@ void RdmaTransport::handleAsync(RdmaContext* c) {
       case IBV_EVENT_DEVICE_FATAL:
         HLOG_ERROR("rdma {}: async event DEVICE_FATAL ({}); NIC no longer used", c->info().name, what);
         c->markFatal("the device reported a fatal error (IBV_EVENT_DEVICE_FATAL)");
-        rdma::stats().nic_failures++;
+        counts_.nic_failures++;
         break;
       case IBV_EVENT_CQ_ERR:
         // The CQ overran or failed: completions are lost from now on, so the
         // NIC can carry nothing more.
         HLOG_ERROR("rdma {}: async event CQ_ERR ({}); its CQ is in error, NIC no longer used", c->info().name, what);
         c->markFatal("its completion queue failed (IBV_EVENT_CQ_ERR)");
-        rdma::stats().nic_failures++;
+        counts_.nic_failures++;
         break;
       case IBV_EVENT_PORT_ERR:
         HLOG_WARN("rdma {}: port {} down ({})", c->info().name, ev.element.port_num, what);

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/posted_units.h"
 #include "base/registry.h"
 #include "base/transport_metrics.h"
 #include "base/transport.h"
@@ -167,10 +168,8 @@ class SubBatchImpl final : public SubBatch {
 
  private:
   TcpTransport* owner_;
-  std::mutex mu_;  // the chunk lists below (post/cancel; not the data path)
-  std::vector<std::unique_ptr<Slice[]>> chunks_;  // posted slices
-  std::vector<size_t> chunk_sizes_;
-  std::vector<std::unique_ptr<RunEntry[]>> tables_;  // their frames' run tables
+  PostedUnits<Slice> slices_;      // posted slices, one array per prepare
+  PostedUnits<RunEntry> tables_;  // their frames' run tables
 };
 
 inline constexpr uint32_t kNoPoster = UINT32_MAX;

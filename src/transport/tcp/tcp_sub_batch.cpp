@@ -124,13 +124,8 @@ void SubBatchImpl::post(std::unique_ptr<PreparedWork> base) {
   Slice* first[kMaxIoThreads] = {};
   Slice* lastp[kMaxIoThreads] = {};
   const bool down = owner_->stopping_.load();
-  Slice* arr = chunk.get();
-  {
-    std::lock_guard lk(mu_);
-    chunks_.push_back(std::move(chunk));
-    chunk_sizes_.push_back(n);
-    if (tables) tables_.push_back(std::move(w.tables));
-  }
+  Slice* arr = slices_.keep(std::move(chunk), n);
+  if (tables) tables_.keep(std::move(w.tables), n);
   outstanding.fetch_add(static_cast<int64_t>(n), std::memory_order_acq_rel);
   const TcpSettings& set = owner_->settings_;
   ConnPicker picker(set.home_connections, set.home_slack, set.home_window_ms, threadSeat(), steadyNowNs());
@@ -173,20 +168,14 @@ void SubBatchImpl::post(std::unique_ptr<PreparedWork> base) {
 
 void SubBatchImpl::cancel() {
   bool any = false;
-  {
-    std::lock_guard lk(mu_);
-    for (size_t c = 0; c < chunks_.size(); ++c) {
-      Slice* arr = chunks_[c].get();
-      for (size_t i = 0; i < chunk_sizes_[c]; ++i) {
-        uint8_t expect = kSliceQueued;
-        if (arr[i].state.compare_exchange_strong(expect, kSliceCanceled, std::memory_order_acq_rel)) {
-          any = true;
-          arr[i].task->completeSlice(TransferState::kCanceled, 0,
-                                     Status(Code::kUnavailable, "canceled by cancelTransfer before it was sent"));
-        }
-      }
+  slices_.forEach([&any](Slice& s) {
+    uint8_t expect = kSliceQueued;
+    if (s.state.compare_exchange_strong(expect, kSliceCanceled, std::memory_order_acq_rel)) {
+      any = true;
+      s.task->completeSlice(TransferState::kCanceled, 0,
+                            Status(Code::kUnavailable, "canceled by cancelTransfer before it was sent"));
     }
-  }
+  });
   if (!any) return;
   // Let the io threads drop the canceled slices now, so that once the tasks
   // are terminal the sub-batch is idle (freeBatchID succeeds) without a race.
@@ -199,14 +188,8 @@ void SubBatchImpl::cancel() {
 SubBatchImpl::~SubBatchImpl() {
   // The engine frees only idle sub-batches; never free slices an io thread
   // still holds (wait a bounded time, then leak rather than corrupt).
-  auto deadline = Clock::now() + std::chrono::milliseconds(owner_->settings_.timeout_ms) + std::chrono::seconds(1);
-  while (outstanding.load(std::memory_order_acquire) != 0 && Clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  if (outstanding.load(std::memory_order_acquire) != 0) {
-    HLOG_ERROR("tcp: sub-batch destroyed with {} slice(s) still in flight; leaking its slices", outstanding.load());
-    std::lock_guard lk(mu_);
-    for (auto& c : chunks_) (void)c.release();
-  }
+  const auto grace = std::chrono::milliseconds(owner_->settings_.timeout_ms) + std::chrono::seconds(1);
+  if (!slices_.settle(outstanding, grace, "tcp: sub-batch", "slice(s)")) tables_.abandon();  // the slices point into them
 }
 
 }  // namespace hawser::tcp
