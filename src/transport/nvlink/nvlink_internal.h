@@ -388,7 +388,6 @@ struct Group {
   bool is_read = false;     // of `runs`
   RunSource* source = nullptr;              // the window's runs, when `runs` is not set yet
   std::shared_ptr<CachedWindow> cached;    // a prepared plan's window kept on the GPU
-  PostedUnits<Group> groups_;  // posted groups
   std::weak_ptr<const void> plan;          // to keep the window's run list once made
   uint64_t first = 0;
   std::atomic<uint8_t> state{kGroupPrepared};
@@ -415,6 +414,7 @@ class SubBatchImpl final : public SubBatch {
  private:
   NvlinkTransport* owner_;
   std::mutex mu_;
+  PostedUnits<Group> groups_;        // posted groups
   std::vector<StreamWorker*> used_;  // workers this sub-batch posted to
 };
 
