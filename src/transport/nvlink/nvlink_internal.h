@@ -23,6 +23,7 @@
 #include "gpu/cuda_api.h"
 #include "base/segment_desc.h"
 #include "gpu/vmm.h"
+#include "local/peer_death_watcher.h"
 #include "transport/nvlink/nvlink_readers.h"
 #include "transport/nvlink/nvlink_transport.h"
 
@@ -136,12 +137,12 @@ class Exports {
 
 // ---- peer side --------------------------------------------------------------
 
-class Watcher;
 struct Owner;
 
 // One opened allocation of an owner (or, for an owner in this process, the
 // allocation itself). Closed when the last view listing it goes, or once no
-// copy uses it after the owner exited. Closes run on the watcher thread.
+// copy uses it after the owner exited. Closes run on the watcher's thread
+// (a task posted to the transport's PeerDeathWatcher).
 struct Mapping {
   ~Mapping();
   // The mapped base; false once closed (or closing).
@@ -150,7 +151,7 @@ struct Mapping {
   // The owner exited: close as soon as no copy uses it.
   void doom();
 
-  std::shared_ptr<Watcher> watcher;
+  std::shared_ptr<local::PeerDeathWatcher> watcher;
   std::shared_ptr<Counters> counters;
   uint64_t dptr = 0;  // base of the allocation in this process
   int device = -1;    // local ordinal of the GPU holding it
@@ -250,7 +251,9 @@ struct Owner {
   size_t table_bytes = 0;  // mapped here (0: the table is this process's own)
   void* readers = nullptr;  // the owner's readers' area, mapped read-write here (null: it has none)
   std::atomic<bool> dead{false};
-  std::shared_ptr<Watcher> watcher;
+  // The transport's watcher of owners' exits, and this owner's id there (0: not watched).
+  std::shared_ptr<local::PeerDeathWatcher> watcher;
+  uint64_t death_watch = 0;
   std::shared_ptr<Counters> counters;
 
  private:
@@ -260,39 +263,11 @@ struct Owner {
   std::vector<std::unique_ptr<Reader>> readers_;  // by stream worker
 };
 
-// Notices owners exiting (pidfd readable; kill(pid, 0) polled where pidfds
-// are missing) and closes mappings off the data path.
-class Watcher {
- public:
-  Watcher() = default;
-  ~Watcher();
-  Status start();
-  void stop();
-  void add(const std::shared_ptr<Owner>& o);
-  void remove(Owner* o);
-  // Closes an opened mapping on the watcher thread (inline once stopped).
-  void close(uint64_t dptr, int device, uint64_t vmm_size, std::shared_ptr<Counters> counters);
-
- private:
-  void run();
-  void wake();
-  std::thread thread_;
-  int epfd_ = -1, evfd_ = -1;
-  std::mutex mu_;
-  bool stop_ = false;
-  bool running_ = false;
-  std::map<Owner*, std::weak_ptr<Owner>> owners_;
-  struct Close {
-    uint64_t dptr;
-    int device;
-    uint64_t vmm_size;
-    std::shared_ptr<Counters> counters;
-  };
-  std::vector<Close> closes_;
-};
-
 // Closes a legacy IPC mapping (vmm_size 0), or unmaps and frees an imported VMM range.
 void closeMapping(uint64_t dptr, int device, uint64_t vmm_size, Counters* counters);
+// Watches `o`'s process (its pidfd; without one, its pid and start time,
+// polled): once it exits, o->died() runs on the watcher's thread.
+void watchOwner(local::PeerDeathWatcher& watcher, const std::shared_ptr<Owner>& o);
 
 // The engine's handle on one segment: its buffers decoded once, their
 // mappings resolved on first use.

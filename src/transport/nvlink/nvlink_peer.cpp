@@ -4,8 +4,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -292,14 +290,18 @@ void Mapping::closeLocked() {
   if (closed_) return;
   closed_ = true;
   if (direct) return;
-  if (watcher) watcher->close(dptr, device, vmm_size, counters);
-  else closeMapping(dptr, device, vmm_size, counters.get());
+  if (watcher)
+    watcher->post([dptr = dptr, device = device, vmm_size = vmm_size, counters = counters] {
+      closeMapping(dptr, device, vmm_size, counters.get());
+    });
+  else
+    closeMapping(dptr, device, vmm_size, counters.get());
 }
 
 // ---- Owner ------------------------------------------------------------------
 
 Owner::~Owner() {
-  if (watcher && !self) watcher->remove(this);
+  if (watcher && death_watch) watcher->remove(death_watch);
   if (pidfd >= 0) ::close(pidfd);
   if (sock >= 0) ::close(sock);  // the owner frees the reader slots named by our token
   // No group holds a view of this owner any more: its copies completed.
@@ -459,131 +461,23 @@ std::string PeerRef::mechanism() const {
                                  : fmt::format("; owner found by pid {} (no socket published)", owner->pid));
 }
 
-// ---- Watcher ----------------------------------------------------------------
+// ---- the owner's exit -------------------------------------------------------
 
-Watcher::~Watcher() { stop(); }
-
-Status Watcher::start() {
-  epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  evfd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (epfd_ < 0 || evfd_ < 0) return {Code::kNotSupported, fmt::format("nvlink watcher: {}", std::strerror(errno))};
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.ptr = nullptr;
-  ::epoll_ctl(epfd_, EPOLL_CTL_ADD, evfd_, &ev);
-  running_ = true;
-  thread_ = std::thread([this] { run(); });
-  return Status::OK();
-}
-
-void Watcher::wake() {
-  uint64_t one = 1;
-  ssize_t n = ::write(evfd_, &one, sizeof(one));
-  (void)n;
-}
-
-void Watcher::stop() {
-  {
-    std::lock_guard lk(mu_);
-    if (!running_) return;
-    stop_ = true;
+void watchOwner(local::PeerDeathWatcher& watcher, const std::shared_ptr<Owner>& o) {
+  std::weak_ptr<Owner> weak = o;
+  std::function<bool()> exited;
+  if (o->pidfd < 0) {
+    // Polled; the owner's destructor removes the watch before it goes.
+    const Owner* raw = o.get();
+    exited = [raw] { return !raw->dead.load() && processStartTime(raw->pid) != raw->start; };
   }
-  wake();
-  if (thread_.joinable()) thread_.join();
-  std::vector<Close> left;
-  {
-    std::lock_guard lk(mu_);
-    running_ = false;
-    left.swap(closes_);
-  }
-  for (auto& c : left) closeMapping(c.dptr, c.device, c.vmm_size, c.counters.get());
-  ::close(epfd_);
-  ::close(evfd_);
-  epfd_ = evfd_ = -1;
-}
-
-void Watcher::add(const std::shared_ptr<Owner>& o) {
-  std::lock_guard lk(mu_);
-  owners_[o.get()] = o;
-  if (o->pidfd >= 0 && epfd_ >= 0) {
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.ptr = o.get();
-    ::epoll_ctl(epfd_, EPOLL_CTL_ADD, o->pidfd, &ev);
-  }
-  if (o->pidfd < 0) wake();  // polled: the loop's timeout changes
-}
-
-void Watcher::remove(Owner* o) {
-  std::lock_guard lk(mu_);
-  if (o->pidfd >= 0 && epfd_ >= 0) ::epoll_ctl(epfd_, EPOLL_CTL_DEL, o->pidfd, nullptr);
-  owners_.erase(o);
-}
-
-void Watcher::close(uint64_t dptr, int device, uint64_t vmm_size, std::shared_ptr<Counters> counters) {
-  {
-    std::lock_guard lk(mu_);
-    if (running_ && !stop_) {
-      closes_.push_back(Close{dptr, device, vmm_size, std::move(counters)});
-      wake();
-      return;
-    }
-  }
-  closeMapping(dptr, device, vmm_size, counters.get());
-}
-
-void Watcher::run() {
-  epoll_event evs[16];
-  for (;;) {
-    bool polled = false;
-    {
-      std::lock_guard lk(mu_);
-      if (stop_) return;
-      for (auto& [p, w] : owners_) polled |= p->pidfd < 0;
-    }
-    int n = ::epoll_wait(epfd_, evs, 16, polled ? 100 : -1);
-    std::vector<std::shared_ptr<Owner>> gone;
-    std::vector<Close> closes;
-    {
-      std::lock_guard lk(mu_);
-      if (stop_) return;
-      for (int i = 0; i < n; ++i) {
-        if (!evs[i].data.ptr) {
-          uint64_t v;
-          while (::read(evfd_, &v, sizeof(v)) > 0) {
-          }
-          continue;
-        }
-        auto it = owners_.find(static_cast<Owner*>(evs[i].data.ptr));
-        if (it == owners_.end()) continue;
-        if (auto o = it->second.lock()) gone.push_back(std::move(o));
-      }
-      if (polled)
-        for (auto& [p, w] : owners_)
-          if (p->pidfd < 0 && !p->dead.load() && processStartTime(p->pid) != p->start)
-            if (auto o = w.lock()) gone.push_back(std::move(o));
-      closes.swap(closes_);
-    }
-    for (auto& o : gone) {
-      // A pidfd is readable once its process exited (confirm: the event may
-      // be a stale one of an owner record that reused the address).
-      if (o->pidfd >= 0) {
-        pollfd p{o->pidfd, POLLIN, 0};
-        if (::poll(&p, 1, 0) <= 0) continue;
-        std::lock_guard lk(mu_);
-        ::epoll_ctl(epfd_, EPOLL_CTL_DEL, o->pidfd, nullptr);
-      }
-      o->died();
-    }
-    for (auto& c : closes) closeMapping(c.dptr, c.device, c.vmm_size, c.counters.get());
-    {
-      // Closes queued by died() (idle mappings), right away.
-      std::lock_guard lk(mu_);
-      closes.clear();
-      closes.swap(closes_);
-    }
-    for (auto& c : closes) closeMapping(c.dptr, c.device, c.vmm_size, c.counters.get());
-  }
+  Status s = watcher.add(
+      o->pidfd,
+      [weak] {
+        if (auto owner = weak.lock()) owner->died();
+      },
+      o->death_watch, std::move(exited));
+  if (!s.ok()) HLOG_WARN("nvlink: the exit of the owner {} will not be noticed: {}", o->name, s.message());
 }
 
 }  // namespace hawser::nvlink

@@ -216,8 +216,8 @@ Status NvlinkTransport::install(const TransportContext& ctx) {
   counters_ = std::make_shared<nvlink::Counters>();
   cache_ = std::make_unique<nvlink::WindowCache>();
   if (!(s = nvlink::Exports::create(counters_, exports_)).ok()) return s;
-  watcher_ = std::make_shared<nvlink::Watcher>();
-  if (!(s = watcher_->start()).ok()) return s;
+  watcher_ = std::make_shared<local::PeerDeathWatcher>();
+  if (!(s = watcher_->start()).ok()) return {Code::kNotSupported, "nvlink watcher: " + s.message()};
   // The local socket: the table, a pidfd and VMM memory's fds for peers.
   {
     std::random_device rd;
@@ -430,7 +430,7 @@ Status NvlinkTransport::openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHa
           return declined(why, RouteReason::kPeerGone, {Code::kUnavailable, fmt::format("the owner of segment '{}', "
                                                                                   "process {}, has exited",
                                                                                   seg.name, pid)});
-        watcher_->add(o);
+        nvlink::watchOwner(*watcher_, o);
       }
       owners_[key] = o;
       owner = std::move(o);

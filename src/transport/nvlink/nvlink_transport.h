@@ -61,11 +61,14 @@
 
 namespace hawser {
 
+namespace local {
+class PeerDeathWatcher;
+}  // namespace local
+
 namespace nvlink {
 class Exports;
 class Server;
 class WindowCache;
-class Watcher;
 class StreamWorker;
 class SubBatchImpl;
 struct Counters;
@@ -137,7 +140,7 @@ class NvlinkTransport final : public Transport {
   std::unique_ptr<nvlink::Exports> exports_;
   std::unique_ptr<nvlink::Server> server_;  // the local socket (nvlink_socket.h)
   uint64_t nonce_ = 0;                      // peers' hello must carry it (published by describe)
-  std::shared_ptr<nvlink::Watcher> watcher_;
+  std::shared_ptr<local::PeerDeathWatcher> watcher_;  // owners' exits; mappings closed on its thread
   std::mutex workers_mu_;
   std::map<int, std::vector<std::unique_ptr<nvlink::StreamWorker>>> workers_;
   size_t next_worker_ = 0;  // under workers_mu_: the next stream worker's number

@@ -47,6 +47,7 @@ struct Peer {
   int64_t own_pid = 0;    // in its own (what its descriptor says; names it in messages)
   uint64_t nonce = 0;
   int pidfd = -1;         // passed by the peer: its exit, whatever the pid namespaces
+  uint64_t death_watch = 0;  // its id in the transport's PeerDeathWatcher (0: not watched)
   int sock = -1;          // our connection to its socket (closed: our reader slots are freed)
   uint64_t token = 0;     // the peer's name for that connection (owns our reader slots)
   bool cma = false;       // cross-memory attach works (else only mapped registrations are served)

@@ -2,10 +2,7 @@
 // the sub-batches.
 #include "transport/shm/shm_transport.h"
 
-#include <poll.h>
-#include <sys/epoll.h>
 #include <sys/stat.h>
-#include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -44,10 +41,6 @@ using shm::Slice;
 static_assert(findKnobIn(kShmKnobs, "shm.threads")->hi == static_cast<int64_t>(shm::kMaxThreads));
 static_assert(findKnobIn(kShmKnobs, "shm.max_iov")->hi == static_cast<int64_t>(shm::kMaxIov));
 
-namespace {
-constexpr int kSocketTimeoutMs = 5000;  // a peer's socket answers within this
-}
-
 Status ShmTransport::loadSettings(const Config& config, ShmSettings& out) {
   const ShmConfig cfg(config);
   ShmSettings s;
@@ -65,11 +58,7 @@ Status ShmTransport::loadSettings(const Config& config, ShmSettings& out) {
 
 ShmTransport::ShmTransport() : counts_(std::make_unique<Counts>()) {}
 
-ShmTransport::~ShmTransport() {
-  shutdown();
-  if (epfd_ >= 0) ::close(epfd_);
-  if (evfd_ >= 0) ::close(evfd_);
-}
+ShmTransport::~ShmTransport() { shutdown(); }
 
 TransportCaps ShmTransport::caps() const {
   TransportCaps c;
@@ -109,14 +98,7 @@ Status ShmTransport::install(const TransportContext& ctx) {
     server_.reset();
     return s;
   }
-  epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  evfd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (epfd_ < 0 || evfd_ < 0) return {Code::kInternal, fmt::format("shm: epoll/eventfd: {}", std::strerror(errno))};
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = evfd_;
-  ::epoll_ctl(epfd_, EPOLL_CTL_ADD, evfd_, &ev);
-  watcher_ = std::thread([this] { watch(); });
+  if (!(s = deaths_.start()).ok()) return {s.code(), "shm: " + s.message()};
   for (uint32_t i = 0; i < settings_.threads; ++i) workers_.emplace_back([this, i] { work(i); });
   installed_ = true;
   HLOG_INFO("shm transport: {} copy thread(s), split {} B, submits of up to {} B copied by their thread, up to {} "
@@ -137,9 +119,7 @@ void ShmTransport::shutdown() {
   cv_.notify_all();
   for (auto& w : workers_) w.join();
   workers_.clear();
-  uint64_t one = 1;
-  (void)!::write(evfd_, &one, sizeof one);
-  if (watcher_.joinable()) watcher_.join();
+  deaths_.stop();
   // What the workers left in the queue fails.
   std::deque<Group*> left;
   {
@@ -217,211 +197,6 @@ Status shm::decodePeerDesc(const SegmentDesc& seg, PeerDesc& out, RouteDecline& 
 Status decodeShmPeer(const SegmentDesc& seg, RouteDecline& why) {
   shm::PeerDesc desc;
   return shm::decodePeerDesc(seg, desc, why);
-}
-
-Status ShmTransport::openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) {
-  RouteDecline why;
-  return openRoute(seg, out, why);
-}
-
-Status ShmTransport::openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out, RouteDecline& why) {
-  why = {};  // every refusal says why, in the words of base/route.h
-  if (!installed_ || stopping_.load()) return transportNotRunning("shm", why);
-  shm::PeerDesc desc;
-  Status ds = shm::decodePeerDesc(seg, desc, why);
-  if (!ds.ok()) return ds;
-  const std::string& socket = desc.socket;
-  const uint64_t nonce = desc.nonce, probe = desc.probe;
-  const int64_t pid = desc.pid;
-  const std::string key = fmt::format("{}/{}", socket, nonce);
-  std::shared_ptr<Peer> peer;
-  {
-    std::lock_guard lk(peers_mu_);
-    if (auto e = peers_.find(key); e != peers_.end()) peer = e->second.lock();
-  }
-  if (peer && peer->dead.load()) peer.reset();  // (released outside the lock: its deleter takes it)
-  if (!peer) {
-    Status s = connectPeer(seg, socket, nonce, probe, pid, peer, why);
-    if (!s.ok()) {
-      counts_->peers_refused++;
-      return s;
-    }
-  }
-  std::vector<shm::Reg> regs;
-  Status s = bindRegistrations(*peer, seg, regs, why);
-  if (!s.ok()) {
-    counts_->peers_refused++;
-    return s;
-  }
-  bool all_mapped = true;
-  for (const shm::Reg& r : regs)
-    if (r.gen != 0 && !r.map) all_mapped = false;
-  (all_mapped ? counts_->peers_mapped : counts_->peers_cma)++;
-  out = std::make_shared<shm::PeerRef>(std::move(peer), std::move(regs));
-  return Status::OK();
-}
-
-Status ShmTransport::connectPeer(const SegmentDesc& seg, const std::string& socket, uint64_t nonce, uint64_t probe,
-                                 int64_t own_pid, std::shared_ptr<Peer>& out, RouteDecline& why) {
-  int fd = -1;
-  RouteReason reason = RouteReason::kNone;
-  Status s = local::connectTo(socket, "shm.socket_dir", fd, reason);
-  if (!s.ok()) return declined(why, reason, {s.code(), fmt::format("segment '{}': {}", seg.name, s.message())});
-  auto peer = std::shared_ptr<Peer>(new Peer(), [this](Peer* p) {
-    if (p->table) {
-      for (int slot : p->slots) p->table->releaseSlot(slot);
-      for (int slot : p->inline_slots) p->table->releaseSlot(slot);
-    }
-    if (p->pidfd >= 0) {
-      std::lock_guard plk(peers_mu_);
-      auto b = by_pidfd_.find(p->pidfd);
-      if (b != by_pidfd_.end() && b->second.expired()) by_pidfd_.erase(b);
-      for (auto e = peers_.begin(); e != peers_.end();)
-        e = e->second.expired() ? peers_.erase(e) : std::next(e);
-      if (epfd_ >= 0) ::epoll_ctl(epfd_, EPOLL_CTL_DEL, p->pidfd, nullptr);
-    }
-    if (p->pidfd >= 0) ::close(p->pidfd);
-    if (p->sock >= 0) ::close(p->sock);  // the peer frees our reader slots
-    delete p;
-  });
-  peer->owner = this;
-  peer->sock = fd;
-  peer->own_pid = own_pid;
-  peer->nonce = nonce;
-  // Who listens there: a process of a user we trust, and where it is in
-  // this pid namespace (0: not visible from here).
-  local::Cred cred;
-  s = local::peerCred(fd, cred);
-  if (!s.ok()) return declined(why, RouteReason::kRefused, s);
-  if (!local::trusted(cred.uid))
-    return declined(why, RouteReason::kPermissionDenied, {Code::kNotSupported, fmt::format("the socket {} of segment '{}' belongs to uid {}: shm serves peers of the "
-                                             "same user (or root) only",
-                                             socket, seg.name, cred.uid)});
-  shm::Msg hello;
-  hello.type = static_cast<uint32_t>(shm::MsgType::kHello);
-  hello.nonce = nonce;
-  shm::Msg w;
-  std::vector<int> fds;
-  s = shm::sendMsg(fd, hello);
-  if (s.ok()) s = shm::recvMsg(fd, w, fds, kSocketTimeoutMs);
-  if (!s.ok())
-    return declined(why, RouteReason::kPeerGone,
-                    {Code::kNotSupported, fmt::format("segment '{}': the shm socket {} did not answer: {}", seg.name,
-                                                      socket, s.message())});
-  struct Closer {
-    std::vector<int>& v;
-    ~Closer() {
-      for (int f : v)
-        if (f >= 0) ::close(f);
-    }
-  } closer{fds};
-  // The target refuses another user (permission), or a nonce it does not
-  // hold (a stale descriptor: the owner restarted).
-  if (w.type != static_cast<uint32_t>(shm::MsgType::kWelcome) || w.status != 0)
-    return declined(why, w.whyText().find("nonce") != std::string::npos ? RouteReason::kPeerGone
-                                                                        : RouteReason::kPermissionDenied,
-                    {Code::kNotSupported, fmt::format("segment '{}': its shm socket refused this process: {}",
-                                                      seg.name, w.whyText())});
-  if (w.nonce != nonce || fds.size() != 2 || w.token == 0)
-    return declined(why, RouteReason::kPeerIncompatible,
-                    {Code::kNotSupported, fmt::format("segment '{}': its shm socket answered with another process's "
-                                                      "credentials",
-                                                      seg.name)});
-  peer->token = w.token;
-  std::unique_ptr<shm::TableView> table;
-  s = shm::TableView::open(fds[0], nonce, table);
-  if (!s.ok()) return declined(why, RouteReason::kRefused, s);
-  if (table->closed())
-    return declined(why, RouteReason::kPeerGone,
-                    {Code::kNotSupported, fmt::format("the engine of pid {} shut down", own_pid)});
-  peer->table = std::move(table);
-  peer->pidfd = std::exchange(fds[1], -1);
-  // Cross-memory attach: the probe word at the pid the kernel names here.
-  peer->pid = cred.pid;
-  if (cred.pid <= 0) {
-    peer->cma_why = fmt::format("pid {} (in its own pid namespace) is not visible from this one", own_pid);
-    peer->cma_reason = RouteReason::kOtherPidNamespace;
-  } else {
-    uint64_t word = 0;
-    iovec l{&word, sizeof word}, r{reinterpret_cast<void*>(probe), sizeof word};
-    if (::process_vm_readv(cred.pid, &l, 1, &r, 1, 0) != static_cast<ssize_t>(sizeof word)) {
-      const int err = errno;
-      peer->cma_reason = err == EPERM || err == EACCES ? RouteReason::kPermissionDenied : RouteReason::kRefused;
-      peer->cma_why = err == EPERM || err == EACCES ? shm::cmaRefusal(cred.pid, err)
-                                                    : fmt::format("process_vm_readv of pid {}'s probe word failed: {}",
-                                                                  cred.pid, std::strerror(err));
-    } else if (word != nonce) {
-      peer->cma_why = fmt::format("pid {} here does not hold the owner's nonce", cred.pid);
-      peer->cma_reason = RouteReason::kOtherPidNamespace;
-    } else {
-      peer->cma = true;
-    }
-  }
-  std::lock_guard lk(peers_mu_);
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = peer->pidfd;
-  if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, peer->pidfd, &ev) != 0)
-    return declined(why, RouteReason::kRefused,
-                    {Code::kInternal, fmt::format("shm: epoll_ctl on a pidfd: {}", std::strerror(errno))});
-  by_pidfd_[peer->pidfd] = peer;
-  peers_[fmt::format("{}/{}", socket, nonce)] = peer;
-  counts_->peers_opened++;
-  out = std::move(peer);
-  return Status::OK();
-}
-
-Status ShmTransport::bindRegistrations(Peer& p, const SegmentDesc& seg, std::vector<shm::Reg>& out,
-                                       RouteDecline& why) {
-  out = shm::registrationsOf(seg);
-  size_t unmapped = 0, exposed = 0;
-  std::string first_why;
-  for (shm::Reg& r : out) {
-    if (r.gen == 0) continue;
-    ++exposed;
-    std::string no_map = "private memory (not a memfd or a shared file)";
-    if (r.shared && settings_.shared_mappings) r.map = p.mapping(r.gen, no_map);
-    if (!settings_.shared_mappings) no_map = "shm.shared_mappings is off";
-    if (!r.map) {
-      if (unmapped++ == 0) first_why = fmt::format("[{:#x}, +{}): {}", r.addr, r.length, no_map);
-    } else if (r.map->addr != r.addr || r.map->length != r.length) {
-      return declined(why, RouteReason::kPeerIncompatible,
-                      {Code::kNotSupported, fmt::format("segment '{}': the peer's registration {} is [{:#x}, +{}), its "
-                                                        "descriptor says [{:#x}, +{})",
-                                                        seg.name, r.gen, r.map->addr, r.map->length, r.addr,
-                                                        r.length)});
-    }
-  }
-  if (unmapped && !p.cma)
-    return declined(why, p.cma_reason,
-                    {Code::kNotSupported,
-                     fmt::format("{} of {} buffers of segment '{}' cannot be mapped (first: {}) and cross-memory "
-                                 "attach is not available: {}",
-                                 unmapped, exposed, seg.name, first_why, p.cma_why)});
-  return Status::OK();
-}
-
-void ShmTransport::watch() {
-  epoll_event evs[16];
-  while (!stopping_.load()) {
-    int n = ::epoll_wait(epfd_, evs, 16, -1);
-    if (n < 0 && errno != EINTR) break;
-    for (int i = 0; i < n; ++i)
-      if (evs[i].data.fd != evfd_) peerGone(evs[i].data.fd);
-  }
-}
-
-void ShmTransport::peerGone(int pidfd) {
-  std::shared_ptr<Peer> p;
-  {
-    std::lock_guard lk(peers_mu_);
-    ::epoll_ctl(epfd_, EPOLL_CTL_DEL, pidfd, nullptr);  // level-triggered: once is enough
-    auto it = by_pidfd_.find(pidfd);
-    if (it != by_pidfd_.end()) p = it->second.lock();
-  }
-  if (!p) return;
-  counts_->peers_gone++;
-  p->markDead();
 }
 
 Status ShmTransport::newSubBatch(size_t, std::unique_ptr<SubBatch>& out) {

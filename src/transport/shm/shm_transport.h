@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "base/transport.h"
+#include "local/peer_death_watcher.h"
 #include "transport/shm/shm_table.h"
 
 namespace hawser {
@@ -122,7 +123,6 @@ class ShmTransport final : public Transport {
   void enqueue(std::vector<shm::Group*>& groups);
   void cancelQueued(shm::SubBatchImpl* sb);
   void work(unsigned worker);
-  void watch();
   // Copies the groups of `w` on the calling thread (a submitter: shm.inline_bytes);
   // true when some went to the copy threads (no inline reader was free).
   bool copyHere(shm::Work& w);
@@ -132,7 +132,8 @@ class ShmTransport final : public Transport {
   void runGroup(shm::Group* g, const shm::TableView* table, int slot, shm::Scratch* scratch);
   // A group whose registration is mapped here (announced in `slot`).
   void copyMapped(shm::Group* g, const shm::TableView& table, int slot);
-  void peerGone(int pidfd);
+  // The watcher saw the process of `p` exit.
+  void peerGone(const std::shared_ptr<shm::Peer>& p);
   // Connects to the peer's socket and maps its table: a new Peer.
   Status connectPeer(const SegmentDesc& seg, const std::string& socket, uint64_t nonce, uint64_t probe,
                      int64_t own_pid, std::shared_ptr<shm::Peer>& out, RouteDecline& why);
@@ -157,10 +158,7 @@ class ShmTransport final : public Transport {
   // Peers by "pid/nonce"; the watcher waits on their pidfds.
   std::mutex peers_mu_;
   std::unordered_map<std::string, std::weak_ptr<shm::Peer>> peers_;
-  std::unordered_map<int, std::weak_ptr<shm::Peer>> by_pidfd_;
-  int epfd_ = -1;
-  int evfd_ = -1;
-  std::thread watcher_;
+  local::PeerDeathWatcher deaths_;
 
   struct Counts {
     std::atomic<uint64_t> slices_completed{0};
