@@ -33,7 +33,10 @@
 // A peer that exits (its pidfd becomes readable, or a copy answers ESRCH) is
 // marked dead at once: its table is unmapped, its slices fail kUnavailable.
 //
-// Files: shm_transport.cpp (install, peers, workers), shm_sub_batch.cpp,
+// Files: shm_transport.cpp (install, the descriptor and its decoder),
+// shm_workers.cpp (the copy workers, and the copies a submitter makes
+// itself), shm_peer.cpp (opening a peer, its pidfd watched by
+// local::PeerDeathWatcher, its registrations mapped), shm_sub_batch.cpp,
 // shm_table.{h,cpp} (the registration table), shm_socket.{h,cpp} and
 // shm_server.{h,cpp} (the local socket), shm_backing.{h,cpp} (which memory
 // is shareable). Trust model, tunables and figures: docs/shm.md.
