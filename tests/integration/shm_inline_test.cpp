@@ -127,9 +127,9 @@ TEST_P(ShmInline, a_small_batch_is_copied_by_the_submitting_thread_one_slice_per
 }
 
 TEST_P(ShmInline, a_request_of_up_to_inline_bytes_is_not_cut) {
-  ASSERT_NO_FATAL_FAILURE(start());
+  ASSERT_NO_FATAL_FAILURE(start({{"shm.inline_bytes", "4M"}}));
   g_copiers.clear();
-  // 2 x 2 MiB: each more than shm.split_bytes, both within shm.inline_bytes (4 MiB).
+  // 2 x 2 MiB: each more than shm.split_bytes, both within shm.inline_bytes (4 MiB here).
   ASSERT_NO_FATAL_FAILURE(readWriteCheck(2, 2u << 20));
   EXPECT_EQ(g_copiers.get(), std::set<std::thread::id>{std::this_thread::get_id()});
   EXPECT_EQ(count("inline_slices"), 3u * 2);
@@ -139,7 +139,7 @@ TEST_P(ShmInline, a_request_of_up_to_inline_bytes_is_not_cut) {
 TEST_P(ShmInline, a_batch_larger_than_inline_bytes_goes_to_the_copy_threads) {
   ASSERT_NO_FATAL_FAILURE(start());
   g_copiers.clear();
-  // 8 x 1 MiB = 8 MiB > shm.inline_bytes: slices of 512 KiB (shm.split_bytes) for the copy threads.
+  // 8 x 1 MiB = 8 MiB > shm.inline_bytes (1 MiB by default): slices of 512 KiB (shm.split_bytes) for the copy threads.
   ASSERT_NO_FATAL_FAILURE(readWriteCheck(8, 1u << 20));
   EXPECT_EQ(g_copiers.get().count(std::this_thread::get_id()), 0u) << "the submitting thread copied";
   EXPECT_FALSE(g_copiers.get().empty());

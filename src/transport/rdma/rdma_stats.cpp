@@ -94,7 +94,10 @@ Counters countersOf(const Stats& s, size_t nics, uint64_t passive_qp_sets) {
 
 StatsSnapshot statsOf(const Counters& c) {
   StatsSnapshot s;
-  for (const auto& [key, value] : c) {
+  for (const auto& kv : c) {
+    // Not a structured binding: clang 14 cannot capture one in a lambda.
+    const std::string& key = kv.first;
+    const uint64_t value = kv.second;
     if (key == "passive_qp_sets") s.passive_qp_sets = value;
     forEachScalar(
         [&](const char* name, uint64_t& v) {

@@ -20,7 +20,7 @@ inline constexpr Knob kShmKnobs[] = {
    "copy threads (memcpy through shared mappings, process_vm_readv/writev otherwise); 0: min(4, CPUs)"},
   {"shm.split_bytes", "HAWSER_SHM_SPLIT_BYTES", KnobType::kSize, "512K", 4 * knob_detail::K, knob_detail::G, {},
    "a task is cut into pieces of at most this many bytes, copied in parallel by the copy threads"},
-  {"shm.inline_bytes", "HAWSER_SHM_INLINE_BYTES", KnobType::kSize, "4M", 0, knob_detail::G, {},
+  {"shm.inline_bytes", "HAWSER_SHM_INLINE_BYTES", KnobType::kSize, "1M", 0, knob_detail::G, {},
    "a submit (or a block request's first window) of at most this many bytes is copied by the submitting thread "
    "itself, whole (not cut, no hand-off to the copy threads); the submit returns once it is copied, so this "
    "bounds the time a submit takes. Larger ones go to the copy threads. 0: always the copy threads"},

@@ -87,7 +87,7 @@ struct Reg;
 struct ShmSettings {
   uint32_t threads = 0;             // shm.threads (0: min(4, CPUs))
   uint64_t split_bytes = 512 << 10; // shm.split_bytes
-  uint64_t inline_bytes = 4 << 20;  // shm.inline_bytes
+  uint64_t inline_bytes = 1 << 20;  // shm.inline_bytes
   uint32_t max_iov = 1024;          // shm.max_iov (IOV_MAX)
   std::string socket_dir;           // shm.socket_dir ("": abstract namespace)
   bool shared_mappings = true;      // shm.shared_mappings
