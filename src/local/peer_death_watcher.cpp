@@ -130,13 +130,16 @@ void PeerDeathWatcher::run() {
       std::lock_guard lk(mu_);
       if (stop_) return;
       for (int i = 0; i < n; ++i) {
-        if (evs[i].data.u64 == 0) {
+        // By value: epoll_event is packed, its u64 is not 8-byte aligned
+        // (a reference to it, as push_back takes, is undefined behaviour).
+        const Id ev_id = evs[i].data.u64;
+        if (ev_id == 0) {
           uint64_t v;
           while (::read(evfd_, &v, sizeof v) > 0) {
           }
           continue;
         }
-        candidates.push_back(evs[i].data.u64);
+        candidates.push_back(ev_id);
       }
       if (polled)
         for (auto& [id, e] : entries_)
