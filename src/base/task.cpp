@@ -44,10 +44,10 @@ uint64_t Task::sinceSubmitNs() const {
 
 void Task::completeSlice(TransferState state, uint64_t bytes, const Status& error) {
   // One shard lookup for every count of this slice (and of its task).
-  const size_t shard = traffic_ ? metrics::threadShard() : 0;
-  const uint64_t ns = traffic_ ? sinceSubmitNs() : 0;
-  if (traffic_) {
-    traffic_->sliceEnded(shard, metrics::PeerTraffic::dir(request_.opcode),
+  const size_t shard = traffic_p_ ? metrics::threadShard() : 0;
+  const uint64_t ns = traffic_p_ ? sinceSubmitNs() : 0;
+  if (traffic_p_) {
+    traffic_p_->sliceEnded(shard, metrics::PeerTraffic::dir(request_.opcode),
                          state == TransferState::kCompleted ? Code::kOk : failureCode(state, error), bytes, ns);
   }
   if (state == TransferState::kCompleted) {
@@ -60,19 +60,19 @@ void Task::completeSlice(TransferState state, uint64_t bytes, const Status& erro
 
 void Task::completeSlices(uint32_t n, uint64_t bytes) {
   if (n == 0) return;
-  const size_t shard = traffic_ ? metrics::threadShard() : 0;
-  const uint64_t ns = traffic_ ? sinceSubmitNs() : 0;
-  if (traffic_) traffic_->slicesEnded(shard, metrics::PeerTraffic::dir(request_.opcode), Code::kOk, n, bytes, ns);
+  const size_t shard = traffic_p_ ? metrics::threadShard() : 0;
+  const uint64_t ns = traffic_p_ ? sinceSubmitNs() : 0;
+  if (traffic_p_) traffic_p_->slicesEnded(shard, metrics::PeerTraffic::dir(request_.opcode), Code::kOk, n, bytes, ns);
   bytes_done_.fetch_add(bytes, std::memory_order_relaxed);
   slicesEnded(n, ns, shard);
 }
 
 void Task::failSlices(uint32_t n, TransferState state, const Status& error) {
   if (n == 0) return;
-  const size_t shard = traffic_ ? metrics::threadShard() : 0;
-  const uint64_t ns = traffic_ ? sinceSubmitNs() : 0;
-  if (traffic_)
-    traffic_->slicesEnded(shard, metrics::PeerTraffic::dir(request_.opcode), failureCode(state, error), n, 0, ns);
+  const size_t shard = traffic_p_ ? metrics::threadShard() : 0;
+  const uint64_t ns = traffic_p_ ? sinceSubmitNs() : 0;
+  if (traffic_p_)
+    traffic_p_->slicesEnded(shard, metrics::PeerTraffic::dir(request_.opcode), failureCode(state, error), n, 0, ns);
   noteFailure(state, error);
   slicesEnded(n, ns, shard);
 }
@@ -99,29 +99,38 @@ void Task::slicesEnded(uint32_t n, uint64_t ns, size_t shard) {
   const size_t id = id_;
   const uint32_t done = slices_done_.fetch_add(n, std::memory_order_acq_rel) + n;
   if (done != total) return;
-  if (traffic_) {
+  if (traffic_p_) {
     Code code = Code::kOk;
     if (worst_rank_.load() != 0) {
       std::lock_guard lk(error_mu_);
       code = error_.code();
     }
-    traffic_->taskEnded(shard, metrics::PeerTraffic::dir(request_.opcode), code, ns);
+    traffic_p_->taskEnded(shard, metrics::PeerTraffic::dir(request_.opcode), code, ns);
   }
   owner->taskFinished(id);
 }
 
 void Task::countRetry() {
-  if (traffic_) traffic_->retried();
+  if (traffic_p_) traffic_p_->retried();
 }
 
 void Task::reset(const TransferRequest& request, size_t id, std::shared_ptr<const SegmentDesc> segment,
                  std::shared_ptr<PeerHandle> peer, int remote_buffer,
                  std::shared_ptr<metrics::PeerTraffic> traffic) {
-  request_ = request;
-  id_ = id;
   segment_ = std::move(segment);
   peer_ = std::move(peer);
   traffic_ = std::move(traffic);
+  std::lock_guard lk(error_mu_);  // a reused task (a block window's) may still be read
+  resetBorrowed(request, id, segment_.get(), peer_.get(), remote_buffer, traffic_.get());
+}
+
+void Task::resetBorrowed(const TransferRequest& request, size_t id, const SegmentDesc* segment, PeerHandle* peer,
+                         int remote_buffer, metrics::PeerTraffic* traffic) {
+  request_ = request;
+  id_ = id;
+  segment_p_ = segment;
+  peer_p_ = peer;
+  traffic_p_ = traffic;
   region_ = nullptr;
   remote_buffer_ = remote_buffer;
   slices_total_ = 0;
@@ -129,13 +138,12 @@ void Task::reset(const TransferRequest& request, size_t id, std::shared_ptr<cons
   bytes_done_.store(0, std::memory_order_relaxed);
   worst_rank_.store(0, std::memory_order_relaxed);
   submitted_.store(false, std::memory_order_relaxed);
-  std::lock_guard lk(error_mu_);
   error_ = Status::OK();
 }
 
 void Task::markSubmitted(std::chrono::steady_clock::time_point now) {
   submitted_at_ = now;
-  if (traffic_) traffic_->slicesPosted(slices_total_);
+  if (traffic_p_) traffic_p_->slicesPosted(slices_total_);
   submitted_.store(true, std::memory_order_release);
 }
 

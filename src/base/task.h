@@ -41,9 +41,9 @@ class Task {
   const TransferRequest& request() const { return request_; }
   uint64_t localAddr() const { return reinterpret_cast<uint64_t>(request_.source); }
   // The target segment's descriptor, as known when the task was submitted.
-  const SegmentDesc& segment() const { return *segment_; }
+  const SegmentDesc& segment() const { return *segment_p_; }
   // The transport's decoded view of that segment (its own PeerHandle type).
-  PeerHandle* peer() const { return peer_.get(); }
+  PeerHandle* peer() const { return peer_p_; }
   // Index of the remote buffer the request lies in (memory segments), else -1.
   int remoteBuffer() const { return remote_buffer_; }
   // The registered region the local buffer lies in, found when the task was
@@ -78,6 +78,15 @@ class Task {
   void reset(const TransferRequest& request, size_t id, std::shared_ptr<const SegmentDesc> segment,
              std::shared_ptr<PeerHandle> peer, int remote_buffer,
              std::shared_ptr<metrics::PeerTraffic> traffic = nullptr);
+  // The same, with `segment`, `peer` and `traffic` kept alive by the caller
+  // as long as the task (a batch keeps one reference per submit to the
+  // views its tasks point into): a submit of N tasks to one peer then
+  // takes no reference counts per task, atomic increments on cache lines
+  // every submitting thread shares. For a task no other thread can see
+  // yet (a batch's next one, before Batch::commit publishes it): it takes
+  // no lock.
+  void resetBorrowed(const TransferRequest& request, size_t id, const SegmentDesc* segment, PeerHandle* peer,
+                     int remote_buffer, metrics::PeerTraffic* traffic);
   // After reset(): the task's local region, which the caller keeps alive
   // as long as the task (its batch, or the block plan of its runs).
   void setRegion(const LocalRegion* region) { region_ = region; }
@@ -90,8 +99,14 @@ class Task {
 
  private:
   TransferRequest request_;
+  // What reset() owns; the pointers below are what the task uses (set by
+  // either reset).
   std::shared_ptr<const SegmentDesc> segment_;
   std::shared_ptr<PeerHandle> peer_;
+  std::shared_ptr<metrics::PeerTraffic> traffic_;
+  const SegmentDesc* segment_p_ = nullptr;
+  PeerHandle* peer_p_ = nullptr;
+  metrics::PeerTraffic* traffic_p_ = nullptr;
   const LocalRegion* region_ = nullptr;
   static const LocalRegion kNoRegion;
   // The end of `n` slices (their failure, if any, already noted); `shard`:
@@ -100,7 +115,6 @@ class Task {
   void noteFailure(TransferState state, const Status& error);
   uint64_t sinceSubmitNs() const;
 
-  std::shared_ptr<metrics::PeerTraffic> traffic_;
   std::chrono::steady_clock::time_point submitted_at_{};
   int remote_buffer_ = -1;
   size_t id_ = 0;

@@ -11,21 +11,9 @@
 
 #include <fmt/format.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
+#include "base/cpu_relax.h"
 
 namespace hawser {
-
-namespace {
-inline void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-}  // namespace
 
 // A completer is counted in inside_ from before the count drops until its
 // last touch of the batch's memory, so that dropSubBatches() (freeBatch runs

@@ -88,6 +88,13 @@ class Batch final : public TaskOwner {
   // dropRegions: the last kept, for a submit refused after layout.
   const LocalRegion* keepRegions(std::vector<LocalRegion> regions);
   void dropRegions() { regions_.pop_back(); }
+  // Under submitMutex(): keeps `p` (a segment view a submit's tasks point
+  // into: its descriptor, peers and traffic, Task::resetBorrowed) as long as
+  // the batch; one reference however many tasks, none again for the view
+  // the submit before kept.
+  void keepAlive(std::shared_ptr<const void> p) {
+    if (kept_.empty() || kept_.back() != p) kept_.push_back(std::move(p));
+  }
   // Under submitMutex(), with no task left unfinished() but those whose
   // every slice ended: what keeps the batch from being freed. kIo: a
   // transport's I/O still references memory (`who`: a sub-batch not idle, a
@@ -121,6 +128,7 @@ class Batch final : public TaskOwner {
   std::map<Transport*, std::unique_ptr<SubBatch>> subs_;  // under submit_mu_
   std::vector<std::shared_ptr<BlockRunner>> runners_;      // under submit_mu_
   std::vector<std::vector<LocalRegion>> regions_;          // under submit_mu_
+  std::vector<std::shared_ptr<const void>> kept_;          // under submit_mu_: keepAlive
   std::mutex submit_mu_;
   std::atomic<int> inside_{0};          // completers touching the batch in taskFinished()
   std::atomic<uint32_t> done_seq_{0};  // futex word: bumped when the last task ends

@@ -14,7 +14,7 @@ Status bad(size_t i, const Status& s) { return {s.code(), fmt::format("requests[
 
 // One request, resolved before the batch is locked.
 struct Resolved {
-  std::shared_ptr<const SegmentView> view;
+  const SegmentView* view = nullptr;  // kept alive by the submit's `views`
   const Route* route = nullptr;
   int remote_buffer = -1;
   uint32_t region = 0;  // its local region, with its route's registration: an index into `regions`
@@ -54,6 +54,19 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
   };
   SegmentID last_id = kInvalidSegment;
   std::shared_ptr<const SegmentView> view;
+  // Every view a request resolved against, held until the submit returns
+  // (the tasks then hold their descriptors and peers).
+  std::vector<std::shared_ptr<const SegmentView>> views;
+  // The request before's remote buffer and route: a batch's requests mostly
+  // lie in one buffer of one segment, and take one route. The choice depends
+  // only on the view, the query and the contract, so it is reused while
+  // those are the same.
+  const SegmentView* choice_view = nullptr;
+  RouteQuery choice_q;
+  Contract choice_contract;
+  RouteChoice choice;
+  int last_buf = -1;
+  uint32_t last_kind = kHostMemory;  // of last_buf
   // The local regions of these requests, each with the registration of
   // the request's transport, found once: consecutive requests mostly lie
   // in the region of the one before and take its route.
@@ -81,6 +94,8 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
       if (!view)
         return refuse(i, {Code::kSegmentNotFound, fmt::format("target_id {} is not an open segment", r.target_id)});
       last_id = r.target_id;
+      last_buf = -1;
+      views.push_back(view);
     }
     const uint64_t src = reinterpret_cast<uint64_t>(r.source);
     if (src + r.length < src) return refuse(i, {Code::kInvalidArgument, "source + length wraps around"});
@@ -91,21 +106,39 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
     if (view->desc->kind == SegmentDesc::Kind::kMemory) {
       if (r.target_offset + r.length < r.target_offset)
         return refuse(i, {Code::kOutOfRange, "target_offset + length wraps around"});
-      buf = view->desc->findBuffer(r.target_offset, r.length);
+      if (last_buf >= 0) {
+        const BufferDesc& b = view->desc->buffers[static_cast<size_t>(last_buf)];
+        if (r.target_offset >= b.addr && r.target_offset + r.length <= b.addr + b.length) buf = last_buf;
+      }
+      if (buf < 0) buf = view->desc->findBuffer(r.target_offset, r.length);
       if (buf < 0) {
-        if (auto fresh = refreshSegment(r.target_id)) view = fresh;  // the owner may have registered it since
+        if (auto fresh = refreshSegment(r.target_id)) {  // the owner may have registered it since
+          view = fresh;
+          views.push_back(view);
+        }
         buf = view->desc->findBuffer(r.target_offset, r.length);
         if (buf < 0)
           return refuse(i, {Code::kOutOfRange,
                             fmt::format("remote range [{:#x}, +{}) is not inside one registered buffer of segment '{}'",
                                         r.target_offset, r.length, view->desc->name)});
       }
-      q.remote_kind = memoryKindOf(view->desc->buffers[static_cast<size_t>(buf)].location);
+      if (buf != last_buf) {
+        last_buf = buf;
+        last_kind = memoryKindOf(view->desc->buffers[static_cast<size_t>(buf)].location);
+      }
+      q.remote_kind = last_kind;
       q.buffer = buf;
     }
     const char* source = nullptr;
     const Contract contract = contractOf(r.route, &source);
-    const RouteChoice choice = selectRoute(*view, q, forced_transport_, contract);
+    if (choice_view != view.get() || q.local_kind != choice_q.local_kind || q.remote_kind != choice_q.remote_kind ||
+        q.buffer != choice_q.buffer || contract.transports != choice_contract.transports ||
+        contract.require != choice_contract.require) {
+      choice = selectRoute(*view, q, forced_transport_, contract);
+      choice_view = view.get();
+      choice_q = q;
+      choice_contract = contract;
+    }
     const Route* route = choice.route;
     if (!route) {
       if (contract.any())
@@ -127,7 +160,7 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
       regions.back().pick(route->transport);
       region_for.push_back(route->transport);
     }
-    res[i] = Resolved{view, route, buf, static_cast<uint32_t>(regions.size() - 1)};
+    res[i] = Resolved{view.get(), route, buf, static_cast<uint32_t>(regions.size() - 1)};
     if (choice.fallback) {
       if (fell.empty() || fell.back().from != choice.fallback || fell.back().to != route ||
           fell.back().view != view.get() || fell.back().why.reason != choice.fallback_why.reason)
@@ -162,13 +195,25 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
     return {Code::kCapacityExceeded, fmt::format("batch {} holds {} of {} tasks; {} more requested", id, base,
                                                  batch->capacity(), reqs.size())};
   }
-  std::map<Transport*, std::vector<Task*>> groups;
+  // The tasks point into these views (descriptor, peer, traffic): the
+  // batch keeps them (a refused submit's too, harmlessly).
+  for (auto& v : views) batch->keepAlive(std::move(v));
+  // Each transport's tasks, in request order (a batch mostly has one).
+  std::vector<std::pair<Transport*, std::vector<Task*>>> groups;
   const LocalRegion* kept = batch->keepRegions(std::move(regions));
   for (size_t i = 0; i < reqs.size(); ++i) {
     Task& t = batch->task(base + i);
-    t.reset(reqs[i], base + i, res[i].view->desc, res[i].route->peer, res[i].remote_buffer, res[i].route->traffic);
+    t.resetBorrowed(reqs[i], base + i, res[i].view->desc.get(), res[i].route->peer.get(), res[i].remote_buffer,
+                    res[i].route->traffic.get());
     t.setRegion(kept + res[i].region);
-    groups[res[i].route->transport].push_back(&t);
+    Transport* tr = res[i].route->transport;
+    auto g = groups.begin();
+    while (g != groups.end() && g->first != tr) ++g;
+    if (g == groups.end()) {
+      g = groups.emplace(groups.end(), tr, std::vector<Task*>());
+      g->second.reserve(reqs.size() - i);
+    }
+    g->second.push_back(&t);
   }
   size_t slices = 0;
   std::vector<std::pair<SubBatch*, std::unique_ptr<PreparedWork>>> work;  // dropped unposted on failure

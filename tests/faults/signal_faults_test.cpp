@@ -304,7 +304,9 @@ TEST_F(Signals, a_signal_nobody_waits_for_expires) {
   engine_.reset();
   start({{"signal.expire_ms", "200"}});
   Child sender;
-  const std::string peer = startSender(sender, {"write:e:1:4096:0:4"});
+  // It stays alive (hold): a wait on a sender that exited fails with
+  // PEER_LOST instead of timing out, and it may exit before the wait.
+  const std::string peer = startSender(sender, {"write:e:1:4096:0:4", "hold"});
   ASSERT_FALSE(sender.waitFor("done e COMPLETED", 30000).empty());
   ASSERT_TRUE(eventually([&] { return counter(*engine_, "", "signals_expired") >= 1; }))
       << "the unwaited signal was never dropped";

@@ -468,7 +468,6 @@ class StreamWorker {
   void release(Pending& p);
   // The group is done with: the sub-batch may free it from here on.
   void letGo(Group* g);
-  static void cpuRelax();
 
   const size_t index_;
   const int device_;

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <map>
 
+#include "base/cpu_relax.h"
 #include "base/log.h"
 #include "base/registry.h"
 #include "gpu/cuda_driver.h"
@@ -233,14 +234,6 @@ void StreamWorker::run() {
     }
   }
   stream_.reset();  // waits for what is queued on it (nothing by now)
-}
-
-void StreamWorker::cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#else
-  std::this_thread::yield();
-#endif
 }
 
 void StreamWorker::lookUp(PeerRef* peer, uint32_t buf, uint64_t remote, uint64_t len, Pending& p, Mapping*& m,

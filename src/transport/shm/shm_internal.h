@@ -63,14 +63,15 @@ struct Peer {
   int slots[kMaxThreads];
   // The reader slots of submitting threads that copy their own slices
   // (shm.inline_bytes): one is lent for a post (busy), claimed in the table
-  // at its first use; inline_slots[i] is touched only by its borrower.
-  std::atomic<bool> inline_busy[kInlineReaders] = {};
-  int inline_slots[kInlineReaders];
+  // at its first use; a reader's slot is touched only by its borrower.
+  // A cache line each: submitting threads borrowing at once share none.
+  struct alignas(64) InlineReader {
+    std::atomic<bool> busy{false};
+    int slot = -1;
+  };
+  InlineReader inline_readers[kInlineReaders];
 
-  Peer() {
-    std::fill(std::begin(slots), std::end(slots), -1);
-    std::fill(std::begin(inline_slots), std::end(inline_slots), -1);
-  }
+  Peer() { std::fill(std::begin(slots), std::end(slots), -1); }
 
   std::shared_ptr<TableView> view() {
     std::lock_guard lk(mu);
@@ -89,15 +90,15 @@ struct Peer {
     thread_local const uint32_t hint = next_hint.fetch_add(1, std::memory_order_relaxed);
     for (uint32_t k = 0; k < kInlineReaders; ++k) {
       const uint32_t i = (hint + k) % kInlineReaders;
-      if (inline_busy[i].load(std::memory_order_relaxed) || inline_busy[i].exchange(true, std::memory_order_acquire))
-        continue;
-      if (inline_slots[i] < 0) inline_slots[i] = t.claimSlot(token);
-      slot = inline_slots[i];
+      InlineReader& r = inline_readers[i];
+      if (r.busy.load(std::memory_order_relaxed) || r.busy.exchange(true, std::memory_order_acquire)) continue;
+      if (r.slot < 0) r.slot = t.claimSlot(token);
+      slot = r.slot;
       return static_cast<int>(i);
     }
     return -1;
   }
-  void giveInline(int i) { inline_busy[i].store(false, std::memory_order_release); }
+  void giveInline(int i) { inline_readers[i].busy.store(false, std::memory_order_release); }
   // Whether the process has exited (its pidfd is readable).
   bool exited() const {
     pollfd p{pidfd, POLLIN, 0};

@@ -155,7 +155,7 @@ Status ShmTransport::connectPeer(const SegmentDesc& seg, const std::string& sock
   auto peer = std::shared_ptr<Peer>(new Peer(), [this](Peer* p) {
     if (p->table) {
       for (int slot : p->slots) p->table->releaseSlot(slot);
-      for (int slot : p->inline_slots) p->table->releaseSlot(slot);
+      for (const auto& r : p->inline_readers) p->table->releaseSlot(r.slot);
     }
     if (p->pidfd >= 0) {
       {

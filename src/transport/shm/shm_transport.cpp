@@ -42,7 +42,8 @@ Status ShmTransport::loadSettings(const Config& config, ShmSettings& out) {
   Status st;
   if (!(st = cfg.getInt("shm.threads", s.threads)).ok() || !(st = cfg.getSize("shm.split_bytes", s.split_bytes)).ok() ||
       !(st = cfg.getSize("shm.inline_bytes", s.inline_bytes)).ok() ||
-      !(st = cfg.getInt("shm.max_iov", s.max_iov)).ok() || !(st = cfg.getString("shm.socket_dir", s.socket_dir)).ok() ||
+      !(st = cfg.getInt("shm.max_iov", s.max_iov)).ok() || !(st = cfg.getInt("shm.spin_us", s.spin_us)).ok() ||
+      !(st = cfg.getString("shm.socket_dir", s.socket_dir)).ok() ||
       !(st = cfg.getBool("shm.shared_mappings", s.shared_mappings)).ok())
     return st;
   while (s.socket_dir.size() > 1 && s.socket_dir.back() == '/') s.socket_dir.pop_back();
@@ -96,9 +97,10 @@ Status ShmTransport::install(const TransportContext& ctx) {
   if (!(s = deaths_.start()).ok()) return {s.code(), "shm: " + s.message()};
   for (uint32_t i = 0; i < settings_.threads; ++i) workers_.emplace_back([this, i] { work(i); });
   installed_ = true;
-  HLOG_INFO("shm transport: {} copy thread(s), split {} B, submits of up to {} B copied by their thread, up to {} "
-            "runs per call, socket {}, shared mappings {}",
-            settings_.threads, settings_.split_bytes, settings_.inline_bytes, settings_.max_iov, server_->name(),
+  HLOG_INFO("shm transport: {} copy thread(s) (polling {} us before they sleep), split {} B, submits of up to {} B "
+            "copied by their thread, up to {} runs per call, socket {}, shared mappings {}",
+            settings_.threads, settings_.spin_us, settings_.split_bytes, settings_.inline_bytes, settings_.max_iov,
+            server_->name(),
             settings_.shared_mappings ? "on" : "off");
   return Status::OK();
 }
@@ -224,14 +226,14 @@ void ShmTransport::diagnose(TransportDiagnosis& out) const {
 
 Counters ShmTransport::stats() const {
   const Counts& c = *counts_;
-  return {{"slices_completed", c.slices_completed.load()}, {"slices_failed", c.slices_failed.load()},
-          {"bytes_read", c.bytes_read.load()},             {"bytes_written", c.bytes_written.load()},
-          {"refused_requests", c.refused.load()},          {"peers_opened", c.peers_opened.load()},
+  return {{"slices_completed", c.slices_completed.value()}, {"slices_failed", c.slices_failed.value()},
+          {"bytes_read", c.bytes_read.value()},             {"bytes_written", c.bytes_written.value()},
+          {"refused_requests", c.refused.value()},          {"peers_opened", c.peers_opened.load()},
           {"peers_refused", c.peers_refused.load()},       {"peers_gone", c.peers_gone.load()},
-          {"copy_calls", c.copy_calls.load()},             {"withdrawals_waited", table_.waits()},
+          {"copy_calls", c.copy_calls.value()},             {"withdrawals_waited", table_.waits()},
           {"peers_mapped", c.peers_mapped.load()},         {"peers_cma", c.peers_cma.load()},
-          {"mappings", c.mappings.load()},                 {"mapped_slices", c.mapped_slices.load()},
-          {"inline_slices", c.inline_slices.load()},
+          {"mappings", c.mappings.load()},                 {"mapped_slices", c.mapped_slices.value()},
+          {"inline_slices", c.inline_slices.value()},
           {"readers", server_ ? server_->readers() : 0},   {"readers_refused", server_ ? server_->refused() : 0},
           {"files_passed", server_ ? server_->filesPassed() : 0}};
 }

@@ -53,6 +53,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/metrics.h"
+
 #include "base/transport.h"
 #include "local/peer_death_watcher.h"
 #include "transport/shm/shm_table.h"
@@ -89,6 +91,7 @@ struct ShmSettings {
   uint64_t split_bytes = 512 << 10; // shm.split_bytes
   uint64_t inline_bytes = 1 << 20;  // shm.inline_bytes
   uint32_t max_iov = 1024;          // shm.max_iov (IOV_MAX)
+  uint32_t spin_us = 50;            // shm.spin_us
   std::string socket_dir;           // shm.socket_dir ("": abstract namespace)
   bool shared_mappings = true;      // shm.shared_mappings
 };
@@ -156,6 +159,7 @@ class ShmTransport final : public Transport {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<shm::Group*> queue_;
+  std::atomic<size_t> queued_{0};  // queue_.size(), for copy threads polling it without mu_ (shm.spin_us)
   std::vector<std::thread> workers_;
 
   // Peers by "pid/nonce"; the watcher waits on their pidfds.
@@ -163,21 +167,23 @@ class ShmTransport final : public Transport {
   std::unordered_map<std::string, std::weak_ptr<shm::Peer>> peers_;
   local::PeerDeathWatcher deaths_;
 
+  // Those counted per copy are sharded (metrics::Counter: a cache line per
+  // thread's shard), so that threads copying at once share no line.
   struct Counts {
-    std::atomic<uint64_t> slices_completed{0};
-    std::atomic<uint64_t> slices_failed{0};
-    std::atomic<uint64_t> bytes_read{0};
-    std::atomic<uint64_t> bytes_written{0};
-    std::atomic<uint64_t> copy_calls{0};    // process_vm_readv/writev calls (each moves a group of slices)
-    std::atomic<uint64_t> refused{0};       // not in the target's live table
+    metrics::Counter slices_completed;
+    metrics::Counter slices_failed;
+    metrics::Counter bytes_read;
+    metrics::Counter bytes_written;
+    metrics::Counter copy_calls;  // process_vm_readv/writev calls (each moves a group of slices)
+    metrics::Counter refused;     // not in the target's live table
     std::atomic<uint64_t> peers_opened{0};
     std::atomic<uint64_t> peers_refused{0};  // openPeer said no (CMA refused, wrong process)
     std::atomic<uint64_t> peers_gone{0};     // peers seen exiting
     std::atomic<uint64_t> peers_mapped{0};   // peer handles (openPeer: one per descriptor version) with every buffer mapped
     std::atomic<uint64_t> peers_cma{0};      // peer handles with some buffer over cross-memory attach
     std::atomic<uint64_t> mappings{0};       // registrations of peers mapped here
-    std::atomic<uint64_t> mapped_slices{0};  // slices copied with memcpy through a mapping
-    std::atomic<uint64_t> inline_slices{0};  // slices copied by their submitting thread (shm.inline_bytes)
+    metrics::Counter mapped_slices;  // slices copied with memcpy through a mapping
+    metrics::Counter inline_slices;  // slices copied by their submitting thread (shm.inline_bytes)
   };
   std::unique_ptr<Counts> counts_;
 };

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fmt/format.h>
 
+#include "base/cpu_relax.h"
 #include "base/log.h"
 #include "transport/shm/shm_internal.h"
 #include "transport/shm/shm_testing.h"
@@ -37,6 +38,7 @@ void ShmTransport::enqueue(std::vector<Group*>& groups) {
       return;
     }
     queue_.insert(queue_.end(), groups.begin(), groups.end());
+    queued_.store(queue_.size(), std::memory_order_release);
   }
   // As many copy threads as there are groups, not all of them for one.
   const size_t wake = std::min<size_t>(groups.size(), workers_.size());
@@ -81,7 +83,7 @@ bool ShmTransport::copyHere(shm::Work& w) {
       }
     }
     if (!g->first->map_base && !scratch) scratch = std::make_unique<shm::Scratch>(shm::kMaxIov);
-    counts_->inline_slices.fetch_add(g->n, std::memory_order_relaxed);
+    counts_->inline_slices.add(g->n);
     runGroup(g, table.get(), slot, scratch.get());
   }
   giveBack();
@@ -97,6 +99,7 @@ void ShmTransport::cancelQueued(shm::SubBatchImpl* sb) {
     auto keep = std::stable_partition(queue_.begin(), queue_.end(), [sb](Group* g) { return g->first->sb != sb; });
     taken.assign(keep, queue_.end());
     queue_.erase(keep, queue_.end());
+    queued_.store(queue_.size(), std::memory_order_release);
   }
   for (Group* g : taken)
     shm::endAll(g, TransferState::kCanceled, Code::kUnavailable,
@@ -105,12 +108,24 @@ void ShmTransport::cancelQueued(shm::SubBatchImpl* sb) {
 
 void ShmTransport::work(unsigned worker) {
   shm::Scratch scratch(settings_.max_iov);
+  const auto spin = std::chrono::microseconds(settings_.spin_us);
   std::unique_lock lk(mu_);
   while (true) {
+    if (queue_.empty() && spin.count() > 0 && !stopping_.load()) {
+      // Poll a while before sleeping: the next group of a submitter posting
+      // batch after batch comes within microseconds, a wake-up takes longer.
+      lk.unlock();
+      const auto until = std::chrono::steady_clock::now() + spin;
+      while (queued_.load(std::memory_order_acquire) == 0 && !stopping_.load(std::memory_order_relaxed) &&
+             std::chrono::steady_clock::now() < until)
+        cpuRelax();
+      lk.lock();
+    }
     cv_.wait(lk, [&] { return stopping_.load() || !queue_.empty(); });
     if (stopping_.load()) return;
     Group* g = queue_.front();
     queue_.pop_front();
+    queued_.store(queue_.size(), std::memory_order_release);
     lk.unlock();
     Peer* p = g->first->peer;
     std::shared_ptr<shm::TableView> table = p->dead.load(std::memory_order_acquire) ? nullptr : p->view();
@@ -130,7 +145,7 @@ void ShmTransport::runGroup(Group* g, const shm::TableView* table, int slot, shm
   const int64_t pid = p->own_pid;  // names the peer in messages
   const auto cma_pid = static_cast<pid_t>(p->pid);
   auto failAll = [&](Code c, auto why) {
-    counts_->slices_failed += n;
+    counts_->slices_failed.add(n);
     shm::endAll(g, TransferState::kFailed, c, why);
   };
   auto gone = [&] {
@@ -138,7 +153,7 @@ void ShmTransport::runGroup(Group* g, const shm::TableView* table, int slot, shm
     failAll(Code::kUnavailable, [pid](const Slice&) { return fmt::format("shm peer process {} exited", pid); });
   };
   auto withdrawn = [&] {
-    counts_->refused += n;
+    counts_->refused.add(n);
     if (gen == 0)
       return failAll(Code::kOutOfRange, [pid](const Slice& s) {
         return fmt::format("pid {} does not expose [{:#x}, +{}): not inside one of its registered, remote-accessible "
@@ -204,7 +219,7 @@ void ShmTransport::runGroup(Group* g, const shm::TableView* table, int slot, shm
     }
     const ssize_t r = is_read ? ::process_vm_readv(cma_pid, sc.local.data(), cnt, sc.remote.data(), cnt, 0)
                               : ::process_vm_writev(cma_pid, sc.local.data(), cnt, sc.remote.data(), cnt, 0);
-    counts_->copy_calls.fetch_add(1, std::memory_order_relaxed);
+    counts_->copy_calls.add(1);
     if (r < 0 && errno == EINTR) continue;
     if (r > 0) {
       for (uint64_t left = static_cast<uint64_t>(r); left > 0;) {
@@ -236,9 +251,9 @@ void ShmTransport::runGroup(Group* g, const shm::TableView* table, int slot, shm
       ++ok;
       ok_bytes += first[k].len;
     }
-  counts_->slices_completed += ok;
-  counts_->slices_failed += n - ok;
-  (is_read ? counts_->bytes_read : counts_->bytes_written) += ok_bytes;
+  counts_->slices_completed.add(ok);
+  counts_->slices_failed.add(n - ok);
+  (is_read ? counts_->bytes_read : counts_->bytes_written).add(ok_bytes);
   shm::Ends ends;  // its destructor reports the runs gathered: the last touch of the group
   for (uint32_t k = 0; k < n; ++k) {
     Slice* s = &first[k];
@@ -272,9 +287,9 @@ void ShmTransport::copyMapped(Group* g, const shm::TableView& table, int slot) {
     bytes += s.len;
   }
   table.leave(slot);
-  counts_->slices_completed += n;
-  counts_->mapped_slices += n;
-  (is_read ? counts_->bytes_read : counts_->bytes_written) += bytes;
+  counts_->slices_completed.add(n);
+  counts_->mapped_slices.add(n);
+  (is_read ? counts_->bytes_read : counts_->bytes_written).add(bytes);
   shm::Ends ends;
   for (uint32_t k = 0; k < n; ++k) ends.end(&first[k], TransferState::kCompleted, first[k].len, Status::OK());
 }

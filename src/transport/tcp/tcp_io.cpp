@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <system_error>
 
+#include "base/cpu_relax.h"
 #include "base/log.h"
 #include "rpc/rpc.h"
 #include "transport/tcp/tcp_internal.h"
@@ -125,9 +126,7 @@ void IoThread::relock(std::unique_lock<std::mutex>& lk) {
   if (lk.try_lock()) return;
   const auto end = Clock::now() + std::chrono::microseconds(20);
   for (unsigned i = 1;; ++i) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
+    cpuRelax();
     if (lk.try_lock()) return;
     if (i % 64 == 0 && Clock::now() >= end) break;
   }
