@@ -37,15 +37,19 @@ Code failureCode(TransferState state, const Status& error) {
 
 }  // namespace
 
-uint64_t Task::sinceSubmitNs() const {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - submitted_at_).count());
+uint64_t Task::sinceSubmitNs(std::chrono::steady_clock::time_point now) const {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - submitted_at_).count());
 }
 
 void Task::completeSlice(TransferState state, uint64_t bytes, const Status& error) {
+  completeSlice(state, bytes, error, traffic_p_ ? std::chrono::steady_clock::now() : submitted_at_);
+}
+
+void Task::completeSlice(TransferState state, uint64_t bytes, const Status& error,
+                         std::chrono::steady_clock::time_point now) {
   // One shard lookup for every count of this slice (and of its task).
   const size_t shard = traffic_p_ ? metrics::threadShard() : 0;
-  const uint64_t ns = traffic_p_ ? sinceSubmitNs() : 0;
+  const uint64_t ns = traffic_p_ ? sinceSubmitNs(now) : 0;
   if (traffic_p_) {
     traffic_p_->sliceEnded(shard, metrics::PeerTraffic::dir(request_.opcode),
                          state == TransferState::kCompleted ? Code::kOk : failureCode(state, error), bytes, ns);

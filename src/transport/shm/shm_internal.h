@@ -3,6 +3,7 @@
 // slices end.
 #pragma once
 
+#include <chrono>
 #include <poll.h>
 #include <sys/uio.h>
 
@@ -232,6 +233,12 @@ class Ends {
   void flush();
 
  private:
+  // When the slices ended: read once, at the first (they end together).
+  std::chrono::steady_clock::time_point now() {
+    if (now_ == std::chrono::steady_clock::time_point{}) now_ = std::chrono::steady_clock::now();
+    return now_;
+  }
+  std::chrono::steady_clock::time_point now_{};
   SubBatchImpl* sb_ = nullptr;
   RunSink* sink_ = nullptr;
   size_t runs_ = 0;

@@ -91,7 +91,10 @@ Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
     const TransferRequest& r = t->request();
     const auto* ref = static_cast<const PeerRef*>(t->peer());
     const int bi = t->remoteBuffer();
-    const Reg reg = bi >= 0 && static_cast<size_t>(bi) < ref->regs.size() ? ref->regs[static_cast<size_t>(bi)] : Reg{};
+    // By reference: a copy would count references to its mapping, a cache
+    // line every thread submitting to this peer shares.
+    static const Reg kNone{};
+    const Reg& reg = bi >= 0 && static_cast<size_t>(bi) < ref->regs.size() ? ref->regs[static_cast<size_t>(bi)] : kNone;
     Slice proto = bound(reg, this, ref->peer.get(), r.opcode == OpCode::kRead);
     proto.task = t;
     const uint32_t n = cut(&work->chunk[k], proto, static_cast<char*>(r.source), r.target_offset, r.length, split);
@@ -202,7 +205,7 @@ void Ends::end(Slice* s, TransferState state, uint64_t bytes, const Status& why)
   SubBatchImpl* sb = s->sb;
   if (Task* t = s->task) {
     sb->outstanding.fetch_sub(1, std::memory_order_acq_rel);
-    t->completeSlice(state, bytes, why);
+    t->completeSlice(state, bytes, why, now());
     return;
   }
   RunSink* sink = s->sink;
