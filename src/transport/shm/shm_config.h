@@ -24,10 +24,6 @@ inline constexpr Knob kShmKnobs[] = {
    "a submit (or a block request's first window) of at most this many bytes is copied by the submitting thread "
    "itself, whole (not cut, no hand-off to the copy threads); the submit returns once it is copied, so this "
    "bounds the time a submit takes. Larger ones go to the copy threads. 0: always the copy threads"},
-  {"shm.spin_us", "HAWSER_SHM_SPIN_US", KnobType::kInt, "50", 0, 1000000, {},
-   "a copy thread that finds the queue empty polls it this long before it sleeps: a submitter that posts its next "
-   "batch within it (one thread posting batches one after another) is not kept waiting for a wake-up. 0: sleep at "
-   "once"},
   {"shm.max_iov", "HAWSER_SHM_MAX_IOV", KnobType::kInt, "1024", 1, 1024, {},
    "runs (slices of the tasks of one prepare, e.g. a block request's window) one process_vm_readv/writev call "
    "moves together, at most shm.split_bytes in all (1: a call per run)"},

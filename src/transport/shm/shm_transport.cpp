@@ -42,8 +42,7 @@ Status ShmTransport::loadSettings(const Config& config, ShmSettings& out) {
   Status st;
   if (!(st = cfg.getInt("shm.threads", s.threads)).ok() || !(st = cfg.getSize("shm.split_bytes", s.split_bytes)).ok() ||
       !(st = cfg.getSize("shm.inline_bytes", s.inline_bytes)).ok() ||
-      !(st = cfg.getInt("shm.max_iov", s.max_iov)).ok() || !(st = cfg.getInt("shm.spin_us", s.spin_us)).ok() ||
-      !(st = cfg.getString("shm.socket_dir", s.socket_dir)).ok() ||
+      !(st = cfg.getInt("shm.max_iov", s.max_iov)).ok() || !(st = cfg.getString("shm.socket_dir", s.socket_dir)).ok() ||
       !(st = cfg.getBool("shm.shared_mappings", s.shared_mappings)).ok())
     return st;
   while (s.socket_dir.size() > 1 && s.socket_dir.back() == '/') s.socket_dir.pop_back();
@@ -97,10 +96,9 @@ Status ShmTransport::install(const TransportContext& ctx) {
   if (!(s = deaths_.start()).ok()) return {s.code(), "shm: " + s.message()};
   for (uint32_t i = 0; i < settings_.threads; ++i) workers_.emplace_back([this, i] { work(i); });
   installed_ = true;
-  HLOG_INFO("shm transport: {} copy thread(s) (polling {} us before they sleep), split {} B, submits of up to {} B "
-            "copied by their thread, up to {} runs per call, socket {}, shared mappings {}",
-            settings_.threads, settings_.spin_us, settings_.split_bytes, settings_.inline_bytes, settings_.max_iov,
-            server_->name(),
+  HLOG_INFO("shm transport: {} copy thread(s), split {} B, submits of up to {} B copied by their thread, up to {} "
+            "runs per call, socket {}, shared mappings {}",
+            settings_.threads, settings_.split_bytes, settings_.inline_bytes, settings_.max_iov, server_->name(),
             settings_.shared_mappings ? "on" : "off");
   return Status::OK();
 }

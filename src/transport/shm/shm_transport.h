@@ -91,7 +91,6 @@ struct ShmSettings {
   uint64_t split_bytes = 512 << 10; // shm.split_bytes
   uint64_t inline_bytes = 1 << 20;  // shm.inline_bytes
   uint32_t max_iov = 1024;          // shm.max_iov (IOV_MAX)
-  uint32_t spin_us = 50;            // shm.spin_us
   std::string socket_dir;           // shm.socket_dir ("": abstract namespace)
   bool shared_mappings = true;      // shm.shared_mappings
 };
@@ -159,7 +158,6 @@ class ShmTransport final : public Transport {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<shm::Group*> queue_;
-  std::atomic<size_t> queued_{0};  // queue_.size(), for copy threads polling it without mu_ (shm.spin_us)
   std::vector<std::thread> workers_;
 
   // Peers by "pid/nonce"; the watcher waits on their pidfds.

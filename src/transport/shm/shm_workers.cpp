@@ -11,7 +11,6 @@
 #include <cstring>
 #include <fmt/format.h>
 
-#include "base/cpu_relax.h"
 #include "base/log.h"
 #include "transport/shm/shm_internal.h"
 #include "transport/shm/shm_testing.h"
@@ -38,7 +37,6 @@ void ShmTransport::enqueue(std::vector<Group*>& groups) {
       return;
     }
     queue_.insert(queue_.end(), groups.begin(), groups.end());
-    queued_.store(queue_.size(), std::memory_order_release);
   }
   // As many copy threads as there are groups, not all of them for one.
   const size_t wake = std::min<size_t>(groups.size(), workers_.size());
@@ -99,7 +97,6 @@ void ShmTransport::cancelQueued(shm::SubBatchImpl* sb) {
     auto keep = std::stable_partition(queue_.begin(), queue_.end(), [sb](Group* g) { return g->first->sb != sb; });
     taken.assign(keep, queue_.end());
     queue_.erase(keep, queue_.end());
-    queued_.store(queue_.size(), std::memory_order_release);
   }
   for (Group* g : taken)
     shm::endAll(g, TransferState::kCanceled, Code::kUnavailable,
@@ -108,24 +105,12 @@ void ShmTransport::cancelQueued(shm::SubBatchImpl* sb) {
 
 void ShmTransport::work(unsigned worker) {
   shm::Scratch scratch(settings_.max_iov);
-  const auto spin = std::chrono::microseconds(settings_.spin_us);
   std::unique_lock lk(mu_);
   while (true) {
-    if (queue_.empty() && spin.count() > 0 && !stopping_.load()) {
-      // Poll a while before sleeping: the next group of a submitter posting
-      // batch after batch comes within microseconds, a wake-up takes longer.
-      lk.unlock();
-      const auto until = std::chrono::steady_clock::now() + spin;
-      while (queued_.load(std::memory_order_acquire) == 0 && !stopping_.load(std::memory_order_relaxed) &&
-             std::chrono::steady_clock::now() < until)
-        cpuRelax();
-      lk.lock();
-    }
     cv_.wait(lk, [&] { return stopping_.load() || !queue_.empty(); });
     if (stopping_.load()) return;
     Group* g = queue_.front();
     queue_.pop_front();
-    queued_.store(queue_.size(), std::memory_order_release);
     lk.unlock();
     Peer* p = g->first->peer;
     std::shared_ptr<shm::TableView> table = p->dead.load(std::memory_order_acquire) ? nullptr : p->view();
