@@ -115,6 +115,7 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
         if (auto fresh = refreshSegment(r.target_id)) {  // the owner may have registered it since
           view = fresh;
           views.push_back(view);
+          last_buf = -1;  // an index into the old descriptor's buffers
         }
         buf = view->desc->findBuffer(r.target_offset, r.length);
         if (buf < 0)
