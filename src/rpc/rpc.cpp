@@ -365,9 +365,9 @@ static Status sendHello(int fd, uint16_t kind) {
 }
 
 Status openStream(const std::string& host, uint16_t port, uint16_t kind, std::chrono::milliseconds timeout,
-                  net::Fd& out) {
+                  net::Fd& out, bool* nobody_listens) {
   net::Fd fd;
-  Status s = net::connectTo(host, port, timeout, fd);
+  Status s = net::connectTo(host, port, timeout, fd, nobody_listens);
   if (!s.ok()) return s;
   s = sendHello(fd.get(), kind);
   if (!s.ok()) return s;
@@ -376,9 +376,9 @@ Status openStream(const std::string& host, uint16_t port, uint16_t kind, std::ch
 }
 
 Status call(const std::string& host, uint16_t port, uint16_t method, const std::string& request,
-            std::string& reply, std::chrono::milliseconds timeout) {
+            std::string& reply, std::chrono::milliseconds timeout, bool* nobody_listens) {
   net::Fd fd;
-  Status s = openStream(host, port, kConnControl, timeout, fd);
+  Status s = openStream(host, port, kConnControl, timeout, fd, nobody_listens);
   if (!s.ok()) return s;
   net::setTimeouts(fd.get(), timeout);
   Frame f;

@@ -185,12 +185,15 @@ class Server final : public ChannelRegistry {
 
 // One control call on a fresh connection (control calls are rare: descriptor
 // fetches and handshakes). kUnavailable/kTimeout on network trouble; the
-// peer's error Status when it refused.
+// peer's error Status when it refused. `nobody_listens`, when given, is set
+// when the connection itself was refused (see net::connectTo): the peer's
+// process is gone, as opposed to slow, busy or refusing this one call.
 Status call(const std::string& host, uint16_t port, uint16_t method, const std::string& request,
-            std::string& reply, std::chrono::milliseconds timeout = std::chrono::seconds(5));
+            std::string& reply, std::chrono::milliseconds timeout = std::chrono::seconds(5),
+            bool* nobody_listens = nullptr);
 
 // Opens a connection of `kind` (sends the Hello); used by stream transports.
 Status openStream(const std::string& host, uint16_t port, uint16_t kind,
-                  std::chrono::milliseconds timeout, net::Fd& out);
+                  std::chrono::milliseconds timeout, net::Fd& out, bool* nobody_listens = nullptr);
 
 }  // namespace hawser::rpc

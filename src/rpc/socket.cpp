@@ -121,20 +121,25 @@ static Status resolve(const std::string& host, uint16_t port, bool passive, addr
   return Status::OK();
 }
 
-Status connectTo(const std::string& host, uint16_t port, std::chrono::milliseconds timeout, Fd& out) {
+Status connectTo(const std::string& host, uint16_t port, std::chrono::milliseconds timeout, Fd& out,
+                 bool* refused) {
+  if (refused) *refused = false;
   addrinfo* ai = nullptr;
   Status s = resolve(host, port, false, &ai);
   if (!s.ok()) return s;
+  bool all_refused = ai != nullptr;
   Status last{Code::kUnavailable, fmt::format("cannot connect to {}:{}", host, port)};
   for (addrinfo* p = ai; p; p = p->ai_next) {
     Fd fd(::socket(p->ai_family, p->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, p->ai_protocol));
     if (!fd) {
       last = {Code::kUnavailable, fmt::format("socket(): {}", std::strerror(errno))};
+      all_refused = false;
       continue;
     }
     int rc = ::connect(fd.get(), p->ai_addr, p->ai_addrlen);
     if (rc != 0 && errno != EINPROGRESS) {
       last = {Code::kUnavailable, fmt::format("connect to {}:{}: {}", host, port, std::strerror(errno))};
+      all_refused = all_refused && errno == ECONNREFUSED;
       continue;
     }
     if (rc != 0) {
@@ -145,6 +150,7 @@ Status connectTo(const std::string& host, uint16_t port, std::chrono::millisecon
       } while (pr < 0 && errno == EINTR);
       if (pr == 0) {
         last = {Code::kTimeout, fmt::format("connect to {}:{} timed out after {} ms", host, port, timeout.count())};
+        all_refused = false;
         continue;
       }
       int err = 0;
@@ -152,6 +158,7 @@ Status connectTo(const std::string& host, uint16_t port, std::chrono::millisecon
       ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
       if (err != 0) {
         last = {Code::kUnavailable, fmt::format("connect to {}:{}: {}", host, port, std::strerror(err))};
+        all_refused = all_refused && err == ECONNREFUSED;
         continue;
       }
     }
@@ -163,6 +170,7 @@ Status connectTo(const std::string& host, uint16_t port, std::chrono::millisecon
     return Status::OK();
   }
   ::freeaddrinfo(ai);
+  if (refused) *refused = all_refused;
   return last;
 }
 

@@ -15,7 +15,11 @@ namespace hawser::net {
 
 // Non-blocking connect with a timeout; returns a blocking socket with
 // TCP_NODELAY set. kUnavailable (refused/unreachable) or kTimeout.
-Status connectTo(const std::string& host, uint16_t port, std::chrono::milliseconds timeout, Fd& out);
+// `refused`, when given, is set when every address of `host` refused the
+// connection (ECONNREFUSED): nothing listens there, so the peer process is
+// gone or not started, which no retry over another path changes.
+Status connectTo(const std::string& host, uint16_t port, std::chrono::milliseconds timeout, Fd& out,
+                 bool* refused = nullptr);
 // Listening socket on host:port (port 0 = any); `bound` gets the real port.
 Status listenOn(const std::string& host, uint16_t port, int backlog, Fd& out, uint16_t& bound);
 

@@ -264,6 +264,32 @@ TEST_F(RdmaMultiProcess, peer_killed_fails_the_tasks_with_the_verbs_status) {
   EXPECT_LT(st[0].transferred_bytes, 1u << 20);
 }
 
+TEST_F(RdmaMultiProcess, peer_gone_before_the_handshake_fails_every_slice_at_once_without_retries) {
+  start("sv0,sv1", "pv0,pv1", 4 << 20, 4, {{"rdma.retry_limit", "8"}});
+  Buffer local(4 << 20);
+  ASSERT_TRUE(engine_.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  // The descriptor is cached, no endpoint exists yet, and nothing listens
+  // at the peer's address any more: each NIC pair's handshake is refused.
+  child_.kill();
+  std::vector<TransferRequest> reqs;
+  for (int i = 0; i < 4; ++i)
+    reqs.push_back({OpCode::kRead, local.p + i * (1 << 20), seg_, child_.base() + i * (1 << 20), 1 << 20});
+  auto st = test::runBatch(engine_, seg_, reqs, 20000);
+  ASSERT_EQ(st.size(), reqs.size());
+  for (const auto& t : st) {
+    ASSERT_EQ(t.s, TransferState::kFailed) << stateName(t.s);
+    EXPECT_EQ(t.error.code(), Code::kUnavailable) << t.error.toString();
+    EXPECT_NE(t.error.message().find("the peer is gone"), std::string::npos) << t.error.message();
+    EXPECT_NE(t.error.message().find("Connection refused"), std::string::npos) << t.error.message();
+    EXPECT_EQ(t.transferred_bytes, 0u);
+  }
+  // No slice was retried: one handshake per endpoint, not retry_limit of them.
+  const rdma::StatsSnapshot s = stats();
+  EXPECT_EQ(s.slice_retries, 0u);
+  EXPECT_LE(s.handshakes_sent, 2u);
+  EXPECT_GE(s.handshakes_sent, 1u);
+}
+
 TEST_F(RdmaMultiProcess, cancel_while_the_handshake_hangs_cancels_the_queued_slices) {
   start("sv0", "pv0", 4 << 20, 10, {{"rdma.connect_timeout_ms", "3000"}});
   Buffer local(4 << 20);

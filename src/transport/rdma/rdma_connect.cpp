@@ -235,7 +235,8 @@ void RdmaTransport::joinConnectors() {
     if (j->thread.joinable()) j->thread.join();
 }
 
-Status RdmaTransport::establish(Endpoint& ep, std::vector<ibv_qp*>& qps) {
+Status RdmaTransport::establish(Endpoint& ep, std::vector<ibv_qp*>& qps, bool& peer_gone) {
+  peer_gone = false;
   RdmaContext& c = ep.context();
   const Peer& peer = ep.peer();
   const PeerNic& pn = peer.nics[static_cast<size_t>(ep.peerNic())];
@@ -271,7 +272,7 @@ Status RdmaTransport::establish(Endpoint& ep, std::vector<ibv_qp*>& qps) {
   counts_.handshakes_sent++;
   auto where = [&] { return fmt::format("rdma handshake {} -> {}@{}", c.info().name, pn.name, peer.segment); };
   Status s = rpc::call(peer.host, peer.port, kRdmaHandshakeCall.id, encode(req), text,
-                       std::chrono::milliseconds(t_.connect_timeout_ms));
+                       std::chrono::milliseconds(t_.connect_timeout_ms), &peer_gone);
   if (!s.ok()) return fail(Status(s.code(), fmt::format("{}: {}", where(), s.message())));
   HandshakeReply reply;
   s = decode(text, reply);

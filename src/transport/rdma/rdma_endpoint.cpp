@@ -165,7 +165,7 @@ bool Endpoint::idle() {
 void Endpoint::deliver(Outcome& o) {
   if (o.connect) host_->connectAsync(shared_from_this());
   for (Slice* s : o.canceled) host_->sliceCanceled(s);
-  for (auto& [s, why] : o.failed) host_->sliceFailed(s, why, -1);
+  for (auto& [s, why] : o.failed) host_->sliceFailed(s, why, o.peer_gone ? kPeerGone : -1);
 }
 
 void Endpoint::settleLocked(Outcome& o) {
@@ -349,8 +349,10 @@ void Endpoint::complete(Slice* s, const ibv_wc& wc) {
 
 void Endpoint::connect() {
   std::vector<ibv_qp*> qps;
-  Status st = host_->establish(*this, qps);
+  bool peer_gone = false;
+  Status st = host_->establish(*this, qps, peer_gone);
   Outcome o;
+  o.peer_gone = peer_gone && !st.ok();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (st.ok() && state_ == State::kConnecting) {

@@ -101,17 +101,24 @@ struct Slice {
 // What an endpoint needs from the transport.
 struct Stats;
 
+// sliceFailed's `wc_status` for a slice whose endpoint's handshake met a
+// refused connection (no verbs status is negative).
+constexpr int kPeerGone = -2;
+
 class EndpointHost {
  public:
   virtual ~EndpointHost() = default;
-  // Creates and connects the QPs of `ep` (blocking: runs on a connector
-  // thread). On success `qps` are in RTS.
-  virtual Status establish(Endpoint& ep, std::vector<ibv_qp*>& qps) = 0;
+  // Creates and connects the QPs of `ep` through a handshake with the peer
+  // (blocking: runs on a connector thread). On success `qps` are in RTS.
+  // `peer_gone` is set when the peer's address refused the connection:
+  // nothing listens there, and no other NIC pair reaches a process that is
+  // gone.
+  virtual Status establish(Endpoint& ep, std::vector<ibv_qp*>& qps, bool& peer_gone) = 0;
   virtual void connectAsync(std::shared_ptr<Endpoint> ep) = 0;
   virtual void sliceDone(Slice* s) = 0;
   // A slice failed on this endpoint: retry elsewhere or finish it FAILED.
-  // `wc_status` is the verbs completion status, or -1 when the failure was
-  // not a completion (post or handshake error).
+  // `wc_status` is the verbs completion status, -1 when the failure was
+  // not a completion (post or handshake error), or kPeerGone.
   virtual void sliceFailed(Slice* s, const Status& why, int wc_status) = 0;
   virtual void sliceCanceled(Slice* s) = 0;
   virtual bool sliceCanceledFlag(const Slice* s) const = 0;
@@ -174,6 +181,7 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
     std::vector<std::pair<Slice*, Status>> failed;  // to retry elsewhere or fail
     std::vector<Slice*> canceled;
     bool connect = false;  // start a handshake
+    bool peer_gone = false;  // `failed` met a peer whose address refused the handshake
   };
   void deliver(Outcome& o);
   // Locked helpers.

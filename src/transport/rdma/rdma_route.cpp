@@ -1,7 +1,8 @@
 // Routing: which (local NIC, peer NIC) pair carries a slice, and how a slice
 // ends: done, canceled, refused at once (an error no other path changes), or
 // failed and retried on the next pair until rdma.retry_limit, then FAILED
-// naming the first verbs error. A flush (another WR's error, a drain) uses
+// naming the first verbs error; a peer whose address refuses the handshake
+// is gone, and its slices fail at once. A flush (another WR's error, a drain) uses
 // no attempt: the slice is posted again.
 #include <algorithm>
 #include <map>
@@ -187,6 +188,18 @@ void RdmaTransport::sliceFailed(Slice* s, const Status& why, int wc_status) {
                                        "retried: no other path changes it)",
                                        op, s->length, s->local_addr, s->remote_addr, s->tc->peer->segment,
                                        why.message())));
+    return;
+  }
+  if (wc_status == kPeerGone) {
+    // Every NIC pair's handshake goes to the same rpc listener, which is
+    // gone: retrying would only repeat the refusal (a killed peer's slices
+    // once took rdma.retry_limit handshakes each).
+    std::string msg = fmt::format("rdma {} of {} bytes [{:#x} -> {:#x}] on segment '{}' failed: the peer is gone "
+                                  "({}; not retried: no NIC pair reaches it)",
+                                  op, s->length, s->local_addr, s->remote_addr, s->tc->peer->segment, why.message());
+    if (s->first_error.message() != why.message()) msg += fmt::format("; first: {}", s->first_error.message());
+    counts_.slices_failed++;
+    finish(s, TransferState::kFailed, Status(Code::kUnavailable, msg));
     return;
   }
   if (stopping_.load() || s->attempts > t_.retry_limit || s->flushes > kMaxFlushes) {

@@ -85,7 +85,7 @@ class RdmaTransport final : public Transport, public EndpointHost {
   Counters stats() const override;
 
   // EndpointHost
-  Status establish(Endpoint& ep, std::vector<ibv_qp*>& qps) override;
+  Status establish(Endpoint& ep, std::vector<ibv_qp*>& qps, bool& peer_gone) override;
   void connectAsync(std::shared_ptr<Endpoint> ep) override;
   void sliceDone(Slice* s) override;
   void sliceFailed(Slice* s, const Status& why, int wc_status) override;
