@@ -29,7 +29,10 @@ Status freeDeviceMemory(void* ptr);
 // lacks the calls. Freed with freeMappedDeviceMemory.
 Status allocateMappedDeviceMemory(int device, size_t bytes, size_t chunk, void** out);
 Status freeMappedDeviceMemory(void* ptr);
-// dst <- src, each host or device memory; returns when the copy is done.
+// dst <- src, each host or device memory; returns when the copy is done:
+// the bytes are in `dst` (from pageable host memory too, where cuMemcpy
+// alone returns before its DMA has landed them), so a transfer started
+// next, on any stream, moves them.
 Status copyMemory(void* dst, const void* src, size_t bytes);
 // Returns when the work queued on CUDA stream `stream` (a CUstream /
 // cudaStream_t, e.g. torch.cuda.Stream.cuda_stream; nullptr: the legacy

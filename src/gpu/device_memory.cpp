@@ -67,9 +67,17 @@ Status copyMemory(void* dst, const void* src, size_t bytes) {
   gpu::PointerInfo a = d->pointer(dst), b = d->pointer(src);
   int dev = a.device ? a.ordinal : (b.device ? b.ordinal : 0);
   if (!(s = d->bindDevice(dev)).ok()) return s;
-  return d->check(d->api().Memcpy(reinterpret_cast<gpu::cu::DevicePtr>(dst), reinterpret_cast<gpu::cu::DevicePtr>(src),
-                                  bytes),
-                  fmt::format("cuMemcpy({} <- {}, {} bytes)", dst, src, bytes));
+  s = d->check(d->api().Memcpy(reinterpret_cast<gpu::cu::DevicePtr>(dst), reinterpret_cast<gpu::cu::DevicePtr>(src),
+                               bytes),
+               fmt::format("cuMemcpy({} <- {}, {} bytes)", dst, src, bytes));
+  if (!s.ok()) return s;
+  // cuMemcpy from pageable host memory returns once the bytes are staged,
+  // before the DMA to the device has landed them (the driver API's
+  // "API synchronization behavior"): a transfer started now on another
+  // stream could read the old bytes, or have its bytes overwritten by the
+  // late DMA. The copy ran on the legacy default stream; wait for it.
+  return d->check(d->api().StreamSynchronize(nullptr), "cuStreamSynchronize(legacy stream) after cuMemcpy",
+                  Code::kIoError);
 }
 
 Status synchronizeStream(void* stream) {

@@ -116,6 +116,9 @@ class DeviceBuffer {
     ASSERT_EQ(d->api().Memcpy(reinterpret_cast<gpu::cu::DevicePtr>(p_ + at),
                               reinterpret_cast<gpu::cu::DevicePtr>(host.data()), host.size()),
               gpu::cu::kSuccess);
+    // From pageable memory cuMemcpy returns once the bytes are staged; the
+    // DMA may still be landing them when a transfer on another stream starts.
+    ASSERT_EQ(d->api().StreamSynchronize(nullptr), gpu::cu::kSuccess);
   }
   std::vector<char> download(size_t at = 0, size_t n = SIZE_MAX) const {
     if (n == SIZE_MAX) n = n_ - at;
@@ -131,6 +134,7 @@ class DeviceBuffer {
     const gpu::CudaDriver* d = gpu::CudaDriver::get();
     (void)d->bindDevice(device_);
     ASSERT_EQ(d->api().MemsetD8(reinterpret_cast<gpu::cu::DevicePtr>(p_), v, n_), gpu::cu::kSuccess);
+    ASSERT_EQ(d->api().StreamSynchronize(nullptr), gpu::cu::kSuccess);  // memset of device memory is async to the host
   }
 
  private:
@@ -217,6 +221,9 @@ class MappedBuffer {
     ASSERT_EQ(d->api().Memcpy(reinterpret_cast<gpu::cu::DevicePtr>(p_ + at),
                               reinterpret_cast<gpu::cu::DevicePtr>(host.data()), host.size()),
               gpu::cu::kSuccess);
+    // From pageable memory cuMemcpy returns once the bytes are staged; the
+    // DMA may still be landing them when a transfer on another stream starts.
+    ASSERT_EQ(d->api().StreamSynchronize(nullptr), gpu::cu::kSuccess);
   }
   std::vector<char> download(size_t at, size_t n) const {
     std::vector<char> host(n);

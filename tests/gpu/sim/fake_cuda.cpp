@@ -46,6 +46,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -55,6 +56,7 @@
 #include <list>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -633,7 +635,37 @@ Result cuMemHostUnregister(void* p) {
   return kOk;
 }
 
-Result cuMemcpy(DevicePtr dst, DevicePtr src, size_t n) { return copyNow(dst, src, n); }
+// cuMemcpy as the driver API documents it ("API synchronization
+// behavior"): the legacy stream's earlier work first; from pageable host
+// memory to device memory it returns once the bytes are staged, and the
+// copy into device memory lands later, on the legacy stream (here 2 ms
+// later, so that code which reads them from another stream before
+// synchronizing sees the old bytes, as it may on a GPU).
+Result cuMemcpy(DevicePtr dst, DevicePtr src, size_t n) {
+  Stream* legacy = streamOf(nullptr);
+  uint64_t before;
+  {
+    std::lock_guard lk(legacy->mu);
+    before = legacy->queued;
+  }
+  legacy->waitFor(before);
+  bool staged;
+  {
+    std::lock_guard lk(g_mu);
+    if (!rangeLive(dst, n) || !rangeLive(src, n)) return kInvalidValue;
+    auto it = g_host.upper_bound(src);
+    const bool pinned = it != g_host.begin() && src + n <= std::prev(it)->first + std::prev(it)->second;
+    staged = inSpace(dst) && !inSpace(src) && !pinned;
+  }
+  if (!staged) return copyNow(dst, src, n);
+  auto staging = std::make_shared<std::vector<char>>(reinterpret_cast<const char*>(src),
+                                                     reinterpret_cast<const char*>(src) + n);
+  legacy->push([dst, staging]() -> Result {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return copyNow(dst, reinterpret_cast<uint64_t>(staging->data()), staging->size());
+  });
+  return kOk;
+}
 
 Result cuMemcpyAsync(DevicePtr dst, DevicePtr src, size_t n, void* stream) {
   {

@@ -41,6 +41,7 @@
 #include <vector>
 
 extern "C" int cuMemcpy(unsigned long long dst, unsigned long long src, size_t n);  // the stand-in driver
+extern "C" int cuStreamSynchronize(void* stream);
 
 namespace {
 
@@ -163,7 +164,10 @@ size_t runJob(const IoParams& p, int shadow, int& status) {
       if (n == 0) break;
       got += static_cast<size_t>(n);
     }
-    if (got && cuMemcpy(dev, reinterpret_cast<unsigned long long>(host.data()), got) != 0) {
+    // From pageable memory the driver's cuMemcpy returns before the bytes
+    // land (fake_cuda.cpp): a read is complete once they did.
+    if (got && (cuMemcpy(dev, reinterpret_cast<unsigned long long>(host.data()), got) != 0 ||
+                cuStreamSynchronize(nullptr) != 0)) {
       status = kFailed;
       return static_cast<size_t>(-static_cast<ssize_t>(EFAULT));
     }
