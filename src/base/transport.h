@@ -214,6 +214,12 @@ class SubBatch {
   virtual void cancel() = 0;
   // True when no I/O of the sub-batch still references memory.
   virtual bool idle() const = 0;
+  // A thread about to wait for this sub-batch's tasks (transferSync,
+  // waitTransfer) runs one piece of its work that is queued and no
+  // transport thread has taken yet, rather than sleeping while a transport
+  // thread wakes for it; true when it ran one (the waiter calls again).
+  // Called with the batch's submit lock held, as post() is. Default: none.
+  virtual bool assist() { return false; }
 };
 
 class Transport {

@@ -55,6 +55,16 @@ void Batch::taskFinished(size_t task_id) {
 
 bool Batch::waitUntil(std::chrono::steady_clock::time_point deadline) {
   if (unfinished_.load(std::memory_order_acquire) == 0) return true;
+  // Queued work this thread can do itself (shm's copies handed to its copy
+  // threads): one copier more, and no wake-up of a copy thread for it. A
+  // piece at a time, the submit lock let go in between (cancel, submit).
+  for (bool ran = true; ran;) {
+    ran = false;
+    std::lock_guard sl(submit_mu_);
+    for (auto& [t, sb] : subs_) ran = sb->assist() || ran;
+    if (unfinished_.load(std::memory_order_acquire) == 0) return true;
+    if (ran && std::chrono::steady_clock::now() >= deadline) break;
+  }
   if (spin_ && spin_->shouldPoll()) {
     // The transports carrying the batch, its block requests' included (they
     // live as long as the engine); the first few.

@@ -8,10 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <future>
 #include <mutex>
 #include <set>
 #include <thread>
 
+#include "common/parking.h"
 #include "common/util.h"
 #include "hawser/engine.h"
 #include "transport/shm/shm_testing.h"
@@ -42,6 +44,12 @@ void noteCopier(seam::Point point, uint64_t, uint64_t) {
   std::lock_guard lk(g_copiers.mu);
   g_copiers.ids.insert(std::this_thread::get_id());
 }
+// Where a copy thread is held (a_thread_waiting_for_its_batch...).
+Parking g_park;
+void noteAndPark(seam::Point point, uint64_t remote, uint64_t len) {
+  g_park.reached(remote, static_cast<int>(point));
+  noteCopier(point, remote, len);
+}
 
 // A `hawser serve` (`host_memory`: shared or private), an engine with
 // `config` that opened it, and 16 MiB of local memory.
@@ -56,7 +64,7 @@ class ShmInline : public ::testing::TestWithParam<const char*> {
     EngineOptions o;
     o.config = std::move(config);
     o.config["transport"] = "shm";
-    o.config["shm.threads"] = "2";
+    o.config.emplace("shm.threads", "2");  // unless the case says
     ASSERT_TRUE(e_.init("p2p", "client", "127.0.0.1", 0, o).ok());
     if (!hasTransport(e_, "shm")) GTEST_SKIP() << "shm is not installed here";
     ASSERT_TRUE(e_.openSegment(seg.substr(9), seg_).ok());
@@ -67,16 +75,31 @@ class ShmInline : public ::testing::TestWithParam<const char*> {
     ASSERT_TRUE(e_.registerLocalMemory(local_.p, local_.n, "cpu:0", false).ok());
     seam::on_copy.store(noteCopier);
   }
-  void TearDown() override { seam::on_copy.store(nullptr); }
+  void TearDown() override {
+    g_park.release();
+    seam::on_copy.store(nullptr);
+  }
   bool mapped() const { return std::string(GetParam()) == "shared"; }
   uint64_t count(const char* name) { return counter(e_, "shm", name); }
   // `n` requests of `block` bytes: local block i <-> the target's block
   // n - 1 - i (from +1 MiB), one batch.
+  // With poll_, the batch's end is polled for, not waited for: a waiting
+  // thread copies queued slices of its batch itself (SubBatch::assist).
   std::vector<TransferStatus> batch(OpCode op, size_t n, size_t block) {
     std::vector<TransferRequest> reqs;
     for (size_t i = 0; i < n; ++i)
       reqs.push_back({op, local_.p + i * block, seg_, base_ + (1u << 20) + (n - 1 - i) * block, block});
-    return runBatch(e_, seg_, reqs);
+    if (!poll_) return runBatch(e_, seg_, reqs);
+    std::vector<TransferStatus> out(n);
+    BatchID b = 0;
+    EXPECT_TRUE(e_.allocateBatchID(n, b).ok());
+    EXPECT_TRUE(e_.submitTransfer(b, reqs).ok());
+    TransferStatus agg;
+    EXPECT_TRUE(eventually([&] { return e_.getBatchTransferStatus(b, agg).ok() && isTerminal(agg.s); }))
+        << stateName(agg.s);
+    for (size_t i = 0; i < n; ++i) EXPECT_TRUE(e_.getTransferStatus(b, i, out[i]).ok());
+    EXPECT_TRUE(e_.freeBatchID(b).ok());
+    return out;
   }
   // Reads `n` blocks and checks them; writes another pattern there and
   // reads it back: three batches, every byte checked.
@@ -95,6 +118,7 @@ class ShmInline : public ::testing::TestWithParam<const char*> {
     EXPECT_EQ(checkPattern(local_.p, n * block, kSeed + 1), -1) << "the written blocks, read back";
   }
 
+  bool poll_ = false;
   Child serve_;
   TransferEngine e_;
   SegmentID seg_ = kInvalidSegment;
@@ -139,6 +163,7 @@ TEST_P(ShmInline, a_request_of_up_to_inline_bytes_is_not_cut) {
 TEST_P(ShmInline, a_batch_larger_than_inline_bytes_goes_to_the_copy_threads) {
   ASSERT_NO_FATAL_FAILURE(start());
   g_copiers.clear();
+  poll_ = true;
   // 8 x 1 MiB = 8 MiB > shm.inline_bytes (1 MiB by default): slices of 512 KiB (shm.split_bytes) for the copy threads.
   ASSERT_NO_FATAL_FAILURE(readWriteCheck(8, 1u << 20));
   EXPECT_EQ(g_copiers.get().count(std::this_thread::get_id()), 0u) << "the submitting thread copied";
@@ -150,10 +175,51 @@ TEST_P(ShmInline, a_batch_larger_than_inline_bytes_goes_to_the_copy_threads) {
 TEST_P(ShmInline, with_inline_bytes_0_every_batch_goes_to_the_copy_threads) {
   ASSERT_NO_FATAL_FAILURE(start({{"shm.inline_bytes", "0"}}));
   g_copiers.clear();
+  poll_ = true;
   ASSERT_NO_FATAL_FAILURE(readWriteCheck(16, 64u << 10));
   EXPECT_EQ(g_copiers.get().count(std::this_thread::get_id()), 0u) << "the submitting thread copied";
   EXPECT_EQ(count("inline_slices"), 0u);
   EXPECT_EQ(count("slices_completed"), 3u * 16);
+}
+
+TEST_P(ShmInline, a_thread_waiting_for_its_batch_copies_what_is_queued_for_it) {
+  ASSERT_NO_FATAL_FAILURE(start({{"shm.threads", "1"}}));
+  // The one copy thread is held on another batch's copy (parked at its
+  // turn): the waiting thread's batch (8 x 1 MiB, 16 slices of 512 KiB for
+  // the copy threads) completes all the same, copied by the waiting thread.
+  seam::on_copy.store(noteAndPark);
+  g_park.arm(base_ + (24u << 20), static_cast<int>(seam::Point::kTurn));
+  auto held = std::async(std::launch::async, [&] {
+    BatchID b = 0;
+    EXPECT_TRUE(e_.allocateBatchID(1, b).ok());
+    EXPECT_TRUE(e_.submitTransfer(b, {{OpCode::kRead, local_.p + (12u << 20), seg_, base_ + (24u << 20), 2u << 20}}).ok());
+    return b;  // not waited for here: the copy thread takes it
+  });
+  const BatchID other = held.get();
+  ASSERT_TRUE(g_park.waitParked()) << "the copy thread did not take the other batch";
+  g_copiers.clear();
+  std::memset(local_.p, 0, 8u << 20);
+  std::vector<TransferRequest> reqs;
+  for (size_t i = 0; i < 8; ++i) reqs.push_back({OpCode::kRead, local_.p + (i << 20), seg_, base_ + (i << 20), 1u << 20});
+  BatchID b = 0;
+  ASSERT_TRUE(e_.allocateBatchID(reqs.size(), b).ok());
+  ASSERT_TRUE(e_.submitTransfer(b, reqs).ok());
+  const Status w = e_.waitTransfer(b, std::chrono::seconds(20));
+  const std::set<std::thread::id> copiers = g_copiers.get();  // before the held thread goes on
+  const uint64_t waited = count("waiter_slices");
+  g_park.release();
+  ASSERT_TRUE(w.ok()) << w.toString() << " (the batch waited for the held copy thread)";
+  TransferStatus st;
+  ASSERT_TRUE(e_.getBatchTransferStatus(b, st).ok());
+  EXPECT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
+  ASSERT_TRUE(e_.freeBatchID(b).ok());
+  EXPECT_EQ(checkPattern(local_.p, 8u << 20, kSeed), -1);
+  EXPECT_EQ(copiers, std::set<std::thread::id>{std::this_thread::get_id()});
+  EXPECT_EQ(waited, 16u);
+  EXPECT_EQ(count("inline_slices"), 0u);
+  ASSERT_TRUE(e_.waitTransfer(other, std::chrono::seconds(20)).ok());
+  EXPECT_TRUE(e_.freeBatchID(other).ok());
+  EXPECT_EQ(checkPattern(local_.p + (12u << 20), 2u << 20, kSeed, 24u << 20), -1);
 }
 
 TEST_P(ShmInline, a_block_request_s_first_window_is_copied_by_its_submitter) {

@@ -208,6 +208,7 @@ class SubBatchImpl final : public SubBatch {
   void post(std::unique_ptr<PreparedWork> work) override;
   void cancel() override;
   bool idle() const override { return outstanding.load(std::memory_order_acquire) == 0; }
+  bool assist() override;
 
   std::atomic<int64_t> outstanding{0};  // slices queued or being copied
 

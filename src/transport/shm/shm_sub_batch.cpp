@@ -201,6 +201,8 @@ void SubBatchImpl::post(std::unique_ptr<PreparedWork> base) {
 
 void SubBatchImpl::cancel() { owner_->cancelQueued(this); }
 
+bool SubBatchImpl::assist() { return owner_->assist(this); }
+
 void Ends::end(Slice* s, TransferState state, uint64_t bytes, const Status& why) {
   SubBatchImpl* sb = s->sb;
   if (Task* t = s->task) {

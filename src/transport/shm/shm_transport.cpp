@@ -232,6 +232,7 @@ Counters ShmTransport::stats() const {
           {"peers_mapped", c.peers_mapped.load()},         {"peers_cma", c.peers_cma.load()},
           {"mappings", c.mappings.load()},                 {"mapped_slices", c.mapped_slices.value()},
           {"inline_slices", c.inline_slices.value()},
+          {"waiter_slices", c.waiter_slices.value()},
           {"readers", server_ ? server_->readers() : 0},   {"readers_refused", server_ ? server_->refused() : 0},
           {"files_passed", server_ ? server_->filesPassed() : 0}};
 }

@@ -131,6 +131,9 @@ class ShmTransport final : public Transport {
   // Copies the groups of `w` on the calling thread (a submitter: shm.inline_bytes);
   // true when some went to the copy threads (no inline reader was free).
   bool copyHere(shm::Work& w);
+  // A thread waiting for `sb` takes its first queued group and copies it
+  // (SubBatch::assist); false when none was queued.
+  bool assist(shm::SubBatchImpl* sb);
   // Moves group `g` on the calling thread with `table`, the peer's (null:
   // the peer is gone), announced in reader slot `slot` of it (-1: none was
   // free); `scratch`: iovecs for cross-memory attach (unused by mappings).
@@ -182,6 +185,7 @@ class ShmTransport final : public Transport {
     std::atomic<uint64_t> mappings{0};       // registrations of peers mapped here
     metrics::Counter mapped_slices;  // slices copied with memcpy through a mapping
     metrics::Counter inline_slices;  // slices copied by their submitting thread (shm.inline_bytes)
+    metrics::Counter waiter_slices;  // slices copied by a thread waiting for their batch (SubBatch::assist)
   };
   std::unique_ptr<Counts> counts_;
 };

@@ -45,6 +45,16 @@ void ShmTransport::enqueue(std::vector<Group*>& groups) {
     for (size_t i = 0; i < wake; ++i) cv_.notify_one();
 }
 
+namespace {
+// The iovecs for cross-memory attach of a thread that is not a copy thread
+// (a submitter, a waiter), made at its first use.
+shm::Scratch* callerScratch() {
+  thread_local std::unique_ptr<shm::Scratch> scratch;
+  if (!scratch) scratch = std::make_unique<shm::Scratch>(shm::kMaxIov);
+  return scratch.get();
+}
+}  // namespace
+
 bool ShmTransport::copyHere(shm::Work& w) {
   // Read before the first slice ends.
   Group* const groups = w.groups.get();
@@ -55,7 +65,6 @@ bool ShmTransport::copyHere(shm::Work& w) {
                   [](const Slice&) { return "shm transport shut down"; });
     return false;
   }
-  thread_local std::unique_ptr<shm::Scratch> scratch;  // for cross-memory attach, made at its first use
   std::vector<Group*> handed;
   // The peer of the group before (a batch mostly has one), its table and
   // the inline reader lent for it.
@@ -80,13 +89,36 @@ bool ShmTransport::copyHere(shm::Work& w) {
         continue;
       }
     }
-    if (!g->first->map_base && !scratch) scratch = std::make_unique<shm::Scratch>(shm::kMaxIov);
     counts_->inline_slices.add(g->n);
-    runGroup(g, table.get(), slot, scratch.get());
+    runGroup(g, table.get(), slot, g->first->map_base ? nullptr : callerScratch());
   }
   giveBack();
   if (handed.empty()) return false;
   enqueue(handed);
+  return true;
+}
+
+bool ShmTransport::assist(shm::SubBatchImpl* sb) {
+  Group* g = nullptr;
+  {
+    std::lock_guard lk(mu_);
+    if (stopping_.load()) return false;  // shutdown fails what is queued
+    auto it = std::find_if(queue_.begin(), queue_.end(), [sb](const Group* q) { return q->first->sb == sb; });
+    if (it == queue_.end()) return false;
+    g = *it;
+    queue_.erase(it);
+  }
+  Peer* p = g->first->peer;
+  std::shared_ptr<shm::TableView> table = p->dead.load(std::memory_order_acquire) ? nullptr : p->view();
+  int slot = -1, lent = -1;
+  if (table && (lent = p->borrowInline(*table, slot)) < 0) {
+    std::vector<Group*> back{g};  // every inline reader of the peer is lent: the copy threads take it
+    enqueue(back);
+    return false;
+  }
+  counts_->waiter_slices.add(g->n);
+  runGroup(g, table.get(), slot, g->first->map_base ? nullptr : callerScratch());
+  if (lent >= 0) p->giveInline(lent);
   return true;
 }
 
