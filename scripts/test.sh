@@ -12,7 +12,7 @@
 #                        linked against the same sanitized objects
 #   ctest (ASan+UBSan)   every test program's cases, the C tests, and each fuzz
 #                        target's corpus replayed (regression inputs included)
-#   fuzz                 each fuzz target for HAWSER_FUZZ_SECONDS (20) on its
+#   fuzz                 each fuzz target for HAWSER_FUZZ_SECONDS (10) on its
 #                        corpus plus new inputs (scripts/fuzz.sh)
 #   build (TSan)         clang ThreadSanitizer: the programs labelled tsan;
 #                        compiled while the ASan tests run (they mostly wait)
@@ -108,7 +108,7 @@ if [ "${HAWSER_OVERLAP:-1}" = 1 ]; then
   trap 'kill -- -"$tsan_pid" 2>/dev/null || true; report_times' EXIT
 fi
 stage "ctest (ASan+UBSan)" asan_ctest
-stage "fuzz" bash scripts/fuzz.sh "${HAWSER_FUZZ_SECONDS:-20}" build-asan
+stage "fuzz" bash scripts/fuzz.sh "${HAWSER_FUZZ_SECONDS:-10}" build-asan
 if [ "${HAWSER_OVERLAP:-1}" = 1 ]; then
   tsan_wait() {
     wait "$tsan_pid" || true
