@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 
 #include "base/config.h"
@@ -66,6 +67,7 @@ void expectExactly(const std::vector<char>& dst, uint64_t dst_base, const std::v
   std::vector<char> want(dst.size(), fill);
   for (const CopyRun& r : runs) memcpy(want.data() + (r.dst - dst_base), src.data() + (r.src - src_base), r.len);
   ASSERT_EQ(want.size(), dst.size());
+  if (std::memcmp(want.data(), dst.data(), want.size()) == 0) return;  // (the loop below is slow at -O0)
   size_t bad = 0;
   for (size_t i = 0; i < want.size(); ++i) bad += want[i] != dst[i];
   EXPECT_EQ(bad, 0u) << "bytes that differ from what the runs should have left";
