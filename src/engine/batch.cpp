@@ -62,6 +62,7 @@ bool Batch::waitUntil(std::chrono::steady_clock::time_point deadline) {
     ran = false;
     std::lock_guard sl(submit_mu_);
     for (auto& [t, sb] : subs_) ran = sb->assist() || ran;
+    for (auto& r : runners_) ran = r->assist() || ran;
     if (unfinished_.load(std::memory_order_acquire) == 0) return true;
     if (ran && std::chrono::steady_clock::now() >= deadline) break;
   }

@@ -264,6 +264,22 @@ BlockRunner::Hold BlockRunner::hold() const {
   return h;
 }
 
+bool BlockRunner::assist() {
+  // The windows' sub-batches live as long as the runner, which the batch
+  // holds while its submit lock is held: assisted without the runner's
+  // lock, which the pump takes to post the next window.
+  SubBatch* sbs[16];
+  size_t n = 0;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& w : windows_)
+      if (w->sb && n < std::size(sbs)) sbs[n++] = w->sb.get();
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (sbs[i]->assist()) return true;
+  return false;
+}
+
 void BlockRunner::Child::taskFinished(size_t) { w->runner->childDone(this); }
 
 void BlockRunner::childDone(Child* c) {

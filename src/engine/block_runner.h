@@ -96,6 +96,10 @@ class BlockRunner : public std::enable_shared_from_this<BlockRunner> {
   // nothing.
   enum class Hold { kNone, kReporting, kIo };
   Hold hold() const;
+  // A thread waiting for the parent's batch (its submit lock held) runs a
+  // queued piece of a window's work (SubBatch::assist); true when it ran
+  // one. Windows the pump posts later find the waiter asleep.
+  bool assist();
   Transport* transport() const { return plan_->route->transport; }
 
  private:

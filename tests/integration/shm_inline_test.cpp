@@ -120,10 +120,10 @@ class ShmInline : public ::testing::TestWithParam<const char*> {
 
   bool poll_ = false;
   Child serve_;
+  Buffer local_{16u << 20};  // outlives the engine: a case that ends early may leave copies into it running
   TransferEngine e_;
   SegmentID seg_ = kInvalidSegment;
   uint64_t base_ = 0;
-  Buffer local_{16u << 20};
 };
 
 TEST_P(ShmInline, a_small_batch_is_copied_by_the_submitting_thread_one_slice_per_request) {
@@ -220,6 +220,44 @@ TEST_P(ShmInline, a_thread_waiting_for_its_batch_copies_what_is_queued_for_it) {
   ASSERT_TRUE(e_.waitTransfer(other, std::chrono::seconds(20)).ok());
   EXPECT_TRUE(e_.freeBatchID(other).ok());
   EXPECT_EQ(checkPattern(local_.p + (12u << 20), 2u << 20, kSeed, 24u << 20), -1);
+}
+
+TEST_P(ShmInline, a_thread_waiting_for_a_block_request_copies_its_queued_window) {
+  // 32 scattered blocks of 64 KiB: one window of 2 MiB, more than
+  // shm.inline_bytes, so the submitter posts it to the copy threads, whose
+  // one thread is held on another batch: the waiting thread copies it.
+  ASSERT_NO_FATAL_FAILURE(start({{"shm.threads", "1"}}));
+  seam::on_copy.store(noteAndPark);
+  g_park.arm(base_ + (24u << 20), static_cast<int>(seam::Point::kTurn));
+  BatchID other = 0;
+  ASSERT_TRUE(e_.allocateBatchID(1, other).ok());
+  ASSERT_TRUE(
+      e_.submitTransfer(other, {{OpCode::kRead, local_.p + (12u << 20), seg_, base_ + (24u << 20), 2u << 20}}).ok());
+  ASSERT_TRUE(g_park.waitParked()) << "the copy thread did not take the other batch";
+  g_copiers.clear();
+  constexpr size_t kN = 32, kBlock = 64u << 10;
+  std::vector<Block> blocks;
+  for (size_t i = 0; i < kN; ++i) blocks.push_back({local_.p + i * kBlock, base_ + (2 * kN - 2 * i) * kBlock, kBlock});
+  std::memset(local_.p, 0, kN * kBlock);
+  BatchID b = 0;
+  ASSERT_TRUE(e_.allocateBatchID(1, b).ok());
+  ASSERT_TRUE(e_.submitBlocks(b, OpCode::kRead, seg_, blocks).ok());
+  const Status w = e_.waitTransfer(b, std::chrono::seconds(20));
+  const std::set<std::thread::id> copiers = g_copiers.get();  // before the held thread goes on
+  const uint64_t waited = count("waiter_slices");
+  g_park.release();
+  ASSERT_TRUE(w.ok()) << w.toString() << " (the block request waited for the held copy thread)";
+  TransferStatus st;
+  ASSERT_TRUE(e_.getTransferStatus(b, 0, st).ok());
+  EXPECT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
+  ASSERT_TRUE(e_.freeBatchID(b).ok());
+  for (size_t i = 0; i < kN; ++i)
+    ASSERT_EQ(checkPattern(local_.p + i * kBlock, kBlock, kSeed, (2 * kN - 2 * i) * kBlock), -1) << i;
+  EXPECT_EQ(copiers, std::set<std::thread::id>{std::this_thread::get_id()});
+  EXPECT_EQ(waited, kN);
+  EXPECT_EQ(count("inline_slices"), 0u);
+  ASSERT_TRUE(e_.waitTransfer(other, std::chrono::seconds(20)).ok());
+  EXPECT_TRUE(e_.freeBatchID(other).ok());
 }
 
 TEST_P(ShmInline, a_block_request_s_first_window_is_copied_by_its_submitter) {
