@@ -265,18 +265,12 @@ BlockRunner::Hold BlockRunner::hold() const {
 }
 
 bool BlockRunner::assist() {
-  // The windows' sub-batches live as long as the runner, which the batch
-  // holds while its submit lock is held: assisted without the runner's
-  // lock, which the pump takes to post the next window.
-  SubBatch* sbs[16];
-  size_t n = 0;
-  {
-    std::lock_guard lk(mu_);
-    for (auto& w : windows_)
-      if (w->sb && n < std::size(sbs)) sbs[n++] = w->sb.get();
-  }
-  for (size_t i = 0; i < n; ++i)
-    if (sbs[i]->assist()) return true;
+  // Under the runner's lock: fill() gives a window a new sub-batch each
+  // time it is reused (TSan caught the old one freed under an assist made
+  // without it). The pump waits for this one piece meanwhile.
+  std::lock_guard lk(mu_);
+  for (auto& w : windows_)
+    if (w->sb && w->sb->assist()) return true;
   return false;
 }
 

@@ -97,8 +97,9 @@ class BlockRunner : public std::enable_shared_from_this<BlockRunner> {
   enum class Hold { kNone, kReporting, kIo };
   Hold hold() const;
   // A thread waiting for the parent's batch (its submit lock held) runs a
-  // queued piece of a window's work (SubBatch::assist); true when it ran
-  // one. Windows the pump posts later find the waiter asleep.
+  // queued piece of a window's work (SubBatch::assist), under the runner's
+  // lock; true when it ran one. Windows the pump posts later find the
+  // waiter asleep.
   bool assist();
   Transport* transport() const { return plan_->route->transport; }
 
