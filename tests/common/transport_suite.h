@@ -55,6 +55,14 @@ struct SuiteParam {
   // batch may complete. Then only "every task ends, in time, and the dead
   // peer is noticed afterwards" is checked.
   bool kill_may_complete = false;
+  // Optional: holds (true) and releases (false) the copies in flight, and
+  // the counter of this transport that counts the peer's death. The
+  // killed-peer case then kills with the copies held and releases them once
+  // the death was counted: tasks still queued fail whatever the speed of
+  // the copies (the stand-in driver's copies of a dead owner's memory
+  // succeed, as a GPU's may, and outran the death's notice when idle).
+  std::function<void(bool)> hold_copies;
+  std::string death_counter;
 };
 
 // A buffer of the initiator: host memory, or GPU memory of the driver the
@@ -302,8 +310,15 @@ TEST_P(TransportSuite, peer_killed_mid_batch_fails_the_tasks_and_nothing_hangs) 
     return engine_.getBatchTransferStatus(b, progress).ok() && progress.transferred_bytes > 0;
   })) << "the target served no byte of the batch";
   ASSERT_EQ(progress.s, TransferState::kPending) << "the batch ended before the peer could be killed";
+  const auto& hold = GetParam().hold_copies;
+  if (hold) hold(true);
   child_.kill(SIGKILL);
   child_.wait();
+  if (hold) {
+    const bool noticed = eventually([&] { return counter(engine_, GetParam().transport, GetParam().death_counter) >= 1; });
+    hold(false);
+    ASSERT_TRUE(noticed) << "the peer's death was not counted (" << GetParam().death_counter << ")";
+  }
   Status w = engine_.waitTransfer(b, std::chrono::seconds(30));
   ASSERT_TRUE(w.ok()) << "tasks still unfinished 30 s after the peer died: " << w.toString();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));

@@ -27,6 +27,12 @@ SuiteParam nvlinkParam() {
   // Seen on an H200: the killed owner exited only once the copies that used
   // its memory had ended, in two runs of three, so the batch completed.
   p.kill_may_complete = !hawser::test::simulatedCuda();
+  if (hawser::test::simulatedCuda()) {
+    p.hold_copies = [](bool on) {
+      if (auto f = hawser::test::fakeHook<void (*)(int)>("hawserFakeCudaHoldStreams")) f(on ? 1 : 0);
+    };
+    p.death_counter = "owner_deaths";
+  }
   p.open_handles = hawser::test::openedIpcHandles;
   return p;
 }
