@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <future>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -118,6 +117,49 @@ class ShmInline : public ::testing::TestWithParam<const char*> {
     EXPECT_EQ(checkPattern(local_.p, n * block, kSeed + 1), -1) << "the written blocks, read back";
   }
 
+  // Parks the only copy thread (shm.threads 1) on another batch: 2 MiB read
+  // into local +12 MiB from the target's +24 MiB. Returns that batch.
+  BatchID holdTheCopyThread() {
+    seam::on_copy.store(noteAndPark);
+    g_park.arm(base_ + (24u << 20), static_cast<int>(seam::Point::kTurn));
+    BatchID other = 0;
+    EXPECT_TRUE(e_.allocateBatchID(1, other).ok());
+    EXPECT_TRUE(
+        e_.submitTransfer(other, {{OpCode::kRead, local_.p + (12u << 20), seg_, base_ + (24u << 20), 2u << 20}}).ok());
+    EXPECT_TRUE(g_park.waitParked()) << "the copy thread did not take the other batch";
+    return other;
+  }
+  // Waits for batch `b` while the copy thread is held; what the wait saw
+  // (the copiers, waiter_slices) is taken before the held thread goes on.
+  struct Waited {
+    Status wait;
+    TransferStatus status;
+    std::set<std::thread::id> copiers;
+    uint64_t waiter_slices = 0;
+  };
+  Waited waitWhileHeld(BatchID b) {
+    Waited r;
+    r.wait = e_.waitTransfer(b, std::chrono::seconds(20));
+    r.copiers = g_copiers.get();
+    r.waiter_slices = count("waiter_slices");
+    g_park.release();
+    EXPECT_TRUE(e_.getBatchTransferStatus(b, r.status).ok());
+    EXPECT_TRUE(e_.freeBatchID(b).ok());
+    return r;
+  }
+  // `n` blocks of `block` bytes: local block i <-> the target's block 2n - 2i
+  // (scattered, in reverse); the local ones zeroed.
+  std::vector<Block> scattered(size_t n, size_t block) {
+    std::vector<Block> blocks;
+    for (size_t i = 0; i < n; ++i) blocks.push_back({local_.p + i * block, base_ + (2 * n - 2 * i) * block, block});
+    std::memset(local_.p, 0, n * block);
+    return blocks;
+  }
+  void checkScattered(size_t n, size_t block) {
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(checkPattern(local_.p + i * block, block, kSeed, (2 * n - 2 * i) * block), -1) << i;
+  }
+
   bool poll_ = false;
   Child serve_;
   Buffer local_{16u << 20};  // outlives the engine: a case that ends early may leave copies into it running
@@ -187,16 +229,7 @@ TEST_P(ShmInline, a_thread_waiting_for_its_batch_copies_what_is_queued_for_it) {
   // The one copy thread is held on another batch's copy (parked at its
   // turn): the waiting thread's batch (8 x 1 MiB, 16 slices of 512 KiB for
   // the copy threads) completes all the same, copied by the waiting thread.
-  seam::on_copy.store(noteAndPark);
-  g_park.arm(base_ + (24u << 20), static_cast<int>(seam::Point::kTurn));
-  auto held = std::async(std::launch::async, [&] {
-    BatchID b = 0;
-    EXPECT_TRUE(e_.allocateBatchID(1, b).ok());
-    EXPECT_TRUE(e_.submitTransfer(b, {{OpCode::kRead, local_.p + (12u << 20), seg_, base_ + (24u << 20), 2u << 20}}).ok());
-    return b;  // not waited for here: the copy thread takes it
-  });
-  const BatchID other = held.get();
-  ASSERT_TRUE(g_park.waitParked()) << "the copy thread did not take the other batch";
+  const BatchID other = holdTheCopyThread();
   g_copiers.clear();
   std::memset(local_.p, 0, 8u << 20);
   std::vector<TransferRequest> reqs;
@@ -204,18 +237,12 @@ TEST_P(ShmInline, a_thread_waiting_for_its_batch_copies_what_is_queued_for_it) {
   BatchID b = 0;
   ASSERT_TRUE(e_.allocateBatchID(reqs.size(), b).ok());
   ASSERT_TRUE(e_.submitTransfer(b, reqs).ok());
-  const Status w = e_.waitTransfer(b, std::chrono::seconds(20));
-  const std::set<std::thread::id> copiers = g_copiers.get();  // before the held thread goes on
-  const uint64_t waited = count("waiter_slices");
-  g_park.release();
-  ASSERT_TRUE(w.ok()) << w.toString() << " (the batch waited for the held copy thread)";
-  TransferStatus st;
-  ASSERT_TRUE(e_.getBatchTransferStatus(b, st).ok());
-  EXPECT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
-  ASSERT_TRUE(e_.freeBatchID(b).ok());
+  const Waited r = waitWhileHeld(b);
+  ASSERT_TRUE(r.wait.ok()) << r.wait.toString() << " (the batch waited for the held copy thread)";
+  EXPECT_EQ(r.status.s, TransferState::kCompleted) << r.status.error.toString();
   EXPECT_EQ(checkPattern(local_.p, 8u << 20, kSeed), -1);
-  EXPECT_EQ(copiers, std::set<std::thread::id>{std::this_thread::get_id()});
-  EXPECT_EQ(waited, 16u);
+  EXPECT_EQ(r.copiers, std::set<std::thread::id>{std::this_thread::get_id()});
+  EXPECT_EQ(r.waiter_slices, 16u);
   EXPECT_EQ(count("inline_slices"), 0u);
   ASSERT_TRUE(e_.waitTransfer(other, std::chrono::seconds(20)).ok());
   EXPECT_TRUE(e_.freeBatchID(other).ok());
@@ -227,34 +254,19 @@ TEST_P(ShmInline, a_thread_waiting_for_a_block_request_copies_its_queued_window)
   // shm.inline_bytes, so the submitter posts it to the copy threads, whose
   // one thread is held on another batch: the waiting thread copies it.
   ASSERT_NO_FATAL_FAILURE(start({{"shm.threads", "1"}}));
-  seam::on_copy.store(noteAndPark);
-  g_park.arm(base_ + (24u << 20), static_cast<int>(seam::Point::kTurn));
-  BatchID other = 0;
-  ASSERT_TRUE(e_.allocateBatchID(1, other).ok());
-  ASSERT_TRUE(
-      e_.submitTransfer(other, {{OpCode::kRead, local_.p + (12u << 20), seg_, base_ + (24u << 20), 2u << 20}}).ok());
-  ASSERT_TRUE(g_park.waitParked()) << "the copy thread did not take the other batch";
+  const BatchID other = holdTheCopyThread();
   g_copiers.clear();
   constexpr size_t kN = 32, kBlock = 64u << 10;
-  std::vector<Block> blocks;
-  for (size_t i = 0; i < kN; ++i) blocks.push_back({local_.p + i * kBlock, base_ + (2 * kN - 2 * i) * kBlock, kBlock});
-  std::memset(local_.p, 0, kN * kBlock);
+  const std::vector<Block> blocks = scattered(kN, kBlock);
   BatchID b = 0;
   ASSERT_TRUE(e_.allocateBatchID(1, b).ok());
   ASSERT_TRUE(e_.submitBlocks(b, OpCode::kRead, seg_, blocks).ok());
-  const Status w = e_.waitTransfer(b, std::chrono::seconds(20));
-  const std::set<std::thread::id> copiers = g_copiers.get();  // before the held thread goes on
-  const uint64_t waited = count("waiter_slices");
-  g_park.release();
-  ASSERT_TRUE(w.ok()) << w.toString() << " (the block request waited for the held copy thread)";
-  TransferStatus st;
-  ASSERT_TRUE(e_.getTransferStatus(b, 0, st).ok());
-  EXPECT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
-  ASSERT_TRUE(e_.freeBatchID(b).ok());
-  for (size_t i = 0; i < kN; ++i)
-    ASSERT_EQ(checkPattern(local_.p + i * kBlock, kBlock, kSeed, (2 * kN - 2 * i) * kBlock), -1) << i;
-  EXPECT_EQ(copiers, std::set<std::thread::id>{std::this_thread::get_id()});
-  EXPECT_EQ(waited, kN);
+  const Waited r = waitWhileHeld(b);
+  ASSERT_TRUE(r.wait.ok()) << r.wait.toString() << " (the block request waited for the held copy thread)";
+  EXPECT_EQ(r.status.s, TransferState::kCompleted) << r.status.error.toString();
+  ASSERT_NO_FATAL_FAILURE(checkScattered(kN, kBlock));
+  EXPECT_EQ(r.copiers, std::set<std::thread::id>{std::this_thread::get_id()});
+  EXPECT_EQ(r.waiter_slices, kN);
   EXPECT_EQ(count("inline_slices"), 0u);
   ASSERT_TRUE(e_.waitTransfer(other, std::chrono::seconds(20)).ok());
   EXPECT_TRUE(e_.freeBatchID(other).ok());
@@ -265,9 +277,7 @@ TEST_P(ShmInline, a_block_request_s_first_window_is_copied_by_its_submitter) {
   g_copiers.clear();
   // 32 scattered blocks of 16 KiB (512 KiB: one window).
   constexpr size_t kN = 32, kBlock = 16u << 10;
-  std::vector<Block> blocks;
-  for (size_t i = 0; i < kN; ++i) blocks.push_back({local_.p + i * kBlock, base_ + (2 * kN - 2 * i) * kBlock, kBlock});
-  std::memset(local_.p, 0, kN * kBlock);
+  const std::vector<Block> blocks = scattered(kN, kBlock);
   BatchID b = 0;
   ASSERT_TRUE(e_.allocateBatchID(1, b).ok());
   ASSERT_TRUE(e_.submitBlocks(b, OpCode::kRead, seg_, blocks).ok());
@@ -276,8 +286,7 @@ TEST_P(ShmInline, a_block_request_s_first_window_is_copied_by_its_submitter) {
   EXPECT_EQ(st.s, TransferState::kCompleted) << "not complete when submit returned: " << st.error.toString();
   ASSERT_TRUE(e_.waitTransfer(b, std::chrono::seconds(30)).ok());
   ASSERT_TRUE(e_.freeBatchID(b).ok());
-  for (size_t i = 0; i < kN; ++i)
-    ASSERT_EQ(checkPattern(local_.p + i * kBlock, kBlock, kSeed, (2 * kN - 2 * i) * kBlock), -1) << i;
+  ASSERT_NO_FATAL_FAILURE(checkScattered(kN, kBlock));
   EXPECT_EQ(g_copiers.get(), std::set<std::thread::id>{std::this_thread::get_id()});
   EXPECT_EQ(count("inline_slices"), kN);
 }
