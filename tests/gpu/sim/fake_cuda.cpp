@@ -635,12 +635,26 @@ Result cuMemHostUnregister(void* p) {
   return kOk;
 }
 
+// A staged copy (below) lands once someone waits for the legacy stream,
+// or 2 ms after it was made at the latest, as a GPU's DMA may.
+static std::mutex g_land_mu;
+static std::condition_variable g_land_cv;
+static uint64_t g_land_waits = 0;  // waits for the legacy stream begun so far
+static void waitForLegacy(Stream* legacy, uint64_t mark) {
+  {
+    std::lock_guard lk(g_land_mu);
+    ++g_land_waits;
+  }
+  g_land_cv.notify_all();
+  legacy->waitFor(mark);
+}
+
 // cuMemcpy as the driver API documents it ("API synchronization
 // behavior"): the legacy stream's earlier work first; from pageable host
 // memory to device memory it returns once the bytes are staged, and the
-// copy into device memory lands later, on the legacy stream (here 2 ms
-// later, so that code which reads them from another stream before
-// synchronizing sees the old bytes, as it may on a GPU).
+// copy into device memory lands later, on the legacy stream, so that code
+// which reads them from another stream before synchronizing sees the old
+// bytes, as it may on a GPU.
 Result cuMemcpy(DevicePtr dst, DevicePtr src, size_t n) {
   Stream* legacy = streamOf(nullptr);
   uint64_t before;
@@ -648,7 +662,7 @@ Result cuMemcpy(DevicePtr dst, DevicePtr src, size_t n) {
     std::lock_guard lk(legacy->mu);
     before = legacy->queued;
   }
-  legacy->waitFor(before);
+  waitForLegacy(legacy, before);
   bool staged;
   {
     std::lock_guard lk(g_mu);
@@ -660,8 +674,15 @@ Result cuMemcpy(DevicePtr dst, DevicePtr src, size_t n) {
   if (!staged) return copyNow(dst, src, n);
   auto staging = std::make_shared<std::vector<char>>(reinterpret_cast<const char*>(src),
                                                      reinterpret_cast<const char*>(src) + n);
-  legacy->push([dst, staging]() -> Result {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  uint64_t waits;
+  {
+    std::lock_guard lk(g_land_mu);
+    waits = g_land_waits;
+  }
+  legacy->push([dst, staging, waits]() -> Result {
+    std::unique_lock lk(g_land_mu);
+    g_land_cv.wait_for(lk, std::chrono::milliseconds(2), [waits] { return g_land_waits != waits; });
+    lk.unlock();
     return copyNow(dst, reinterpret_cast<uint64_t>(staging->data()), staging->size());
   });
   return kOk;
@@ -710,7 +731,8 @@ Result cuStreamSynchronize(void* s) {
     std::lock_guard lk(st->mu);
     n = st->queued;
   }
-  st->waitFor(n);
+  if (s) st->waitFor(n);
+  else waitForLegacy(st, n);
   return st->errorAt(n);
 }
 Result cuEventCreate(void** e, unsigned) {
