@@ -201,7 +201,11 @@ void SubBatchImpl::post(std::unique_ptr<PreparedWork> base) {
 
 void SubBatchImpl::cancel() { owner_->cancelQueued(this); }
 
-bool SubBatchImpl::assist() { return owner_->assist(this); }
+bool SubBatchImpl::assist() {
+  // Nothing queued or being copied: no look at the queue every submitting
+  // thread shares (its lock).
+  return outstanding.load(std::memory_order_acquire) != 0 && owner_->assist(this);
+}
 
 void Ends::end(Slice* s, TransferState state, uint64_t bytes, const Status& why) {
   SubBatchImpl* sb = s->sb;
