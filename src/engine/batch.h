@@ -32,9 +32,12 @@ class WaitSpin {
     return score_.load(std::memory_order_relaxed) > -4 || waits_.fetch_add(1, std::memory_order_relaxed) % 16 == 0;
   }
   // A poll ended: `hit` = the transfer ended within the window.
+  // Written only when the score moves: every waiting thread of the engine
+  // reads it, and a line they all write bounces between their cores.
   void result(bool hit) {
-    int s = score_.load(std::memory_order_relaxed);
-    score_.store(hit ? std::min(s + 1, 8) : std::max(s - 2, -8), std::memory_order_relaxed);
+    const int s = score_.load(std::memory_order_relaxed);
+    const int next = hit ? std::min(s + 1, 8) : std::max(s - 2, -8);
+    if (next != s) score_.store(next, std::memory_order_relaxed);
   }
 
  private:

@@ -11,30 +11,40 @@ Status BatchTable::notAllocated(BatchID id) {
   return {Code::kInvalidBatch, fmt::format("batch id {} is not allocated (never, or already freed)", id)};
 }
 
+size_t BatchTable::myShard() {
+  static std::atomic<size_t> next_thread{0};
+  thread_local const size_t mine = next_thread.fetch_add(1, std::memory_order_relaxed) % kShards;
+  return mine;
+}
+
 Status BatchTable::allocate(size_t capacity, BatchID& out) {
   if (capacity == 0) return {Code::kInvalidArgument, "capacity is 0"};
   if (capacity > settings_.max_capacity)
     return {Code::kInvalidArgument,
             fmt::format("capacity {} exceeds batch.max_capacity {}", capacity, settings_.max_capacity)};
-  reapOrphans();
+  if (n_orphans_.load(std::memory_order_relaxed) > 0) reapOrphans();
+  const size_t k = myShard();
+  Shard& sh = shards_[k];
   std::shared_ptr<Batch> b;
-  std::unique_lock lk(batch_mu_);
-  BatchID id = next_batch_++;
+  std::unique_lock lk(sh.mu);
+  const BatchID id = sh.made * kShards + k + 1;
   try {
     b = std::make_shared<Batch>(id, capacity, capacity * settings_.slices_per_task, settings_.spin);
   } catch (const std::bad_alloc&) {
     return {Code::kInvalidArgument, fmt::format("capacity {}: out of memory", capacity)};
   }
-  batches_[id] = std::move(b);
-  n_batches_.fetch_add(1, std::memory_order_relaxed);
+  sh.batches.emplace(id, std::move(b));
+  sh.made++;
   out = id;
   return Status::OK();
 }
 
 std::shared_ptr<Batch> BatchTable::find(BatchID id) const {
-  std::shared_lock lk(batch_mu_);
-  auto it = batches_.find(id);
-  return it == batches_.end() ? nullptr : it->second;
+  if (id == kInvalidBatch) return nullptr;
+  const Shard& sh = shards_[shardOf(id)];
+  std::shared_lock lk(sh.mu);
+  auto it = sh.batches.find(id);
+  return it == sh.batches.end() ? nullptr : it->second;
 }
 
 Status BatchTable::free(BatchID id, bool settle) {
@@ -53,9 +63,11 @@ Status BatchTable::free(BatchID id, bool settle) {
   for (;;) {
     bool settling = false;
     {
-      std::unique_lock lk(batch_mu_);
-      auto it = batches_.find(id);
-      if (it == batches_.end()) return notAllocated(id);
+      if (id == kInvalidBatch) return notAllocated(id);
+      Shard& sh = shards_[shardOf(id)];
+      std::unique_lock lk(sh.mu);
+      auto it = sh.batches.find(id);
+      if (it == sh.batches.end()) return notAllocated(id);
       batch = it->second;
       std::lock_guard sl(batch->submitMutex());
       size_t left = batch->unfinished();
@@ -77,7 +89,7 @@ Status BatchTable::free(BatchID id, bool settle) {
           settling = true;
           break;
         case Batch::Hold::kNone:
-          batches_.erase(it);
+          sh.batches.erase(it);
           break;
       }
     }
@@ -92,6 +104,7 @@ Status BatchTable::free(BatchID id, bool settle) {
 void BatchTable::orphan(BatchID id) {
   std::lock_guard lk(orphan_mu_);
   orphans_.push_back(id);  // freed by a later allocate once its I/O ends
+  n_orphans_.store(orphans_.size(), std::memory_order_relaxed);
 }
 
 void BatchTable::reapOrphans() {
@@ -104,24 +117,42 @@ void BatchTable::reapOrphans() {
       n_reaped_.fetch_add(1, std::memory_order_relaxed);
   }
   orphans_.swap(left);
+  n_orphans_.store(orphans_.size(), std::memory_order_relaxed);
 }
 
 std::vector<std::shared_ptr<Batch>> BatchTable::live() const {
   std::vector<std::shared_ptr<Batch>> out;
-  std::shared_lock lk(batch_mu_);
-  for (auto& [id, b] : batches_) out.push_back(b);
+  for (const Shard& sh : shards_) {
+    std::shared_lock lk(sh.mu);
+    for (auto& [id, b] : sh.batches) out.push_back(b);
+  }
   return out;
 }
 
 void BatchTable::clear() {
-  std::unique_lock lk(batch_mu_);
-  for (auto& [id, b] : batches_) b->dropSubBatches();
-  batches_.clear();
+  for (Shard& sh : shards_) {
+    std::unique_lock lk(sh.mu);
+    for (auto& [id, b] : sh.batches) b->dropSubBatches();
+    sh.batches.clear();
+  }
 }
 
 size_t BatchTable::open() const {
-  std::shared_lock lk(batch_mu_);
-  return batches_.size();
+  size_t n = 0;
+  for (const Shard& sh : shards_) {
+    std::shared_lock lk(sh.mu);
+    n += sh.batches.size();
+  }
+  return n;
+}
+
+uint64_t BatchTable::allocated() const {
+  uint64_t n = 0;
+  for (const Shard& sh : shards_) {
+    std::shared_lock lk(sh.mu);
+    n += sh.made;
+  }
+  return n;
 }
 
 size_t BatchTable::orphans() const {

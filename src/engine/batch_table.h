@@ -2,10 +2,21 @@
 // orphans: batches transferSync gave up on while transports still held
 // their memory, freed by a later allocate (or stats()) once that I/O ended.
 // What a batch does with its tasks is batch.h; submitting to one is the
-// engine's (batches.cpp). Locks: the table's shared_mutex (find shared;
-// allocate and free exclusive), taken under the orphan mutex when orphans
-// are reaped, and itself held while a freed batch's submit mutex is taken
-// (engine_impl.h: lock order).
+// engine's (batches.cpp).
+//
+// The table is cut into shards, each with its own lock, map and id counter
+// on cache lines of its own; a thread allocates in the shard it was given
+// on its first allocate (round robin), and an id names its shard (its low
+// bits). Threads submitting batches side by side (transferSync's allocate,
+// find, free) then take no lock and write no line another thread takes:
+// one table lock for all made every small batch of several threads wait
+// for each other. Ids stay unique and are never reused; they are not
+// consecutive.
+//
+// Locks: a shard's shared_mutex (find shared; allocate and free
+// exclusive), taken under the orphan mutex when orphans are reaped, and
+// itself held while a freed batch's submit mutex is taken (engine_impl.h:
+// lock order).
 #pragma once
 
 #include <atomic>
@@ -52,20 +63,32 @@ class BatchTable {
 
   size_t open() const;
   size_t orphans() const;
-  uint64_t allocated() const { return n_batches_.load(); }
+  uint64_t allocated() const;
   uint64_t reaped() const { return n_reaped_.load(); }
 
   // kInvalidBatch naming `id`.
   static Status notAllocated(BatchID id);
 
+  static constexpr unsigned kShardBits = 6;
+  static constexpr size_t kShards = size_t{1} << kShardBits;
+  // The shard of batch `id` (its low bits; ids start at 1).
+  static size_t shardOf(BatchID id) { return static_cast<size_t>((id - 1) & (kShards - 1)); }
+
  private:
+  struct alignas(64) Shard {
+    mutable std::shared_mutex mu;
+    std::unordered_map<BatchID, std::shared_ptr<Batch>> batches;  // under mu
+    uint64_t made = 0;                                             // under mu: batches allocated here
+  };
+  // The shard this thread allocates in.
+  static size_t myShard();
+
   Settings settings_;
-  mutable std::shared_mutex batch_mu_;
-  std::unordered_map<BatchID, std::shared_ptr<Batch>> batches_;
-  BatchID next_batch_ = 1;
+  Shard shards_[kShards];
   mutable std::mutex orphan_mu_;
-  std::vector<BatchID> orphans_;  // transferSync batches still referenced by I/O
-  std::atomic<uint64_t> n_batches_{0}, n_reaped_{0};
+  std::vector<BatchID> orphans_;      // transferSync batches still referenced by I/O
+  std::atomic<size_t> n_orphans_{0};  // orphans_.size(), read without the lock
+  std::atomic<uint64_t> n_reaped_{0};
 };
 
 }  // namespace hawser

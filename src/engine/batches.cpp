@@ -49,7 +49,7 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
   //    re-fetched here, before the batch is locked.
   std::vector<Resolved> res(reqs.size());
   auto refuse = [&](size_t i, Status st) {
-    n_refused_.fetch_add(1, std::memory_order_relaxed);
+    n_refused_.add(1);
     return bad(i, st);
   };
   SegmentID last_id = kInvalidSegment;
@@ -174,7 +174,7 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
   std::string notify_host;
   uint16_t notify_port = 0;
   if (notify && !(s = notifyTarget(*res[0].view, *notify, notify_host, notify_port)).ok()) {
-    n_refused_.fetch_add(1, std::memory_order_relaxed);
+    n_refused_.add(1);
     return s;
   }
   if (signal) {
@@ -182,7 +182,7 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
     for (auto& r : res)
       if (r.view->desc->name != res[0].view->desc->name) others = r.view->desc->name;
     if (!(s = signalTarget(*res[0].view, others, *signal, notify_host, notify_port)).ok()) {
-      n_refused_.fetch_add(1, std::memory_order_relaxed);
+      n_refused_.add(1);
       return s;
     }
   }
@@ -192,7 +192,7 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
   std::lock_guard sl(batch->submitMutex());
   const size_t base = batch->taskCount();
   if (reqs.size() > batch->capacity() - base) {
-    n_refused_.fetch_add(1, std::memory_order_relaxed);
+    n_refused_.add(1);
     return {Code::kCapacityExceeded, fmt::format("batch {} holds {} of {} tasks; {} more requested", id, base,
                                                  batch->capacity(), reqs.size())};
   }
@@ -221,7 +221,7 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
   auto refused = [&](Status why) {
     work.clear();
     batch->dropRegions();  // no task points at them: none was committed
-    n_refused_.fetch_add(1, std::memory_order_relaxed);
+    n_refused_.add(1);
     return why;
   };
   for (auto& [t, tasks] : groups) {
@@ -243,7 +243,7 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
                                    signal ? signal->name : std::string(), static_cast<uint32_t>(reqs.size())),
                      &outbox_);
   batch->commit(reqs.size(), slices);
-  n_tasks_.fetch_add(reqs.size(), std::memory_order_relaxed);
+  n_tasks_.add(reqs.size());
   for (const Fell& f : fell) fallbacks_->note(f.view->desc->name, *f.from, *f.to, f.why, f.n);
   for (auto& [sb, w] : work) sb->post(std::move(w));
   return Status::OK();
@@ -311,7 +311,7 @@ Status EngineImpl::transferSync(const std::vector<TransferRequest>& reqs, std::c
   auto batch = findBatch(b);
   bool timed_out = !batch->waitUntil(deadline);
   if (timed_out) {
-    n_sync_timeouts_.fetch_add(1, std::memory_order_relaxed);
+    n_sync_timeouts_.add(1);
     (void)cancel(b);
     // Canceled slices end promptly; what the kernel or a device cannot stop
     // ends by its own timeout. Wait a bounded time for the states.

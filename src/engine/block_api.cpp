@@ -17,14 +17,14 @@ Status EngineImpl::postBlocks(BatchID id, std::shared_ptr<const BlockPlan> plan,
   if (signal) {
     Status s = signalTarget(*plan->view, "", *signal, signal_host, signal_port);
     if (!s.ok()) {
-      n_refused_.fetch_add(1, std::memory_order_relaxed);
+      n_refused_.add(1);
       return s;
     }
   }
   std::lock_guard sl(batch->submitMutex());
   const size_t base = batch->taskCount();
   if (base >= batch->capacity()) {
-    n_refused_.fetch_add(1, std::memory_order_relaxed);
+    n_refused_.add(1);
     return {Code::kCapacityExceeded,
             fmt::format("batch {} holds {} of {} tasks; a block request needs one more", id, base, batch->capacity())};
   }
@@ -38,7 +38,7 @@ Status EngineImpl::postBlocks(BatchID id, std::shared_ptr<const BlockPlan> plan,
                                               &block_counters_);
   Status s = runner->prepareFirst();
   if (!s.ok()) {
-    n_refused_.fetch_add(1, std::memory_order_relaxed);
+    n_refused_.add(1);
     return s;
   }
   batch->addRunner(runner);
@@ -46,7 +46,7 @@ Status EngineImpl::postBlocks(BatchID id, std::shared_ptr<const BlockPlan> plan,
     batch->addNotify(1, outbox_.track(signal_host, signal_port, p.view->desc->name, nullptr, signal->name, 1),
                      &outbox_);
   batch->commit(1, 0);  // the runner bounds its own slices (block.lanes x block.window runs)
-  n_tasks_.fetch_add(1, std::memory_order_relaxed);
+  n_tasks_.add(1);
   block_counters_.tasks.fetch_add(1, std::memory_order_relaxed);
   if (p.fallback) fallbacks_->note(p.view->desc->name, *p.fallback, *p.route, p.fallback_why, 1);
   runner->start();
@@ -61,7 +61,7 @@ Status EngineImpl::submitBlocks(BatchID id, OpCode op, SegmentID target, const B
   auto plan = std::make_shared<BlockPlan>();
   Status s = buildBlocks(op, target, src, *plan);
   if (!s.ok()) {
-    n_refused_.fetch_add(1, std::memory_order_relaxed);
+    n_refused_.add(1);
     return s;
   }
   return postBlocks(id, std::move(plan), task_id, signal);
@@ -73,7 +73,7 @@ Status EngineImpl::submitStrided(BatchID id, OpCode op, SegmentID target, const 
   auto plan = std::make_shared<BlockPlan>();
   Status s = buildStrided(op, target, b, *plan);
   if (!s.ok()) {
-    n_refused_.fetch_add(1, std::memory_order_relaxed);
+    n_refused_.add(1);
     return s;
   }
   return postBlocks(id, std::move(plan), task_id);
@@ -107,7 +107,7 @@ Status EngineImpl::postPlan(BatchID id, PlanID plan_id, size_t* task_id, const S
   if (registry_.removals() != plan->removals) {
     s = refreshLocal(plan_id, plan);
     if (!s.ok()) {
-      n_refused_.fetch_add(1, std::memory_order_relaxed);
+      n_refused_.add(1);
       return {s.code(), fmt::format("plan {}: {}", plan_id, s.message())};
     }
   }

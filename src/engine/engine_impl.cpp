@@ -320,9 +320,9 @@ EngineStats EngineImpl::stats() {
   const size_t live = batches_.open();
   s.engine = {{"batches_allocated", batches_.allocated()},
               {"batches_open", live},
-              {"tasks_submitted", n_tasks_.load()},
-              {"submits_refused", n_refused_.load()},
-              {"sync_timeouts", n_sync_timeouts_.load()},
+              {"tasks_submitted", n_tasks_.value()},
+              {"submits_refused", n_refused_.value()},
+              {"sync_timeouts", n_sync_timeouts_.value()},
               {"orphan_batches", orphans},
               {"orphan_batches_reaped", batches_.reaped()},
               {"notifies_delivered", outbox_.delivered()},

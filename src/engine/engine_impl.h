@@ -23,7 +23,8 @@
 //                                  held while the registry, every transport's register
 //                                  calls and the store's publish run)
 //   2. BatchTable orphan_mu_      (reaping frees batches under it)
-//   3. BatchTable batch_mu_       (exclusive while a batch is freed)
+//   3. BatchTable Shard mu        (a shard of the batch table; exclusive while
+//                                  a batch is freed)
 //   4. Batch submit_mu_           (submit, post, cancel, free; under it: a transport's
 //                                  prepare / post / cancel / idle, a BlockRunner's mu_,
 //                                  NotifyOutbox mu_ (track), RouteFallbacks mu_)
@@ -181,8 +182,15 @@ class EngineImpl {
   // stale descriptor (owner restarted or re-registered); a segment whose
   // name a transport resolves (file://) is not the store's.
   std::shared_ptr<const SegmentView> currentView(SegmentID id) {
-    return segments_.current(id, [this](const SegmentDesc& d) {
-      return !schemeOwner(d.name) && store_->mayHaveChanged(d.name, d.generation);
+    return segments_.current(id, [this](const SegmentView& v) {
+      const SegmentDesc& d = *v.desc;
+      if (schemeOwner(d.name)) return false;
+      // Unchanged at the store's count now: nothing to ask (no lock taken).
+      const uint64_t count = store_->changeCount();
+      if (count != 0 && v.unchanged_at.count.load(std::memory_order_relaxed) == count) return false;
+      if (store_->mayHaveChanged(d.name, d.generation)) return true;
+      if (count != 0) v.unchanged_at.count.store(count, std::memory_order_relaxed);
+      return false;
     });
   }
 
@@ -278,7 +286,7 @@ class EngineImpl {
   std::shared_ptr<RunArrays> run_arrays_ = std::make_shared<RunArrays>();  // kept by the runners too
 
   // Engine counters (stats(); the batch table counts batches and reaped orphans).
-  std::atomic<uint64_t> n_tasks_{0}, n_refused_{0}, n_sync_timeouts_{0};
+  metrics::Counter n_tasks_, n_refused_, n_sync_timeouts_;  // per-thread shards: every submit counts
 };
 
 // Adds the engine's own counters (s.engine) and the rpc listener's refused

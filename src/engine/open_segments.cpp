@@ -50,7 +50,7 @@ Status OpenSegments::close(SegmentID id) {
 }
 
 std::shared_ptr<const SegmentView> OpenSegments::view(SegmentID id) const {
-  std::lock_guard lk(mu_);
+  std::shared_lock lk(mu_);
   auto it = segments_.find(id);
   return it == segments_.end() ? nullptr : it->second.view;
 }
@@ -76,12 +76,12 @@ std::shared_ptr<const SegmentView> OpenSegments::refresh(SegmentID id) {
 }
 
 size_t OpenSegments::size() const {
-  std::lock_guard lk(mu_);
+  std::shared_lock lk(mu_);
   return segments_.size();
 }
 
 int OpenSegments::refs(SegmentID id) const {
-  std::lock_guard lk(mu_);
+  std::shared_lock lk(mu_);
   auto it = segments_.find(id);
   return it == segments_.end() ? 0 : it->second.refs;
 }

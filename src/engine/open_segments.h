@@ -5,13 +5,15 @@
 // says (segments.cpp: fetchSegment, makeView); this object keeps the views,
 // replaces one whole when its descriptor changed (tasks in flight keep the
 // one they were submitted with), and owns the one lock over them. Nothing
-// is fetched or decoded under that lock (engine_impl.h: lock order).
+// is fetched or decoded under that lock (engine_impl.h: lock order); the
+// submits' lookups share it.
 #pragma once
 
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 
 #include "engine/selection.h"
@@ -41,7 +43,7 @@ class OpenSegments {
   // Re-fetches the descriptor and replaces the view; null when `id` is not
   // open or the fetch failed (the old view stays).
   std::shared_ptr<const SegmentView> refresh(SegmentID id);
-  // The view to submit to: refreshed first when `stale(desc)` says its
+  // The view to submit to: refreshed first when `stale(view)` says its
   // descriptor may be stale (the store tracks changes: the owner restarted
   // or registered more memory); the old one kept when that fails. Inline,
   // with the predicate a template argument: every submit takes this path.
@@ -49,7 +51,7 @@ class OpenSegments {
   std::shared_ptr<const SegmentView> current(SegmentID id, const Stale& stale) {
     auto v = view(id);
     if (!v) return nullptr;
-    if (stale(*v->desc)) {
+    if (stale(*v)) {
       if (auto fresh = refresh(id)) v = fresh;
     }
     return v;
@@ -69,7 +71,7 @@ class OpenSegments {
 
   const Fetch fetch_;
   const MakeView make_view_;
-  mutable std::mutex mu_;
+  mutable std::shared_mutex mu_;  // shared: view() (every submit), size(), refs()
   std::map<SegmentID, OpenSegment> segments_;
   std::map<std::string, SegmentID> segment_ids_;
   SegmentID next_segment_ = 1;

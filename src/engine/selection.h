@@ -28,6 +28,7 @@
 // counts it (hawser_route_fallbacks_total) and warns once per peer and reason.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,8 +57,22 @@ struct Route {
 };
 
 // An open segment's descriptor and every installed transport's view of it.
+// The metadata store's change count at which a view's descriptor was last
+// found unchanged (EngineImpl::currentView; MetadataStore::changeCount),
+// written only when it moves. Copyable, so that a view stays a value.
+struct UnchangedAt {
+  UnchangedAt() = default;
+  UnchangedAt(const UnchangedAt& o) : count(o.count.load(std::memory_order_relaxed)) {}
+  UnchangedAt& operator=(const UnchangedAt& o) {
+    count.store(o.count.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    return *this;
+  }
+  mutable std::atomic<uint64_t> count{0};  // 0: never
+};
+
 struct SegmentView {
   std::shared_ptr<const SegmentDesc> desc;
+  UnchangedAt unchanged_at;
   bool same_host = false;  // the owner shares this engine's host id
   std::vector<Route> routes;
   // Transports of the build not installed here (transport null); counts

@@ -12,7 +12,9 @@ namespace hawser {
 using std::chrono::milliseconds;
 
 EtcdStore::EtcdStore(std::vector<etcd::Endpoint> endpoints, EtcdStoreOptions options)
-    : options_(std::move(options)), client_(std::move(endpoints), options_.client) {}
+    : options_(std::move(options)), client_(std::move(endpoints), options_.client) {
+  countChanges();
+}
 
 EtcdStore::~EtcdStore() { stop(); }
 

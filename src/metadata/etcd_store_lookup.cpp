@@ -74,6 +74,7 @@ Status EtcdStore::getSegment(const std::string& name, SegmentDesc& out) {
   {
     std::lock_guard<std::mutex> lk(state_mu_);
     fetched_[name] = Fetched{(e.is_file ? "files/" : "segments/") + name, e.mod_revision, e.desc.generation};
+    noteChange();
   }
   out = std::move(e.desc);
   return Status::OK();

@@ -23,6 +23,7 @@ void EtcdStore::applyEvent(int64_t revision, const etcd::WatchEvent& ev) {
     ks.present = !ev.is_delete;
     ks.revision = ev.kv.mod_revision;
     own = ev.is_delete && rel == "segments/" + local_name_;
+    noteChange();
   }
   if (own && !stopping_.load()) {
     HLOG_WARN("etcd: key of local segment '{}' was deleted while the engine runs; re-publishing", local_name_);
@@ -47,6 +48,7 @@ void EtcdStore::watchLoop() {
     Status st = client_.getPrefix(prefix, kvs, &rev, /*keys_only=*/true, co);
     if (!st.ok()) {
       synced_.store(false);
+      noteChange();
       HLOG_DEBUG("etcd: watch resync failed: {}", st.message());
       wait = backoff;
       backoff = std::min(backoff * 2, options_.backoff_max);
@@ -68,11 +70,13 @@ void EtcdStore::watchLoop() {
         if (!now.count(f.rel)) now[f.rel] = KeyState{rev, false};
       }
       latest_ = std::move(now);
+      noteChange();
       auto it = latest_.find("segments/" + local_name_);
       own_missing = it == latest_.end() || !it->second.present;
     }
     if (own_missing && !stopping_.load()) requestRepublish();
     synced_.store(true);
+    noteChange();
     backoff = kFirstBackoff;
     bool compacted = false;
     st = client_.watch(
@@ -82,6 +86,7 @@ void EtcdStore::watchLoop() {
         },
         compacted);
     synced_.store(false);
+    noteChange();
     if (stopping_.load()) break;
     HLOG_DEBUG("etcd: watch ended: {}", st.message());
     wait = compacted ? milliseconds(0) : backoff;

@@ -27,7 +27,9 @@ std::string bodyExcerpt(const std::string& body) {
 }  // namespace
 
 HttpStore::HttpStore(std::string url, HttpStoreOptions options)
-    : url_(std::move(url)), options_(std::move(options)), http_(kMaxValueBytes) {}
+    : url_(std::move(url)), options_(std::move(options)), http_(kMaxValueBytes) {
+  countChanges();
+}
 
 HttpStore::~HttpStore() { stop(); }
 
@@ -178,6 +180,7 @@ Status HttpStore::getEntry(const std::string& name, SegmentEntry& out) {
                                                     " segment descriptor");
     std::lock_guard lk(state_mu_);
     fetched_[name] = Fetched{key, value, false};
+    noteChange();
     return Status::OK();
   }
   return Status(Code::kSegmentNotFound, "segment '" + name + "' not found on " + where() + " (no key " +
@@ -224,7 +227,10 @@ void HttpStore::pollLoop() {
       if (!found && f.value.empty()) continue;  // still gone
       std::lock_guard sl(state_mu_);
       auto it = fetched_.find(name);
-      if (it != fetched_.end() && it->second.value == f.value) it->second.changed = true;
+      if (it != fetched_.end() && it->second.value == f.value) {
+        it->second.changed = true;
+        noteChange();
+      }
     }
     lk.lock();
   }

@@ -12,7 +12,7 @@
 
 namespace hawser {
 
-P2pStore::P2pStore(Config& config, rpc::Server* rpc) : config_(config), rpc_(rpc) {}
+P2pStore::P2pStore(Config& config, rpc::Server* rpc) : config_(config), rpc_(rpc) { countChanges(); }
 
 Status P2pStore::loadConfig() {
   Status s = config_.getString("file_segments", file_path_);
@@ -44,6 +44,7 @@ Status P2pStore::start(const std::string& local_name, std::function<SegmentDesc(
       s = rpc_->onCall(kSegmentChangedCall, [this](const std::string& owner, std::string&) {
         std::lock_guard lk(sub_mu_);
         changed_.insert(owner);
+        noteChange();
         return Status::OK();
       });
     if (!s.ok()) return s;

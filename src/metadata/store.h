@@ -4,6 +4,7 @@
 // "http://": the same keys on Mooncake's HTTP metadata server (http_store.h).
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -48,6 +49,24 @@ class MetadataStore {
   virtual Status getSegment(const std::string& name, SegmentDesc& out) = 0;
   // Has the named segment changed since `generation`? (cheap check; default: unknown=true)
   virtual bool mayHaveChanged(const std::string& /*name*/, uint64_t /*generation*/) { return true; }
+  // A count that moves on every change of what mayHaveChanged() reads (a
+  // change notice, a watch event, a fetch): a caller told "no" at count N
+  // may take "no" without asking again while the count is still N, and
+  // every thread submitting to a segment then reads a line nobody writes
+  // instead of taking the store's lock. 0: this store does not count (ask
+  // every time).
+  uint64_t changeCount() const { return changes_.load(std::memory_order_acquire); }
+
+ protected:
+  // A store that counts says so once, in its constructor,
+  void countChanges() { changes_.store(1, std::memory_order_relaxed); }
+  // and calls this after each change, once the change is visible to
+  // mayHaveChanged() (under the store's lock).
+  void noteChange() {
+    if (changes_.load(std::memory_order_relaxed) != 0) changes_.fetch_add(1, std::memory_order_release);
+  }
+
+ public:
 
   // The name peers use to open this engine's memory: p2p -> "host:port";
   // named stores -> the server name.
@@ -85,6 +104,9 @@ class MetadataStore {
   // Removes a file segment; a memory segment's key (etcd: an engine's, under
   // its lease) only with `force`, else kInvalidArgument naming the owner.
   virtual Status removeEntry(const std::string& name, bool force);
+
+ private:
+  std::atomic<uint64_t> changes_{0};
 };
 
 // Builds the store for a metadata URI: "p2p", "etcd://h:p[,h:p]" or

@@ -1,7 +1,9 @@
-// The engine's batch table alone (engine/batch_table.h): ids, capacity
+// The engine's batch table alone (engine/batch_table.h): ids (unique,
+// never reused, naming their shard; a thread's in its own shard), capacity
 // limits with their exact errors, a batch with unfinished tasks refused
 // as busy, orphans kept until their tasks end and then reaped, and
 // allocate / find / free from several threads at once.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,12 +31,14 @@ class BatchTableTest : public ::testing::Test {
   BatchTable table;
 };
 
-TEST_F(BatchTableTest, ids_count_up_from_one_and_a_batch_has_the_capacities_asked) {
+TEST_F(BatchTableTest, a_threads_ids_lie_in_its_shard_and_a_batch_has_the_capacities_asked) {
   BatchID a = kInvalidBatch, b = kInvalidBatch;
   ASSERT_TRUE(table.allocate(3, a).ok());
   ASSERT_TRUE(table.allocate(8, b).ok());
-  EXPECT_EQ(a, 1u);
-  EXPECT_EQ(b, 2u);
+  EXPECT_NE(a, kInvalidBatch);
+  EXPECT_EQ(b, a + BatchTable::kShards);  // the next id of this thread's shard
+  EXPECT_EQ(BatchTable::shardOf(a), BatchTable::shardOf(b));
+  EXPECT_LE(a, BatchTable::kShards);  // this table's first batch of that shard
   auto batch = table.find(a);
   ASSERT_NE(batch, nullptr);
   EXPECT_EQ(batch->id(), a);
@@ -63,12 +67,14 @@ TEST_F(BatchTableTest, a_freed_batch_is_gone_and_freeing_it_again_is_an_invalid_
   EXPECT_EQ(table.find(id), nullptr);
   Status s = table.free(id);
   EXPECT_EQ(s.code(), Code::kInvalidBatch);
-  EXPECT_EQ(s.message(), "batch id 1 is not allocated (never, or already freed)");
+  EXPECT_EQ(s.message(), fmt::format("batch id {} is not allocated (never, or already freed)", id));
   EXPECT_EQ(table.free(42).message(), "batch id 42 is not allocated (never, or already freed)");
+  EXPECT_EQ(table.free(kInvalidBatch).message(), "batch id 0 is not allocated (never, or already freed)");
+  EXPECT_EQ(table.find(kInvalidBatch), nullptr);
   // Ids are not reused.
   BatchID next = kInvalidBatch;
   ASSERT_TRUE(table.allocate(1, next).ok());
-  EXPECT_EQ(next, 2u);
+  EXPECT_EQ(next, id + BatchTable::kShards);
 }
 
 TEST_F(BatchTableTest, a_batch_with_an_unfinished_task_is_busy_and_frees_once_it_ended) {
@@ -78,7 +84,7 @@ TEST_F(BatchTableTest, a_batch_with_an_unfinished_task_is_busy_and_frees_once_it
   commitOneTask(*batch);
   Status s = table.free(id);
   EXPECT_EQ(s.code(), Code::kBatchBusy);
-  EXPECT_EQ(s.message(), "batch 1 has 1 unfinished task(s)");
+  EXPECT_EQ(s.message(), fmt::format("batch {} has 1 unfinished task(s)", id));
   ASSERT_NE(table.find(id), nullptr);
   batch->task(0).completeSlice(TransferState::kCompleted, 4096);
   EXPECT_TRUE(table.free(id).ok());
@@ -141,8 +147,15 @@ TEST_F(BatchTableTest, threads_allocating_finding_freeing_and_reaping_at_once_ge
   std::sort(all.begin(), all.end());
   EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end());
   EXPECT_EQ(all.size(), size_t(kThreads * kRounds));
-  EXPECT_EQ(all.front(), 1u);
-  EXPECT_EQ(all.back(), BatchID(kThreads * kRounds));
+  EXPECT_NE(all.front(), kInvalidBatch);
+  // Each thread allocated in a shard of its own, its ids one shard-stride apart.
+  std::vector<size_t> shards;
+  for (auto& v : ids) {
+    for (size_t i = 1; i < v.size(); ++i) EXPECT_EQ(v[i], v[i - 1] + BatchTable::kShards);
+    shards.push_back(BatchTable::shardOf(v.front()));
+  }
+  std::sort(shards.begin(), shards.end());
+  EXPECT_EQ(std::adjacent_find(shards.begin(), shards.end()), shards.end());
   EXPECT_EQ(table.open(), 0u);
   EXPECT_EQ(table.allocated(), uint64_t(kThreads * kRounds));
 }

@@ -55,7 +55,7 @@ class OpenSegmentsTest : public ::testing::Test {
                         }};
   // What the store says of a descriptor (OpenSegments::current).
   std::shared_ptr<const SegmentView> current(SegmentID id) {
-    return segments.current(id, [this](const SegmentDesc&) { return stale.load(); });
+    return segments.current(id, [this](const SegmentView&) { return stale.load(); });
   }
 
   void setGeneration(const std::string& name, uint64_t g) {
