@@ -824,7 +824,9 @@ class FileGpuRoute : public FileGpu {
   // A GPU read of the segment under `require` ("" : the engine's contract).
   Status submitGpu(const DeviceBuffer& dev, const std::string& require) {
     TransferRequest r{OpCode::kRead, dev.data(), seg_, 0, 4096};
-    if (!require.empty()) EXPECT_TRUE(parseRouteContract("", require, r.route).ok());
+    if (!require.empty()) {
+      EXPECT_TRUE(parseRouteContract("", require, r.route).ok());
+    }
     BatchID b;
     Status s = engine_.allocateBatchID(1, b);
     if (!s.ok()) return s;

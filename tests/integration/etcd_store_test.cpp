@@ -377,16 +377,23 @@ TEST_F(EtcdStoreTest, may_have_changed_turns_true_when_the_peers_key_changes) {
   ASSERT_TRUE(eventually([&] { return peer->watchSynced(); }));
   EXPECT_FALSE(peer->mayHaveChanged("node-b", d.generation));
   EXPECT_TRUE(peer->mayHaveChanged("never-fetched", 1));
+  // The change count a submit reads instead of asking: whenever the answer
+  // turns to "yes", it has moved from where the last "no" saw it.
+  uint64_t unchanged_at = peer->changeCount();
+  EXPECT_NE(unchanged_at, 0u) << "the etcd store counts its changes";
 
   gen = 2;
   ASSERT_TRUE(owner->publishLocal().ok());
   EXPECT_TRUE(eventually([&] { return peer->mayHaveChanged("node-b", d.generation); }));
+  EXPECT_NE(peer->changeCount(), unchanged_at);
   ASSERT_TRUE(peer->getSegment("node-b", d).ok());
   EXPECT_EQ(d.generation, 2u);
   EXPECT_TRUE(eventually([&] { return !peer->mayHaveChanged("node-b", d.generation); }));
+  unchanged_at = peer->changeCount();
 
   owner->stop();  // revoke: the key is deleted
   EXPECT_TRUE(eventually([&] { return peer->mayHaveChanged("node-b", d.generation); }));
+  EXPECT_NE(peer->changeCount(), unchanged_at);
 }
 
 // ---- etcd restarts -----------------------------------------------------------

@@ -97,8 +97,14 @@ TEST(HttpMetadataStore, a_changed_value_is_noticed_by_polling) {
   EXPECT_FALSE(store->mayHaveChanged("seg", 0));
   ASSERT_TRUE(store->start("me", [] { return SegmentDesc{}; }).ok());  // starts the poller
   EXPECT_TRUE(test::holdsFor([&] { return !store->mayHaveChanged("seg", 0); }, std::chrono::milliseconds(200)));
+  // The change count a submit reads instead of asking: it stays while the
+  // answer is "no", and has moved once the answer turns.
+  const uint64_t unchanged_at = store->changeCount();
+  EXPECT_NE(unchanged_at, 0u) << "the http store counts its changes";
+  EXPECT_EQ(store->changeCount(), unchanged_at);
   ASSERT_TRUE(store->putFileSegment(fileDesc("seg", 200)).ok());
   EXPECT_TRUE(eventually([&] { return store->mayHaveChanged("seg", 0); }));
+  EXPECT_NE(store->changeCount(), unchanged_at);
   ASSERT_TRUE(store->getSegment("seg", got).ok());
   EXPECT_EQ(got.fileSpan(), 200u);
   EXPECT_FALSE(store->mayHaveChanged("seg", 0)) << "re-fetched";

@@ -114,7 +114,9 @@ TEST(Metrics, every_declared_family_has_a_prometheus_name_and_suffix) {
     EXPECT_TRUE(metrics::validMetricName(s->name));
     EXPECT_TRUE(s->name.starts_with("hawser_"));
     EXPECT_EQ(s->name.ends_with("_total"), s->type == MetricType::kCounter);
-    if (s->type == MetricType::kHistogram) EXPECT_TRUE(s->name.ends_with("_seconds"));
+    if (s->type == MetricType::kHistogram) {
+      EXPECT_TRUE(s->name.ends_with("_seconds"));
+    }
   }
   EXPECT_FALSE(metrics::validMetricName("1abc"));
   EXPECT_FALSE(metrics::validMetricName("a-b"));
