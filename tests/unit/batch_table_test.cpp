@@ -6,11 +6,19 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <fstream>
+#include <future>
+#include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "common/util.h"
 #include "engine/batch_table.h"
 
 namespace hawser {
@@ -158,6 +166,46 @@ TEST_F(BatchTableTest, threads_allocating_finding_freeing_and_reaping_at_once_ge
   EXPECT_EQ(std::adjacent_find(shards.begin(), shards.end()), shards.end());
   EXPECT_EQ(table.open(), 0u);
   EXPECT_EQ(table.allocated(), uint64_t(kThreads * kRounds));
+}
+
+// Thread `tid` of this process is asleep (state S: blocked in the kernel,
+// here on a futex).
+bool sleeping(pid_t tid) {
+  std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/stat");
+  std::string line;
+  std::getline(f, line);
+  const auto paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'S';
+}
+
+TEST_F(BatchTableTest, a_free_waiting_for_one_batch_holds_up_no_other_threads_batches) {
+  // A free takes its shard's lock and, under it, the batch's submit lock: a
+  // free of a batch whose submit runs waits there. With one lock for the
+  // whole table every other thread's allocate, find and free waited too.
+  BatchID busy = kInvalidBatch;
+  ASSERT_TRUE(table.allocate(1, busy).ok());
+  auto batch = table.find(busy);
+  std::unique_lock submitting(batch->submitMutex());  // a submit in progress
+  std::atomic<pid_t> freer_tid{0};
+  std::thread freer([&] {
+    freer_tid = static_cast<pid_t>(::syscall(SYS_gettid));
+    EXPECT_TRUE(table.free(busy).ok());
+  });
+  ASSERT_TRUE(test::eventually([&] { return freer_tid.load() != 0 && sleeping(freer_tid.load()); }))
+      << "the freeing thread never blocked on the batch's submit lock";
+  // Another thread's batches meanwhile: its own shard, nothing to wait for.
+  auto other = std::async(std::launch::async, [&] {
+    BatchID id = kInvalidBatch;
+    if (!table.allocate(2, id).ok() || !table.find(id) || BatchTable::shardOf(id) == BatchTable::shardOf(busy))
+      return false;
+    return table.free(id).ok();
+  });
+  const bool done_meanwhile = other.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  submitting.unlock();  // let the held free finish either way
+  freer.join();
+  ASSERT_TRUE(done_meanwhile) << "another thread's allocate / find / free waited for an unrelated batch's free";
+  EXPECT_TRUE(other.get());
+  EXPECT_EQ(table.find(busy), nullptr);
 }
 
 }  // namespace
