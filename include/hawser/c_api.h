@@ -154,6 +154,24 @@ typedef struct {
   size_t fact_count;
 } hawser_diagnosis_t;
 
+/* A device or I/O facility a transport found on this host (C++ DeviceRecord), as fields a program
+ * reads without parsing the diagnosis's words. Fields a kind does not fill keep -1, 0 or "". All
+ * strings library-owned. */
+typedef struct {
+  const char* transport;  /* the transport that found it: "rdma", "nvlink", "file" */
+  const char* kind;       /* "nic", "gpu", "io_uring", "cufile" */
+  const char* name;       /* NIC: the ibverbs device ("mlx5_0"); GPU: "cuda:<ordinal>"; "io_uring";
+                             cuFile: the library's path or name */
+  int index;              /* NIC: the engine's index of a NIC in use (-1: not used); GPU: the CUDA ordinal */
+  int numa_node;          /* NIC, GPU: the NUMA node the device hangs off; -1 unknown */
+  const char* pci_bus_id; /* GPU: lower case ("0000:3b:00.0"), "" when the driver does not say */
+  int port;               /* NIC: the port chosen (1-based), 0 when it has no active port */
+  const char* mode;       /* NIC: "InfiniBand" | "Ethernet"; io_uring: "usable" | "unavailable" | "off" |
+                             "absent"; cuFile: "gds" | "compat" | "absent" | "off"; GPU: "" */
+  int used;               /* nonzero when the transport uses it */
+  const char* reason;     /* why not used ("" when used) */
+} hawser_device_t;
+
 /* Which transport a request would take, and why (C++ RouteExplanation). Library-owned. */
 typedef struct {
   const char* transport; /* "" when none can serve it */
@@ -455,6 +473,9 @@ int hawser_metrics(hawser_engine_t* engine, hawser_metric_t* out, size_t* count)
 int hawser_metrics_text(hawser_engine_t* engine, char* buf, size_t* len);
 /* Every transport this build has: installed or why not, what it moves, what it found (see Output arrays). */
 int hawser_diagnose(hawser_engine_t* engine, hawser_diagnosis_t* out, size_t* count);
+/* The devices every transport of this build found, transport by transport in hawser_diagnose's order
+ * (see Output arrays and hawser_device_t; what `hawser doctor --json` prints under "devices"). */
+int hawser_devices(hawser_engine_t* engine, hawser_device_t* out, size_t* count);
 /* Which transport a request from local memory at `local_location` (NULL = "cpu:0") to open segment
  * `segment` would take, and why. */
 int hawser_explain_route(hawser_engine_t* engine, hawser_segment_id_t segment, const char* local_location,

@@ -74,6 +74,28 @@ int hawser_diagnose(hawser_engine_t* engine, hawser_diagnosis_t* out, size_t* co
   });
 }
 
+int hawser_devices(hawser_engine_t* engine, hawser_device_t* out, size_t* count) {
+  thread_local Strings strings;
+  return guarded([&] {
+    if (!engine) return nullArg("engine");
+    if (!count) return nullArg("count");
+    const std::vector<hawser::TransportDiagnosis> ds = engine->engine.diagnose();
+    size_t n = 0;
+    for (const auto& d : ds) n += d.devices.size();
+    int rc = 0;
+    if (!fitsOrReport(out, count, n, "devices", &rc)) return rc;
+    strings.clear();
+    size_t i = 0;
+    for (const auto& d : ds)
+      for (const hawser::DeviceRecord& r : d.devices)
+        out[i++] = hawser_device_t{strings.keep(d.transport), hawser::deviceKindName(r.kind), strings.keep(r.name),
+                                   r.index, r.numa_node, strings.keep(r.pci_bus_id), r.port, strings.keep(r.mode),
+                                   r.used ? 1 : 0, strings.keep(r.reason)};
+    *count = n;
+    return 0;
+  });
+}
+
 int hawser_explain_route(hawser_engine_t* engine, hawser_segment_id_t segment, const char* local_location,
                          hawser_route_t* out) {
   thread_local Strings strings;

@@ -779,6 +779,53 @@ static int transports_and_diagnosis_agree(void) {
   return 0;
 }
 
+/* The device records: the transports' own, in fields; the file transport always has its io_uring. */
+static int devices_are_records_of_the_diagnosed_transports(void) {
+  hawser_engine_t* e = NULL;
+  size_t n = 0;
+  CHECK_RC(hawser_devices(NULL, NULL, &n), HAWSER_E_INVALID_ARGUMENT);
+  CHECK_OK(create_engine("capi-devices", &e));
+  CHECK_RC(hawser_devices(e, NULL, NULL), HAWSER_E_INVALID_ARGUMENT);
+  CHECK_ERROR_NAMES("count is null");
+  CHECK_OK(hawser_devices(e, NULL, &n)); /* a size query */
+  CHECK(n >= 1);
+  hawser_device_t dev[32];
+  CHECK(n <= 32);
+  size_t small = n - 1;
+  CHECK_RC(hawser_devices(e, dev, &small), HAWSER_E_CAPACITY_EXCEEDED);
+  CHECK(small == n);
+  size_t got = 32;
+  CHECK_OK(hawser_devices(e, dev, &got));
+  CHECK(got == n);
+  hawser_diagnosis_t d[16];
+  size_t nd = 16;
+  CHECK_OK(hawser_diagnose(e, d, &nd));
+  int io_urings = 0;
+  for (size_t i = 0; i < got; ++i) {
+    int diagnosed = 0;
+    for (size_t j = 0; j < nd; ++j) diagnosed |= strcmp(d[j].transport, dev[i].transport) == 0;
+    CHECK(diagnosed);
+    CHECK(strcmp(dev[i].kind, "nic") == 0 || strcmp(dev[i].kind, "gpu") == 0 || strcmp(dev[i].kind, "io_uring") == 0 ||
+          strcmp(dev[i].kind, "cufile") == 0);
+    CHECK(strlen(dev[i].name) > 0);
+    CHECK(dev[i].used ? strcmp(dev[i].reason, "") == 0 : strlen(dev[i].reason) > 0);
+    if (strcmp(dev[i].kind, "io_uring") == 0) {
+      ++io_urings;
+      CHECK(strcmp(dev[i].transport, "file") == 0);
+      CHECK(strcmp(dev[i].name, "io_uring") == 0);
+      CHECK(strcmp(dev[i].mode, "usable") == 0 || strcmp(dev[i].mode, "unavailable") == 0 ||
+            strcmp(dev[i].mode, "off") == 0 || strcmp(dev[i].mode, "absent") == 0);
+      CHECK(dev[i].index == -1 && dev[i].port == 0 && strcmp(dev[i].pci_bus_id, "") == 0);
+    }
+    if (strcmp(dev[i].kind, "cufile") == 0)
+      CHECK(strcmp(dev[i].mode, "gds") == 0 || strcmp(dev[i].mode, "compat") == 0 ||
+            strcmp(dev[i].mode, "absent") == 0 || strcmp(dev[i].mode, "off") == 0);
+  }
+  CHECK(io_urings == 1);
+  hawser_engine_destroy(e);
+  return 0;
+}
+
 /* ---- main ------------------------------------------------------------------ */
 
 static const struct c_case cases[] = {
@@ -789,6 +836,7 @@ static const struct c_case cases[] = {
     {"cancel_ends_a_batch_that_free_refused_as_busy", cancel_ends_a_batch_that_free_refused_as_busy},
     {"file_segments_read_and_write_through_the_c_api", file_segments_read_and_write_through_the_c_api},
     {"transports_and_diagnosis_agree", transports_and_diagnosis_agree},
+    {"devices_are_records_of_the_diagnosed_transports", devices_are_records_of_the_diagnosed_transports},
     {"a_route_contract_refuses_at_submit_or_picks_the_allowed_transport",
      a_route_contract_refuses_at_submit_or_picks_the_allowed_transport},
 };
