@@ -287,6 +287,10 @@ PYBIND11_MODULE(hawser, m) {
       .def("get_batch_transfer_status", &PyEngine::batchStatus, py::arg("batch_ids"),
            "Waits for each batch and frees it: 0 when all completed, else the negative code of the first that did "
            "not (last_error() says why).")
+      .def("cancel_transfer", &PyEngine::cancelTransfer, py::arg("batch_id"),
+           "hawser: cancels a batch in flight (its slices not yet started end canceled; what is in flight ends as it "
+           "does) and waits up to python.cancel_wait_ms for its tasks to end. 0 once they ended, invalid_batch when the "
+           "id is not allocated (never, or already freed by its waiter), the timeout code while tasks still run.")
       .def("transfer_check_status", &PyEngine::checkStatus, py::arg("batch_id"),
            "1 completed (freed), 0 running, -1 failed (freed) or unknown id, -2 timed out (canceled, freed).")
       .def("send_probe", &PyEngine::sendProbe, py::arg("peer_server_name"),

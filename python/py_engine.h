@@ -162,6 +162,14 @@ class PyEngine {
   // the id is unknown), -2 timed out (canceled and freed): Mooncake's values.
   // last_error() says why for -1 and -2. Past its timeout a batch is canceled.
   int checkStatus(const py::int_& batch_id);
+  // Cancels batch `batch_id` (hawser::TransferEngine::cancelTransfer): its
+  // slices not yet started end CANCELED; what is in flight ends as it
+  // does. Then waits up to python.cancel_wait_ms for every task to end
+  // (its waiter, get_batch_transfer_status, returns too). 0 once they
+  // ended; invalid_batch when the id is not allocated (never, or already
+  // freed by its waiter); the timeout code while tasks still run (their
+  // memory is still in use).
+  int cancelTransfer(const py::int_& batch_id);
 
   // -- managed buffers --
   uint64_t allocateManaged(uint64_t length);

@@ -114,6 +114,22 @@ int PyEngine::batchStatus(const std::vector<py::int_>& ids) {
   return ret(first);
 }
 
+int PyEngine::cancelTransfer(const py::int_& batch_id) {
+  const int64_t id = batchId(batch_id);
+  Status s;
+  {
+    py::gil_scoped_release nogil;
+    TransferEngine* e = live();
+    if (!e)
+      s = {Code::kInvalidArgument, "cancel_transfer: engine is not initialized: call initialize() first"};
+    else if (id <= 0)
+      s = {Code::kInvalidBatch, fmt::format("cancel_transfer: batch id {} is not allocated", id)};
+    else if ((s = e->cancelTransfer(static_cast<BatchID>(id))).ok())
+      s = e->waitTransfer(static_cast<BatchID>(id), Millis(limits_.cancel_wait_ms));
+  }
+  return ret(s);
+}
+
 int PyEngine::checkStatus(const py::int_& batch_id) {
   const int64_t id = batchId(batch_id);
   Status s;

@@ -270,6 +270,7 @@ class nixl_xfer_handle:
         self.state = "INIT"
         self.error = None
         self.released = False
+        self.batches = []  # hawser batches of the post in progress
         self.telemetry = nixlXferTelemetry()
         self._handle = id(self)
 
@@ -370,6 +371,7 @@ class nixl_agent:
                           "cpu": "DRAM", "cuda": "VRAM"}
         self.nixl_ops = {"READ": 0, "WRITE": 1}
         self._lock = threading.RLock()
+        self._ended = threading.Condition(self._lock)  # a transfer left "PROC"
         self._regs = {}          # mem type -> list of (addr, len, dev, meta)
         self._ranges = {}        # mem type -> _Ranges of self._regs
         self._objects = {}       # addr -> tensor kept alive while registered
@@ -775,10 +777,13 @@ class nixl_agent:
                 with self._lock:
                     handle.state = "ERR"
                     handle.error = _ERRORS.get(code, nixlBackendError)(err)
+                    self._ended.notify_all()
                 raise handle.error
             batches.append(bid)
         posted = time.time()
         handle.telemetry = nixlXferTelemetry(int(t0 * 1e6), int((posted - t0) * 1e6), 0, handle.bytes, handle.merged)
+        with self._lock:
+            handle.batches = batches
         self._waiters.submit(self._finish, handle, batches, t0)
         return "PROC"
 
@@ -798,6 +803,8 @@ class nixl_agent:
         with self._lock:
             handle.telemetry.xferDuration = int((time.time() - t0) * 1e6)
             handle.state, handle.error = ("ERR", err) if err else ("DONE", None)
+            handle.batches = []
+            self._ended.notify_all()
 
     def check_xfer_state(self, handle):
         """"DONE" or "PROC"; a failed transfer raises its NIXL error (as NIXL's
@@ -827,10 +834,27 @@ class nixl_agent:
         raise nixlNotSupportedError("estimate_xfer_cost: not provided by hawser")
 
     def release_xfer_handle(self, handle):
-        """Frees the handle. One still in progress is let finish in the
-        background without its notification (hawser cannot stop bytes already
-        posted; NIXL cancels)."""
+        """Frees the handle. One still in progress is canceled first, as NIXL
+        does: what was not yet started is dropped, what is in flight ends
+        (hawser waits up to python.cancel_wait_ms for that), and the handle
+        is freed once nothing of it still moves, so its memory may be reused.
+        A transfer that ended before the cancel took hold keeps its outcome
+        (and sends its notification). Raises nixlRepostActiveError, the handle
+        kept, when its I/O still runs after that wait: release it again later."""
         with self._lock:
+            if handle.state != "PROC":
+                handle.released = True
+                return
+            batches = list(handle.batches)
+        for b in batches:
+            if self._engine.cancel_transfer(b) != 0 and _hawser.last_error_code() != "invalid_batch":
+                raise nixlRepostActiveError(f"release_xfer_handle: the transfer to '{handle.remote}' is still in "
+                                            f"progress after its cancel: {_hawser.last_error()}; release it again "
+                                            f"once check_xfer_state says it ended")
+        with self._lock:
+            # Its tasks ended: the waiter frees the batches and settles the
+            # state (a completed transfer's notification included).
+            self._ended.wait_for(lambda: handle.state != "PROC")
             handle.released = True
 
     def release_dlist_handle(self, handle):

@@ -339,7 +339,7 @@ def test_a_failed_transfer_raises_nixl_errors_and_removed_agents_refuse(nx):
         a.send_notif("B", b"x")
 
 
-def test_repost_while_in_progress_is_refused_and_release_drops_the_notification(nx):
+def test_repost_while_in_progress_is_refused_and_release_cancels_then_frees_once_it_ended(nx):
     a, b, pa, pb = loaded_pair(nx)
     held = []
 
@@ -348,18 +348,43 @@ def test_repost_while_in_progress_is_refused_and_release_drops_the_notification(
             held.append((fn, args))
     a._waiters = Held()
     h = a.initialize_xfer("WRITE", a.get_xfer_descs([(pa.ctypes.data, 4096, 0)], "DRAM"),
-                          a.get_xfer_descs([(pb.ctypes.data, 4096, 0)], "DRAM"), "B", b"never")
+                          a.get_xfer_descs([(pb.ctypes.data, 4096, 0)], "DRAM"), "B", b"kept")
     assert a.transfer(h) == "PROC" and a.check_xfer_state(h) == "PROC"
     with pytest.raises(nx.nixlRepostActiveError):
         a.transfer(h)
-    a.release_xfer_handle(h)  # in flight: it finishes, without its notification
+    # Release while in progress: the cancel finds the transfer's tasks ended
+    # (4 KiB is copied at submit), and the release waits for its waiter to
+    # settle it before the handle is freed.
+    released = threading.Event()
+    t = threading.Thread(target=lambda: (a.release_xfer_handle(h), released.set()))
+    t.start()
+    with a._lock:
+        assert not h.released and h.state == "PROC"
     (fn, args), = held
-    fn(*args)
+    fn(*args)  # the waiter: frees the batch, sends the notification, settles DONE
+    assert released.wait(20) and h.released and h.state == "DONE"
+    t.join()
     assert np.array_equal(pb[:4096], pa[:4096])
     a.send_notif("B", b"after")
-    assert notifs_until(b, 1) == [b"after"]
+    assert notifs_until(b, 2) == [b"kept", b"after"]  # a transfer that ended keeps its notification
     with pytest.raises(nx.nixlInvalidParamError):
         a.transfer(h)
+
+
+def test_cancel_transfer_names_unknown_batches_and_waits_for_one_in_flight(nx):
+    a, b, pa, pb = loaded_pair(nx)
+    eng = a._engine
+    assert eng.cancel_transfer(123456789) != 0 and nx._hawser.last_error_code() == "invalid_batch"
+    seg = a._remotes["B"]["segment"]
+    pb[:4096] = 0
+    bid = eng.transfer_blocks_async(seg, np.array([pa.ctypes.data], dtype=np.uint64),
+                                    np.array([pb.ctypes.data], dtype=np.uint64),
+                                    np.array([4096], dtype=np.uint64), 1)
+    assert bid > 0
+    assert eng.cancel_transfer(bid) == 0  # its tasks ended: copied at submit, before the cancel
+    assert eng.get_batch_transfer_status([bid]) == 0  # so it completed, and is freed now
+    assert eng.cancel_transfer(bid) != 0 and nx._hawser.last_error_code() == "invalid_batch"
+    assert np.array_equal(pb[:4096], pa[:4096])
 
 
 # ---- notifications ---------------------------------------------------------------------------

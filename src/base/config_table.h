@@ -148,7 +148,8 @@ inline constexpr Knob kKnobs[] = {
   {"python.sync_timeout_ns_per_byte", "HAWSER_PYTHON_SYNC_TIMEOUT_NS_PER_BYTE", KnobType::kInt, "1", 0, 1000000, {},
    "added to the timeout per byte of the batch (1 = 1 s per GB, as Mooncake)"},
   {"python.cancel_wait_ms", "HAWSER_PYTHON_CANCEL_WAIT_MS", KnobType::kDurationMs, "5000", 0, knob_detail::kHour, {},
-   "after a timeout's cancel, how long to wait for the tasks to end before keeping the batch for later freeing"},
+   "after a cancel (a timeout's, cancel_transfer, a NIXL release in flight), how long to wait for the tasks to end "
+   "before keeping the batch for later freeing (a release: raising nixlRepostActiveError)"},
   {"python.managed_pool_size", "HAWSER_PYTHON_MANAGED_POOL_SIZE", KnobType::kSize, "64M", knob_detail::M,
    knob_detail::T, {}, "bytes per managed-buffer pool"},
 };
