@@ -149,11 +149,18 @@ class ShmInline : public ::testing::TestWithParam<const char*> {
   }
   // `n` blocks of `block` bytes: local block i <-> the target's block 2n - 2i
   // (scattered, in reverse); the local ones zeroed.
-  std::vector<Block> scattered(size_t n, size_t block) {
+  // A batch of one block request reading `n` blocks of `block` bytes,
+  // scattered in reverse at the target, into zeroed local memory; 0 (with
+  // a failure recorded) when it was refused.
+  BatchID submitScattered(size_t n, size_t block) {
     std::vector<Block> blocks;
     for (size_t i = 0; i < n; ++i) blocks.push_back({local_.p + i * block, base_ + (2 * n - 2 * i) * block, block});
     std::memset(local_.p, 0, n * block);
-    return blocks;
+    BatchID b = 0;
+    EXPECT_TRUE(e_.allocateBatchID(1, b).ok());
+    Status s = e_.submitBlocks(b, OpCode::kRead, seg_, blocks);
+    EXPECT_TRUE(s.ok()) << s.toString();
+    return s.ok() ? b : 0;
   }
   void checkScattered(size_t n, size_t block) {
     for (size_t i = 0; i < n; ++i)
@@ -257,10 +264,8 @@ TEST_P(ShmInline, a_thread_waiting_for_a_block_request_copies_its_queued_window)
   const BatchID other = holdTheCopyThread();
   g_copiers.clear();
   constexpr size_t kN = 32, kBlock = 64u << 10;
-  const std::vector<Block> blocks = scattered(kN, kBlock);
-  BatchID b = 0;
-  ASSERT_TRUE(e_.allocateBatchID(1, b).ok());
-  ASSERT_TRUE(e_.submitBlocks(b, OpCode::kRead, seg_, blocks).ok());
+  const BatchID b = submitScattered(kN, kBlock);
+  ASSERT_NE(b, 0u);
   const Waited r = waitWhileHeld(b);
   ASSERT_TRUE(r.wait.ok()) << r.wait.toString() << " (the block request waited for the held copy thread)";
   EXPECT_EQ(r.status.s, TransferState::kCompleted) << r.status.error.toString();
@@ -277,10 +282,8 @@ TEST_P(ShmInline, a_block_request_s_first_window_is_copied_by_its_submitter) {
   g_copiers.clear();
   // 32 scattered blocks of 16 KiB (512 KiB: one window).
   constexpr size_t kN = 32, kBlock = 16u << 10;
-  const std::vector<Block> blocks = scattered(kN, kBlock);
-  BatchID b = 0;
-  ASSERT_TRUE(e_.allocateBatchID(1, b).ok());
-  ASSERT_TRUE(e_.submitBlocks(b, OpCode::kRead, seg_, blocks).ok());
+  const BatchID b = submitScattered(kN, kBlock);
+  ASSERT_NE(b, 0u);
   TransferStatus st;
   ASSERT_TRUE(e_.getTransferStatus(b, 0, st).ok());
   EXPECT_EQ(st.s, TransferState::kCompleted) << "not complete when submit returned: " << st.error.toString();
