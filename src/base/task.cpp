@@ -71,6 +71,46 @@ void Task::completeSlices(uint32_t n, uint64_t bytes) {
   slicesEnded(n, ns, shard);
 }
 
+void Task::completeWhole(Task* const* tasks, const uint64_t* bytes, size_t n,
+                         std::chrono::steady_clock::time_point now) {
+  size_t shard = 0;
+  bool have_shard = false;
+  for (size_t i = 0; i < n;) {
+    // A run: tasks i .. j-1 counted together.
+    Task* const first = tasks[i];
+    metrics::PeerTraffic* const traffic = first->traffic_p_;
+    TaskOwner* const owner = first->owner_;
+    const size_t first_id = first->id_;
+    const OpCode op = first->request_.opcode;
+    const auto at = first->submitted_at_;
+    uint64_t run_bytes = 0;
+    size_t j = i;
+    for (; j < n; ++j) {
+      Task* t = tasks[j];
+      if (j > i && (t->traffic_p_ != traffic || t->owner_ != owner || t->id_ != first_id + (j - i) ||
+                    t->request_.opcode != op || t->submitted_at_ != at))
+        break;
+      run_bytes += bytes[j];
+    }
+    const uint32_t m = static_cast<uint32_t>(j - i);
+    if (traffic) {
+      if (!have_shard) shard = metrics::threadShard(), have_shard = true;
+      const uint64_t ns = first->sinceSubmitNs(now);
+      const int dir = metrics::PeerTraffic::dir(op);
+      traffic->slicesEnded(shard, dir, Code::kOk, m, run_bytes, ns);
+      traffic->tasksEnded(shard, dir, m, ns);
+    }
+    // Each task's only completer: plain stores, the count last (release:
+    // whoever sees the task terminal sees its bytes).
+    for (size_t k = i; k < j; ++k) {
+      tasks[k]->bytes_done_.store(bytes[k], std::memory_order_relaxed);
+      tasks[k]->slices_done_.store(1, std::memory_order_release);
+    }
+    owner->tasksFinished(first_id, m);
+    i = j;
+  }
+}
+
 void Task::failSlices(uint32_t n, TransferState state, const Status& error) {
   if (n == 0) return;
   const size_t shard = traffic_p_ ? metrics::threadShard() : 0;
@@ -149,6 +189,23 @@ void Task::markSubmitted(std::chrono::steady_clock::time_point now) {
   submitted_at_ = now;
   if (traffic_p_) traffic_p_->slicesPosted(slices_total_);
   submitted_.store(true, std::memory_order_release);
+}
+
+void Task::markSubmitted(Task* tasks, size_t n, std::chrono::steady_clock::time_point now) {
+  metrics::PeerTraffic* traffic = nullptr;
+  uint32_t posted = 0;
+  for (size_t i = 0; i < n; ++i) {
+    Task& t = tasks[i];
+    if (t.traffic_p_ != traffic) {
+      if (traffic) traffic->slicesPosted(posted);
+      traffic = t.traffic_p_;
+      posted = 0;
+    }
+    posted += t.slices_total_;
+    t.submitted_at_ = now;
+    t.submitted_.store(true, std::memory_order_release);
+  }
+  if (traffic) traffic->slicesPosted(posted);
 }
 
 bool Task::terminal() const {

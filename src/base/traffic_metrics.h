@@ -75,6 +75,12 @@ class PeerTraffic {
     if (code != Code::kOk) failure(d.task_failures, kTaskFailures, dir, code)->addAt(shard, 1);
     d.task_seconds->observeNsAt(shard, ns);
   }
+  // `n` tasks ended COMPLETED at once, each `ns` after its submission.
+  void tasksEnded(size_t shard, int dir, uint32_t n, uint64_t ns) {
+    Dir& d = dir_[dir];
+    d.tasks->addAt(shard, n);
+    d.task_seconds->observeNsAt(shard, ns, n);
+  }
   void retried() { retries_->add(); }
 
   const std::string& transport() const { return transport_; }

@@ -42,9 +42,21 @@ void Batch::taskFinished(size_t task_id) {
       }
     }
   }
+  countFinished(1);
+}
+
+void Batch::tasksFinished(size_t first_id, size_t n) {
+  if (has_notifies_.load(std::memory_order_acquire)) {  // each settles its notification group
+    for (size_t i = 0; i < n; ++i) taskFinished(first_id + i);
+    return;
+  }
+  if (n > 0) countFinished(n);
+}
+
+void Batch::countFinished(size_t n) {
   inside_.fetch_add(1);
   bool wake = false;
-  if (unfinished_.fetch_sub(1) == 1) {
+  if (unfinished_.fetch_sub(n) == n) {
     done_seq_.fetch_add(1);
     wake = sleepers_.load() > 0;
   }
@@ -135,8 +147,7 @@ void Batch::commit(size_t n, size_t slices) {
   slices_used_ += slices;
   const size_t base = task_count_.load(std::memory_order_relaxed);
   unfinished_.fetch_add(n);
-  const auto now = std::chrono::steady_clock::now();
-  for (size_t i = 0; i < n; ++i) tasks_[base + i].markSubmitted(now);
+  Task::markSubmitted(&tasks_[base], n, std::chrono::steady_clock::now());
   task_count_.store(base + n, std::memory_order_release);
 }
 

@@ -63,6 +63,7 @@ class Batch final : public TaskOwner {
 
   // Called by Task when its last slice ends.
   void taskFinished(size_t task_id) override;
+  void tasksFinished(size_t first_id, size_t n) override;
   // Tasks submitted and not yet terminal.
   size_t unfinished() const { return unfinished_.load(); }
   // Waits until every submitted task is terminal; false at the deadline.
@@ -121,6 +122,8 @@ class Batch final : public TaskOwner {
   std::vector<std::shared_ptr<OutgoingNotify>> notifies(bool with_signals = false) const;
 
  private:
+  // `n` tasks counted finished; wakes the waiters at the last.
+  void countFinished(size_t n);
   const BatchID id_;
   const size_t capacity_;
   const size_t slice_capacity_;

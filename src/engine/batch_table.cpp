@@ -56,10 +56,18 @@ Status BatchTable::free(BatchID id, bool settle) {
   // lets go of the slice's I/O: that gets a short grace. I/O that cannot
   // stop stays busy. Without `settle` (the orphan reaper, which comes back
   // later) neither is waited for.
+  // The bounds start at the first hold seen: a batch that is free at
+  // once (the common case) reads no clock.
   constexpr auto kReportingBound = std::chrono::seconds(10);
-  const auto now = std::chrono::steady_clock::now();
-  const auto grace = now + std::chrono::milliseconds(settle ? 50 : 0);
-  const auto reporting_bound = settle ? now + kReportingBound : now;
+  std::chrono::steady_clock::time_point grace{}, reporting_bound{};
+  bool bounded = false;
+  auto bound = [&] {
+    if (bounded) return;
+    const auto now = std::chrono::steady_clock::now();
+    grace = now + std::chrono::milliseconds(settle ? 50 : 0);
+    reporting_bound = settle ? now + kReportingBound : now;
+    bounded = true;
+  };
   for (;;) {
     bool settling = false;
     {
@@ -76,12 +84,14 @@ Status BatchTable::free(BatchID id, bool settle) {
       Transport* t = nullptr;
       switch (batch->hold(t)) {
         case Batch::Hold::kIo:
+          bound();
           if (std::chrono::steady_clock::now() >= grace)
             return {Code::kBatchBusy,
                     fmt::format("batch {}: transport {} still has I/O referencing its memory", id, t->name())};
           settling = true;
           break;
         case Batch::Hold::kReporting:
+          bound();
           if (std::chrono::steady_clock::now() >= reporting_bound)
             return {Code::kBatchBusy, fmt::format("batch {}: its tasks ended and their completers are still reporting "
                                                   "them",

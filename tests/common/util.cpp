@@ -250,7 +250,7 @@ double metricValue(const EngineStats& st, const std::string& family, const std::
     for (const MetricSample& s : f.samples) {
       size_t hit = 0;
       for (const auto& [k, v] : s.labels) hit += labels.count(k) && labels.at(k) == v;
-      if (hit == labels.size()) return s.value;
+      if (hit == labels.size()) return f.type == MetricType::kHistogram ? static_cast<double>(s.count) : s.value;
     }
   }
   return -1;

@@ -153,7 +153,7 @@ bool servedSegment(Child& c, std::string& segment, uint64_t& base, int timeout_m
 int sh(const std::string& cmd, std::string* out = nullptr);
 
 // The value of the sample of metric family `family` whose labels include
-// every one of `labels`, or -1 when there is none.
+// every one of `labels` (a histogram's: its count), or -1 when there is none.
 double metricValue(const EngineStats& st, const std::string& family, const std::map<std::string, std::string>& labels);
 // hawser_route_fallbacks_total{from,to,reason} of `e` (docs/routes.md), or -1.
 inline double routeFallbacks(TransferEngine& e, const std::string& from, const std::string& to,

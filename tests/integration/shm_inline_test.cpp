@@ -195,6 +195,19 @@ TEST_P(ShmInline, a_small_batch_is_copied_by_the_submitting_thread_one_slice_per
   EXPECT_EQ(count("inline_slices"), 4u * 16);
   EXPECT_EQ(count("slices_completed"), 4u * 16);
   EXPECT_EQ(count("mapped_slices"), mapped() ? 4u * 16 : 0u);
+  // The copy ends its tasks together (Task::completeWhole): counted as if
+  // each had ended alone. 3 read batches and 1 write batch of 16 x 64 KiB.
+  const EngineStats stats = e_.stats();
+  const std::map<std::string, std::string> rd{{"transport", "shm"}, {"direction", "read"}};
+  const std::map<std::string, std::string> wr{{"transport", "shm"}, {"direction", "write"}};
+  EXPECT_EQ(metricValue(stats, "hawser_tasks_total", rd), 48);
+  EXPECT_EQ(metricValue(stats, "hawser_tasks_total", wr), 16);
+  EXPECT_EQ(metricValue(stats, "hawser_slices_total", rd), 48);
+  EXPECT_EQ(metricValue(stats, "hawser_transferred_bytes_total", rd), 48.0 * (64u << 10));
+  EXPECT_EQ(metricValue(stats, "hawser_transferred_bytes_total", wr), 16.0 * (64u << 10));
+  EXPECT_EQ(metricValue(stats, "hawser_task_duration_seconds", rd), 48);  // the histogram's count
+  EXPECT_EQ(metricValue(stats, "hawser_slice_duration_seconds", wr), 16);
+  EXPECT_EQ(metricValue(stats, "hawser_inflight_slices", {{"transport", "shm"}}), 0);
   if (mapped()) EXPECT_EQ(count("copy_calls"), 0u);
   else EXPECT_GE(count("copy_calls"), 4u) << "cross-memory attach keeps its path";
 }

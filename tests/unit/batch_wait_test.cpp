@@ -4,19 +4,25 @@
 // freed as soon as its waiter returns is not touched by the completer any
 // more (AddressSanitizer sees it otherwise), a polling waiter drives the
 // transports of its batch from its own thread, and the wait spin adapts.
+// Tasks ended together (Task::completeWhole) wake and count as if each had
+// ended alone.
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <signal.h>
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <random>
 #include <span>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "base/traffic_metrics.h"
 #include "engine/batch.h"
+#include "hawser/stats.h"
 
 namespace hawser {
 namespace {
@@ -119,6 +125,98 @@ TEST(BatchWait, many_completers_ending_one_batch_wake_every_sleeper_once_all_hav
     ASSERT_EQ(early.load(), 0) << "round " << round;
     b.dropSubBatches();
   }
+}
+
+TEST(BatchWait, tasks_ended_together_wake_every_sleeper_once_all_have_ended) {
+  // As above, each of four completers ending its two neighbouring tasks
+  // with one Task::completeWhole (one count of the batch for both).
+  for (int round = 0; round < 500; ++round) {
+    Batch b(1, 8, 8);
+    commitTasks(b, 8);
+    std::atomic<int> ended{0};
+    std::atomic<int> early{0};
+    std::vector<std::thread> waiters;
+    for (int w = 0; w < 3; ++w)
+      waiters.emplace_back([&] {
+        const bool done = b.waitUntil(Clock::now() + std::chrono::seconds(10));
+        if (!done || ended.load() != 8) early.fetch_add(1);
+      });
+    std::vector<std::thread> completers;
+    for (size_t c = 0; c < 4; ++c)
+      completers.emplace_back([&, c] {
+        Task* pair[2] = {&b.task(2 * c), &b.task(2 * c + 1)};
+        const uint64_t bytes[2] = {4096, 4096};
+        ended.fetch_add(2);
+        Task::completeWhole(pair, bytes, 2, Clock::now());
+      });
+    for (auto& t : completers) t.join();
+    for (auto& t : waiters) t.join();
+    ASSERT_EQ(early.load(), 0) << "round " << round;
+    EXPECT_EQ(b.unfinished(), 0u);
+    b.dropSubBatches();
+  }
+}
+
+// Every counter of `r` that is not zero: counters and gauges by value,
+// histograms by count, keyed by family and label values.
+std::map<std::string, double> counts(const metrics::Registry& r) {
+  std::map<std::string, double> out;
+  for (const MetricFamily& f : r.collect())
+    for (const MetricSample& s : f.samples) {
+      std::string key = f.name;
+      for (const auto& [k, v] : s.labels) key += "," + k + "=" + v;
+      const double v = f.type == MetricType::kHistogram ? static_cast<double>(s.count) : s.value;
+      if (v != 0) out[key] = v;
+    }
+  return out;
+}
+
+TEST(BatchWait, tasks_ended_together_count_as_if_each_had_ended_alone) {
+  // Two like batches of six tasks: three reads and a write to peer a, two
+  // reads from peer b, each moving its own byte count. One batch's tasks
+  // end one by one (completeSlice), the other's with one completeWhole, in
+  // an order that breaks the runs (ids not consecutive, another peer,
+  // another direction). Statuses, the batch's count and every traffic
+  // counter must come out the same.
+  const uint64_t bytes[6] = {100, 200, 300, 400, 500, 600};
+  const OpCode ops[6] = {OpCode::kRead, OpCode::kRead, OpCode::kRead, OpCode::kWrite, OpCode::kRead, OpCode::kRead};
+  auto make = [&](Batch& b, metrics::PeerTraffic* pa, metrics::PeerTraffic* pb) {
+    std::lock_guard sl(b.submitMutex());
+    for (size_t i = 0; i < 6; ++i) {
+      b.task(i).resetBorrowed(TransferRequest{ops[i], nullptr, 0, 0, bytes[i]}, i, nullptr, nullptr, -1,
+                              i < 4 ? pa : pb);
+      b.task(i).setSliceCount(1);
+    }
+    b.commit(6, 6);
+  };
+  auto ra = std::make_shared<metrics::Registry>(), rb = std::make_shared<metrics::Registry>();
+  metrics::PeerTraffic a1(ra, "shm", "a"), b1(ra, "shm", "b"), a2(rb, "shm", "a"), b2(rb, "shm", "b");
+  Batch alone(1, 6, 6), together(2, 6, 6);
+  make(alone, &a1, &b1);
+  make(together, &a2, &b2);
+  const auto now = Clock::now();
+  for (size_t i = 0; i < 6; ++i) alone.task(i).completeSlice(TransferState::kCompleted, bytes[i], Status::OK(), now);
+  const size_t order[6] = {0, 1, 3, 2, 4, 5};
+  Task* tasks[6];
+  uint64_t moved[6];
+  for (size_t k = 0; k < 6; ++k) {
+    tasks[k] = &together.task(order[k]);
+    moved[k] = bytes[order[k]];
+  }
+  Task::completeWhole(tasks, moved, 6, now);
+  EXPECT_EQ(together.unfinished(), 0u);
+  EXPECT_TRUE(together.waitUntil(now));
+  for (size_t i = 0; i < 6; ++i) {
+    const TransferStatus st = together.task(i).status();
+    EXPECT_EQ(st.s, TransferState::kCompleted) << i;
+    EXPECT_EQ(st.transferred_bytes, bytes[i]) << i;
+  }
+  const auto want = counts(*ra);
+  EXPECT_EQ(counts(*rb), want);
+  EXPECT_EQ(want.at("hawser_tasks_total,transport=shm,peer=a,direction=read"), 3);
+  EXPECT_EQ(want.at("hawser_transferred_bytes_total,transport=shm,peer=b,direction=read"), 1100);
+  alone.dropSubBatches();
+  together.dropSubBatches();
 }
 
 void onSignal(int) {}

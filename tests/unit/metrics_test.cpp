@@ -12,6 +12,7 @@
 #include "base/traffic_metrics.h"
 #include "base/transport_metrics.h"
 #include "common/engine_pair.h"
+#include "common/util.h"
 #include "hawser/stats.h"
 
 namespace hawser::test {
@@ -215,17 +216,8 @@ TEST(Metrics, append_sample_keeps_families_and_samples_sorted) {
 
 // ---- per-peer traffic, counted by the engine ---------------------------------------
 
-// The value of one series of `name` in `st` whose labels include all of `want`; -1 if none.
-double valueOf(const EngineStats& st, const std::string& name, std::map<std::string, std::string> want) {
-  for (const MetricFamily& f : st.metrics) {
-    if (f.name != name) continue;
-    for (const MetricSample& s : f.samples) {
-      size_t hit = 0;
-      for (const auto& [k, v] : s.labels) hit += want.count(k) && want[k] == v;
-      if (hit == want.size()) return f.type == MetricType::kHistogram ? static_cast<double>(s.count) : s.value;
-    }
-  }
-  return -1;
+double valueOf(const EngineStats& st, const std::string& name, const std::map<std::string, std::string>& want) {
+  return test::metricValue(st, name, want);
 }
 
 TEST(TrafficMetrics, bytes_slices_tasks_and_latency_per_peer_and_direction_are_exact) {

@@ -215,13 +215,16 @@ class SubBatchImpl final : public SubBatch {
  private:
   // Cuts the groups of work.chunk[0, work.slices), of at most `limit` bytes.
   void group(Work& work, uint64_t limit) const;
+  // prepare() of a submit the submitting thread copies: a slice a task.
+  Status prepareInline(std::span<Task* const> tasks, std::unique_ptr<PreparedWork>& out);
   ShmTransport* owner_;
   std::mutex mu_;
   std::vector<std::unique_ptr<Work>> posted_;
 };
 
-// Ends slices, each exactly once. A task's slice ends at once; whole runs
-// of a window that completed are gathered and reported together (one
+// Ends slices, each exactly once. A slice of a task cut in several ends at
+// once; tasks of one slice that completed, and whole runs of a window that
+// completed, are gathered and reported together (Task::completeWhole, one
 // RunSink call for many runs) by flush() or at destruction. Nothing of a
 // slice is touched once it ended, nor its sub-batch after its last slice:
 // everything needed is read first.
@@ -234,12 +237,19 @@ class Ends {
   void flush();
 
  private:
+  void flushWhole();
   // When the slices ended: read once, at the first (they end together).
   std::chrono::steady_clock::time_point now() {
     if (now_ == std::chrono::steady_clock::time_point{}) now_ = std::chrono::steady_clock::now();
     return now_;
   }
   std::chrono::steady_clock::time_point now_{};
+  // Whole tasks gathered (of one sub-batch), and the bytes each moved.
+  static constexpr size_t kWhole = 64;
+  Task* whole_[kWhole];
+  uint64_t whole_bytes_[kWhole];
+  size_t whole_n_ = 0;
+  SubBatchImpl* whole_sb_ = nullptr;
   SubBatchImpl* sb_ = nullptr;
   RunSink* sink_ = nullptr;
   size_t runs_ = 0;

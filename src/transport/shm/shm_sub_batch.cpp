@@ -46,6 +46,14 @@ uint32_t cut(Slice* out, const Slice& proto, char* local, uint64_t remote, uint6
   return n;
 }
 
+// The registration of remote buffer `bi` of the peer (an empty one, gen 0,
+// when none). By reference: a copy would count references to its mapping,
+// a cache line every thread submitting to this peer shares.
+const Reg& regOf(const PeerRef& ref, int bi) {
+  static const Reg kNone{};
+  return bi >= 0 && static_cast<size_t>(bi) < ref.regs.size() ? ref.regs[static_cast<size_t>(bi)] : kNone;
+}
+
 // A slice of `sb` to `peer`, bound to `reg` (its range still to set).
 Slice bound(const Reg& reg, SubBatchImpl* sb, Peer* peer, bool is_read) {
   Slice s;
@@ -74,7 +82,8 @@ Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
   for (Task* t : tasks) bytes += t->request().length;
   const uint64_t inline_bytes = owner_->settings_.inline_bytes;
   const bool on_submitter = bytes <= inline_bytes;
-  const uint64_t split = on_submitter ? std::max<uint64_t>(inline_bytes, 1) : owner_->settings_.split_bytes;
+  if (on_submitter) return prepareInline(tasks, out);
+  const uint64_t split = owner_->settings_.split_bytes;
   size_t total = 0;
   for (Task* t : tasks) {
     const uint64_t n = std::max<uint64_t>(1, (t->request().length + split - 1) / split);
@@ -90,19 +99,46 @@ Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
   for (Task* t : tasks) {
     const TransferRequest& r = t->request();
     const auto* ref = static_cast<const PeerRef*>(t->peer());
-    const int bi = t->remoteBuffer();
-    // By reference: a copy would count references to its mapping, a cache
-    // line every thread submitting to this peer shares.
-    static const Reg kNone{};
-    const Reg& reg = bi >= 0 && static_cast<size_t>(bi) < ref->regs.size() ? ref->regs[static_cast<size_t>(bi)] : kNone;
+    const Reg& reg = regOf(*ref, t->remoteBuffer());
     Slice proto = bound(reg, this, ref->peer.get(), r.opcode == OpCode::kRead);
     proto.task = t;
     const uint32_t n = cut(&work->chunk[k], proto, static_cast<char*>(r.source), r.target_offset, r.length, split);
     k += n;
     t->setSliceCount(n);
   }
-  work->on_submitter = on_submitter;
-  group(*work, on_submitter ? inline_bytes : split);
+  group(*work, split);
+  out = std::move(work);
+  return Status::OK();
+}
+
+Status SubBatchImpl::prepareInline(std::span<Task* const> tasks, std::unique_ptr<PreparedWork>& out) {
+  // A slice a task, none cut (the submit is within shm.inline_bytes): each
+  // written field by field (its run fields stay null), no division.
+  auto work = std::make_unique<Work>();
+  const size_t n = tasks.size();
+  work->chunk.reset(new Slice[n]);
+  work->slices = n;
+  for (size_t k = 0; k < n; ++k) {
+    Task* const t = tasks[k];
+    const TransferRequest& r = t->request();
+    const auto* ref = static_cast<const PeerRef*>(t->peer());
+    const Reg& reg = regOf(*ref, t->remoteBuffer());
+    Slice& s = work->chunk[k];
+    s.task = t;
+    s.sb = this;
+    s.peer = ref->peer.get();
+    s.local = static_cast<char*>(r.source);
+    s.remote = r.target_offset;
+    s.len = r.length;
+    s.gen = reg.gen;
+    s.reg_addr = reg.addr;
+    s.reg_len = reg.length;
+    s.map_base = reg.map ? reg.map->base : nullptr;
+    s.is_read = r.opcode == OpCode::kRead;
+    t->setSliceCount(1);
+  }
+  work->on_submitter = true;
+  group(*work, std::max<uint64_t>(owner_->settings_.inline_bytes, 1));
   out = std::move(work);
   return Status::OK();
 }
@@ -210,6 +246,13 @@ bool SubBatchImpl::assist() {
 void Ends::end(Slice* s, TransferState state, uint64_t bytes, const Status& why) {
   SubBatchImpl* sb = s->sb;
   if (Task* t = s->task) {
+    if (state == TransferState::kCompleted && t->sliceCount() == 1) {  // a whole task: ended with its neighbours
+      if (whole_n_ == kWhole || (whole_sb_ && whole_sb_ != sb)) flushWhole();
+      whole_sb_ = sb;
+      whole_[whole_n_] = t;
+      whole_bytes_[whole_n_++] = bytes;
+      return;
+    }
     sb->outstanding.fetch_sub(1, std::memory_order_acq_rel);
     t->completeSlice(state, bytes, why, now());
     return;
@@ -250,7 +293,17 @@ void Ends::end(Slice* s, TransferState state, uint64_t bytes, const Status& why)
   sink->runsEnded(1, 0, 0, state, why);
 }
 
+void Ends::flushWhole() {
+  if (whole_n_ == 0) return;
+  const size_t n = whole_n_;
+  whole_n_ = 0;
+  whole_sb_->outstanding.fetch_sub(static_cast<int64_t>(n), std::memory_order_acq_rel);
+  whole_sb_ = nullptr;
+  Task::completeWhole(whole_, whole_bytes_, n, now());
+}
+
 void Ends::flush() {
+  flushWhole();
   if (runs_ == 0) return;
   const size_t n = runs_;
   const uint64_t bytes = bytes_;

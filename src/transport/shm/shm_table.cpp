@@ -297,10 +297,14 @@ bool lookupOnce(const void* map, uint64_t addr, uint64_t len, bool& in, TableEnt
 bool TableView::find(uint64_t addr, uint64_t len, TableEntry& entry) const {
   // A writer killed mid-update leaves seq odd: give up after a bound (the
   // range then counts as not exposed).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  // The clock is read only once the writer was seen busy 64 times (a
+  // lookup mostly succeeds at once: no clock read on the copy path).
+  std::chrono::steady_clock::time_point deadline{};
   for (unsigned spin = 0;; ++spin) {
     if (spin > 64) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
+      const auto now = std::chrono::steady_clock::now();
+      if (spin == 65) deadline = now + std::chrono::milliseconds(100);
+      else if (now > deadline) return false;
       std::this_thread::yield();
     }
     bool in = false;
