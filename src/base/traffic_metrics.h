@@ -2,7 +2,8 @@
 // and tasks by direction, failures by status code, slices in flight,
 // retries, and the latency of slices and tasks. Every task carries the
 // PeerTraffic of the (transport, peer) it was routed to; Task::completeSlice
-// counts, so no transport counts traffic itself (docs/metrics.md).
+// (and completeWhole, failSlices) counts, so no transport counts traffic
+// itself (docs/metrics.md).
 #pragma once
 
 #include <atomic>
