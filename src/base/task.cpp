@@ -213,6 +213,11 @@ bool Task::terminal() const {
          slices_done_.load(std::memory_order_acquire) >= slices_total_;
 }
 
+bool Task::completed() const {
+  return terminal() && worst_rank_.load(std::memory_order_acquire) == 0 &&
+         bytes_done_.load(std::memory_order_relaxed) == request_.length;
+}
+
 TransferStatus Task::status() const {
   TransferStatus st;
   if (!submitted_.load(std::memory_order_acquire)) {

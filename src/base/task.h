@@ -115,6 +115,8 @@ class Task {
 
   // Snapshot of this task's aggregated status.
   TransferStatus status() const;
+  // status().s == kCompleted, without building the status.
+  bool completed() const;
   bool terminal() const;
 
  private:

@@ -91,3 +91,43 @@ TEST(StatusAggregation, task_is_pending_until_every_slice_ends) {
   EXPECT_EQ(st.transferred_bytes, 3u * 4096);
   EXPECT_TRUE(p.init.freeBatchID(b).ok());
 }
+
+TEST(StatusAggregation, completed_agrees_with_status_in_every_state) {
+  // Task::completed() (transferSync's shortcut when no statuses are asked
+  // for) is status().s == COMPLETED: not before submission, not while a
+  // slice is out, not after a failed slice, not when a completed slice
+  // reported fewer bytes than the request's length.
+  Batch b(1, 5, 10);
+  {
+    std::lock_guard sl(b.submitMutex());
+    for (size_t i = 0; i < 5; ++i) {
+      b.task(i).reset(TransferRequest{OpCode::kRead, nullptr, 0, 0, 8192}, i, nullptr, nullptr, -1);
+      b.task(i).setSliceCount(2);
+    }
+  }
+  auto agree = [&](size_t i, TransferState want) {
+    EXPECT_EQ(b.task(i).status().s, want) << i;
+    EXPECT_EQ(b.task(i).completed(), want == TransferState::kCompleted) << i;
+  };
+  agree(0, TransferState::kWaiting);
+  {
+    std::lock_guard sl(b.submitMutex());
+    b.commit(5, 10);
+  }
+  agree(0, TransferState::kPending);
+  b.task(0).completeSlice(TransferState::kCompleted, 4096);
+  agree(0, TransferState::kPending);  // one slice of two
+  b.task(0).completeSlice(TransferState::kCompleted, 4096);
+  agree(0, TransferState::kCompleted);
+  b.task(1).completeSlice(TransferState::kCompleted, 4096);
+  b.task(1).completeSlice(TransferState::kCanceled, 0);
+  agree(1, TransferState::kCanceled);
+  b.task(2).completeSlice(TransferState::kCompleted, 4096);
+  b.task(2).completeSlice(TransferState::kCompleted, 100);  // short: never COMPLETED
+  agree(2, TransferState::kFailed);
+  b.task(3).completeSlices(2, 8192);
+  agree(3, TransferState::kCompleted);
+  b.task(4).failSlices(2, TransferState::kTimeout, Status(Code::kTimeout, "late"));
+  agree(4, TransferState::kTimeout);
+  b.dropSubBatches();
+}
