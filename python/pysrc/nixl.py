@@ -271,6 +271,8 @@ class nixl_xfer_handle:
         self.error = None
         self.released = False
         self.batches = []  # hawser batches of the post in progress
+        self.waiter = None  # its waiter's future (queued or running), and what it was given
+        self.waiter_args = None
         self.telemetry = nixlXferTelemetry()
         self._handle = id(self)
 
@@ -784,7 +786,8 @@ class nixl_agent:
         handle.telemetry = nixlXferTelemetry(int(t0 * 1e6), int((posted - t0) * 1e6), 0, handle.bytes, handle.merged)
         with self._lock:
             handle.batches = batches
-        self._waiters.submit(self._finish, handle, batches, t0)
+            handle.waiter_args = (batches, t0)
+            handle.waiter = self._waiters.submit(self._finish, handle, batches, t0)
         return "PROC"
 
     def _finish(self, handle, batches, t0):
@@ -804,6 +807,7 @@ class nixl_agent:
             handle.telemetry.xferDuration = int((time.time() - t0) * 1e6)
             handle.state, handle.error = ("ERR", err) if err else ("DONE", None)
             handle.batches = []
+            handle.waiter = handle.waiter_args = None
             self._ended.notify_all()
 
     def check_xfer_state(self, handle):
@@ -846,11 +850,16 @@ class nixl_agent:
                 handle.released = True
                 return
             batches = list(handle.batches)
+            waiter, waiter_args = handle.waiter, handle.waiter_args
         for b in batches:
             if self._engine.cancel_transfer(b) != 0 and _hawser.last_error_code() != "invalid_batch":
                 raise nixlRepostActiveError(f"release_xfer_handle: the transfer to '{handle.remote}' is still in "
                                             f"progress after its cancel: {_hawser.last_error()}; release it again "
                                             f"once check_xfer_state says it ended")
+        # A waiter still queued behind other transfers' waiters is taken back
+        # and its work done here: the release does not wait for the pool.
+        if waiter is not None and waiter.cancel():
+            self._finish(handle, *waiter_args)
         with self._lock:
             # Its tasks ended: the waiter frees the batches and settles the
             # state (a completed transfer's notification included).

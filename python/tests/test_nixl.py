@@ -371,6 +371,31 @@ def test_repost_while_in_progress_is_refused_and_release_cancels_then_frees_once
         a.transfer(h)
 
 
+def test_release_of_a_transfer_whose_waiter_is_queued_does_not_wait_for_the_pool(nx):
+    a, b, pa, pb = loaded_pair(nx)
+    # Every waiter of the agent's pool busy with another transfer (held here).
+    go = threading.Event()
+    busy = [a._waiters.submit(go.wait) for _ in range(a._waiters._max_workers)]
+    try:
+        pb[:4096] = 0
+        h = a.initialize_xfer("WRITE", a.get_xfer_descs([(pa.ctypes.data, 4096, 0)], "DRAM"),
+                              a.get_xfer_descs([(pb.ctypes.data, 4096, 0)], "DRAM"), "B", b"queued")
+        assert a.transfer(h) == "PROC"
+        released = threading.Event()
+        t = threading.Thread(target=lambda: (a.release_xfer_handle(h), released.set()))
+        t.start()
+        # The release settles the transfer itself (its waiter taken back from
+        # the queue) while every pool thread is still held.
+        assert released.wait(20), "release waited for a pool thread"
+        assert not go.is_set() and not any(f.done() for f in busy)
+        t.join()
+        assert h.released and h.state == "DONE"
+        assert np.array_equal(pb[:4096], pa[:4096])
+        assert notifs_until(b, 1) == [b"queued"]  # it ended before the cancel: its notification is sent
+    finally:
+        go.set()
+
+
 def test_cancel_transfer_names_unknown_batches_and_waits_for_one_in_flight(nx):
     a, b, pa, pb = loaded_pair(nx)
     eng = a._engine
