@@ -61,3 +61,8 @@ bench_cleanup() {
 host_line() {
   echo "host: $(nproc) cores, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 }
+
+# need_python3: exits 2 unless python3 is there (the scripts read hawser bench's JSON with it).
+need_python3() {
+  command -v python3 >/dev/null || { echo "python3 is needed to read the JSON results" >&2; exit 2; }
+}

@@ -22,7 +22,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=bench/lib.sh
 source "$here/bench/lib.sh"
 find_hawser
-command -v python3 >/dev/null || { echo "python3 is needed to read the JSON results" >&2; exit 2; }
+need_python3
 CXX=${CXX:-c++}
 PORT=${PORT:-17840}
 ROUNDS=${ROUNDS:-5}
@@ -58,7 +58,7 @@ for r in $(seq "$ROUNDS"); do
   done
 done >"$work/rounds"
 echo "hawser: $HAWSER"
-echo "host: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); medians of $ROUNDS interleaved rounds"
+echo "$(host_line); medians of $ROUNDS interleaved rounds"
 python3 - "$work/rounds" "${cases[@]}" <<'PY'
 import statistics, sys
 rows = {}

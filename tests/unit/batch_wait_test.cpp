@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -98,9 +99,10 @@ TEST(BatchWait, a_sleeping_waiter_is_woken_by_the_last_completion_however_they_i
   EXPECT_EQ(late, 0) << "waits that ended long after their completion";
 }
 
-TEST(BatchWait, many_completers_ending_one_batch_wake_every_sleeper_once_all_have_ended) {
-  // Eight tasks end on four threads; three waiters sleep on the batch. Each
-  // waiter returns true, and not before the eighth end.
+// Eight tasks end on four threads (`end(b, c, ended)` ends completer c's
+// share, counting each end in `ended` before it); three waiters sleep on
+// the batch. Each waiter returns true, and not before the eighth end.
+void sleepersWokenOnceAllEnded(const std::function<void(Batch&, size_t, std::atomic<int>&)>& end) {
   for (int round = 0; round < 500; ++round) {
     Batch b(1, 8, 8);
     commitTasks(b, 8);
@@ -113,48 +115,33 @@ TEST(BatchWait, many_completers_ending_one_batch_wake_every_sleeper_once_all_hav
         if (!done || ended.load() != 8) early.fetch_add(1);
       });
     std::vector<std::thread> completers;
-    for (int c = 0; c < 4; ++c)
-      completers.emplace_back([&, c] {
-        for (size_t i = static_cast<size_t>(c); i < 8; i += 4) {
-          ended.fetch_add(1);  // counted before the end it stands for
-          complete(b, i);
-        }
-      });
-    for (auto& t : completers) t.join();
-    for (auto& t : waiters) t.join();
-    ASSERT_EQ(early.load(), 0) << "round " << round;
-    b.dropSubBatches();
-  }
-}
-
-TEST(BatchWait, tasks_ended_together_wake_every_sleeper_once_all_have_ended) {
-  // As above, each of four completers ending its two neighbouring tasks
-  // with one Task::completeWhole (one count of the batch for both).
-  for (int round = 0; round < 500; ++round) {
-    Batch b(1, 8, 8);
-    commitTasks(b, 8);
-    std::atomic<int> ended{0};
-    std::atomic<int> early{0};
-    std::vector<std::thread> waiters;
-    for (int w = 0; w < 3; ++w)
-      waiters.emplace_back([&] {
-        const bool done = b.waitUntil(Clock::now() + std::chrono::seconds(10));
-        if (!done || ended.load() != 8) early.fetch_add(1);
-      });
-    std::vector<std::thread> completers;
-    for (size_t c = 0; c < 4; ++c)
-      completers.emplace_back([&, c] {
-        Task* pair[2] = {&b.task(2 * c), &b.task(2 * c + 1)};
-        const uint64_t bytes[2] = {4096, 4096};
-        ended.fetch_add(2);
-        Task::completeWhole(pair, bytes, 2, Clock::now());
-      });
+    for (size_t c = 0; c < 4; ++c) completers.emplace_back([&, c] { end(b, c, ended); });
     for (auto& t : completers) t.join();
     for (auto& t : waiters) t.join();
     ASSERT_EQ(early.load(), 0) << "round " << round;
     EXPECT_EQ(b.unfinished(), 0u);
     b.dropSubBatches();
   }
+}
+
+TEST(BatchWait, many_completers_ending_one_batch_wake_every_sleeper_once_all_have_ended) {
+  sleepersWokenOnceAllEnded([](Batch& b, size_t c, std::atomic<int>& ended) {
+    for (size_t i = c; i < 8; i += 4) {
+      ended.fetch_add(1);  // counted before the end it stands for
+      complete(b, i);
+    }
+  });
+}
+
+TEST(BatchWait, tasks_ended_together_wake_every_sleeper_once_all_have_ended) {
+  // Each completer ends its two neighbouring tasks with one
+  // Task::completeWhole (one count of the batch for both).
+  sleepersWokenOnceAllEnded([](Batch& b, size_t c, std::atomic<int>& ended) {
+    Task* pair[2] = {&b.task(2 * c), &b.task(2 * c + 1)};
+    const uint64_t bytes[2] = {4096, 4096};
+    ended.fetch_add(2);
+    Task::completeWhole(pair, bytes, 2, Clock::now());
+  });
 }
 
 // Every counter of `r` that is not zero: counters and gauges by value,
