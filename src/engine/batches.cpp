@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstdint>
+
 #include "base/log.h"
 #include "engine/engine_impl.h"
 
@@ -53,10 +55,11 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
     return bad(i, st);
   };
   SegmentID last_id = kInvalidSegment;
-  std::shared_ptr<const SegmentView> view;
   // Every view a request resolved against, held until the submit returns
-  // (the tasks then hold their descriptors and peers).
+  // (then the batch holds them: one reference each, handed on, on a line
+  // every thread submitting to the segment shares); `view`: the last.
   std::vector<std::shared_ptr<const SegmentView>> views;
+  const SegmentView* view = nullptr;
   // The request before's remote buffer and route: a batch's requests mostly
   // lie in one buffer of one segment, and take one route. The choice depends
   // only on the view, the query and the contract, so it is reused while
@@ -71,6 +74,10 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
   // the request's transport, found once: consecutive requests mostly lie
   // in the region of the one before and take its route.
   LocalRegion cur;  // the region of the request before
+  // Where cur's reference to its registrations went (regions[cur_at]),
+  // none yet: the first entry for it takes the reference itself, not a
+  // count of its own on a line every thread submitting from it shares.
+  size_t cur_at = SIZE_MAX;
   std::vector<LocalRegion> regions;
   std::vector<const Transport*> region_for;  // whose registration regions[k] holds
   // Fallbacks taken, counted once the submit is accepted: runs of requests
@@ -90,16 +97,20 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
     if (r.length == 0) return refuse(i, {Code::kInvalidArgument, "length is 0"});
     if (r.source == nullptr) return refuse(i, {Code::kInvalidArgument, "source is null"});
     if (r.target_id != last_id || !view) {
-      view = currentView(r.target_id);
-      if (!view)
+      auto found = currentView(r.target_id);
+      if (!found)
         return refuse(i, {Code::kSegmentNotFound, fmt::format("target_id {} is not an open segment", r.target_id)});
       last_id = r.target_id;
       last_buf = -1;
-      views.push_back(view);
+      views.push_back(std::move(found));
+      view = views.back().get();
     }
     const uint64_t src = reinterpret_cast<uint64_t>(r.source);
     if (src + r.length < src) return refuse(i, {Code::kInvalidArgument, "source + length wraps around"});
-    if (!cur.contains(src, r.length) && !(s = registry_.regionAt(src, r.length, cur)).ok()) return refuse(i, s);
+    if (!cur.contains(src, r.length)) {
+      if (!(s = registry_.regionAt(src, r.length, cur)).ok()) return refuse(i, s);
+      cur_at = SIZE_MAX;
+    }
     RouteQuery q;
     q.local_kind = cur.gpu >= 0 ? kGpuMemory : kHostMemory;
     int buf = -1;
@@ -113,8 +124,8 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
       if (buf < 0) buf = view->desc->findBuffer(r.target_offset, r.length);
       if (buf < 0) {
         if (auto fresh = refreshSegment(r.target_id)) {  // the owner may have registered it since
-          view = fresh;
-          views.push_back(view);
+          views.push_back(std::move(fresh));
+          view = views.back().get();
           last_buf = -1;  // an index into the old descriptor's buffers
         }
         buf = view->desc->findBuffer(r.target_offset, r.length);
@@ -132,11 +143,11 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
     }
     const char* source = nullptr;
     const Contract contract = contractOf(r.route, &source);
-    if (choice_view != view.get() || q.local_kind != choice_q.local_kind || q.remote_kind != choice_q.remote_kind ||
+    if (choice_view != view || q.local_kind != choice_q.local_kind || q.remote_kind != choice_q.remote_kind ||
         q.buffer != choice_q.buffer || contract.transports != choice_contract.transports ||
         contract.require != choice_contract.require) {
       choice = selectRoute(*view, q, forced_transport_, contract);
-      choice_view = view.get();
+      choice_view = view;
       choice_q = q;
       choice_contract = contract;
     }
@@ -157,15 +168,21 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
                                                         fmt::join(transportNames(), ","), view->desc->name, why)});
     }
     if (regions.empty() || regions.back().seq != cur.seq || region_for.back() != route->transport) {
-      regions.push_back(cur);
+      if (cur_at == SIZE_MAX) {
+        cur_at = regions.size();
+        regions.push_back(std::move(cur));  // cur keeps its range, seq and gpu
+      } else {
+        LocalRegion again = regions[cur_at];  // the same region for another transport
+        regions.push_back(std::move(again));
+      }
       regions.back().pick(route->transport);
       region_for.push_back(route->transport);
     }
-    res[i] = Resolved{view.get(), route, buf, static_cast<uint32_t>(regions.size() - 1)};
+    res[i] = Resolved{view, route, buf, static_cast<uint32_t>(regions.size() - 1)};
     if (choice.fallback) {
       if (fell.empty() || fell.back().from != choice.fallback || fell.back().to != route ||
-          fell.back().view != view.get() || fell.back().why.reason != choice.fallback_why.reason)
-        fell.push_back(Fell{view.get(), choice.fallback, route, choice.fallback_why, 0});
+          fell.back().view != view || fell.back().why.reason != choice.fallback_why.reason)
+        fell.push_back(Fell{view, choice.fallback, route, choice.fallback_why, 0});
       fell.back().n++;
     }
   }

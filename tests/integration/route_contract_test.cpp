@@ -12,6 +12,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
+
 #include <nlohmann/json.hpp>
 
 #include "common/log_capture.h"
@@ -235,6 +237,27 @@ TEST_F(SameHost, a_peer_served_by_its_best_transport_is_no_fallback) {
   EXPECT_EQ(r.fallback_from, "") << r.why;
   for (const MetricFamily& f : e.stats().metrics)
     EXPECT_NE(f.name, "hawser_route_fallbacks_total") << "no fallback happened";
+}
+
+TEST_F(SameHost, one_submit_from_one_region_over_two_transports_moves_every_byte_on_each) {
+  // Requests 0 and 2 may take tcp only, 1 and 3 the engine's best (shm),
+  // all four from one registered region: the submit keeps that region once
+  // for each transport (the first entry takes the registry's reference, the
+  // others copy it), and each transport gets its own registration of it.
+  TransferEngine e;
+  ASSERT_NO_FATAL_FAILURE(open(e));
+  std::memset(local_.p, 0, 4 * 65536);
+  std::vector<TransferRequest> reqs;
+  for (size_t i = 0; i < 4; ++i) {
+    reqs.push_back(read(i * 65536, 65536));
+    if (i % 2 == 0) reqs.back().route = RouteContract{true, kRouteTcp, 0};
+  }
+  const uint64_t tcp0 = counter(e, "tcp", "slices_completed"), shm0 = counter(e, "shm", "slices_completed");
+  auto st = runBatch(e, seg_, reqs);
+  for (size_t i = 0; i < 4; ++i) ASSERT_EQ(st[i].s, TransferState::kCompleted) << i << ": " << st[i].error.toString();
+  EXPECT_EQ(checkPattern(local_.p, 4 * 65536, kSeed), -1);
+  EXPECT_EQ(counter(e, "tcp", "slices_completed") - tcp0, 2u);
+  EXPECT_EQ(counter(e, "shm", "slices_completed") - shm0, 2u);
 }
 
 // A transport cheaper than any other that declines every peer, saying why.
