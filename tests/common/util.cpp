@@ -244,6 +244,14 @@ int sh(const std::string& cmd, std::string* out) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+bool mapsShmTableOf(pid_t pid) {
+  std::ifstream f("/proc/self/maps");
+  std::string line, want = "hawser-shm-" + std::to_string(pid) + " ";
+  while (std::getline(f, line))
+    if (line.find(want) != std::string::npos) return true;
+  return false;
+}
+
 double metricValue(const EngineStats& st, const std::string& family, const std::map<std::string, std::string>& labels) {
   for (const MetricFamily& f : st.metrics) {
     if (f.name != family) continue;

@@ -149,6 +149,9 @@ struct Child {
 // address ("memory: 0x...") and "ready"; false when one did not come in time.
 bool servedSegment(Child& c, std::string& segment, uint64_t& base, int timeout_ms = 20000);
 
+// Whether this process maps the shm registration table of `pid` (hawser-shm-<pid>).
+bool mapsShmTableOf(pid_t pid);
+
 // Runs a shell command; returns its exit status and (optionally) stdout.
 int sh(const std::string& cmd, std::string* out = nullptr);
 

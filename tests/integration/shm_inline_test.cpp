@@ -7,10 +7,13 @@
 // shm_testing.h, reports it).
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <csignal>
 #include <cstring>
 #include <mutex>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "common/parking.h"
 #include "common/util.h"
@@ -210,6 +213,41 @@ TEST_P(ShmInline, a_small_batch_is_copied_by_the_submitting_thread_one_slice_per
   EXPECT_EQ(metricValue(stats, "hawser_inflight_slices", {{"transport", "shm"}}), 0);
   if (mapped()) EXPECT_EQ(count("copy_calls"), 0u);
   else EXPECT_GE(count("copy_calls"), 4u) << "cross-memory attach keeps its path";
+}
+
+TEST_P(ShmInline, a_peer_killed_while_threads_copy_inline_is_unmapped_once_they_stop_reading_its_table) {
+  // Four threads submit 4 x 64 KiB reads, each copied by its own thread
+  // through the peer's table read without a lock (Peer::borrowInline),
+  // while the peer is killed. Every batch ends, completed before the death
+  // is noticed or unavailable after; none hangs or crashes; and the dead
+  // peer's table is unmapped once the threads stopped: by the death
+  // watcher, or by the last inline reader that gave its reader back.
+  ASSERT_NO_FATAL_FAILURE(start());
+  std::atomic<bool> stop{false};
+  std::atomic<int> completed{0}, failed{0}, other{0};
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      std::vector<TransferRequest> reqs;
+      for (size_t i = 0; i < 4; ++i)
+        reqs.push_back({OpCode::kRead, local_.p + (t * 4 + i) * 65536, seg_, base_ + (t * 4 + i) * 65536, 65536});
+      while (!stop.load()) {
+        Status s = e_.transferSync(reqs, std::chrono::seconds(20));
+        if (s.ok()) completed.fetch_add(1);
+        else if (s.code() == Code::kUnavailable) failed.fetch_add(1);
+        else other.fetch_add(1);
+      }
+    });
+  EXPECT_TRUE(eventually([&] { return completed.load() >= 100; })) << "no inline copies before the kill";
+  const pid_t dead = serve_.pid;
+  serve_.kill(SIGKILL);
+  serve_.wait();
+  EXPECT_TRUE(eventually([&] { return failed.load() >= 100; })) << "submits after the death did not fail";
+  stop.store(true);
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(other.load(), 0) << "a batch ended neither completed nor unavailable";
+  EXPECT_GE(count("inline_slices"), 400u);
+  EXPECT_TRUE(eventually([&] { return !mapsShmTableOf(dead); })) << "the dead peer's table is still mapped";
 }
 
 TEST_P(ShmInline, a_request_of_up_to_inline_bytes_is_not_cut) {

@@ -10,7 +10,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -30,15 +29,6 @@ namespace {
 
 constexpr uint64_t kSeed = 777;
 constexpr size_t kTarget = 64u << 20;
-
-// Whether this process maps a table named for `pid` (hawser-shm-<pid>).
-bool mapsTableOf(pid_t pid) {
-  std::ifstream f("/proc/self/maps");
-  std::string line, want = "hawser-shm-" + std::to_string(pid) + " ";
-  while (std::getline(f, line))
-    if (line.find(want) != std::string::npos) return true;
-  return false;
-}
 
 class ShmPeer : public ::testing::Test {
  protected:
@@ -93,12 +83,12 @@ TEST_F(ShmPeer, a_killed_peer_is_noticed_its_table_unmapped_and_new_tasks_fail_a
   ASSERT_TRUE(e.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
   auto st = runBatch(e, seg, {{OpCode::kRead, local.p, seg, base, local.n}});
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
-  ASSERT_TRUE(mapsTableOf(serve_.pid)) << "the peer's registration table is mapped while it lives";
+  ASSERT_TRUE(mapsShmTableOf(serve_.pid)) << "the peer's registration table is mapped while it lives";
   const pid_t dead = serve_.pid;
   serve_.kill(SIGKILL);
   serve_.wait();
   // No transfer needed: the engine notices the exit (pidfd) and unmaps.
-  EXPECT_TRUE(eventually([&] { return !mapsTableOf(dead); })) << "the dead peer's table is still mapped";
+  EXPECT_TRUE(eventually([&] { return !mapsShmTableOf(dead); })) << "the dead peer's table is still mapped";
   EXPECT_TRUE(eventually([&] { return counter(e, "shm", "peers_gone") == 1; }));
   Status submit;
   auto t0 = std::chrono::steady_clock::now();
@@ -115,9 +105,9 @@ TEST_F(ShmPeer, closing_the_segment_unmaps_the_peers_table) {
   SegmentID seg;
   uint64_t base;
   ASSERT_NO_FATAL_FAILURE(open(e, seg, base));
-  ASSERT_TRUE(mapsTableOf(serve_.pid));
+  ASSERT_TRUE(mapsShmTableOf(serve_.pid));
   ASSERT_TRUE(e.closeSegment(seg).ok());
-  EXPECT_TRUE(eventually([&] { return !mapsTableOf(serve_.pid); }));
+  EXPECT_TRUE(eventually([&] { return !mapsShmTableOf(serve_.pid); }));
 }
 
 TEST_F(ShmPeer, bench_json_names_shm_as_the_transport_that_carried_the_data) {

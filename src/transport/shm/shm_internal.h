@@ -57,6 +57,13 @@ struct Peer {
   std::atomic<bool> dead{false};
   std::mutex mu;
   std::shared_ptr<TableView> table;  // null once the peer is gone
+  // The same table for the submitting threads that copy (inline readers),
+  // read without `mu` or a reference count: set at connect, cleared at
+  // markDead. A reader is marked busy before it reads this; the table the
+  // dead peer had (`retired`, under mu) is dropped, and unmapped, once no
+  // inline reader is busy: by markDead, else by the last one giving back.
+  std::atomic<const TableView*> live_table{nullptr};
+  std::shared_ptr<TableView> retired;
   std::mutex map_mu;                 // the socket's requests, and maps
   std::map<uint64_t, std::weak_ptr<Mapping>> maps;  // by generation
   // The reader slot in its table of each of our copy threads (claimed at
@@ -83,23 +90,34 @@ struct Peer {
     if (slots[worker] < 0) slots[worker] = t.claimSlot(token);
     return slots[worker];
   }
-  // Lends a submitting thread an inline reader: its index (give it back
-  // with giveInline), and in `slot` its reader slot in `t` (-1: the table
-  // has none free); -1 when all kInlineReaders are lent.
-  int borrowInline(const TableView& t, int& slot) {
+  // Lends a submitting thread an inline reader and the peer's table: the
+  // reader's index (give it back with giveInline), the table in `t` and
+  // the reader's slot in it in `slot` (-1: the table has none free); -1
+  // when all kInlineReaders are lent, -2 when the peer is dead.
+  int borrowInline(const TableView*& t, int& slot) {
     static std::atomic<uint32_t> next_hint{0};
     thread_local const uint32_t hint = next_hint.fetch_add(1, std::memory_order_relaxed);
     for (uint32_t k = 0; k < kInlineReaders; ++k) {
       const uint32_t i = (hint + k) % kInlineReaders;
       InlineReader& r = inline_readers[i];
-      if (r.busy.load(std::memory_order_relaxed) || r.busy.exchange(true, std::memory_order_acquire)) continue;
-      if (r.slot < 0) r.slot = t.claimSlot(token);
+      // Busy first, then the table (both seq_cst, as markDead's clear and
+      // scan): either markDead sees this reader busy, or this sees null.
+      if (r.busy.load(std::memory_order_relaxed) || r.busy.exchange(true, std::memory_order_seq_cst)) continue;
+      t = live_table.load(std::memory_order_seq_cst);
+      if (!t) {
+        giveInline(static_cast<int>(i));
+        return -2;
+      }
+      if (r.slot < 0) r.slot = t->claimSlot(token);
       slot = r.slot;
       return static_cast<int>(i);
     }
     return -1;
   }
-  void giveInline(int i) { inline_readers[i].busy.store(false, std::memory_order_release); }
+  void giveInline(int i) {
+    inline_readers[i].busy.store(false, std::memory_order_seq_cst);
+    if (dead.load(std::memory_order_seq_cst)) dropRetired();
+  }
   // Whether the process has exited (its pidfd is readable).
   bool exited() const {
     pollfd p{pidfd, POLLIN, 0};
@@ -111,12 +129,22 @@ struct Peer {
   // The process is gone: unmap its table (once no copy uses it).
   void markDead() {
     if (dead.exchange(true)) return;
-    std::shared_ptr<TableView> t;
+    live_table.store(nullptr, std::memory_order_seq_cst);
     {
       std::lock_guard lk(mu);
-      t = std::move(table);
+      retired = std::move(table);
     }
-    HLOG_INFO("shm: peer process {} exited; its registration table is unmapped", pid);
+    dropRetired();
+    HLOG_INFO("shm: peer process {} exited; its registration table is unmapped once no copy reads it", pid);
+  }
+  // The dead peer's table, dropped once no inline reader is busy.
+  void dropRetired() {
+    std::shared_ptr<TableView> t;
+    std::lock_guard lk(mu);
+    if (!retired) return;
+    for (const InlineReader& r : inline_readers)
+      if (r.busy.load(std::memory_order_seq_cst)) return;
+    t = std::move(retired);
   }
 };
 

@@ -220,6 +220,7 @@ Status ShmTransport::connectPeer(const SegmentDesc& seg, const std::string& sock
     return declined(why, RouteReason::kPeerGone,
                     {Code::kNotSupported, fmt::format("the engine of pid {} shut down", own_pid)});
   peer->table = std::move(table);
+  peer->live_table.store(peer->table.get(), std::memory_order_release);
   peer->pidfd = std::exchange(fds[1], -1);
   // Cross-memory attach: the probe word at the pid the kernel names here.
   peer->pid = cred.pid;

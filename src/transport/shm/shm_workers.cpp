@@ -66,10 +66,10 @@ bool ShmTransport::copyHere(shm::Work& w) {
     return false;
   }
   std::vector<Group*> handed;
-  // The peer of the group before (a batch mostly has one), its table and
-  // the inline reader lent for it.
+  // The peer of the group before (a batch mostly has one), its table (null:
+  // the peer is dead) and the inline reader lent for it.
   Peer* peer = nullptr;
-  std::shared_ptr<shm::TableView> table;
+  const shm::TableView* table = nullptr;
   int lent = -1, slot = -1;
   auto giveBack = [&] {
     if (lent >= 0) peer->giveInline(lent);
@@ -81,16 +81,20 @@ bool ShmTransport::copyHere(shm::Work& w) {
     if (p != peer) {
       giveBack();
       peer = p;
-      table = p->dead.load(std::memory_order_acquire) ? nullptr : p->view();
+      table = nullptr;
       slot = -1;
-      if (table && (lent = p->borrowInline(*table, slot)) < 0) {
-        handed.push_back(g);  // every inline reader of the peer is lent: the copy threads take it
-        peer = nullptr;
-        continue;
+      if (!p->dead.load(std::memory_order_acquire)) {
+        lent = p->borrowInline(table, slot);
+        if (lent == -1) {
+          handed.push_back(g);  // every inline reader of the peer is lent: the copy threads take it
+          peer = nullptr;
+          continue;
+        }
+        if (lent < 0) lent = -1;  // it died meanwhile: table null
       }
     }
     counts_->inline_slices.add(g->n);
-    runGroup(g, table.get(), slot, g->first->map_base ? nullptr : callerScratch());
+    runGroup(g, table, slot, g->first->map_base ? nullptr : callerScratch());
   }
   giveBack();
   if (handed.empty()) return false;
@@ -109,15 +113,19 @@ bool ShmTransport::assist(shm::SubBatchImpl* sb) {
     queue_.erase(it);
   }
   Peer* p = g->first->peer;
-  std::shared_ptr<shm::TableView> table = p->dead.load(std::memory_order_acquire) ? nullptr : p->view();
+  const shm::TableView* table = nullptr;  // null: the peer is dead
   int slot = -1, lent = -1;
-  if (table && (lent = p->borrowInline(*table, slot)) < 0) {
-    std::vector<Group*> back{g};  // every inline reader of the peer is lent: the copy threads take it
-    enqueue(back);
-    return false;
+  if (!p->dead.load(std::memory_order_acquire)) {
+    lent = p->borrowInline(table, slot);
+    if (lent == -1) {
+      std::vector<Group*> back{g};  // every inline reader of the peer is lent: the copy threads take it
+      enqueue(back);
+      return false;
+    }
+    if (lent < 0) lent = -1;  // it died meanwhile: table null
   }
   counts_->waiter_slices.add(g->n);
-  runGroup(g, table.get(), slot, g->first->map_base ? nullptr : callerScratch());
+  runGroup(g, table, slot, g->first->map_base ? nullptr : callerScratch());
   if (lent >= 0) p->giveInline(lent);
   return true;
 }
