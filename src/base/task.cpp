@@ -185,11 +185,7 @@ void Task::resetBorrowed(const TransferRequest& request, size_t id, const Segmen
   error_ = Status::OK();
 }
 
-void Task::markSubmitted(std::chrono::steady_clock::time_point now) {
-  submitted_at_ = now;
-  if (traffic_p_) traffic_p_->slicesPosted(slices_total_);
-  submitted_.store(true, std::memory_order_release);
-}
+void Task::markSubmitted(std::chrono::steady_clock::time_point now) { markSubmitted(this, 1, now); }
 
 void Task::markSubmitted(Task* tasks, size_t n, std::chrono::steady_clock::time_point now) {
   metrics::PeerTraffic* traffic = nullptr;
