@@ -1,15 +1,21 @@
-// memcpy throughput with the access pattern of `hawser bench --op read`: the
-// baseline of bench/shm_vs_memcpy.sh. THREADS threads each own BATCH slots
-// of BLOCK bytes in a local buffer and copy into them, round after round,
-// from the same slots of a SOURCE-byte region that `hawser serve` would
-// expose (slot k reads source block k mod (SOURCE / BLOCK)). Prints GB/s
-// (10^9 bytes/s).
+// memcpy throughput with the access pattern of `hawser bench`: the baseline
+// of bench/shm_vs_memcpy.sh, shm_mechanisms.sh and shm_batch_cost.sh.
+// THREADS threads each own BATCH slots of BLOCK bytes in a local buffer and
+// copy between them and the same slots of a SOURCE-byte region that `hawser
+// serve` would expose (slot k is target block k mod (SOURCE / BLOCK)),
+// round after round. Prints GB/s (10^9 bytes/s).
 //
-// Usage: memcpy_rate BLOCK BATCH THREADS SECONDS SOURCE [local-thp]   (bytes: plain integers)
-// local-thp: the slots (the initiator's side) on transparent huge pages, as
-// `hawser bench` allocates its local buffers, the source on small pages, as
-// a target's memfd (hawser serve --host-memory shared) is.
+// Usage: memcpy_rate BLOCK BATCH THREADS SECONDS SOURCE [MODE]   (bytes: plain integers)
+// MODE (the memory of each side as hawser bench and hawser serve --host-memory
+// shared have it):
+//   (none)           both sides private anonymous memory; target -> slots
+//   local-thp        reads: target -> slots; the slots (the initiator's side)
+//                    on transparent huge pages, as `hawser bench` allocates its
+//                    local buffers, the target a memfd mapped shared on small
+//                    pages, as allocateHostMemory's is
+//   local-thp-write  writes: the same memory, slots -> target
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -20,25 +26,34 @@
 #include <vector>
 
 int main(int argc, char** argv) {
-  if (argc != 6 && !(argc == 7 && std::strcmp(argv[6], "local-thp") == 0)) {
-    std::fprintf(stderr, "usage: %s BLOCK BATCH THREADS SECONDS SOURCE [local-thp]\n", argv[0]);
+  const bool write = argc == 7 && std::strcmp(argv[6], "local-thp-write") == 0;
+  const bool local_thp = write || (argc == 7 && std::strcmp(argv[6], "local-thp") == 0);
+  if (argc != 6 && !local_thp) {
+    std::fprintf(stderr, "usage: %s BLOCK BATCH THREADS SECONDS SOURCE [local-thp|local-thp-write]\n", argv[0]);
     return 2;
   }
-  const bool local_thp = argc == 7;
   const size_t block = std::strtoull(argv[1], nullptr, 10), batch = std::strtoull(argv[2], nullptr, 10);
   const size_t threads = std::strtoull(argv[3], nullptr, 10), source = std::strtoull(argv[5], nullptr, 10);
   const double seconds = std::atof(argv[4]);
   if (!block || !batch || !threads || source < block || seconds <= 0) return 2;
   const size_t slots = threads * batch, per_source = source / block;
-  auto alloc = [](size_t n, bool thp = false) {
-    void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  enum class Kind { kPrivate, kThp, kMemfd };
+  auto alloc = [](size_t n, Kind kind) {
+    int fd = -1;
+    if (kind == Kind::kMemfd && ((fd = ::memfd_create("memcpy-rate-target", MFD_CLOEXEC)) < 0 ||
+                                 ::ftruncate(fd, static_cast<off_t>(n)) != 0))
+      std::exit(1);
+    void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, fd < 0 ? MAP_PRIVATE | MAP_ANONYMOUS : MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) std::exit(1);
-    if (thp) (void)::madvise(p, n, MADV_HUGEPAGE);
+    if (fd >= 0) ::close(fd);
+    if (kind == Kind::kThp) (void)::madvise(p, n, MADV_HUGEPAGE);
     std::memset(p, 1, n);  // fault in, as both hawser processes do
     return static_cast<char*>(p);
   };
-  char* src = alloc(per_source * block);
-  char* dst = alloc(slots * block, local_thp);
+  char* target = alloc(per_source * block, local_thp ? Kind::kMemfd : Kind::kPrivate);
+  char* slots_mem = alloc(slots * block, local_thp ? Kind::kThp : Kind::kPrivate);
+  char* const src_base = write ? slots_mem : target;
+  char* const dst_base = write ? target : slots_mem;
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> bytes{0};
   std::vector<std::thread> ts;
@@ -48,8 +63,8 @@ int main(int argc, char** argv) {
       uint64_t mine = 0;
       while (!stop.load(std::memory_order_relaxed)) {
         for (size_t i = 0; i < batch; ++i) {
-          const size_t k = t * batch + i;
-          std::memcpy(dst + k * block, src + (k % per_source) * block, block);
+          const size_t k = t * batch + i, slot = k * block, remote = (k % per_source) * block;
+          std::memcpy(dst_base + (write ? remote : slot), src_base + (write ? slot : remote), block);
         }
         mine += batch * block;
       }

@@ -4,10 +4,11 @@
 # with memcpy) and cross-memory attach (the target's memory private:
 # process_vm_readv/writev), each against the memcpy baseline of the same
 # block size, working set and thread count (bench/memcpy_rate.cpp, built
-# here with c++ -O2: THREADS threads, each copying BATCH blocks from the same
-# slots of a source region as large as the target range hawser bench cycles
-# through, into its own slots; the slots on transparent huge pages as hawser
-# bench's local buffers are, the source on small pages as the target's memfd).
+# here with c++ -O2: THREADS threads, each copying BATCH blocks between its
+# own slots and the same slots of a region as large as the target range
+# hawser bench cycles through, in the op's direction; the slots on
+# transparent huge pages as hawser bench's local buffers are, the target
+# region a memfd mapped shared as allocateHostMemory's is).
 #
 # Working sets (per side, all threads together): "warm" fits the CPU caches,
 # "cold" does not (both sides cycle through it, round after round); at most
@@ -95,8 +96,9 @@ for block in $BLOCKS; do
       source=$(( batch * t * b ))
       for op in $OPS; do
         mc=(); sh=(); cm=()
+        mode=local-thp; [[ $op == write ]] && mode=local-thp-write
         for _ in $(seq "$REPEAT"); do
-          mc+=("$("$work/memcpy_rate" "$b" "$batch" "$t" "$DURATION" "$source" local-thp)")
+          mc+=("$("$work/memcpy_rate" "$b" "$batch" "$t" "$DURATION" "$source" "$mode")")
           sh+=("$(run_bench "$PORT" "$op" "$block" "$batch" "$t" shared)")
           cm+=("$(run_bench "$((PORT + 1))" "$op" "$block" "$batch" "$t" cma)")
         done
