@@ -28,6 +28,7 @@ void MemoryRegistry::unpinned() {
 
 void LocalRegion::pick(const Transport* t) {
   registration = nullptr;
+  picked_for = t;
   if (!registrations) return;
   for (const auto& [owner, reg] : *registrations)
     if (owner == t) registration = reg.get();

@@ -69,6 +69,7 @@ struct LocalRegion {
   // What the transport that moves these bytes learned when it registered
   // the region (its own type; null where it kept nothing). Set by pick().
   const Registration* registration = nullptr;
+  const Transport* picked_for = nullptr;  // the transport of the last pick()
   // Keeps every transport's registration of the region alive while a task
   // or plan holds this.
   std::shared_ptr<const Registrations> registrations;

@@ -124,9 +124,73 @@ bool Batch::waitUntil(std::chrono::steady_clock::time_point deadline) {
   return done;
 }
 
-const LocalRegion* Batch::keepRegions(std::vector<LocalRegion> regions) {
-  regions_.push_back(std::move(regions));  // moving a vector keeps where its elements lie
-  return regions_.back().data();
+const LocalRegion* Batch::keepRegions(std::vector<LocalRegion> regions, uint64_t removals) {
+  regions_.push_back(KeptRegions{removals, std::move(regions)});  // moving a vector keeps where its elements lie
+  return regions_.back().regions.data();
+}
+
+void Batch::recycle(uint64_t generation, uint64_t removals, std::vector<std::shared_ptr<const void>>& garbage) {
+  task_count_.store(0, std::memory_order_relaxed);
+  slices_used_ = 0;
+  if (kept_.empty() && regions_.empty()) {
+    // Every submit used what the batch kept (the common case): drop what
+    // is no longer current, in place.
+    size_t n = 0;
+    for (WarmView& w : warm_views_) {
+      if (w.generation != generation) garbage.push_back(std::move(w.view));
+      else if (&warm_views_[n++] != &w) warm_views_[n - 1] = std::move(w);
+    }
+    warm_views_.resize(n);
+    n = 0;
+    for (WarmRegion& w : warm_regions_) {
+      if (w.removals != removals) garbage.push_back(std::move(w.region.registrations));
+      else if (&warm_regions_[n++] != &w) warm_regions_[n - 1] = std::move(w);
+    }
+    warm_regions_.resize(n);
+    return;
+  }
+  // This use's views and regions first (the latest), then the earlier
+  // ones; the first of each segment (of each registration and transport).
+  std::vector<WarmView> views;
+  auto keepView = [&](WarmView& w) {
+    const bool current = w.generation == generation && views.size() < kWarm &&
+                         std::none_of(views.begin(), views.end(), [&](const WarmView& v) { return v.id == w.id; });
+    if (current)
+      views.push_back(std::move(w));
+    else
+      garbage.push_back(std::move(w.view));
+  };
+  for (auto it = kept_.rbegin(); it != kept_.rend(); ++it) keepView(*it);
+  for (WarmView& w : warm_views_) keepView(w);
+  kept_.clear();
+  warm_views_.swap(views);
+  std::vector<WarmRegion> regions;
+  auto keepRegion = [&](uint64_t stamp, LocalRegion& r) {
+    const bool current = stamp == removals && regions.size() < kWarm &&
+                         std::none_of(regions.begin(), regions.end(), [&](const WarmRegion& w) {
+                           return w.region.seq == r.seq && w.region.picked_for == r.picked_for;
+                         });
+    if (current)
+      regions.push_back(WarmRegion{stamp, std::move(r)});
+    else
+      garbage.push_back(std::move(r.registrations));
+  };
+  for (auto it = regions_.rbegin(); it != regions_.rend(); ++it)
+    for (LocalRegion& r : it->regions) keepRegion(it->removals, r);
+  for (WarmRegion& w : warm_regions_) keepRegion(w.removals, w.region);
+  regions_.clear();
+  warm_regions_.swap(regions);
+}
+
+void Batch::cool(bool views, bool regions, std::vector<std::shared_ptr<const void>>& garbage) {
+  if (views) {
+    for (WarmView& w : warm_views_) garbage.push_back(std::move(w.view));
+    warm_views_.clear();
+  }
+  if (regions) {
+    for (WarmRegion& w : warm_regions_) garbage.push_back(std::move(w.region.registrations));
+    warm_regions_.clear();
+  }
 }
 
 Status Batch::subBatch(Transport* t, SubBatch*& out) {
@@ -152,6 +216,7 @@ void Batch::commit(size_t n, size_t slices) {
 }
 
 void Batch::addNotify(size_t n, std::shared_ptr<OutgoingNotify> o, NotifyOutbox* outbox) {
+  recyclable_ = false;
   std::lock_guard nl(notify_mu_);
   outbox_ = outbox;
   notify_groups_[task_count_.load(std::memory_order_relaxed)] = NotifyGroup{n, n, std::move(o)};

@@ -46,12 +46,19 @@ class WaitSpin {
   std::atomic<uint32_t> waits_{0};
 };
 
+struct SegmentView;  // engine/selection.h
+
 class Batch final : public TaskOwner {
  public:
   // `spin` (may be null: sleep at once): how long waitUntil polls before it
   // sleeps; it outlives the batch (the engine's).
   Batch(BatchID id, size_t capacity, size_t slice_capacity, WaitSpin* spin = nullptr)
-      : id_(id), capacity_(capacity), slice_capacity_(slice_capacity), spin_(spin), tasks_(new Task[capacity]) {
+      : id_(id),
+        capacity_(capacity),
+        slice_capacity_(slice_capacity),
+        spin_(spin),
+        tasks_(new Task[capacity]),
+        tasks_made_(capacity) {
     for (size_t i = 0; i < capacity; ++i) tasks_[i].attach(this);
   }
 
@@ -85,19 +92,73 @@ class Batch final : public TaskOwner {
   // Every sub-batch; callers hold submitMutex().
   const std::map<Transport*, std::unique_ptr<SubBatch>>& subBatches() const { return subs_; }
   // Under submitMutex(): a block request in flight (block_runner.h).
-  void addRunner(std::shared_ptr<BlockRunner> r) { runners_.push_back(std::move(r)); }
+  void addRunner(std::shared_ptr<BlockRunner> r) {
+    recyclable_ = false;
+    runners_.push_back(std::move(r));
+  }
   const std::vector<std::shared_ptr<BlockRunner>>& runners() const { return runners_; }
   // Under submitMutex(): keeps the local regions a submit's tasks point at
   // (Task::setRegion) as long as the batch; returns where they now lie.
+  // `removals`: MemoryRegistry::removals() before they were found.
   // dropRegions: the last kept, for a submit refused after layout.
-  const LocalRegion* keepRegions(std::vector<LocalRegion> regions);
+  const LocalRegion* keepRegions(std::vector<LocalRegion> regions, uint64_t removals);
   void dropRegions() { regions_.pop_back(); }
-  // Under submitMutex(): keeps `p` (a segment view a submit's tasks point
-  // into: its descriptor, peers and traffic, Task::resetBorrowed) as long as
-  // the batch; one reference however many tasks, none again for the view
-  // the submit before kept.
-  void keepAlive(std::shared_ptr<const void> p) {
-    if (kept_.empty() || kept_.back() != p) kept_.push_back(std::move(p));
+  // Under submitMutex(): keeps `v`, the view of segment `id` found at
+  // OpenSegments generation `generation` (its descriptor, peers and traffic
+  // a submit's tasks point into: Task::resetBorrowed), as long as the batch;
+  // one reference however many tasks, none again for the view the submit
+  // before kept.
+  void keepView(SegmentID id, uint64_t generation, std::shared_ptr<const SegmentView> v) {
+    if (kept_.empty() || kept_.back().view != v) kept_.push_back(WarmView{id, generation, std::move(v)});
+  }
+
+  // Recycling (BatchTable keeps a few freed batches for its next
+  // allocations). A recycled batch keeps the views and local regions its
+  // submits resolved, each with the stamp it was found at (the segments'
+  // generation, the registry's removals); a submit to it uses one whose
+  // stamp is still current instead of looking it up again: no lock and no
+  // reference count on lines every thread submitting to that segment, from
+  // that region, shares. They do not change while the batch is allocated,
+  // so submits read them without the submit lock.
+  //
+  // The kept view of segment `id`, if found at `generation`; else null.
+  const SegmentView* warmView(SegmentID id, uint64_t generation) const {
+    for (const WarmView& w : warm_views_)
+      if (w.id == id && w.generation == generation) return w.view.get();
+    return nullptr;
+  }
+  // A kept region holding [addr, +len), checked at `removals`, picked for
+  // transport `t` (any transport: null); else null.
+  const LocalRegion* warmRegion(uint64_t addr, uint64_t len, uint64_t removals, const Transport* t = nullptr) const {
+    for (const WarmRegion& w : warm_regions_)
+      if (w.removals == removals && w.region.contains(addr, len) && (!t || w.region.picked_for == t))
+        return &w.region;
+    return nullptr;
+  }
+  // Whether the batch can be recycled once freed: no block request and no
+  // notification was submitted to it (their tasks and groups hold what a
+  // batch at rest must not), and it is not large.
+  bool recyclable() const { return recyclable_ && tasks_made_ <= kRecycleTasks; }
+  // Under submitMutex(): a task is about to own references (a block
+  // request's parent task): never recycled.
+  void noRecycle() { recyclable_ = false; }
+  static constexpr size_t kRecycleTasks = 4096;
+  size_t tasksMade() const { return tasks_made_; }
+  // Once freed (no task unfinished, sub-batches dropped, nobody else holds
+  // it): keeps what is still current at `generation` and `removals` of the
+  // views and regions it resolved (at most kWarm of each), and forgets the
+  // rest into `garbage` (dropped by the caller outside its locks).
+  static constexpr size_t kWarm = 8;
+  void recycle(uint64_t generation, uint64_t removals, std::vector<std::shared_ptr<const void>>& garbage);
+  // Drops the views (and/or regions) kept for reuse into `garbage`: a
+  // segment was closed, memory unregistered.
+  void cool(bool views, bool regions, std::vector<std::shared_ptr<const void>>& garbage);
+  // Hands the recycled batch out again as batch `id` of `capacity` tasks
+  // (at most tasksMade()).
+  void reuse(BatchID id, size_t capacity, size_t slice_capacity) {
+    id_ = id;
+    capacity_ = capacity;
+    slice_capacity_ = slice_capacity;
   }
   // Under submitMutex(), with no task left unfinished() but those whose
   // every slice ended: what keeps the batch from being freed. kIo: a
@@ -124,17 +185,35 @@ class Batch final : public TaskOwner {
  private:
   // `n` tasks counted finished; wakes the waiters at the last.
   void countFinished(size_t n);
-  const BatchID id_;
-  const size_t capacity_;
-  const size_t slice_capacity_;
+  BatchID id_;              // changed only by reuse(), while nobody else holds the batch
+  size_t capacity_;
+  size_t slice_capacity_;
   WaitSpin* const spin_;
   std::unique_ptr<Task[]> tasks_;
+  const size_t tasks_made_;  // tasks_'s length: capacity_ at most
   std::atomic<size_t> task_count_{0};
   size_t slices_used_ = 0;  // under submit_mu_
   std::map<Transport*, std::unique_ptr<SubBatch>> subs_;  // under submit_mu_
   std::vector<std::shared_ptr<BlockRunner>> runners_;      // under submit_mu_
-  std::vector<std::vector<LocalRegion>> regions_;          // under submit_mu_
-  std::vector<std::shared_ptr<const void>> kept_;          // under submit_mu_: keepAlive
+  struct KeptRegions {
+    uint64_t removals;
+    std::vector<LocalRegion> regions;
+  };
+  std::vector<KeptRegions> regions_;  // under submit_mu_
+  struct WarmView {
+    SegmentID id;
+    uint64_t generation;
+    std::shared_ptr<const SegmentView> view;
+  };
+  struct WarmRegion {
+    uint64_t removals;
+    LocalRegion region;  // picked for region.picked_for
+  };
+  std::vector<WarmView> kept_;  // under submit_mu_: keepView
+  // Kept from earlier uses (recycle()): unchanged while allocated.
+  std::vector<WarmView> warm_views_;
+  std::vector<WarmRegion> warm_regions_;
+  bool recyclable_ = true;  // under submit_mu_
   std::mutex submit_mu_;
   std::atomic<int> inside_{0};          // completers touching the batch in taskFinished()
   std::atomic<uint32_t> done_seq_{0};  // futex word: bumped when the last task ends

@@ -5,6 +5,9 @@
 
 #include <fmt/format.h>
 
+#include "base/registry.h"
+#include "engine/open_segments.h"
+
 namespace hawser {
 
 Status BatchTable::notAllocated(BatchID id) {
@@ -28,11 +31,19 @@ Status BatchTable::allocate(size_t capacity, BatchID& out) {
   std::shared_ptr<Batch> b;
   std::unique_lock lk(sh.mu);
   const BatchID id = sh.made * kShards + k + 1;
-  try {
-    b = std::make_shared<Batch>(id, capacity, capacity * settings_.slices_per_task, settings_.spin);
-  } catch (const std::bad_alloc&) {
-    return {Code::kInvalidArgument, fmt::format("capacity {}: out of memory", capacity)};
-  }
+  // The latest kept batch with tasks enough.
+  for (size_t i = sh.kept.size(); i-- > 0;)
+    if (sh.kept[i]->tasksMade() >= capacity) {
+      b = std::move(sh.kept[i]);
+      sh.kept.erase(sh.kept.begin() + static_cast<std::ptrdiff_t>(i));
+      b->reuse(id, capacity, capacity * settings_.slices_per_task);
+      break;
+    }
+  if (!b) try {
+      b = std::make_shared<Batch>(id, capacity, capacity * settings_.slices_per_task, settings_.spin);
+    } catch (const std::bad_alloc&) {
+      return {Code::kInvalidArgument, fmt::format("capacity {}: out of memory", capacity)};
+    }
   sh.batches.emplace(id, std::move(b));
   sh.made++;
   out = id;
@@ -106,9 +117,44 @@ Status BatchTable::free(BatchID id, bool settle) {
     if (!settling) break;
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-  // Nobody can reach the batch now.
+  // Nobody can reach the batch now (but who found it before: a status
+  // query, a waiter; their batch is not recycled).
   batch->dropSubBatches();
+  if (settings_.segments && settings_.registry && batch->recyclable() && batch.use_count() == 1)
+    keep(shards_[shardOf(id)], std::move(batch));
   return Status::OK();
+}
+
+void BatchTable::keep(Shard& sh, std::shared_ptr<Batch> b) {
+  std::vector<std::shared_ptr<const void>> garbage;  // dropped after the lock
+  std::unique_lock lk(sh.mu);
+  // Read under the shard lock: cool() bumps come first, then take it.
+  b->recycle(settings_.segments->generation(), settings_.registry->removals(), garbage);
+  if (sh.kept.size() >= kKeptPerShard) {
+    garbage.push_back(std::move(sh.kept.front()));
+    sh.kept.erase(sh.kept.begin());
+  }
+  sh.kept.push_back(std::move(b));
+}
+
+void BatchTable::cool(bool views, bool regions) {
+  std::vector<std::shared_ptr<const void>> garbage;
+  for (Shard& sh : shards_) {
+    {
+      std::unique_lock lk(sh.mu);
+      for (auto& b : sh.kept) b->cool(views, regions, garbage);
+    }
+    garbage.clear();
+  }
+}
+
+size_t BatchTable::kept() const {
+  size_t n = 0;
+  for (const Shard& sh : shards_) {
+    std::shared_lock lk(sh.mu);
+    n += sh.kept.size();
+  }
+  return n;
 }
 
 void BatchTable::orphan(BatchID id) {
@@ -141,9 +187,12 @@ std::vector<std::shared_ptr<Batch>> BatchTable::live() const {
 
 void BatchTable::clear() {
   for (Shard& sh : shards_) {
+    std::vector<std::shared_ptr<Batch>> kept;  // dropped after the lock
     std::unique_lock lk(sh.mu);
     for (auto& [id, b] : sh.batches) b->dropSubBatches();
     sh.batches.clear();
+    kept.swap(sh.kept);
+    lk.unlock();
   }
 }
 

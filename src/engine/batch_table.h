@@ -13,10 +13,18 @@
 // for each other. Ids stay unique and are never reused; they are not
 // consecutive.
 //
+// A freed batch that can be (Batch::recyclable) is kept in its shard, a
+// few at most, and handed out again by the shard's next allocations: no
+// allocation of the batch and its tasks, and its submits reuse the segment
+// views and local regions its earlier uses resolved while those are
+// current (Batch::recycle). Closing a segment or unregistering memory
+// makes the kept batches let go of theirs (cool): nothing is held past
+// closeSegment or unregisterLocalMemory by a batch nobody uses.
+//
 // Locks: a shard's shared_mutex (find shared; allocate and free
 // exclusive), taken under the orphan mutex when orphans are reaped, and
 // itself held while a freed batch's submit mutex is taken (engine_impl.h:
-// lock order).
+// lock order). What a kept batch lets go of is dropped outside it.
 #pragma once
 
 #include <atomic>
@@ -33,13 +41,22 @@
 
 namespace hawser {
 
+class MemoryRegistry;
+class OpenSegments;
+
 class BatchTable {
  public:
   struct Settings {
     size_t max_capacity = 0;     // batch.max_capacity: tasks of one batch at most
     size_t slices_per_task = 0;  // batch.slices_per_task: a batch's slice capacity per task
     WaitSpin* spin = nullptr;    // shared by the batches (batch.h); null: none
+    // The stamps of what a recycled batch keeps (Batch::recycle): the open
+    // segments' generation, the registry's removals. Null: no recycling.
+    const OpenSegments* segments = nullptr;
+    const MemoryRegistry* registry = nullptr;
   };
+  // Batches kept for reuse in one shard at most.
+  static constexpr size_t kKeptPerShard = 4;
 
   // Before the first allocate (init).
   void configure(const Settings& s) { settings_ = s; }
@@ -52,6 +69,11 @@ class BatchTable {
   // memory; kBatchBusy otherwise. settle: wait a moment (50 ms at most) for
   // transports still letting go of slices whose tasks ended.
   Status free(BatchID id, bool settle = true);
+  // The kept batches let go of the views (a segment was closed or its view
+  // replaced) and/or the local regions (memory was unregistered) they kept.
+  void cool(bool views, bool regions);
+  // Batches kept for reuse, all shards.
+  size_t kept() const;
   // Batch `id` is left to the reaper (transferSync could not free it).
   void orphan(BatchID id);
   // Frees the orphans whose I/O ended.
@@ -79,7 +101,10 @@ class BatchTable {
     mutable std::shared_mutex mu;
     std::unordered_map<BatchID, std::shared_ptr<Batch>> batches;  // under mu
     uint64_t made = 0;                                             // under mu: batches allocated here
+    std::vector<std::shared_ptr<Batch>> kept;                      // under mu: freed, for reuse (oldest first)
   };
+  // Keeps freed batch `b` (nobody else holds it) for reuse in shard `sh`.
+  void keep(Shard& sh, std::shared_ptr<Batch> b);
   // The shard this thread allocates in.
   static size_t myShard();
 

@@ -20,6 +20,13 @@ struct Resolved {
   const Route* route = nullptr;
   int remote_buffer = -1;
   uint32_t region = 0;  // its local region, with its route's registration: an index into `regions`
+  const LocalRegion* warm = nullptr;  // or a recycled batch's (Batch::warmRegion)
+};
+
+// A view a submit found (not one its batch kept from an earlier use).
+struct FoundView {
+  SegmentID id;
+  std::shared_ptr<const SegmentView> view;
 };
 
 }  // namespace
@@ -55,10 +62,16 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
     return bad(i, st);
   };
   SegmentID last_id = kInvalidSegment;
-  // Every view a request resolved against, held until the submit returns
-  // (then the batch holds them: one reference each, handed on, on a line
-  // every thread submitting to the segment shares); `view`: the last.
-  std::vector<std::shared_ptr<const SegmentView>> views;
+  // What a recycled batch kept from its earlier uses is used while these
+  // stamps, read before anything is looked up, are those it was found at
+  // (Batch::warmView, warmRegion): no lock, no reference count.
+  const uint64_t generation = segments_.generation();
+  const uint64_t removals = registry_.removals();
+  // Every view a request resolved against that the batch did not keep,
+  // held until the submit returns (then the batch holds them: one reference
+  // each, handed on, on a line every thread submitting to the segment
+  // shares); `view`: the last.
+  std::vector<FoundView> views;
   const SegmentView* view = nullptr;
   // The request before's remote buffer and route: a batch's requests mostly
   // lie in one buffer of one segment, and take one route. The choice depends
@@ -74,6 +87,7 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
   // the request's transport, found once: consecutive requests mostly lie
   // in the region of the one before and take its route.
   LocalRegion cur;  // the region of the request before
+  const LocalRegion* last_warm = nullptr;  // the recycled batch's region the request before lay in
   // Where cur's reference to its registrations went (regions[cur_at]),
   // none yet: the first entry for it takes the reference itself, not a
   // count of its own on a line every thread submitting from it shares.
@@ -97,22 +111,43 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
     if (r.length == 0) return refuse(i, {Code::kInvalidArgument, "length is 0"});
     if (r.source == nullptr) return refuse(i, {Code::kInvalidArgument, "source is null"});
     if (r.target_id != last_id || !view) {
-      auto found = currentView(r.target_id);
-      if (!found)
-        return refuse(i, {Code::kSegmentNotFound, fmt::format("target_id {} is not an open segment", r.target_id)});
+      const SegmentView* warm = batch->warmView(r.target_id, generation);
+      if (warm && !viewStale(*warm)) {
+        view = warm;
+      } else {
+        // A stale kept view: refreshed now (the store answered once), or
+        // the open one when that fails, as currentView does.
+        std::shared_ptr<const SegmentView> found;
+        if (warm && !(found = refreshSegment(r.target_id))) found = segmentView(r.target_id);
+        if (!warm) found = currentView(r.target_id);
+        if (!found)
+          return refuse(i, {Code::kSegmentNotFound, fmt::format("target_id {} is not an open segment", r.target_id)});
+        views.push_back(FoundView{r.target_id, std::move(found)});
+        view = views.back().view.get();
+      }
       last_id = r.target_id;
       last_buf = -1;
-      views.push_back(std::move(found));
-      view = views.back().get();
     }
     const uint64_t src = reinterpret_cast<uint64_t>(r.source);
     if (src + r.length < src) return refuse(i, {Code::kInvalidArgument, "source + length wraps around"});
-    if (!cur.contains(src, r.length)) {
+    // Its local region: the request before's, or one the batch kept, or
+    // looked up.
+    const LocalRegion* warm_region = nullptr;
+    int gpu = -1;
+    if (last_warm && last_warm->contains(src, r.length)) {
+      warm_region = last_warm;
+      gpu = warm_region->gpu;
+    } else if (cur.contains(src, r.length)) {
+      gpu = cur.gpu;
+    } else if ((warm_region = batch->warmRegion(src, r.length, removals))) {
+      gpu = warm_region->gpu;
+    } else {
       if (!(s = registry_.regionAt(src, r.length, cur)).ok()) return refuse(i, s);
       cur_at = SIZE_MAX;
+      gpu = cur.gpu;
     }
     RouteQuery q;
-    q.local_kind = cur.gpu >= 0 ? kGpuMemory : kHostMemory;
+    q.local_kind = gpu >= 0 ? kGpuMemory : kHostMemory;
     int buf = -1;
     if (view->desc->kind == SegmentDesc::Kind::kMemory) {
       if (r.target_offset + r.length < r.target_offset)
@@ -124,8 +159,8 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
       if (buf < 0) buf = view->desc->findBuffer(r.target_offset, r.length);
       if (buf < 0) {
         if (auto fresh = refreshSegment(r.target_id)) {  // the owner may have registered it since
-          views.push_back(std::move(fresh));
-          view = views.back().get();
+          views.push_back(FoundView{r.target_id, std::move(fresh)});
+          view = views.back().view.get();
           last_buf = -1;  // an index into the old descriptor's buffers
         }
         buf = view->desc->findBuffer(r.target_offset, r.length);
@@ -167,7 +202,17 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
       return refuse(i, {Code::kNoTransport, fmt::format("no installed transport ({}) can serve it to segment '{}': {}",
                                                         fmt::join(transportNames(), ","), view->desc->name, why)});
     }
-    if (regions.empty() || regions.back().seq != cur.seq || region_for.back() != route->transport) {
+    if (warm_region && warm_region->picked_for != route->transport) {
+      // The batch kept the region for another transport: this one's, or look it up.
+      warm_region = batch->warmRegion(src, r.length, removals, route->transport);
+      if (!warm_region && !cur.contains(src, r.length)) {
+        if (!(s = registry_.regionAt(src, r.length, cur)).ok()) return refuse(i, s);
+        cur_at = SIZE_MAX;
+      }
+    }
+    last_warm = warm_region;
+    if (!warm_region &&
+        (regions.empty() || regions.back().seq != cur.seq || region_for.back() != route->transport)) {
       if (cur_at == SIZE_MAX) {
         cur_at = regions.size();
         regions.push_back(std::move(cur));  // cur keeps its range, seq and gpu
@@ -178,7 +223,7 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
       regions.back().pick(route->transport);
       region_for.push_back(route->transport);
     }
-    res[i] = Resolved{view, route, buf, static_cast<uint32_t>(regions.size() - 1)};
+    res[i] = Resolved{view, route, buf, warm_region ? 0 : static_cast<uint32_t>(regions.size() - 1), warm_region};
     if (choice.fallback) {
       if (fell.empty() || fell.back().from != choice.fallback || fell.back().to != route ||
           fell.back().view != view || fell.back().why.reason != choice.fallback_why.reason)
@@ -215,15 +260,15 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
   }
   // The tasks point into these views (descriptor, peer, traffic): the
   // batch keeps them (a refused submit's too, harmlessly).
-  for (auto& v : views) batch->keepAlive(std::move(v));
+  for (auto& v : views) batch->keepView(v.id, generation, std::move(v.view));
   // Each transport's tasks, in request order (a batch mostly has one).
   std::vector<std::pair<Transport*, std::vector<Task*>>> groups;
-  const LocalRegion* kept = batch->keepRegions(std::move(regions));
+  const LocalRegion* kept = regions.empty() ? nullptr : batch->keepRegions(std::move(regions), removals);
   for (size_t i = 0; i < reqs.size(); ++i) {
     Task& t = batch->task(base + i);
     t.resetBorrowed(reqs[i], base + i, res[i].view->desc.get(), res[i].route->peer.get(), res[i].remote_buffer,
                     res[i].route->traffic.get());
-    t.setRegion(kept + res[i].region);
+    t.setRegion(res[i].warm ? res[i].warm : kept + res[i].region);
     Transport* tr = res[i].route->transport;
     auto g = groups.begin();
     while (g != groups.end() && g->first != tr) ++g;
@@ -237,7 +282,7 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
   std::vector<std::pair<SubBatch*, std::unique_ptr<PreparedWork>>> work;  // dropped unposted on failure
   auto refused = [&](Status why) {
     work.clear();
-    batch->dropRegions();  // no task points at them: none was committed
+    if (kept) batch->dropRegions();  // no task points at them: none was committed
     n_refused_.add(1);
     return why;
   };
@@ -354,6 +399,7 @@ Status EngineImpl::transferSync(const std::vector<TransferRequest>& reqs, std::c
     else
       notified = o->status().error;
   }
+  batch.reset();  // the table's reference alone: the batch can be recycled
   if (freeBatch(b).code() == Code::kBatchBusy) batches_.orphan(b);  // freed by a later allocateBatch once its I/O ends
   if (timed_out)
     return {Code::kTimeout, fmt::format("transfer of {} request(s) did not finish in {} ms{}{}", reqs.size(),

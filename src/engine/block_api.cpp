@@ -32,6 +32,7 @@ Status EngineImpl::postBlocks(BatchID id, std::shared_ptr<const BlockPlan> plan,
   Task& parent = batch->task(base);
   const Run first = p.run(0);
   TransferRequest req{p.op, reinterpret_cast<void*>(first.local), p.target, first.remote, p.bytes};
+  batch->noRecycle();  // the parent task holds its view's descriptor and peer
   parent.reset(req, base, p.view->desc, p.route->peer, p.buffer >= 0 ? p.buffer : -1);
   parent.setSliceCount(static_cast<uint32_t>(p.runs));
   auto runner = std::make_shared<BlockRunner>(std::move(plan), &parent, pump_.get(), run_arrays_, block_settings_,

@@ -111,6 +111,7 @@ Status EngineImpl::init(const std::string& metadata_uri, const std::string& serv
       !(s = config_.getSize("batch.slices_per_task", slices_per_task_)).ok() ||
       !(s = config_.getSize("batch.max_capacity", max_capacity_)).ok() ||
       !(s = config_.getInt("batch.wait_spin_us", wait_spin_us_)).ok() ||
+      !(s = config_.getBool("batch.recycle", recycle_batches_)).ok() ||
       !(s = config_.getString("auth.token", auth_token)).ok() ||
       !(s = config_.getSize("block.max_run", block_settings_.max_run)).ok() ||
       !(s = config_.getSize("block.window", block_settings_.window)).ok() ||
@@ -137,7 +138,8 @@ Status EngineImpl::init(const std::string& metadata_uri, const std::string& serv
   if (!(s = config_.getInt("metrics.max_peers", max_peers)).ok()) return {s.code(), "init: " + s.message()};
   traffic_ = std::make_unique<metrics::TrafficTable>(metrics_, max_peers);
   wait_spin_ = std::make_unique<WaitSpin>(std::chrono::microseconds(wait_spin_us_));
-  batches_.configure({max_capacity_, slices_per_task_, wait_spin_.get()});
+  batches_.configure({max_capacity_, slices_per_task_, wait_spin_.get(), recycle_batches_ ? &segments_ : nullptr,
+                      recycle_batches_ ? &registry_ : nullptr});
   // The CUDA driver, where there is one: registration asks it what memory
   // it is given, and the transports use it to move GPU memory.
   std::string cuda_driver;

@@ -182,16 +182,18 @@ class EngineImpl {
   // stale descriptor (owner restarted or re-registered); a segment whose
   // name a transport resolves (file://) is not the store's.
   std::shared_ptr<const SegmentView> currentView(SegmentID id) {
-    return segments_.current(id, [this](const SegmentView& v) {
-      const SegmentDesc& d = *v.desc;
-      if (schemeOwner(d.name)) return false;
-      // Unchanged at the store's count now: nothing to ask (no lock taken).
-      const uint64_t count = store_->changeCount();
-      if (count != 0 && v.unchanged_at.count.load(std::memory_order_relaxed) == count) return false;
-      if (store_->mayHaveChanged(d.name, d.generation)) return true;
-      if (count != 0) v.unchanged_at.count.store(count, std::memory_order_relaxed);
-      return false;
-    });
+    return segments_.current(id, [this](const SegmentView& v) { return viewStale(v); });
+  }
+  // Whether the store says `v`'s descriptor may have changed.
+  bool viewStale(const SegmentView& v) {
+    const SegmentDesc& d = *v.desc;
+    if (schemeOwner(d.name)) return false;
+    // Unchanged at the store's count now: nothing to ask (no lock taken).
+    const uint64_t count = store_->changeCount();
+    if (count != 0 && v.unchanged_at.count.load(std::memory_order_relaxed) == count) return false;
+    if (store_->mayHaveChanged(d.name, d.generation)) return true;
+    if (count != 0) v.unchanged_at.count.store(count, std::memory_order_relaxed);
+    return false;
   }
 
   // block_requests.cpp / block_api.cpp
@@ -250,7 +252,8 @@ class EngineImpl {
   std::string forced_transport_;
   size_t slices_per_task_ = 0;
   size_t max_capacity_ = 0;
-  uint32_t wait_spin_us_ = 0;  // batch.wait_spin_us
+  uint32_t wait_spin_us_ = 0;     // batch.wait_spin_us
+  bool recycle_batches_ = true;  // batch.recycle
   std::unique_ptr<WaitSpin> wait_spin_;  // shared by the batches (engine/batch.h)
 
   // Registrations in flight and each region's transport attrs.
@@ -273,7 +276,8 @@ class EngineImpl {
   // decoded into peers (makeView), refreshed when the store says so
   // (currentView).
   OpenSegments segments_{[this](const std::string& name, SegmentDesc& out) { return fetchSegment(name, out); },
-                         [this](SegmentDesc desc) { return makeView(std::move(desc)); }};
+                         [this](SegmentDesc desc) { return makeView(std::move(desc)); },
+                         [this] { batches_.cool(true, false); }};
 
   // Batches and the orphans transferSync left.
   BatchTable batches_;

@@ -5,8 +5,8 @@
 
 namespace hawser {
 
-OpenSegments::OpenSegments(Fetch fetch, MakeView make_view)
-    : fetch_(std::move(fetch)), make_view_(std::move(make_view)) {}
+OpenSegments::OpenSegments(Fetch fetch, MakeView make_view, Changed changed)
+    : fetch_(std::move(fetch)), make_view_(std::move(make_view)), changed_(std::move(changed)) {}
 
 Status OpenSegments::open(const std::string& name, SegmentID& out) {
   if (name.empty()) return {Code::kInvalidArgument, "segment name is empty"};
@@ -39,13 +39,17 @@ Status OpenSegments::open(const std::string& name, SegmentID& out) {
 
 Status OpenSegments::close(SegmentID id) {
   std::shared_ptr<const SegmentView> closed;  // dropped outside the lock
-  std::lock_guard lk(mu_);
-  auto it = segments_.find(id);
-  if (it == segments_.end()) return {Code::kSegmentNotFound, fmt::format("segment id {} is not open", id)};
-  if (--it->second.refs > 0) return Status::OK();
-  closed = std::move(it->second.view);
-  segment_ids_.erase(it->second.name);
-  segments_.erase(it);
+  {
+    std::lock_guard lk(mu_);
+    auto it = segments_.find(id);
+    if (it == segments_.end()) return {Code::kSegmentNotFound, fmt::format("segment id {} is not open", id)};
+    if (--it->second.refs > 0) return Status::OK();
+    closed = std::move(it->second.view);
+    segment_ids_.erase(it->second.name);
+    segments_.erase(it);
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  if (changed_) changed_();
   return Status::OK();
 }
 
@@ -67,11 +71,15 @@ std::shared_ptr<const SegmentView> OpenSegments::refresh(SegmentID id) {
   if (!fetch_(name, d).ok()) return nullptr;
   auto fresh = make_view_(std::move(d));
   std::shared_ptr<const SegmentView> old;  // dropped outside the lock
-  std::lock_guard lk(mu_);
-  auto it = segments_.find(id);
-  if (it == segments_.end()) return nullptr;
-  old = std::move(it->second.view);
-  it->second.view = fresh;
+  {
+    std::lock_guard lk(mu_);
+    auto it = segments_.find(id);
+    if (it == segments_.end()) return nullptr;
+    old = std::move(it->second.view);
+    it->second.view = fresh;
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  if (changed_) changed_();
   return fresh;
 }
 
@@ -88,9 +96,13 @@ int OpenSegments::refs(SegmentID id) const {
 
 void OpenSegments::clear() {
   std::map<SegmentID, OpenSegment> gone;  // views dropped outside the lock
-  std::lock_guard lk(mu_);
-  gone.swap(segments_);
-  segment_ids_.clear();
+  {
+    std::lock_guard lk(mu_);
+    gone.swap(segments_);
+    segment_ids_.clear();
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  if (changed_) changed_();
 }
 
 }  // namespace hawser

@@ -9,6 +9,7 @@
 // submits' lookups share it.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -31,7 +32,11 @@ class OpenSegments {
   // The descriptor decoded into each transport's route and peer handle.
   using MakeView = std::function<std::shared_ptr<const SegmentView>(SegmentDesc desc)>;
 
-  OpenSegments(Fetch fetch, MakeView make_view);
+  // Called after a view was let go (closed or replaced), outside the lock:
+  // whoever keeps views past a submit (the batch table's idle batches)
+  // drops them.
+  using Changed = std::function<void()>;
+  OpenSegments(Fetch fetch, MakeView make_view, Changed changed = {});
 
   // The id of segment `name`: a new one (its descriptor fetched and
   // decoded), or the one it has while open, with one more reference.
@@ -56,6 +61,9 @@ class OpenSegments {
     }
     return v;
   }
+  // Bumped whenever a view is let go (closed, replaced, cleared): a view
+  // found after this read G is still its segment's view while this reads G.
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
   // Segments open, and references to segment `id` (0: not open).
   size_t size() const;
   int refs(SegmentID id) const;
@@ -71,6 +79,8 @@ class OpenSegments {
 
   const Fetch fetch_;
   const MakeView make_view_;
+  const Changed changed_;
+  std::atomic<uint64_t> generation_{0};  // bumped under mu_
   mutable std::shared_mutex mu_;  // shared: view() (every submit), size(), refs()
   std::map<SegmentID, OpenSegment> segments_;
   std::map<std::string, SegmentID> segment_ids_;

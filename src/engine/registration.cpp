@@ -13,7 +13,9 @@ Status EngineImpl::registerMemory(const std::vector<BufferEntry>& buffers) {
 Status EngineImpl::unregisterMemory(const std::vector<void*>& addrs) {
   Status s = checkInit();
   if (!s.ok()) return s;
-  return registrar_.remove(addrs);
+  s = registrar_.remove(addrs);
+  batches_.cool(false, true);  // what kept batches hold of the regions (batch_table.h)
+  return s;
 }
 
 }  // namespace hawser

@@ -11,7 +11,10 @@
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
+
+#include <cstring>
 #include <sstream>
+#include <thread>
 
 #include "common/log_capture.h"
 #include "common/transport_suite.h"
@@ -108,6 +111,67 @@ TEST_F(ShmPeer, closing_the_segment_unmaps_the_peers_table) {
   ASSERT_TRUE(mapsShmTableOf(serve_.pid));
   ASSERT_TRUE(e.closeSegment(seg).ok());
   EXPECT_TRUE(eventually([&] { return !mapsShmTableOf(serve_.pid); }));
+}
+
+// Freed batches are kept for reuse with the views their submits resolved
+// (batch.recycle): closing the segment makes them let go, though no thread
+// submits again. Both ways of freeing: transferSync's and freeBatchID.
+TEST_F(ShmPeer, closing_the_segment_after_transfers_unmaps_the_peers_table_though_freed_batches_are_kept) {
+  TransferEngine e;
+  SegmentID seg;
+  uint64_t base;
+  ASSERT_NO_FATAL_FAILURE(open(e, seg, base));
+  Buffer local(1u << 20);
+  ASSERT_TRUE(e.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  for (int round = 0; round < 3; ++round) {  // the second and third reuse the first's batch and view
+    Status s = e.transferSync({{OpCode::kRead, local.p, seg, base + 4096, local.n}}, std::chrono::seconds(20));
+    ASSERT_TRUE(s.ok()) << s.toString();
+    ASSERT_EQ(checkPattern(local.p, local.n, kSeed, 4096), -1) << "round " << round;
+    std::memset(local.p, 0, local.n);
+  }
+  std::thread([&] {
+    auto st = runBatch(e, seg, {{OpCode::kRead, local.p, seg, base, 4096}});
+    EXPECT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
+  }).join();
+  ASSERT_TRUE(mapsShmTableOf(serve_.pid));
+  ASSERT_TRUE(e.closeSegment(seg).ok());
+  EXPECT_TRUE(eventually([&] { return !mapsShmTableOf(serve_.pid); }))
+      << "a freed batch kept for reuse still holds the closed segment's view";
+  // Opened again: a new id, a new view; the kept batch does not use the old one.
+  SegmentID again;
+  ASSERT_TRUE(e.openSegment(segment_, again).ok());
+  EXPECT_NE(again, seg);
+  Status s = e.transferSync({{OpCode::kRead, local.p, again, base + 8192, local.n}}, std::chrono::seconds(20));
+  ASSERT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(checkPattern(local.p, local.n, kSeed, 8192), -1);
+  s = e.transferSync({{OpCode::kRead, local.p, seg, base, 4096}}, std::chrono::seconds(20));
+  EXPECT_EQ(s.code(), Code::kSegmentNotFound) << s.toString();
+}
+
+// A kept batch's local region is not used once memory was unregistered:
+// the old range is refused, the range registered again is moved.
+TEST_F(ShmPeer, a_region_unregistered_after_transfers_is_refused_and_one_registered_again_is_moved) {
+  TransferEngine e;
+  SegmentID seg;
+  uint64_t base;
+  ASSERT_NO_FATAL_FAILURE(open(e, seg, base));
+  Buffer local(1u << 20);
+  ASSERT_TRUE(e.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  for (int round = 0; round < 2; ++round) {
+    Status s = e.transferSync({{OpCode::kRead, local.p, seg, base, 65536}}, std::chrono::seconds(20));
+    ASSERT_TRUE(s.ok()) << s.toString();
+  }
+  ASSERT_TRUE(e.unregisterLocalMemory(local.p).ok());
+  Status s = e.transferSync({{OpCode::kRead, local.p, seg, base, 65536}}, std::chrono::seconds(20));
+  EXPECT_EQ(s.code(), Code::kNotRegistered) << s.toString();
+  // The first half again: the kept batch's whole-buffer region must not serve the second half.
+  ASSERT_TRUE(e.registerLocalMemory(local.p, local.n / 2, "cpu:0", false).ok());
+  s = e.transferSync({{OpCode::kRead, local.p + local.n / 2, seg, base, 65536}}, std::chrono::seconds(20));
+  EXPECT_EQ(s.code(), Code::kNotRegistered) << s.toString();
+  std::memset(local.p, 0, local.n);
+  s = e.transferSync({{OpCode::kRead, local.p, seg, base + 4096, local.n / 2}}, std::chrono::seconds(20));
+  ASSERT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(checkPattern(local.p, local.n / 2, kSeed, 4096), -1);
 }
 
 TEST_F(ShmPeer, bench_json_names_shm_as_the_transport_that_carried_the_data) {
