@@ -220,6 +220,10 @@ class SubBatch {
   // thread wakes for it; true when it ran one (the waiter calls again).
   // Called with the batch's submit lock held, as post() is. Default: none.
   virtual bool assist() { return false; }
+  // The batch was freed and is kept for reuse (engine/batch_table.h), this
+  // sub-batch idle: readies it for the batch's next use and returns true,
+  // or false, and the engine destroys it (the default).
+  virtual bool reuse() { return false; }
 };
 
 class Transport {

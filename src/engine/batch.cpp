@@ -278,14 +278,17 @@ bool Batch::tasksEnded() const {
   return true;
 }
 
-void Batch::dropSubBatches() {
+void Batch::dropSubBatches(bool reusable) {
   // Wait out a completer still inside taskFinished() (a few instructions).
   for (int i = 0; inside_.load(std::memory_order_acquire) != 0; ++i) {
     if (i < 1000) cpuRelax();
     else std::this_thread::yield();  // the completer was preempted in there
   }
   std::lock_guard sl(submit_mu_);
-  subs_.clear();
+  if (reusable)
+    std::erase_if(subs_, [](const auto& kv) { return !kv.second->reuse(); });
+  else
+    subs_.clear();
   runners_.clear();
 }
 

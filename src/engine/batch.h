@@ -171,8 +171,9 @@ class Batch final : public TaskOwner {
   // Every visible task's slices ended (counted by unfinished() or not yet).
   bool tasksEnded() const;
   // Destroys every sub-batch (freeBatch once idle; shutdown after the
-  // transports stopped).
-  void dropSubBatches();
+  // transports stopped); reusable: but those that can be reused
+  // (SubBatch::reuse), for a batch kept for reuse.
+  void dropSubBatches(bool reusable = false);
 
   // Under submitMutex(), before commit(): the `n` tasks about to be
   // committed (from taskCount()) carry notification (or signal) `o`; when the last of

@@ -44,7 +44,15 @@ Status BatchTable::allocate(size_t capacity, BatchID& out) {
     } catch (const std::bad_alloc&) {
       return {Code::kInvalidArgument, fmt::format("capacity {}: out of memory", capacity)};
     }
-  sh.batches.emplace(id, std::move(b));
+  if (sh.nodes.empty()) {
+    sh.batches.emplace(id, std::move(b));
+  } else {
+    auto node = std::move(sh.nodes.back());
+    sh.nodes.pop_back();
+    node.key() = id;
+    node.mapped() = std::move(b);
+    sh.batches.insert(std::move(node));
+  }
   sh.made++;
   out = id;
   return Status::OK();
@@ -109,9 +117,13 @@ Status BatchTable::free(BatchID id, bool settle) {
                                                   id)};
           settling = true;
           break;
-        case Batch::Hold::kNone:
-          sh.batches.erase(it);
+        case Batch::Hold::kNone: {
+          // The map's node is kept for the shard's next allocate.
+          auto node = sh.batches.extract(it);
+          node.mapped().reset();
+          if (sh.nodes.size() < kKeptPerShard) sh.nodes.push_back(std::move(node));
           break;
+        }
       }
     }
     if (!settling) break;
@@ -119,9 +131,9 @@ Status BatchTable::free(BatchID id, bool settle) {
   }
   // Nobody can reach the batch now (but who found it before: a status
   // query, a waiter; their batch is not recycled).
-  batch->dropSubBatches();
-  if (settings_.segments && settings_.registry && batch->recyclable() && batch.use_count() == 1)
-    keep(shards_[shardOf(id)], std::move(batch));
+  const bool recycle = settings_.segments && settings_.registry && batch->recyclable() && batch.use_count() == 1;
+  batch->dropSubBatches(recycle);
+  if (recycle) keep(shards_[shardOf(id)], std::move(batch));
   return Status::OK();
 }
 

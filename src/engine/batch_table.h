@@ -99,9 +99,11 @@ class BatchTable {
  private:
   struct alignas(64) Shard {
     mutable std::shared_mutex mu;
-    std::unordered_map<BatchID, std::shared_ptr<Batch>> batches;  // under mu
-    uint64_t made = 0;                                             // under mu: batches allocated here
-    std::vector<std::shared_ptr<Batch>> kept;                      // under mu: freed, for reuse (oldest first)
+    using Map = std::unordered_map<BatchID, std::shared_ptr<Batch>>;
+    Map batches;                               // under mu
+    uint64_t made = 0;                         // under mu: batches allocated here
+    std::vector<std::shared_ptr<Batch>> kept;  // under mu: freed, for reuse (oldest first)
+    std::vector<Map::node_type> nodes;         // under mu: the map's nodes of freed batches, for reuse
   };
   // Keeps freed batch `b` (nobody else holds it) for reuse in shard `sh`.
   void keep(Shard& sh, std::shared_ptr<Batch> b);

@@ -214,8 +214,10 @@ struct Group {
 
 struct Work final : PreparedWork {
   bool on_submitter = false;  // copied by the posting thread (shm.inline_bytes), not cut
+  bool spare = false;         // prepareInline's: kept by its sub-batch for the next once copied
   std::unique_ptr<Slice[]> chunk;
   std::unique_ptr<Group[]> groups;
+  size_t capacity = 0;        // chunk's and groups' length (at least slices)
   size_t ngroups = 0;
   std::unique_ptr<RunPieces[]> pieces;
 };
@@ -237,6 +239,7 @@ class SubBatchImpl final : public SubBatch {
   void cancel() override;
   bool idle() const override { return outstanding.load(std::memory_order_acquire) == 0; }
   bool assist() override;
+  bool reuse() override;
 
   std::atomic<int64_t> outstanding{0};  // slices queued or being copied
 
@@ -248,6 +251,9 @@ class SubBatchImpl final : public SubBatch {
   ShmTransport* owner_;
   std::mutex mu_;
   std::vector<std::unique_ptr<Work>> posted_;
+  // The work of the last submit its thread copied, for the next: touched
+  // only by submits (prepareInline, post), under the batch's submit lock.
+  std::unique_ptr<Work> spare_;
 };
 
 // Ends slices, each exactly once. A slice of a task cut in several ends at

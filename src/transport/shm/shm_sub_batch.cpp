@@ -114,9 +114,18 @@ Status SubBatchImpl::prepare(std::span<Task* const> tasks, std::unique_ptr<Prepa
 Status SubBatchImpl::prepareInline(std::span<Task* const> tasks, std::unique_ptr<PreparedWork>& out) {
   // A slice a task, none cut (the submit is within shm.inline_bytes): each
   // written field by field (its run fields stay null), no division.
-  auto work = std::make_unique<Work>();
   const size_t n = tasks.size();
-  work->chunk.reset(new Slice[n]);
+  std::unique_ptr<Work> work;
+  if (spare_ && spare_->capacity >= n) {
+    work = std::move(spare_);  // its slices' run fields stay null: only this writes them
+    work->ngroups = 0;
+  } else {
+    work = std::make_unique<Work>();
+    work->chunk.reset(new Slice[n]);
+    work->groups.reset(new Group[n]);
+    work->capacity = n;
+    work->spare = true;
+  }
   work->slices = n;
   for (size_t k = 0; k < n; ++k) {
     Task* const t = tasks[k];
@@ -192,7 +201,10 @@ Status SubBatchImpl::prepareRuns(const RunWindow& w, std::unique_ptr<PreparedWor
 
 void SubBatchImpl::group(Work& work, uint64_t limit) const {
   const uint32_t max_iov = owner_->settings_.max_iov;
-  work.groups.reset(new Group[work.slices]);
+  if (work.capacity < work.slices) {
+    work.groups.reset(new Group[work.slices]);
+    work.capacity = work.slices;
+  }
   Group* g = nullptr;
   uint64_t g_bytes = 0;
   for (size_t i = 0; i < work.slices; ++i) {
@@ -220,6 +232,8 @@ void SubBatchImpl::post(std::unique_ptr<PreparedWork> base) {
     if (owner_->copyHere(*w)) {  // some went to the copy threads after all
       std::lock_guard lk(mu_);
       posted_.push_back(std::move(w));
+    } else if (w->spare && (!spare_ || spare_->capacity < w->capacity)) {
+      spare_ = std::move(w);
     }
     return;
   }
@@ -236,6 +250,13 @@ void SubBatchImpl::post(std::unique_ptr<PreparedWork> base) {
 }
 
 void SubBatchImpl::cancel() { owner_->cancelQueued(this); }
+
+bool SubBatchImpl::reuse() {
+  if (!idle()) return false;
+  std::lock_guard lk(mu_);
+  posted_.clear();  // every slice of them ended
+  return true;
+}
 
 bool SubBatchImpl::assist() {
   // Nothing queued or being copied: no look at the queue every submitting
