@@ -192,7 +192,8 @@ TEST_P(ShmInline, a_small_batch_is_copied_by_the_submitting_thread_one_slice_per
   TransferStatus st;
   ASSERT_TRUE(e_.getBatchTransferStatus(b, st).ok());
   EXPECT_EQ(st.s, TransferState::kCompleted) << st.error.toString();
-  ASSERT_TRUE(e_.freeBatchID(b).ok());
+  const Status freed = e_.freeBatchID(b);
+  ASSERT_TRUE(freed.ok()) << freed.toString();
   EXPECT_EQ(checkPattern(local_.p, 64u << 10, kSeed), -1);
   EXPECT_EQ(g_copiers.get(), std::set<std::thread::id>{std::this_thread::get_id()}) << "copied on another thread";
   EXPECT_EQ(count("inline_slices"), 4u * 16);

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <cstring>
@@ -146,6 +147,75 @@ TEST_F(ShmPeer, closing_the_segment_after_transfers_unmaps_the_peers_table_thoug
   EXPECT_EQ(checkPattern(local.p, local.n, kSeed, 8192), -1);
   s = e.transferSync({{OpCode::kRead, local.p, seg, base, 4096}}, std::chrono::seconds(20));
   EXPECT_EQ(s.code(), Code::kSegmentNotFound) << s.toString();
+}
+
+// One thread's batches, each freed and handed out again with what it kept
+// (its shm sub-batch, the work of its last submit copied here): submits the
+// thread copies of more and fewer requests than the last, one the copy
+// threads cut, and a batch of two submits, reads and writes, every byte
+// checked.
+TEST_F(ShmPeer, a_kept_batch_carries_submits_of_every_size_and_kind_byte_for_byte) {
+  TransferEngine e;
+  SegmentID seg;
+  uint64_t base;
+  ASSERT_NO_FATAL_FAILURE(open(e, seg, base));
+  Buffer local(16u << 20);
+  ASSERT_TRUE(e.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  struct Shape {
+    size_t block, count;
+  };
+  // Inline (up to shm.inline_bytes 1M), then cut by the copy threads (8 MiB), then inline again.
+  const Shape shapes[] = {{4096, 4}, {65536, 16}, {256, 3}, {8u << 20, 1}, {1000, 40}, {65536, 2}};
+  uint64_t seed = 1;
+  for (const Shape& sh : shapes) {
+    SCOPED_TRACE(fmt::format("{} x {}", sh.count, sh.block));
+    // Reads: request i reads target block (count - 1 - i) into local block i.
+    std::memset(local.p, 0, local.n);
+    std::vector<TransferRequest> reads, writes;
+    for (size_t i = 0; i < sh.count; ++i) {
+      const uint64_t remote = base + (sh.count - 1 - i) * sh.block;
+      reads.push_back({OpCode::kRead, local.p + i * sh.block, seg, remote, sh.block});
+      writes.push_back({OpCode::kWrite, local.p + i * sh.block, seg, remote, sh.block});
+    }
+    Status s = e.transferSync(reads, std::chrono::seconds(20));
+    ASSERT_TRUE(s.ok()) << s.toString();
+    for (size_t i = 0; i < sh.count; ++i)
+      ASSERT_EQ(checkPattern(local.p + i * sh.block, sh.block, kSeed, (sh.count - 1 - i) * sh.block), -1) << i;
+    // Writes of a new pattern, then read back into the other half of the buffer.
+    ++seed;
+    for (size_t i = 0; i < sh.count; ++i) fillPattern(local.p + i * sh.block, sh.block, seed, (sh.count - 1 - i) * sh.block);
+    s = e.transferSync(writes, std::chrono::seconds(20));
+    ASSERT_TRUE(s.ok()) << s.toString();
+    const size_t half = local.n / 2;
+    std::memset(local.p + half, 0, half);
+    s = e.transferSync({{OpCode::kRead, local.p + half, seg, base, sh.block * sh.count}}, std::chrono::seconds(20));
+    ASSERT_TRUE(s.ok()) << s.toString();
+    EXPECT_EQ(checkPattern(local.p + half, sh.block * sh.count, seed, 0), -1);
+    // The target as it was, for the next shape.
+    fillPattern(local.p, sh.block * sh.count, kSeed, 0);
+    s = e.transferSync({{OpCode::kWrite, local.p, seg, base, sh.block * sh.count}}, std::chrono::seconds(20));
+    ASSERT_TRUE(s.ok()) << s.toString();
+  }
+  // Two submits into one batch (the second's tasks after the first's), twice.
+  for (int round = 0; round < 2; ++round) {
+    std::memset(local.p, 0, local.n);
+    BatchID b = kInvalidBatch;
+    ASSERT_TRUE(e.allocateBatchID(8, b).ok());
+    ASSERT_TRUE(e.submitTransfer(b, {{OpCode::kRead, local.p, seg, base + 4096, 4096}}).ok());
+    ASSERT_TRUE(e.submitTransfer(b, {{OpCode::kRead, local.p + 8192, seg, base + 65536, 65536},
+                                     {OpCode::kRead, local.p + 100000, seg, base, 100}})
+                    .ok());
+    ASSERT_TRUE(e.waitTransfer(b, std::chrono::seconds(20)).ok());
+    for (size_t t = 0; t < 3; ++t) {
+      TransferStatus st;
+      ASSERT_TRUE(e.getTransferStatus(b, t, st).ok());
+      EXPECT_EQ(st.s, TransferState::kCompleted) << t << ": " << st.error.toString();
+    }
+    ASSERT_TRUE(e.freeBatchID(b).ok());
+    EXPECT_EQ(checkPattern(local.p, 4096, kSeed, 4096), -1);
+    EXPECT_EQ(checkPattern(local.p + 8192, 65536, kSeed, 65536), -1);
+    EXPECT_EQ(checkPattern(local.p + 100000, 100, kSeed, 0), -1);
+  }
 }
 
 // A kept batch's local region is not used once memory was unregistered:
