@@ -54,9 +54,9 @@ inline constexpr Knob kKnobs[] = {
   {"block.lanes", "HAWSER_BLOCK_LANES", KnobType::kInt, "4", 1, 64, {},
    "block requests: windows of runs of one task in flight at once"},
   {"batch.recycle", "HAWSER_BATCH_RECYCLE", KnobType::kBool, "true", 0, 0, {},
-   "freed batches (up to 4 a submitting thread's shard) are kept and handed out again, with the segment views and "
-   "local regions their submits resolved while those stay current: no allocation, lock or shared reference "
-   "count a small batch (false: each batch made anew)"},
+   "freed batches of up to 1024 tasks (4 at most a submitting thread's shard) are kept and handed out again, with "
+   "the segment views and local regions their submits resolved while those stay current: no allocation, lock or "
+   "shared reference count a small batch (false: each batch made anew)"},
   {"batch.wait_spin_us", "HAWSER_BATCH_WAIT_SPIN_US", KnobType::kInt, "50", 0, 1000000, {},
    "waitTransfer and transferSync poll the batch (and tcp's sockets) this many microseconds before they sleep: "
    "a transfer that ends by then needs no wake-up; while waits keep outlasting it they sleep at once, probing "

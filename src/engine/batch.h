@@ -142,7 +142,7 @@ class Batch final : public TaskOwner {
   // Under submitMutex(): a task is about to own references (a block
   // request's parent task): never recycled.
   void noRecycle() { recyclable_ = false; }
-  static constexpr size_t kRecycleTasks = 4096;
+  static constexpr size_t kRecycleTasks = 1024;  // 272 KiB of tasks
   size_t tasksMade() const { return tasks_made_; }
   // Once freed (no task unfinished, sub-batches dropped, nobody else holds
   // it): keeps what is still current at `generation` and `removals` of the

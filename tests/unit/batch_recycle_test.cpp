@@ -146,6 +146,15 @@ TEST_F(BatchRecycleTest, a_batch_someone_holds_or_that_carried_a_block_request_o
   EXPECT_EQ(table.kept(), 0u);
 }
 
+TEST_F(BatchRecycleTest, a_batch_of_more_tasks_than_a_kept_one_may_have_is_not_kept) {
+  table.configure({.max_capacity = Batch::kRecycleTasks + 1, .slices_per_task = 4, .spin = nullptr,
+                   .segments = &segments, .registry = &registry});
+  ASSERT_TRUE(table.free(allocate(Batch::kRecycleTasks + 1)).ok());
+  EXPECT_EQ(table.kept(), 0u);
+  ASSERT_TRUE(table.free(allocate(Batch::kRecycleTasks)).ok());
+  EXPECT_EQ(table.kept(), 1u);
+}
+
 TEST_F(BatchRecycleTest, a_shard_keeps_a_few_batches_at_most) {
   std::vector<BatchID> ids;
   for (size_t i = 0; i < BatchTable::kKeptPerShard + 2; ++i) ids.push_back(allocate(1));
