@@ -53,6 +53,11 @@ class ShmPeer : public ::testing::Test {
     ASSERT_EQ(bufs.size(), 1u);
     base = bufs[0].addr;
   }
+  // open(), then `local` registered in `e`.
+  void openWith(TransferEngine& e, SegmentID& seg, uint64_t& base, Buffer& local) {
+    ASSERT_NO_FATAL_FAILURE(open(e, seg, base));
+    ASSERT_TRUE(e.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  }
   Child serve_;
   std::string segment_;
 };
@@ -82,9 +87,8 @@ TEST_F(ShmPeer, a_killed_peer_is_noticed_its_table_unmapped_and_new_tasks_fail_a
   TransferEngine e;
   SegmentID seg;
   uint64_t base;
-  ASSERT_NO_FATAL_FAILURE(open(e, seg, base));
   Buffer local(1u << 20);
-  ASSERT_TRUE(e.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  ASSERT_NO_FATAL_FAILURE(openWith(e, seg, base, local));
   auto st = runBatch(e, seg, {{OpCode::kRead, local.p, seg, base, local.n}});
   ASSERT_EQ(st[0].s, TransferState::kCompleted) << st[0].error.toString();
   ASSERT_TRUE(mapsShmTableOf(serve_.pid)) << "the peer's registration table is mapped while it lives";
@@ -121,9 +125,8 @@ TEST_F(ShmPeer, closing_the_segment_after_transfers_unmaps_the_peers_table_thoug
   TransferEngine e;
   SegmentID seg;
   uint64_t base;
-  ASSERT_NO_FATAL_FAILURE(open(e, seg, base));
   Buffer local(1u << 20);
-  ASSERT_TRUE(e.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  ASSERT_NO_FATAL_FAILURE(openWith(e, seg, base, local));
   for (int round = 0; round < 3; ++round) {  // the second and third reuse the first's batch and view
     Status s = e.transferSync({{OpCode::kRead, local.p, seg, base + 4096, local.n}}, std::chrono::seconds(20));
     ASSERT_TRUE(s.ok()) << s.toString();
@@ -158,9 +161,8 @@ TEST_F(ShmPeer, a_kept_batch_carries_submits_of_every_size_and_kind_byte_for_byt
   TransferEngine e;
   SegmentID seg;
   uint64_t base;
-  ASSERT_NO_FATAL_FAILURE(open(e, seg, base));
   Buffer local(16u << 20);
-  ASSERT_TRUE(e.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  ASSERT_NO_FATAL_FAILURE(openWith(e, seg, base, local));
   struct Shape {
     size_t block, count;
   };
@@ -224,9 +226,8 @@ TEST_F(ShmPeer, a_region_unregistered_after_transfers_is_refused_and_one_registe
   TransferEngine e;
   SegmentID seg;
   uint64_t base;
-  ASSERT_NO_FATAL_FAILURE(open(e, seg, base));
   Buffer local(1u << 20);
-  ASSERT_TRUE(e.registerLocalMemory(local.p, local.n, "cpu:0", false).ok());
+  ASSERT_NO_FATAL_FAILURE(openWith(e, seg, base, local));
   for (int round = 0; round < 2; ++round) {
     Status s = e.transferSync({{OpCode::kRead, local.p, seg, base, 65536}}, std::chrono::seconds(20));
     ASSERT_TRUE(s.ok()) << s.toString();

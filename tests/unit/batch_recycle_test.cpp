@@ -16,19 +16,14 @@
 #include <vector>
 
 #include "base/registry.h"
-#include "base/transport.h"
+#include "common/counted_view.h"
 #include "engine/batch_table.h"
 #include "engine/open_segments.h"
 
 namespace hawser {
 namespace {
 
-// A peer handle that counts the live ones: a view lives while its peer does.
-struct CountedPeer : PeerHandle {
-  explicit CountedPeer(std::atomic<int>& live) : live_(live) { ++live_; }
-  ~CountedPeer() override { --live_; }
-  std::atomic<int>& live_;
-};
+using test::countedView;  // a view lives while its peer does
 
 class BatchRecycleTest : public ::testing::Test {
  protected:
@@ -60,6 +55,17 @@ class BatchRecycleTest : public ::testing::Test {
   // A transport's identity for pick() (compared, never called).
   const Transport* transport() const { return reinterpret_cast<const Transport*>(&transport_tag_); }
 
+  // Segment "alpha" opened, and a batch that used it and the region freed: kept.
+  SegmentID keptAfterUse() {
+    SegmentID alpha = kInvalidSegment;
+    EXPECT_TRUE(segments.open("alpha", alpha).ok());
+    const BatchID id = allocate(1);
+    use(*table.find(id), alpha);
+    EXPECT_TRUE(table.free(id).ok());
+    EXPECT_EQ(table.kept(), 1u);
+    return alpha;
+  }
+
   BatchID allocate(size_t capacity) {
     BatchID id = kInvalidBatch;
     EXPECT_TRUE(table.allocate(capacity, id).ok());
@@ -79,15 +85,7 @@ class BatchRecycleTest : public ::testing::Test {
                           out.generation = 1;
                           return Status::OK();
                         },
-                        [this](SegmentDesc desc) {
-                          auto v = std::make_shared<SegmentView>();
-                          v->desc = std::make_shared<const SegmentDesc>(std::move(desc));
-                          Route r;
-                          r.name = "counted";
-                          r.peer = std::make_shared<CountedPeer>(peers_live);
-                          v->routes.push_back(std::move(r));
-                          return std::shared_ptr<const SegmentView>(std::move(v));
-                        },
+                        [this](SegmentDesc desc) { return countedView(std::move(desc), peers_live); },
                         [this] { table.cool(true, false); }};
 };
 
@@ -209,12 +207,8 @@ TEST_F(BatchRecycleTest, views_and_regions_found_at_current_stamps_are_used_agai
 }
 
 TEST_F(BatchRecycleTest, closing_a_segment_or_replacing_its_view_makes_kept_batches_let_go_of_it) {
-  SegmentID alpha = kInvalidSegment;
-  ASSERT_TRUE(segments.open("alpha", alpha).ok());
-  const BatchID id = allocate(1);
-  ASSERT_NO_FATAL_FAILURE(use(*table.find(id), alpha));
-  ASSERT_TRUE(table.free(id).ok());
-  ASSERT_EQ(table.kept(), 1u);
+  const SegmentID alpha = keptAfterUse();
+  ASSERT_FALSE(HasFailure());
   EXPECT_EQ(peers_live.load(), 1);
 
   // Replaced: the old view's peer goes once the kept batch let go of it.
@@ -232,11 +226,8 @@ TEST_F(BatchRecycleTest, closing_a_segment_or_replacing_its_view_makes_kept_batc
 }
 
 TEST_F(BatchRecycleTest, unregistering_makes_kept_batches_let_go_of_the_region) {
-  SegmentID alpha = kInvalidSegment;
-  ASSERT_TRUE(segments.open("alpha", alpha).ok());
-  const BatchID id = allocate(1);
-  ASSERT_NO_FATAL_FAILURE(use(*table.find(id), alpha));
-  ASSERT_TRUE(table.free(id).ok());
+  keptAfterUse();
+  ASSERT_FALSE(HasFailure());
   ASSERT_TRUE(registry.erase(kRegion).ok());
   EXPECT_FALSE(registrations.expired()) << "kept until told";
   table.cool(false, true);  // what the engine does after unregistering

@@ -12,18 +12,13 @@
 #include <thread>
 #include <vector>
 
-#include "base/transport.h"
+#include "common/counted_view.h"
 #include "engine/open_segments.h"
 
 namespace hawser {
 namespace {
 
-// A peer handle that counts the live ones.
-struct CountedPeer : PeerHandle {
-  explicit CountedPeer(std::atomic<int>& live) : live_(live) { ++live_; }
-  ~CountedPeer() override { --live_; }
-  std::atomic<int>& live_;
-};
+using test::countedView;
 
 class OpenSegmentsTest : public ::testing::Test {
  protected:
@@ -44,15 +39,7 @@ class OpenSegmentsTest : public ::testing::Test {
                           out.generation = it->second;
                           return Status::OK();
                         },
-                        [this](SegmentDesc desc) {
-                          auto v = std::make_shared<SegmentView>();
-                          v->desc = std::make_shared<const SegmentDesc>(std::move(desc));
-                          Route r;
-                          r.name = "counted";
-                          r.peer = std::make_shared<CountedPeer>(peers_live);
-                          v->routes.push_back(std::move(r));
-                          return std::shared_ptr<const SegmentView>(std::move(v));
-                        }};
+                        [this](SegmentDesc desc) { return countedView(std::move(desc), peers_live); }};
   // What the store says of a descriptor (OpenSegments::current).
   std::shared_ptr<const SegmentView> current(SegmentID id) {
     return segments.current(id, [this](const SegmentView&) { return stale.load(); });
