@@ -16,8 +16,11 @@
 # Threads: hawser bench --threads N with shm.threads N (one and several
 # copying threads), against memcpy with N threads. Rounds interleave memcpy,
 # shared and cma, so a busy machine's load hits them alike; the medians and
-# each mechanism's ratio to the memcpy median are printed. Checks that shm
-# alone carried the data, with the mechanism expected (counters).
+# each mechanism's ratio to the memcpy median are printed, and (columns
+# ":r") the median of each round's ratio to that round's memcpy, which a
+# host whose speed drifts between rounds moves less: the aims are judged on
+# these. Checks that shm alone carried the data, with the mechanism
+# expected (counters).
 #
 # Usage: bench/shm_mechanisms.sh            (from the repository root)
 # Environment (all optional):
@@ -84,7 +87,8 @@ echo "host: $(nproc) cores, $(uname -r), load average $(cut -d' ' -f1-3 /proc/lo
 echo "case: two hawser serve --memory $MEMORY (shared / private host memory); bench --seconds $DURATION;" \
      "median of $REPEAT interleaved rounds; GB/s = 10^9 bytes/s"
 echo
-printf '%-5s %-5s %6s %-7s %3s %5s %9s %9s %9s %7s %7s\n' block set ws op thr batch memcpy shared cma "sh/mc" "cma/mc"
+printf '%-5s %-5s %6s %-7s %3s %5s %9s %9s %9s %7s %7s %7s %7s\n' block set ws op thr batch memcpy shared cma "sh/mc" \
+  "cma/mc" "sh/mc:r" "cma/mc:r"
 for block in $BLOCKS; do
   b=$(size_bytes "$block")
   for set in $SETS; do
@@ -102,11 +106,17 @@ for block in $BLOCKS; do
           sh+=("$(run_bench "$PORT" "$op" "$block" "$batch" "$t" shared)")
           cm+=("$(run_bench "$((PORT + 1))" "$op" "$block" "$batch" "$t" cma)")
         done
-        m=$(median "${mc[@]}"); s=$(median "${sh[@]}"); c=$(median "${cm[@]}")
-        printf '%-5s %-5s %6s %-7s %3s %5s %9s %9s %9s %7s %7s   | memcpy %s shared %s cma %s\n' "$block" "$sname" \
-          "$((source >> 20))M" "$op" \
-          "$t" "$batch" "$m" "$s" "$c" "$(python3 -c "print('%.2f' % ($s / $m))")" \
-          "$(python3 -c "print('%.2f' % ($c / $m))")" "${mc[*]}" "${sh[*]}" "${cm[*]}"
+        read -r m s c rs rc ps pc < <(python3 - "${mc[*]}" "${sh[*]}" "${cm[*]}" <<'PY'
+import statistics, sys
+mc, sh, cm = ([float(x) for x in a.split()] for a in sys.argv[1:4])
+med = statistics.median
+print("%.2f %.2f %.2f %.2f %.2f %.2f %.2f" % (med(mc), med(sh), med(cm), med(sh) / med(mc), med(cm) / med(mc),
+      med(s / m for s, m in zip(sh, mc)), med(c / m for c, m in zip(cm, mc))))
+PY
+        )
+        printf '%-5s %-5s %6s %-7s %3s %5s %9s %9s %9s %7s %7s %7s %7s   | memcpy %s shared %s cma %s\n' "$block" \
+          "$sname" "$((source >> 20))M" "$op" "$t" "$batch" "$m" "$s" "$c" "$rs" "$rc" "$ps" "$pc" \
+          "${mc[*]}" "${sh[*]}" "${cm[*]}"
       done
     done
   done
