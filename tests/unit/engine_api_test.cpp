@@ -1,6 +1,13 @@
 // The engine's API contract: one exact error code per bad input, checked
-// before any byte moves; all-or-nothing registration and submission.
+// before any byte moves; all-or-nothing registration and submission; and
+// recycled batches that never use a closed view.
 #include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "common/engine_pair.h"
 
@@ -317,4 +324,60 @@ TEST_F(EngineApi, read_and_write_move_verified_bytes_at_unaligned_addresses) {
     ASSERT_EQ(st[0].s, TransferState::kCompleted) << len;
     EXPECT_EQ(checkPattern(p.target_mem.p + 101, len, len + 1), -1) << len;
   }
+}
+
+// Freed batches are recycled with the views and regions their submits
+// resolved (batch.recycle). Threads transfer through them while the
+// segment is closed and opened again under a new id and other memory is
+// registered and unregistered: every transfer moves its bytes, or fails
+// because its segment id was closed (kSegmentNotFound); none uses a closed
+// view. Under TSan: the recycled batches' views and regions are read
+// without a lock.
+TEST_F(EngineApi, transfers_through_recycled_batches_while_the_segment_is_reopened_and_memory_changes) {
+  fillPattern(p.target_mem.p, p.target_mem.n, 31);
+  const std::string name = p.target.segmentName();
+  std::atomic<SegmentID> seg{p.seg};
+  std::atomic<SegmentID> closed_up_to{kInvalidSegment};  // ids grow: every id up to this one is closed
+  std::atomic<bool> stop{false};
+  std::atomic<int> moved{0}, closed{0};
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < 3; ++t)
+    threads.emplace_back([&, t] {
+      char* const mine = p.local(t * 65536);
+      for (uint64_t k = 0; !stop.load(); ++k) {
+        const SegmentID id = seg.load();
+        const bool was_closed = closed_up_to.load() >= id;  // before the transfer began
+        const uint64_t off = (k * 4096 + t * 512) % (p.target_mem.n - 8192);
+        Status s = p.init.transferSync({{OpCode::kRead, mine, id, p.remote(off), 4096},
+                                        {OpCode::kRead, mine + 4096, id, p.remote(off + 4096), 4096}},
+                                       std::chrono::seconds(20));
+        if (s.ok()) {
+          ASSERT_FALSE(was_closed) << "segment " << id << " was closed before the transfer, which used its view";
+          ASSERT_EQ(checkPattern(mine, 8192, 31, off), -1) << "segment " << id << " at " << off;
+          ++moved;
+        } else {
+          ASSERT_EQ(s.code(), Code::kSegmentNotFound) << s.toString();
+          ++closed;
+        }
+      }
+    });
+  Buffer other(8192);
+  for (int i = 0; i < 50; ++i) {
+    SegmentID next = kInvalidSegment;
+    const SegmentID old = seg.load();
+    ASSERT_TRUE(p.init.closeSegment(old).ok());
+    closed_up_to.store(old);
+    ASSERT_TRUE(p.init.openSegment(name, next).ok());
+    ASSERT_GT(next, old);
+    seg.store(next);
+    ASSERT_TRUE(p.init.registerLocalMemory(other.p, other.n).ok());
+    ASSERT_TRUE(p.init.unregisterLocalMemory(other.p).ok());
+    const int before = moved.load();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (moved.load() < before + 3 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  }
+  stop = true;
+  for (auto& t : threads) t.join();
+  p.seg = seg.load();
+  EXPECT_GE(moved.load(), 150);
 }
