@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <mutex>
@@ -163,13 +164,30 @@ class BatchBench {
   uint64_t seed_read_ = 0, seed_write_ = 0;
   // timed
   EngineStats stats_before_;
-  std::atomic<uint64_t> bytes_done_{0}, ops_done_{0}, budget_{0};
+  std::atomic<uint64_t> budget_{0};
   std::atomic<bool> stop_{false};
   std::atomic<int> errors_{0};
-  // Threads that completed a batch (read or write): with --total a fast transport may use up
-  // the budget before a thread gets to run, and its slots then keep the
-  // prepared pattern.
-  std::vector<std::atomic<bool>> wrote_;
+  // What each worker moved, on a line of its own: written by its worker
+  // alone, read by the timer; a count every worker added to would be a
+  // line they all write each batch, which memcpy's baseline does not pay.
+  // `wrote`: it completed a batch (read or write): with --total a fast
+  // transport may use up the budget before a thread gets to run, and its
+  // slots then keep the prepared pattern.
+  struct alignas(64) Done {
+    std::atomic<uint64_t> bytes{0}, ops{0};
+    std::atomic<bool> wrote{false};
+  };
+  std::unique_ptr<Done[]> done_;
+  uint64_t bytesDone() const {
+    uint64_t n = 0;
+    for (size_t t = 0; t < o_.threads; ++t) n += done_[t].bytes.load(std::memory_order_relaxed);
+    return n;
+  }
+  uint64_t opsDone() const {
+    uint64_t n = 0;
+    for (size_t t = 0; t < o_.threads; ++t) n += done_[t].ops.load(std::memory_order_relaxed);
+    return n;
+  }
   std::mutex err_mu_;
   Status first_error_;
   std::mutex lat_mu_;
@@ -344,9 +362,10 @@ void BatchBench::worker(size_t t) {
   std::vector<double> mine;
   auto done = [&](Clock::time_point b0) {
     mine.push_back(std::chrono::duration<double, std::micro>(Clock::now() - b0).count());
-    wrote_[t].store(true, std::memory_order_relaxed);
-    bytes_done_ += batch_bytes_;
-    ops_done_ += o_.batch_size;
+    Done& d = done_[t];  // this thread's alone: no read-modify-write needed
+    d.wrote.store(true, std::memory_order_relaxed);
+    d.bytes.store(d.bytes.load(std::memory_order_relaxed) + batch_bytes_, std::memory_order_relaxed);
+    d.ops.store(d.ops.load(std::memory_order_relaxed) + o_.batch_size, std::memory_order_relaxed);
   };
   auto more = [&] {
     return !stop_.load(std::memory_order_relaxed) &&
@@ -413,8 +432,7 @@ void BatchBench::worker(size_t t) {
 
 int BatchBench::timed() {
   stats_before_ = engine_.stats();
-  std::vector<std::atomic<bool>> wrote(o_.threads);
-  wrote_.swap(wrote);
+  done_.reset(new Done[o_.threads]);
   batch_bytes_ = o_.batch_size * block_;
   const double cpu0 = selfCpuSeconds(), peer_cpu0 = o_.cpu_pid > 0 ? procCpuSeconds(o_.cpu_pid) : 0;
   auto t0 = Clock::now();
@@ -428,13 +446,13 @@ int BatchBench::timed() {
     auto now = Clock::now();
     double el = std::chrono::duration<double>(now - t0).count();
     if (seconds_ > 0 && el >= seconds_) stop_ = true;
-    if (total_bytes_ && bytes_done_.load() >= total_bytes_) stop_ = true;
+    if (total_bytes_ && bytesDone() >= total_bytes_) stop_ = true;
     bool all_done = stop_.load();
     if (tty && (now - last >= std::chrono::milliseconds(500) || all_done)) {
-      uint64_t b = bytes_done_.load();
+      uint64_t b = bytesDone();
       double inst = (b - last_bytes) / std::chrono::duration<double>(now - last).count() / 1e9;
       fmt::print(stderr, "\r[{:6.1f}s] {:8.2f} GB/s now, {:10.3f} GB moved, {} ops   ", el, inst, b / 1e9,
-                 ops_done_.load());
+                 opsDone());
       last = now;
       last_bytes = b;
     }
@@ -462,7 +480,7 @@ int BatchBench::verify() {
       verify_error_ = "copy from GPU memory failed: " + s.toString();
     }
     for (size_t k = 0; k < nslots_ && verified_; ++k) {
-      if (!wrote_[k / per_thread_].load()) continue;  // its thread ran no batch: nothing read there
+      if (!done_[k / per_thread_].wrote.load()) continue;  // its thread ran no batch: nothing read there
       int64_t bad = checkPattern(host_ + k * block_, block_, seed_read_, targetOf(k));
       if (bad >= 0) {
         verified_ = false;
@@ -485,7 +503,7 @@ int BatchBench::verify() {
     // The block holds the written pattern if a thread owning a slot that
     // maps to it ran a batch, else the prepared one.
     bool written = false;
-    for (size_t j = k; j < nslots_ && !written; j += slots_per_target_) written = wrote_[j / per_thread_].load();
+    for (size_t j = k; j < nslots_ && !written; j += slots_per_target_) written = done_[j / per_thread_].wrote.load();
     int64_t bad = checkPattern(host_ + k * block_, block_, written ? seed_write_ : seed_read_, targetOf(k));
     if (bad >= 0) {
       verified_ = false;
@@ -497,8 +515,8 @@ int BatchBench::verify() {
 }
 
 void BatchBench::report() {
-  uint64_t bytes = bytes_done_.load();
-  uint64_t ops = ops_done_.load();
+  uint64_t bytes = bytesDone();
+  uint64_t ops = opsDone();
   double gbps = bytes / elapsed_ / 1e9;
   double p50 = pct(lat_us_, 0.50), p99 = pct(lat_us_, 0.99);
   // The transports that carried the timed transfers: those whose counters moved.
