@@ -178,16 +178,14 @@ class BatchBench {
     std::atomic<bool> wrote{false};
   };
   std::unique_ptr<Done[]> done_;
-  uint64_t bytesDone() const {
+  // Every worker's count of `what` (&Done::bytes, &Done::ops).
+  uint64_t sumDone(std::atomic<uint64_t> Done::*what) const {
     uint64_t n = 0;
-    for (size_t t = 0; t < o_.threads; ++t) n += done_[t].bytes.load(std::memory_order_relaxed);
+    for (size_t t = 0; t < o_.threads; ++t) n += (done_[t].*what).load(std::memory_order_relaxed);
     return n;
   }
-  uint64_t opsDone() const {
-    uint64_t n = 0;
-    for (size_t t = 0; t < o_.threads; ++t) n += done_[t].ops.load(std::memory_order_relaxed);
-    return n;
-  }
+  uint64_t bytesDone() const { return sumDone(&Done::bytes); }
+  uint64_t opsDone() const { return sumDone(&Done::ops); }
   std::mutex err_mu_;
   Status first_error_;
   std::mutex lat_mu_;

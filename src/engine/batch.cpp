@@ -129,57 +129,57 @@ const LocalRegion* Batch::keepRegions(std::vector<LocalRegion> regions, uint64_t
   return regions_.back().regions.data();
 }
 
+namespace {
+
+// Keeps the entries of `v` that `current` accepts, in place; hands the
+// references of the others to `drop`.
+template <class T, class Current, class Drop>
+void keepCurrent(std::vector<T>& v, const Current& current, const Drop& drop) {
+  size_t n = 0;
+  for (T& e : v) {
+    if (!current(e)) drop(e);
+    else if (&v[n++] != &e) v[n - 1] = std::move(e);
+  }
+  v.resize(n);
+}
+
+}  // namespace
+
 void Batch::recycle(uint64_t generation, uint64_t removals, std::vector<std::shared_ptr<const void>>& garbage) {
   task_count_.store(0, std::memory_order_relaxed);
   slices_used_ = 0;
-  if (kept_.empty() && regions_.empty()) {
-    // Every submit used what the batch kept (the common case): drop what
-    // is no longer current, in place.
-    size_t n = 0;
-    for (WarmView& w : warm_views_) {
-      if (w.generation != generation) garbage.push_back(std::move(w.view));
-      else if (&warm_views_[n++] != &w) warm_views_[n - 1] = std::move(w);
-    }
-    warm_views_.resize(n);
-    n = 0;
-    for (WarmRegion& w : warm_regions_) {
-      if (w.removals != removals) garbage.push_back(std::move(w.region.registrations));
-      else if (&warm_regions_[n++] != &w) warm_regions_[n - 1] = std::move(w);
-    }
-    warm_regions_.resize(n);
-    return;
+  // What earlier uses kept, while current; then what this use found (the
+  // latest first): one entry a segment (a registration and transport), at
+  // most kWarm of each. Every submit of a batch that kept what it needed
+  // found nothing new: nothing is allocated then.
+  keepCurrent(
+      warm_views_, [&](const WarmView& w) { return w.generation == generation; },
+      [&](WarmView& w) { garbage.push_back(std::move(w.view)); });
+  keepCurrent(
+      warm_regions_, [&](const WarmRegion& w) { return w.removals == removals; },
+      [&](WarmRegion& w) { garbage.push_back(std::move(w.region.registrations)); });
+  for (auto it = kept_.rbegin(); it != kept_.rend(); ++it) {
+    const bool add = it->generation == generation && warm_views_.size() < kWarm &&
+                     std::none_of(warm_views_.begin(), warm_views_.end(),
+                                  [&](const WarmView& w) { return w.id == it->id; });
+    if (add)
+      warm_views_.push_back(std::move(*it));
+    else
+      garbage.push_back(std::move(it->view));
   }
-  // This use's views and regions first (the latest), then the earlier
-  // ones; the first of each segment (of each registration and transport).
-  std::vector<WarmView> views;
-  auto keepView = [&](WarmView& w) {
-    const bool current = w.generation == generation && views.size() < kWarm &&
-                         std::none_of(views.begin(), views.end(), [&](const WarmView& v) { return v.id == w.id; });
-    if (current)
-      views.push_back(std::move(w));
-    else
-      garbage.push_back(std::move(w.view));
-  };
-  for (auto it = kept_.rbegin(); it != kept_.rend(); ++it) keepView(*it);
-  for (WarmView& w : warm_views_) keepView(w);
   kept_.clear();
-  warm_views_.swap(views);
-  std::vector<WarmRegion> regions;
-  auto keepRegion = [&](uint64_t stamp, LocalRegion& r) {
-    const bool current = stamp == removals && regions.size() < kWarm &&
-                         std::none_of(regions.begin(), regions.end(), [&](const WarmRegion& w) {
-                           return w.region.seq == r.seq && w.region.picked_for == r.picked_for;
-                         });
-    if (current)
-      regions.push_back(WarmRegion{stamp, std::move(r)});
-    else
-      garbage.push_back(std::move(r.registrations));
-  };
   for (auto it = regions_.rbegin(); it != regions_.rend(); ++it)
-    for (LocalRegion& r : it->regions) keepRegion(it->removals, r);
-  for (WarmRegion& w : warm_regions_) keepRegion(w.removals, w.region);
+    for (LocalRegion& r : it->regions) {
+      const bool add = it->removals == removals && warm_regions_.size() < kWarm &&
+                       std::none_of(warm_regions_.begin(), warm_regions_.end(), [&](const WarmRegion& w) {
+                         return w.region.seq == r.seq && w.region.picked_for == r.picked_for;
+                       });
+      if (add)
+        warm_regions_.push_back(WarmRegion{removals, std::move(r)});
+      else
+        garbage.push_back(std::move(r.registrations));
+    }
   regions_.clear();
-  warm_regions_.swap(regions);
 }
 
 void Batch::cool(bool views, bool regions, std::vector<std::shared_ptr<const void>>& garbage) {

@@ -155,7 +155,7 @@ class Batch final : public TaskOwner {
   void cool(bool views, bool regions, std::vector<std::shared_ptr<const void>>& garbage);
   // Hands the recycled batch out again as batch `id` of `capacity` tasks
   // (at most tasksMade()).
-  void reuse(BatchID id, size_t capacity, size_t slice_capacity) {
+  void reissue(BatchID id, size_t capacity, size_t slice_capacity) {
     id_ = id;
     capacity_ = capacity;
     slice_capacity_ = slice_capacity;
@@ -186,7 +186,7 @@ class Batch final : public TaskOwner {
  private:
   // `n` tasks counted finished; wakes the waiters at the last.
   void countFinished(size_t n);
-  BatchID id_;              // changed only by reuse(), while nobody else holds the batch
+  BatchID id_;              // changed only by reissue(), while nobody else holds the batch
   size_t capacity_;
   size_t slice_capacity_;
   WaitSpin* const spin_;

@@ -36,7 +36,7 @@ Status BatchTable::allocate(size_t capacity, BatchID& out) {
     if (sh.kept[i]->tasksMade() >= capacity) {
       b = std::move(sh.kept[i]);
       sh.kept.erase(sh.kept.begin() + static_cast<std::ptrdiff_t>(i));
-      b->reuse(id, capacity, capacity * settings_.slices_per_task);
+      b->reissue(id, capacity, capacity * settings_.slices_per_task);
       break;
     }
   if (!b) try {

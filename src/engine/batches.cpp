@@ -115,11 +115,11 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
       if (warm && !viewStale(*warm)) {
         view = warm;
       } else {
-        // A stale kept view: refreshed now (the store answered once), or
-        // the open one when that fails, as currentView does.
         std::shared_ptr<const SegmentView> found;
-        if (warm && !(found = refreshSegment(r.target_id))) found = segmentView(r.target_id);
-        if (!warm) found = currentView(r.target_id);
+        if (!warm)
+          found = currentView(r.target_id);
+        else if (!(found = refreshSegment(r.target_id)))  // stale: the store said so once, refresh now
+          found = segmentView(r.target_id);               // the refresh failed: the open view, as currentView
         if (!found)
           return refuse(i, {Code::kSegmentNotFound, fmt::format("target_id {} is not an open segment", r.target_id)});
         views.push_back(FoundView{r.target_id, std::move(found)});
