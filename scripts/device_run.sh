@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# One session's work on the lent GPU machine (the `device` tool's H200: no
+# Debian packages, no network), in few calls: built here, carried there.
+#
+#   here:  bash scripts/device_run.sh pack          builds Release, packs .device (scripts/gpu_bundle.sh)
+#                                                  and .device-py (scripts/gpu_python.sh pack) into
+#                                                  .carry/bundle.tar.xz (gitignored; carry ".carry")
+#   there: bash scripts/device_run.sh check         the GPU check of this tree: every tests/gpu program
+#                                                  (scripts/gpu_test.sh), the nvlink KV-layout case and
+#                                                  device_memory_test repeated (REPEAT_KV, REPEAT_DM),
+#                                                  the Python suite with the GPU cases required, and
+#                                                  bench/kv.sh on shm, nvlink, tcp_gpu and file_gpu
+#                                                  (KV_SIZES, KV_ROUNDS); about 300 s
+#          bash scripts/device_run.sh shm           shm's mechanisms against memcpy on that host's
+#                                                  cores (issue 29's aims): bench/shm_mechanisms.sh
+#                                                  over 16 cells, the warm four-thread cells again with
+#                                                  5 rounds, batch.recycle off against on for small
+#                                                  batches, bench/shm_batch_cost.sh; about 500 s
+# Each stage there unpacks the bundle when .device is missing and leaves its
+# logs as one archive under $OUT (logs-STAGE.tgz: the tool brings back at
+# most 8 files), rewritten after every step, with a summary at the end.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+stage=${1:-}
+out=${OUT:-device-logs}
+
+unpack() {
+  [ -d .device ] && return 0
+  [ -f .carry/bundle.tar.xz ] || { echo "device_run: no .device and no .carry/bundle.tar.xz (run pack here first)" >&2; exit 2; }
+  tar -xJf .carry/bundle.tar.xz
+  echo "device_run: bundle of $(cat .carry/BUNDLE 2>/dev/null || echo '?'), tree at $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+}
+
+# Runs "$@" with its output in $logs/NAME.log and on stdout; records its exit status.
+declare -a results=()
+failed=0
+step() {  # NAME CMD...
+  local name=$1; shift
+  local t0=$SECONDS
+  echo "== $name =="
+  "$@" 2>&1 | tee "$logs/$name.log"
+  local rc=${PIPESTATUS[0]}
+  [ "$rc" -eq 0 ] || failed=1
+  results+=("$(printf '%-22s exit %3d  %4d s' "$name" "$rc" $((SECONDS - t0)))")
+  pack_logs  # after every step: a call cut off at its limit still brings back what ran
+}
+
+pack_logs() {
+  printf '  %s\n' "${results[@]}" > "$logs/summary.txt"
+  mkdir -p "$out"
+  tar -czf "$out/logs-$stage.tgz" -C "$(dirname "$logs")" "$(basename "$logs")"
+}
+
+finish() {
+  echo "== device_run $stage =="
+  cat "$logs/summary.txt"
+  echo "logs: $out/logs-$stage.tgz"
+  exit $failed
+}
+
+case $stage in
+  pack)
+    set -e
+    bash scripts/build.sh release
+    bash scripts/gpu_bundle.sh build .device
+    bash scripts/gpu_python.sh pack build .device-py
+    mkdir -p .carry
+    tar -cf - .device .device-py | xz -T2 -4 > .carry/bundle.tar.xz
+    git rev-parse --short HEAD > .carry/BUNDLE
+    git status --porcelain --untracked-files=no | grep -q . && echo "device_run: the tree has uncommitted changes" >&2
+    du -sh .carry/bundle.tar.xz
+    ;;
+  check)
+    unpack
+    logs=$(mktemp -d /tmp/device-check-XXXXXX)/check
+    mkdir -p "$logs"
+    export NCCL_NVLS_ENABLE=0  # never NVLink multicast
+    export LD_LIBRARY_PATH="$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export HAWSER=$PWD/.device/bin/hawser HAWSER_TEST_BIN=$PWD/.device/bin/hawser
+    step gpu_tests env LOG_DIR="$logs/gpu" bash scripts/gpu_test.sh .device
+    step nvlink_kv_repeat .device/bin/nvlink_test --gtest_color=no --gtest_brief=1 \
+      --gtest_filter='*bench_kv_layout*' --gtest_repeat="${REPEAT_KV:-8}"
+    step device_memory_repeat .device/bin/device_memory_test --gtest_color=no --gtest_brief=1 \
+      --gtest_repeat="${REPEAT_DM:-20}"
+    step python env OUT="$logs/python" bash scripts/gpu_python.sh run .device-py
+    step kv_bench env SIZES="${KV_SIZES:-16K 64K}" ROUNDS="${KV_ROUNDS:-3}" \
+      TRANSPORTS="shm nvlink tcp_gpu file_gpu" bash bench/kv.sh
+    finish
+    ;;
+  shm)
+    unpack
+    logs=$(mktemp -d /tmp/device-shm-XXXXXX)/shm
+    mkdir -p "$logs"
+    export LD_LIBRARY_PATH="$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export HAWSER=$PWD/.device/bin/hawser
+    ab() {  # BLOCK BATCH THREADS OP
+      env DURATION=1 ROUNDS=7 TRANSPORT=shm DEPTH=1 BLOCK="$1" BATCH="$2" THREADS="$3" OP="$4" \
+        bash bench/knob_ab.sh HAWSER_BATCH_RECYCLE=false HAWSER_BATCH_RECYCLE=true
+    }
+    # The aims first (a call is cut off at 600 s), then what explains them.
+    step mechanisms env BLOCKS="64K 1M" SETS="warm:4M cold:64M" THREADS="1 4" DURATION=1 REPEAT=3 \
+      bash bench/shm_mechanisms.sh
+    step mechanisms_warm4 env BLOCKS="64K 1M" SETS="warm:4M" THREADS=4 DURATION=1 REPEAT=5 PORT=17870 \
+      bash bench/shm_mechanisms.sh
+    step recycle_64Kx16_t4_write ab 64K 16 4 write
+    step recycle_256x16_t4 ab 256 16 4 read
+    step recycle_256x16_t1 ab 256 16 1 read
+    step batch_cost env ROUNDS=3 bash bench/shm_batch_cost.sh
+    finish
+    ;;
+  *)
+    sed -n '2,21p' "$0" >&2
+    exit 2
+    ;;
+esac
