@@ -222,7 +222,9 @@ class SubBatch {
   virtual bool assist() { return false; }
   // The batch was freed and is kept for reuse (engine/batch_table.h), this
   // sub-batch idle: readies it for the batch's next use and returns true,
-  // or false, and the engine destroys it (the default).
+  // or false, and the engine destroys it (the default). The next use may
+  // have another capacity than newSubBatch was given (at most the tasks the
+  // batch was made with): a sub-batch that depends on it returns false.
   virtual bool reuse() { return false; }
 };
 

@@ -132,6 +132,9 @@ Status BatchTable::free(BatchID id, bool settle) {
   // Nobody can reach the batch now (but who found it before: a status
   // query, a waiter; their batch is not recycled).
   const bool recycle = settings_.segments && settings_.registry && batch->recyclable() && batch.use_count() == 1;
+  // use_count() reads the count relaxed: what the last other holder did
+  // with the batch before it let go (a release) is seen before it is reused.
+  if (recycle) std::atomic_thread_fence(std::memory_order_acquire);
   batch->dropSubBatches(recycle);
   if (recycle) keep(shards_[shardOf(id)], std::move(batch));
   return Status::OK();
