@@ -80,7 +80,6 @@ run_bench() {  # PORT OP BLOCK BATCH THREADS MECH
   fi
   echo "$g"
 }
-median() { python3 -c 'import statistics,sys; print("%.2f" % statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
 
 echo "hawser: $HAWSER"
 echo "host: $(nproc) cores, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -32,6 +32,17 @@ unpack() {
   echo "device_run: bundle of $(cat .carry/BUNDLE 2>/dev/null || echo '?'), tree at $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 }
 
+# The bundle's programs and libraries for every step (and the tests' child
+# processes: HAWSER_TEST_BIN); its logs in a new directory $logs.
+ready() {  # STAGE
+  unpack
+  logs=$(mktemp -d "/tmp/device-$1-XXXXXX")/$1
+  mkdir -p "$logs"
+  export NCCL_NVLS_ENABLE=0  # never NVLink multicast
+  export LD_LIBRARY_PATH="$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export HAWSER=$PWD/.device/bin/hawser HAWSER_TEST_BIN=$PWD/.device/bin/hawser
+}
+
 # Runs "$@" with its output in $logs/NAME.log and on stdout; records its exit status.
 declare -a results=()
 failed=0
@@ -72,12 +83,7 @@ case $stage in
     du -sh .carry/bundle.tar.xz
     ;;
   check)
-    unpack
-    logs=$(mktemp -d /tmp/device-check-XXXXXX)/check
-    mkdir -p "$logs"
-    export NCCL_NVLS_ENABLE=0  # never NVLink multicast
-    export LD_LIBRARY_PATH="$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    export HAWSER=$PWD/.device/bin/hawser HAWSER_TEST_BIN=$PWD/.device/bin/hawser
+    ready check
     step gpu_tests env LOG_DIR="$logs/gpu" bash scripts/gpu_test.sh .device
     step nvlink_kv_repeat .device/bin/nvlink_test --gtest_color=no --gtest_brief=1 \
       --gtest_filter='*bench_kv_layout*' --gtest_repeat="${REPEAT_KV:-8}"
@@ -89,11 +95,7 @@ case $stage in
     finish
     ;;
   shm)
-    unpack
-    logs=$(mktemp -d /tmp/device-shm-XXXXXX)/shm
-    mkdir -p "$logs"
-    export LD_LIBRARY_PATH="$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    export HAWSER=$PWD/.device/bin/hawser
+    ready shm
     ab() {  # BLOCK BATCH THREADS OP
       env DURATION=1 ROUNDS=7 TRANSPORT=shm DEPTH=1 BLOCK="$1" BATCH="$2" THREADS="$3" OP="$4" \
         bash bench/knob_ab.sh HAWSER_BATCH_RECYCLE=false HAWSER_BATCH_RECYCLE=true
