@@ -358,26 +358,29 @@ void BatchBench::worker(size_t t) {
       reqs[d][i] = TransferRequest{op_, local_ + k * block_, seg_, tbase_ + targetOf(k), block_};
     }
   std::vector<double> mine;
+  // Returns when the batch ended: the next one's start at depth 1 (one
+  // clock read a batch, not two).
   auto done = [&](Clock::time_point b0) {
-    mine.push_back(std::chrono::duration<double, std::micro>(Clock::now() - b0).count());
+    const auto end = Clock::now();
+    mine.push_back(std::chrono::duration<double, std::micro>(end - b0).count());
     Done& d = done_[t];  // this thread's alone: no read-modify-write needed
     d.wrote.store(true, std::memory_order_relaxed);
     d.bytes.store(d.bytes.load(std::memory_order_relaxed) + batch_bytes_, std::memory_order_relaxed);
     d.ops.store(d.ops.load(std::memory_order_relaxed) + o_.batch_size, std::memory_order_relaxed);
+    return end;
   };
   auto more = [&] {
     return !stop_.load(std::memory_order_relaxed) &&
            !(total_bytes_ && budget_.fetch_add(batch_bytes_) >= total_bytes_);
   };
   if (o_.depth == 1) {
-    while (more()) {
-      auto b0 = Clock::now();
+    for (auto b0 = Clock::now(); more();) {
       Status st = engine_.transferSync(reqs[0], std::chrono::seconds(60));
       if (!st.ok()) {
         failed(st);
         break;
       }
-      done(b0);
+      b0 = done(b0);
     }
   } else {
     struct Flight {

@@ -211,7 +211,8 @@ void Batch::commit(size_t n, size_t slices) {
   slices_used_ += slices;
   const size_t base = task_count_.load(std::memory_order_relaxed);
   unfinished_.fetch_add(n);
-  Task::markSubmitted(&tasks_[base], n, std::chrono::steady_clock::now());
+  committed_at_ = std::chrono::steady_clock::now();
+  Task::markSubmitted(&tasks_[base], n, committed_at_);
   task_count_.store(base + n, std::memory_order_release);
 }
 

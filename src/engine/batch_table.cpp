@@ -20,7 +20,7 @@ size_t BatchTable::myShard() {
   return mine;
 }
 
-Status BatchTable::allocate(size_t capacity, BatchID& out) {
+Status BatchTable::allocate(size_t capacity, BatchID& out, std::shared_ptr<Batch>* held) {
   if (capacity == 0) return {Code::kInvalidArgument, "capacity is 0"};
   if (capacity > settings_.max_capacity)
     return {Code::kInvalidArgument,
@@ -44,6 +44,7 @@ Status BatchTable::allocate(size_t capacity, BatchID& out) {
     } catch (const std::bad_alloc&) {
       return {Code::kInvalidArgument, fmt::format("capacity {}: out of memory", capacity)};
     }
+  if (held) *held = b;
   if (sh.nodes.empty()) {
     sh.batches.emplace(id, std::move(b));
   } else {

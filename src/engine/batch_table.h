@@ -61,8 +61,9 @@ class BatchTable {
   // Before the first allocate (init).
   void configure(const Settings& s) { settings_ = s; }
 
-  // A new batch of `capacity` tasks (orphans that let go are freed first).
-  Status allocate(size_t capacity, BatchID& out);
+  // A new batch of `capacity` tasks (orphans that let go are freed first);
+  // `held` (optional): the batch itself, for a caller that uses it at once.
+  Status allocate(size_t capacity, BatchID& out, std::shared_ptr<Batch>* held = nullptr);
   // The batch, or null when `id` is not allocated.
   std::shared_ptr<Batch> find(BatchID id) const;
   // Frees batch `id` once its tasks ended and no transport holds its

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <cstdint>
+#include <optional>
 
 #include "base/log.h"
 #include "engine/engine_impl.h"
@@ -29,6 +30,57 @@ struct FoundView {
   std::shared_ptr<const SegmentView> view;
 };
 
+// What a submit lays out per request and per transport, kept by its thread
+// from one submit to the next: a submit of a batch's requests then makes no
+// heap allocation for them (four a submit before, each a malloc and a free).
+struct SubmitScratch {
+  std::vector<Resolved> res;
+  // Each transport's tasks, in request order; the first `ngroups` in use
+  // (the task lists keep their capacity).
+  std::vector<std::pair<Transport*, std::vector<Task*>>> groups;
+  size_t ngroups = 0;
+  std::vector<std::pair<SubBatch*, std::unique_ptr<PreparedWork>>> work;  // dropped unposted on failure
+  bool busy = false;
+
+  void reset(size_t requests) {
+    res.resize(requests);
+    ngroups = 0;
+    work.clear();
+  }
+  // A submit of many requests does not leave its thread holding their
+  // layout: more than this many entries are let go after it.
+  static constexpr size_t kKeep = 1024;
+  void trim() {
+    work.clear();  // a refused submit's unposted work, dropped now
+    if (res.capacity() > kKeep) std::vector<Resolved>().swap(res);
+    for (auto& g : groups)
+      if (g.second.capacity() > kKeep) std::vector<Task*>().swap(g.second);
+    if (groups.size() > 8) groups.resize(8);
+  }
+};
+
+// This thread's scratch, or one of its own for a submit made while the
+// thread's is in use (a transport that submits from inside a submit).
+class ScratchLease {
+ public:
+  ScratchLease() {
+    thread_local SubmitScratch mine;
+    s_ = mine.busy ? &spare_.emplace() : &mine;
+    s_->busy = true;
+  }
+  ~ScratchLease() {
+    s_->trim();
+    s_->busy = false;
+  }
+  ScratchLease(const ScratchLease&) = delete;
+  ScratchLease& operator=(const ScratchLease&) = delete;
+  SubmitScratch& operator*() const { return *s_; }
+
+ private:
+  std::optional<SubmitScratch> spare_;
+  SubmitScratch* s_;
+};
+
 }  // namespace
 
 Status EngineImpl::allocateBatch(size_t capacity, BatchID& out) {
@@ -42,6 +94,13 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
   if (!s.ok()) return s;
   auto batch = findBatch(id);
   if (!batch) return BatchTable::notAllocated(id);
+  return submitTo(*batch, id, reqs, notify, signal);
+}
+
+Status EngineImpl::submitTo(Batch& b, BatchID id, const std::vector<TransferRequest>& reqs,
+                            const Notification* notify, const Signal* signal) {
+  Batch* const batch = &b;
+  Status s;
   if (reqs.empty() && notify)
     return {Code::kInvalidArgument,
             fmt::format("notification '{}' follows the requests of its submit, and there are none: use sendNotify",
@@ -56,7 +115,10 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
 
   // 1. Validate every request and pick its route. Descriptors may be
   //    re-fetched here, before the batch is locked.
-  std::vector<Resolved> res(reqs.size());
+  ScratchLease lease;
+  SubmitScratch& scratch = *lease;
+  scratch.reset(reqs.size());
+  std::vector<Resolved>& res = scratch.res;
   auto refuse = [&](size_t i, Status st) {
     n_refused_.add(1);
     return bad(i, st);
@@ -262,7 +324,8 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
   // batch keeps them (a refused submit's too, harmlessly).
   for (auto& v : views) batch->keepView(v.id, generation, std::move(v.view));
   // Each transport's tasks, in request order (a batch mostly has one).
-  std::vector<std::pair<Transport*, std::vector<Task*>>> groups;
+  auto& groups = scratch.groups;
+  size_t& ngroups = scratch.ngroups;
   const LocalRegion* kept = regions.empty() ? nullptr : batch->keepRegions(std::move(regions), removals);
   for (size_t i = 0; i < reqs.size(); ++i) {
     Task& t = batch->task(base + i);
@@ -270,23 +333,27 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
                     res[i].route->traffic.get());
     t.setRegion(res[i].warm ? res[i].warm : kept + res[i].region);
     Transport* tr = res[i].route->transport;
-    auto g = groups.begin();
-    while (g != groups.end() && g->first != tr) ++g;
-    if (g == groups.end()) {
-      g = groups.emplace(groups.end(), tr, std::vector<Task*>());
-      g->second.reserve(reqs.size() - i);
+    size_t g = 0;
+    while (g < ngroups && groups[g].first != tr) ++g;
+    if (g == ngroups) {
+      if (g == groups.size()) groups.emplace_back();
+      groups[g].first = tr;
+      groups[g].second.clear();
+      groups[g].second.reserve(reqs.size() - i);
+      ++ngroups;
     }
-    g->second.push_back(&t);
+    groups[g].second.push_back(&t);
   }
   size_t slices = 0;
-  std::vector<std::pair<SubBatch*, std::unique_ptr<PreparedWork>>> work;  // dropped unposted on failure
+  auto& work = scratch.work;  // dropped unposted on failure
   auto refused = [&](Status why) {
     work.clear();
     if (kept) batch->dropRegions();  // no task points at them: none was committed
     n_refused_.add(1);
     return why;
   };
-  for (auto& [t, tasks] : groups) {
+  for (size_t g = 0; g < ngroups; ++g) {
+    auto& [t, tasks] = groups[g];
     SubBatch* sb = nullptr;
     s = batch->subBatch(t, sb);
     std::unique_ptr<PreparedWork> w;
@@ -361,16 +428,21 @@ Status EngineImpl::transferSync(const std::vector<TransferRequest>& reqs, std::c
     return {Code::kInvalidArgument,
             fmt::format("notification '{}' follows the requests of its transfer, and there are none: use sendNotify",
                         notify->name)};
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  if (!initialized_) return checkInit();
+  Status s;
+  // The batch, held from its allocation on: no lookup by id.
   BatchID b = kInvalidBatch;
-  Status s = allocateBatch(reqs.size(), b);
-  if (!s.ok()) return s;
-  s = submit(b, reqs, notify);
+  std::shared_ptr<Batch> batch;
+  if (!(s = batches_.allocate(reqs.size(), b, &batch)).ok()) return s;
+  s = submitTo(*batch, b, reqs, notify, nullptr);
   if (!s.ok()) {
+    batch.reset();
     (void)freeBatch(b);  // nothing was posted
     return s;
   }
-  auto batch = findBatch(b);
+  // The timeout counts from when the requests were posted (the clock their
+  // tasks' latency starts at: no read of its own).
+  const auto deadline = batch->lastCommit() + timeout;
   bool timed_out = !batch->waitUntil(deadline);
   if (timed_out) {
     n_sync_timeouts_.add(1);
