@@ -4,7 +4,10 @@
 #
 #   here:  bash scripts/device_run.sh pack          builds Release, packs .device (scripts/gpu_bundle.sh)
 #                                                  and .device-py (scripts/gpu_python.sh pack) into
-#                                                  .carry/bundle.tar.xz (gitignored; carry ".carry")
+#                                                  .carry/bundle.tar.xz (gitignored; carry ".carry");
+#                                                  BASE=PATH also carries that hawser binary (an
+#                                                  earlier build, same libraries) for the shm stage's
+#                                                  A/B of the two builds
 #   there: bash scripts/device_run.sh check         the GPU check of this tree: every tests/gpu program
 #                                                  (scripts/gpu_test.sh), the nvlink KV-layout case and
 #                                                  device_memory_test repeated (REPEAT_KV, REPEAT_DM),
@@ -14,9 +17,10 @@
 #          bash scripts/device_run.sh shm           shm's mechanisms against memcpy on that host's
 #                                                  cores (issue 29's aims): bench/shm_mechanisms.sh
 #                                                  over 16 cells, the warm four-thread cells again with
-#                                                  5 rounds, batch.recycle off against on for
-#                                                  four-thread batches, bench/shm_batch_cost.sh;
-#                                                  515 s on the 2-core VM (timeout_s 600)
+#                                                  7 rounds, the carried BASE build against this one
+#                                                  (bench/knob_ab.sh, four-thread batches; with
+#                                                  RECYCLE_AB=1 also batch.recycle off against on),
+#                                                  bench/shm_batch_cost.sh; about 480 s (timeout_s 600)
 # Each stage there unpacks the bundle when .device is missing and leaves its
 # logs as one archive under $OUT (logs-STAGE.tgz: the tool brings back at
 # most 8 files), rewritten after every step, with a summary at the end.
@@ -41,6 +45,7 @@ ready() {  # STAGE
   export NCCL_NVLS_ENABLE=0  # never NVLink multicast
   export LD_LIBRARY_PATH="$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export HAWSER=$PWD/.device/bin/hawser HAWSER_TEST_BIN=$PWD/.device/bin/hawser
+  { lscpu; nproc; uptime; } > "$logs/host.txt" 2>&1
 }
 
 # Runs "$@" with its output in $logs/NAME.log and on stdout; records its exit status.
@@ -79,6 +84,11 @@ case $stage in
     mkdir -p .carry
     tar -cf - .device .device-py | xz -T2 -4 > .carry/bundle.tar.xz
     git rev-parse --short HEAD > .carry/BUNDLE
+    rm -f .carry/base-hawser
+    if [ -n "${BASE:-}" ]; then
+      strip -o .carry/base-hawser "$BASE"
+      echo "device_run: BASE $BASE carried as .carry/base-hawser" >&2
+    fi
     git status --porcelain --untracked-files=no | grep -q . && echo "device_run: the tree has uncommitted changes" >&2
     du -sh .carry/bundle.tar.xz
     ;;
@@ -96,17 +106,28 @@ case $stage in
     ;;
   shm)
     ready shm
-    ab() {  # BLOCK BATCH THREADS OP
-      env DURATION=1 ROUNDS=7 TRANSPORT=shm DEPTH=1 BLOCK="$1" BATCH="$2" THREADS="$3" OP="$4" \
-        bash bench/knob_ab.sh HAWSER_BATCH_RECYCLE=false HAWSER_BATCH_RECYCLE=true
+    ab() {  # ROUNDS BLOCK BATCH THREADS OP SETTING...
+      local rounds=$1 block=$2 batch=$3 threads=$4 op=$5
+      shift 5
+      env DURATION=1 ROUNDS="$rounds" TRANSPORT=shm DEPTH=1 BLOCK="$block" BATCH="$batch" THREADS="$threads" \
+        OP="$op" bash bench/knob_ab.sh "$@"
     }
     # The aims first (a call is cut off at 600 s), then what explains them.
     step mechanisms env BLOCKS="64K 1M" SETS="warm:4M cold:64M" THREADS="1 4" DURATION=1 REPEAT=3 \
       bash bench/shm_mechanisms.sh
-    step mechanisms_warm4 env BLOCKS="64K 1M" SETS="warm:4M" THREADS=4 DURATION=1 REPEAT=5 PORT=17870 \
+    step mechanisms_warm4 env BLOCKS="64K 1M" SETS="warm:4M" THREADS=4 DURATION=1 REPEAT=7 PORT=17870 \
       bash bench/shm_mechanisms.sh
-    step recycle_64Kx16_t4_write ab 64K 16 4 write
-    step recycle_256x16_t4 ab 256 16 4 read
+    if [ -f .carry/base-hawser ]; then
+      chmod +x .carry/base-hawser
+      builds=("HAWSER_BIN=$PWD/.carry/base-hawser" "HAWSER_BIN=$HAWSER")
+      step base_64Kx16_t4_write ab 9 64K 16 4 write "${builds[@]}"
+      step base_64Kx16_t4_read ab 9 64K 16 4 read "${builds[@]}"
+      step base_256x16_t4 ab 7 256 16 4 read "${builds[@]}"
+    fi
+    if [ "${RECYCLE_AB:-0}" = 1 ]; then
+      step recycle_64Kx16_t4_write ab 7 64K 16 4 write HAWSER_BATCH_RECYCLE=false HAWSER_BATCH_RECYCLE=true
+      step recycle_256x16_t4 ab 7 256 16 4 read HAWSER_BATCH_RECYCLE=false HAWSER_BATCH_RECYCLE=true
+    fi
     step batch_cost env ROUNDS=3 bash bench/shm_batch_cost.sh
     finish
     ;;
