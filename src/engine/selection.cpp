@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <string_view>
+
 namespace hawser {
 
 namespace {
@@ -30,16 +32,20 @@ RouteDecline declines(const Route& route, const RouteQuery& q) {
   return {};
 }
 
-// Empty when `route` may serve `q` on `view`; else why not. A transport
-// that opened the peer but declines the request (its buffer; a variant:
-// the peer) says why in `buf`.
-std::string unfit(const SegmentView& view, const Route& route, const RouteQuery& q, RouteDecline& buf) {
-  if (const char* no = unfitKinds(view, route.caps, q)) return no;
-  if (route.caps.same_host_only && !view.same_host) return "needs both ends on one host";
-  if (!route.peer) return route.refusal.message().empty() ? "cannot reach the peer" : route.refusal.message();
+// Whether `route` may not serve `q` on `view`; why not in `why` (when
+// asked: a submit only wants the answer). A transport that opened the peer
+// but declines the request (its buffer; a variant: the peer) says why in `buf`.
+bool unfit(const SegmentView& view, const Route& route, const RouteQuery& q, RouteDecline& buf, std::string* why) {
+  auto no = [why](const std::string_view text) {
+    if (why) *why = text;
+    return true;
+  };
+  if (const char* kinds = unfitKinds(view, route.caps, q)) return no(kinds);
+  if (route.caps.same_host_only && !view.same_host) return no("needs both ends on one host");
+  if (!route.peer) return no(route.refusal.message().empty() ? "cannot reach the peer" : route.refusal.message());
   buf = declines(route, q);
-  if (buf.declined()) return buf.text;
-  return {};
+  if (buf.declined()) return no(buf.text);
+  return false;
 }
 
 bool cheaper(const Route& a, const Route& b) {
@@ -58,14 +64,20 @@ std::string contractText(const Contract& c) {
   return t;
 }
 
-// Empty when `r` may serve `q` under `forced` and `contract`; else why not
-// (`buf`: as unfit's).
-std::string passOver(const SegmentView& view, const Route& r, const RouteQuery& q, const std::string& forced,
-                     const Contract& contract, RouteDecline& buf) {
+// Whether `r` may not serve `q` under `forced` and `contract`; why not in
+// `why`, when asked (`buf`: as unfit's).
+bool passOver(const SegmentView& view, const Route& r, const RouteQuery& q, const std::string& forced,
+              const Contract& contract, RouteDecline& buf, std::string* why) {
   const bool file = isFile(view);
-  if (!forced.empty() && !file && forced != r.name) return fmt::format("not {} (forced by config 'transport')", forced);
-  if (contract.any() && !allows(contract, r, q, file)) return "not allowed by the route contract";
-  return unfit(view, r, q, buf);
+  if (!forced.empty() && !file && forced != r.name) {
+    if (why) *why = fmt::format("not {} (forced by config 'transport')", forced);
+    return true;
+  }
+  if (contract.any() && !allows(contract, r, q, file)) {
+    if (why) *why = "not allowed by the route contract";
+    return true;
+  }
+  return unfit(view, r, q, buf, why);
 }
 
 }  // namespace
@@ -75,7 +87,7 @@ bool cheaperRoute(const Route& a, const Route& b) { return cheaper(a, b); }
 bool routeServes(const SegmentView& view, const Route& route, const RouteQuery& q, const std::string& forced,
                  const Contract& contract, RouteDecline* buffer) {
   RouteDecline buf;
-  const bool ok = passOver(view, route, q, forced, contract, buf).empty();
+  const bool ok = !passOver(view, route, q, forced, contract, buf, nullptr);
   if (buffer) *buffer = std::move(buf);
   return ok;
 }
@@ -98,12 +110,13 @@ RouteChoice selectRoute(const SegmentView& view, const RouteQuery& q, const std:
   RouteDecline buffer_why;
   for (const Route& r : view.routes) {
     RouteDecline buf;
-    const std::string no = passOver(view, r, q, forced, contract, buf);
+    std::string no;
+    const bool passed_over = passOver(view, r, q, forced, contract, buf, why ? &no : nullptr);
     if (buf.declined() && (!buffer_declined || cheaper(r, *buffer_declined))) {
       buffer_declined = &r;
       buffer_why = std::move(buf);
     }
-    if (!no.empty()) {
+    if (passed_over) {
       if (why) passed += fmt::format("{}{}: {}", passed.empty() ? "" : "; ", r.name, no);
       continue;
     }
