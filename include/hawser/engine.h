@@ -113,7 +113,8 @@ class TransferEngine {
   // kBatchBusy while any task is unfinished or any I/O still references memory.
   Status freeBatchID(BatchID batch);
 
-  // Submits `requests` as one batch and waits for it. When `timeout` passes
+  // Submits `requests` as one batch and waits for it. When `timeout`
+  // (counted from when the requests were handed to the transports) passes
   // first, the batch is canceled and its tasks waited for, at most
   // `cancel_wait`; the batch is freed (if I/O the kernel or a device cannot
   // stop still references memory, the engine frees it once that ends: never
