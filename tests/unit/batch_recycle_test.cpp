@@ -144,6 +144,29 @@ TEST_F(BatchRecycleTest, a_batch_someone_holds_or_that_carried_a_block_request_o
   EXPECT_EQ(table.kept(), 0u);
 }
 
+// transferSync's way: the batch handed back by allocate itself, used
+// without a lookup by id, let go of before the free.
+TEST_F(BatchRecycleTest, the_batch_allocate_hands_back_is_the_one_its_id_names_and_is_kept_once_let_go) {
+  BatchID id = kInvalidBatch;
+  std::shared_ptr<Batch> held;
+  ASSERT_TRUE(table.allocate(2, id, &held).ok());
+  ASSERT_NE(held, nullptr);
+  EXPECT_EQ(held.get(), table.find(id).get());
+  EXPECT_EQ(held->id(), id);
+  EXPECT_EQ(held->capacity(), 2u);
+  Batch* const made = held.get();
+  held.reset();
+  ASSERT_TRUE(table.free(id).ok());
+  EXPECT_EQ(table.kept(), 1u);
+
+  // Reissued to the next allocate; freed while still held, it is not kept.
+  ASSERT_TRUE(table.allocate(1, id, &held).ok());
+  EXPECT_EQ(held.get(), made);
+  ASSERT_TRUE(table.free(id).ok());
+  EXPECT_EQ(table.kept(), 0u) << "a batch its allocator still holds was kept for reuse";
+  EXPECT_EQ(held->id(), id) << "the holder's batch was handed out again";
+}
+
 TEST_F(BatchRecycleTest, a_batch_of_more_tasks_than_a_kept_one_may_have_is_not_kept) {
   table.configure({.max_capacity = Batch::kRecycleTasks + 1, .slices_per_task = 4, .spin = nullptr,
                    .segments = &segments, .registry = &registry});

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -324,6 +325,42 @@ TEST_F(EngineApi, read_and_write_move_verified_bytes_at_unaligned_addresses) {
     ASSERT_EQ(st[0].s, TransferState::kCompleted) << len;
     EXPECT_EQ(checkPattern(p.target_mem.p + 101, len, len + 1), -1) << len;
   }
+}
+
+// A thread keeps its submits' request layout from one to the next (at most
+// 1024 entries of it): a submit of many requests, a refused one and a small
+// one after them each move exactly their bytes, whatever the one before left.
+TEST_F(EngineApi, submits_of_many_then_few_requests_on_one_thread_move_exactly_their_bytes) {
+  constexpr size_t kMany = 2000, kLen = 256;
+  fillPattern(p.target_mem.p, kMany * kLen, 41);
+  std::vector<TransferRequest> many;
+  for (size_t i = 0; i < kMany; ++i)
+    many.push_back({OpCode::kRead, p.local(i * kLen), p.seg, p.remote(i * kLen), kLen});
+  std::vector<TransferStatus> st;
+  ASSERT_TRUE(p.init.transferSync(many, std::chrono::seconds(20), &st).ok());
+  ASSERT_EQ(st.size(), kMany);
+  for (size_t i = 0; i < kMany; ++i) ASSERT_EQ(st[i].transferred_bytes, kLen) << i;
+  EXPECT_EQ(checkPattern(p.local(), kMany * kLen, 41), -1);
+
+  // Refused at its third request: nothing moves.
+  std::memset(p.local(), 0, 4 * kLen);
+  Status refused = p.init.transferSync({{OpCode::kRead, p.local(), p.seg, p.remote(), kLen},
+                                        {OpCode::kRead, p.local(kLen), p.seg, p.remote(kLen), kLen},
+                                        {OpCode::kRead, p.local(2 * kLen), p.seg, p.remote(2 * kLen), 0}},
+                                       std::chrono::seconds(20));
+  EXPECT_EQ(refused.code(), Code::kInvalidArgument) << refused.toString();
+  EXPECT_NE(refused.message().find("requests[2]"), std::string::npos) << refused.message();
+  for (size_t i = 0; i < 4 * kLen; ++i) ASSERT_EQ(p.local()[i], 0) << "a refused submit moved byte " << i;
+
+  // A few, written this time, after both.
+  fillPattern(p.local(), 3 * kLen, 42);
+  ASSERT_TRUE(p.init.transferSync({{OpCode::kWrite, p.local(), p.seg, p.remote(kLen), kLen},
+                                   {OpCode::kWrite, p.local(kLen), p.seg, p.remote(2 * kLen), 2 * kLen}},
+                                  std::chrono::seconds(20), &st).ok());
+  ASSERT_EQ(st.size(), 2u);
+  EXPECT_EQ(st[1].transferred_bytes, 2 * kLen);
+  EXPECT_EQ(checkPattern(p.target_mem.p + kLen, 3 * kLen, 42), -1);
+  EXPECT_EQ(checkPattern(p.target_mem.p, kLen, 41), -1) << "the first block was not to be written";
 }
 
 // Freed batches are recycled with the views and regions their submits
