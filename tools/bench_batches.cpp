@@ -26,6 +26,7 @@
 #include "hawser/config.h"
 #include "hawser/device_memory.h"
 #include "hawser/engine.h"
+#include "tools/latency_histogram.h"
 #include "tools/location.h"
 #include "tools/metrics_json.h"
 #include "tools/pattern.h"
@@ -75,13 +76,6 @@ double procCpuSeconds(int pid) {
   if (std::sscanf(s.c_str() + close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
     return -1;
   return static_cast<double>(ut + st) / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
-double pct(std::vector<double>& v, double p) {
-  if (v.empty()) return 0;
-  size_t k = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
-  std::nth_element(v.begin(), v.begin() + static_cast<long>(k), v.end());
-  return v[k];
 }
 
 // One run. Each step returns 0 to go on, else the exit code (after printing
@@ -189,7 +183,7 @@ class BatchBench {
   std::mutex err_mu_;
   Status first_error_;
   std::mutex lat_mu_;
-  std::vector<double> lat_us_;
+  LatencyHistogram lat_;  // every thread's batches
   uint64_t batch_bytes_ = 0;
   double elapsed_ = 0, cpu_s_ = 0, peer_cpu_s_ = 0;
   // verify
@@ -357,12 +351,12 @@ void BatchBench::worker(size_t t) {
       size_t k = t * per_thread_ + (d * o_.batch_size + i) % per_thread_;
       reqs[d][i] = TransferRequest{op_, local_ + k * block_, seg_, tbase_ + targetOf(k), block_};
     }
-  std::vector<double> mine;
+  LatencyHistogram mine;
   // Returns when the batch ended: the next one's start at depth 1 (one
   // clock read a batch, not two).
   auto done = [&](Clock::time_point b0) {
     const auto end = Clock::now();
-    mine.push_back(std::chrono::duration<double, std::micro>(end - b0).count());
+    mine.record(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(end - b0).count()));
     Done& d = done_[t];  // this thread's alone: no read-modify-write needed
     d.wrote.store(true, std::memory_order_relaxed);
     d.bytes.store(d.bytes.load(std::memory_order_relaxed) + batch_bytes_, std::memory_order_relaxed);
@@ -428,7 +422,7 @@ void BatchBench::worker(size_t t) {
     }
   }
   std::lock_guard lk(lat_mu_);
-  lat_us_.insert(lat_us_.end(), mine.begin(), mine.end());
+  lat_.merge(mine);
 }
 
 int BatchBench::timed() {
@@ -519,7 +513,7 @@ void BatchBench::report() {
   uint64_t bytes = bytesDone();
   uint64_t ops = opsDone();
   double gbps = bytes / elapsed_ / 1e9;
-  double p50 = pct(lat_us_, 0.50), p99 = pct(lat_us_, 0.99);
+  double p50 = lat_.quantileUs(0.50), p99 = lat_.quantileUs(0.99);
   // The transports that carried the timed transfers: those whose counters moved.
   const EngineStats stats_after = engine_.stats();
   std::vector<std::string> carried;
