@@ -22,6 +22,13 @@
 # these. Checks that shm alone carried the data, with the mechanism
 # expected (counters).
 #
+# Every round starts both hawser serve afresh, as memcpy_rate maps a fresh
+# target every round: on the edge of a core's L2, where the physical pages
+# of the target fall (their cache sets) moves a run by up to a fifth (64K x 8
+# one-thread writes on the 2-core VM: 48 against 60 GB/s), and with one
+# serve for all rounds a run's shm rounds would all be lucky or all unlucky
+# together. Each serve exposes the largest working set (at least 16 MiB).
+#
 # Usage: bench/shm_mechanisms.sh            (from the repository root)
 # Environment (all optional):
 #   HAWSER    path of the hawser binary (default: build/bin/hawser, then build-*/bin/hawser)
@@ -48,7 +55,6 @@ THREADS=${THREADS:-"1 2"}
 OPS=${OPS:-"read write"}
 DURATION=${DURATION:-2}
 REPEAT=${REPEAT:-3}
-MEMORY=512M
 
 work=$(mktemp -d /tmp/hawser-shm-mech-XXXXXX)
 pids=()
@@ -59,14 +65,25 @@ cleanup() {
 trap cleanup EXIT
 "$CXX" -O2 -std=c++17 -pthread -o "$work/memcpy_rate" "$here/bench/memcpy_rate.cpp"
 
+MEMORY=$((16 << 20))
+for set in $SETS; do
+  b=$(size_bytes "${set#*:}")
+  (( b > MEMORY )) && MEMORY=$b
+done
+
 start_serve() {  # PORT KIND
   "$HAWSER" serve --listen "127.0.0.1:$1" --memory "$MEMORY" --host-memory "$2" >"$work/serve-$2.log" 2>&1 &
   pids+=($!)
-  for _ in $(seq 100); do grep -q '^ready' "$work/serve-$2.log" 2>/dev/null && return 0; sleep 0.1; done
+  for _ in $(seq 200); do grep -q '^ready' "$work/serve-$2.log" 2>/dev/null && return 0; sleep 0.05; done
   echo "hawser serve ($2) did not become ready" >&2; cat "$work/serve-$2.log" >&2; exit 1
 }
-start_serve "$PORT" shared
-start_serve "$((PORT + 1))" private
+# Both serves, new (their memory placed anew).
+restart_serves() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  pids=()
+  start_serve "$PORT" shared
+  start_serve "$((PORT + 1))" private
+}
 
 # GB/s of one run; fails unless verified, carried by shm, by the mechanism expected.
 run_bench() {  # PORT OP BLOCK BATCH THREADS MECH
@@ -83,8 +100,8 @@ run_bench() {  # PORT OP BLOCK BATCH THREADS MECH
 
 echo "hawser: $HAWSER"
 echo "host: $(nproc) cores, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "case: two hawser serve --memory $MEMORY (shared / private host memory); bench --seconds $DURATION;" \
-     "median of $REPEAT interleaved rounds; GB/s = 10^9 bytes/s"
+echo "case: two hawser serve --memory $MEMORY (shared / private host memory, started anew every round);" \
+     "bench --seconds $DURATION; median of $REPEAT interleaved rounds; GB/s = 10^9 bytes/s"
 echo
 printf '%-5s %-5s %6s %-7s %3s %5s %9s %9s %9s %7s %7s %7s %7s\n' block set ws op thr batch memcpy shared cma "sh/mc" \
   "cma/mc" "sh/mc:r" "cma/mc:r"
@@ -101,6 +118,7 @@ for block in $BLOCKS; do
         mc=(); sh=(); cm=()
         mode=local-thp; [[ $op == write ]] && mode=local-thp-write
         for _ in $(seq "$REPEAT"); do
+          restart_serves
           mc+=("$("$work/memcpy_rate" "$b" "$batch" "$t" "$DURATION" "$source" "$mode")")
           sh+=("$(run_bench "$PORT" "$op" "$block" "$batch" "$t" shared)")
           cm+=("$(run_bench "$((PORT + 1))" "$op" "$block" "$batch" "$t" cma)")

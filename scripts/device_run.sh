@@ -16,8 +16,8 @@
 #                                                  (KV_SIZES, KV_ROUNDS); about 300 s
 #          bash scripts/device_run.sh shm           shm's mechanisms against memcpy on that host's
 #                                                  cores (issue 29's aims): bench/shm_mechanisms.sh
-#                                                  over 16 cells, the warm four-thread cells again with
-#                                                  7 rounds, the carried BASE build against this one
+#                                                  over 16 cells, the warm four-thread 64K cells again
+#                                                  with 9 rounds, the carried BASE build against this one
 #                                                  (bench/knob_ab.sh, four-thread batches; with
 #                                                  RECYCLE_AB=1 also batch.recycle off against on),
 #                                                  bench/shm_batch_cost.sh; about 480 s (timeout_s 600)
@@ -115,7 +115,7 @@ case $stage in
     # The aims first (a call is cut off at 600 s), then what explains them.
     step mechanisms env BLOCKS="64K 1M" SETS="warm:4M cold:64M" THREADS="1 4" DURATION=1 REPEAT=3 \
       bash bench/shm_mechanisms.sh
-    step mechanisms_warm4 env BLOCKS="64K 1M" SETS="warm:4M" THREADS=4 DURATION=1 REPEAT=7 PORT=17870 \
+    step mechanisms_warm4 env BLOCKS="64K" SETS="warm:4M" THREADS=4 DURATION=1 REPEAT=9 PORT=17870 \
       bash bench/shm_mechanisms.sh
     if [ -f .carry/base-hawser ]; then
       chmod +x .carry/base-hawser
