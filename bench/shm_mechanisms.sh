@@ -58,8 +58,12 @@ REPEAT=${REPEAT:-3}
 
 work=$(mktemp -d /tmp/hawser-shm-mech-XXXXXX)
 pids=()
-cleanup() {
+stop_serves() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  pids=()
+}
+cleanup() {
+  stop_serves
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -79,8 +83,7 @@ start_serve() {  # PORT KIND
 }
 # Both serves, new (their memory placed anew).
 restart_serves() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-  pids=()
+  stop_serves
   start_serve "$PORT" shared
   start_serve "$((PORT + 1))" private
 }

@@ -37,7 +37,7 @@ class LatencyHistogram {
   }
 
   // Bucket i holds [lowerOf(i), lowerOf(i + 1)): exact below 128 ns, then 128
-  // buckets of equal width per power of two, up to 2^42 ns (73 minutes; longer
+  // buckets of equal width per power of two, up to 2^43 ns (2.4 hours; longer
   // is counted in the last bucket).
   static constexpr unsigned kSub = 7;  // log2 of the buckets per power of two
   static constexpr unsigned kTop = 42;

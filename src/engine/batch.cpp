@@ -207,13 +207,14 @@ Status Batch::subBatch(Transport* t, SubBatch*& out) {
   return Status::OK();
 }
 
-void Batch::commit(size_t n, size_t slices) {
+std::chrono::steady_clock::time_point Batch::commit(size_t n, size_t slices) {
   slices_used_ += slices;
   const size_t base = task_count_.load(std::memory_order_relaxed);
   unfinished_.fetch_add(n);
-  committed_at_ = std::chrono::steady_clock::now();
-  Task::markSubmitted(&tasks_[base], n, committed_at_);
+  const auto now = std::chrono::steady_clock::now();
+  Task::markSubmitted(&tasks_[base], n, now);
   task_count_.store(base + n, std::memory_order_release);
+  return now;
 }
 
 void Batch::addNotify(size_t n, std::shared_ptr<OutgoingNotify> o, NotifyOutbox* outbox) {

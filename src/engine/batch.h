@@ -85,11 +85,9 @@ class Batch final : public TaskOwner {
   // Under submitMutex(): the sub-batch of `t`, created on first use.
   Status subBatch(Transport* t, SubBatch*& out);
   // Under submitMutex(): makes `n` more tasks (from taskCount()) visible and
-  // counts `slices` against the slice capacity.
-  void commit(size_t n, size_t slices);
-  // When the last commit() made its tasks visible (their latency clock's
-  // start): for the thread that submitted, after its submit.
-  std::chrono::steady_clock::time_point lastCommit() const { return committed_at_; }
+  // counts `slices` against the slice capacity; returns when (the start of
+  // their latency clocks).
+  std::chrono::steady_clock::time_point commit(size_t n, size_t slices);
   size_t slicesUsed() const { return slices_used_; }
   std::mutex& submitMutex() { return submit_mu_; }
   // Every sub-batch; callers hold submitMutex().
@@ -196,7 +194,6 @@ class Batch final : public TaskOwner {
   std::unique_ptr<Task[]> tasks_;
   const size_t tasks_made_;  // tasks_'s length: capacity_ at most
   std::atomic<size_t> task_count_{0};
-  std::chrono::steady_clock::time_point committed_at_{};
   size_t slices_used_ = 0;  // under submit_mu_
   std::map<Transport*, std::unique_ptr<SubBatch>> subs_;  // under submit_mu_
   std::vector<std::shared_ptr<BlockRunner>> runners_;      // under submit_mu_

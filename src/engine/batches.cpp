@@ -55,7 +55,6 @@ struct SubmitScratch {
     if (res.capacity() > kKeep) std::vector<Resolved>().swap(res);
     for (auto& g : groups)
       if (g.second.capacity() > kKeep) std::vector<Task*>().swap(g.second);
-    if (groups.size() > 8) groups.resize(8);
   }
 };
 
@@ -98,7 +97,8 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
 }
 
 Status EngineImpl::submitTo(Batch& b, BatchID id, const std::vector<TransferRequest>& reqs,
-                            const Notification* notify, const Signal* signal) {
+                            const Notification* notify, const Signal* signal,
+                            std::chrono::steady_clock::time_point* posted_at) {
   Batch* const batch = &b;
   Status s;
   if (reqs.empty() && notify)
@@ -371,7 +371,8 @@ Status EngineImpl::submitTo(Batch& b, BatchID id, const std::vector<TransferRequ
                      outbox_.track(notify_host, notify_port, res[0].view->desc->name, notify,
                                    signal ? signal->name : std::string(), static_cast<uint32_t>(reqs.size())),
                      &outbox_);
-  batch->commit(reqs.size(), slices);
+  const auto committed = batch->commit(reqs.size(), slices);
+  if (posted_at) *posted_at = committed;
   n_tasks_.add(reqs.size());
   for (const Fell& f : fell) fallbacks_->note(f.view->desc->name, *f.from, *f.to, f.why, f.n);
   for (auto& [sb, w] : work) sb->post(std::move(w));
@@ -434,7 +435,8 @@ Status EngineImpl::transferSync(const std::vector<TransferRequest>& reqs, std::c
   BatchID b = kInvalidBatch;
   std::shared_ptr<Batch> batch;
   if (!(s = batches_.allocate(reqs.size(), b, &batch)).ok()) return s;
-  s = submitTo(*batch, b, reqs, notify, nullptr);
+  std::chrono::steady_clock::time_point posted_at;
+  s = submitTo(*batch, b, reqs, notify, nullptr, &posted_at);
   if (!s.ok()) {
     batch.reset();
     (void)freeBatch(b);  // nothing was posted
@@ -442,7 +444,7 @@ Status EngineImpl::transferSync(const std::vector<TransferRequest>& reqs, std::c
   }
   // The timeout counts from when the requests were posted (the clock their
   // tasks' latency starts at: no read of its own).
-  const auto deadline = batch->lastCommit() + timeout;
+  const auto deadline = posted_at + timeout;
   bool timed_out = !batch->waitUntil(deadline);
   if (timed_out) {
     n_sync_timeouts_.add(1);

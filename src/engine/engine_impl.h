@@ -151,9 +151,10 @@ class EngineImpl {
   // Undoes a partly done init(): listener stopped, transports shut down.
   void abandonInit();
   std::shared_ptr<Batch> findBatch(BatchID id) const { return batches_.find(id); }
-  // submit() to a batch found (or just allocated) by the caller: `id` is its id.
+  // submit() to a batch found (or just allocated) by the caller: `id` is its
+  // id; `posted_at` (optional): when the requests were committed.
   Status submitTo(Batch& batch, BatchID id, const std::vector<TransferRequest>& reqs, const Notification* notify,
-                  const Signal* signal);
+                  const Signal* signal, std::chrono::steady_clock::time_point* posted_at = nullptr);
   // notifications.cpp: checks a notification and finds where its target
   // listens (a memory segment's owner engine).
   Status notifyTarget(const SegmentView& view, const Notification& n, std::string& host, uint16_t& port) const;
