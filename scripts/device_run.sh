@@ -17,9 +17,11 @@
 #          bash scripts/device_run.sh shm           shm's mechanisms against memcpy on that host's
 #                                                  cores (issue 29's aims): bench/shm_mechanisms.sh
 #                                                  over 16 cells, the warm four-thread 64K cells again
-#                                                  with 9 rounds, the carried BASE build against this one
-#                                                  (bench/knob_ab.sh, four-thread batches; with
-#                                                  RECYCLE_AB=1 also batch.recycle off against on),
+#                                                  with WARM4_REPEAT (9) rounds, the carried BASE build
+#                                                  against this one (bench/knob_ab.sh, four-thread
+#                                                  batches; with RECYCLE_AB=1 also batch.recycle off
+#                                                  against on; with INLINE_AB=1 shm.inline_bytes 1M
+#                                                  against 0 for 64K x 16 four-thread writes),
 #                                                  bench/shm_batch_cost.sh; about 480 s (timeout_s 600)
 # Each stage there unpacks the bundle when .device is missing and leaves its
 # logs as one archive under $OUT (logs-STAGE.tgz: the tool brings back at
@@ -45,7 +47,16 @@ ready() {  # STAGE
   export NCCL_NVLS_ENABLE=0  # never NVLink multicast
   export LD_LIBRARY_PATH="$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export HAWSER=$PWD/.device/bin/hawser HAWSER_TEST_BIN=$PWD/.device/bin/hawser
-  { lscpu; nproc; uptime; } > "$logs/host.txt" 2>&1
+  {
+    lscpu; nproc; uptime
+    # What a guest's fixed costs depend on: its clock source (without a vDSO
+    # fast path every clock read is a system call) and huge pages.
+    for f in /sys/devices/system/clocksource/clocksource0/current_clocksource \
+      /sys/kernel/mm/transparent_hugepage/enabled /sys/kernel/mm/transparent_hugepage/shmem_enabled; do
+      echo "$f: $(cat "$f" 2>/dev/null || echo '?')"
+    done
+    c++ -O2 -std=c++17 -pthread -o "$logs/clock_cost" bench/clock_cost.cpp && "$logs/clock_cost" && rm -f "$logs/clock_cost"
+  } > "$logs/host.txt" 2>&1
 }
 
 # Runs "$@" with its output in $logs/NAME.log and on stdout; records its exit status.
@@ -115,8 +126,12 @@ case $stage in
     # The aims first (a call is cut off at 600 s), then what explains them.
     step mechanisms env BLOCKS="64K 1M" SETS="warm:4M cold:64M" THREADS="1 4" DURATION=1 REPEAT=3 \
       bash bench/shm_mechanisms.sh
-    step mechanisms_warm4 env BLOCKS="64K" SETS="warm:4M" THREADS=4 DURATION=1 REPEAT=9 PORT=17870 \
-      bash bench/shm_mechanisms.sh
+    step mechanisms_warm4 env BLOCKS="64K" SETS="warm:4M" THREADS=4 DURATION=1 REPEAT="${WARM4_REPEAT:-9}" \
+      PORT=17870 bash bench/shm_mechanisms.sh
+    if [ "${INLINE_AB:-0}" = 1 ]; then  # the submitter copying its 1 MiB itself, or with the copy threads
+      step inline_64Kx16_t4_write ab 7 64K 16 4 write "HAWSER_SHM_THREADS=4" \
+        "HAWSER_SHM_THREADS=4 HAWSER_SHM_INLINE_BYTES=0"
+    fi
     if [ -f .carry/base-hawser ]; then
       chmod +x .carry/base-hawser
       builds=("HAWSER_BIN=$PWD/.carry/base-hawser" "HAWSER_BIN=$HAWSER")
