@@ -180,9 +180,13 @@ void Task::resetBorrowed(const TransferRequest& request, size_t id, const Segmen
   slices_total_ = 0;
   slices_done_.store(0, std::memory_order_relaxed);
   bytes_done_.store(0, std::memory_order_relaxed);
-  worst_rank_.store(0, std::memory_order_relaxed);
   submitted_.store(false, std::memory_order_relaxed);
-  error_ = Status::OK();
+  // The error is read only once worst_rank_ says there is one: a task
+  // that never failed does not touch it (nor its cache lines).
+  if (worst_rank_.load(std::memory_order_relaxed) != 0) {
+    worst_rank_.store(0, std::memory_order_relaxed);
+    error_ = Status::OK();
+  }
 }
 
 void Task::markSubmitted(std::chrono::steady_clock::time_point now) { markSubmitted(this, 1, now); }

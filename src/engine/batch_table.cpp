@@ -62,7 +62,7 @@ Status BatchTable::allocate(size_t capacity, BatchID& out, std::shared_ptr<Batch
 std::shared_ptr<Batch> BatchTable::find(BatchID id) const {
   if (id == kInvalidBatch) return nullptr;
   const Shard& sh = shards_[shardOf(id)];
-  std::shared_lock lk(sh.mu);
+  std::lock_guard lk(sh.mu);
   auto it = sh.batches.find(id);
   return it == sh.batches.end() ? nullptr : it->second;
 }
@@ -93,7 +93,7 @@ Status BatchTable::free(BatchID id, bool settle) {
     {
       if (id == kInvalidBatch) return notAllocated(id);
       Shard& sh = shards_[shardOf(id)];
-      std::unique_lock lk(sh.mu);
+      std::lock_guard lk(sh.mu);
       auto it = sh.batches.find(id);
       if (it == sh.batches.end()) return notAllocated(id);
       batch = it->second;
@@ -167,7 +167,7 @@ void BatchTable::cool(bool views, bool regions) {
 size_t BatchTable::kept() const {
   size_t n = 0;
   for (const Shard& sh : shards_) {
-    std::shared_lock lk(sh.mu);
+    std::lock_guard lk(sh.mu);
     n += sh.kept.size();
   }
   return n;
@@ -195,7 +195,7 @@ void BatchTable::reapOrphans() {
 std::vector<std::shared_ptr<Batch>> BatchTable::live() const {
   std::vector<std::shared_ptr<Batch>> out;
   for (const Shard& sh : shards_) {
-    std::shared_lock lk(sh.mu);
+    std::lock_guard lk(sh.mu);
     for (auto& [id, b] : sh.batches) out.push_back(b);
   }
   return out;
@@ -215,7 +215,7 @@ void BatchTable::clear() {
 size_t BatchTable::open() const {
   size_t n = 0;
   for (const Shard& sh : shards_) {
-    std::shared_lock lk(sh.mu);
+    std::lock_guard lk(sh.mu);
     n += sh.batches.size();
   }
   return n;
@@ -224,7 +224,7 @@ size_t BatchTable::open() const {
 uint64_t BatchTable::allocated() const {
   uint64_t n = 0;
   for (const Shard& sh : shards_) {
-    std::shared_lock lk(sh.mu);
+    std::lock_guard lk(sh.mu);
     n += sh.made;
   }
   return n;

@@ -21,8 +21,9 @@
 // makes the kept batches let go of theirs (cool): nothing is held past
 // closeSegment or unregisterLocalMemory by a batch nobody uses.
 //
-// Locks: a shard's shared_mutex (find shared; allocate and free
-// exclusive), taken under the orphan mutex when orphans are reaped, and
+// Locks: a shard's mutex (a plain one, cheaper than a shared mutex: its
+// own thread takes it to allocate and free, others rarely, to find a
+// batch by id), taken under the orphan mutex when orphans are reaped, and
 // itself held while a freed batch's submit mutex is taken (engine_impl.h:
 // lock order). What a kept batch lets go of is dropped outside it.
 #pragma once
@@ -31,7 +32,6 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -99,7 +99,7 @@ class BatchTable {
 
  private:
   struct alignas(64) Shard {
-    mutable std::shared_mutex mu;
+    mutable std::mutex mu;
     using Map = std::unordered_map<BatchID, std::shared_ptr<Batch>>;
     Map batches;                               // under mu
     uint64_t made = 0;                         // under mu: batches allocated here

@@ -190,8 +190,8 @@ class EngineImpl {
   }
   // Whether the store says `v`'s descriptor may have changed.
   bool viewStale(const SegmentView& v) {
+    if (v.scheme_owned) return false;
     const SegmentDesc& d = *v.desc;
-    if (schemeOwner(d.name)) return false;
     // Unchanged at the store's count now: nothing to ask (no lock taken).
     const uint64_t count = store_->changeCount();
     if (count != 0 && v.unchanged_at.count.load(std::memory_order_relaxed) == count) return false;

@@ -27,6 +27,7 @@ std::shared_ptr<const SegmentView> EngineImpl::makeView(SegmentDesc desc) const 
   view->desc = std::make_shared<const SegmentDesc>(std::move(desc));
   const SegmentDesc& d = *view->desc;
   view->same_host = d.kind == SegmentDesc::Kind::kMemory && !d.host_id.empty() && d.host_id == host_id_;
+  view->scheme_owned = schemeOwner(d.name) != nullptr;
   const bool file = d.kind == SegmentDesc::Kind::kFile;
   for (auto& t : transports_) {
     const TransportCaps c = t->caps();

@@ -74,6 +74,9 @@ struct SegmentView {
   std::shared_ptr<const SegmentDesc> desc;
   UnchangedAt unchanged_at;
   bool same_host = false;  // the owner shares this engine's host id
+  // A transport resolves its name (file://...), not the store: the store
+  // is never asked whether it changed (set once, by makeView).
+  bool scheme_owned = false;
   std::vector<Route> routes;
   // Transports of the build not installed here (transport null); counts
   // where the peer's engine publishes it.
