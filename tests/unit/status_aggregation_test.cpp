@@ -131,3 +131,36 @@ TEST(StatusAggregation, completed_agrees_with_status_in_every_state) {
   agree(4, TransferState::kTimeout);
   b.dropSubBatches();
 }
+
+TEST(StatusAggregation, a_task_used_again_after_a_failure_reports_only_its_new_outcome) {
+  // A freed batch is kept and handed out again (batch.recycle), its tasks
+  // with it; a task's error is reset only when a failure had set it
+  // (Task::resetBorrowed): the next use must report its own outcome, never
+  // the earlier failure.
+  EnginePair p;
+  ASSERT_TRUE(p.setup_status.ok()) << p.setup_status.toString();
+  const std::vector<TransferRequest> req = {{OpCode::kWrite, p.local(), p.seg, p.remote(), 4096}};
+  auto run = [&](TransferState verdict) {
+    p.fake_init->setVerdict([verdict](const FakeTransport::Slice&) { return verdict; });
+    auto st = runBatch(p.init, p.seg, req);
+    EXPECT_EQ(st.size(), 1u);
+    return st.empty() ? TransferStatus{} : st[0];
+  };
+  for (int i = 0; i < 3; ++i) {
+    TransferStatus failed = run(TransferState::kFailed);
+    EXPECT_EQ(failed.s, TransferState::kFailed);
+    EXPECT_EQ(failed.error.message(), "FAILED");
+    TransferStatus done = run(TransferState::kCompleted);
+    EXPECT_EQ(done.s, TransferState::kCompleted);
+    EXPECT_TRUE(done.error.ok()) << done.error.toString();
+    EXPECT_EQ(done.transferred_bytes, 4096u);
+    TransferStatus late = run(TransferState::kTimeout);
+    EXPECT_EQ(late.s, TransferState::kTimeout);
+    EXPECT_EQ(late.error.message(), "TIMEOUT");  // its own, not the earlier FAILED
+  }
+  std::vector<TransferStatus> statuses;
+  p.fake_init->setVerdict([](const FakeTransport::Slice&) { return TransferState::kCompleted; });
+  EXPECT_TRUE(p.init.transferSync(req, std::chrono::seconds(10), &statuses).ok());
+  ASSERT_EQ(statuses.size(), 1u);
+  EXPECT_TRUE(statuses[0].error.ok()) << statuses[0].error.toString();
+}
