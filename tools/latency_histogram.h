@@ -37,8 +37,8 @@ class LatencyHistogram {
   }
 
   // Bucket i holds [lowerOf(i), lowerOf(i + 1)): exact below 128 ns, then 128
-  // buckets of equal width per power of two, up to 2^43 ns (2.4 hours; longer
-  // is counted in the last bucket).
+  // buckets of equal width per power of two, up to 2^43 ns (2.4 hours); the
+  // last bucket, the top one of 2^42's, also counts everything longer.
   static constexpr unsigned kSub = 7;  // log2 of the buckets per power of two
   static constexpr unsigned kTop = 42;
   static constexpr size_t kBuckets = (kTop - kSub + 1) * (1u << kSub) + (1u << kSub);

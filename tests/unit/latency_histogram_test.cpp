@@ -22,8 +22,14 @@ TEST(LatencyHistogram, every_value_lands_in_the_bucket_whose_range_holds_it_and_
   }
   EXPECT_EQ(LatencyHistogram::bucketOf(0), 0u);
   EXPECT_EQ(LatencyHistogram::bucketOf(127), 127u);
-  EXPECT_EQ(LatencyHistogram::bucketOf(uint64_t{1} << 50), LatencyHistogram::kBuckets - 1) << "past 2^42 ns: the last";
+  EXPECT_EQ(LatencyHistogram::bucketOf(uint64_t{1} << 50), LatencyHistogram::kBuckets - 1) << "longer: the last";
   EXPECT_EQ(LatencyHistogram::bucketOf(UINT64_MAX), LatencyHistogram::kBuckets - 1);
+  // The last bucket is the top one of the 2^42 octave, and takes everything longer.
+  const uint64_t last_lower = LatencyHistogram::lowerOf(LatencyHistogram::kBuckets - 1);
+  EXPECT_EQ(last_lower, (uint64_t{1} << 43) - (uint64_t{1} << 35));
+  EXPECT_EQ(LatencyHistogram::bucketOf(last_lower), LatencyHistogram::kBuckets - 1);
+  EXPECT_EQ(LatencyHistogram::bucketOf(last_lower - 1), LatencyHistogram::kBuckets - 2);
+  EXPECT_EQ(LatencyHistogram::bucketOf(uint64_t{1} << 43), LatencyHistogram::kBuckets - 1);
 }
 
 TEST(LatencyHistogram, quantiles_of_known_samples_come_out_within_a_bucket) {
