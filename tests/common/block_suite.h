@@ -41,7 +41,7 @@ TEST_P(TransportSuite, strided_write_then_strided_read_round_trip) {
   ASSERT_TRUE(engine_.registerLocalMemory(src.p, src.n, src.location(), false).ok());
   ASSERT_TRUE(engine_.registerLocalMemory(dst.p, dst.n, dst.location(), false).ok());
   src.fill(0, src.n, 31);
-  const uint64_t at = base_ + (64u << 20) + 5;
+  const uint64_t at = base_ + (40u << 20) + 5;
   BatchID b;
   ASSERT_TRUE(engine_.allocateBatchID(2, b).ok());
   ASSERT_TRUE(engine_.submitStrided(b, OpCode::kWrite, seg_, {src.p, at, len, 3 * len, 5 * len, n}).ok());
@@ -67,7 +67,7 @@ TEST_P(TransportSuite, plan_posted_after_its_memory_was_registered_again_lands) 
   const size_t n = 256, len = 4096;
   SuiteBuffer dst(loc(), 2 * n * len);
   ASSERT_TRUE(engine_.registerLocalMemory(dst.p, dst.n, dst.location(), false).ok());
-  const uint64_t at = base_ + (192u << 20);
+  const uint64_t at = base_ + (56u << 20);
   PlanID plan;
   ASSERT_TRUE(engine_.prepareStrided(OpCode::kRead, seg_, {dst.p, at, len, 2 * len, len, n}, plan).ok());
   for (int round = 0; round < 2; ++round) {
@@ -97,7 +97,7 @@ TEST_P(TransportSuite, prepared_write_plan_posted_three_times_lands_each_time) {
   SuiteBuffer src(loc(), n * 4096), back(loc(), n * len);
   ASSERT_TRUE(engine_.registerLocalMemory(src.p, src.n, src.location(), false).ok());
   ASSERT_TRUE(engine_.registerLocalMemory(back.p, back.n, back.location(), false).ok());
-  const uint64_t at = base_ + (128u << 20);
+  const uint64_t at = base_ + (64u << 20);
   std::vector<uint64_t> l(n), r(n);
   for (size_t i = 0; i < n; ++i) {
     l[i] = reinterpret_cast<uint64_t>(src.p) + i * 4096;
