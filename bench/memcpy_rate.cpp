@@ -5,7 +5,7 @@
 // serve` would expose (slot k is target block k mod (SOURCE / BLOCK)),
 // round after round. Prints GB/s (10^9 bytes/s).
 //
-// Usage: memcpy_rate BLOCK BATCH THREADS SECONDS SOURCE [MODE]   (bytes: plain integers)
+// Usage: memcpy_rate BLOCK BATCH THREADS SECONDS SOURCE [MODE [TARGET_FILE]]   (bytes: plain integers)
 // MODE (the memory of each side as hawser bench and hawser serve --host-memory
 // shared have it):
 //   (none)           both sides private anonymous memory; target -> slots
@@ -14,7 +14,13 @@
 //                    local buffers, the target a memfd mapped shared on small
 //                    pages, as allocateHostMemory's is
 //   local-thp-write  writes: the same memory, slots -> target
+// TARGET_FILE (with a MODE): the target is this file mapped shared instead of
+// a memfd of our own, e.g. /proc/PID/fd/N of a `hawser serve --host-memory
+// shared`: the very pages hawser bench copies to or from (shm_mechanisms.sh
+// SAME_PAGES=1). Faulted in by reading: its contents are left alone.
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -26,12 +32,14 @@
 #include <vector>
 
 int main(int argc, char** argv) {
-  const bool write = argc == 7 && std::strcmp(argv[6], "local-thp-write") == 0;
-  const bool local_thp = write || (argc == 7 && std::strcmp(argv[6], "local-thp") == 0);
-  if (argc != 6 && !local_thp) {
-    std::fprintf(stderr, "usage: %s BLOCK BATCH THREADS SECONDS SOURCE [local-thp|local-thp-write]\n", argv[0]);
+  const bool write = argc >= 7 && std::strcmp(argv[6], "local-thp-write") == 0;
+  const bool local_thp = write || (argc >= 7 && std::strcmp(argv[6], "local-thp") == 0);
+  if ((argc != 6 && !local_thp) || argc > 8) {
+    std::fprintf(stderr, "usage: %s BLOCK BATCH THREADS SECONDS SOURCE [local-thp|local-thp-write [TARGET_FILE]]\n",
+                 argv[0]);
     return 2;
   }
+  const char* target_file = argc == 8 ? argv[7] : nullptr;
   const size_t block = std::strtoull(argv[1], nullptr, 10), batch = std::strtoull(argv[2], nullptr, 10);
   const size_t threads = std::strtoull(argv[3], nullptr, 10), source = std::strtoull(argv[5], nullptr, 10);
   const double seconds = std::atof(argv[4]);
@@ -50,7 +58,23 @@ int main(int argc, char** argv) {
     std::memset(p, 1, n);  // fault in, as both hawser processes do
     return static_cast<char*>(p);
   };
-  char* target = alloc(per_source * block, local_thp ? Kind::kMemfd : Kind::kPrivate);
+  char* target = nullptr;
+  if (target_file) {
+    const int fd = ::open(target_file, O_RDWR | O_CLOEXEC);
+    struct stat st {};
+    if (fd < 0 || ::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < per_source * block) {
+      std::fprintf(stderr, "memcpy_rate: %s: cannot open, or smaller than %zu bytes\n", target_file, per_source * block);
+      return 1;
+    }
+    void* p = ::mmap(nullptr, per_source * block, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) return 1;
+    target = static_cast<char*>(p);
+    volatile char sink = 0;
+    for (size_t i = 0; i < per_source * block; i += 4096) sink = sink + target[i];  // faulted in, left as it is
+  } else {
+    target = alloc(per_source * block, local_thp ? Kind::kMemfd : Kind::kPrivate);
+  }
   char* slots_mem = alloc(slots * block, local_thp ? Kind::kThp : Kind::kPrivate);
   char* const src_base = write ? slots_mem : target;
   char* const dst_base = write ? target : slots_mem;

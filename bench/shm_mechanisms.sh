@@ -38,6 +38,12 @@
 #   SETS      working sets, NAME:BYTES per side (default "warm:4M cold:256M")
 #   THREADS   thread counts (default "1 2")
 #   OPS       (default "read write")
+#   CMA       0: shared mappings only (the cma columns print 0; its serve is not started)
+#   SAME_PAGES 1: each round also runs memcpy_rate on the shared serve's own
+#             memory (its memfd through /proc/PID/fd): the very pages hawser
+#             copies to or from, so that their placement is the same for both;
+#             printed after the row as "same-pages" with the median of each
+#             round's shared / same-pages ratio
 #   DURATION  seconds per run (default 2)
 #   REPEAT    rounds (default 3)
 set -euo pipefail
@@ -55,6 +61,8 @@ THREADS=${THREADS:-"1 2"}
 OPS=${OPS:-"read write"}
 DURATION=${DURATION:-2}
 REPEAT=${REPEAT:-3}
+CMA=${CMA:-1}
+SAME_PAGES=${SAME_PAGES:-0}
 
 work=$(mktemp -d /tmp/hawser-shm-mech-XXXXXX)
 pids=()
@@ -85,7 +93,8 @@ start_serve() {  # PORT KIND
 restart_serves() {
   stop_serves
   start_serve "$PORT" shared
-  start_serve "$((PORT + 1))" private
+  [[ $CMA == 1 ]] && start_serve "$((PORT + 1))" private
+  return 0
 }
 
 # GB/s of one run; fails unless verified, carried by shm, by the mechanism expected.
@@ -99,6 +108,15 @@ run_bench() {  # PORT OP BLOCK BATCH THREADS MECH
     echo "hawser bench $*: not carried by $6 (mapped_slices $mapped, copy_calls $calls)" >&2; exit 1
   fi
   echo "$g"
+}
+
+# The memfd holding the shared serve's memory (allocateHostMemory names it hawser-host-SIZE).
+serve_memfd() {
+  local f
+  for f in /proc/"${pids[0]}"/fd/*; do
+    [[ $(readlink "$f" 2>/dev/null) == /memfd:hawser-host-* ]] && { echo "$f"; return 0; }
+  done
+  echo "no hawser-host memfd in /proc/${pids[0]}/fd" >&2; exit 1
 }
 
 echo "hawser: $HAWSER"
@@ -118,13 +136,16 @@ for block in $BLOCKS; do
       (( batch > 64 )) && batch=64   # then the working set is smaller than asked: column ws says what it was
       source=$(( batch * t * b ))
       for op in $OPS; do
-        mc=(); sh=(); cm=()
+        mc=(); sh=(); cm=(); sp=()
         mode=local-thp; [[ $op == write ]] && mode=local-thp-write
         for _ in $(seq "$REPEAT"); do
           restart_serves
           mc+=("$("$work/memcpy_rate" "$b" "$batch" "$t" "$DURATION" "$source" "$mode")")
+          if [[ $SAME_PAGES == 1 ]]; then
+            sp+=("$("$work/memcpy_rate" "$b" "$batch" "$t" "$DURATION" "$source" "$mode" "$(serve_memfd)")")
+          fi
           sh+=("$(run_bench "$PORT" "$op" "$block" "$batch" "$t" shared)")
-          cm+=("$(run_bench "$((PORT + 1))" "$op" "$block" "$batch" "$t" cma)")
+          if [[ $CMA == 1 ]]; then cm+=("$(run_bench "$((PORT + 1))" "$op" "$block" "$batch" "$t" cma)"); else cm+=(0); fi
         done
         read -r m s c rs rc ps pc < <(python3 - "${mc[*]}" "${sh[*]}" "${cm[*]}" <<'PY'
 import statistics, sys
@@ -137,6 +158,14 @@ PY
         printf '%-5s %-5s %6s %-7s %3s %5s %9s %9s %9s %7s %7s %7s %7s   | memcpy %s shared %s cma %s\n' "$block" \
           "$sname" "$((source >> 20))M" "$op" "$t" "$batch" "$m" "$s" "$c" "$rs" "$rc" "$ps" "$pc" \
           "${mc[*]}" "${sh[*]}" "${cm[*]}"
+        if [[ $SAME_PAGES == 1 ]]; then
+          python3 - "${sp[*]}" "${sh[*]}" <<'PY'
+import statistics, sys
+sp, sh = ([float(x) for x in a.split()] for a in sys.argv[1:3])
+print("      same-pages memcpy %.2f GB/s (median), sh/same:r %.2f | same-pages %s" % (
+    statistics.median(sp), statistics.median(s / m for s, m in zip(sh, sp)), " ".join("%.3f" % x for x in sp)))
+PY
+        fi
       done
     done
   done

@@ -23,6 +23,12 @@
 #                                                  against on; with INLINE_AB=1 shm.inline_bytes 1M
 #                                                  against 0 for 64K x 16 four-thread writes),
 #                                                  bench/shm_batch_cost.sh; about 480 s (timeout_s 600)
+#          bash scripts/device_run.sh shm-edge      the warm four-thread cells against memcpy on the
+#                                                  serve's own pages too (shm_mechanisms.sh SAME_PAGES=1,
+#                                                  shared mappings only): EDGE_REPEAT (9) rounds of 64K x 16
+#                                                  and 1M x 1, then working sets of half and twice a
+#                                                  core's L2, one thread at its L2, and 3-second runs;
+#                                                  about 420 s
 # Each stage there unpacks the bundle when .device is missing and leaves its
 # logs as one archive under $OUT (logs-STAGE.tgz: the tool brings back at
 # most 8 files), rewritten after every step, with a summary at the end.
@@ -146,8 +152,21 @@ case $stage in
     step batch_cost env ROUNDS=3 bash bench/shm_batch_cost.sh
     finish
     ;;
+  shm-edge)
+    ready shm-edge
+    # Is the shortfall of the warm four-thread cells (1 MiB a side a thread:
+    # the core's 2 MiB L2) the engine's, or where the target's pages fall?
+    # SAME_PAGES=1 also runs memcpy on the serve's own pages; then the
+    # working set either side of the L2, one thread at it, and longer runs.
+    edge() { env CMA=0 SAME_PAGES=1 THREADS=4 DURATION=1 "$@" bash bench/shm_mechanisms.sh; }
+    step edge_warm4 edge BLOCKS="64K 1M" SETS=warm:4M REPEAT="${EDGE_REPEAT:-9}"
+    step edge_sizes edge BLOCKS=64K SETS="half:2M twice:8M" REPEAT=5 PORT=17850
+    step edge_one_thread edge BLOCKS=64K SETS=l2:1M THREADS=1 REPEAT=5 PORT=17860
+    step edge_3s edge BLOCKS=64K SETS=warm:4M DURATION=3 REPEAT=3 PORT=17870
+    finish
+    ;;
   *)
-    sed -n '2,21p' "$0" >&2
+    sed -n '2,27p' "$0" >&2
     exit 2
     ;;
 esac
