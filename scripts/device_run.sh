@@ -16,7 +16,7 @@
 #                                                  (KV_SIZES, KV_ROUNDS); about 300 s
 #          bash scripts/device_run.sh shm           shm's mechanisms against memcpy on that host's
 #                                                  cores (issue 29's aims): bench/shm_mechanisms.sh
-#                                                  over 16 cells, the warm four-thread 64K cells again
+#                                                  over 16 cells (SAME_PAGES=1), the warm four-thread 64K cells again
 #                                                  with WARM4_REPEAT (9) rounds, the carried BASE build
 #                                                  against this one (bench/knob_ab.sh, four-thread
 #                                                  batches; with RECYCLE_AB=1 also batch.recycle off
@@ -130,10 +130,11 @@ case $stage in
         OP="$op" bash bench/knob_ab.sh "$@"
     }
     # The aims first (a call is cut off at 600 s), then what explains them.
-    step mechanisms env BLOCKS="64K 1M" SETS="warm:4M cold:64M" THREADS="1 4" DURATION=1 REPEAT=3 \
+    # SAME_PAGES: memcpy on the serve's own pages as well (see shm-edge).
+    step mechanisms env SAME_PAGES=1 BLOCKS="64K 1M" SETS="warm:4M cold:64M" THREADS="1 4" DURATION=1 REPEAT=3 \
       bash bench/shm_mechanisms.sh
-    step mechanisms_warm4 env BLOCKS="64K" SETS="warm:4M" THREADS=4 DURATION=1 REPEAT="${WARM4_REPEAT:-9}" \
-      PORT=17870 bash bench/shm_mechanisms.sh
+    step mechanisms_warm4 env SAME_PAGES=1 BLOCKS="64K" SETS="warm:4M" THREADS=4 DURATION=1 \
+      REPEAT="${WARM4_REPEAT:-9}" PORT=17870 bash bench/shm_mechanisms.sh
     if [ "${INLINE_AB:-0}" = 1 ]; then  # the submitter copying its 1 MiB itself, or with the copy threads
       step inline_64Kx16_t4_write ab 7 64K 16 4 write "HAWSER_SHM_THREADS=4" \
         "HAWSER_SHM_THREADS=4 HAWSER_SHM_INLINE_BYTES=0"
