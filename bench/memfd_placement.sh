@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Whose pages memcpy runs on: bench/memcpy_rate.cpp with the target a memfd
 # of its own (as shm_mechanisms.sh's baseline), a memfd another process
-# made and filled (python, 4 MiB and 16 MiB; 16 MiB again with
-# madvise(MADV_HUGEPAGE) before the fill, as hawser serve does), and the
+# made and filled (python, 16 MiB: with ones, with random bytes, and with
+# ones after madvise(MADV_HUGEPAGE), as hawser serve does), and the
 # memory of a `hawser serve --host-memory shared` (allocateHostMemory's
 # memfd), each through
 # /proc/PID/fd. Rounds interleave the four; every round starts the other
@@ -36,23 +36,23 @@ memfd_of() {  # PID NAME-PREFIX
   done
   echo "no memfd $2 in /proc/$1/fd" >&2; exit 1
 }
-helper() {  # BYTES [huge]: a process holding a memfd it filled
+helper() {  # BYTES [huge|random]: a process holding a memfd it filled (with ones; random bytes)
   python3 -c '
 import mmap, os, sys, time
 n = int(sys.argv[1]); fd = os.memfd_create("placement-" + sys.argv[1]); os.ftruncate(fd, n)
 m = mmap.mmap(fd, n, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
 if sys.argv[2] == "huge": m.madvise(mmap.MADV_HUGEPAGE)
-m.write(b"\1" * n)
+m.write(os.urandom(n) if sys.argv[2] == "random" else b"\1" * n)
 print("ready", flush=True); time.sleep(3600)' "$1" "${2:-}" >/dev/null &
   pids+=($!)
 }
 echo "host: $(nproc) cores, $(uname -r); block $BLOCK x $BATCH, $THREADS threads, working set $SOURCE a side"
 for op in $OPS; do
   mode=local-thp; [[ $op == write ]] && mode=local-thp-write
-  own=() py4=() py16=() pyh=() srv=()
+  own=() pyr=() py16=() pyh=() srv=()
   for _ in $(seq "$ROUNDS"); do
     stop
-    helper $((4 << 20)); p4=${pids[-1]}
+    helper $((16 << 20)) random; pr=${pids[-1]}
     helper $((16 << 20)); p16=${pids[-1]}
     helper $((16 << 20)) huge; ph=${pids[-1]}
     "$HAWSER" serve --listen "127.0.0.1:$PORT" --memory 16M --host-memory shared >"$work/serve.log" 2>&1 &
@@ -60,16 +60,16 @@ for op in $OPS; do
     for _ in $(seq 200); do grep -q '^ready' "$work/serve.log" && break; sleep 0.05; done
     run() { "$work/memcpy_rate" "$BLOCK" "$BATCH" "$THREADS" "$DURATION" "$SOURCE" "$mode" "$@"; }
     own+=("$(run)")
-    py4+=("$(run "$(memfd_of "$p4" placement-)")")
+    pyr+=("$(run "$(memfd_of "$pr" placement-)")")
     py16+=("$(run "$(memfd_of "$p16" placement-)")")
     pyh+=("$(run "$(memfd_of "$ph" placement-)")")
     srv+=("$(run "$(memfd_of "${pids[-1]}" hawser-host-)")")
   done
-  python3 - "$op" "${own[*]}" "${py4[*]}" "${py16[*]}" "${pyh[*]}" "${srv[*]}" <<'PY'
+  python3 - "$op" "${own[*]}" "${pyr[*]}" "${py16[*]}" "${pyh[*]}" "${srv[*]}" <<'PY'
 import statistics, sys
 op = sys.argv[1]
-own, py4, py16, pyh, srv = ([float(x) for x in a.split()] for a in sys.argv[2:7])
-for name, v in (("own memfd", own), ("python 4 MiB", py4), ("python 16 MiB", py16), ("python 16M huge", pyh),
+own, pyr, py16, pyh, srv = ([float(x) for x in a.split()] for a in sys.argv[2:7])
+for name, v in (("own memfd", own), ("python 16M random", pyr), ("python 16 MiB", py16), ("python 16M huge", pyh),
                 ("hawser serve", srv)):
     r = statistics.median(x / o for x, o in zip(v, own))
     print("%-5s %-14s median %7.2f GB/s  / own:r %.2f  | %s" % (op, name, statistics.median(v), r,
