@@ -105,12 +105,6 @@ class SuiteBuffer {
     std::memset(h, 0, len);
     EXPECT_TRUE(copyMemory(p + off, h, len).ok());
   }
-  std::vector<char> download(size_t off, size_t len) const {
-    std::vector<char> h(len);
-    if (host_) std::memcpy(h.data(), p + off, len);
-    else EXPECT_TRUE(copyMemory(h.data(), p + off, len).ok());
-    return h;
-  }
   int64_t check(size_t off, size_t len, uint64_t seed, uint64_t base = 0) const {
     if (host_) return checkPattern(p + off, len, seed, base);
     char* h = mirror(len);
