@@ -35,11 +35,8 @@ foreach(src ${gpu_tests})
   if(NOT name STREQUAL "cuda_abi_test")  # its own include path and definitions
     hawser_test_pch(${name})
   endif()
-  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST TEST_PREFIX "gpu."
-    PROPERTIES LABELS gpu TIMEOUT 300)
-  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST TEST_PREFIX "gpu_sim."
-    PROPERTIES LABELS gpu_sim TIMEOUT 300
-    ENVIRONMENT "HAWSER_TEST_CUDA_DRIVER=$<TARGET_FILE:hawser_fake_cuda>")
+  hawser_gtest(${name} gpu gpu)
+  hawser_gtest(${name} gpu_sim gpu_sim ENV "HAWSER_TEST_CUDA_DRIVER=$<TARGET_FILE:hawser_fake_cuda>")
 endforeach()
 
 # The C API's GPU memory calls, against the stand-in driver (tests/c).
