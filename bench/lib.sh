@@ -1,6 +1,21 @@
 # Shared by the bench scripts (source it): where the built programs are.
 bench_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
+# memfd_of PID PREFIX: the /proc/PID/fd entry of that process's memfd whose
+# name starts with PREFIX (e.g. hawser-host-, allocateHostMemory's), waiting
+# up to 5 s for it; fails the script when there is none.
+memfd_of() {
+  local f
+  for _ in $(seq 100); do
+    for f in /proc/"$1"/fd/*; do
+      [[ $(readlink "$f" 2>/dev/null) == "/memfd:$2"* ]] && { echo "$f"; return 0; }
+    done
+    sleep 0.05
+  done
+  echo "no memfd $2* in /proc/$1/fd" >&2
+  exit 1
+}
+
 # find_bin NAME: the first executable NAME in build/bin, then build-*/bin; "" if none.
 find_bin() {
   local c

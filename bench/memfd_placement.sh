@@ -27,16 +27,6 @@ stop() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/d
 trap 'stop; rm -rf "$work"' EXIT
 "${CXX:-c++}" -O2 -std=c++17 -pthread -o "$work/memcpy_rate" "$here/bench/memcpy_rate.cpp"
 
-memfd_of() {  # PID NAME-PREFIX
-  local f
-  for _ in $(seq 100); do
-    for f in /proc/"$1"/fd/*; do
-      [[ $(readlink "$f" 2>/dev/null) == "/memfd:$2"* ]] && { echo "$f"; return 0; }
-    done
-    sleep 0.05
-  done
-  echo "no memfd $2 in /proc/$1/fd" >&2; exit 1
-}
 helper() {  # BYTES [huge|random]: a process holding a memfd it filled (with ones; random bytes)
   python3 -c '
 import mmap, os, sys, time

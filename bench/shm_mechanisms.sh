@@ -110,14 +110,6 @@ run_bench() {  # PORT OP BLOCK BATCH THREADS MECH
   echo "$g"
 }
 
-# The memfd holding the shared serve's memory (allocateHostMemory names it hawser-host-SIZE).
-serve_memfd() {
-  local f
-  for f in /proc/"${pids[0]}"/fd/*; do
-    [[ $(readlink "$f" 2>/dev/null) == /memfd:hawser-host-* ]] && { echo "$f"; return 0; }
-  done
-  echo "no hawser-host memfd in /proc/${pids[0]}/fd" >&2; exit 1
-}
 
 echo "hawser: $HAWSER"
 echo "host: $(nproc) cores, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -142,7 +134,8 @@ for block in $BLOCKS; do
           restart_serves
           mc+=("$("$work/memcpy_rate" "$b" "$batch" "$t" "$DURATION" "$source" "$mode")")
           if [[ $SAME_PAGES == 1 ]]; then
-            sp+=("$("$work/memcpy_rate" "$b" "$batch" "$t" "$DURATION" "$source" "$mode" "$(serve_memfd)")")
+            target=$(memfd_of "${pids[0]}" hawser-host-)  # the shared serve's memory
+            sp+=("$("$work/memcpy_rate" "$b" "$batch" "$t" "$DURATION" "$source" "$mode" "$target")")
           fi
           sh+=("$(run_bench "$PORT" "$op" "$block" "$batch" "$t" shared)")
           if [[ $CMA == 1 ]]; then cm+=("$(run_bench "$((PORT + 1))" "$op" "$block" "$batch" "$t" cma)"); else cm+=(0); fi
