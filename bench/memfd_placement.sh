@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
-# Whose pages memcpy runs on: bench/memcpy_rate.cpp with the target a memfd
-# of its own (as shm_mechanisms.sh's baseline), a memfd another process
-# made and filled (python, 16 MiB: with ones, with random bytes, and with
-# ones after madvise(MADV_HUGEPAGE), as hawser serve does), and the
-# memory of a `hawser serve --host-memory shared` (allocateHostMemory's
-# memfd; as shm_mechanisms.sh starts it, its memory zeroed, and again with
-# --fill-seed: pattern bytes), each through
-# /proc/PID/fd. Rounds interleave the four; every round starts the other
-# processes anew. Prints each variant's GB/s per round and the median of
-# each round's ratio to the own-memfd run. Written to ask whether the
-# serve's pages are slower for memcpy itself (docs/shm.md, runs 42-43).
+# Whose pages memcpy runs on: bench/memcpy_rate.cpp with the target
+#   own     a memfd of its own (as shm_mechanisms.sh's baseline);
+#   python  a 16 MiB memfd a python process made and filled with ones;
+#   alloc   hawser_allocate_host_memory's memfd in a small C program that
+#           zeroes it as hawser serve does and starts no engine;
+#   serve   a `hawser serve --host-memory shared`'s memory (allocateHostMemory,
+#           zeroed, then an engine started and the memory registered);
+#   filled  the same with --fill-seed (pattern bytes);
+# each through /proc/PID/fd. Every round starts the other processes anew
+# and runs the variants in an order rotated by one from the round before
+# (no variant always last). Prints each variant's GB/s per round, the
+# median of each round's ratio to the own-memfd run and, where page frame
+# numbers can be read (root), where the target's pages lay: the median
+# number of physically contiguous runs and the load of the fullest of 32
+# page colours over the mean (memcpy_rate.cpp, MEMCPY_RATE_PAGES; each
+# round's GB/s@colours after the |). Written
+# to ask why the serve's pages are slower for memcpy itself (docs/shm.md,
+# runs 42-46).
 #
 # Usage: bench/memfd_placement.sh   (from the repository root)
 # Environment: HAWSER, CXX, BLOCK (64K), BATCH (16), THREADS (4), OPS
@@ -26,49 +33,84 @@ pids=()
 stop() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; pids=(); }
 trap 'stop; rm -rf "$work"' EXIT
 "${CXX:-c++}" -O2 -std=c++17 -pthread -o "$work/memcpy_rate" "$here/bench/memcpy_rate.cpp"
+# The library beside the binary: .device/bin/../lib in the bundle, build/ in a build tree.
+libdir=$(dirname "$HAWSER")/../lib
+[[ -e $libdir/libhawser.so ]] || libdir=$(dirname "$HAWSER")/..
+cat >"$work/alloc.c" <<'C'
+#include <hawser/c_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char** argv) {
+  size_t n = strtoull(argv[1], NULL, 10);
+  void* p = NULL;
+  if (hawser_allocate_host_memory(n, &p) != 0) return 1;
+  memset(p, 0, n);
+  printf("ready\n");
+  fflush(stdout);
+  pause();
+  return 0;
+}
+C
+"${CC:-cc}" -O2 -I"$here/include" -o "$work/alloc" "$work/alloc.c" -L"$libdir" -lhawser -Wl,-rpath,"$(cd "$libdir" && pwd)"
 
-helper() {  # BYTES [huge|random]: a process holding a memfd it filled (with ones; random bytes)
+python_memfd() {  # BYTES: a process holding a memfd it filled with ones
   python3 -c '
 import mmap, os, sys, time
 n = int(sys.argv[1]); fd = os.memfd_create("placement-" + sys.argv[1]); os.ftruncate(fd, n)
 m = mmap.mmap(fd, n, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-if sys.argv[2] == "huge": m.madvise(mmap.MADV_HUGEPAGE)
-m.write(os.urandom(n) if sys.argv[2] == "random" else b"\1" * n)
-print("ready", flush=True); time.sleep(3600)' "$1" "${2:-}" >/dev/null &
+m.write(b"\1" * n)
+print("ready", flush=True); time.sleep(3600)' "$1" >/dev/null &
   pids+=($!)
 }
+ready() {  # LOG...: waits up to 10 s for each to say ready
+  local f
+  for f in "$@"; do
+    for _ in $(seq 200); do grep -q '^ready' "$f" && break; sleep 0.05; done
+    grep -q '^ready' "$f" || { echo "not ready: $f" >&2; cat "$f" >&2; exit 1; }
+  done
+}
+names=(own python alloc serve filled)
 echo "host: $(nproc) cores, $(uname -r); block $BLOCK x $BATCH, $THREADS threads, working set $SOURCE a side"
 for op in $OPS; do
   mode=local-thp; [[ $op == write ]] && mode=local-thp-write
-  own=() pyr=() py16=() pyh=() srv=() srf=()
-  for _ in $(seq "$ROUNDS"); do
+  rm -f "$work"/*.res
+  for round in $(seq "$ROUNDS"); do
     stop
-    helper $((16 << 20)) random; pr=${pids[-1]}
-    helper $((16 << 20)); p16=${pids[-1]}
-    helper $((16 << 20)) huge; ph=${pids[-1]}
+    python_memfd $((16 << 20)); declare -A file=()
+    file[python]=$(memfd_of "${pids[-1]}" placement-)
+    "$work/alloc" $((16 << 20)) >"$work/alloc.log" 2>&1 &
+    pids+=($!); ready "$work/alloc.log"; file[alloc]=$(memfd_of "${pids[-1]}" hawser-host-)
     "$HAWSER" serve --listen "127.0.0.1:$PORT" --memory 16M --host-memory shared >"$work/serve.log" 2>&1 &
     pids+=($!); ps=${pids[-1]}
     "$HAWSER" serve --listen "127.0.0.1:$((PORT + 1))" --memory 16M --host-memory shared --fill-seed 7 \
-      >"$work/serve-filled.log" 2>&1 &
+      >"$work/filled.log" 2>&1 &
     pids+=($!); pf=${pids[-1]}
-    for _ in $(seq 200); do grep -q '^ready' "$work/serve.log" && grep -q '^ready' "$work/serve-filled.log" && break
-      sleep 0.05; done
-    run() { "$work/memcpy_rate" "$BLOCK" "$BATCH" "$THREADS" "$DURATION" "$SOURCE" "$mode" "$@"; }
-    own+=("$(run)")
-    pyr+=("$(run "$(memfd_of "$pr" placement-)")")
-    py16+=("$(run "$(memfd_of "$p16" placement-)")")
-    pyh+=("$(run "$(memfd_of "$ph" placement-)")")
-    srv+=("$(run "$(memfd_of "$ps" hawser-host-)")")
-    srf+=("$(run "$(memfd_of "$pf" hawser-host-)")")
+    ready "$work/serve.log" "$work/filled.log"
+    file[serve]=$(memfd_of "$ps" hawser-host-) file[filled]=$(memfd_of "$pf" hawser-host-) file[own]=
+    for i in "${!names[@]}"; do
+      v=${names[$(((i + round) % ${#names[@]}))]}
+      MEMCPY_RATE_PAGES=1 "$work/memcpy_rate" "$BLOCK" "$BATCH" "$THREADS" "$DURATION" "$SOURCE" "$mode" \
+        ${file[$v]:+"${file[$v]}"} >>"$work/$v.res"
+    done
   done
-  python3 - "$op" "${own[*]}" "${pyr[*]}" "${py16[*]}" "${pyh[*]}" "${srv[*]}" "${srf[*]}" <<'PY'
+  python3 - "$op" "$work" "${names[@]}" <<'PY'
 import statistics, sys
-op = sys.argv[1]
-own, pyr, py16, pyh, srv, srf = ([float(x) for x in a.split()] for a in sys.argv[2:8])
-for name, v in (("own memfd", own), ("python 16M random", pyr), ("python 16 MiB", py16), ("python 16M huge", pyh),
-                ("hawser serve", srv), ("serve filled", srf)):
-    r = statistics.median(x / o for x, o in zip(v, own))
-    print("%-5s %-14s median %7.2f GB/s  / own:r %.2f  | %s" % (op, name, statistics.median(v), r,
-          " ".join("%.1f" % x for x in v)))
+op, work, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+rows = {}
+for n in names:  # a line: GB/s [runs=R colors=X]
+    rows[n] = [dict([("gbs", float(l.split()[0]))] + [(k, float(v)) for k, v in (f.split("=") for f in l.split()[1:])])
+               for l in open("%s/%s.res" % (work, n))]
+own = [r["gbs"] for r in rows["own"]]
+for n in names:
+    v = rows[n]
+    g = [r["gbs"] for r in v]
+    ratio = statistics.median(x / o for x, o in zip(g, own))
+    where = ""
+    if all("runs" in r for r in v):
+        where = " runs %4.0f colors %.2f" % (statistics.median(r["runs"] for r in v), statistics.median(r["colors"] for r in v))
+    each = " ".join("%.1f" % r["gbs"] + ("@%.2f" % r["colors"] if "colors" in r else "") for r in v)
+    print("%-5s %-7s median %7.2f GB/s  / own:r %.2f%s | %s" % (op, n, statistics.median(g), ratio, where, each))
 PY
 done
