@@ -18,12 +18,13 @@
 // a memfd of our own, e.g. /proc/PID/fd/N of a `hawser serve --host-memory
 // shared`: the very pages hawser bench copies to or from (shm_mechanisms.sh
 // SAME_PAGES=1). Faulted in by reading: its contents are left alone.
-// With MEMCPY_RATE_PAGES=1 in the environment (and the rights to read page
+// With MEMCPY_RATE_PAGES=1 (or =C, a number of colours) in the environment (and the rights to read page
 // frame numbers from /proc/self/pagemap: root), the line also says where the
 // target's pages lie: `runs=R` physically contiguous runs (either way), and
 // `colors=X`: of the target pages a thread copies, the most that share one of
-// 32 page colours (frame number mod 32: pages whose lines fall in the same
-// sets of a 2 MiB 16-way L2, as on the H100 hosts' Xeons), over the mean a
+// 32 page colours, or C (frame number mod 32: pages whose lines fall in the
+// same sets of a 2 MiB 16-way L2, as on the H100 hosts' Xeons; 16 for a 1 MiB
+// 16-way one), over the mean a
 // colour, averaged over the threads. 1.00 when spread evenly, as contiguous
 // memory is; where a thread's working set is its L2, more means conflict misses.
 #include <fcntl.h>
@@ -46,7 +47,7 @@ namespace {
 // " runs=R colors=X" of the target (see the head): X is the mean over the
 // threads of the fullest colour's count among the target pages a thread
 // copies over the mean count; "" when the frame numbers cannot be read.
-std::string placement(const char* target, size_t block, size_t batch, size_t threads, size_t per_source) {
+std::string placement(const char* target, size_t block, size_t batch, size_t threads, size_t per_source, size_t colors) {
   const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return "";
   const size_t pages = per_source * block / 4096;
@@ -64,11 +65,11 @@ std::string placement(const char* target, size_t block, size_t batch, size_t thr
   }
   double sum = 0;
   for (size_t t = 0; t < threads; ++t) {
-    std::vector<size_t> color(32, 0);
+    std::vector<size_t> color(colors, 0);
     size_t n = 0;
     for (size_t i = 0; i < batch; ++i)
-      for (size_t off = 0; off < block; off += 4096, ++n) ++color[pfn[(((t * batch + i) % per_source) * block + off) / 4096] % 32];
-    sum += static_cast<double>(*std::max_element(color.begin(), color.end())) / (static_cast<double>(n) / 32);
+      for (size_t off = 0; off < block; off += 4096, ++n) ++color[pfn[(((t * batch + i) % per_source) * block + off) / 4096] % colors];
+    sum += static_cast<double>(*std::max_element(color.begin(), color.end())) / (static_cast<double>(n) / static_cast<double>(colors));
   }
   char buf[64];
   std::snprintf(buf, sizeof buf, " runs=%zu colors=%.2f", runs, sum / static_cast<double>(threads));
@@ -145,7 +146,8 @@ int main(int argc, char** argv) {
   for (auto& t : ts) t.join();
   const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const char* pages_env = std::getenv("MEMCPY_RATE_PAGES");
-  const std::string where = pages_env && *pages_env == '1' ? placement(target, block, batch, threads, per_source) : "";
+  const size_t colors = pages_env ? std::strtoull(pages_env, nullptr, 10) : 0;
+  const std::string where = colors ? placement(target, block, batch, threads, per_source, colors == 1 ? 32 : colors) : "";
   std::printf("%.3f%s\n", static_cast<double>(bytes.load()) / el / 1e9, where.c_str());
   return 0;
 }

@@ -2,8 +2,8 @@
 # Whose pages memcpy runs on: bench/memcpy_rate.cpp with the target
 #   own     a memfd of its own (as shm_mechanisms.sh's baseline);
 #   python  a 16 MiB memfd a python process made and filled with ones;
-#   alloc   hawser_allocate_host_memory's memfd in a small C program that
-#           zeroes it as hawser serve does and starts no engine;
+#   alloc   a memfd made with allocateHostMemory's calls and zeroed as
+#           hawser serve does, in a small C program that starts no engine;
 #   serve   a `hawser serve --host-memory shared`'s memory (allocateHostMemory,
 #           zeroed, then an engine started and the memory registered);
 #   filled  the same with --fill-seed (pattern bytes);
@@ -20,7 +20,8 @@
 #
 # Usage: bench/memfd_placement.sh   (from the repository root)
 # Environment: HAWSER, CXX, BLOCK (64K), BATCH (16), THREADS (4), OPS
-# ("read write"), ROUNDS (7), DURATION (1), PORT (17890).
+# ("read write"), ROUNDS (7), DURATION (1), PORT (17890), COLORS (32: page
+# colours of the L2, 32 for 2 MiB 16-way, 16 for 1 MiB 16-way).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 source "$here/bench/lib.sh"
@@ -33,19 +34,26 @@ pids=()
 stop() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; pids=(); }
 trap 'stop; rm -rf "$work"' EXIT
 "${CXX:-c++}" -O2 -std=c++17 -pthread -o "$work/memcpy_rate" "$here/bench/memcpy_rate.cpp"
-# The library beside the binary: .device/bin/../lib in the bundle, build/ in a build tree.
-libdir=$(dirname "$HAWSER")/../lib
-[[ -e $libdir/libhawser.so ]] || libdir=$(dirname "$HAWSER")/..
+# allocateHostMemory's calls (base/host_memory.cpp: memfd_create named
+# hawser-host-SIZE, ftruncate, mmap shared), then the serve's madvise and
+# memset, in a process that starts no engine (the bundle links the library
+# into its programs: there is no libhawser.so to link against).
 cat >"$work/alloc.c" <<'C'
-#include <hawser/c_api.h>
+#define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 int main(int argc, char** argv) {
   size_t n = strtoull(argv[1], NULL, 10);
-  void* p = NULL;
-  if (hawser_allocate_host_memory(n, &p) != 0) return 1;
+  char name[64];
+  snprintf(name, sizeof name, "hawser-host-%zu", n);
+  int fd = memfd_create(name, MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, (off_t)n) != 0) return 1;
+  void* p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return 1;
+  (void)madvise(p, n, MADV_HUGEPAGE);
   memset(p, 0, n);
   printf("ready\n");
   fflush(stdout);
@@ -53,7 +61,7 @@ int main(int argc, char** argv) {
   return 0;
 }
 C
-"${CC:-cc}" -O2 -I"$here/include" -o "$work/alloc" "$work/alloc.c" -L"$libdir" -lhawser -Wl,-rpath,"$(cd "$libdir" && pwd)"
+"${CC:-cc}" -O2 -o "$work/alloc" "$work/alloc.c"
 
 python_memfd() {  # BYTES: a process holding a memfd it filled with ones
   python3 -c '
@@ -91,7 +99,7 @@ for op in $OPS; do
     file[serve]=$(memfd_of "$ps" hawser-host-) file[filled]=$(memfd_of "$pf" hawser-host-) file[own]=
     for i in "${!names[@]}"; do
       v=${names[$(((i + round) % ${#names[@]}))]}
-      MEMCPY_RATE_PAGES=1 "$work/memcpy_rate" "$BLOCK" "$BATCH" "$THREADS" "$DURATION" "$SOURCE" "$mode" \
+      MEMCPY_RATE_PAGES=${COLORS:-32} "$work/memcpy_rate" "$BLOCK" "$BATCH" "$THREADS" "$DURATION" "$SOURCE" "$mode" \
         ${file[$v]:+"${file[$v]}"} >>"$work/$v.res"
     done
   done

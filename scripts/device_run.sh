@@ -29,6 +29,13 @@
 #                                                  and 1M x 1, then working sets of half and twice a
 #                                                  core's L2, one thread at its L2, and 3-second runs;
 #                                                  about 420 s
+#          bash scripts/device_run.sh placement     whose pages memcpy runs on (bench/memfd_placement.sh:
+#                                                  its own memfd, python's, allocateHostMemory's without
+#                                                  an engine, two serves'), with where each target's
+#                                                  pages lie; 64K x 16 and 1M x 1 four-thread, 64K x 8
+#                                                  four-thread (in the L2); and what the guest's memory
+#                                                  goes through (KSM, balloon, free page reporting,
+#                                                  /proc/vmstat around the runs); about 330 s
 # Each stage there unpacks the bundle when .device is missing and leaves its
 # logs as one archive under $OUT (logs-STAGE.tgz: the tool brings back at
 # most 8 files), rewritten after every step, with a summary at the end.
@@ -166,8 +173,28 @@ case $stage in
     step edge_3s edge BLOCKS=64K SETS=warm:4M DURATION=3 REPEAT=3 PORT=17870
     finish
     ;;
+  placement)
+    ready placement
+    {
+      for f in /sys/kernel/mm/ksm/run /sys/kernel/mm/ksm/pages_sharing /sys/kernel/mm/ksm/use_zero_pages \
+        /proc/sys/vm/nr_hugepages /proc/sys/kernel/numa_balancing /sys/kernel/mm/transparent_hugepage/defrag; do
+        echo "$f: $(cat "$f" 2>/dev/null || echo '?')"
+      done
+      echo "virtio drivers: $(ls /sys/bus/virtio/drivers 2>/dev/null | tr '\n' ' ')"
+      grep -h . /sys/bus/virtio/devices/*/features 2>/dev/null | head -5
+      dmesg 2>/dev/null | grep -iE 'balloon|page.report|hugetlb|kvm-clock|hypervisor' | head -20
+      cat /proc/buddyinfo
+    } > "$logs/memory.txt" 2>&1
+    grep -E '^(thp_|pgfault|pgalloc|pgfree|compact_|numa_)' /proc/vmstat > "$logs/vmstat-before.txt"
+    step place_64Kx16_t4 env ROUNDS="${PLACE_ROUNDS:-9}" bash bench/memfd_placement.sh
+    step place_1Mx1_t4 env BLOCK=1M BATCH=1 ROUNDS=5 PORT=17900 bash bench/memfd_placement.sh
+    step place_64Kx8_t4 env BATCH=8 ROUNDS=5 PORT=17910 bash bench/memfd_placement.sh
+    grep -E '^(thp_|pgfault|pgalloc|pgfree|compact_|numa_)' /proc/vmstat > "$logs/vmstat-after.txt"
+    pack_logs
+    finish
+    ;;
   *)
-    sed -n '2,27p' "$0" >&2
+    sed -n '2,37p' "$0" >&2
     exit 2
     ;;
 esac
