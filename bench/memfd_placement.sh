@@ -7,9 +7,10 @@
 #   serve   a `hawser serve --host-memory shared`'s memory (allocateHostMemory,
 #           zeroed, then an engine started and the memory registered);
 #   filled  the same with --fill-seed (pattern bytes);
-# each through /proc/PID/fd. Every round starts the other processes anew
-# and runs the variants in an order rotated by one from the round before
-# (no variant always last). Prints each variant's GB/s per round, the
+# each through /proc/PID/fd. Every round starts the four holders anew,
+# one after another (each filled before the next starts), and runs the
+# variants, both in orders rotated by one from the round before (no variant
+# always last); it also prints the ratios by when the holder started. Prints each variant's GB/s per round, the
 # median of each round's ratio to the own-memfd run and, where page frame
 # numbers can be read (root), where the target's pages lay: the median
 # number of physically contiguous runs and the load of the fullest of 32
@@ -86,21 +87,31 @@ for op in $OPS; do
   rm -f "$work"/*.res
   for round in $(seq "$ROUNDS"); do
     stop
-    python_memfd $((16 << 20)); declare -A file=()
-    file[python]=$(memfd_of "${pids[-1]}" placement-)
-    "$work/alloc" $((16 << 20)) >"$work/alloc.log" 2>&1 &
-    pids+=($!); ready "$work/alloc.log"; file[alloc]=$(memfd_of "${pids[-1]}" hawser-host-)
-    "$HAWSER" serve --listen "127.0.0.1:$PORT" --memory 16M --host-memory shared >"$work/serve.log" 2>&1 &
-    pids+=($!); ps=${pids[-1]}
-    "$HAWSER" serve --listen "127.0.0.1:$((PORT + 1))" --memory 16M --host-memory shared --fill-seed 7 \
-      >"$work/filled.log" 2>&1 &
-    pids+=($!); pf=${pids[-1]}
-    ready "$work/serve.log" "$work/filled.log"
-    file[serve]=$(memfd_of "$ps" hawser-host-) file[filled]=$(memfd_of "$pf" hawser-host-) file[own]=
+    # The four holders start one after another, each ready (its memory
+    # filled) before the next, in an order rotated every round: whether
+    # a variant's pages are slower because of what it is or because of
+    # when it took them from the kernel.
+    declare -A file=() pos=()
+    holders=(python alloc serve filled)
+    for j in 0 1 2 3; do
+      h=${holders[$(((j + round) % 4))]}
+      pos[$h]=$j
+      case $h in
+        python) python_memfd $((16 << 20)); file[python]=$(memfd_of "${pids[-1]}" placement-) ;;
+        alloc) "$work/alloc" $((16 << 20)) >"$work/alloc.log" 2>&1 &
+          pids+=($!); ready "$work/alloc.log"; file[alloc]=$(memfd_of "${pids[-1]}" hawser-host-) ;;
+        serve) "$HAWSER" serve --listen "127.0.0.1:$PORT" --memory 16M --host-memory shared >"$work/serve.log" 2>&1 &
+          pids+=($!); ready "$work/serve.log"; file[serve]=$(memfd_of "${pids[-1]}" hawser-host-) ;;
+        filled) "$HAWSER" serve --listen "127.0.0.1:$((PORT + 1))" --memory 16M --host-memory shared --fill-seed 7 \
+            >"$work/filled.log" 2>&1 &
+          pids+=($!); ready "$work/filled.log"; file[filled]=$(memfd_of "${pids[-1]}" hawser-host-) ;;
+      esac
+    done
+    file[own]= pos[own]=own
     for i in "${!names[@]}"; do
       v=${names[$(((i + round) % ${#names[@]}))]}
       MEMCPY_RATE_PAGES=${COLORS:-32} "$work/memcpy_rate" "$BLOCK" "$BATCH" "$THREADS" "$DURATION" "$SOURCE" "$mode" \
-        ${file[$v]:+"${file[$v]}"} >>"$work/$v.res"
+        ${file[$v]:+"${file[$v]}"} | sed "s/\$/ start=${pos[$v]}/" >>"$work/$v.res"
     done
   done
   python3 - "$op" "$work" "${names[@]}" <<'PY'
@@ -108,7 +119,8 @@ import statistics, sys
 op, work, names = sys.argv[1], sys.argv[2], sys.argv[3:]
 rows = {}
 for n in names:  # a line: GB/s [runs=R colors=X]
-    rows[n] = [dict([("gbs", float(l.split()[0]))] + [(k, float(v)) for k, v in (f.split("=") for f in l.split()[1:])])
+    rows[n] = [dict([("gbs", float(l.split()[0]))] + [(k, v if k == "start" else float(v))
+                                                       for k, v in (f.split("=") for f in l.split()[1:])])
                for l in open("%s/%s.res" % (work, n))]
 own = [r["gbs"] for r in rows["own"]]
 for n in names:
@@ -120,5 +132,10 @@ for n in names:
         where = " runs %4.0f colors %.2f" % (statistics.median(r["runs"] for r in v), statistics.median(r["colors"] for r in v))
     each = " ".join("%.1f" % r["gbs"] + ("@%.2f" % r["colors"] if "colors" in r else "") for r in v)
     print("%-5s %-7s median %7.2f GB/s  / own:r %.2f%s | %s" % (op, n, statistics.median(g), ratio, where, each))
+# By when the holder took its pages (0: first started in its round), over every holder.
+for p in "0123":
+    r = [v["gbs"] / o for n in names[1:] for v, o in zip(rows[n], own) if v["start"] == p]
+    if r:
+        print("%-5s started %s: median / own:r %.2f over %d runs" % (op, p, statistics.median(r), len(r)))
 PY
 done
