@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/cache_line.h"
 #include "hawser/stats.h"
 
 namespace hawser::metrics {
@@ -53,7 +54,7 @@ class Counter {
   uint64_t value() const;
 
  private:
-  struct alignas(64) Cell {
+  struct alignas(kFalseSharingBytes) Cell {
     std::atomic<uint64_t> v{0};
   };
   Cell cells_[kShards];
@@ -69,7 +70,7 @@ class Gauge {
   int64_t value() const;
 
  private:
-  struct alignas(64) Cell {
+  struct alignas(kFalseSharingBytes) Cell {
     std::atomic<int64_t> v{0};
   };
   Cell cells_[kShards];
@@ -107,7 +108,7 @@ class Histogram {
   Snapshot snapshot() const;
 
  private:
-  struct alignas(64) Shard {
+  struct alignas(kFalseSharingBytes) Shard {
     std::atomic<uint64_t> buckets[kFinite + 1] = {};
     std::atomic<uint64_t> sum_ns{0};
   };

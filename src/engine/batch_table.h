@@ -35,6 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/cache_line.h"
 #include "engine/batch.h"
 #include "hawser/status.h"
 #include "hawser/types.h"
@@ -98,7 +99,7 @@ class BatchTable {
   static size_t shardOf(BatchID id) { return static_cast<size_t>((id - 1) & (kShards - 1)); }
 
  private:
-  struct alignas(64) Shard {
+  struct alignas(kFalseSharingBytes) Shard {
     mutable std::mutex mu;
     using Map = std::unordered_map<BatchID, std::shared_ptr<Batch>>;
     Map batches;                               // under mu

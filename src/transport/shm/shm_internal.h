@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "base/cache_line.h"
 #include "base/log.h"
 #include "base/transport.h"
 #include "transport/shm/shm_table.h"
@@ -72,8 +73,9 @@ struct Peer {
   // The reader slots of submitting threads that copy their own slices
   // (shm.inline_bytes): one is lent for a post (busy), claimed in the table
   // at its first use; a reader's slot is touched only by its borrower.
-  // A cache line each: submitting threads borrowing at once share none.
-  struct alignas(64) InlineReader {
+  // A line pair each (base/cache_line.h): submitting threads borrowing at
+  // once share none.
+  struct alignas(kFalseSharingBytes) InlineReader {
     std::atomic<bool> busy{false};
     int slot = -1;
   };

@@ -7,8 +7,10 @@
 //
 // Layout: a 64-byte header, then `capacity` entries {addr, length, gen} sorted
 // by addr (mapped read-only by initiators); then, page-aligned, the readers'
-// area: a 64-byte header and kReaderSlots slots {owner, hazard} that
-// initiators write (mapped read-write by them). The writer (one process,
+// area: a 128-byte header and kReaderSlots slots {owner, hazard} of 128
+// bytes that initiators write (mapped read-write by them; 128, not 64: two
+// threads writing the two lines of one 128-byte pair still slow each other,
+// base/cache_line.h). The writer (one process,
 // under its own mutex) publishes a change of the entries as a seqlock: seq
 // odd while the entries change, even when they are consistent. Readers retry
 // while seq is odd or moved during their lookup. Every word is read and
@@ -47,7 +49,7 @@
 namespace hawser::shm {
 
 inline constexpr uint64_t kTableMagic = 0x6873776172746162ull;  // "hswartab"
-inline constexpr uint32_t kTableVersion = 3;  // 3: slots are owned by tokens
+inline constexpr uint32_t kTableVersion = 4;  // 3: slots are owned by tokens; 4: 128-byte slots
 inline constexpr uint32_t kTableCapacity = 65536;  // ranges one target can expose
 inline constexpr uint32_t kReaderSlots = 4096;     // initiator copy threads one target serves at once
 
@@ -74,14 +76,14 @@ static_assert(sizeof(TableEntry) == 32);
 // The readers' area (initiators write it).
 struct ReadersHeader {
   uint64_t used;  // slots ever claimed: the writer scans [0, used)
-  uint64_t pad[7];
+  uint64_t pad[15];
 };
 struct ReaderSlot {
   uint64_t owner;   // the token of the initiator holding the slot; 0: free
   uint64_t hazard;  // the generation one of its copies runs under; 0: none
-  uint64_t pad[6];  // a cache line each: copy threads do not share lines
+  uint64_t pad[14];  // a line pair each: copy threads do not share lines, or their prefetched neighbours
 };
-static_assert(sizeof(ReadersHeader) == 64 && sizeof(ReaderSlot) == 64);
+static_assert(sizeof(ReadersHeader) == 128 && sizeof(ReaderSlot) == 128);
 
 // Header and entries (what a lookup reads).
 inline constexpr size_t tableBytes(uint32_t capacity) { return sizeof(TableHeader) + capacity * sizeof(TableEntry); }
