@@ -41,20 +41,29 @@ find_hawser() {
   [[ -x "${HAWSER:-}" ]] || { echo "hawser binary not found; set HAWSER=/path/to/hawser" >&2; exit 2; }
 }
 
-# start_serve PORT MEMORY LOG: starts `hawser serve` on 127.0.0.1:PORT in the
-# background, sets serve_pid, waits until it is ready (exits 1 if it is not).
-start_serve() {
-  "$HAWSER" serve --listen "127.0.0.1:$1" --memory "$2" >"$3" 2>&1 &
-  serve_pid=$!
+# wait_ready LOG PID: waits up to 10 s for a line "ready" in LOG; exits 1,
+# showing LOG, when none comes or process PID ends first.
+wait_ready() {
   local _
   for _ in $(seq 100); do
-    grep -q '^ready' "$3" 2>/dev/null && return 0
-    kill -0 "$serve_pid" 2>/dev/null || { cat "$3" >&2; exit 1; }
+    grep -q '^ready' "$1" 2>/dev/null && return 0
+    kill -0 "$2" 2>/dev/null || break
     sleep 0.1
   done
-  echo "hawser serve did not become ready" >&2
-  cat "$3" >&2
+  echo "$1: process $2 did not become ready" >&2
+  cat "$1" >&2
   exit 1
+}
+
+# start_serve PORT MEMORY LOG [ARG...]: starts `hawser serve` on
+# 127.0.0.1:PORT (with the further ARGs) in the background, sets serve_pid,
+# waits until it is ready (exits 1 if it is not).
+start_serve() {
+  local port=$1 memory=$2 log=$3
+  shift 3
+  "$HAWSER" serve --listen "127.0.0.1:$port" --memory "$memory" "$@" >"$log" 2>&1 &
+  serve_pid=$!
+  wait_ready "$log" "$serve_pid"
 }
 
 # bench_work NAME: makes the scratch folder $work (/tmp/hawser-NAME-XXXXXX)
@@ -66,10 +75,14 @@ bench_work() {
   trap bench_cleanup EXIT
 }
 bench_cleanup() {
+  bench_cleanup_pids
+  rm -rf "$work"
+}
+# bench_cleanup_pids: kills and waits for every process in pids.
+bench_cleanup_pids() {
   local p
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
 }
 
 # host_line: one line saying what ran the figures (cores, kernel, load).

@@ -18,15 +18,15 @@
 // a memfd of our own, e.g. /proc/PID/fd/N of a `hawser serve --host-memory
 // shared`: the very pages hawser bench copies to or from (shm_mechanisms.sh
 // SAME_PAGES=1). Faulted in by reading: its contents are left alone.
-// With MEMCPY_RATE_PAGES=1 (or =C, a number of colours) in the environment (and the rights to read page
-// frame numbers from /proc/self/pagemap: root), the line also says where the
-// target's pages lie: `runs=R` physically contiguous runs (either way), and
-// `colors=X`: of the target pages a thread copies, the most that share one of
-// 32 page colours, or C (frame number mod 32: pages whose lines fall in the
-// same sets of a 2 MiB 16-way L2, as on the H100 hosts' Xeons; 16 for a 1 MiB
-// 16-way one), over the mean a
-// colour, averaged over the threads. 1.00 when spread evenly, as contiguous
-// memory is; where a thread's working set is its L2, more means conflict misses.
+// With MEMCPY_RATE_PAGES=C in the environment (C: the L2's page colours, 32
+// for a 2 MiB 16-way L2 as on the H100 hosts' Xeons, 16 for a 1 MiB 16-way
+// one; 1 means 32) and the rights to read page frame numbers from
+// /proc/self/pagemap (root), the line also says where the target's pages
+// lie: `runs=R`, its physically contiguous runs (ascending or descending),
+// and `colors=X`: of the target pages a thread copies, the most that share a
+// colour (frame number mod C) over the mean a colour, averaged over the
+// threads. 1.00 when spread evenly, as contiguous memory is; where a
+// thread's working set is its L2, more means conflict misses.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -44,9 +44,8 @@
 
 namespace {
 
-// " runs=R colors=X" of the target (see the head): X is the mean over the
-// threads of the fullest colour's count among the target pages a thread
-// copies over the mean count; "" when the frame numbers cannot be read.
+// " runs=R colors=X" of the target (see the head); "" when the frame
+// numbers cannot be read.
 std::string placement(const char* target, size_t block, size_t batch, size_t threads, size_t per_source, size_t colors) {
   const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return "";
@@ -56,11 +55,12 @@ std::string placement(const char* target, size_t block, size_t batch, size_t thr
   const ssize_t got = ::pread(fd, e.data(), pages * 8, at);
   ::close(fd);
   if (got != static_cast<ssize_t>(pages * 8)) return "";
-  std::vector<uint64_t> pfn(pages);
+  std::vector<uint64_t>& pfn = e;  // each entry's frame number, in place
   size_t runs = 0;
   for (size_t i = 0; i < pages; ++i) {
+    const bool present = e[i] >> 63;
     pfn[i] = e[i] & ((1ULL << 55) - 1);
-    if (!(e[i] >> 63) || pfn[i] == 0) return "";  // not present, or frame numbers withheld
+    if (!present || pfn[i] == 0) return "";  // not present, or frame numbers withheld
     if (i == 0 || (pfn[i] != pfn[i - 1] + 1 && pfn[i] + 1 != pfn[i - 1])) ++runs;  // ascending or descending
   }
   double sum = 0;

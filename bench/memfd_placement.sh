@@ -10,14 +10,14 @@
 # each through /proc/PID/fd. Every round starts the four holders anew,
 # one after another (each filled before the next starts), and runs the
 # variants, both in orders rotated by one from the round before (no variant
-# always last); it also prints the ratios by when the holder started. Prints each variant's GB/s per round, the
-# median of each round's ratio to the own-memfd run and, where page frame
-# numbers can be read (root), where the target's pages lay: the median
-# number of physically contiguous runs and the load of the fullest of 32
-# page colours over the mean (memcpy_rate.cpp, MEMCPY_RATE_PAGES; each
-# round's GB/s@colours after the |). Written
-# to ask why the serve's pages are slower for memcpy itself (docs/shm.md,
-# runs 42-46).
+# always last). Prints each variant's GB/s per round, the median of each
+# round's ratio to the own-memfd run and, where page frame numbers can be
+# read (root), where the target's pages lay: the median number of
+# physically contiguous runs and the load of the fullest of the L2's page
+# colours over the mean (memcpy_rate.cpp, MEMCPY_RATE_PAGES; each round's
+# GB/s@colours after the |); then the ratios by when the holder started.
+# Written to ask why the serve's pages are slower for memcpy itself
+# (docs/shm.md, runs 42-46).
 #
 # Usage: bench/memfd_placement.sh   (from the repository root)
 # Environment: HAWSER, CXX, BLOCK (64K), BATCH (16), THREADS (4), OPS
@@ -30,10 +30,8 @@ find_hawser
 BLOCK=$(size_bytes "${BLOCK:-64K}") BATCH=${BATCH:-16} THREADS=${THREADS:-4}
 OPS=${OPS:-"read write"} ROUNDS=${ROUNDS:-7} DURATION=${DURATION:-1} PORT=${PORT:-17890}
 SOURCE=$((BLOCK * BATCH * THREADS))
-work=$(mktemp -d /tmp/hawser-memfd-XXXXXX)
-pids=()
-stop() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; pids=(); }
-trap 'stop; rm -rf "$work"' EXIT
+bench_work memfd
+stop() { bench_cleanup_pids; pids=(); }
 "${CXX:-c++}" -O2 -std=c++17 -pthread -o "$work/memcpy_rate" "$here/bench/memcpy_rate.cpp"
 # allocateHostMemory's calls (base/host_memory.cpp: memfd_create named
 # hawser-host-SIZE, ftruncate, mmap shared), then the serve's madvise and
@@ -64,21 +62,15 @@ int main(int argc, char** argv) {
 C
 "${CC:-cc}" -O2 -o "$work/alloc" "$work/alloc.c"
 
-python_memfd() {  # BYTES: a process holding a memfd it filled with ones
+python_memfd() {  # BYTES LOG: a process holding a memfd it filled with ones
   python3 -c '
 import mmap, os, sys, time
 n = int(sys.argv[1]); fd = os.memfd_create("placement-" + sys.argv[1]); os.ftruncate(fd, n)
 m = mmap.mmap(fd, n, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
 m.write(b"\1" * n)
-print("ready", flush=True); time.sleep(3600)' "$1" >/dev/null &
+print("ready", flush=True); time.sleep(3600)' "$1" >"$2" 2>&1 &
   pids+=($!)
-}
-ready() {  # LOG...: waits up to 10 s for each to say ready
-  local f
-  for f in "$@"; do
-    for _ in $(seq 200); do grep -q '^ready' "$f" && break; sleep 0.05; done
-    grep -q '^ready' "$f" || { echo "not ready: $f" >&2; cat "$f" >&2; exit 1; }
-  done
+  wait_ready "$2" "${pids[-1]}"
 }
 names=(own python alloc serve filled)
 echo "host: $(nproc) cores, $(uname -r); block $BLOCK x $BATCH, $THREADS threads, working set $SOURCE a side"
@@ -97,14 +89,13 @@ for op in $OPS; do
       h=${holders[$(((j + round) % 4))]}
       pos[$h]=$j
       case $h in
-        python) python_memfd $((16 << 20)); file[python]=$(memfd_of "${pids[-1]}" placement-) ;;
+        python) python_memfd $((16 << 20)) "$work/python.log"; file[python]=$(memfd_of "${pids[-1]}" placement-) ;;
         alloc) "$work/alloc" $((16 << 20)) >"$work/alloc.log" 2>&1 &
-          pids+=($!); ready "$work/alloc.log"; file[alloc]=$(memfd_of "${pids[-1]}" hawser-host-) ;;
-        serve) "$HAWSER" serve --listen "127.0.0.1:$PORT" --memory 16M --host-memory shared >"$work/serve.log" 2>&1 &
-          pids+=($!); ready "$work/serve.log"; file[serve]=$(memfd_of "${pids[-1]}" hawser-host-) ;;
-        filled) "$HAWSER" serve --listen "127.0.0.1:$((PORT + 1))" --memory 16M --host-memory shared --fill-seed 7 \
-            >"$work/filled.log" 2>&1 &
-          pids+=($!); ready "$work/filled.log"; file[filled]=$(memfd_of "${pids[-1]}" hawser-host-) ;;
+          pids+=($!); wait_ready "$work/alloc.log" "${pids[-1]}"; file[alloc]=$(memfd_of "${pids[-1]}" hawser-host-) ;;
+        serve) start_serve "$PORT" 16M "$work/serve.log" --host-memory shared
+          pids+=("$serve_pid"); file[serve]=$(memfd_of "$serve_pid" hawser-host-) ;;
+        filled) start_serve "$((PORT + 1))" 16M "$work/filled.log" --host-memory shared --fill-seed 7
+          pids+=("$serve_pid"); file[filled]=$(memfd_of "$serve_pid" hawser-host-) ;;
       esac
     done
     file[own]= pos[own]=own

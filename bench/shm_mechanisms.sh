@@ -110,7 +110,6 @@ run_bench() {  # PORT OP BLOCK BATCH THREADS MECH
   echo "$g"
 }
 
-
 echo "hawser: $HAWSER"
 echo "host: $(nproc) cores, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "case: two hawser serve --memory $MEMORY (shared / private host memory, started anew every round);" \
