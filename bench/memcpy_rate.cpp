@@ -11,8 +11,10 @@
 //   (none)           both sides private anonymous memory; target -> slots
 //   local-thp        reads: target -> slots; the slots (the initiator's side)
 //                    on transparent huge pages, as `hawser bench` allocates its
-//                    local buffers, the target a memfd mapped shared on small
-//                    pages, as allocateHostMemory's is
+//                    local buffers, the target a memfd mapped shared as
+//                    allocateHostMemory makes it: on huge pages where the
+//                    kernel can (base/huge_pages.h; MEMCPY_RATE_HUGE=0 in the
+//                    environment: small pages, as host_memory.huge_pages=false)
 //   local-thp-write  writes: the same memory, slots -> target
 // TARGET_FILE (with a MODE): the target is this file mapped shared instead of
 // a memfd of our own, e.g. /proc/PID/fd/N of a `hawser serve --host-memory
@@ -27,6 +29,9 @@
 // colour (frame number mod C) over the mean a colour, averaged over the
 // threads. 1.00 when spread evenly, as contiguous memory is; where a
 // thread's working set is its L2, more means conflict misses.
+//
+// Built with the engine's src/base/huge_pages.cpp (system headers only):
+//   c++ -O2 -std=c++17 -pthread -Isrc bench/memcpy_rate.cpp src/base/huge_pages.cpp
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -41,6 +46,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "base/huge_pages.h"
 
 namespace {
 
@@ -98,9 +105,14 @@ int main(int argc, char** argv) {
     if (kind == Kind::kMemfd && ((fd = ::memfd_create("memcpy-rate-target", MFD_CLOEXEC)) < 0 ||
                                  ::ftruncate(fd, static_cast<off_t>(n)) != 0))
       std::exit(1);
-    void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, fd < 0 ? MAP_PRIVATE | MAP_ANONYMOUS : MAP_SHARED, fd, 0);
+    const char* huge_env = std::getenv("MEMCPY_RATE_HUGE");
+    const bool huge = fd >= 0 && !(huge_env && std::strcmp(huge_env, "0") == 0);
+    void* p = huge     ? hawser::huge_pages::mapShared(fd, 0, n, PROT_READ | PROT_WRITE)
+              : fd >= 0 ? ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                        : ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) std::exit(1);
     if (fd >= 0) ::close(fd);
+    if (huge) hawser::huge_pages::collapse(static_cast<char*>(p), n);
     if (kind == Kind::kThp) (void)::madvise(p, n, MADV_HUGEPAGE);
     std::memset(p, 1, n);  // fault in, as both hawser processes do
     return static_cast<char*>(p);

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Whose pages memcpy runs on: bench/memcpy_rate.cpp with the target
-#   own     a memfd of its own (as shm_mechanisms.sh's baseline);
+#   own     a memfd of its own (as shm_mechanisms.sh's baseline), on huge
+#           pages as allocateHostMemory's (base/huge_pages.h);
+#   small   the same on 4 KiB pages (MEMCPY_RATE_HUGE=0: how
+#           allocateHostMemory's were before, host_memory.huge_pages=false);
 #   python  a 16 MiB memfd a python process made and filled with ones;
 #   alloc   a memfd made with allocateHostMemory's calls and zeroed as
-#           hawser serve does, in a small C program that starts no engine;
+#           hawser serve does, in a small program that starts no engine;
 #   serve   a `hawser serve --host-memory shared`'s memory (allocateHostMemory,
 #           zeroed, then an engine started and the memory registered);
 #   filled  the same with --fill-seed (pattern bytes);
@@ -32,35 +35,37 @@ OPS=${OPS:-"read write"} ROUNDS=${ROUNDS:-7} DURATION=${DURATION:-1} PORT=${PORT
 SOURCE=$((BLOCK * BATCH * THREADS))
 bench_work memfd
 stop() { bench_cleanup_pids; pids=(); }
-"${CXX:-c++}" -O2 -std=c++17 -pthread -o "$work/memcpy_rate" "$here/bench/memcpy_rate.cpp"
+"${CXX:-c++}" -O2 -std=c++17 -pthread -I"$here/src" -o "$work/memcpy_rate" "$here/bench/memcpy_rate.cpp" "$here/src/base/huge_pages.cpp"
 # allocateHostMemory's calls (base/host_memory.cpp: memfd_create named
-# hawser-host-SIZE, ftruncate, mmap shared), then the serve's madvise and
-# memset, in a process that starts no engine (the bundle links the library
-# into its programs: there is no libhawser.so to link against).
-cat >"$work/alloc.c" <<'C'
-#define _GNU_SOURCE
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+# hawser-host-SIZE, ftruncate, mapped and backed by huge pages as
+# base/huge_pages.h does), then the serve's madvise and memset, in a process
+# that starts no engine (the bundle links the library into its programs:
+# there is no libhawser.so to link against).
+cat >"$work/alloc.cpp" <<'C'
 #include <sys/mman.h>
 #include <unistd.h>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include "base/huge_pages.h"
 int main(int argc, char** argv) {
-  size_t n = strtoull(argv[1], NULL, 10);
+  size_t n = std::strtoull(argv[1], nullptr, 10);
   char name[64];
-  snprintf(name, sizeof name, "hawser-host-%zu", n);
+  std::snprintf(name, sizeof name, "hawser-host-%zu", n);
   int fd = memfd_create(name, MFD_CLOEXEC);
   if (fd < 0 || ftruncate(fd, (off_t)n) != 0) return 1;
-  void* p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = hawser::huge_pages::mapShared(fd, 0, n, PROT_READ | PROT_WRITE);
   if (p == MAP_FAILED) return 1;
+  hawser::huge_pages::collapse(static_cast<char*>(p), n);
   (void)madvise(p, n, MADV_HUGEPAGE);
-  memset(p, 0, n);
-  printf("ready\n");
-  fflush(stdout);
+  std::memset(p, 0, n);
+  std::printf("ready\n");
+  std::fflush(stdout);
   pause();
   return 0;
 }
 C
-"${CC:-cc}" -O2 -o "$work/alloc" "$work/alloc.c"
+"${CXX:-c++}" -O2 -std=c++17 -I"$here/src" -o "$work/alloc" "$work/alloc.cpp" "$here/src/base/huge_pages.cpp"
 
 python_memfd() {  # BYTES LOG: a process holding a memfd it filled with ones
   python3 -c '
@@ -72,7 +77,7 @@ print("ready", flush=True); time.sleep(3600)' "$1" >"$2" 2>&1 &
   pids+=($!)
   wait_ready "$2" "${pids[-1]}"
 }
-names=(own python alloc serve filled)
+names=(own small python alloc serve filled)
 echo "host: $(nproc) cores, $(uname -r); block $BLOCK x $BATCH, $THREADS threads, working set $SOURCE a side"
 for op in $OPS; do
   mode=local-thp; [[ $op == write ]] && mode=local-thp-write
@@ -98,10 +103,11 @@ for op in $OPS; do
           pids+=("$serve_pid"); file[filled]=$(memfd_of "$serve_pid" hawser-host-) ;;
       esac
     done
-    file[own]= pos[own]=own
+    file[own]= pos[own]=own file[small]= pos[small]=own
     for i in "${!names[@]}"; do
       v=${names[$(((i + round) % ${#names[@]}))]}
-      MEMCPY_RATE_PAGES=${COLORS:-32} "$work/memcpy_rate" "$BLOCK" "$BATCH" "$THREADS" "$DURATION" "$SOURCE" "$mode" \
+      huge=1; [[ $v == small ]] && huge=0
+      MEMCPY_RATE_HUGE=$huge MEMCPY_RATE_PAGES=${COLORS:-32} "$work/memcpy_rate" "$BLOCK" "$BATCH" "$THREADS" "$DURATION" "$SOURCE" "$mode" \
         ${file[$v]:+"${file[$v]}"} | sed "s/\$/ start=${pos[$v]}/" >>"$work/$v.res"
     done
   done
@@ -125,7 +131,7 @@ for n in names:
     print("%-5s %-7s median %7.2f GB/s  / own:r %.2f%s | %s" % (op, n, statistics.median(g), ratio, where, each))
 # By when the holder took its pages (0: first started in its round), over every holder.
 for p in "0123":
-    r = [v["gbs"] / o for n in names[1:] for v, o in zip(rows[n], own) if v["start"] == p]
+    r = [v["gbs"] / o for n in names[2:] for v, o in zip(rows[n], own) if v["start"] == p]
     if r:
         print("%-5s started %s: median / own:r %.2f over %d runs" % (op, p, statistics.median(r), len(r)))
 PY

@@ -35,7 +35,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-"$CXX" -O2 -std=c++17 -pthread -o "$work/memcpy_rate" "$here/bench/memcpy_rate.cpp"
+"$CXX" -O2 -std=c++17 -pthread -I"$here/src" -o "$work/memcpy_rate" "$here/bench/memcpy_rate.cpp" "$here/src/base/huge_pages.cpp"
 "$HAWSER" serve --listen "127.0.0.1:$PORT" --memory 512M --host-memory shared >"$work/serve.log" 2>&1 &
 serve=$!
 for _ in $(seq 100); do grep -q '^ready' "$work/serve.log" 2>/dev/null && break; sleep 0.1; done

@@ -75,7 +75,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-"$CXX" -O2 -std=c++17 -pthread -o "$work/memcpy_rate" "$here/bench/memcpy_rate.cpp"
+"$CXX" -O2 -std=c++17 -pthread -I"$here/src" -o "$work/memcpy_rate" "$here/bench/memcpy_rate.cpp" "$here/src/base/huge_pages.cpp"
 
 MEMORY=$((16 << 20))
 for set in $SETS; do

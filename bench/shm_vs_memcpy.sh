@@ -54,7 +54,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$CXX" -O2 -std=c++17 -pthread -o "$work/memcpy_rate" "$here/bench/memcpy_rate.cpp"
+"$CXX" -O2 -std=c++17 -pthread -I"$here/src" -o "$work/memcpy_rate" "$here/bench/memcpy_rate.cpp" "$here/src/base/huge_pages.cpp"
 
 "$HAWSER" serve --listen "127.0.0.1:$PORT" --memory "$MEMORY" >"$work/serve.log" 2>&1 &
 serve_pid=$!

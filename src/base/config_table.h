@@ -102,6 +102,10 @@ inline constexpr Knob kKnobs[] = {
   {"signal.max_signals", "HAWSER_SIGNAL_MAX_SIGNALS", KnobType::kSize, "65536", 1, 1 << 24, {},
    "receiver: signals held at once (from every sender); when full, the oldest one nobody waits for goes, "
    "and a new one is refused (its waiter fails with reason OVERFLOW) when none can"},
+  {"host_memory.huge_pages", "HAWSER_HOST_MEMORY_HUGE_PAGES", KnobType::kBool, "true", 0, 0, {},
+   "allocateHostMemory backs each whole 2 MiB of an allocation with a huge page at once (MADV_COLLAPSE, Linux 6.1; "
+   "best effort, whatever transparent_hugepage/shmem_enabled says): copies through it, here and in shm peers, "
+   "run on contiguous memory and miss the TLB less (false: 4 KiB pages, each backed at its first touch)"},
   // ---- metadata -----------------------------------------------------------------------------------------------------
   {"file_segments", "HAWSER_FILE_SEGMENTS", KnobType::kString, "", 0, 0, {},
    "p2p: JSON file holding named file segments (hawser segment --file-segments); empty: none"},

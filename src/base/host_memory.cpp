@@ -13,6 +13,9 @@
 #include <map>
 #include <mutex>
 
+#include "base/config.h"
+#include "base/huge_pages.h"
+#include "base/log.h"
 #include "hawser/host_memory.h"
 
 namespace hawser {
@@ -39,6 +42,9 @@ Status allocateHostMemory(size_t bytes, void** out) {
   if (!out) return {Code::kInvalidArgument, "allocateHostMemory: out is null"};
   *out = nullptr;
   if (bytes == 0) return {Code::kInvalidArgument, "allocateHostMemory: bytes is 0"};
+  bool huge = true;
+  if (Status c = Config::fromEnv().getBool("host_memory.huge_pages", huge); !c.ok())
+    return {c.code(), "allocateHostMemory: " + c.message()};
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   const uint64_t size = (bytes + page - 1) / page * page;
   const int fd = ::memfd_create(fmt::format("hawser-host-{}", size).c_str(), MFD_CLOEXEC);
@@ -48,11 +54,18 @@ Status allocateHostMemory(size_t bytes, void** out) {
     ::close(fd);
     return s;
   }
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = huge ? huge_pages::mapShared(fd, 0, size, PROT_READ | PROT_WRITE)
+                 : ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     Status s{Code::kUnavailable, fmt::format("allocateHostMemory: mmap of {} bytes: {}", size, std::strerror(errno))};
     ::close(fd);
     return s;
+  }
+  if (huge) {
+    const char* why = "";
+    const size_t backed = huge_pages::collapse(static_cast<char*>(p), size, &why);
+    if (backed < size / huge_pages::pageBytes() * huge_pages::pageBytes())
+      HLOG_DEBUG("allocateHostMemory: {} of {} bytes on huge pages: {}", backed, size, why);
   }
   {
     std::lock_guard lk(mu());

@@ -9,7 +9,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
 
 #include "common/util.h"
 #include "hawser/engine.h"
@@ -50,6 +56,49 @@ struct Served {
   uint64_t base = 0;
 };
 
+// Sets HAWSER_HOST_MEMORY_HUGE_PAGES (for this process and the serves it
+// starts) for a scope.
+struct HugePagesEnv {
+  explicit HugePagesEnv(const char* v) { ::setenv("HAWSER_HOST_MEMORY_HUGE_PAGES", v, 1); }
+  ~HugePagesEnv() { ::unsetenv("HAWSER_HOST_MEMORY_HUGE_PAGES"); }
+};
+
+// Whether this kernel builds huge pages of shmem on request (MADV_COLLAPSE,
+// Linux 6.1, shmem_enabled not "deny"); `why` says why not.
+bool kernelCollapsesShmem(std::string& why) {
+  constexpr size_t kHuge = 2u << 20;
+  const int fd = ::memfd_create("collapse-probe", MFD_CLOEXEC);
+  if (fd < 0 || ::ftruncate(fd, kHuge) != 0) return why = "memfd_create failed", false;
+  void* r = ::mmap(nullptr, 2 * kHuge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  char* at = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(r) + kHuge - 1) / kHuge * kHuge);
+  char* m = static_cast<char*>(::mmap(at, kHuge, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0));
+  ::close(fd);
+  m[0] = 0;
+  const bool ok = ::madvise(m, kHuge, 25 /* MADV_COLLAPSE */) == 0;
+  if (!ok) why = std::string("MADV_COLLAPSE of a memfd: ") + std::strerror(errno);
+  ::munmap(r, 2 * kHuge);
+  return ok;
+}
+
+// ShmemPmdMapped (kB) of the mappings in /proc/self/smaps that start at
+// `start` (when non-zero) or whose name contains `name`; -1 when none does.
+long pmdMappedKb(uintptr_t start, const std::string& name) {
+  std::ifstream f("/proc/self/smaps");
+  std::string line;
+  long total = -1;
+  bool in = false;
+  while (std::getline(f, line)) {
+    const size_t dash = line.find('-');
+    if (dash != std::string::npos && dash > 0 && line.find(':') > dash && std::isxdigit(line[0])) {  // a mapping's head
+      in = start ? std::stoull(line.substr(0, dash), nullptr, 16) == start : line.find(name) != std::string::npos;
+      if (in && total < 0) total = 0;
+    } else if (in && line.rfind("ShmemPmdMapped:", 0) == 0) {
+      total += std::stol(line.substr(15));
+    }
+  }
+  return total;
+}
+
 // Reads 4 MiB at +4096 and writes it back at +8 MiB, reads that again: every byte checked.
 void readWriteRead(TransferEngine& e, SegmentID seg, uint64_t base) {
   Buffer a(4u << 20), b(4u << 20);
@@ -68,6 +117,7 @@ void readWriteRead(TransferEngine& e, SegmentID seg, uint64_t base) {
 }
 
 TEST(ShmMappings, allocator_memory_of_the_target_is_mapped_once_and_copied_with_memcpy) {
+  HugePagesEnv huge("true");  // the default, whatever the environment says
   Served s({});
   ASSERT_NO_FATAL_FAILURE(readWriteRead(s.e, s.id, s.base));
   const uint64_t slices = counter(s.e, "shm", "slices_completed");
@@ -78,6 +128,12 @@ TEST(ShmMappings, allocator_memory_of_the_target_is_mapped_once_and_copied_with_
   EXPECT_GE(counter(s.e, "shm", "peers_mapped"), 1u);
   EXPECT_EQ(counter(s.e, "shm", "peers_cma"), 0u);
   EXPECT_NE(s.why().find("shm: shared mappings for 1 of 1 buffers (memcpy)"), std::string::npos) << s.why();
+  // The serve's memory is on huge pages and our mapping of it is placed
+  // for them: each 2 MiB one page-table entry (base/huge_pages.h).
+  std::string why;
+  if (!kernelCollapsesShmem(why)) GTEST_SKIP() << "this kernel gives shmem no huge pages: " << why;
+  // Mapped as touched: [4 KiB, 4 MiB + 4 KiB) is in huge pages 0-2, [8, 12 MiB) in 4 and 5.
+  EXPECT_EQ(pmdMappedKb(0, "hawser-host-" + std::to_string(kTarget)), 5 * 2048);
 }
 
 TEST(ShmMappings, private_target_memory_goes_by_cross_memory_attach) {
@@ -183,6 +239,38 @@ TEST(ShmMappings, the_allocator_refuses_zero_bytes_and_foreign_pointers) {
   EXPECT_EQ(static_cast<char*>(p)[99], 0);
   ASSERT_TRUE(freeHostMemory(p).ok());
   EXPECT_EQ(freeHostMemory(p).code(), Code::kInvalidArgument) << "freed twice";
+}
+
+TEST(ShmMappings, the_allocator_backs_each_whole_2mib_with_a_huge_page_unless_told_not_to) {
+  std::string why;
+  if (!kernelCollapsesShmem(why)) GTEST_SKIP() << "this kernel gives shmem no huge pages: " << why;
+  constexpr size_t kHuge = 2u << 20, n = 3 * kHuge + 4096;  // three huge pages and a small one
+  std::optional<HugePagesEnv> env(std::in_place, "true");
+  void* p = nullptr;
+  ASSERT_TRUE(allocateHostMemory(n, &p).ok());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kHuge, 0u);
+  EXPECT_EQ(pmdMappedKb(reinterpret_cast<uintptr_t>(p), ""), static_cast<long>(3 * kHuge >> 10));
+  const char* c = static_cast<const char*>(p);
+  size_t nonzero = 0;
+  for (size_t i = 0; i < n; ++i) nonzero += c[i] != 0;
+  EXPECT_EQ(nonzero, 0u) << "allocated memory reads as zeros";
+  std::memset(p, 0x5a, n);
+  EXPECT_EQ(c[n - 1], 0x5a);
+  ASSERT_TRUE(freeHostMemory(p).ok());
+
+  env.emplace("false");
+  Status s = allocateHostMemory(n, &p);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  static_cast<char*>(p)[0] = 1;
+  EXPECT_EQ(pmdMappedKb(reinterpret_cast<uintptr_t>(p), ""), 0) << "4 KiB pages when told so";
+  ASSERT_TRUE(freeHostMemory(p).ok());
+
+  env.emplace("maybe");
+  p = reinterpret_cast<void*>(1);
+  s = allocateHostMemory(n, &p);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("HAWSER_HOST_MEMORY_HUGE_PAGES"), std::string::npos) << s.toString();
+  EXPECT_EQ(p, nullptr);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fmt/format.h>
 
+#include "base/huge_pages.h"
 #include "base/peer_entry.h"
 #include "base/segment_desc.h"
 #include "local/local_socket.h"
@@ -59,7 +60,9 @@ std::shared_ptr<Mapping> Peer::mapping(uint64_t gen, std::string& why) {
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   const uint64_t start = r.offset / page * page;
   const size_t len = static_cast<size_t>(r.offset - start + r.length);
-  void* m = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(start));
+  // Placed for the file's huge pages (allocateHostMemory's are): one
+  // page-table entry per 2 MiB where they are.
+  void* m = huge_pages::mapShared(fd, start, len, PROT_READ | PROT_WRITE);
   const int err = errno;
   ::close(fd);  // the mapping keeps the file
   if (m == MAP_FAILED) {

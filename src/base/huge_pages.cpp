@@ -1,0 +1,73 @@
+#include "base/huge_pages.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstdio>
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25  // Linux 6.1; older headers lack it
+#endif
+
+namespace hawser::huge_pages {
+
+size_t pageBytes() {
+  static const size_t bytes = [] {
+    size_t n = 0;
+    if (std::FILE* f = std::fopen("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", "re")) {
+      unsigned long long v = 0;
+      if (std::fscanf(f, "%llu", &v) == 1 && v >= 4096 && (v & (v - 1)) == 0) n = static_cast<size_t>(v);
+      std::fclose(f);
+    }
+    return n ? n : size_t{2} << 20;
+  }();
+  return bytes;
+}
+
+void* mapShared(int fd, uint64_t offset, size_t len, int prot) {
+  const size_t huge = pageBytes();
+  if (len < huge) return ::mmap(nullptr, len, prot, MAP_SHARED, fd, static_cast<off_t>(offset));
+  // Reserve a huge page more than needed, put the file where its offset
+  // falls on a huge page boundary, give back the rest.
+  const size_t span = len + huge;
+  void* r = ::mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (r == MAP_FAILED) return ::mmap(nullptr, len, prot, MAP_SHARED, fd, static_cast<off_t>(offset));
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(r);
+  const uintptr_t want = static_cast<uintptr_t>(offset % huge);
+  uintptr_t at = (lo - want + huge - 1) / huge * huge + want;
+  if (at < lo) at += huge;
+  void* m = ::mmap(reinterpret_cast<void*>(at), len, prot, MAP_SHARED | MAP_FIXED, fd, static_cast<off_t>(offset));
+  if (m == MAP_FAILED) {
+    const int err = errno;
+    ::munmap(r, span);
+    errno = err;
+    return MAP_FAILED;
+  }
+  if (at > lo) ::munmap(r, at - lo);
+  if (at + len < lo + span) ::munmap(reinterpret_cast<void*>(at + len), lo + span - (at + len));
+  return m;
+}
+
+size_t collapse(char* p, size_t len, const char** why) {
+  const size_t huge = pageBytes();
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t first = (a + huge - 1) / huge * huge, end = (a + len) / huge * huge;
+  size_t done = 0;
+  for (uintptr_t c = first; c < end; c += huge) {
+    // One byte in: MADV_COLLAPSE refuses a range with no page at all.
+    *reinterpret_cast<volatile char*>(c) = 0;
+    if (::madvise(reinterpret_cast<void*>(c), huge, MADV_COLLAPSE) != 0) {
+      if (why)
+        *why = errno == EINVAL   ? "the kernel cannot collapse shmem into huge pages (MADV_COLLAPSE: Linux 6.1; "
+                                   "shmem_enabled not 'deny')"
+               : errno == EPERM  ? "MADV_COLLAPSE is not permitted here"
+                                 : "no free huge page (memory fragmented or limited)";
+      return done;
+    }
+    done += huge;
+  }
+  if (why) *why = first >= end ? "smaller than a huge page" : "";
+  return done;
+}
+
+}  // namespace hawser::huge_pages
