@@ -36,6 +36,13 @@
 #                                                  four-thread (in the L2); and what the guest's memory
 #                                                  goes through (KSM, balloon, free page reporting,
 #                                                  /proc/vmstat around the runs); about 330 s
+#          bash scripts/device_run.sh pages         allocateHostMemory's huge pages (base/huge_pages.h) on
+#                                                  that host: memfd_placement.sh (own memfd on huge pages
+#                                                  and on small ones, python's, the allocator's, two
+#                                                  serves'), the warm four-thread cells against memcpy
+#                                                  (SAME_PAGES=1), shm_batch_cost.sh, and each carried
+#                                                  .carry/*-hawser build against this one (knob_ab.sh:
+#                                                  256 B x 16 and 64K x 16, four threads); about 420 s
 # Each stage there unpacks the bundle when .device is missing and leaves its
 # logs as one archive under $OUT (logs-STAGE.tgz: the tool brings back at
 # most 8 files), rewritten after every step, with a summary at the end.
@@ -171,6 +178,27 @@ case $stage in
     step edge_sizes edge BLOCKS=64K SETS="half:2M twice:8M" REPEAT=5 PORT=17850
     step edge_one_thread edge BLOCKS=64K SETS=l2:1M THREADS=1 REPEAT=5 PORT=17860
     step edge_3s edge BLOCKS=64K SETS=warm:4M DURATION=3 REPEAT=3 PORT=17870
+    finish
+    ;;
+  pages)
+    ready pages
+    step place_64Kx16_t4 env ROUNDS="${PLACE_ROUNDS:-5}" OPS=write bash bench/memfd_placement.sh
+    step mechanisms_warm4 env SAME_PAGES=1 CMA=0 BLOCKS="64K 1M" SETS="warm:4M" THREADS=4 DURATION=1 \
+      REPEAT="${WARM4_REPEAT:-5}" bash bench/shm_mechanisms.sh
+    step batch_cost env ROUNDS=3 bash bench/shm_batch_cost.sh
+    builds=()
+    for b in .carry/*-hawser; do
+      [ -f "$b" ] && chmod +x "$b" && builds+=("HAWSER_BIN=$PWD/$b")
+    done
+    if [ ${#builds[@]} -gt 0 ]; then
+      builds+=("HAWSER_BIN=$HAWSER")
+      for cell in "256 16 read 7" "64K 16 write 5"; do
+        set -- $cell
+        step "builds_${1}x${2}_t4_$3" env DURATION=1 ROUNDS="$4" TRANSPORT=shm DEPTH=1 BLOCK="$1" BATCH="$2" THREADS=4 \
+          OP="$3" bash bench/knob_ab.sh "${builds[@]}"
+      done
+    fi
+    pack_logs
     finish
     ;;
   placement)
