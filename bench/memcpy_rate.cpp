@@ -101,12 +101,15 @@ int main(int argc, char** argv) {
   const size_t slots = threads * batch, per_source = source / block;
   enum class Kind { kPrivate, kThp, kMemfd };
   auto alloc = [](size_t n, Kind kind) {
+    const char* huge_env = std::getenv("MEMCPY_RATE_HUGE");
+    const bool huge = kind == Kind::kMemfd && !(huge_env && std::strcmp(huge_env, "0") == 0);
+    // Whole huge pages, as a serve's memory of several MiB has (the copies
+    // use the first n bytes).
+    if (huge) n = (n + hawser::huge_pages::pageBytes() - 1) / hawser::huge_pages::pageBytes() * hawser::huge_pages::pageBytes();
     int fd = -1;
     if (kind == Kind::kMemfd && ((fd = ::memfd_create("memcpy-rate-target", MFD_CLOEXEC)) < 0 ||
                                  ::ftruncate(fd, static_cast<off_t>(n)) != 0))
       std::exit(1);
-    const char* huge_env = std::getenv("MEMCPY_RATE_HUGE");
-    const bool huge = fd >= 0 && !(huge_env && std::strcmp(huge_env, "0") == 0);
     void* p = huge     ? hawser::huge_pages::mapShared(fd, 0, n, PROT_READ | PROT_WRITE)
               : fd >= 0 ? ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
                         : ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
