@@ -42,7 +42,8 @@
 #                                                  serves'), the warm four-thread cells against memcpy
 #                                                  (SAME_PAGES=1), shm_batch_cost.sh, and each carried
 #                                                  .carry/*-hawser build against this one (knob_ab.sh:
-#                                                  256 B x 16 and 64K x 16, four threads); about 420 s
+#                                                  256 B x 16 and 64K x 16, four threads, BUILD_ROUNDS
+#                                                  (5)); about 300 s with PLACE_ROUNDS=3 WARM4_REPEAT=3
 # Each stage there unpacks the bundle when .device is missing and leaves its
 # logs as one archive under $OUT (logs-STAGE.tgz: the tool brings back at
 # most 8 files), rewritten after every step, with a summary at the end.
@@ -192,9 +193,9 @@ case $stage in
     done
     if [ ${#builds[@]} -gt 0 ]; then
       builds+=("HAWSER_BIN=$HAWSER")
-      for cell in "256 16 read 7" "64K 16 write 5"; do
+      for cell in "256 16 read" "64K 16 write"; do
         set -- $cell
-        step "builds_${1}x${2}_t4_$3" env DURATION=1 ROUNDS="$4" TRANSPORT=shm DEPTH=1 BLOCK="$1" BATCH="$2" THREADS=4 \
+        step "builds_${1}x${2}_t4_$3" env DURATION=1 ROUNDS="${BUILD_ROUNDS:-5}" TRANSPORT=shm DEPTH=1 BLOCK="$1" BATCH="$2" THREADS=4 \
           OP="$3" bash bench/knob_ab.sh "${builds[@]}"
       done
     fi
