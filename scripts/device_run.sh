@@ -183,10 +183,7 @@ case $stage in
     ;;
   pages)
     ready pages
-    step place_64Kx16_t4 env ROUNDS="${PLACE_ROUNDS:-5}" OPS=write bash bench/memfd_placement.sh
-    step mechanisms_warm4 env SAME_PAGES=1 CMA=0 BLOCKS="64K 1M" SETS="warm:4M" THREADS=4 DURATION=1 \
-      REPEAT="${WARM4_REPEAT:-5}" bash bench/shm_mechanisms.sh
-    step batch_cost env ROUNDS=3 bash bench/shm_batch_cost.sh
+    # The builds first: a call cut off at its limit keeps what ran.
     builds=()
     for b in .carry/*-hawser; do
       [ -f "$b" ] && chmod +x "$b" && builds+=("HAWSER_BIN=$PWD/$b")
@@ -199,6 +196,10 @@ case $stage in
           OP="$3" bash bench/knob_ab.sh "${builds[@]}"
       done
     fi
+    step mechanisms_warm4 env SAME_PAGES=1 CMA=0 BLOCKS="64K 1M" SETS="warm:4M" THREADS=4 DURATION=1 \
+      REPEAT="${WARM4_REPEAT:-5}" bash bench/shm_mechanisms.sh
+    step place_64Kx16_t4 env ROUNDS="${PLACE_ROUNDS:-5}" OPS=write bash bench/memfd_placement.sh
+    step batch_cost env ROUNDS=3 bash bench/shm_batch_cost.sh
     pack_logs
     finish
     ;;
