@@ -14,7 +14,13 @@
 namespace hawser {
 
 // `bytes` (> 0, rounded up to pages) of zeroed host memory, page-aligned.
-// kInvalidArgument for 0; kUnavailable where the kernel refuses (the reason).
+// Each whole 2 MiB of it is backed by a huge page at once where the kernel
+// can (Linux 6.1 and later; config host_memory.huge_pages, default true):
+// copies through contiguous memory run faster, here and in shm peers. The
+// memory is then backed when allocated, not at first touch (the zeroing is
+// paid here: about as long as touching it all would take).
+// kInvalidArgument for 0 or a bad HAWSER_HOST_MEMORY_HUGE_PAGES; kUnavailable
+// where the kernel refuses (the reason).
 Status allocateHostMemory(size_t bytes, void** out);
 // Frees what allocateHostMemory gave at exactly `ptr`; kInvalidArgument
 // for any other address (nothing is freed).
