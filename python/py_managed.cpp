@@ -1,12 +1,10 @@
 #include "py_managed.h"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <fmt/format.h>
 
+#include "hawser/host_memory.h"
 #include "py_support.h"
 
 namespace hawser::pymod {
@@ -29,9 +27,9 @@ bool ManagedBuffers::owns(uint64_t addr) {
 void ManagedBuffers::unmapAll() {
   std::lock_guard lk(mu_);
   for (auto& [addr, a] : allocs_)
-    if (!a.pool) ::munmap(reinterpret_cast<void*>(addr), a.reserved);
+    if (!a.pool) (void)freeHostMemory(reinterpret_cast<void*>(addr));
   allocs_.clear();
-  for (auto& p : pools_) ::munmap(reinterpret_cast<void*>(p->base), p->size);
+  for (auto& p : pools_) (void)freeHostMemory(reinterpret_cast<void*>(p->base));
   pools_.clear();
 }
 
@@ -48,13 +46,14 @@ Status ManagedBuffers::allocate(TransferEngine& e, uint64_t length, uint64_t& ou
     }
   const bool dedicated = reserve > pool_size_;
   const uint64_t map_len = dedicated ? (reserve + page_ - 1) / page_ * page_ : pool_size_;
-  void* mem = ::mmap(nullptr, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mem == MAP_FAILED)
-    return {Code::kInvalidArgument, fmt::format("length {}: cannot map {} bytes: {}", length, map_len,
-                                                std::strerror(errno))};
+  // Shareable memory (a memfd, on huge pages where the kernel can): a shm
+  // peer of this host maps it once and copies with memcpy.
+  void* mem = nullptr;
+  if (Status a = allocateHostMemory(map_len, &mem); !a.ok())
+    return {a.code(), fmt::format("length {}: {}", length, a.message())};
   s = e.registerLocalMemory(mem, map_len, "*", true);
   if (!s.ok()) {
-    ::munmap(mem, map_len);
+    (void)freeHostMemory(mem);
     return s;
   }
   const auto base = reinterpret_cast<uint64_t>(mem);
@@ -97,7 +96,7 @@ Status ManagedBuffers::release(TransferEngine& e, uint64_t addr) {
   if (!a.pool) {
     s = e.unregisterLocalMemory(reinterpret_cast<void*>(addr));
     if (!s.ok()) return s;
-    ::munmap(reinterpret_cast<void*>(addr), a.reserved);
+    (void)freeHostMemory(reinterpret_cast<void*>(addr));
     allocs_.erase(it);
     return Status::OK();
   }

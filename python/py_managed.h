@@ -1,5 +1,7 @@
 // Managed buffers (allocate_managed_buffer / free_managed_buffer): memory
-// the module maps and registers with the engine itself. Small buffers are
+// the module allocates (hawser::allocateHostMemory: shareable, so a shm peer
+// of this host maps it once and copies with memcpy; huge pages where the
+// kernel can) and registers with the engine itself. Small buffers are
 // carved out of pools of python.managed_pool_size bytes (first fit, 64-byte
 // aligned, freed blocks coalesced); a buffer larger than a pool gets a
 // mapping of its own. Thread-safe.

@@ -427,6 +427,32 @@ def test_managed_buffers_move_bytes_between_engines(hw):
     assert b.free_managed_buffer(dst, 5000) == 0
 
 
+def mapping_of(addr):
+    """The name of the mapping of this process that holds addr ("" if none has one)."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split()
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            if lo <= addr < hi:
+                return " ".join(fields[5:])
+    return None
+
+
+def test_managed_buffers_are_shareable_allocator_memory(hw, monkeypatch):
+    # hawser::allocateHostMemory's memfds: a shm peer of this host maps them
+    # once and copies with memcpy (private memory would take cross-memory attach).
+    monkeypatch.setenv("HAWSER_PYTHON_MANAGED_POOL_SIZE", "1M")
+    e = new_engine()
+    small = e.allocate_managed_buffer(100)
+    big = e.allocate_managed_buffer(3 << 20)  # larger than a pool: a mapping of its own
+    assert small and big, hw.last_error()
+    assert mapping_of(small).startswith("/memfd:hawser-host-1048576")
+    assert mapping_of(big).startswith("/memfd:hawser-host-3145728")
+    assert e.free_managed_buffer(big, 3 << 20) == 0
+    assert not (mapping_of(big) or "").startswith("/memfd:hawser-host-3145728")  # freed: unmapped
+    assert e.free_managed_buffer(small, 100) == 0
+
+
 def test_managed_free_checks_the_address_not_the_length(hw):
     e = new_engine()
     p = e.allocate_managed_buffer(100)

@@ -2,8 +2,11 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <limits>
 
 #ifndef MADV_COLLAPSE
 #define MADV_COLLAPSE 25  // Linux 6.1; older headers lack it
@@ -22,6 +25,37 @@ size_t pageBytes() {
     return n ? n : size_t{2} << 20;
   }();
   return bytes;
+}
+
+namespace {
+
+// The first number in `path` after `key` ("" : the file's first word);
+// false when there is none ("max" of memory.max included).
+bool readNumber(const char* path, const char* key, uint64_t& out) {
+  std::FILE* f = std::fopen(path, "re");
+  if (!f) return false;
+  char line[256];
+  bool found = false;
+  while (!found && std::fgets(line, sizeof line, f)) {
+    const size_t k = std::strlen(key);
+    if (std::strncmp(line, key, k) != 0) continue;
+    unsigned long long v = 0;
+    found = std::sscanf(line + k, "%llu", &v) == 1;
+    out = v;
+    if (*key == '\0') break;
+  }
+  std::fclose(f);
+  return found;
+}
+
+}  // namespace
+
+uint64_t availableBytes() {
+  uint64_t avail = std::numeric_limits<uint64_t>::max(), v = 0, used = 0;
+  if (readNumber("/proc/meminfo", "MemAvailable:", v)) avail = v * 1024;
+  if (readNumber("/sys/fs/cgroup/memory.max", "", v) && readNumber("/sys/fs/cgroup/memory.current", "", used))
+    avail = std::min(avail, v > used ? v - used : 0);
+  return avail;
 }
 
 void* mapShared(int fd, uint64_t offset, size_t len, int prot) {

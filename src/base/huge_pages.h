@@ -31,6 +31,11 @@ size_t pageBytes();
 // the file's huge pages can be mapped whole. MAP_FAILED with errno as mmap.
 void* mapShared(int fd, uint64_t offset, size_t len, int prot);
 
+// Memory this process could back now: MemAvailable of /proc/meminfo, less
+// where its cgroup (v2: memory.max - memory.current) allows less; UINT64_MAX
+// when neither can be read.
+uint64_t availableBytes();
+
 // Backs every whole huge page of [p, p + len) (a new shared mapping of a
 // memfd, as mapShared placed it at offset 0) with a huge page: touches its
 // first byte and collapses it (MADV_COLLAPSE). Stops at the first refusal.

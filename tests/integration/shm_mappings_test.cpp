@@ -241,7 +241,7 @@ TEST(ShmMappings, the_allocator_refuses_zero_bytes_and_foreign_pointers) {
   EXPECT_EQ(freeHostMemory(p).code(), Code::kInvalidArgument) << "freed twice";
 }
 
-TEST(ShmMappings, the_allocator_backs_each_whole_2mib_with_a_huge_page_unless_told_not_to) {
+TEST(ShmMappings, the_allocator_backs_each_whole_2mib_with_a_huge_page_unless_told_not_to_or_short_of_memory) {
   std::string why;
   if (!kernelCollapsesShmem(why)) GTEST_SKIP() << "this kernel gives shmem no huge pages: " << why;
   constexpr size_t kHuge = 2u << 20, n = 3 * kHuge + 4096;  // three huge pages and a small one
@@ -256,6 +256,22 @@ TEST(ShmMappings, the_allocator_backs_each_whole_2mib_with_a_huge_page_unless_to
   EXPECT_EQ(nonzero, 0u) << "allocated memory reads as zeros";
   std::memset(p, 0x5a, n);
   EXPECT_EQ(c[n - 1], 0x5a);
+  ASSERT_TRUE(freeHostMemory(p).ok());
+
+  // More than this host has: left to be backed at first touch, not backed
+  // here (which would end in the out-of-memory killer).
+  uint64_t total_kb = 0;
+  {
+    std::ifstream mi("/proc/meminfo");
+    std::string key;
+    mi >> key >> total_kb;
+    ASSERT_EQ(key, "MemTotal:");
+  }
+  const size_t too_much = 4 * total_kb * 1024;
+  ASSERT_TRUE(allocateHostMemory(too_much, &p).ok());
+  static_cast<char*>(p)[too_much - 1] = 7;
+  EXPECT_EQ(pmdMappedKb(reinterpret_cast<uintptr_t>(p), ""), 0);
+  EXPECT_EQ(static_cast<char*>(p)[too_much - 1], 7);
   ASSERT_TRUE(freeHostMemory(p).ok());
 
   env.emplace("false");
