@@ -92,8 +92,8 @@ size_t collapse(char* p, size_t len, const char** why) {
     *reinterpret_cast<volatile char*>(c) = 0;
     if (::madvise(reinterpret_cast<void*>(c), huge, MADV_COLLAPSE) != 0) {
       if (why)
-        *why = errno == EINVAL   ? "the kernel cannot collapse shmem into huge pages (MADV_COLLAPSE: Linux 6.1; "
-                                   "shmem_enabled not 'deny')"
+        *why = errno == EINVAL   ? "the kernel cannot collapse shmem into huge pages (MADV_COLLAPSE needs Linux 6.1 "
+                                   "and transparent_hugepage/shmem_enabled other than 'deny')"
                : errno == EPERM  ? "MADV_COLLAPSE is not permitted here"
                                  : "no free huge page (memory fragmented or limited)";
       return done;
