@@ -72,10 +72,10 @@ void* mapShared(int fd, uint64_t offset, size_t len, int prot) {
   if (at < lo) at += huge;
   void* m = ::mmap(reinterpret_cast<void*>(at), len, prot, MAP_SHARED | MAP_FIXED, fd, static_cast<off_t>(offset));
   if (m == MAP_FAILED) {
-    const int err = errno;
+    // A file that wants another placement (hugetlbfs of 1 GiB pages): the
+    // kernel's own choice.
     ::munmap(r, span);
-    errno = err;
-    return MAP_FAILED;
+    return ::mmap(nullptr, len, prot, MAP_SHARED, fd, static_cast<off_t>(offset));
   }
   if (at > lo) ::munmap(r, at - lo);
   if (at + len < lo + span) ::munmap(reinterpret_cast<void*>(at + len), lo + span - (at + len));

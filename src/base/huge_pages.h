@@ -28,7 +28,9 @@ size_t pageBytes();
 
 // mmap(nullptr, len, prot, MAP_SHARED, fd, offset), at an address congruent
 // to `offset` modulo pageBytes() when len is at least one huge page, so that
-// the file's huge pages can be mapped whole. MAP_FAILED with errno as mmap.
+// the file's huge pages can be mapped whole (where the file refuses that
+// placement, hugetlbfs of 1 GiB pages, wherever the kernel puts it).
+// MAP_FAILED with errno as mmap.
 void* mapShared(int fd, uint64_t offset, size_t len, int prot);
 
 // Memory this process could back now: MemAvailable of /proc/meminfo, less
