@@ -105,7 +105,8 @@ int main(int argc, char** argv) {
     const bool huge = kind == Kind::kMemfd && !(huge_env && std::strcmp(huge_env, "0") == 0);
     // Whole huge pages, as a serve's memory of several MiB has (the copies
     // use the first n bytes).
-    if (huge) n = (n + hawser::huge_pages::pageBytes() - 1) / hawser::huge_pages::pageBytes() * hawser::huge_pages::pageBytes();
+    const size_t hp = hawser::huge_pages::pageBytes();
+    if (huge) n = (n + hp - 1) / hp * hp;
     int fd = -1;
     if (kind == Kind::kMemfd && ((fd = ::memfd_create("memcpy-rate-target", MFD_CLOEXEC)) < 0 ||
                                  ::ftruncate(fd, static_cast<off_t>(n)) != 0))

@@ -61,13 +61,7 @@ Status allocateHostMemory(size_t bytes, void** out) {
     ::close(fd);
     return s;
   }
-  // Backed at once only what memory allows: an allocation larger than what
-  // is free (or than the cgroup's limit) stays to be backed at first touch,
-  // as a private mapping would be, instead of pushing this host into its
-  // out-of-memory killer here.
-  if (const uint64_t avail = huge ? huge_pages::availableBytes() : 0; huge && size > avail) {
-    HLOG_DEBUG("allocateHostMemory: {} bytes, {} available: backed at first touch, on 4 KiB pages", size, avail);
-  } else if (huge) {
+  if (huge) {
     const char* why = "";
     const size_t backed = huge_pages::collapse(static_cast<char*>(p), size, &why);
     if (backed < size / huge_pages::pageBytes() * huge_pages::pageBytes())

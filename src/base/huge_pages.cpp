@@ -34,22 +34,22 @@ namespace {
 bool readNumber(const char* path, const char* key, uint64_t& out) {
   std::FILE* f = std::fopen(path, "re");
   if (!f) return false;
+  const size_t k = std::strlen(key);
   char line[256];
+  unsigned long long v = 0;
   bool found = false;
-  while (!found && std::fgets(line, sizeof line, f)) {
-    const size_t k = std::strlen(key);
+  while (std::fgets(line, sizeof line, f)) {
     if (std::strncmp(line, key, k) != 0) continue;
-    unsigned long long v = 0;
     found = std::sscanf(line + k, "%llu", &v) == 1;
-    out = v;
-    if (*key == '\0') break;
+    break;
   }
   std::fclose(f);
+  if (found) out = v;
   return found;
 }
 
-}  // namespace
-
+// What this process could back now (see collapse); UINT64_MAX when
+// neither can be read.
 uint64_t availableBytes() {
   uint64_t avail = std::numeric_limits<uint64_t>::max(), v = 0, used = 0;
   if (readNumber("/proc/meminfo", "MemAvailable:", v)) avail = v * 1024;
@@ -57,6 +57,8 @@ uint64_t availableBytes() {
     avail = std::min(avail, v > used ? v - used : 0);
   return avail;
 }
+
+}  // namespace
 
 void* mapShared(int fd, uint64_t offset, size_t len, int prot) {
   const size_t huge = pageBytes();
@@ -86,6 +88,10 @@ size_t collapse(char* p, size_t len, const char** why) {
   const size_t huge = pageBytes();
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   const uintptr_t first = (a + huge - 1) / huge * huge, end = (a + len) / huge * huge;
+  if (first < end && len > availableBytes()) {
+    if (why) *why = "more than the memory available (MemAvailable, the cgroup's memory.max): backed at first touch";
+    return 0;
+  }
   size_t done = 0;
   for (uintptr_t c = first; c < end; c += huge) {
     // One byte in: MADV_COLLAPSE refuses a range with no page at all.

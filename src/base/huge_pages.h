@@ -33,15 +33,14 @@ size_t pageBytes();
 // MAP_FAILED with errno as mmap.
 void* mapShared(int fd, uint64_t offset, size_t len, int prot);
 
-// Memory this process could back now: MemAvailable of /proc/meminfo, less
-// where its cgroup (v2: memory.max - memory.current) allows less; UINT64_MAX
-// when neither can be read.
-uint64_t availableBytes();
-
 // Backs every whole huge page of [p, p + len) (a new shared mapping of a
 // memfd, as mapShared placed it at offset 0) with a huge page: touches its
-// first byte and collapses it (MADV_COLLAPSE). Stops at the first refusal.
-// Returns the bytes so backed; `why`, when given, says why not all.
+// first byte and collapses it (MADV_COLLAPSE). Stops at the first refusal;
+// does nothing when len is more than this process could back now
+// (MemAvailable, or what its cgroup's memory.max leaves): such memory is
+// left to be backed at first touch rather than pushing the host into its
+// out-of-memory killer here. Returns the bytes so backed; `why`, when
+// given, says why not all.
 size_t collapse(char* p, size_t len, const char** why = nullptr);
 
 }  // namespace hawser::huge_pages
