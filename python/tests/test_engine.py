@@ -428,7 +428,7 @@ def test_managed_buffers_move_bytes_between_engines(hw):
 
 
 def mapping_of(addr):
-    """The name of the mapping of this process that holds addr ("" if none has one)."""
+    """The name of the mapping of this process that holds addr ("" if it has none; None: no mapping does)."""
     with open("/proc/self/maps") as f:
         for line in f:
             fields = line.split()

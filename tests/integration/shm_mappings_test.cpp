@@ -15,7 +15,6 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
-#include <sstream>
 
 #include "common/util.h"
 #include "hawser/engine.h"
