@@ -414,7 +414,8 @@ TEST(TcpFrames, a_canceled_frame_is_never_sent_and_its_batch_frees_at_once) {
   ASSERT_TRUE(in.engine.submitTransfer(b2, reqs).ok());
   ASSERT_TRUE(in.engine.cancelTransfer(b2).ok());
   expectEnded(in.engine, b2, reqs.size(), TransferState::kCanceled, Code::kUnavailable);
-  EXPECT_TRUE(in.engine.freeBatchID(b2).ok());  // nothing of it was ever on a socket
+  const Status freed = in.engine.freeBatchID(b2);
+  EXPECT_TRUE(freed.ok()) << freed.toString();  // nothing of it was ever on a socket
   ASSERT_TRUE(in.engine.waitTransfer(b1, std::chrono::seconds(60)).ok());
   expectEnded(in.engine, b1, 2, TransferState::kFailed, Code::kTimeout);
   EXPECT_TRUE(in.engine.freeBatchID(b1).ok());
