@@ -141,6 +141,10 @@ for (( i = 0; i < nodes; i++ )); do wait_ready "$i"; done
 
 # ---- RSS and descriptors, sampled in the background ---------------------------------
 (
+  # Not errexit: a process that exits between reading its RSS and listing its
+  # descriptors (a fault's kill) must not end the sampling (it once did: no
+  # process then had enough samples to judge).
+  set +e
   while true; do
     t=$(now_ms)
     for f in "$dir"/pids/*; do
@@ -219,6 +223,8 @@ done
 
 # ---- the quiet tail, then stop everything ------------------------------------------------
 while (( $(date +%s) < start + duration )); do sleep 0.5; done
+sampler_ran=1 end_ms=$(now_ms)
+kill -0 "$sampler" 2>/dev/null || sampler_ran=0
 kill "$sampler" 2>/dev/null || true
 wait "$sampler" 2>/dev/null || true
 sampler=""
@@ -238,4 +244,11 @@ for (( i = 0; i < nodes; i++ )); do
   pid[$i]=""
 done
 
-python3 "$here/chaos_summary.py" "$dir" "$duration" "$quiet" "$stuck"
+rc=0
+python3 "$here/chaos_summary.py" "$dir" "$duration" "$quiet" "$stuck" || rc=$?
+if (( ! sampler_ran )); then
+  echo "chaos soak: FAIL: the RSS and descriptor sampler stopped before the run's end (last sample at" \
+    "$(tail -1 "$dir/samples.txt" | cut -d' ' -f1) ms; the run ended at $end_ms ms)" >&2
+  rc=1
+fi
+exit "$rc"
