@@ -29,6 +29,9 @@
 // colour (frame number mod C) over the mean a colour, averaged over the
 // threads. 1.00 when spread evenly, as contiguous memory is; where a
 // thread's working set is its L2, more means conflict misses.
+// With MEMCPY_RATE_TOUCH=N each thread also writes N cache lines of its own
+// after each block (the same lines every round): what an engine's own data
+// a request costs memcpy (bench/l2_edge.sh).
 //
 // Built with the engine's src/base/huge_pages.cpp (system headers only):
 //   c++ -O2 -std=c++17 -pthread -Isrc bench/memcpy_rate.cpp src/base/huge_pages.cpp
@@ -40,6 +43,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -141,6 +145,12 @@ int main(int argc, char** argv) {
   char* slots_mem = alloc(slots * block, local_thp ? Kind::kThp : Kind::kPrivate);
   char* const src_base = write ? slots_mem : target;
   char* const dst_base = write ? target : slots_mem;
+  // MEMCPY_RATE_TOUCH=N: after each block, write N cache lines of the
+  // thread's own (N lines a block, the same ones every round): the stand-in
+  // for what an engine touches a request besides the data (its task, slice,
+  // counters), to see what that costs memcpy where the data fills the L2.
+  const char* touch_env = std::getenv("MEMCPY_RATE_TOUCH");
+  const size_t touch = touch_env ? std::strtoull(touch_env, nullptr, 10) : 0;
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> bytes{0};
   std::vector<std::thread> ts;
@@ -148,10 +158,13 @@ int main(int argc, char** argv) {
   for (size_t t = 0; t < threads; ++t)
     ts.emplace_back([&, t] {
       uint64_t mine = 0;
+      std::vector<char> lines(batch * touch * 64 + 64);
+      volatile char* const own = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(lines.data()) + 63) & ~uintptr_t{63});
       while (!stop.load(std::memory_order_relaxed)) {
         for (size_t i = 0; i < batch; ++i) {
           const size_t k = t * batch + i, slot = k * block, remote = (k % per_source) * block;
           std::memcpy(dst_base + (write ? remote : slot), src_base + (write ? slot : remote), block);
+          for (size_t j = 0; j < touch; ++j) own[(i * touch + j) * 64] = own[(i * touch + j) * 64] + 1;
         }
         mine += batch * block;
       }

@@ -44,6 +44,10 @@
 #                                                  .carry/*-hawser build against this one (knob_ab.sh:
 #                                                  256 B x 16 and 64K x 16, four threads, BUILD_ROUNDS
 #                                                  (5)); about 300 s with PLACE_ROUNDS=3 WARM4_REPEAT=3
+#          bash scripts/device_run.sh l2            what memcpy itself loses where its data fills the L2 when
+#                                                  N other cache lines are written a block (bench/l2_edge.sh:
+#                                                  half, once and twice the L2, N 0-32, L2_ROUNDS (5)
+#                                                  rounds); about 130 s
 # Each stage there unpacks the bundle when .device is missing and leaves its
 # logs as one archive under $OUT (logs-STAGE.tgz: the tool brings back at
 # most 8 files), rewritten after every step, with a summary at the end.
@@ -203,6 +207,11 @@ case $stage in
     pack_logs
     finish
     ;;
+  l2)
+    ready l2
+    step l2_edge env ROUNDS="${L2_ROUNDS:-5}" bash bench/l2_edge.sh
+    finish
+    ;;
   placement)
     ready placement
     {
@@ -224,7 +233,7 @@ case $stage in
     finish
     ;;
   *)
-    sed -n '2,37p' "$0" >&2
+    sed -n '2,/^set -uo/p' "$0" | sed '$d' >&2  # the header above
     exit 2
     ;;
 esac
