@@ -35,7 +35,7 @@ trap 'rm -rf "$work"' EXIT
 # A thread copies BATCH blocks from its slots of the target into its own: a
 # side of SET bytes, two sides in its L2 at "once".
 sets=("half $(( l2 / 4 / block ))" "once $(( l2 / 2 / block ))" "twice $(( l2 / block ))")
-for r in $(seq "$ROUNDS"); do
+for _ in $(seq "$ROUNDS"); do
   for s in "${sets[@]}"; do
     set -- $s
     for n in $TOUCH; do
