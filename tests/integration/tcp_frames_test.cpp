@@ -10,14 +10,18 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "integration/tcp_parts.h"
 #include "transport/tcp/tcp_internal.h"
+#include "transport/tcp/tcp_testing.h"
 
 namespace hawser {
 namespace {
@@ -422,6 +426,71 @@ TEST(TcpFrames, a_canceled_frame_is_never_sent_and_its_batch_frees_at_once) {
   EXPECT_EQ(p.headers.load(), 1);
   EXPECT_EQ(counter(in.engine, "tcp", "run_frames"), 1u);
   EXPECT_EQ(counter(in.engine, "tcp", "framed_runs"), 2u);
+}
+
+// Holds the io thread, once armed, between the drain of its inbox and the
+// look at its events until a purge is asked of it (tcp_testing.h).
+std::atomic<bool> g_hold_armed{false};
+std::atomic<bool> g_held{false};
+std::atomic<bool> g_purge_seen_held{false};
+void holdUntilPurge(const std::atomic<uint64_t>& purge_requests) {
+  bool armed = true;
+  if (!g_hold_armed.load(std::memory_order_relaxed) || !g_hold_armed.compare_exchange_strong(armed, false)) return;
+  const uint64_t before = purge_requests.load();
+  g_held.store(true);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (purge_requests.load() == before && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  g_purge_seen_held.store(purge_requests.load() != before);
+}
+
+// cancelTransfer's purge covers a frame posted to the io thread's inbox after
+// the loop drained it: the submitter found the loop busy (held here), so it
+// could not send itself, and the purge request came in the same turn. The
+// purge dropped only what had been drained, the frame stayed queued behind
+// the one in flight and freeBatchID refused the batch (once in the ASan CI
+// run; about 1 in 300 runs of the test above with the CPUs busy).
+TEST(TcpFrames, a_frame_posted_behind_the_loops_drain_is_purged_by_cancel_and_its_batch_frees_at_once) {
+  SilentPeer p(static_cast<int>(tcp::kMaxFrameRuns));
+  ASSERT_TRUE(p.status.ok());
+  Initiator in(1 << 20, {{"tcp.timeout_ms", "2000"},
+                         {"tcp.connections", "1"},
+                         {"tcp.inflight", "1"},
+                         {"tcp.io_threads", "1"}});
+  ASSERT_TRUE(in.status.ok());
+  ASSERT_TRUE(in.open(p.name()).ok());
+  struct Unhook {
+    ~Unhook() {
+      g_hold_armed.store(false);
+      tcp::testing::after_drain.store(nullptr);
+    }
+  } unhook;
+  g_held.store(false);
+  g_purge_seen_held.store(false);
+  tcp::testing::after_drain.store(holdUntilPurge);
+  // One frame in flight to the silent peer: the next waits behind it.
+  BatchID b1, b2;
+  ASSERT_TRUE(in.engine.allocateBatchID(1, b1).ok());
+  ASSERT_TRUE(in.engine.submitTransfer(b1, {{OpCode::kRead, in.mem.p, in.seg, 0x10000000, 4096}}).ok());
+  ASSERT_TRUE(eventually([&] { return p.headers.load() > 0; })) << "no request reached the peer";
+  // The loop turns at least every 250 ms (its stall check): hold it there.
+  g_hold_armed.store(true);
+  ASSERT_TRUE(eventually([&] { return g_held.load(); })) << "the io thread never reached its drain";
+  const uint64_t inline_before = counter(in.engine, "tcp", "inline_submits");
+  ASSERT_TRUE(in.engine.allocateBatchID(8, b2).ok());
+  std::vector<TransferRequest> reqs;
+  for (int i = 0; i < 8; ++i)
+    reqs.push_back({OpCode::kRead, in.mem.p + 8192 + i * 4096, in.seg, 0x10000000 + i * 8192ull, 4096});
+  ASSERT_TRUE(in.engine.submitTransfer(b2, reqs).ok());
+  EXPECT_EQ(counter(in.engine, "tcp", "inline_submits"), inline_before) << "posted, not sent by the submitter";
+  ASSERT_TRUE(in.engine.cancelTransfer(b2).ok());
+  EXPECT_TRUE(g_purge_seen_held.load()) << "the purge was not asked while the loop was held after its drain";
+  expectEnded(in.engine, b2, reqs.size(), TransferState::kCanceled, Code::kUnavailable);
+  const Status freed = in.engine.freeBatchID(b2);
+  EXPECT_TRUE(freed.ok()) << freed.toString();  // dropped by the purge, never sent
+  ASSERT_TRUE(in.engine.waitTransfer(b1, std::chrono::seconds(60)).ok());
+  expectEnded(in.engine, b1, 1, TransferState::kFailed, Code::kTimeout);
+  EXPECT_TRUE(in.engine.freeBatchID(b1).ok());
+  EXPECT_EQ(p.headers.load(), 1);
 }
 
 // The target stops with frames on the wire (their bytes sit unacknowledged

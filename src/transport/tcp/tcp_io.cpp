@@ -20,8 +20,13 @@
 #include "base/log.h"
 #include "rpc/rpc.h"
 #include "transport/tcp/tcp_internal.h"
+#include "transport/tcp/tcp_testing.h"
 
 namespace hawser::tcp {
+
+namespace testing {
+std::atomic<LoopHook> after_drain{nullptr};
+}  // namespace testing
 
 namespace {
 constexpr int kMaxEvents = 64;
@@ -139,6 +144,7 @@ void IoThread::run() {
   std::unique_lock lk(loop_mu_);
   while (!stop_.load(std::memory_order_relaxed)) {
     drainInbox();
+    testing::afterDrain(purge_epoch_);
     if (events_.exchange(false)) {
       drainConnectResults();
       if (purge_epoch_.load() != purge_seen_) purge();
@@ -352,6 +358,12 @@ void IoThread::drainConnectResults() {
 void IoThread::purge() {
   const uint64_t epoch = purge_epoch_.load();
   purge_seen_ = epoch;
+  // A slice posted after this turn's drain (its submitter found the loop
+  // held) is still in the inbox: the purge covers what was submitted before
+  // it was requested, so take it in first (it did not: a canceled frame
+  // stayed queued and its batch could not be freed until the connection
+  // failed).
+  drainInbox();
   auto sweep = [this](SliceList& l) {
     SliceList keep;
     while (Slice* s = l.pop()) {
