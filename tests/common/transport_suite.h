@@ -355,7 +355,13 @@ TEST_P(TransportSuite, peer_killed_mid_batch_fails_the_tasks_and_nothing_hangs) 
   })) << "the target served no byte of the batch";
   ASSERT_EQ(progress.s, TransferState::kPending) << "the batch ended before the peer could be killed";
   const auto& hold = GetParam().hold_copies;
-  if (hold) hold(true);
+  if (hold) {
+    hold(true);
+    // Held: nothing more ends; most of the batch must still be queued.
+    ASSERT_TRUE(engine_.getBatchTransferStatus(b, progress).ok());
+    if (progress.s != TransferState::kPending) hold(false);
+    ASSERT_EQ(progress.s, TransferState::kPending) << "the batch ended before its copies were held";
+  }
   child_.kill(SIGKILL);
   child_.wait();
   if (hold) {
