@@ -434,8 +434,7 @@ std::atomic<bool> g_hold_armed{false};
 std::atomic<bool> g_held{false};
 std::atomic<bool> g_purge_seen_held{false};
 void holdUntilPurge(const std::atomic<uint64_t>& purge_requests) {
-  bool armed = true;
-  if (!g_hold_armed.load(std::memory_order_relaxed) || !g_hold_armed.compare_exchange_strong(armed, false)) return;
+  if (!g_hold_armed.load(std::memory_order_relaxed) || !g_hold_armed.exchange(false)) return;
   const uint64_t before = purge_requests.load();
   g_held.store(true);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
