@@ -2,17 +2,21 @@
 # What memcpy loses where its data fills a core's L2 when something else is
 # touched beside it: bench/memcpy_rate.cpp (reads, 64 KiB blocks, THREADS
 # threads, the target on huge pages) with MEMCPY_RATE_TOUCH=N, N cache lines
-# of the thread's own written after each block (the same lines every round),
+# of the thread's own touched after each block (the same lines every round),
 # the stand-in for what an engine touches a request besides the bytes (its
-# task and slice, counters, code). Working sets of half, once and twice the
-# L2 a thread and side; rounds interleave every case. Prints each case's
-# median GB/s and its ratio to N=0 in the same set.
+# task and slice, counters: written or read; its code: executed). Working
+# sets of half, once and twice the L2 a thread and side (SETS); rounds
+# interleave every case. Prints each case's median GB/s and its ratio to N=0
+# in the same set.
 #
 # Usage: bench/l2_edge.sh                  (from the repository root)
 # Environment (all optional):
 #   L2        bytes of L2 a core (default: /sys's index2 size of cpu0, else 2M)
 #   THREADS   threads (default 4)
 #   TOUCH     the N to try (default "0 2 4 8 16 32")
+#   KINDS     how the lines are touched (MEMCPY_RATE_TOUCH_KIND): w written,
+#             r read, x executed (default "w")
+#   SETS      working sets (default "half once twice")
 #   ROUNDS    interleaved rounds (default 3)
 #   DURATION  seconds a run (default 1)
 #   CXX       compiler (default c++)
@@ -25,6 +29,8 @@ l2_sys=$(cat /sys/devices/system/cpu/cpu0/cache/index2/size 2>/dev/null || true)
 L2=${L2:-${l2_sys:-2M}}
 THREADS=${THREADS:-4}
 TOUCH=${TOUCH:-"0 2 4 8 16 32"}
+KINDS=${KINDS:-w}
+SETS=${SETS:-"half once twice"}
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-1}
 l2=$(size_bytes "$L2")
@@ -34,12 +40,15 @@ trap 'rm -rf "$work"' EXIT
 "$CXX" -O2 -std=c++17 -pthread -I"$here/src" -o "$work/memcpy_rate" "$here/bench/memcpy_rate.cpp" "$here/src/base/huge_pages.cpp"
 # A thread copies BATCH blocks from its slots of the target into its own: a
 # side of SET bytes, two sides in its L2 at "once".
-sets=("half $(( l2 / 4 / block ))" "once $(( l2 / 2 / block ))" "twice $(( l2 / block ))")
+declare -A blocks=([half]=$(( l2 / 4 / block )) [once]=$(( l2 / 2 / block )) [twice]=$(( l2 / block )))
 for _ in $(seq "$ROUNDS"); do
-  for s in "${sets[@]}"; do
-    set -- $s
-    for n in $TOUCH; do
-      echo "$1 $n $(MEMCPY_RATE_TOUCH=$n "$work/memcpy_rate" $block "$2" "$THREADS" "$DURATION" $(( block * $2 * THREADS )) local-thp)"
+  for s in $SETS; do
+    b=${blocks[$s]:?"SETS: half, once or twice, not '$s'"}
+    for k in $KINDS; do
+      for n in $TOUCH; do
+        [[ $n == 0 && $k != "${KINDS%% *}" ]] && continue  # N=0 is the same for every kind
+        echo "$s $k $n $(MEMCPY_RATE_TOUCH=$n MEMCPY_RATE_TOUCH_KIND=$k "$work/memcpy_rate" $block "$b" "$THREADS" "$DURATION" $(( block * b * THREADS )) local-thp)"
+      done
     done
   done
 done >"$work/rounds"
@@ -48,14 +57,16 @@ python3 - "$work/rounds" <<'PY'
 import statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
-    s, n, g = line.split()
-    rows.setdefault((s, int(n)), []).append(float(g))
-print("%-6s %6s %9s %7s %s" % ("set", "lines", "GB/s", "/ N=0", "rounds"))
+    s, k, n, g = line.split()
+    rows.setdefault((s, k, int(n)), []).append(float(g))
+print("%-6s %4s %6s %9s %7s %s" % ("set", "kind", "lines", "GB/s", "/ N=0", "rounds"))
 for s in ("half", "once", "twice"):
-    base = statistics.median(rows[(s, 0)]) if (s, 0) in rows else None
-    for (set_, n), v in sorted(rows.items()):
+    zero = [v for (s_, k, n), v in rows.items() if s_ == s and n == 0]
+    base = statistics.median(zero[0]) if zero else None
+    for (set_, k, n), v in sorted(rows.items(), key=lambda x: (x[0][0], x[0][2] != 0, x[0][1], x[0][2])):
         if set_ != s:
             continue
         m = statistics.median(v)
-        print("%-6s %6d %9.2f %7s %s" % (s, n, m, "%.2f" % (m / base) if base else "-", " ".join("%.1f" % x for x in v)))
+        print("%-6s %4s %6d %9.2f %7s %s" % (s, k if n else "-", n, m, "%.2f" % (m / base) if base else "-",
+                                           " ".join("%.1f" % x for x in v)))
 PY

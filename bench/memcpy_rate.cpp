@@ -29,9 +29,10 @@
 // colour (frame number mod C) over the mean a colour, averaged over the
 // threads. 1.00 when spread evenly, as contiguous memory is; where a
 // thread's working set is its L2, more means conflict misses.
-// With MEMCPY_RATE_TOUCH=N each thread also writes N cache lines of its own
+// With MEMCPY_RATE_TOUCH=N each thread also touches N cache lines of its own
 // after each block (the same lines every round): what an engine's own data
-// a request costs memcpy (bench/l2_edge.sh).
+// or code a request costs memcpy (bench/l2_edge.sh). MEMCPY_RATE_TOUCH_KIND:
+// w writes them (the default), r reads them, x executes them (a jump a line).
 //
 // Built with the engine's src/base/huge_pages.cpp (system headers only):
 //   c++ -O2 -std=c++17 -pthread -Isrc bench/memcpy_rate.cpp src/base/huge_pages.cpp
@@ -145,12 +146,42 @@ int main(int argc, char** argv) {
   char* slots_mem = alloc(slots * block, local_thp ? Kind::kThp : Kind::kPrivate);
   char* const src_base = write ? slots_mem : target;
   char* const dst_base = write ? target : slots_mem;
-  // MEMCPY_RATE_TOUCH=N: after each block, write N cache lines of the
+  // MEMCPY_RATE_TOUCH=N: after each block, touch N cache lines of the
   // thread's own (N lines a block, the same ones every round): the stand-in
   // for what an engine touches a request besides the data (its task, slice,
-  // counters), to see what that costs memcpy where the data fills the L2.
+  // counters: written or read; its code: executed), to see what that costs
+  // memcpy where the data fills the L2.
   const char* touch_env = std::getenv("MEMCPY_RATE_TOUCH");
   const size_t touch = touch_env ? std::strtoull(touch_env, nullptr, 10) : 0;
+  const char* kind_env = std::getenv("MEMCPY_RATE_TOUCH_KIND");
+  const char touch_kind = kind_env && *kind_env ? kind_env[0] : 'w';
+  if (touch_kind != 'w' && touch_kind != 'r' && touch_kind != 'x') {
+    std::fprintf(stderr, "memcpy_rate: MEMCPY_RATE_TOUCH_KIND is w, r or x\n");
+    return 2;
+  }
+  // x: each thread's lines are code, a short jump to the next line at the
+  // start of each, the block's last line a return: N fetched lines a block.
+  using Chunk = void (*)();
+  std::vector<char*> code(threads, nullptr);
+  if (touch_kind == 'x' && touch > 0)
+    for (size_t t = 0; t < threads; ++t) {
+      const size_t len = batch * touch * 64;
+      void* m = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (m == MAP_FAILED) return std::perror("mmap"), 1;
+      auto* c = static_cast<unsigned char*>(m);
+      for (size_t l = 0; l < batch * touch; ++l) {
+        unsigned char* line = c + l * 64;
+        std::memset(line, 0xcc, 64);  // int3: never reached
+        if ((l + 1) % touch == 0) {
+          line[0] = 0xc3;  // ret
+        } else {
+          line[0] = 0xeb;  // jmp rel8 to the next line
+          line[1] = 62;
+        }
+      }
+      if (::mprotect(m, len, PROT_READ | PROT_EXEC) != 0) return std::perror("mprotect"), 1;
+      code[t] = static_cast<char*>(m);
+    }
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> bytes{0};
   std::vector<std::thread> ts;
@@ -164,7 +195,15 @@ int main(int argc, char** argv) {
         for (size_t i = 0; i < batch; ++i) {
           const size_t k = t * batch + i, slot = k * block, remote = (k % per_source) * block;
           std::memcpy(dst_base + (write ? remote : slot), src_base + (write ? slot : remote), block);
-          for (size_t j = 0; j < touch; ++j) own[(i * touch + j) * 64] = own[(i * touch + j) * 64] + 1;
+          if (touch_kind == 'w') {
+            for (size_t j = 0; j < touch; ++j) own[(i * touch + j) * 64] = own[(i * touch + j) * 64] + 1;
+          } else if (touch_kind == 'r') {
+            char sum = 0;
+            for (size_t j = 0; j < touch; ++j) sum = static_cast<char>(sum + own[(i * touch + j) * 64]);
+            own[batch * touch * 64] = sum;  // the line past the touched ones: kept written, one line
+          } else if (touch > 0) {
+            reinterpret_cast<Chunk>(code[t] + i * touch * 64)();
+          }
         }
         mine += batch * block;
       }
