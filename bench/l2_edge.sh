@@ -13,7 +13,8 @@
 # Environment (all optional):
 #   L2        bytes of L2 a core (default: /sys's index2 size of cpu0, else 2M)
 #   THREADS   threads (default 4)
-#   TOUCH     the N to try (default "0 2 4 8 16 32")
+#   TOUCH     the N to try (default "0 2 4 8 16 32"); an item w:W,r:R,x:X is one
+#             case touching W, R and X lines of each kind (kind "mix")
 #   KINDS     how the lines are touched (MEMCPY_RATE_TOUCH_KIND): w written,
 #             r read, x executed (default "w")
 #   SETS      working sets (default "half once twice")
@@ -47,7 +48,9 @@ for _ in $(seq "$ROUNDS"); do
     for k in $KINDS; do
       for n in $TOUCH; do
         [[ $n == 0 && $k != "${KINDS%% *}" ]] && continue  # N=0 is the same for every kind
-        echo "$s $k $n $(MEMCPY_RATE_TOUCH=$n MEMCPY_RATE_TOUCH_KIND=$k "$work/memcpy_rate" $block "$b" "$THREADS" "$DURATION" $(( block * b * THREADS )) local-thp)"
+        [[ $n == *:* && $k != "${KINDS%% *}" ]] && continue  # a mix names its kinds
+        echo "$s $([[ $n == *:* ]] && echo mix || echo "$k") $n $(MEMCPY_RATE_TOUCH=$n MEMCPY_RATE_TOUCH_KIND=$k \
+          "$work/memcpy_rate" $block "$b" "$THREADS" "$DURATION" $(( block * b * THREADS )) local-thp)"
       done
     done
   done
@@ -58,15 +61,17 @@ import statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
     s, k, n, g = line.split()
-    rows.setdefault((s, k, int(n)), []).append(float(g))
-print("%-6s %4s %6s %9s %7s %s" % ("set", "kind", "lines", "GB/s", "/ N=0", "rounds"))
+    rows.setdefault((s, k, n), []).append(float(g))
+print("%-6s %4s %14s %9s %7s %s" % ("set", "kind", "lines", "GB/s", "/ N=0", "rounds"))
+def order(n):
+    return (0, int(n), "") if n.isdigit() else (1, 0, n)
 for s in ("half", "once", "twice"):
-    zero = [v for (s_, k, n), v in rows.items() if s_ == s and n == 0]
+    zero = [v for (s_, k, n), v in rows.items() if s_ == s and n == "0"]
     base = statistics.median(zero[0]) if zero else None
-    for (set_, k, n), v in sorted(rows.items(), key=lambda x: (x[0][0], x[0][2] != 0, x[0][1], x[0][2])):
+    for (set_, k, n), v in sorted(rows.items(), key=lambda x: (x[0][0], x[0][2] != "0", x[0][1], order(x[0][2]))):
         if set_ != s:
             continue
         m = statistics.median(v)
-        print("%-6s %4s %6d %9.2f %7s %s" % (s, k if n else "-", n, m, "%.2f" % (m / base) if base else "-",
-                                           " ".join("%.1f" % x for x in v)))
+        print("%-6s %4s %14s %9.2f %7s %s" % (s, k if n != "0" else "-", n, m, "%.2f" % (m / base) if base else "-",
+                                            " ".join("%.1f" % x for x in v)))
 PY

@@ -32,7 +32,8 @@
 // With MEMCPY_RATE_TOUCH=N each thread also touches N cache lines of its own
 // after each block (the same lines every round): what an engine's own data
 // or code a request costs memcpy (bench/l2_edge.sh). MEMCPY_RATE_TOUCH_KIND:
-// w writes them (the default), r reads them, x executes them (a jump a line).
+// w writes them (the default), r reads them, x executes them (a jump a line);
+// MEMCPY_RATE_TOUCH=w:W,r:R,x:X touches W, R and X lines of each kind.
 //
 // Built with the engine's src/base/huge_pages.cpp (system headers only):
 //   c++ -O2 -std=c++17 -pthread -Isrc bench/memcpy_rate.cpp src/base/huge_pages.cpp
@@ -150,29 +151,43 @@ int main(int argc, char** argv) {
   // thread's own (N lines a block, the same ones every round): the stand-in
   // for what an engine touches a request besides the data (its task, slice,
   // counters: written or read; its code: executed), to see what that costs
-  // memcpy where the data fills the L2.
-  const char* touch_env = std::getenv("MEMCPY_RATE_TOUCH");
-  const size_t touch = touch_env ? std::strtoull(touch_env, nullptr, 10) : 0;
-  const char* kind_env = std::getenv("MEMCPY_RATE_TOUCH_KIND");
-  const char touch_kind = kind_env && *kind_env ? kind_env[0] : 'w';
-  if (touch_kind != 'w' && touch_kind != 'r' && touch_kind != 'x') {
-    std::fprintf(stderr, "memcpy_rate: MEMCPY_RATE_TOUCH_KIND is w, r or x\n");
-    return 2;
+  // memcpy where the data fills the L2. MEMCPY_RATE_TOUCH_KIND says how (w,
+  // r or x); MEMCPY_RATE_TOUCH=w:W,r:R,x:X touches each kind's own lines.
+  size_t touch_w = 0, touch_r = 0, touch_x = 0;
+  if (const char* touch_env = std::getenv("MEMCPY_RATE_TOUCH"); touch_env && *touch_env) {
+    const char* kind_env = std::getenv("MEMCPY_RATE_TOUCH_KIND");
+    std::string spec = touch_env;
+    if (spec.find(':') == std::string::npos) spec = std::string(kind_env && *kind_env ? kind_env : "w") + ":" + spec;
+    for (size_t at = 0; at < spec.size();) {
+      const size_t comma = std::min(spec.find(',', at), spec.size());
+      const std::string item = spec.substr(at, comma - at);
+      const size_t n = item.size() > 2 && item[1] == ':' ? std::strtoull(item.c_str() + 2, nullptr, 10) : 0;
+      size_t* into = item.size() > 2 && item[1] == ':'
+                         ? (item[0] == 'w' ? &touch_w : item[0] == 'r' ? &touch_r : item[0] == 'x' ? &touch_x : nullptr)
+                         : nullptr;
+      if (!into) {
+        std::fprintf(stderr, "memcpy_rate: MEMCPY_RATE_TOUCH: N (with MEMCPY_RATE_TOUCH_KIND w, r or x) or "
+                             "w:N,r:N,x:N, not '%s'\n", touch_env);
+        return 2;
+      }
+      *into = n;
+      at = comma + 1;
+    }
   }
   // x: each thread's lines are code, a short jump to the next line at the
-  // start of each, the block's last line a return: N fetched lines a block.
+  // start of each, the block's last line a return: touch_x fetched lines a block.
   using Chunk = void (*)();
   std::vector<char*> code(threads, nullptr);
-  if (touch_kind == 'x' && touch > 0)
+  if (touch_x > 0)
     for (size_t t = 0; t < threads; ++t) {
-      const size_t len = batch * touch * 64;
+      const size_t len = batch * touch_x * 64;
       void* m = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (m == MAP_FAILED) return std::perror("mmap"), 1;
       auto* c = static_cast<unsigned char*>(m);
-      for (size_t l = 0; l < batch * touch; ++l) {
+      for (size_t l = 0; l < batch * touch_x; ++l) {
         unsigned char* line = c + l * 64;
         std::memset(line, 0xcc, 64);  // int3: never reached
-        if ((l + 1) % touch == 0) {
+        if ((l + 1) % touch_x == 0) {
           line[0] = 0xc3;  // ret
         } else {
           line[0] = 0xeb;  // jmp rel8 to the next line
@@ -189,21 +204,22 @@ int main(int argc, char** argv) {
   for (size_t t = 0; t < threads; ++t)
     ts.emplace_back([&, t] {
       uint64_t mine = 0;
-      std::vector<char> lines(batch * touch * 64 + 64);
+      // Written lines, then read ones, then the line the reads' sum goes to.
+      std::vector<char> lines((batch * (touch_w + touch_r) + 2) * 64);
       volatile char* const own = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(lines.data()) + 63) & ~uintptr_t{63});
+      volatile char* const own_r = own + batch * touch_w * 64;
+      volatile char* const sum_line = own_r + batch * touch_r * 64;
       while (!stop.load(std::memory_order_relaxed)) {
         for (size_t i = 0; i < batch; ++i) {
           const size_t k = t * batch + i, slot = k * block, remote = (k % per_source) * block;
           std::memcpy(dst_base + (write ? remote : slot), src_base + (write ? slot : remote), block);
-          if (touch_kind == 'w') {
-            for (size_t j = 0; j < touch; ++j) own[(i * touch + j) * 64] = own[(i * touch + j) * 64] + 1;
-          } else if (touch_kind == 'r') {
+          for (size_t j = 0; j < touch_w; ++j) own[(i * touch_w + j) * 64] = own[(i * touch_w + j) * 64] + 1;
+          if (touch_r > 0) {
             char sum = 0;
-            for (size_t j = 0; j < touch; ++j) sum = static_cast<char>(sum + own[(i * touch + j) * 64]);
-            own[batch * touch * 64] = sum;  // the line past the touched ones: kept written, one line
-          } else if (touch > 0) {
-            reinterpret_cast<Chunk>(code[t] + i * touch * 64)();
+            for (size_t j = 0; j < touch_r; ++j) sum = static_cast<char>(sum + own_r[(i * touch_r + j) * 64]);
+            *sum_line = sum;
           }
+          if (touch_x > 0) reinterpret_cast<Chunk>(code[t] + i * touch_x * 64)();
         }
         mine += batch * block;
       }

@@ -1,0 +1,106 @@
+"""bench/footprint.sh's report: the distinct cache lines each batch touched
+(from lines.cpp), by kind and by where they lie (/proc/PID/maps of the traced
+process), medians over the batches of each batch size; and, across the batch
+sizes, what a batch costs whatever its size and what each request adds.
+
+Lines of 4 KiB pages the batch touched at least 60 of 64 lines of are the
+blocks themselves (the bytes moved), counted apart: nothing of the engine's
+fills a page in one batch.
+
+  classify.py MAPS BINARY B1:FILE1 [B2:FILE2 ...]
+"""
+import os
+import statistics
+import sys
+
+
+def load_maps(path):
+    """Every mapping of every copy of the maps (they were read several times
+    while the program ran), each with the one before it in its copy."""
+    maps = set()
+    prev = None
+    for line in open(path):
+        f = line.split()
+        lo, hi = (int(x, 16) for x in f[0].split("-"))
+        if prev and lo < prev[0]:
+            prev = None  # the next copy
+        name = f[5] if len(f) > 5 else ""
+        maps.add((lo, hi, f[1], name, prev))
+        prev = (lo, hi, f[1], name)
+    return sorted(maps, key=lambda m: (m[0], m[1]))
+
+
+def region(maps, binary, addr, kind):
+    for lo, hi, perm, name, prev in maps:
+        if lo <= addr < hi:
+            break
+    else:
+        return "unmapped"
+    if kind == "I":
+        return "code: hawser" if os.path.basename(name) == os.path.basename(binary) else "code: libraries"
+    if os.path.basename(name) == os.path.basename(binary):
+        return "data: hawser's statics"
+    if name.startswith("/memfd:"):
+        return "data: shared memory (peer's table)"
+    if name == "[stack]" or (prev and prev[2].startswith("---p") and prev[1] == lo and (hi - lo) >= (1 << 20)):
+        return "data: stacks"
+    if name and not name.startswith("["):
+        return "data: libraries' statics"
+    return "data: heap"
+
+
+def main():
+    maps = load_maps(sys.argv[1])
+    binary = sys.argv[2]
+    per_size = {}
+    for arg in sys.argv[3:]:
+        b, path = arg.split(":", 1)
+        batches = []
+        cur = None
+        for line in open(path):
+            k, a = line.split()
+            if k == "batch":
+                cur = []
+                batches.append(cur)
+            else:
+                cur.append((k, int(a, 16)))
+        rows = []
+        for lines in batches:
+            pages = {}
+            for k, a in lines:
+                if k != "I":
+                    pages[a >> 12] = pages.get(a >> 12, 0) + 1
+            row = {"blocks": 0}
+            for k, a in lines:
+                if k != "I" and pages[a >> 12] >= 60:
+                    row["blocks"] += 1
+                    continue
+                r = region(maps, binary, a, k)
+                key = r if k == "I" else "%s (%s)" % (r, "written" if k == "W" else "read")
+                row[key] = row.get(key, 0) + 1
+                total = "code" if k == "I" else ("data written" if k == "W" else "data read")
+                row["= " + total] = row.get("= " + total, 0) + 1
+            rows.append(row)
+        per_size[int(b)] = rows
+    sizes = sorted(per_size)
+    keys = sorted({k for rows in per_size.values() for r in rows for k in r if k != "blocks"})
+    med = {b: {k: statistics.median(r.get(k, 0) for r in per_size[b]) for k in keys + ["blocks"]} for b in sizes}
+    print("distinct cache lines a batch touches (medians over %s batches)" %
+          ", ".join("%d of %d requests" % (len(per_size[b]), b) for b in sizes))
+    head = "%-48s" % "" + "".join("%10s" % ("B=%d" % b) for b in sizes)
+    if len(sizes) > 1:
+        head += "%12s%12s" % ("fixed", "a request")
+    print(head)
+    for k in [k for k in keys if not k.startswith("=")] + [k for k in keys if k.startswith("=")] + ["blocks"]:
+        if not any(med[b][k] for b in sizes):
+            continue
+        line = "%-48s" % k + "".join("%10.0f" % med[b][k] for b in sizes)
+        if len(sizes) > 1 and k != "blocks":
+            lo, hi = sizes[0], sizes[-1]
+            per = (med[hi][k] - med[lo][k]) / (hi - lo)
+            line += "%12.0f%12.1f" % (med[lo][k] - per * lo, per)
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
