@@ -18,6 +18,13 @@
 #   KINDS     how the lines are touched (MEMCPY_RATE_TOUCH_KIND): w written,
 #             r read, x executed (default "w")
 #   SETS      working sets (default "half once twice")
+#   ENGINE    1: each round also runs hawser bench on each set (shm shared
+#             mappings into one hawser serve's allocateHostMemory, reads, the
+#             same blocks, batch and threads, depth 1), kind "shm": the engine
+#             in the same rounds as memcpy with the lines of its footprint
+#             (bench/footprint.sh counts them)
+#   HAWSER    the hawser binary for ENGINE=1 (default: build/bin/hawser, then build-*/bin/hawser)
+#   PORT      the hawser serve's port for ENGINE=1 (default 17860)
 #   ROUNDS    interleaved rounds (default 3)
 #   DURATION  seconds a run (default 1)
 #   CXX       compiler (default c++)
@@ -36,8 +43,22 @@ ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-1}
 l2=$(size_bytes "$L2")
 block=65536
+ENGINE=${ENGINE:-0}
+PORT=${PORT:-17860}
 work=$(mktemp -d /tmp/hawser-l2-edge-XXXXXX)
-trap 'rm -rf "$work"' EXIT
+serve=""
+cleanup() {
+  [[ -n "$serve" ]] && { kill "$serve" 2>/dev/null || true; wait "$serve" 2>/dev/null || true; }
+  rm -rf "$work"
+}
+trap cleanup EXIT
+if [[ $ENGINE == 1 ]]; then
+  find_hawser
+  need_python3
+  "$HAWSER" serve --listen "127.0.0.1:$PORT" --memory 512M --host-memory shared >"$work/serve.log" 2>&1 &
+  serve=$!
+  wait_ready "$work/serve.log" "$serve"
+fi
 "$CXX" -O2 -std=c++17 -pthread -I"$here/src" -o "$work/memcpy_rate" "$here/bench/memcpy_rate.cpp" "$here/src/base/huge_pages.cpp"
 # A thread copies BATCH blocks from its slots of the target into its own: a
 # side of SET bytes, two sides in its L2 at "once".
@@ -53,6 +74,12 @@ for _ in $(seq "$ROUNDS"); do
           "$work/memcpy_rate" $block "$b" "$THREADS" "$DURATION" $(( block * b * THREADS )) local-thp)"
       done
     done
+    if [[ $ENGINE == 1 ]]; then
+      HAWSER_SHM_THREADS=$THREADS "$HAWSER" bench --target "127.0.0.1:$PORT" --op read --block-size $block \
+        --batch-size "$b" --threads "$THREADS" --depth 1 --seconds "$DURATION" --json >"$work/b.out" 2>"$work/b.err" || {
+        echo "hawser bench ($s): failed" >&2; cat "$work/b.err" >&2; exit 1; }
+      echo "$s shm engine $(python3 "$here/bench/bench_result.py" "$work/b.out" shm gbps)"
+    fi
   done
 done >"$work/rounds"
 echo "$(host_line); L2 $l2 bytes a core, $THREADS threads, 64 KiB blocks, reads; medians of $ROUNDS interleaved rounds"
@@ -62,16 +89,19 @@ rows = {}
 for line in open(sys.argv[1]):
     s, k, n, g = line.split()
     rows.setdefault((s, k, n), []).append(float(g))
-print("%-6s %4s %14s %9s %7s %s" % ("set", "kind", "lines", "GB/s", "/ N=0", "rounds"))
-def order(n):
-    return (0, int(n), "") if n.isdigit() else (1, 0, n)
+# ":r": the median of each round's ratio to that round's N=0 (rounds
+# interleave every case, so a host whose speed drifts moves both alike).
+print("%-6s %4s %14s %9s %7s %7s %s" % ("set", "kind", "lines", "GB/s", "/ N=0", "/N=0:r", "rounds"))
+def order(k, n):
+    return (k == "shm", n != "0", 0 if n.isdigit() else 1, int(n) if n.isdigit() else 0, k, n)
 for s in ("half", "once", "twice"):
     zero = [v for (s_, k, n), v in rows.items() if s_ == s and n == "0"]
     base = statistics.median(zero[0]) if zero else None
-    for (set_, k, n), v in sorted(rows.items(), key=lambda x: (x[0][0], x[0][2] != "0", x[0][1], order(x[0][2]))):
+    for (set_, k, n), v in sorted(rows.items(), key=lambda x: (x[0][0], order(x[0][1], x[0][2]))):
         if set_ != s:
             continue
         m = statistics.median(v)
-        print("%-6s %4s %14s %9.2f %7s %s" % (s, k if n != "0" else "-", n, m, "%.2f" % (m / base) if base else "-",
-                                            " ".join("%.1f" % x for x in v)))
+        per = statistics.median(a / b for a, b in zip(v, zero[0])) if zero else None
+        print("%-6s %4s %14s %9.2f %7s %7s %s" % (s, k if n != "0" else "-", n, m, "%.2f" % (m / base) if base else "-",
+                                                  "%.2f" % per if per else "-", " ".join("%.1f" % x for x in v)))
 PY

@@ -47,8 +47,9 @@
 #          bash scripts/device_run.sh l2            what memcpy itself loses where its data fills the L2 when
 #                                                  N other cache lines are touched a block (bench/l2_edge.sh:
 #                                                  half, once and twice the L2, N 0-32 written, L2_ROUNDS (5)
-#                                                  rounds; its KINDS, SETS and TOUCH pass through: KINDS="w r x"
-#                                                  also reads and executes them); about 130 s
+#                                                  rounds; its KINDS, SETS, TOUCH and ENGINE pass through: KINDS="w r x"
+#                                                  also reads and executes them, ENGINE=1 runs hawser bench
+#                                                  in the same rounds); about 130 s
 # Each stage there unpacks the bundle when .device is missing and leaves its
 # logs as one archive under $OUT (logs-STAGE.tgz: the tool brings back at
 # most 8 files), rewritten after every step, with a summary at the end.
