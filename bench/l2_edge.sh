@@ -22,7 +22,7 @@
 #             mappings into one hawser serve's allocateHostMemory, reads, the
 #             same blocks, batch and threads, depth 1), kind "shm": the engine
 #             in the same rounds as memcpy with the lines of its footprint
-#             (bench/footprint.sh counts them)
+#             (bench/cache_footprint.sh counts them)
 #   HAWSER    the hawser binary for ENGINE=1 (default: build/bin/hawser, then build-*/bin/hawser)
 #   PORT      the hawser serve's port for ENGINE=1 (default 17860)
 #   ROUNDS    interleaved rounds (default 3)

@@ -1,4 +1,4 @@
-"""bench/footprint.sh's report: the distinct cache lines each batch touched
+"""bench/cache_footprint.sh's report: the distinct cache lines each batch touched
 (from lines.cpp), by kind and by where they lie (/proc/PID/maps of the traced
 process), medians over the batches of each batch size; and, across the batch
 sizes, what a batch costs whatever its size and what each request adds.

@@ -1,7 +1,7 @@
 // Reads a valgrind lackey --trace-mem=yes trace on stdin and writes, for each
 // batch, the distinct cache lines it touched: "I", "R" or "W" (written or
 // modified at least once) and the line's address. A batch runs from one
-// execution of the marker instruction to the next (bench/footprint.sh uses
+// execution of the marker instruction to the next (bench/cache_footprint.sh uses
 // the entry of ShmTransport::copyMapped: once a batch). The first SKIP
 // batches (warm-up) are left out, then KEEP batches are written.
 //

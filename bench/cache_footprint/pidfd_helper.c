@@ -1,4 +1,4 @@
-// bench/footprint.sh's helper (see pidfd_shim.c): opens a pidfd for PID and
+// bench/cache_footprint.sh's helper (see pidfd_shim.c): opens a pidfd for PID and
 // sends it over socket FD, or one byte, the errno, without a descriptor.
 //
 //   pidfd_helper PID FD

@@ -3,7 +3,7 @@
 // glibc's syscall() for pidfd_open is answered by a helper run outside
 // valgrind (an exec'd child is not traced), which opens the pidfd and passes
 // it back over a socket pair (SCM_RIGHTS). Every other call goes through.
-// Only for bench/footprint.sh; never part of the engine.
+// Only for bench/cache_footprint.sh; never part of the engine.
 //
 //   cc -O2 -shared -fPIC -o pidfd_shim.so pidfd_shim.c -ldl
 //   PIDFD_HELPER=/path/to/pidfd_helper LD_PRELOAD=./pidfd_shim.so valgrind ...

@@ -8,16 +8,16 @@
 #
 # How: hawser bench (one thread, depth 1: transferSync, shm shared mappings,
 # --op OP) runs under valgrind's lackey, whose trace of every access
-# bench/footprint/lines.cpp cuts into batches at the entry of
+# bench/cache_footprint/lines.cpp cuts into batches at the entry of
 # ShmTransport::copyMapped (once a batch) and reduces to each batch's
-# distinct lines; bench/footprint/classify.py sorts them by kind and by the
+# distinct lines; bench/cache_footprint/classify.py sorts them by kind and by the
 # mapping they lie in (/proc/PID/maps of the traced process) and fits what a
 # batch costs whatever its size and what a request adds, over BATCHES.
-# valgrind 3.19 lacks pidfd_open: bench/footprint/pidfd_shim.c answers it
+# valgrind 3.19 lacks pidfd_open: bench/cache_footprint/pidfd_shim.c answers it
 # from outside valgrind. The file transport runs its posix engine (valgrind
 # holds its lock over io_uring waits).
 #
-# Usage: bench/footprint.sh                 (from the repository root; about 2 minutes a batch size)
+# Usage: bench/cache_footprint.sh          (from the repository root; 3-4 minutes a batch size on 2 cores)
 # Environment (all optional):
 #   HAWSER    the hawser binary (default: build/bin/hawser, then build-*/bin/hawser); built
 #             with symbols (its ShmTransport::copyMapped is the marker)
@@ -33,7 +33,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 source "$here/bench/lib.sh"
 find_hawser
 need_python3
-command -v valgrind >/dev/null || { echo "footprint: valgrind is needed (apt-get install valgrind)" >&2; exit 2; }
+command -v valgrind >/dev/null || { echo "cache_footprint: valgrind is needed (apt-get install valgrind)" >&2; exit 2; }
 CC=${CC:-cc}
 CXX=${CXX:-c++}
 BATCHES=${BATCHES:-"1 16 32"}
@@ -43,19 +43,19 @@ KEEP=${KEEP:-40}
 SKIP=${SKIP:-20}
 PORT=${PORT:-17850}
 block=$(size_bytes "$BLOCK")
-work=$(mktemp -d /tmp/hawser-footprint-XXXXXX)
+work=$(mktemp -d /tmp/hawser-cache-footprint-XXXXXX)
 serve=""
 cleanup() {
   [[ -n "$serve" ]] && { kill "$serve" 2>/dev/null || true; wait "$serve" 2>/dev/null || true; }
   rm -rf "$work"
 }
 trap cleanup EXIT
-"$CXX" -O2 -std=c++17 -o "$work/lines" "$here/bench/footprint/lines.cpp"
-"$CC" -O2 -shared -fPIC -o "$work/pidfd_shim.so" "$here/bench/footprint/pidfd_shim.c" -ldl
-"$CC" -O2 -o "$work/pidfd_helper" "$here/bench/footprint/pidfd_helper.c"
+"$CXX" -O2 -std=c++17 -o "$work/lines" "$here/bench/cache_footprint/lines.cpp"
+"$CC" -O2 -shared -fPIC -o "$work/pidfd_shim.so" "$here/bench/cache_footprint/pidfd_shim.c" -ldl
+"$CC" -O2 -o "$work/pidfd_helper" "$here/bench/cache_footprint/pidfd_helper.c"
 # valgrind loads a position-independent program at 0x108000 (checked below).
 off=$(nm "$HAWSER" | awk '!f && $2 ~ /^[tT]$/ && $3 ~ /ShmTransport10copyMapped/ {print $1; f = 1}')
-[[ -n "$off" ]] || { echo "footprint: $HAWSER has no ShmTransport::copyMapped symbol (stripped?)" >&2; exit 2; }
+[[ -n "$off" ]] || { echo "cache_footprint: $HAWSER has no ShmTransport::copyMapped symbol (stripped?)" >&2; exit 2; }
 base=$((0x108000))
 marker=$((base + 0x$off))
 
@@ -82,14 +82,14 @@ for b in $BATCHES; do
     fi
     sleep 2
   done
-  wait "$vg" || { echo "footprint: hawser bench under valgrind failed (B=$b)" >&2; tail -20 "$work/b$b.err" >&2; exit 1; }
+  wait "$vg" || { echo "cache_footprint: hawser bench under valgrind failed (B=$b)" >&2; tail -20 "$work/b$b.err" >&2; exit 1; }
   for _ in $(seq 100); do [[ -s "$work/b$b.rc" ]] && break; sleep 0.2; done
   rc=$(cat "$work/b$b.rc" 2>/dev/null || echo "?")
-  [[ "$rc" == 0 ]] || { echo "footprint: B=$b: the trace had fewer than $((SKIP + KEEP)) batches (lines exit $rc)" >&2; exit 1; }
-  [[ -s "$work/maps" ]] || { echo "footprint: no maps of the traced process with the peer's memory mapped" >&2; exit 1; }
+  [[ "$rc" == 0 ]] || { echo "cache_footprint: B=$b: the trace had fewer than $((SKIP + KEEP)) batches (lines exit $rc)" >&2; exit 1; }
+  [[ -s "$work/maps" ]] || { echo "cache_footprint: no maps of the traced process with the peer's memory mapped" >&2; exit 1; }
   got=$(awk -v b="$(basename "$HAWSER")" '!f && $6 ~ b"$" {print $1; f = 1}' "$work/maps" | cut -d- -f1)
-  [[ $((0x$got)) == "$base" ]] || { echo "footprint: valgrind loaded hawser at 0x$got, not $(printf '%#x' $base)" >&2; exit 1; }
+  [[ $((0x$got)) == "$base" ]] || { echo "cache_footprint: valgrind loaded hawser at 0x$got, not $(printf '%#x' $base)" >&2; exit 1; }
   args+=("$b:$work/b$b.txt")
 done
 echo "hawser: $HAWSER ($(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?')); $OP, $BLOCK blocks, one thread, transferSync"
-python3 "$here/bench/footprint/classify.py" "$work/maps" "$HAWSER" "${args[@]}"
+python3 "$here/bench/cache_footprint/classify.py" "$work/maps" "$HAWSER" "${args[@]}"
