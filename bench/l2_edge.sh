@@ -6,8 +6,8 @@
 # the stand-in for what an engine touches a request besides the bytes (its
 # task and slice, counters: written or read; its code: executed). Working
 # sets of half, once and twice the L2 a thread and side (SETS); rounds
-# interleave every case. Prints each case's median GB/s and its ratio to N=0
-# in the same set.
+# interleave every case. Prints each case's median GB/s, its ratio to N=0's
+# in the same set, and the median of its per-round ratios to N=0 (":r").
 #
 # Usage: bench/l2_edge.sh                  (from the repository root)
 # Environment (all optional):
