@@ -5,12 +5,16 @@ sizes, what a batch costs whatever its size and what each request adds.
 
 Lines of 4 KiB pages the batch touched at least 60 of 64 lines of are the
 blocks themselves (the bytes moved), counted apart: nothing of the engine's
-fills a page in one batch.
+fills a page in one batch. Then, for the largest batch size, the functions
+whose instructions first wrote (or first read) each data line (the binary's
+symbols, nm -C), means over its batches: where a leaner engine would start.
 
   classify.py MAPS BINARY B1:FILE1 [B2:FILE2 ...]
 """
+import bisect
 import os
 import statistics
+import subprocess
 import sys
 
 
@@ -53,25 +57,27 @@ def main():
     maps = load_maps(sys.argv[1])
     binary = sys.argv[2]
     per_size = {}
+    raw = {}
     for arg in sys.argv[3:]:
         b, path = arg.split(":", 1)
         batches = []
         cur = None
         for line in open(path):
-            k, a = line.split()
+            k, a = line.split()[:2]
             if k == "batch":
                 cur = []
                 batches.append(cur)
             else:
-                cur.append((k, int(a, 16)))
+                f = line.split()
+                cur.append((k, int(a if len(f) == 2 else f[1], 16), int(f[2], 16) if len(f) > 2 else 0))
         rows = []
         for lines in batches:
             pages = {}
-            for k, a in lines:
+            for k, a, _ in lines:
                 if k != "I":
                     pages[a >> 12] = pages.get(a >> 12, 0) + 1
             row = {"blocks": 0}
-            for k, a in lines:
+            for k, a, _ in lines:
                 if k != "I" and pages[a >> 12] >= 60:
                     row["blocks"] += 1
                     continue
@@ -82,6 +88,7 @@ def main():
                 row["= " + total] = row.get("= " + total, 0) + 1
             rows.append(row)
         per_size[int(b)] = rows
+        raw[int(b)] = batches
     sizes = sorted(per_size)
     keys = sorted({k for rows in per_size.values() for r in rows for k in r if k != "blocks"})
     med = {b: {k: statistics.median(r.get(k, 0) for r in per_size[b]) for k in keys + ["blocks"]} for b in sizes}
@@ -100,6 +107,47 @@ def main():
             per = (med[hi][k] - med[lo][k]) / (hi - lo)
             line += "%12.0f%12.1f" % (med[lo][k] - per * lo, per)
         print(line)
+    by_function(maps, binary, sizes[-1], raw[sizes[-1]])
+
+
+def by_function(maps, binary, size, batches):
+    """The data lines of batches of `size` by the function that first wrote
+    (or read) them, means a batch."""
+    base = next((lo for lo, hi, perm, name, prev in maps if os.path.basename(name) == os.path.basename(binary)), None)
+    if base is None:
+        return
+    syms = []
+    for line in subprocess.run(["nm", "-C", "--defined-only", binary], capture_output=True, text=True).stdout.splitlines():
+        f = line.split(" ", 2)
+        if len(f) == 3 and f[1] in "tTwW":
+            syms.append((int(f[0], 16) + base, f[2]))
+    syms.sort()
+    starts = [a for a, _ in syms]
+    hi = max(h for lo, h, perm, name, prev in maps if os.path.basename(name) == os.path.basename(binary))
+
+    def name(ip):
+        if not base <= ip < hi:
+            return "(libraries)"
+        i = bisect.bisect_right(starts, ip) - 1
+        n = (syms[i][1] if i >= 0 else "?").replace("(anonymous namespace)", "{anon}")
+        return n.split("(")[0][:70]
+
+    for kind, what in (("W", "written"), ("R", "read")):
+        count = {}
+        for lines in batches:
+            pages = {}
+            for k, a, _ in lines:
+                if k != "I":
+                    pages[a >> 12] = pages.get(a >> 12, 0) + 1
+            for k, a, ip in lines:
+                if k == kind and pages[a >> 12] < 60:
+                    n = name(ip)
+                    count[n] = count.get(n, 0) + 1
+        print()
+        print("data lines %s a batch of %d, by the function that first %s them (means):" % (
+            what, size, "wrote" if kind == "W" else "read"))
+        for n, c in sorted(count.items(), key=lambda x: -x[1])[:14]:
+            print("  %6.1f  %s" % (c / len(batches), n))
 
 
 if __name__ == "__main__":

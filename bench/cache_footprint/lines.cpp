@@ -1,6 +1,8 @@
 // Reads a valgrind lackey --trace-mem=yes trace on stdin and writes, for each
 // batch, the distinct cache lines it touched: "I", "R" or "W" (written or
-// modified at least once) and the line's address. A batch runs from one
+// modified at least once), the line's address and, for data lines, the
+// address of the instruction that first touched it (that first wrote it, for
+// "W"): lackey prints each access after the instruction that made it. A batch runs from one
 // execution of the marker instruction to the next (bench/cache_footprint.sh uses
 // the entry of ShmTransport::copyMapped: once a batch). The first SKIP
 // batches (warm-up) are left out, then KEEP batches are written.
@@ -17,12 +19,20 @@ int main(int argc, char** argv) {
   }
   const unsigned long marker = std::strtoul(argv[1], nullptr, 0);
   const long skip = std::atol(argv[2]), keep = std::atol(argv[3]);
-  std::unordered_map<unsigned long, char> lines;  // line -> I, R or W
+  struct Line {
+    char kind = 0;          // I, R or W
+    unsigned long ip = 0;   // the instruction that first read it, or first wrote it
+  };
+  std::unordered_map<unsigned long, Line> lines;
+  unsigned long ip = 0;  // the instruction being traced
   long batch = -1;  // none started
   auto flush = [&] {
     if (batch >= skip && batch < skip + keep) {
       std::printf("batch %ld\n", batch);
-      for (const auto& [l, k] : lines) std::printf("%c %lx\n", k, l << 6);
+      for (const auto& [l, v] : lines) {
+        if (v.kind == 'I') std::printf("I %lx\n", l << 6);
+        else std::printf("%c %lx %lx\n", v.kind, l << 6, v.ip);
+      }
     }
     lines.clear();
   };
@@ -43,14 +53,20 @@ int main(int argc, char** argv) {
     const unsigned long addr = std::strtoul(p, &end, 16);
     if (*end != ',') continue;
     const unsigned long size = std::strtoul(end + 1, nullptr, 10);
-    if (kind == 'I' && addr == marker) {
-      flush();
-      ++batch;
+    if (kind == 'I') {
+      ip = addr;
+      if (addr == marker) {
+        flush();
+        ++batch;
+      }
     }
     if (batch < 0 || batch >= skip + keep) continue;  // the rest is read, not kept: the run ends as it would
     for (unsigned long l = addr >> 6; l <= (addr + (size ? size : 1) - 1) >> 6; ++l) {
-      char& k = lines[l];
-      if (k == 0 || (k == 'R' && kind == 'W')) k = kind;
+      Line& v = lines[l];
+      if (v.kind == 0 || (v.kind == 'R' && kind == 'W')) {
+        v.kind = kind;
+        v.ip = ip;
+      }
     }
   }
   // The batch the trace ends in is left out: it may be cut short.
