@@ -12,8 +12,10 @@
 # bench/cache_footprint/lines.cpp cuts into batches at the entry of
 # ShmTransport::copyMapped (once a batch) and reduces to each batch's
 # distinct lines; bench/cache_footprint/classify.py sorts them by kind and by the
-# mapping they lie in (/proc/PID/maps of the traced process) and fits what a
-# batch costs whatever its size and what a request adds, over BATCHES.
+# mapping they lie in (/proc/PID/maps of the traced process), fits what a
+# batch costs whatever its size and what a request adds, over BATCHES, and
+# names the function that first wrote (or read) each data line of the
+# largest batch size.
 # valgrind 3.19 lacks pidfd_open: bench/cache_footprint/pidfd_shim.c answers it
 # from outside valgrind. The file transport runs its posix engine (valgrind
 # holds its lock over io_uring waits).
