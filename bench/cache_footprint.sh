@@ -46,13 +46,7 @@ KEEP=${KEEP:-40}
 SKIP=${SKIP:-20}
 PORT=${PORT:-17850}
 block=$(size_bytes "$BLOCK")
-work=$(mktemp -d /tmp/hawser-cache-footprint-XXXXXX)
-serve=""
-cleanup() {
-  [[ -n "$serve" ]] && { kill "$serve" 2>/dev/null || true; wait "$serve" 2>/dev/null || true; }
-  rm -rf "$work"
-}
-trap cleanup EXIT
+bench_work cache-footprint
 "$CXX" -O2 -std=c++17 -o "$work/lines" "$here/bench/cache_footprint/lines.cpp"
 "$CC" -O2 -shared -fPIC -o "$work/pidfd_shim.so" "$here/bench/cache_footprint/pidfd_shim.c" -ldl
 "$CC" -O2 -o "$work/pidfd_helper" "$here/bench/cache_footprint/pidfd_helper.c"
@@ -62,10 +56,8 @@ off=$(nm "$HAWSER" | awk '!f && $2 ~ /^[tT]$/ && $3 ~ /ShmTransport10copyMapped/
 base=$((0x108000))
 marker=$((base + 0x$off))
 
-"$HAWSER" serve --listen "127.0.0.1:$PORT" --memory 64M --host-memory shared >"$work/serve.log" 2>&1 &
-serve=$!
-for _ in $(seq 100); do grep -q '^ready' "$work/serve.log" 2>/dev/null && break; sleep 0.1; done
-grep -q '^ready' "$work/serve.log" || { echo "hawser serve did not become ready" >&2; cat "$work/serve.log" >&2; exit 1; }
+start_serve "$PORT" 64M "$work/serve.log" --host-memory shared
+pids+=("$serve_pid")
 
 args=()
 for b in $BATCHES; do

@@ -45,19 +45,12 @@ l2=$(size_bytes "$L2")
 block=65536
 ENGINE=${ENGINE:-0}
 PORT=${PORT:-17860}
-work=$(mktemp -d /tmp/hawser-l2-edge-XXXXXX)
-serve=""
-cleanup() {
-  [[ -n "$serve" ]] && { kill "$serve" 2>/dev/null || true; wait "$serve" 2>/dev/null || true; }
-  rm -rf "$work"
-}
-trap cleanup EXIT
+bench_work l2-edge
 if [[ $ENGINE == 1 ]]; then
   find_hawser
   need_python3
-  "$HAWSER" serve --listen "127.0.0.1:$PORT" --memory 512M --host-memory shared >"$work/serve.log" 2>&1 &
-  serve=$!
-  wait_ready "$work/serve.log" "$serve"
+  start_serve "$PORT" 512M "$work/serve.log" --host-memory shared
+  pids+=("$serve_pid")
 fi
 "$CXX" -O2 -std=c++17 -pthread -I"$here/src" -o "$work/memcpy_rate" "$here/bench/memcpy_rate.cpp" "$here/src/base/huge_pages.cpp"
 # A thread copies BATCH blocks from its slots of the target into its own: a

@@ -53,6 +53,26 @@ def region(maps, binary, addr, kind):
     return "data: heap"
 
 
+def read_batches(path):
+    """lines.cpp's batches: each a list of (kind, line address, first
+    instruction, whether the line is one of the blocks)."""
+    batches = []
+    for line in open(path):
+        f = line.split()
+        if f[0] == "batch":
+            batches.append([])
+        else:
+            batches[-1].append((f[0], int(f[1], 16), int(f[2], 16) if len(f) > 2 else 0))
+    out = []
+    for lines in batches:
+        pages = {}
+        for k, a, _ in lines:
+            if k != "I":
+                pages[a >> 12] = pages.get(a >> 12, 0) + 1
+        out.append([(k, a, ip, k != "I" and pages[a >> 12] >= 60) for k, a, ip in lines])
+    return out
+
+
 def main():
     maps = load_maps(sys.argv[1])
     binary = sys.argv[2]
@@ -60,25 +80,12 @@ def main():
     raw = {}
     for arg in sys.argv[3:]:
         b, path = arg.split(":", 1)
-        batches = []
-        cur = None
-        for line in open(path):
-            k, a = line.split()[:2]
-            if k == "batch":
-                cur = []
-                batches.append(cur)
-            else:
-                f = line.split()
-                cur.append((k, int(a if len(f) == 2 else f[1], 16), int(f[2], 16) if len(f) > 2 else 0))
+        batches = read_batches(path)
         rows = []
         for lines in batches:
-            pages = {}
-            for k, a, _ in lines:
-                if k != "I":
-                    pages[a >> 12] = pages.get(a >> 12, 0) + 1
             row = {"blocks": 0}
-            for k, a, _ in lines:
-                if k != "I" and pages[a >> 12] >= 60:
+            for k, a, _, block in lines:
+                if block:
                     row["blocks"] += 1
                     continue
                 r = region(maps, binary, a, k)
@@ -135,12 +142,8 @@ def by_function(maps, binary, size, batches):
     for kind, what in (("W", "written"), ("R", "read")):
         count = {}
         for lines in batches:
-            pages = {}
-            for k, a, _ in lines:
-                if k != "I":
-                    pages[a >> 12] = pages.get(a >> 12, 0) + 1
-            for k, a, ip in lines:
-                if k == kind and pages[a >> 12] < 60:
+            for k, a, ip, block in lines:
+                if k == kind and not block:
                     n = name(ip)
                     count[n] = count.get(n, 0) + 1
         print()
