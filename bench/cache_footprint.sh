@@ -10,7 +10,7 @@
 # --op OP, --no-verify: no pattern written through the engine first, whose
 # one-block batches would pass the marker too) runs under valgrind's lackey, whose trace of every access
 # bench/cache_footprint/lines.cpp cuts into batches at the entry of
-# ShmTransport::copyMapped (once a batch) and reduces to each batch's
+# EngineImpl::transferSync (once a batch, whichever way it moves) and reduces to each batch's
 # distinct lines; bench/cache_footprint/classify.py sorts them by kind and by the
 # mapping they lie in (/proc/PID/maps of the traced process), fits what a
 # batch costs whatever its size and what a request adds, over BATCHES, and
@@ -23,7 +23,7 @@
 # Usage: bench/cache_footprint.sh          (from the repository root; 3-4 minutes a batch size on 2 cores)
 # Environment (all optional):
 #   HAWSER    the hawser binary (default: build/bin/hawser, then build-*/bin/hawser); built
-#             with symbols (its ShmTransport::copyMapped is the marker)
+#             with symbols (its EngineImpl::transferSync is the marker)
 #   BATCHES   requests a batch, one run each (default "1 16 32")
 #   BLOCK     bytes a request (default 64K)
 #   OP        read or write (default read)
@@ -51,8 +51,8 @@ bench_work cache-footprint
 "$CC" -O2 -shared -fPIC -o "$work/pidfd_shim.so" "$here/bench/cache_footprint/pidfd_shim.c" -ldl
 "$CC" -O2 -o "$work/pidfd_helper" "$here/bench/cache_footprint/pidfd_helper.c"
 # valgrind loads a position-independent program at 0x108000 (checked below).
-off=$(nm "$HAWSER" | awk '!f && $2 ~ /^[tT]$/ && $3 ~ /ShmTransport10copyMapped/ {print $1; f = 1}')
-[[ -n "$off" ]] || { echo "cache_footprint: $HAWSER has no ShmTransport::copyMapped symbol (stripped?)" >&2; exit 2; }
+off=$(nm "$HAWSER" | awk '!f && $2 ~ /^[tT]$/ && $3 ~ /10EngineImpl12transferSync/ {print $1; f = 1}')
+[[ -n "$off" ]] || { echo "cache_footprint: $HAWSER has no EngineImpl::transferSync symbol (stripped?)" >&2; exit 2; }
 base=$((0x108000))
 marker=$((base + 0x$off))
 

@@ -4,7 +4,7 @@
 // address of the instruction that first touched it (that first wrote it, for
 // "W"): lackey prints each access after the instruction that made it. A batch runs from one
 // execution of the marker instruction to the next (bench/cache_footprint.sh uses
-// the entry of ShmTransport::copyMapped: once a batch). The first SKIP
+// the entry of EngineImpl::transferSync: once a batch). The first SKIP
 // batches (warm-up) are left out, then KEEP batches are written.
 //
 //   lines MARKER SKIP KEEP > batches.txt

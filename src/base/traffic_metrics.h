@@ -82,6 +82,17 @@ class PeerTraffic {
     d.tasks->addAt(shard, n);
     d.task_seconds->observeNsAt(shard, ns, n);
   }
+  // `n` tasks of one slice each moved at once, never posted (moved
+  // directly, Transport::moveDirect): ended COMPLETED `ns` after they were
+  // handed over, `bytes` in all.
+  void movedDirect(size_t shard, int dir, uint32_t n, uint64_t bytes, uint64_t ns) {
+    Dir& d = dir_[dir];
+    d.slices->addAt(shard, n);
+    d.bytes->addAt(shard, bytes);
+    d.slice_seconds->observeNsAt(shard, ns, n);
+    d.tasks->addAt(shard, n);
+    d.task_seconds->observeNsAt(shard, ns, n);
+  }
   void retried() { retries_->add(); }
 
   const std::string& transport() const { return transport_; }

@@ -71,4 +71,6 @@ void Transport::diagnose(TransportDiagnosis&) const {}
 
 Counters Transport::stats() const { return {}; }
 
+bool Transport::moveDirect(PeerHandle&, int, std::span<const TransferRequest>, uint64_t) { return false; }
+
 }  // namespace hawser

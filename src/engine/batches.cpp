@@ -80,6 +80,28 @@ class ScratchLease {
   SubmitScratch* s_;
 };
 
+// transferSync's requests, checked and all routed as `r` (one route, one
+// remote buffer), moved at once by the route's transport; false when it
+// declined (nothing moved). `n` and `bytes`: the requests and bytes of
+// each direction (PeerTraffic::dir), counted in the route's traffic as
+// tasks of one slice each, submitted and ended together.
+bool moveDirect(const Resolved& r, const std::vector<TransferRequest>& reqs, const uint32_t (&n)[2],
+                const uint64_t (&bytes)[2]) {
+  const Route& route = *r.route;
+  if (route.variant) return false;  // moveDirect is the transport's own route's
+  metrics::PeerTraffic* const traffic = route.traffic.get();
+  const auto t0 = traffic ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  if (!route.transport->moveDirect(*route.peer, r.remote_buffer, reqs, bytes[0] + bytes[1])) return false;
+  if (traffic) {
+    const uint64_t ns = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+    const size_t shard = metrics::threadShard();
+    for (int d = 0; d < 2; ++d)
+      if (n[d]) traffic->movedDirect(shard, d, n[d], bytes[d], ns);
+  }
+  return true;
+}
+
 }  // namespace
 
 Status EngineImpl::allocateBatch(size_t capacity, BatchID& out) {
@@ -98,9 +120,10 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
 
 Status EngineImpl::submitTo(Batch& b, BatchID id, const std::vector<TransferRequest>& reqs,
                             const Notification* notify, const Signal* signal,
-                            std::chrono::steady_clock::time_point* posted_at) {
+                            std::chrono::steady_clock::time_point* posted_at, bool* direct) {
   Batch* const batch = &b;
   Status s;
+  if (direct) *direct = false;
   if (reqs.empty() && notify)
     return {Code::kInvalidArgument,
             fmt::format("notification '{}' follows the requests of its submit, and there are none: use sendNotify",
@@ -166,6 +189,13 @@ Status EngineImpl::submitTo(Batch& b, BatchID id, const std::vector<TransferRequ
     uint64_t n;
   };
   std::vector<Fell> fell;
+  // Whether the requests may be moved directly (transferSync's, with no
+  // notification or signal): every one to the same route and remote
+  // buffer, which the loop keeps true while it holds; the requests and
+  // bytes of each direction, counted for its metrics.
+  bool alike = direct && !notify && !signal;
+  uint32_t dir_n[2] = {0, 0};
+  uint64_t dir_bytes[2] = {0, 0};
   for (size_t i = 0; i < reqs.size(); ++i) {
     const auto& r = reqs[i];
     if (r.opcode != OpCode::kRead && r.opcode != OpCode::kWrite)
@@ -286,6 +316,12 @@ Status EngineImpl::submitTo(Batch& b, BatchID id, const std::vector<TransferRequ
       region_for.push_back(route->transport);
     }
     res[i] = Resolved{view, route, buf, warm_region ? 0 : static_cast<uint32_t>(regions.size() - 1), warm_region};
+    if (alike) {
+      alike = i == 0 || (route == res[0].route && buf == res[0].remote_buffer);
+      const int d = metrics::PeerTraffic::dir(r.opcode);
+      dir_n[d]++;
+      dir_bytes[d] += r.length;
+    }
     if (choice.fallback) {
       if (fell.empty() || fell.back().from != choice.fallback || fell.back().to != route ||
           fell.back().view != view || fell.back().why.reason != choice.fallback_why.reason)
@@ -327,6 +363,12 @@ Status EngineImpl::submitTo(Batch& b, BatchID id, const std::vector<TransferRequ
   auto& groups = scratch.groups;
   size_t& ngroups = scratch.ngroups;
   const LocalRegion* kept = regions.empty() ? nullptr : batch->keepRegions(std::move(regions), removals);
+  if (alike && moveDirect(res[0], reqs, dir_n, dir_bytes)) {
+    *direct = true;
+    n_tasks_.add(reqs.size());
+    for (const Fell& f : fell) fallbacks_->note(f.view->desc->name, *f.from, *f.to, f.why, f.n);
+    return Status::OK();
+  }
   for (size_t i = 0; i < reqs.size(); ++i) {
     Task& t = batch->task(base + i);
     t.resetBorrowed(reqs[i], base + i, res[i].view->desc.get(), res[i].route->peer.get(), res[i].remote_buffer,
@@ -436,10 +478,13 @@ Status EngineImpl::transferSync(const std::vector<TransferRequest>& reqs, std::c
   std::shared_ptr<Batch> batch;
   if (!(s = batches_.allocate(reqs.size(), b, &batch)).ok()) return s;
   std::chrono::steady_clock::time_point posted_at;
-  s = submitTo(*batch, b, reqs, notify, nullptr, &posted_at);
-  if (!s.ok()) {
+  bool direct = false;
+  s = submitTo(*batch, b, reqs, notify, nullptr, &posted_at, &direct);
+  if (!s.ok() || direct) {
     batch.reset();
     (void)freeBatch(b);  // nothing was posted
+    if (s.ok() && statuses)  // moved: every request COMPLETED
+      for (const TransferRequest& r : reqs) statuses->push_back(TransferStatus{TransferState::kCompleted, r.length, {}});
     return s;
   }
   // The timeout counts from when the requests were posted (the clock their

@@ -7,6 +7,7 @@
 // shm_testing.h, reports it).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstring>
@@ -216,6 +217,101 @@ TEST_P(ShmInline, a_small_batch_is_copied_by_the_submitting_thread_one_slice_per
   else EXPECT_GE(count("copy_calls"), 4u) << "cross-memory attach keeps its path";
 }
 
+TEST_P(ShmInline, transferSync_moves_a_small_transfer_at_once_and_builds_no_task) {
+  // transferSync of up to shm.inline_bytes to a registration mapped here is
+  // moved by the transport at once (Transport::moveDirect): copied on the
+  // calling thread before any task, slice or completion is built. Private
+  // memory (cross-memory attach) goes as a batch, copied on the same thread.
+  ASSERT_NO_FATAL_FAILURE(start());
+  g_copiers.clear();
+  constexpr size_t kBlock = 64u << 10;
+  // One transfer of 8 reads (the target's +1 MiB.., in reverse) and 8
+  // writes (to its +4 MiB..).
+  std::memset(local_.p, 0, 8 * kBlock);
+  fillPattern(local_.p + 8 * kBlock, 8 * kBlock, kSeed + 5);
+  std::vector<TransferRequest> reqs;
+  for (size_t i = 0; i < 8; ++i)
+    reqs.push_back({OpCode::kRead, local_.p + i * kBlock, seg_, base_ + (1u << 20) + (7 - i) * kBlock, kBlock});
+  for (size_t i = 0; i < 8; ++i)
+    reqs.push_back({OpCode::kWrite, local_.p + (8 + i) * kBlock, seg_, base_ + (4u << 20) + i * kBlock, kBlock});
+  std::vector<TransferStatus> st;
+  const Status s = e_.transferSync(reqs, std::chrono::seconds(20), &st);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  ASSERT_EQ(st.size(), reqs.size());
+  for (size_t i = 0; i < st.size(); ++i) {
+    EXPECT_EQ(st[i].s, TransferState::kCompleted) << i << ": " << st[i].error.toString();
+    EXPECT_EQ(st[i].transferred_bytes, kBlock) << i;
+  }
+  for (size_t i = 0; i < 8; ++i)
+    ASSERT_EQ(checkPattern(local_.p + i * kBlock, kBlock, kSeed, (1u << 20) + (7 - i) * kBlock), -1) << i;
+  EXPECT_EQ(g_copiers.get(), std::set<std::thread::id>{std::this_thread::get_id()}) << "copied on another thread";
+  EXPECT_EQ(count("direct_requests"), mapped() ? 16u : 0u);
+  EXPECT_EQ(count("inline_slices"), mapped() ? 0u : 16u);
+  EXPECT_EQ(count("slices_completed"), 16u);
+  EXPECT_EQ(count("mapped_slices"), mapped() ? 16u : 0u);
+  EXPECT_EQ(count("bytes_read"), 8 * kBlock);
+  EXPECT_EQ(count("bytes_written"), 8 * kBlock);
+  if (mapped()) EXPECT_EQ(count("copy_calls"), 0u);
+  // Counted as tasks of one slice each, whichever way they went.
+  const EngineStats stats = e_.stats();
+  for (const char* dir : {"read", "write"}) {
+    const std::map<std::string, std::string> l{{"transport", "shm"}, {"direction", dir}};
+    EXPECT_EQ(metricValue(stats, "hawser_tasks_total", l), 8) << dir;
+    EXPECT_EQ(metricValue(stats, "hawser_slices_total", l), 8) << dir;
+    EXPECT_EQ(metricValue(stats, "hawser_transferred_bytes_total", l), 8.0 * kBlock) << dir;
+    EXPECT_EQ(metricValue(stats, "hawser_task_duration_seconds", l), 8) << dir;  // the histogram's count
+    EXPECT_EQ(metricValue(stats, "hawser_slice_duration_seconds", l), 8) << dir;
+  }
+  EXPECT_EQ(metricValue(stats, "hawser_inflight_slices", {{"transport", "shm"}}), 0);
+  EXPECT_EQ(metricValue(stats, "hawser_tasks_submitted_total", {}), 16);
+  // The written blocks, read back as a batch.
+  auto back = runBatch(e_, seg_, {{OpCode::kRead, local_.p + (8u << 20), seg_, base_ + (4u << 20), 8 * kBlock}});
+  ASSERT_EQ(back[0].s, TransferState::kCompleted) << back[0].error.toString();
+  EXPECT_EQ(checkPattern(local_.p + (8u << 20), 8 * kBlock, kSeed + 5), -1);
+}
+
+TEST_P(ShmInline, transferSync_that_cannot_be_moved_at_once_goes_as_a_batch) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  // More than shm.inline_bytes (2 x 1 MiB): the copy threads, in slices of
+  // shm.split_bytes.
+  std::memset(local_.p, 0, 2u << 20);
+  Status s = e_.transferSync({{OpCode::kRead, local_.p, seg_, base_, 1u << 20},
+                              {OpCode::kRead, local_.p + (1u << 20), seg_, base_ + (1u << 20), 1u << 20}},
+                             std::chrono::seconds(20));
+  ASSERT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(checkPattern(local_.p, 2u << 20, kSeed), -1);
+  EXPECT_EQ(count("slices_completed"), 4u);
+  // With a notification, which follows the tasks of a batch: the same bytes
+  // as a small transfer, copied inline as a batch.
+  std::memset(local_.p, 0, 64u << 10);
+  s = e_.transferSync({{OpCode::kRead, local_.p, seg_, base_, 64u << 10}}, Notification{"direct", "not"},
+                      std::chrono::seconds(20));
+  ASSERT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(checkPattern(local_.p, 64u << 10, kSeed), -1);
+  EXPECT_EQ(count("inline_slices"), 1u);
+  EXPECT_EQ(count("direct_requests"), 0u);
+  // The same transfer without one: moved at once (a mapped registration).
+  s = e_.transferSync({{OpCode::kRead, local_.p, seg_, base_, 64u << 10}}, std::chrono::seconds(20));
+  ASSERT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(count("direct_requests"), mapped() ? 1u : 0u);
+}
+
+TEST_P(ShmInline, a_transferSync_refused_at_its_last_request_moves_nothing) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  // 15 good reads, then one past the target's memory: refused as a submit
+  // is, before a byte moves.
+  std::memset(local_.p, 0, 1u << 20);
+  std::vector<TransferRequest> reqs;
+  for (size_t i = 0; i < 15; ++i) reqs.push_back({OpCode::kRead, local_.p + i * 65536, seg_, base_ + i * 65536, 65536});
+  reqs.push_back({OpCode::kRead, local_.p + 15 * 65536, seg_, base_ + kTarget - 4096, 65536});
+  const Status s = e_.transferSync(reqs, std::chrono::seconds(20));
+  EXPECT_EQ(s.code(), Code::kOutOfRange) << s.toString();
+  EXPECT_EQ(s.message().rfind("requests[15]: remote range", 0), 0u) << s.toString();
+  EXPECT_TRUE(std::all_of(local_.p, local_.p + (1u << 20), [](char c) { return c == 0; })) << "bytes moved";
+  EXPECT_EQ(count("direct_requests"), 0u);
+  EXPECT_EQ(count("slices_completed"), 0u);
+}
+
 TEST_P(ShmInline, a_peer_killed_while_threads_copy_inline_is_unmapped_once_they_stop_reading_its_table) {
   // Four threads submit 4 x 64 KiB reads, each copied by its own thread
   // through the peer's table read without a lock (Peer::borrowInline),
@@ -247,7 +343,10 @@ TEST_P(ShmInline, a_peer_killed_while_threads_copy_inline_is_unmapped_once_they_
   stop.store(true);
   for (auto& t : threads) t.join();
   EXPECT_EQ(other.load(), 0) << "a batch ended neither completed nor unavailable";
+  // Before the death, mapped reads were moved at once (transferSync);
+  // after it, each went as a batch, whose copy failed it.
   EXPECT_GE(count("inline_slices"), 400u);
+  if (mapped()) EXPECT_GE(count("direct_requests"), 400u);
   EXPECT_TRUE(eventually([&] { return !mapsShmTableOf(dead); })) << "the dead peer's table is still mapped";
 }
 

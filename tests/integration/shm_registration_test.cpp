@@ -9,6 +9,7 @@
 // at a chosen point while the test acts as the target.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fmt/format.h>
 #include <future>
@@ -16,6 +17,7 @@
 #include "common/parking.h"
 #include "common/util.h"
 #include "hawser/engine.h"
+#include "hawser/host_memory.h"
 #include "transport/shm/shm_testing.h"
 
 namespace hawser::test {
@@ -168,6 +170,56 @@ TEST_F(ShmRegistration, unregister_returns_only_after_a_write_in_flight_into_the
   ASSERT_EQ(st.s, TransferState::kFailed) << st.error.toString();  // its second slice found no registration
   EXPECT_EQ(st.error.code(), Code::kOutOfRange) << st.error.toString();
   EXPECT_EQ(waited(), 1u);
+}
+
+// transferSync moved at once (Transport::moveDirect, memory the target
+// shares: allocateHostMemory) checks the registration before its first
+// byte, as a batch's copy does. Registered again at the copy's turn, the
+// read goes as a batch, whose copy fails it: nothing read, kOutOfRange
+// naming the withdrawn range. A transfer made for the new registration is
+// moved at once again.
+TEST(ShmRegistrationDirect, a_read_moved_at_once_fails_when_the_target_registers_the_range_again_at_its_turn) {
+  TransferEngine target, init;
+  ASSERT_TRUE(target.init("p2p", "target", "127.0.0.1", 0).ok());
+  if (!hasTransport(target, "shm")) GTEST_SKIP() << "shm is not installed here (no cross-memory attach)";
+  EngineOptions io;
+  io.config = {{"transport", "shm"}};
+  ASSERT_TRUE(init.init("p2p", "initiator", "127.0.0.1", 0, io).ok());
+  void* shared = nullptr;
+  ASSERT_TRUE(allocateHostMemory(kRegion, &shared).ok());
+  char* const mem = static_cast<char*>(shared);
+  const uint64_t base = reinterpret_cast<uint64_t>(mem);
+  fillPattern(mem, kRegion, 11);
+  ASSERT_TRUE(target.registerLocalMemory(mem, kRegion, "cpu:0", true).ok());
+  Buffer local(kRegion);
+  std::memset(local.p, 0, kRegion);
+  ASSERT_TRUE(init.registerLocalMemory(local.p, kRegion, "cpu:0", false).ok());
+  SegmentID seg = kInvalidSegment;
+  ASSERT_TRUE(init.openSegment(target.segmentName(), seg).ok());
+  constexpr size_t kRead = 64u << 10;
+  const std::vector<TransferRequest> reqs = {{OpCode::kRead, local.p, seg, base, kRead}};
+  seam::on_copy.store(parkHook);
+  g_park.arm(base, static_cast<int>(seam::Point::kTurn));
+  auto read = std::async(std::launch::async, [&] { return init.transferSync(reqs, std::chrono::seconds(20)); });
+  ASSERT_TRUE(g_park.waitParked());
+  ASSERT_TRUE(target.unregisterLocalMemory(mem).ok());
+  fillPattern(mem, kRegion, 12);
+  ASSERT_TRUE(target.registerLocalMemory(mem, kRegion, "cpu:0", true).ok());
+  g_park.release();
+  const Status s = read.get();
+  seam::on_copy.store(nullptr);
+  EXPECT_EQ(s.code(), Code::kOutOfRange) << s.toString();
+  EXPECT_NE(s.message().find(fmt::format("withdrew [{:#x}, +{})", base, kRegion)), std::string::npos) << s.toString();
+  EXPECT_TRUE(std::all_of(local.p, local.p + kRead, [](char c) { return c == 0; })) << "bytes of either registration read";
+  EXPECT_EQ(counter(init, "shm", "direct_requests"), 0u);
+  // Once the initiator's descriptor caught up (the target's change notice),
+  // the read is moved at once, from the new registration.
+  EXPECT_TRUE(eventually([&] { return init.transferSync(reqs, std::chrono::seconds(20)).ok(); }));
+  EXPECT_EQ(checkPattern(local.p, kRead, 12), -1);
+  EXPECT_EQ(counter(init, "shm", "direct_requests"), 1u);
+  ASSERT_TRUE(init.closeSegment(seg).ok());
+  ASSERT_TRUE(target.unregisterLocalMemory(mem).ok());
+  ASSERT_TRUE(freeHostMemory(shared).ok());
 }
 
 }  // namespace

@@ -172,6 +172,13 @@ class PeerRef final : public PeerHandle {
 };
 // regs of a PeerRef: the shm generation of each buffer of `seg`.
 std::vector<Reg> registrationsOf(const SegmentDesc& seg);
+// The registration of remote buffer `bi` of the peer (an empty one, gen 0,
+// when none). By reference: a copy would count references to its mapping,
+// a cache line every thread submitting to this peer shares.
+inline const Reg& regOf(const PeerRef& ref, int bi) {
+  static const Reg kNone{};
+  return bi >= 0 && static_cast<size_t>(bi) < ref.regs.size() ? ref.regs[static_cast<size_t>(bi)] : kNone;
+}
 
 class SubBatchImpl;
 

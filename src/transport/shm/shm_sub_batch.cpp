@@ -46,14 +46,6 @@ uint32_t cut(Slice* out, const Slice& proto, char* local, uint64_t remote, uint6
   return n;
 }
 
-// The registration of remote buffer `bi` of the peer (an empty one, gen 0,
-// when none). By reference: a copy would count references to its mapping,
-// a cache line every thread submitting to this peer shares.
-const Reg& regOf(const PeerRef& ref, int bi) {
-  static const Reg kNone{};
-  return bi >= 0 && static_cast<size_t>(bi) < ref.regs.size() ? ref.regs[static_cast<size_t>(bi)] : kNone;
-}
-
 // A slice of `sb` to `peer`, bound to `reg` (its range still to set).
 Slice bound(const Reg& reg, SubBatchImpl* sb, Peer* peer, bool is_read) {
   Slice s;

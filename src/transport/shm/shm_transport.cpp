@@ -233,6 +233,7 @@ Counters ShmTransport::stats() const {
           {"mappings", c.mappings.load()},                 {"mapped_slices", c.mapped_slices.value()},
           {"inline_slices", c.inline_slices.value()},
           {"waiter_slices", c.waiter_slices.value()},
+          {"direct_requests", c.direct_requests.value()},
           {"readers", server_ ? server_->readers() : 0},   {"readers_refused", server_ ? server_->refused() : 0},
           {"files_passed", server_ ? server_->filesPassed() : 0}};
 }

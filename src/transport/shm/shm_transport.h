@@ -116,6 +116,11 @@ class ShmTransport final : public Transport {
   Status openPeer(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out) override;
   Status openRoute(const SegmentDesc& seg, std::shared_ptr<PeerHandle>& out, RouteDecline& why) override;
   Status newSubBatch(size_t task_capacity, std::unique_ptr<SubBatch>& out) override;
+  // Requests of up to shm.inline_bytes in all to a registration mapped
+  // here, announced and copied on the calling thread; declined (false) when
+  // the registration is not mapped, the peer is gone or withdrew it, or no
+  // reader slot is free: the batch's path then says why.
+  bool moveDirect(PeerHandle& peer, int buffer, std::span<const TransferRequest> reqs, uint64_t bytes) override;
   void diagnose(TransportDiagnosis& out) const override;
   Counters stats() const override;
 
@@ -186,6 +191,7 @@ class ShmTransport final : public Transport {
     metrics::Counter mapped_slices;  // slices copied with memcpy through a mapping
     metrics::Counter inline_slices;  // slices copied by their submitting thread (shm.inline_bytes)
     metrics::Counter waiter_slices;  // slices copied by a thread waiting for their batch (SubBatch::assist)
+    metrics::Counter direct_requests;  // requests of transferSync moved at once, no task made (moveDirect)
   };
   std::unique_ptr<Counts> counts_;
 };

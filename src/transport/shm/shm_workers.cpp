@@ -102,6 +102,52 @@ bool ShmTransport::copyHere(shm::Work& w) {
   return true;
 }
 
+bool ShmTransport::moveDirect(PeerHandle& handle, int buffer, std::span<const TransferRequest> reqs, uint64_t bytes) {
+  // What the batch's inline path does for a group of one registration
+  // (copyHere, runGroup, copyMapped), with every check made before the
+  // first byte moves: anything but a live peer's mapped registration,
+  // announced, goes the batch's way, which reports it.
+  if (!installed_ || bytes > settings_.inline_bytes || stopping_.load(std::memory_order_relaxed)) return false;
+  const auto& ref = static_cast<const shm::PeerRef&>(handle);
+  const shm::Reg& reg = shm::regOf(ref, buffer);
+  if (!reg.map || reg.gen == 0 || reqs.empty()) return false;
+  Peer* const p = ref.peer.get();
+  if (p->dead.load(std::memory_order_acquire)) return false;
+  const shm::TableView* table = nullptr;
+  int slot = -1;
+  const int lent = p->borrowInline(table, slot);
+  if (lent < 0) return false;  // every inline reader lent (or the peer died meanwhile)
+  bool moved = false;
+  if (slot >= 0 && !table->closed()) {
+    shm::testing::call(shm::testing::Point::kTurn, reqs[0].target_offset, reqs[0].length);
+    // Until leave() the target's unregister of the registration waits for us.
+    if (table->enter(slot, reg.addr, reg.gen)) {
+      shm::testing::call(shm::testing::Point::kAnnounced, reqs[0].target_offset, reqs[0].length);
+      char* const base = reg.map->base;
+      uint64_t read = 0;
+      for (const TransferRequest& r : reqs) {
+        char* const m = base + (r.target_offset - reg.addr);
+        if (r.opcode == OpCode::kRead) {
+          std::memcpy(r.source, m, r.length);
+          read += r.length;
+        } else {
+          std::memcpy(m, r.source, r.length);
+        }
+      }
+      table->leave(slot);
+      const size_t shard = metrics::threadShard();
+      counts_->direct_requests.addAt(shard, reqs.size());
+      counts_->slices_completed.addAt(shard, reqs.size());
+      counts_->mapped_slices.addAt(shard, reqs.size());
+      if (read) counts_->bytes_read.addAt(shard, read);
+      if (read != bytes) counts_->bytes_written.addAt(shard, bytes - read);
+      moved = true;
+    }
+  }
+  p->giveInline(lent);
+  return moved;
+}
+
 bool ShmTransport::assist(shm::SubBatchImpl* sb) {
   Group* g = nullptr;
   {
