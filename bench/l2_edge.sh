@@ -24,6 +24,8 @@
 #             in the same rounds as memcpy with the lines of its footprint
 #             (bench/cache_footprint.sh counts them)
 #   HAWSER    the hawser binary for ENGINE=1 (default: build/bin/hawser, then build-*/bin/hawser)
+#   BASE_HAWSER  with ENGINE=1: another build's hawser, run in the same rounds too (row "shm base"),
+#             against the same serve
 #   PORT      the hawser serve's port for ENGINE=1 (default 17860)
 #   ROUNDS    interleaved rounds (default 3)
 #   DURATION  seconds a run (default 1)
@@ -72,6 +74,12 @@ for _ in $(seq "$ROUNDS"); do
         --batch-size "$b" --threads "$THREADS" --depth 1 --seconds "$DURATION" --json >"$work/b.out" 2>"$work/b.err" || {
         echo "hawser bench ($s): failed" >&2; cat "$work/b.err" >&2; exit 1; }
       echo "$s shm engine $(python3 "$here/bench/bench_result.py" "$work/b.out" shm gbps)"
+      if [[ -n ${BASE_HAWSER:-} ]]; then
+        HAWSER_SHM_THREADS=$THREADS "$BASE_HAWSER" bench --target "127.0.0.1:$PORT" --op read --block-size $block \
+          --batch-size "$b" --threads "$THREADS" --depth 1 --seconds "$DURATION" --json >"$work/b.out" 2>"$work/b.err" || {
+          echo "hawser bench ($s, BASE_HAWSER): failed" >&2; cat "$work/b.err" >&2; exit 1; }
+        echo "$s shm base $(python3 "$here/bench/bench_result.py" "$work/b.out" shm gbps)"
+      fi
     fi
   done
 done >"$work/rounds"

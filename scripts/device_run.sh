@@ -44,6 +44,13 @@
 #                                                  .carry/*-hawser build against this one (knob_ab.sh:
 #                                                  256 B x 16 and 64K x 16, four threads, BUILD_ROUNDS
 #                                                  (5)); about 300 s with PLACE_ROUNDS=3 WARM4_REPEAT=3
+#          bash scripts/device_run.sh direct        the cell at the L2's edge with transferSync moved at once:
+#                                                  bench/l2_edge.sh ENGINE=1 (memcpy and the engine, and
+#                                                  the carried BASE build, in the same L2_ROUNDS (9)
+#                                                  rounds, working sets of half and once the L2), the
+#                                                  warm four-thread cells of 64K and 1M, reads and writes
+#                                                  (shm_mechanisms.sh SAME_PAGES=1, WARM4_REPEAT (5)), then
+#                                                  bench/shm_batch_cost.sh; about 300 s
 #          bash scripts/device_run.sh l2            what memcpy itself loses where its data fills the L2 when
 #                                                  N other cache lines are touched a block (bench/l2_edge.sh:
 #                                                  half, once and twice the L2, N 0-32 written, L2_ROUNDS (5)
@@ -207,6 +214,16 @@ case $stage in
     step place_64Kx16_t4 env ROUNDS="${PLACE_ROUNDS:-5}" OPS=write bash bench/memfd_placement.sh
     step batch_cost env ROUNDS=3 bash bench/shm_batch_cost.sh
     pack_logs
+    finish
+    ;;
+  direct)
+    ready direct
+    base=()
+    [ -f .carry/base-hawser ] && chmod +x .carry/base-hawser && base=(BASE_HAWSER="$PWD/.carry/base-hawser")
+    step l2_engine env "${base[@]}" ENGINE=1 TOUCH=0 SETS="once half" ROUNDS="${L2_ROUNDS:-9}" bash bench/l2_edge.sh
+    step mechanisms_warm4 env SAME_PAGES=1 CMA=0 BLOCKS="64K 1M" SETS="warm:4M" THREADS=4 DURATION=1 \
+      REPEAT="${WARM4_REPEAT:-5}" PORT=17870 bash bench/shm_mechanisms.sh
+    step batch_cost env ROUNDS="${COST_ROUNDS:-3}" bash bench/shm_batch_cost.sh
     finish
     ;;
   l2)
