@@ -48,9 +48,11 @@
 #                                                  bench/l2_edge.sh ENGINE=1 (memcpy and the engine, and
 #                                                  the carried BASE build, in the same L2_ROUNDS (9)
 #                                                  rounds, working sets of half and once the L2), the
+#                                                  two builds on 64K x 16 and 1M x 1 (four and eight
+#                                                  threads; knob_ab.sh, BUILD_ROUNDS (5)), the
 #                                                  warm four-thread cells of 64K and 1M, reads and writes
-#                                                  (shm_mechanisms.sh SAME_PAGES=1, WARM4_REPEAT (5)), then
-#                                                  bench/shm_batch_cost.sh; about 300 s
+#                                                  (shm_mechanisms.sh SAME_PAGES=1, WARM4_REPEAT (5)), one
+#                                                  thread at its L2, then bench/shm_batch_cost.sh; about 400 s
 #          bash scripts/device_run.sh l2            what memcpy itself loses where its data fills the L2 when
 #                                                  N other cache lines are touched a block (bench/l2_edge.sh:
 #                                                  half, once and twice the L2, N 0-32 written, L2_ROUNDS (5)
@@ -221,8 +223,17 @@ case $stage in
     base=()
     [ -f .carry/base-hawser ] && chmod +x .carry/base-hawser && base=(BASE_HAWSER="$PWD/.carry/base-hawser")
     step l2_engine env "${base[@]}" ENGINE=1 TOUCH=0 SETS="once half" ROUNDS="${L2_ROUNDS:-9}" bash bench/l2_edge.sh
+    if [ ${#base[@]} -gt 0 ]; then  # the two builds on the cells moved at once, reads, in the same rounds
+      for cell in "64K 16 4" "1M 1 4" "1M 1 8"; do
+        set -- $cell
+        step "builds_${1}x${2}_t$3" env DURATION=1 ROUNDS="${BUILD_ROUNDS:-5}" TRANSPORT=shm DEPTH=1 BLOCK="$1" \
+          BATCH="$2" THREADS="$3" OP=read bash bench/knob_ab.sh "HAWSER_BIN=$PWD/.carry/base-hawser" "HAWSER_BIN=$HAWSER"
+      done
+    fi
     step mechanisms_warm4 env SAME_PAGES=1 CMA=0 BLOCKS="64K 1M" SETS="warm:4M" THREADS=4 DURATION=1 \
       REPEAT="${WARM4_REPEAT:-5}" PORT=17870 bash bench/shm_mechanisms.sh
+    step one_thread_l2 env SAME_PAGES=1 CMA=0 BLOCKS=64K SETS="l2:1M" THREADS=1 DURATION=1 \
+      REPEAT="${WARM4_REPEAT:-5}" PORT=17880 bash bench/shm_mechanisms.sh
     step batch_cost env ROUNDS="${COST_ROUNDS:-3}" bash bench/shm_batch_cost.sh
     finish
     ;;
