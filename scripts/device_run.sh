@@ -53,6 +53,13 @@
 #                                                  warm four-thread cells of 64K and 1M, reads and writes
 #                                                  (shm_mechanisms.sh SAME_PAGES=1, WARM4_REPEAT (5)), one
 #                                                  thread at its L2, then bench/shm_batch_cost.sh; about 400 s
+#          bash scripts/device_run.sh aims          issue 29's shared-mapping cells at the L2's edge, on a quiet
+#                                                  host only: memcpy's 64K x 16 four-thread rate first (3
+#                                                  runs; below GATE_GBPS (145) median: exit 3 at once, the
+#                                                  host is busy), then 64K x 16 four threads reads and
+#                                                  writes (shm_mechanisms.sh SAME_PAGES=1, AIMS_REPEAT (9)),
+#                                                  one thread at its L2 (5 rounds) and l2_edge.sh ENGINE=1
+#                                                  with the carried BASE build (7 rounds); about 260 s
 #          bash scripts/device_run.sh l2            what memcpy itself loses where its data fills the L2 when
 #                                                  N other cache lines are touched a block (bench/l2_edge.sh:
 #                                                  half, once and twice the L2, N 0-32 written, L2_ROUNDS (5)
@@ -235,6 +242,30 @@ case $stage in
     step one_thread_l2 env SAME_PAGES=1 CMA=0 BLOCKS=64K SETS="l2:1M" THREADS=1 DURATION=1 \
       REPEAT="${WARM4_REPEAT:-5}" PORT=17880 bash bench/shm_mechanisms.sh
     step batch_cost env ROUNDS="${COST_ROUNDS:-3}" bash bench/shm_batch_cost.sh
+    finish
+    ;;
+  aims)
+    ready aims
+    c++ -O2 -std=c++17 -pthread -Isrc -o "$logs/memcpy_rate" bench/memcpy_rate.cpp src/base/huge_pages.cpp
+    gate() {  # memcpy's 64K x 16 four-thread rate at the L2's edge, 3 runs; busy below GATE_GBPS
+      local r=()
+      for _ in 1 2 3; do r+=("$("$logs/memcpy_rate" 65536 16 4 1 $((65536 * 16 * 4)) local-thp)"); done
+      echo "memcpy 64K x 16, four threads: ${r[*]} GB/s"
+      python3 -c "import statistics,sys; m=statistics.median(map(float,sys.argv[2:])); print('median', m); sys.exit(0 if m >= float(sys.argv[1]) else 3)" \
+        "${GATE_GBPS:-145}" "${r[@]}"
+    }
+    step gate gate
+    if [ "$failed" != 0 ]; then
+      echo "device_run aims: the host is busy (memcpy below ${GATE_GBPS:-145} GB/s); nothing else run"
+      finish
+    fi
+    step aims_64Kx16_t4 env SAME_PAGES=1 CMA=0 BLOCKS=64K SETS="warm:4M" THREADS=4 DURATION=1 \
+      REPEAT="${AIMS_REPEAT:-9}" PORT=17870 bash bench/shm_mechanisms.sh
+    step aims_one_thread_l2 env SAME_PAGES=1 CMA=0 BLOCKS=64K SETS="l2:1M" THREADS=1 DURATION=1 \
+      REPEAT=5 PORT=17880 bash bench/shm_mechanisms.sh
+    base=()
+    [ -f .carry/base-hawser ] && chmod +x .carry/base-hawser && base=(BASE_HAWSER="$PWD/.carry/base-hawser")
+    step aims_l2_engine env "${base[@]}" ENGINE=1 TOUCH=0 SETS="once" ROUNDS=7 bash bench/l2_edge.sh
     finish
     ;;
   l2)
