@@ -6,11 +6,11 @@
 # line of the blocks out: bench/l2_edge.sh measures what N lines a block cost
 # memcpy itself there (shm's aim at the L2's edge, docs/shm.md).
 #
-# How: hawser bench (one thread, depth 1: transferSync, shm shared mappings,
+# How: hawser bench (one thread, depth 1: transferSync, or DEPTH batches in flight; shm shared mappings,
 # --op OP, --no-verify: no pattern written through the engine first, whose
 # one-block batches would pass the marker too) runs under valgrind's lackey, whose trace of every access
 # bench/cache_footprint/lines.cpp cuts into batches at the entry of
-# EngineImpl::transferSync (once a batch, whichever way it moves) and reduces to each batch's
+# EngineImpl::transferSync (EngineImpl::submit with DEPTH > 1; once a batch, whichever way it moves) and reduces to each batch's
 # distinct lines; bench/cache_footprint/classify.py sorts them by kind and by the
 # mapping they lie in (/proc/PID/maps of the traced process), fits what a
 # batch costs whatever its size and what a request adds, over BATCHES, and
@@ -27,6 +27,8 @@
 #   BATCHES   requests a batch, one run each (default "1 16 32")
 #   BLOCK     bytes a request (default 64K)
 #   OP        read or write (default read)
+#   DEPTH     1: transferSync (the default); 2 or more: that many batches in flight a thread
+#             (allocateBatchID, submitTransfer, waitTransfer, freeBatchID), cut at EngineImpl::submit
 #   KEEP      batches judged a run, after SKIP warm-up ones (defaults 40, 20)
 #   PORT      the hawser serve's port (default 17850)
 #   CC, CXX   compilers (default cc, c++)
@@ -51,8 +53,10 @@ bench_work cache-footprint
 "$CC" -O2 -shared -fPIC -o "$work/pidfd_shim.so" "$here/bench/cache_footprint/pidfd_shim.c" -ldl
 "$CC" -O2 -o "$work/pidfd_helper" "$here/bench/cache_footprint/pidfd_helper.c"
 # valgrind loads a position-independent program at 0x108000 (checked below).
-off=$(nm "$HAWSER" | awk '!f && $2 ~ /^[tT]$/ && $3 ~ /10EngineImpl12transferSync/ {print $1; f = 1}')
-[[ -n "$off" ]] || { echo "cache_footprint: $HAWSER has no EngineImpl::transferSync symbol (stripped?)" >&2; exit 2; }
+DEPTH=${DEPTH:-1}
+if (( DEPTH > 1 )); then mark=submit pat='10EngineImpl6submitE'; else mark=transferSync pat='10EngineImpl12transferSync'; fi
+off=$(nm "$HAWSER" | awk -v p="$pat" '!f && $2 ~ /^[tT]$/ && $3 ~ p {print $1; f = 1}')
+[[ -n "$off" ]] || { echo "cache_footprint: $HAWSER has no EngineImpl::$mark symbol (stripped?)" >&2; exit 2; }
 base=$((0x108000))
 marker=$((base + 0x$off))
 
@@ -67,7 +71,7 @@ for b in $BATCHES; do
   # is gone from the last ones).
   HAWSER_FILE_ENGINE=posix HAWSER_SHM_THREADS=1 PIDFD_HELPER="$work/pidfd_helper" LD_PRELOAD="$work/pidfd_shim.so" \
     valgrind -q --tool=lackey --trace-mem=yes --log-fd=3 "$HAWSER" bench --target "127.0.0.1:$PORT" --op "$OP" \
-    --block-size "$block" --batch-size "$b" --threads 1 --depth 1 --total "$total" --json --no-verify \
+    --block-size "$block" --batch-size "$b" --threads 1 --depth "$DEPTH" --total "$total" --json --no-verify \
     3> >("$work/lines" "$marker" "$SKIP" "$KEEP" >"$work/b$b.txt"; echo $? >"$work/b$b.rc") >"$work/b$b.out" 2>"$work/b$b.err" &
   vg=$!
   : >"$work/maps"
@@ -86,5 +90,5 @@ for b in $BATCHES; do
   [[ $((0x$got)) == "$base" ]] || { echo "cache_footprint: valgrind loaded hawser at 0x$got, not $(printf '%#x' $base)" >&2; exit 1; }
   args+=("$b:$work/b$b.txt")
 done
-echo "hawser: $HAWSER ($(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?')); $OP, $BLOCK blocks, one thread, transferSync"
+echo "hawser: $HAWSER ($(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?')); $OP, $BLOCK blocks, one thread, $( (( DEPTH > 1 )) && echo "depth $DEPTH, submitTransfer" || echo transferSync)"
 python3 "$here/bench/cache_footprint/classify.py" "$work/maps" "$HAWSER" "${args[@]}"

@@ -208,6 +208,17 @@ void Task::markSubmitted(Task* tasks, size_t n, std::chrono::steady_clock::time_
   if (traffic) traffic->slicesPosted(posted);
 }
 
+void Task::markMoved(Task* tasks, size_t n, std::chrono::steady_clock::time_point now) {
+  for (size_t i = 0; i < n; ++i) {
+    Task& t = tasks[i];
+    t.slices_total_ = 1;
+    t.bytes_done_.store(t.request_.length, std::memory_order_relaxed);
+    t.slices_done_.store(1, std::memory_order_relaxed);
+    t.submitted_at_ = now;
+    t.submitted_.store(true, std::memory_order_release);
+  }
+}
+
 bool Task::terminal() const {
   return submitted_.load(std::memory_order_acquire) &&
          slices_done_.load(std::memory_order_acquire) >= slices_total_;

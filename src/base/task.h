@@ -115,6 +115,11 @@ class alignas(64) Task {
   // The same for tasks[0, n), their slices counted in flight with one add
   // per run of tasks of one traffic (a batch's submit mostly has one).
   static void markSubmitted(Task* tasks, size_t n, std::chrono::steady_clock::time_point now);
+  // tasks[0, n), after reset(): submitted at `now` as one slice each and
+  // already COMPLETED, every byte moved (their transport moved them at
+  // once: Transport::moveDirect; the caller counts their traffic). Nothing
+  // counted in flight, no owner told.
+  static void markMoved(Task* tasks, size_t n, std::chrono::steady_clock::time_point now);
 
   // Snapshot of this task's aggregated status.
   TransferStatus status() const;

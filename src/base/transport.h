@@ -302,15 +302,16 @@ class Transport {
 
   virtual Status newSubBatch(size_t task_capacity, std::unique_ptr<SubBatch>& out) = 0;
 
-  // Optional, for transferSync (docs/architecture.md, "Transfers moved
-  // directly"): moves every request of `reqs` (each checked and routed to
-  // this transport, all to remote buffer `buffer` of `peer`, a handle it
-  // opened; `bytes` their lengths summed) on the calling thread, before it
+  // Optional (docs/architecture.md, "Transfers moved directly"): moves
+  // every request of a submit, `reqs` (each checked and routed to this
+  // transport, all to remote buffer `buffer` of `peer`, a handle it opened;
+  // `bytes` their lengths summed), on the calling thread, before it
   // returns, and returns true; or moves none of them and returns false,
-  // and the engine submits them as a batch, which reports whatever went
+  // and the engine posts them as tasks, whose path reports whatever went
   // wrong. For a transport that can move small requests at once with no
-  // queue and no failure to report (shm through a mapping): no task, slice
-  // or completion is built for them. Default: false.
+  // queue and no failure to report (shm through a mapping): no slice or
+  // completion is built for them (their tasks, if any, are committed
+  // COMPLETED). Default: false.
   virtual bool moveDirect(PeerHandle& peer, int buffer, std::span<const TransferRequest> reqs, uint64_t bytes);
 
   // Optional: a caller waiting for a batch this transport carries polls

@@ -217,6 +217,13 @@ std::chrono::steady_clock::time_point Batch::commit(size_t n, size_t slices) {
   return now;
 }
 
+void Batch::commitMoved(size_t n, std::chrono::steady_clock::time_point now) {
+  slices_used_ += n;
+  const size_t base = task_count_.load(std::memory_order_relaxed);
+  Task::markMoved(&tasks_[base], n, now);
+  task_count_.store(base + n, std::memory_order_release);
+}
+
 void Batch::addNotify(size_t n, std::shared_ptr<OutgoingNotify> o, NotifyOutbox* outbox) {
   recyclable_ = false;
   std::lock_guard nl(notify_mu_);

@@ -88,6 +88,10 @@ class Batch final : public TaskOwner {
   // counts `slices` against the slice capacity; returns when (the start of
   // their latency clocks).
   std::chrono::steady_clock::time_point commit(size_t n, size_t slices);
+  // Under submitMutex(): makes `n` more tasks visible that their transport
+  // moved at once (Task::markMoved at `now`): one slice each, counted
+  // against the slice capacity; none of them unfinished.
+  void commitMoved(size_t n, std::chrono::steady_clock::time_point now);
   size_t slicesUsed() const { return slices_used_; }
   std::mutex& submitMutex() { return submit_mu_; }
   // Every sub-batch; callers hold submitMutex().

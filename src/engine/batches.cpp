@@ -80,17 +80,16 @@ class ScratchLease {
   SubmitScratch* s_;
 };
 
-// transferSync's requests, checked and all routed as `r` (one route, one
-// remote buffer), moved at once by the route's transport; false when it
-// declined (nothing moved). `n` and `bytes`: the requests and bytes of
-// each direction (PeerTraffic::dir), counted in the route's traffic as
-// tasks of one slice each, submitted and ended together.
+// A submit's requests, checked and all routed as `r` (one route, one
+// remote buffer), moved at once by the route's transport, handed over at
+// `t0`; false when it declined (nothing moved). `n` and `bytes`: the
+// requests and bytes of each direction (PeerTraffic::dir), counted in the
+// route's traffic as tasks of one slice each, submitted and ended together.
 bool moveDirect(const Resolved& r, const std::vector<TransferRequest>& reqs, const uint32_t (&n)[2],
-                const uint64_t (&bytes)[2]) {
+                const uint64_t (&bytes)[2], std::chrono::steady_clock::time_point t0) {
   const Route& route = *r.route;
   if (route.variant) return false;  // moveDirect is the transport's own route's
   metrics::PeerTraffic* const traffic = route.traffic.get();
-  const auto t0 = traffic ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   if (!route.transport->moveDirect(*route.peer, r.remote_buffer, reqs, bytes[0] + bytes[1])) return false;
   if (traffic) {
     const uint64_t ns = static_cast<uint64_t>(
@@ -115,15 +114,15 @@ Status EngineImpl::submit(BatchID id, const std::vector<TransferRequest>& reqs, 
   if (!s.ok()) return s;
   auto batch = findBatch(id);
   if (!batch) return BatchTable::notAllocated(id);
-  return submitTo(*batch, id, reqs, notify, signal);
+  return submitTo(*batch, id, reqs, notify, signal, nullptr, Direct::kTasks);
 }
 
 Status EngineImpl::submitTo(Batch& b, BatchID id, const std::vector<TransferRequest>& reqs,
                             const Notification* notify, const Signal* signal,
-                            std::chrono::steady_clock::time_point* posted_at, bool* direct) {
+                            std::chrono::steady_clock::time_point* posted_at, Direct direct, bool* moved) {
   Batch* const batch = &b;
   Status s;
-  if (direct) *direct = false;
+  if (moved) *moved = false;
   if (reqs.empty() && notify)
     return {Code::kInvalidArgument,
             fmt::format("notification '{}' follows the requests of its submit, and there are none: use sendNotify",
@@ -189,11 +188,11 @@ Status EngineImpl::submitTo(Batch& b, BatchID id, const std::vector<TransferRequ
     uint64_t n;
   };
   std::vector<Fell> fell;
-  // Whether the requests may be moved directly (transferSync's, with no
-  // notification or signal): every one to the same route and remote
+  // Whether the requests may be moved at once (with no notification or
+  // signal, which follow tasks): every one to the same route and remote
   // buffer, which the loop keeps true while it holds; the requests and
   // bytes of each direction, counted for its metrics.
-  bool alike = direct && !notify && !signal;
+  bool alike = direct != Direct::kNo && !notify && !signal;
   uint32_t dir_n[2] = {0, 0};
   uint64_t dir_bytes[2] = {0, 0};
   for (size_t i = 0; i < reqs.size(); ++i) {
@@ -363,17 +362,32 @@ Status EngineImpl::submitTo(Batch& b, BatchID id, const std::vector<TransferRequ
   auto& groups = scratch.groups;
   size_t& ngroups = scratch.ngroups;
   const LocalRegion* kept = regions.empty() ? nullptr : batch->keepRegions(std::move(regions), removals);
-  if (alike && moveDirect(res[0], reqs, dir_n, dir_bytes)) {
-    *direct = true;
-    n_tasks_.add(reqs.size());
-    for (const Fell& f : fell) fallbacks_->note(f.view->desc->name, *f.from, *f.to, f.why, f.n);
-    return Status::OK();
-  }
-  for (size_t i = 0; i < reqs.size(); ++i) {
+  // Request i's task, laid out (not yet visible).
+  auto layOut = [&](size_t i) -> Task& {
     Task& t = batch->task(base + i);
     t.resetBorrowed(reqs[i], base + i, res[i].view->desc.get(), res[i].route->peer.get(), res[i].remote_buffer,
                     res[i].route->traffic.get());
     t.setRegion(res[i].warm ? res[i].warm : kept + res[i].region);
+    return t;
+  };
+  // Moved at once: a slice a task, so only while the batch has that room
+  // (else the path below refuses it, saying so).
+  if (alike && (direct == Direct::kNoTasks || reqs.size() <= batch->sliceCapacity() - batch->slicesUsed())) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (moveDirect(res[0], reqs, dir_n, dir_bytes, t0)) {
+      if (direct == Direct::kTasks) {
+        for (size_t i = 0; i < reqs.size(); ++i) layOut(i);
+        batch->commitMoved(reqs.size(), t0);
+      }
+      if (moved) *moved = true;
+      if (posted_at) *posted_at = t0;
+      n_tasks_.add(reqs.size());
+      for (const Fell& f : fell) fallbacks_->note(f.view->desc->name, *f.from, *f.to, f.why, f.n);
+      return Status::OK();
+    }
+  }
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    Task& t = layOut(i);
     Transport* tr = res[i].route->transport;
     size_t g = 0;
     while (g < ngroups && groups[g].first != tr) ++g;
@@ -479,7 +493,7 @@ Status EngineImpl::transferSync(const std::vector<TransferRequest>& reqs, std::c
   if (!(s = batches_.allocate(reqs.size(), b, &batch)).ok()) return s;
   std::chrono::steady_clock::time_point posted_at;
   bool direct = false;
-  s = submitTo(*batch, b, reqs, notify, nullptr, &posted_at, &direct);
+  s = submitTo(*batch, b, reqs, notify, nullptr, &posted_at, Direct::kNoTasks, &direct);
   if (!s.ok() || direct) {
     batch.reset();
     (void)freeBatch(b);  // nothing was posted

@@ -153,13 +153,14 @@ class EngineImpl {
   std::shared_ptr<Batch> findBatch(BatchID id) const { return batches_.find(id); }
   // submit() to a batch found (or just allocated) by the caller: `id` is its
   // id; `posted_at` (optional): when the requests were committed.
-  // `direct` (transferSync's, optional): the requests may be moved at once
-  // by their transport (Transport::moveDirect) instead of as tasks of the
-  // batch; *direct says whether they were (then no task was committed, and
-  // every request COMPLETED).
+  // `direct`: whether the requests may be moved at once by their transport
+  // (Transport::moveDirect) before any I/O is posted: kTasks (submit): their
+  // tasks are then committed COMPLETED; kNoTasks (transferSync): no task is
+  // committed. `moved` (optional) says whether they were.
+  enum class Direct { kNo, kTasks, kNoTasks };
   Status submitTo(Batch& batch, BatchID id, const std::vector<TransferRequest>& reqs, const Notification* notify,
                   const Signal* signal, std::chrono::steady_clock::time_point* posted_at = nullptr,
-                  bool* direct = nullptr);
+                  Direct direct = Direct::kNo, bool* moved = nullptr);
   // notifications.cpp: checks a notification and finds where its target
   // listens (a memory segment's owner engine).
   Status notifyTarget(const SegmentView& view, const Notification& n, std::string& host, uint16_t& port) const;

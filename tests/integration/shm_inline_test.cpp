@@ -179,6 +179,9 @@ class ShmInline : public ::testing::TestWithParam<const char*> {
   uint64_t base_ = 0;
 };
 
+// A submit of up to shm.inline_bytes to a mapped registration is moved at
+// once (Transport::moveDirect) and its tasks committed COMPLETED; one to
+// private memory (cross-memory attach) is copied inline as slices.
 TEST_P(ShmInline, a_small_batch_is_copied_by_the_submitting_thread_one_slice_per_request) {
   ASSERT_NO_FATAL_FAILURE(start());
   g_copiers.clear();
@@ -197,7 +200,8 @@ TEST_P(ShmInline, a_small_batch_is_copied_by_the_submitting_thread_one_slice_per
   ASSERT_TRUE(freed.ok()) << freed.toString();
   EXPECT_EQ(checkPattern(local_.p, 64u << 10, kSeed), -1);
   EXPECT_EQ(g_copiers.get(), std::set<std::thread::id>{std::this_thread::get_id()}) << "copied on another thread";
-  EXPECT_EQ(count("inline_slices"), 4u * 16);
+  EXPECT_EQ(count("inline_slices"), mapped() ? 0u : 4u * 16);
+  EXPECT_EQ(count("direct_requests"), mapped() ? 4u * 16 : 0u);
   EXPECT_EQ(count("slices_completed"), 4u * 16);
   EXPECT_EQ(count("mapped_slices"), mapped() ? 4u * 16 : 0u);
   // The copy ends its tasks together (Task::completeWhole): counted as if
@@ -268,6 +272,50 @@ TEST_P(ShmInline, transferSync_moves_a_small_transfer_at_once_and_builds_no_task
   auto back = runBatch(e_, seg_, {{OpCode::kRead, local_.p + (8u << 20), seg_, base_ + (4u << 20), 8 * kBlock}});
   ASSERT_EQ(back[0].s, TransferState::kCompleted) << back[0].error.toString();
   EXPECT_EQ(checkPattern(local_.p + (8u << 20), 8 * kBlock, kSeed + 5), -1);
+}
+
+TEST_P(ShmInline, submits_moved_at_once_commit_their_tasks_completed) {
+  // Two submits of 16 x 64 KiB into one batch (reads, then writes), each
+  // moved at once where the registration is mapped: every task COMPLETED
+  // with its bytes when submitTransfer returns, nothing in flight, the
+  // batch's wait over at once.
+  ASSERT_NO_FATAL_FAILURE(start());
+  constexpr size_t kBlock = 64u << 10;
+  std::memset(local_.p, 0, 16 * kBlock);
+  fillPattern(local_.p + 16 * kBlock, 16 * kBlock, kSeed + 9);
+  std::vector<TransferRequest> reads, writes;
+  for (size_t i = 0; i < 16; ++i) {
+    reads.push_back({OpCode::kRead, local_.p + i * kBlock, seg_, base_ + (15 - i) * kBlock, kBlock});
+    writes.push_back({OpCode::kWrite, local_.p + (16 + i) * kBlock, seg_, base_ + (8u << 20) + i * kBlock, kBlock});
+  }
+  BatchID b = 0;
+  ASSERT_TRUE(e_.allocateBatchID(32, b).ok());
+  ASSERT_TRUE(e_.submitTransfer(b, reads).ok());
+  for (size_t i = 0; i < 16; ++i) {
+    TransferStatus st;
+    ASSERT_TRUE(e_.getTransferStatus(b, i, st).ok());
+    EXPECT_EQ(st.s, TransferState::kCompleted) << i << " not complete when submit returned: " << st.error.toString();
+    EXPECT_EQ(st.transferred_bytes, kBlock) << i;
+  }
+  ASSERT_TRUE(e_.submitTransfer(b, writes).ok());
+  TransferStatus all;
+  ASSERT_TRUE(e_.getBatchTransferStatus(b, all).ok());
+  EXPECT_EQ(all.s, TransferState::kCompleted) << all.error.toString();
+  EXPECT_EQ(all.transferred_bytes, 32 * kBlock);
+  EXPECT_EQ(metricValue(e_.stats(), "hawser_inflight_slices", {{"transport", "shm"}}), 0);
+  ASSERT_TRUE(e_.waitTransfer(b, std::chrono::seconds(20)).ok());
+  ASSERT_TRUE(e_.freeBatchID(b).ok());
+  for (size_t i = 0; i < 16; ++i)
+    ASSERT_EQ(checkPattern(local_.p + i * kBlock, kBlock, kSeed, (15 - i) * kBlock), -1) << i;
+  auto back = runBatch(e_, seg_, {{OpCode::kRead, local_.p + (12u << 20), seg_, base_ + (8u << 20), 16 * kBlock}});
+  ASSERT_EQ(back[0].s, TransferState::kCompleted) << back[0].error.toString();
+  EXPECT_EQ(checkPattern(local_.p + (12u << 20), 16 * kBlock, kSeed + 9), -1) << "the written blocks, read back";
+  EXPECT_EQ(count("direct_requests"), mapped() ? 33u : 0u);  // the read back too (1 MiB)
+  EXPECT_EQ(count("inline_slices"), mapped() ? 0u : 33u);
+  const EngineStats stats = e_.stats();
+  EXPECT_EQ(metricValue(stats, "hawser_tasks_total", {{"transport", "shm"}, {"direction", "read"}}), 17);
+  EXPECT_EQ(metricValue(stats, "hawser_tasks_total", {{"transport", "shm"}, {"direction", "write"}}), 16);
+  EXPECT_EQ(metricValue(stats, "hawser_task_duration_seconds", {{"transport", "shm"}, {"direction", "write"}}), 16);
 }
 
 TEST_P(ShmInline, transferSync_that_cannot_be_moved_at_once_goes_as_a_batch) {
@@ -356,7 +404,8 @@ TEST_P(ShmInline, a_request_of_up_to_inline_bytes_is_not_cut) {
   // 2 x 2 MiB: each more than shm.split_bytes, both within shm.inline_bytes (4 MiB here).
   ASSERT_NO_FATAL_FAILURE(readWriteCheck(2, 2u << 20));
   EXPECT_EQ(g_copiers.get(), std::set<std::thread::id>{std::this_thread::get_id()});
-  EXPECT_EQ(count("inline_slices"), 3u * 2);
+  EXPECT_EQ(count("inline_slices") + count("direct_requests"), 3u * 2);
+  EXPECT_EQ(count("direct_requests"), mapped() ? 3u * 2 : 0u);
   EXPECT_EQ(count("slices_completed"), 3u * 2);
 }
 

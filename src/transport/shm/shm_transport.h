@@ -191,7 +191,7 @@ class ShmTransport final : public Transport {
     metrics::Counter mapped_slices;  // slices copied with memcpy through a mapping
     metrics::Counter inline_slices;  // slices copied by their submitting thread (shm.inline_bytes)
     metrics::Counter waiter_slices;  // slices copied by a thread waiting for their batch (SubBatch::assist)
-    metrics::Counter direct_requests;  // requests of transferSync moved at once, no task made (moveDirect)
+    metrics::Counter direct_requests;  // requests moved at once, no slice made (moveDirect)
   };
   std::unique_ptr<Counts> counts_;
 };
