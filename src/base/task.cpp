@@ -1,5 +1,7 @@
 #include "base/task.h"
 
+#include <cstddef>
+
 #include "base/traffic_metrics.h"
 #include "base/transport.h"
 
@@ -171,7 +173,7 @@ void Task::reset(const TransferRequest& request, size_t id, std::shared_ptr<cons
 void Task::resetBorrowed(const TransferRequest& request, size_t id, const SegmentDesc* segment, PeerHandle* peer,
                          int remote_buffer, metrics::PeerTraffic* traffic) {
   request_ = request;
-  id_ = id;
+  id_ = static_cast<uint32_t>(id);  // at most kMaxId (a batch's index)
   segment_p_ = segment;
   peer_p_ = peer;
   traffic_p_ = traffic;
@@ -209,6 +211,11 @@ void Task::markSubmitted(Task* tasks, size_t n, std::chrono::steady_clock::time_
 }
 
 void Task::markMoved(Task* tasks, size_t n, std::chrono::steady_clock::time_point now) {
+  // What a submit and a completion write lies on the task's first two
+  // lines (task.h): the request and its segment, then the state.
+  static_assert(offsetof(Task, segment_p_) + sizeof(void*) <= 64, "the request and its segment: line 0");
+  static_assert(offsetof(Task, submitted_) < 128 && offsetof(Task, bytes_done_) + 8 <= 128, "the state: line 1");
+  static_assert(offsetof(Task, owner_) >= 128, "the owner: after the written lines");
   for (size_t i = 0; i < n; ++i) {
     Task& t = tasks[i];
     t.slices_total_ = 1;
