@@ -56,10 +56,11 @@
 #          bash scripts/device_run.sh aims          issue 29's shared-mapping cells at the L2's edge, on a quiet
 #                                                  host only: memcpy's 64K x 16 four-thread rate first (3
 #                                                  runs; below GATE_GBPS (145) median: exit 3 at once, the
-#                                                  host is busy), then 64K x 16 four threads reads and
-#                                                  writes (shm_mechanisms.sh SAME_PAGES=1, AIMS_REPEAT (9)),
-#                                                  one thread at its L2 (5 rounds) and l2_edge.sh ENGINE=1
-#                                                  with the carried BASE build (7 rounds); about 260 s
+#                                                  host is busy), then 64K x 16 and 1M x 1, four threads,
+#                                                  reads and writes (shm_mechanisms.sh SAME_PAGES=1,
+#                                                  AIMS_REPEAT (9)), one thread at its L2 (5 rounds),
+#                                                  l2_edge.sh ENGINE=1 with the carried BASE build (7
+#                                                  rounds) and shm_batch_cost.sh (5 rounds); about 450 s
 #          bash scripts/device_run.sh l2            what memcpy itself loses where its data fills the L2 when
 #                                                  N other cache lines are touched a block (bench/l2_edge.sh:
 #                                                  half, once and twice the L2, N 0-32 written, L2_ROUNDS (5)
@@ -259,13 +260,14 @@ case $stage in
       echo "device_run aims: the host is busy (memcpy below ${GATE_GBPS:-145} GB/s); nothing else run"
       finish
     fi
-    step aims_64Kx16_t4 env SAME_PAGES=1 CMA=0 BLOCKS=64K SETS="warm:4M" THREADS=4 DURATION=1 \
+    step aims_warm4 env SAME_PAGES=1 CMA=0 BLOCKS="64K 1M" SETS="warm:4M" THREADS=4 DURATION=1 \
       REPEAT="${AIMS_REPEAT:-9}" PORT=17870 bash bench/shm_mechanisms.sh
     step aims_one_thread_l2 env SAME_PAGES=1 CMA=0 BLOCKS=64K SETS="l2:1M" THREADS=1 DURATION=1 \
       REPEAT=5 PORT=17880 bash bench/shm_mechanisms.sh
     base=()
     [ -f .carry/base-hawser ] && chmod +x .carry/base-hawser && base=(BASE_HAWSER="$PWD/.carry/base-hawser")
     step aims_l2_engine env "${base[@]}" ENGINE=1 TOUCH=0 SETS="once" ROUNDS=7 bash bench/l2_edge.sh
+    step aims_batch_cost env ROUNDS=5 bash bench/shm_batch_cost.sh
     finish
     ;;
   l2)
