@@ -173,7 +173,7 @@ void Task::reset(const TransferRequest& request, size_t id, std::shared_ptr<cons
 void Task::resetBorrowed(const TransferRequest& request, size_t id, const SegmentDesc* segment, PeerHandle* peer,
                          int remote_buffer, metrics::PeerTraffic* traffic) {
   request_ = request;
-  id_ = static_cast<uint32_t>(id);  // at most kMaxId (a batch's index)
+  id_ = static_cast<uint32_t>(id);  // a batch's index: batch.max_capacity is at most 2^30
   segment_p_ = segment;
   peer_p_ = peer;
   traffic_p_ = traffic;

@@ -61,8 +61,6 @@ class alignas(64) Task {
   // region up again. An empty region (length 0) when none was set.
   const LocalRegion& region() const { return region_ ? *region_ : kNoRegion; }
   size_t id() const { return id_; }
-  // A task's id is its index in its batch (batch.max_capacity at most 2^30).
-  static constexpr size_t kMaxId = UINT32_MAX;
 
   // Set by the transport in prepare(): how many slices this task is cut into
   // (>= 1). completeSlice must then be called exactly that many times.
@@ -148,12 +146,13 @@ class alignas(64) Task {
   std::chrono::steady_clock::time_point submitted_at_{};
   int remote_buffer_ = -1;
   uint32_t slices_total_ = 0;
-  uint32_t id_ = 0;
+  uint32_t id_ = 0;  // its index in its batch (batch.max_capacity: at most 2^30)
   std::atomic<uint32_t> slices_done_{0};
   std::atomic<uint64_t> bytes_done_{0};
   std::atomic<int> worst_rank_{0};  // failureRank of the worst failure so far
   std::atomic<bool> submitted_{false};
-  // Second line's end. Set once, by attach().
+  // From the third line on: read, not written, by a submit and a
+  // completion. Set once, by attach().
   TaskOwner* owner_ = nullptr;
   // What reset() owns (the pointers above point into it).
   std::shared_ptr<const SegmentDesc> segment_;
