@@ -84,6 +84,9 @@ struct TransportCaps {
   // It may decline single remote buffers of a peer it opened
   // (Transport::declinesBuffer): selection asks before choosing it.
   bool buffer_declines = false;
+  // It may move a submit at once (Transport::moveDirect): the engine offers
+  // submits to it (one clock read and one call each); to others, never.
+  bool moves_direct = false;
 };
 
 // A cheaper form of a transport for some of the requests it serves, with a

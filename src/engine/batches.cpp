@@ -88,7 +88,6 @@ class ScratchLease {
 bool moveDirect(const Resolved& r, const std::vector<TransferRequest>& reqs, const uint32_t (&n)[2],
                 const uint64_t (&bytes)[2], std::chrono::steady_clock::time_point t0) {
   const Route& route = *r.route;
-  if (route.variant) return false;  // moveDirect is the transport's own route's
   metrics::PeerTraffic* const traffic = route.traffic.get();
   if (!route.transport->moveDirect(*route.peer, r.remote_buffer, reqs, bytes[0] + bytes[1])) return false;
   if (traffic) {
@@ -372,7 +371,10 @@ Status EngineImpl::submitTo(Batch& b, BatchID id, const std::vector<TransferRequ
   };
   // Moved at once: a slice a task, so only while the batch has that room
   // (else the path below refuses it, saying so).
-  if (alike && (direct == Direct::kNoTasks || reqs.size() <= batch->sliceCapacity() - batch->slicesUsed())) {
+  // Offered only to a transport that may take it (caps), on its own route
+  // (not its variant's).
+  if (alike && res[0].route->caps.moves_direct && !res[0].route->variant &&
+      (direct == Direct::kNoTasks || reqs.size() <= batch->sliceCapacity() - batch->slicesUsed())) {
     const auto t0 = std::chrono::steady_clock::now();
     if (moveDirect(res[0], reqs, dir_n, dir_bytes, t0)) {
       if (direct == Direct::kTasks) {

@@ -63,6 +63,7 @@ TransportCaps ShmTransport::caps() const {
   c.same_host_only = true;
   c.cost_rank = 20;
   c.run_windows = true;  // a block request's runs come as windows (SubBatchImpl::prepareRuns)
+  c.moves_direct = true;  // small submits to a mapped registration (moveDirect)
   c.host_properties = kNoStaging | kSameHost;  // one copy by the kernel (or the CPU), no bounce buffer
   return c;
 }
