@@ -55,8 +55,8 @@
 #                                                  thread at its L2, then bench/shm_batch_cost.sh; about 400 s
 #          bash scripts/device_run.sh aims          issue 29's shared-mapping cells at the L2's edge, on a quiet
 #                                                  host only: memcpy's 64K x 16 four-thread rate first (3
-#                                                  runs; below GATE_GBPS (145) median: exit 3 at once, the
-#                                                  host is busy), then 64K x 16 and 1M x 1, four threads,
+#                                                  runs, GATE_TRIES (4) tries 5 s apart; below GATE_GBPS
+#                                                  (145) median in all: exit 3, the host is busy), then 64K x 16 and 1M x 1, four threads,
 #                                                  reads and writes (shm_mechanisms.sh SAME_PAGES=1,
 #                                                  AIMS_REPEAT (9)), one thread at its L2 (5 rounds),
 #                                                  l2_edge.sh ENGINE=1 with the carried BASE build (7
@@ -249,11 +249,17 @@ case $stage in
     ready aims
     c++ -O2 -std=c++17 -pthread -Isrc -o "$logs/memcpy_rate" bench/memcpy_rate.cpp src/base/huge_pages.cpp
     gate() {  # memcpy's 64K x 16 four-thread rate at the L2's edge, 3 runs; busy below GATE_GBPS
-      local r=()
-      for _ in 1 2 3; do r+=("$("$logs/memcpy_rate" 65536 16 4 1 $((65536 * 16 * 4)) local-thp)"); done
-      echo "memcpy 64K x 16, four threads: ${r[*]} GB/s"
-      python3 -c "import statistics,sys; m=statistics.median(map(float,sys.argv[2:])); print('median', m); sys.exit(0 if m >= float(sys.argv[1]) else 3)" \
-        "${GATE_GBPS:-145}" "${r[@]}"
+      # tried up to GATE_TRIES (4) times, 5 s apart, until one passes (a neighbour's burst may end)
+      local r try
+      for try in $(seq "${GATE_TRIES:-4}"); do
+        [ "$try" = 1 ] || sleep 5
+        r=()
+        for _ in 1 2 3; do r+=("$("$logs/memcpy_rate" 65536 16 4 1 $((65536 * 16 * 4)) local-thp)"); done
+        echo "try $try: memcpy 64K x 16, four threads: ${r[*]} GB/s"
+        python3 -c "import statistics,sys; m=statistics.median(map(float,sys.argv[2:])); print('median', m); sys.exit(0 if m >= float(sys.argv[1]) else 3)" \
+          "${GATE_GBPS:-145}" "${r[@]}" && return 0
+      done
+      return 3
     }
     step gate gate
     if [ "$failed" != 0 ]; then
