@@ -53,14 +53,16 @@
 #                                                  warm four-thread cells of 64K and 1M, reads and writes
 #                                                  (shm_mechanisms.sh SAME_PAGES=1, WARM4_REPEAT (5)), one
 #                                                  thread at its L2, then bench/shm_batch_cost.sh; about 400 s
-#          bash scripts/device_run.sh aims          issue 29's shared-mapping cells at the L2's edge, on a quiet
-#                                                  host only: memcpy's 64K x 16 four-thread rate first (3
-#                                                  runs, GATE_TRIES (4) tries 5 s apart; below GATE_GBPS
-#                                                  (145) median in all: exit 3, the host is busy), then 64K x 16 and 1M x 1, four threads,
-#                                                  reads and writes (shm_mechanisms.sh SAME_PAGES=1,
+#          bash scripts/device_run.sh aims          issue 29's aims at the L2's edge, on a quiet host only:
+#                                                  memcpy's 64K x 16 four-thread rate first (3 runs, up
+#                                                  to GATE_TRIES (4) tries 5 s apart; a median below
+#                                                  GATE_GBPS (145) in all: exit 3, the host is busy),
+#                                                  then 64K x 16 and 1M x 1, four threads, reads and
+#                                                  writes, shared mappings and (AIMS_CMA=1, the default)
+#                                                  cross-memory attach (shm_mechanisms.sh SAME_PAGES=1,
 #                                                  AIMS_REPEAT (9)), one thread at its L2 (5 rounds),
 #                                                  l2_edge.sh ENGINE=1 with the carried BASE build (7
-#                                                  rounds) and shm_batch_cost.sh (5 rounds); about 450 s
+#                                                  rounds) and shm_batch_cost.sh (5 rounds); about 350 s
 #          bash scripts/device_run.sh l2            what memcpy itself loses where its data fills the L2 when
 #                                                  N other cache lines are touched a block (bench/l2_edge.sh:
 #                                                  half, once and twice the L2, N 0-32 written, L2_ROUNDS (5)
@@ -266,7 +268,7 @@ case $stage in
       echo "device_run aims: the host is busy (memcpy below ${GATE_GBPS:-145} GB/s); nothing else run"
       finish
     fi
-    step aims_warm4 env SAME_PAGES=1 CMA=0 BLOCKS="64K 1M" SETS="warm:4M" THREADS=4 DURATION=1 \
+    step aims_warm4 env SAME_PAGES=1 CMA="${AIMS_CMA:-1}" BLOCKS="64K 1M" SETS="warm:4M" THREADS=4 DURATION=1 \
       REPEAT="${AIMS_REPEAT:-9}" PORT=17870 bash bench/shm_mechanisms.sh
     step aims_one_thread_l2 env SAME_PAGES=1 CMA=0 BLOCKS=64K SETS="l2:1M" THREADS=1 DURATION=1 \
       REPEAT=5 PORT=17880 bash bench/shm_mechanisms.sh
